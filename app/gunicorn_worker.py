@@ -1,0 +1,45 @@
+"""A gunicorn gthread worker whose socket reads cannot block a thread for ever.
+
+The stock gthread worker bounds only the wait for a request's first byte. Once
+that byte arrives, the request line, headers and body are read with blocking
+calls and no timeout, so a client that stalls mid-request holds a worker thread
+until it disconnects. This worker gives every connection a read timeout
+(`read_timeout`, set from gunicorn.conf.py) each time a thread takes it up:
+a stalled read fails after that many seconds and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from gunicorn.workers import gthread
+
+
+class _TimedConn(gthread.TConn):
+    read_timeout: float = 10.0
+
+    def init(self) -> None:
+        # The worker calls init() every time a thread takes the connection up,
+        # right after making the socket blocking (which clears any timeout).
+        super().init()
+        self.sock.settimeout(self.read_timeout)
+
+
+class ThreadWorker(gthread.ThreadWorker):
+    """gthread with a per-read timeout; use `worker_class = "app.gunicorn_worker.ThreadWorker"`."""
+
+    #: Seconds one read from a client socket may wait; gunicorn.conf.py sets it.
+    read_timeout: float = 10.0
+
+    def accept(self, listener):  # type: ignore[no-untyped-def]
+        # As gthread.ThreadWorker.accept, with _TimedConn for TConn.
+        try:
+            client_sock, client_addr = listener.accept()
+            self.nr_conns += 1
+            client_sock.setblocking(True)
+            conn = _TimedConn(self.cfg, client_sock, client_addr, listener.getsockname())
+            conn.read_timeout = self.read_timeout
+            self.enqueue_req(conn)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise

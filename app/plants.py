@@ -1,0 +1,96 @@
+"""The plants blueprint: POST /plants, guarded by the bearer hook.
+
+Register it in any Flask app; its settings come from that app's config and its
+store lives in that app's `extensions["plants"]`, so apps never share plants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Blueprint, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
+from marshmallow import ValidationError
+from werkzeug.exceptions import BadRequest, Conflict, UnsupportedMediaType
+
+from . import strict_json
+from .auth import require_bearer_token
+from .errors import InsufficientStorage, InvalidPlant, register_json_errors
+from .schemas import NewPlantSchema, PlantSchema
+from .settings import DEFAULTS, api_tokens, integer_setting
+from .store import MemoryPlantStore, Outcome, PlantStore, StoreFullError
+
+EXTENSION = "plants"
+
+
+@dataclass(frozen=True)
+class PlantsState:
+    """Everything the blueprint keeps per application."""
+
+    tokens: tuple[bytes, ...]
+    store: PlantStore
+
+
+bp = Blueprint("plants", __name__)
+bp.before_request(require_bearer_token)
+register_json_errors(bp)
+
+_new_plant_schema = NewPlantSchema()
+_plant_schema = PlantSchema()
+
+
+@bp.record
+def _init_state(setup: BlueprintSetupState) -> None:
+    """Fail closed at registration: no tokens configured, no service."""
+    app = setup.app
+    if EXTENSION not in app.extensions:
+        tokens = api_tokens(app.config)
+        capacity = integer_setting(app.config, "PLANTS_MAX_PLANTS")
+        app.extensions[EXTENSION] = PlantsState(
+            tokens=tuple(token.encode("ascii") for token in tokens),
+            store=MemoryPlantStore(capacity),
+        )
+
+
+def get_store() -> PlantStore:
+    """The current application's plant store."""
+    return current_app.extensions[EXTENSION].store
+
+
+def _require_json_content_type() -> None:
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise UnsupportedMediaType("JSON must be encoded as UTF-8.")
+
+
+@bp.post("/plants", provide_automatic_options=False)
+def create_plant() -> Response:
+    """Create a plant; an identical retry answers the same, a conflicting one 409."""
+    _require_json_content_type()
+    if request.max_content_length is None:
+        # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
+        request.max_content_length = DEFAULTS["MAX_CONTENT_LENGTH"]
+    body = request.get_data(cache=False)
+    if not body:
+        raise BadRequest("The request body is empty; send a NewPlant JSON object.")
+    try:
+        value = strict_json.loads(body)
+    except strict_json.InvalidJSON as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+    if not isinstance(value, dict):
+        raise BadRequest("The request body must be a JSON object (a NewPlant).")
+    try:
+        plant = _new_plant_schema.load(value)
+    except ValidationError as exc:
+        raise InvalidPlant(exc.normalized_messages()) from None
+    try:
+        outcome = get_store().create(plant["id"], plant["name"], plant.get("tag"))
+    except StoreFullError:
+        raise InsufficientStorage() from None
+    if outcome is Outcome.CONFLICT:
+        raise Conflict(
+            f"A plant with id {plant['id']} already exists with a different name or tag."
+        )
+    return current_app.json.response(_plant_schema.dump(plant))

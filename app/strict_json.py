@@ -1,0 +1,74 @@
+"""Strict JSON decoding for request bodies.
+
+Python's json module accepts more than RFC 8259 JSON: NaN and Infinity,
+duplicate keys (the last one silently wins) and escapes that decode to lone
+surrogates, which cannot be stored or encoded as UTF-8 again. A request body
+that relies on any of these is refused instead of being guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# A \uD800-\uDFFF escape; only a body containing one needs the surrogate check.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class InvalidJSON(ValueError):
+    """The body is not strict, UTF-8 encoded JSON. The message is for a person."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidJSON(f"{name} is not valid JSON")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise InvalidJSON(f"duplicate key {duplicate!r}")
+    return obj
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_refuse_duplicate_keys, parse_constant=_refuse_constant
+)
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def loads(body: bytes) -> Any:
+    """Decode one JSON value from UTF-8 bytes, or raise InvalidJSON."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidJSON("the body is not valid UTF-8") from None
+    try:
+        value = _decoder.decode(text)
+    except InvalidJSON:
+        raise
+    except RecursionError:
+        raise InvalidJSON("the JSON is nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJSON(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:
+        # int() refuses numbers longer than sys.get_int_max_str_digits().
+        raise InvalidJSON("a number in the JSON is too long") from None
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+        raise InvalidJSON("the JSON contains a lone surrogate escape, which is not valid Unicode")
+    return value
