@@ -11,6 +11,7 @@ a stalled read fails after that many seconds and the connection is closed.
 from __future__ import annotations
 
 import errno
+import logging
 
 from gunicorn.workers import gthread
 
@@ -25,11 +26,31 @@ class _TimedConn(gthread.TConn):
         self.sock.settimeout(self.read_timeout)
 
 
+class _StalledReadFilter(logging.Filter):
+    """Turns gthread's traceback for a read timeout into one line: stalled clients can be many."""
+
+    def __init__(self, worker: ThreadWorker) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], TimeoutError):
+            record.msg = "Closed a connection whose client sent nothing for %ss mid-request"
+            record.args = (self.worker.read_timeout,)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 class ThreadWorker(gthread.ThreadWorker):
     """gthread with a per-read timeout; use `worker_class = "app.gunicorn_worker.ThreadWorker"`."""
 
     #: Seconds one read from a client socket may wait; gunicorn.conf.py sets it.
     read_timeout: float = 10.0
+
+    def init_process(self) -> None:
+        self.log.error_log.addFilter(_StalledReadFilter(self))
+        super().init_process()
 
     def accept(self, listener):  # type: ignore[no-untyped-def]
         # As gthread.ThreadWorker.accept, with _TimedConn for TConn.

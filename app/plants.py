@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
-from werkzeug.exceptions import BadRequest, Conflict, UnsupportedMediaType
+from werkzeug.exceptions import (
+    BadRequest,
+    ClientDisconnected,
+    Conflict,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 
 from . import strict_json
 from .auth import require_bearer_token
@@ -72,7 +78,13 @@ def create_plant() -> Response:
     if request.max_content_length is None:
         # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
         request.max_content_length = DEFAULTS["MAX_CONTENT_LENGTH"]
-    body = request.get_data(cache=False)
+    try:
+        body = request.get_data(cache=False)
+    except ClientDisconnected:
+        # The body stalled past the server's read timeout, or the client left.
+        raise RequestTimeout(
+            "The request body was not received in full before the client stopped sending."
+        ) from None
     if not body:
         raise BadRequest("The request body is empty; send a NewPlant JSON object.")
     try:
@@ -90,7 +102,5 @@ def create_plant() -> Response:
     except StoreFullError:
         raise InsufficientStorage() from None
     if outcome is Outcome.CONFLICT:
-        raise Conflict(
-            f"A plant with id {plant['id']} already exists with a different name or tag."
-        )
+        raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     return current_app.json.response(_plant_schema.dump(plant))

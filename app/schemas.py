@@ -25,9 +25,7 @@ class NewPlantSchema(PlantSchema):
         unknown = RAISE
 
     # strict: only JSON integers; true, 1.0 and "1" are refused.
-    id = fields.Integer(
-        required=True, strict=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX)
-    )
+    id = fields.Integer(required=True, strict=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
 
 
 class ErrorSchema(Schema):

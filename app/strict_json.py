@@ -33,9 +33,7 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_decoder = json.JSONDecoder(
-    object_pairs_hook=_refuse_duplicate_keys, parse_constant=_refuse_constant
-)
+_decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys, parse_constant=_refuse_constant)
 
 
 def _has_lone_surrogate(value: Any) -> bool:

@@ -1,0 +1,118 @@
+"""Embedding the blueprint in another Flask app, under a prefix, beside other apps."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from flask import Flask
+
+from app import ConfigurationError
+from app.plants import bp
+
+AUTH = {"Authorization": "Bearer host-token"}
+
+
+def make_host(token: str = "host-token") -> Flask:
+    host = Flask("host")
+    host.config["PLANTS_API_TOKENS"] = token
+
+    @host.get("/")
+    def index():
+        return "host index"
+
+    @host.errorhandler(404)
+    def host_not_found(error):
+        return "<h1>host's own 404</h1>", 404
+
+    host.register_blueprint(bp, url_prefix="/api/v1")
+    return host
+
+
+def test_blueprint_serves_under_the_prefix():
+    client = make_host().test_client()
+    response = client.post("/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    assert response.status_code == 200
+    assert response.json == {"name": "Fern"}
+    assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code == 404
+
+
+def test_host_routes_and_error_pages_are_untouched():
+    client = make_host().test_client()
+    response = client.get("/")  # no bearer header: the hook is blueprint-scoped
+    assert response.status_code == 200
+    assert response.get_data(as_text=True) == "host index"
+    missing = client.get("/nowhere")
+    assert missing.status_code == 404
+    assert missing.get_data(as_text=True) == "<h1>host's own 404</h1>"
+
+
+def test_blueprint_errors_are_json_inside_the_host():
+    client = make_host().test_client()
+    response = client.post("/api/v1/plants", json={"id": 1})
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == 'Bearer realm="plants"'
+    assert json.loads(response.get_data())["error"] == 401
+    invalid = client.post("/api/v1/plants", json={"id": 1}, headers=AUTH)
+    assert invalid.status_code == 400
+    assert invalid.json["details"] == {"name": ["Missing data for required field."]}
+
+
+def test_registering_without_tokens_fails_closed():
+    host = Flask("bare")
+    with pytest.raises(ConfigurationError, match="PLANTS_API_TOKENS"):
+        host.register_blueprint(bp)
+
+
+def test_host_without_body_limit_still_gets_a_bounded_read():
+    host = make_host()
+    assert host.config["MAX_CONTENT_LENGTH"] is None
+    body = json.dumps({"id": 1, "name": "x" * (64 * 1024)})
+    response = host.test_client().post(
+        "/api/v1/plants", data=body, content_type="application/json", headers=AUTH
+    )
+    assert response.status_code == 413
+
+
+def test_two_hosts_in_one_process_share_nothing():
+    first, second = make_host("token-one"), make_host("token-two")
+    one = first.test_client().post(
+        "/api/v1/plants", json={"id": 1, "name": "First"}, headers={"Authorization": "Bearer token-one"}
+    )
+    assert one.status_code == 200
+    # The second host knows neither the first host's token nor its plant.
+    assert (
+        second.test_client()
+        .post(
+            "/api/v1/plants", json={"id": 1, "name": "Second"}, headers={"Authorization": "Bearer token-one"}
+        )
+        .status_code
+        == 401
+    )
+    two = second.test_client().post(
+        "/api/v1/plants", json={"id": 1, "name": "Second"}, headers={"Authorization": "Bearer token-two"}
+    )
+    assert two.status_code == 200  # not a 409: the stores are separate
+    assert first.extensions["plants"].store.get(1).name == "First"
+    assert second.extensions["plants"].store.get(1).name == "Second"
+    assert first.extensions["plants"] is not second.extensions["plants"]
+
+
+def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
+    client = app.test_client()
+    ids = range(40)
+
+    def create(args):
+        plant_id, variant = args
+        return plant_id, client.post(
+            "/plants", json={"id": plant_id, "name": f"plant-{variant}"}, headers=auth
+        ).status_code
+
+    work = [(plant_id, variant) for variant in range(6) for plant_id in ids]
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(create, work))
+    for plant_id in ids:
+        statuses = sorted(status for pid, status in results if pid == plant_id)
+        assert statuses == [200, 409, 409, 409, 409, 409]
+    assert len(store) == len(ids)

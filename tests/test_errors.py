@@ -1,0 +1,74 @@
+"""Every error of the standalone app is the JSON Error record: never HTML, never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from app import create_app
+from tests.helpers import error_of
+
+
+@pytest.fixture
+def production_app():
+    """TESTING off, so unhandled exceptions take the production path instead of propagating."""
+    return create_app({"PLANTS_API_TOKENS": "test-token-1"})
+
+
+@pytest.mark.parametrize("path", ["/", "/plant", "/plants/", "/plants/1", "/api/v1/plants", "/healthz/x"])
+def test_unknown_path_is_json_404(client, auth, path):
+    response = client.post(path, json={"id": 1, "name": "Fern"}, headers=auth)
+    error_of(response, 404)
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_wrong_method_on_plants_is_json_405_with_allow(client, auth, method):
+    response = client.open("/plants", method=method, headers=auth)
+    error_of(response, 405)
+    assert response.headers["Allow"] == "POST"
+
+
+def test_wrong_method_on_healthz_is_json_405(client):
+    response = client.post("/healthz")
+    error_of(response, 405)
+    assert set(response.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+
+
+def test_unexpected_exception_is_generic_json_500_and_logged(production_app, auth, monkeypatch, caplog):
+    def explode(*args):
+        raise RuntimeError("internal detail that must not leak")
+
+    monkeypatch.setattr(production_app.extensions["plants"].store, "create", explode)
+    with caplog.at_level(logging.ERROR):
+        response = production_app.test_client().post("/plants", json={"id": 1, "name": "Fern"}, headers=auth)
+    record = error_of(response, 500)
+    assert b"internal detail" not in response.get_data()
+    assert b"Traceback" not in response.get_data()
+    assert "Internal Server Error" in record["message"] or "internal" in record["message"].lower()
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged
+    assert "internal detail that must not leak" in str(logged[0].exc_info[1])
+
+
+def test_exception_in_a_route_of_the_app_is_json_500(production_app):
+    @production_app.get("/boom")
+    def boom():
+        raise ValueError("x")
+
+    error_of(production_app.test_client().get("/boom"), 500)
+
+
+def test_healthz_needs_no_auth(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json == {"status": "ok"}
+    assert response.headers["Content-Type"] == "application/json"
+
+
+def test_openapi_json_needs_no_auth(client):
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.json["openapi"] == "3.1.0"
+    assert response.json["info"]["version"] == "1.0.0"

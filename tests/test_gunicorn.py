@@ -1,0 +1,221 @@
+"""The core contract again, through a real gunicorn started with the shipped gunicorn.conf.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import assert_error
+from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def call(server, method, path, body=None, headers=None):
+    conn = server.connection()
+    try:
+        data = body if isinstance(body, (bytes, str, type(None))) else json.dumps(body)
+        conn.request(method, path, body=data, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
+def test_create_retry_and_conflict(gunicorn):
+    plant = {"id": 1001, "name": "Fern", "tag": "fern"}
+    status, headers, body = call(gunicorn, "POST", "/plants", plant, AUTH)
+    assert (status, headers["Content-Type"], json.loads(body)) == (
+        200,
+        "application/json",
+        {"name": "Fern", "tag": "fern"},
+    )
+    assert call(gunicorn, "POST", "/plants", plant, AUTH)[:1] == (200,)
+    assert_error(*call(gunicorn, "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
+
+
+def test_authentication_rows(gunicorn):
+    status, headers, body = call(gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"})
+    assert_error(status, headers, body, 401)
+    assert headers["WWW-Authenticate"] == 'Bearer realm="plants"'
+    status, headers, body = call(
+        gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer wrong"}
+    )
+    assert_error(status, headers, body, 401)
+    assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_token"'
+    status, headers, body = call(
+        gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer "}
+    )
+    assert_error(status, headers, body, 400)
+    assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_request"'
+
+
+def test_body_errors(gunicorn):
+    assert_error(*call(gunicorn, "POST", "/plants", b"{", AUTH), 400)
+    record = assert_error(
+        *call(gunicorn, "POST", "/plants", {"id": 1003, "name": "F", "tags": "x"}, AUTH), 400
+    )
+    assert record["details"] == {"tags": ["Unknown field."]}
+    assert_error(*call(gunicorn, "POST", "/plants", "{}", {**AUTH, "Content-Type": "text/plain"}), 415)
+    big = json.dumps({"id": 1003, "name": "x" * 70_000})
+    assert_error(*call(gunicorn, "POST", "/plants", big, AUTH), 413)
+
+
+def test_unknown_path_and_method_are_json(gunicorn):
+    assert_error(*call(gunicorn, "GET", "/nowhere"), 404)
+    status, headers, body = call(gunicorn, "GET", "/plants", headers=AUTH)
+    assert_error(status, headers, body, 405)
+    assert headers["Allow"] == "POST"
+
+
+def test_healthz_and_openapi(gunicorn):
+    status, _, body = call(gunicorn, "GET", "/healthz")
+    assert (status, json.loads(body)) == (200, {"status": "ok"})
+    status, _, body = call(gunicorn, "GET", "/openapi.json")
+    assert (status, json.loads(body)["openapi"]) == (200, "3.1.0")
+
+
+def test_access_log_has_requests_but_never_the_token(gunicorn):
+    call(gunicorn, "POST", "/plants", {"id": 1004, "name": "Fern"}, AUTH)
+    call(gunicorn, "POST", "/plants", {"id": 1004, "name": "Fern"}, {"Authorization": "Bearer wrong-secret"})
+    time.sleep(0.2)
+    log = gunicorn.output()
+    assert '"POST /plants HTTP/1.1" 200' in log
+    assert '"POST /plants HTTP/1.1" 401' in log
+    assert TOKEN not in log
+    assert "wrong-secret" not in log
+    assert "Bearer" not in log
+
+
+def test_more_than_one_worker_is_refused():
+    env = {**os.environ, "PLANTS_API_TOKENS": TOKEN, "GUNICORN_BIND": f"127.0.0.1:{free_port()}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "--workers", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "workers=2" in result.stderr + result.stdout
+    assert "in memory" in result.stderr + result.stdout
+
+
+def test_no_token_means_no_service():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANTS_")}
+    env["GUNICORN_BIND"] = f"127.0.0.1:{free_port()}"
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "PLANTS_API_TOKENS" in result.stderr + result.stdout
+
+
+@pytest.fixture
+def short_read_timeout_server():
+    server = Gunicorn(env={"GUNICORN_READ_TIMEOUT": "1", "GUNICORN_THREADS": "2"})
+    yield server
+    server.stop()
+
+
+STALLED_HEADERS = b"POST /plants HTTP/1.1\r\nHost: x\r\n"
+STALLED_BODY = (
+    b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Authorization: Bearer test-token-1\r\nContent-Length: 100\r\n\r\n{"id": 1'
+)
+
+
+def stall_clients(server, partial, count):
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(partial)
+        sockets.append(sock)
+    return sockets
+
+
+def read_all(sock, timeout=5.0):
+    sock.settimeout(timeout)
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("partial", [STALLED_HEADERS, STALLED_BODY], ids=["stalled-headers", "stalled-body"])
+def test_stalled_clients_release_their_threads(short_read_timeout_server, partial):
+    server = short_read_timeout_server
+    stalled = stall_clients(server, partial, 3)  # more stalled clients than the 2 threads
+    try:
+        started = time.monotonic()
+        status, _, body = call(server, "GET", "/healthz")
+        assert (status, json.loads(body)) == (200, {"status": "ok"})
+        # Released by the 1 s read timeout; the bound leaves room for a slow machine.
+        assert time.monotonic() - started < 8
+        expected_start = b"" if partial is STALLED_HEADERS else b"HTTP/1.1 408 "
+        for sock in stalled:
+            response = read_all(sock)
+            assert response.startswith(expected_start)
+            assert bool(response) == bool(expected_start)
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_stalled_headers_are_dropped_with_one_log_line(short_read_timeout_server):
+    (sock,) = stall_clients(short_read_timeout_server, STALLED_HEADERS, 1)
+    with sock:
+        assert read_all(sock) == b""  # closed by the server after the read timeout
+    time.sleep(0.2)
+    log = short_read_timeout_server.output()
+    assert "Closed a connection whose client sent nothing for 1.0s mid-request" in log
+    assert "Traceback" not in log
+
+
+def test_stalled_body_is_408_and_the_connection_closes(short_read_timeout_server):
+    (sock,) = stall_clients(short_read_timeout_server, STALLED_BODY, 1)
+    with sock:
+        # read_all returns only at end of stream: the server closes the connection,
+        # since the rest of the body cannot be drained.
+        response = read_all(sock)
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert b"\r\nContent-Type: application/json" in head
+    assert json.loads(body)["error"] == 408
+
+
+def test_flask_run_for_local_development():
+    port = free_port()
+    env = {**os.environ, "PLANTS_API_TOKENS": TOKEN}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_serving(port, process)
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/plants", body=json.dumps({"id": 1, "name": "Fern"}), headers=AUTH)
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {"name": "Fern"})
+    finally:
+        process.terminate()
+        process.wait(10)

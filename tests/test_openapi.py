@@ -1,0 +1,100 @@
+"""The served OpenAPI document: valid OpenAPI 3.1, faithful to the seed, and in step with the schemas."""
+
+from __future__ import annotations
+
+import pytest
+from marshmallow import RAISE, Schema, fields, validate
+from openapi_spec_validator import validate as validate_spec
+
+from app.schemas import ErrorSchema, NewPlantSchema, PlantSchema
+
+JSON_TYPES = {fields.Integer: "integer", fields.String: "string", fields.Dict: "object", fields.List: "array"}
+
+
+@pytest.fixture(scope="module")
+def document():
+    from app import create_app
+
+    return create_app({"PLANTS_API_TOKENS": "t"}).test_client().get("/openapi.json").json
+
+
+def node_ref_parts(ref):
+    assert ref.startswith("#/")
+    return ref[2:].split("/")
+
+
+def deref(document, node):
+    while "$ref" in node:
+        target = document
+        for part in node_ref_parts(node["$ref"]):
+            target = target[part]
+        node = target
+    return node
+
+
+def test_document_is_valid_openapi_3_1(document):
+    validate_spec(document)
+    assert document["openapi"] == "3.1.0"
+
+
+def test_document_keeps_the_seed_facts(document):
+    assert document["info"]["version"] == "1.0.0"
+    assert document["info"]["license"]["name"] == "MIT"
+    assert document["security"] == [{"bearerAuth": []}]
+    assert document["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+    operation = document["paths"]["/plants"]["post"]
+    assert operation["requestBody"]["required"] is True
+    assert (
+        deref(document, operation["requestBody"]["content"]["application/json"]["schema"])
+        is (document["components"]["schemas"]["NewPlant"])
+    )
+
+
+def test_document_lists_every_status_the_service_returns(document):
+    responses = document["paths"]["/plants"]["post"]["responses"]
+    assert set(responses) == {"200", "400", "401", "408", "409", "413", "415", "507"}
+    unauthorized = deref(document, responses["401"])
+    assert unauthorized["headers"]["WWW-Authenticate"]["required"] is True
+    for status in ("400", "401", "408", "409", "413", "415", "507"):
+        schema = deref(document, responses[status])["content"]["application/json"]["schema"]
+        assert deref(document, schema) is document["components"]["schemas"]["Error"]
+    assert (
+        deref(document, responses["200"]["content"]["application/json"]["schema"])
+        is (document["components"]["schemas"]["Plant"])
+    )
+
+
+def test_unauthenticated_endpoints_declare_no_security(document):
+    assert document["paths"]["/healthz"]["get"]["security"] == []
+    assert document["paths"]["/openapi.json"]["get"]["security"] == []
+
+
+def expected_property(field: fields.Field) -> dict:
+    prop = {"type": JSON_TYPES[type(field)]}
+    for validator in field.validators:
+        if isinstance(validator, validate.Length):
+            prop.update(minLength=validator.min, maxLength=validator.max)
+        elif isinstance(validator, validate.Range):
+            prop.update(minimum=validator.min, maximum=validator.max)
+    return prop
+
+
+@pytest.mark.parametrize(
+    ("name", "schema"), [("Plant", PlantSchema()), ("NewPlant", NewPlantSchema()), ("Error", ErrorSchema())]
+)
+def test_document_agrees_with_the_marshmallow_schemas(document, name, schema: Schema):
+    component = document["components"]["schemas"][name]
+    properties = {key: deref(document, value) for key, value in component["properties"].items()}
+    assert set(properties) == set(schema.fields)
+    assert set(component["required"]) == {key for key, field in schema.fields.items() if field.required}
+    for key, field in schema.fields.items():
+        declared = {
+            k: v
+            for k, v in properties[key].items()
+            if k in ("type", "minLength", "maxLength", "minimum", "maximum")
+        }
+        assert declared == expected_property(field), key
+    if name == "NewPlant":
+        assert component["additionalProperties"] is False
+        assert schema.unknown == RAISE
+        assert properties["id"]["format"] == "int64"
