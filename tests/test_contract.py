@@ -1,0 +1,48 @@
+"""Schemathesis, with all its checks, against the served /openapi.json on a real gunicorn."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ROOT, TOKEN, Gunicorn
+
+SEED = 20261121
+MAX_EXAMPLES = 600
+
+
+@pytest.fixture
+def fresh_server():
+    server = Gunicorn()
+    yield server
+    server.stop()
+
+
+def test_service_conforms_to_its_document(fresh_server, tmp_path):
+    st = Path(sys.executable).with_name("st")
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [
+            str(st), "run", f"http://127.0.0.1:{fresh_server.port}/openapi.json",
+            "--checks", "all",
+            "--mode", "all",  # positive and negative data
+            "--header", f"Authorization: Bearer {TOKEN}",
+            "--max-examples", str(MAX_EXAMPLES),
+            "--seed", str(SEED),
+            "--workers", "1",
+            "--request-timeout", "10",
+            "--output-sanitize", "true",
+        ],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "No issues found" in output
+    generated = int(re.search(r"(\d+) generated", output).group(1))
+    assert generated >= 500, output[-2000:]
+    assert TOKEN not in output  # schemathesis prints "[Filtered]" for the Authorization header
