@@ -6,14 +6,38 @@ calls and no timeout, so a client that stalls mid-request holds a worker thread
 until it disconnects. This worker gives every connection a read timeout
 (`read_timeout`, set from gunicorn.conf.py) each time a thread takes it up:
 a stalled read fails after that many seconds and the connection is closed.
+
+It also answers the requests gunicorn itself refuses (malformed HTTP, request
+line or headers over the limits) with the service's JSON Error record instead
+of gunicorn's HTML page.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 
+from gunicorn import util
 from gunicorn.workers import gthread
+
+
+def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
+    """Stands in for gunicorn.util.write_error in the worker process.
+
+    `mesg` is left out: it can quote the request's bytes, headers included.
+    """
+    body = json.dumps(
+        {
+            "error": status_int,
+            "message": f"{reason}: the HTTP server refused the request before the service saw it.",
+        }
+    ).encode("ascii")
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
 class _TimedConn(gthread.TConn):
@@ -50,6 +74,7 @@ class ThreadWorker(gthread.ThreadWorker):
 
     def init_process(self) -> None:
         self.log.error_log.addFilter(_StalledReadFilter(self))
+        util.write_error = write_json_error  # used by Worker.handle_error; this process only
         super().init_process()
 
     def accept(self, listener):  # type: ignore[no-untyped-def]

@@ -15,6 +15,8 @@ from werkzeug.exceptions import (
     BadRequest,
     ClientDisconnected,
     Conflict,
+    HTTPException,
+    RequestEntityTooLarge,
     RequestTimeout,
     UnsupportedMediaType,
 )
@@ -71,20 +73,39 @@ def _require_json_content_type() -> None:
         raise UnsupportedMediaType("JSON must be encoded as UTF-8.")
 
 
-@bp.post("/plants", provide_automatic_options=False)
-def create_plant() -> Response:
-    """Create a plant; an identical retry answers the same, a conflicting one 409."""
-    _require_json_content_type()
-    if request.max_content_length is None:
-        # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
-        request.max_content_length = DEFAULTS["MAX_CONTENT_LENGTH"]
+def _read_body() -> bytes:
+    """The whole request body, refused with 413 beyond the limit and 400/408 when unreadable."""
+    # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
+    limit = request.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
+    # Werkzeug stops reading a body of unknown length (chunked) at the limit without
+    # an error, which would truncate it. Reading one byte more tells the two apart.
+    request.max_content_length = limit + 1
+    too_large = RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")
     try:
         body = request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        raise too_large from None
     except ClientDisconnected:
         # The body stalled past the server's read timeout, or the client left.
         raise RequestTimeout(
             "The request body was not received in full before the client stopped sending."
         ) from None
+    except HTTPException:
+        raise
+    except Exception:
+        # The WSGI server refused the body's framing (e.g. gunicorn: a bad chunk size).
+        # Its exception types are its own, so they cannot be named here.
+        raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
+    if len(body) > limit:
+        raise too_large
+    return body
+
+
+@bp.post("/plants", provide_automatic_options=False)
+def create_plant() -> Response:
+    """Create a plant; an identical retry answers the same, a conflicting one 409."""
+    _require_json_content_type()
+    body = _read_body()
     if not body:
         raise BadRequest("The request body is empty; send a NewPlant JSON object.")
     try:

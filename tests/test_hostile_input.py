@@ -1,0 +1,279 @@
+"""Hostile input against a real gunicorn: a table-driven corpus, each case with its expected status.
+
+Body-level cases must get a JSON Error 4xx. Protocol-level cases must get a 4xx (also the JSON
+Error record, written by the worker) or a closed connection: never a 5xx, never a hang. After the
+whole corpus the service answers normally and every plant stored before is unchanged.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.rawhttp import chunked, exchange, request
+from tests.servers import TOKEN, Gunicorn
+
+AUTH = ("Authorization", f"Bearer {TOKEN}")
+JSON = ("Content-Type", "application/json")
+READ_TIMEOUT = 2  # the server's GUNICORN_READ_TIMEOUT for this module: bounds the stall cases
+BEFORE = [(900_000 + n, f"Stored plant {n}", None if n % 2 else "kept") for n in range(20)]
+
+
+@dataclass
+class Case:
+    id: str
+    data: bytes
+    expected: int | None  # None: the server closes the connection without answering
+    json_error: bool = True  # the answer is the JSON Error record
+    headers: dict = field(default_factory=dict)  # expected response headers
+
+
+def body_case(case_id: str, body: bytes | str, expected: int, headers=(AUTH, JSON)) -> Case:
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    return Case(case_id, request(body=data, headers=list(headers)), expected, json_error=expected != 200)
+
+
+def deep(depth: int, opener: str = "[", closer: str = "]") -> str:
+    return opener * depth + closer * depth
+
+
+NON_STANDARD_JSON = [
+    body_case("nan-id", '{"id": NaN, "name": "x"}', 400),
+    body_case("infinity-id", '{"id": Infinity, "name": "x"}', 400),
+    body_case("minus-infinity-id", '{"id": -Infinity, "name": "x"}', 400),
+    body_case("nan-in-unknown-field", '{"id": 1, "name": "x", "extra": [NaN]}', 400),
+    body_case("duplicate-id", '{"id": 1, "id": 2, "name": "x"}', 400),
+    body_case("duplicate-name", '{"id": 1, "name": "x", "name": "y"}', 400),
+    body_case("duplicate-key-nested", '{"id": 1, "name": "x", "e": {"a": 1, "a": 2}}', 400),
+    body_case("lone-high-surrogate-name", '{"id": 1, "name": "\\ud800"}', 400),
+    body_case("lone-low-surrogate-tag", '{"id": 1, "name": "x", "tag": "\\udfff"}', 400),
+    body_case("lone-surrogate-key", '{"id": 1, "name": "x", "\\ud834": 1}', 400),
+    body_case("reversed-surrogate-pair", '{"id": 1, "name": "\\udc00\\ud800"}', 400),
+    body_case("uppercase-surrogate-escape", '{"id": 1, "name": "a\\uD800b"}', 400),
+    body_case("surrogate-in-nested-array", '{"id": 1, "name": "x", "e": [["\\udabc"]]}', 400),
+    body_case("raw-control-char-in-string", '{"id": 1, "name": "a\x01b"}', 400),
+    body_case("single-quotes", "{'id': 1, 'name': 'x'}", 400),
+    body_case("trailing-comma", '{"id": 1, "name": "x",}', 400),
+    body_case("comment", '{"id": 1, /* c */ "name": "x"}', 400),
+    body_case("unquoted-key", '{id: 1, "name": "x"}', 400),
+    body_case("hex-number", '{"id": 0x10, "name": "x"}', 400),
+    body_case("leading-zero", '{"id": 01, "name": "x"}', 400),
+    body_case("leading-plus", '{"id": +1, "name": "x"}', 400),
+    body_case("fraction-without-digits", '{"id": 1., "name": "x"}', 400),
+    body_case("exponent-integer", '{"id": 1e2, "name": "x"}', 400),
+    body_case("utf8-encoded-surrogate", b'{"id": 1, "name": "\xed\xa0\x80"}', 400),
+    body_case("overlong-utf8", b'{"id": 1, "name": "\xc0\xaf"}', 400),
+    body_case("utf16-body", '{"id": 1, "name": "x"}'.encode("utf-16"), 400),
+    body_case("utf8-bom", b'\xef\xbb\xbf{"id": 1, "name": "x"}', 400),
+    body_case("valid-surrogate-pair-is-fine", '{"id": 800001, "name": "\\ud83c\\udf35 cactus"}', 200),
+]
+
+SHAPES_AND_SIZES = [
+    body_case("nested-arrays-100", '{"id": 1, "name": "x", "e": ' + deep(100) + "}", 400),
+    body_case("nested-arrays-5000", '{"id": 1, "name": "x", "e": ' + deep(5000) + "}", 400),
+    body_case("nested-arrays-30000", deep(30000), 400),
+    body_case("nested-objects-5000", '{"a":' * 5000 + "1" + "}" * 5000, 400),
+    body_case("nested-name", '{"id": 1, "name": ' + deep(3000) + "}", 400),
+    body_case("id-4000-digits", '{"id": ' + "9" * 4000 + ', "name": "x"}', 400),
+    body_case("id-50000-digits", '{"id": ' + "9" * 50000 + ', "name": "x"}', 400),
+    body_case("id-long-fraction", '{"id": 1.' + "0" * 50000 + ', "name": "x"}', 400),
+    body_case("id-huge-exponent", '{"id": 1e999999999, "name": "x"}', 400),
+    body_case("id-tiny-exponent", '{"id": 1e-999999999, "name": "x"}', 400),
+    body_case("id-just-over-int64", '{"id": 9223372036854775808, "name": "x"}', 400),
+    body_case("id-just-under-int64", '{"id": -9223372036854775809, "name": "x"}', 400),
+    body_case("name-60000-chars", '{"id": 1, "name": "' + "n" * 60000 + '"}', 400),
+    body_case("name-20000-escapes", '{"id": 1, "name": "' + "\\u00e9" * 10000 + '"}', 400),
+    body_case("key-60000-chars", '{"id": 1, "name": "x", "' + "k" * 60000 + '": 1}', 400),
+    body_case("3000-unknown-keys", "{" + ", ".join(f'"k{i}": {i}' for i in range(3000)) + "}", 400),
+    body_case("array-of-20000", "[" + ",".join(["1"] * 20000) + "]", 400),
+    body_case("string-body-60000", '"' + "s" * 60000 + '"', 400),
+    body_case("whitespace-padding-is-fine", " " * 60000 + '{"id": 800002, "name": "padded"}', 200),
+    body_case("minus-zero-is-an-integer", '{"id": -0, "name": "zero"}', 200),
+    body_case("just-over-the-limit", '{"id": 1, "name": "' + "x" * (64 * 1024) + '"}', 413),
+]
+
+AUTHORIZATION_ABUSE = [
+    body_case(
+        "token-8000-chars",
+        '{"id": 1, "name": "x"}',
+        401,
+        headers=(("Authorization", "Bearer " + "a" * 8000), JSON),
+    ),
+    body_case(
+        "token-with-tab", '{"id": 1, "name": "x"}', 400, headers=(("Authorization", "Bearer te\tst"), JSON)
+    ),
+    body_case(
+        "token-with-space", '{"id": 1, "name": "x"}', 400, headers=(("Authorization", "Bearer te st"), JSON)
+    ),
+    body_case(
+        "tab-after-scheme",
+        '{"id": 1, "name": "x"}',
+        401,
+        headers=(("Authorization", f"Bearer\t{TOKEN}"), JSON),
+    ),
+    body_case("bearer-no-token", '{"id": 1, "name": "x"}', 400, headers=(("Authorization", "Bearer"), JSON)),
+    body_case(
+        "bearer-trailing-spaces",
+        '{"id": 1, "name": "x"}',
+        400,
+        headers=(("Authorization", "Bearer   "), JSON),
+    ),
+    body_case("two-authorization-headers", '{"id": 1, "name": "x"}', 400, headers=(AUTH, AUTH, JSON)),
+    body_case(
+        "wrong-then-right-header",
+        '{"id": 1, "name": "x"}',
+        400,
+        headers=(("Authorization", "Bearer wrong"), AUTH, JSON),
+    ),
+    body_case(
+        "latin1-in-token", '{"id": 1, "name": "x"}', 400, headers=(("Authorization", "Bearer t\xe9st"), JSON)
+    ),
+    body_case(
+        "basic-scheme", '{"id": 1, "name": "x"}', 401, headers=(("Authorization", "Basic dXNlcjpwYXNz"), JSON)
+    ),
+    body_case("token-as-query-only", '{"id": 1, "name": "x"}', 401, headers=(JSON,)),
+    Case(
+        "control-char-in-header", request(body=b"{}", headers=[("Authorization", "Bearer t\x01t"), JSON]), 400
+    ),
+    Case("nul-in-header", request(body=b"{}", headers=[("Authorization", "Bearer t\x00t"), JSON]), 400),
+    Case(
+        "header-over-limit",
+        request(body=b"{}", headers=[("Authorization", "Bearer " + "a" * 9000), JSON]),
+        431,
+    ),
+]
+
+CHUNKED_BODY = b'{"id": 800003, "name": "chunked"}'
+AT_LIMIT = b'{"id": 800005, "name": "exactly 64 KiB"}'
+PROTOCOL = [
+    Case(
+        "chunked-body",
+        chunked(CHUNKED_BODY[:10], CHUNKED_BODY[10:], headers=[AUTH, JSON]),
+        200,
+        json_error=False,
+    ),
+    Case(
+        "chunked-exactly-at-the-limit",
+        chunked(AT_LIMIT, b" " * (64 * 1024 - len(AT_LIMIT)), headers=[AUTH, JSON]),
+        200,
+        json_error=False,
+    ),
+    Case(
+        "chunked-one-byte-over-the-limit",
+        chunked(AT_LIMIT, b" " * (64 * 1024 - len(AT_LIMIT) + 1), headers=[AUTH, JSON]),
+        413,
+    ),
+    Case("chunked-far-over-the-limit", chunked(*[b" " * 0x4000] * 8, headers=[AUTH, JSON]), 413),
+    Case("chunked-bad-size", chunked(headers=[AUTH, JSON], terminate=False) + b"zz\r\n{}\r\n0\r\n\r\n", 400),
+    Case(
+        "content-length-and-transfer-encoding",
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    ),
+    Case(
+        "two-content-lengths",
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+        400,
+    ),
+    Case("negative-content-length", b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+    Case(
+        "non-numeric-content-length", b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", 400
+    ),
+    Case("request-line-over-limit", b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    Case(
+        "too-many-headers",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"\r\n",
+        431,
+    ),
+    Case("invalid-method", b"P(ST /plants HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    Case("invalid-version", b"POST /plants HTTP/9.9\r\nHost: x\r\n\r\n", 400),
+    Case("http-0.9", b"GET /\r\n\r\n", 400),
+    Case("tls-handshake-on-plain-port", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400),
+    # RFC 9112 §5.2 lets a server reject obs-fold or unfold it; gunicorn unfolds.
+    Case(
+        "obsolete-line-folding",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+        200,
+        json_error=False,
+    ),
+    Case(
+        "http-1.0",
+        request(body=b'{"id": 800004, "name": "old client"}', headers=[AUTH, JSON], version="HTTP/1.0"),
+        200,
+        json_error=False,
+    ),
+    Case(
+        "body-shorter-than-content-length-then-stall",
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id": 1',
+        408,
+    ),
+    Case("headers-then-stall", b"POST /plants HTTP/1.1\r\nHost: x\r\n", None, json_error=False),
+]
+
+CORPUS = NON_STANDARD_JSON + SHAPES_AND_SIZES + AUTHORIZATION_ABUSE + PROTOCOL
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = Gunicorn(env={"GUNICORN_READ_TIMEOUT": str(READ_TIMEOUT)})
+    for plant_id, name, tag in BEFORE:
+        body = f'{{"id": {plant_id}, "name": "{name}"' + (f', "tag": "{tag}"' if tag else "") + "}"
+        assert exchange(server.port, request(body=body.encode(), headers=[AUTH, JSON])).status == 200
+    yield server
+    server.stop()
+
+
+def test_corpus_is_large_and_named_uniquely():
+    assert len(CORPUS) >= 60
+    assert len({case.id for case in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[case.id for case in CORPUS])
+def test_hostile_case(server, case):
+    started = time.monotonic()
+    response = exchange(server.port, case.data, timeout=READ_TIMEOUT + 10)
+    assert time.monotonic() - started < READ_TIMEOUT + 8  # no hang
+    if case.expected is None:
+        assert response is None
+        return
+    assert response is not None
+    assert response.status == case.expected, response.body[:300]
+    assert response.status < 500
+    if case.json_error:
+        assert response.headers["Content-Type"] == "application/json"
+        record = response.json()
+        assert record["error"] == case.expected
+        assert isinstance(record["message"], str)
+        assert record["message"]
+    assert TOKEN.encode() not in response.body
+
+
+def test_client_disconnecting_mid_body(server):
+    for _ in range(5):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(
+            b"POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"id": 12, "na'
+        )
+        sock.close()
+    response = exchange(server.port, request("GET", "/healthz"))
+    assert response.status == 200
+
+
+def test_after_the_corpus_the_service_is_normal_and_plants_unchanged(server):
+    # Runs after the parametrized corpus (pytest keeps file order).
+    for plant_id, name, tag in BEFORE:
+        body = f'{{"id": {plant_id}, "name": "{name}"' + (f', "tag": "{tag}"' if tag else "") + "}"
+        replay = exchange(server.port, request(body=body.encode(), headers=[AUTH, JSON]))
+        assert replay.status == 200  # identical: the stored name and tag are exactly these
+        assert replay.json() == {"name": name, **({"tag": tag} if tag else {})}
+        changed = f'{{"id": {plant_id}, "name": "{name} (changed)"}}'
+        assert exchange(server.port, request(body=changed.encode(), headers=[AUTH, JSON])).status == 409
+    log = server.output()
+    assert "Traceback" not in log
+    assert '" 5' not in log  # no 5xx in the access log
