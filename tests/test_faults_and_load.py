@@ -1,0 +1,186 @@
+"""Faults and load against a real gunicorn, each bounded in requests and time.
+
+Concurrency over keep-alive, graceful shutdown with requests in flight, starvation by stalled
+clients, and memory under long runs of replays and refusals.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.rawhttp import request
+from tests.servers import TOKEN, Gunicorn
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def post(conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict]:
+    conn.request("POST", "/plants", body=json.dumps(body), headers=HEADERS)
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_concurrent_overlapping_creates_over_keep_alive():
+    server = Gunicorn(env={"GUNICORN_THREADS": "4"})
+    clients, ids = 12, range(60)
+    barrier = threading.Barrier(clients)
+
+    def contend(client: int) -> list[tuple[int, int, dict]]:
+        conn = server.connection()
+        barrier.wait()
+        results = [(plant_id, *post(conn, {"id": plant_id, "name": f"client-{client}"})) for plant_id in ids]
+        conn.close()
+        return results
+
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            results = [row for rows in pool.map(contend, range(clients)) for row in rows]
+        winners = {}
+        for plant_id in ids:
+            statuses = sorted(status for pid, status, _ in results if pid == plant_id)
+            assert statuses == [200] + [409] * (clients - 1)  # exactly one 200 per id
+            winners[plant_id] = next(
+                body for pid, status, body in results if pid == plant_id and status == 200
+            )
+
+        def replay(client: int) -> list[tuple[int, int]]:
+            conn = server.connection()
+            out = [
+                (
+                    post(conn, {"id": plant_id, "name": winners[plant_id]["name"]})[0],  # identical
+                    post(conn, {"id": plant_id, "name": f"other-{client}"})[0],  # conflicting
+                )
+                for plant_id in ids
+            ]
+            conn.close()
+            return out
+
+        with ThreadPoolExecutor(clients) as pool:
+            replays = [pair for rows in pool.map(replay, range(clients)) for pair in rows]
+        assert len(replays) == clients * len(ids)
+        assert set(replays) == {(200, 409)}
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output()
+
+
+def test_graceful_shutdown_completes_requests_in_flight():
+    server = Gunicorn(env={"GUNICORN_THREADS": "8", "GUNICORN_GRACEFUL_TIMEOUT": "10"})
+    in_flight = 6
+    bodies = [json.dumps({"id": 70_000 + n, "name": f"in flight {n}"}).encode() for n in range(in_flight)]
+    sockets = []
+    for body in bodies:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=15)
+        head = request(body=body, headers=HEADERS)
+        sock.sendall(head[: len(head) - len(body) // 2])  # headers and half the body
+        sockets.append(sock)
+    time.sleep(0.5)  # every request is now being read by a worker thread
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    responses = []
+    for sock, body in zip(sockets, bodies, strict=True):
+        with sock:
+            sock.sendall(body[len(body) - len(body) // 2 :])
+            response = http.client.HTTPResponse(sock)
+            response.begin()  # a reset here would raise
+            responses.append((response.status, json.loads(response.read())))
+    assert responses == [(200, {"name": f"in flight {n}"}) for n in range(in_flight)]
+    assert server.process.wait(timeout=15) == 0
+    assert time.monotonic() - started < 10 + 2  # within graceful_timeout
+    server.stop()
+    assert "Traceback" not in server.output()
+
+
+def test_honest_client_is_served_while_stalled_clients_outnumber_threads():
+    threads, read_timeout, stalled_count = 4, 2, 8
+    server = Gunicorn(env={"GUNICORN_THREADS": str(threads), "GUNICORN_READ_TIMEOUT": str(read_timeout)})
+    stalled = []
+    try:
+        for _ in range(stalled_count):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n")
+            stalled.append(sock)
+        time.sleep(0.2)
+        started = time.monotonic()
+        conn = server.connection(timeout=30)
+        assert post(conn, {"id": 1, "name": "honest"}) == (200, {"name": "honest"})
+        waited = time.monotonic() - started
+        # The README's bound: ceil(stalled / threads) * GUNICORN_READ_TIMEOUT, plus scheduling slack.
+        assert waited < -(-stalled_count // threads) * read_timeout + 3
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.stop()
+
+
+def worker_rss_kib(master_pid: int) -> int:
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    assert len(children) == 1
+    for line in Path(f"/proc/{children[0]}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = os.getenv("PLANTS_WRK_AUTH")
+wrk.body = '{"id": 5, "name": "Replayed plant", "tag": "same"}'
+local limit = tonumber(os.getenv("PLANTS_WRK_PER_THREAD"))
+local count = 0
+response = function(status, headers, body)
+    count = count + 1
+    if count >= limit then wrk.thread:stop() end
+end
+done = function(summary, latency, requests)
+    io.write(string.format("REQUESTS %d ERRORS %d %d %d %d\\n", summary.requests, summary.errors.connect,
+        summary.errors.read, summary.errors.write, summary.errors.status))
+end
+"""
+
+
+def run_wrk(port: int, script: Path, auth: str, total: int) -> tuple[int, list[int]]:
+    env = {**os.environ, "PLANTS_WRK_AUTH": auth, "PLANTS_WRK_PER_THREAD": str(total // 2)}
+    result = subprocess.run(
+        ["wrk", "-t2", "-c8", "-d150s", "-s", str(script), f"http://127.0.0.1:{port}/plants"],
+        env=env, capture_output=True, text=True, timeout=200, check=True,
+    )  # fmt: skip
+    # "REQUESTS n ERRORS connect read write status", written by the script's done().
+    fields = next(line for line in result.stdout.splitlines() if line.startswith("REQUESTS")).split()
+    return int(fields[1]), [int(value) for value in fields[3:]]
+
+
+def test_memory_stays_flat_under_replays_and_refusals(tmp_path):
+    script = tmp_path / "replay.lua"
+    script.write_text(WRK_SCRIPT)
+    server = Gunicorn()
+    try:
+        conn = server.connection()
+        assert post(conn, {"id": 5, "name": "Replayed plant", "tag": "same"})[0] == 200
+        conn.close()
+        run_wrk(server.port, script, f"Bearer {TOKEN}", 10_000)  # warm up: allocator and caches settle
+        baseline = worker_rss_kib(server.process.pid)
+        requests, errors = run_wrk(server.port, script, f"Bearer {TOKEN}", 100_000)
+        assert requests >= 100_000
+        assert errors == [0, 0, 0, 0]  # every replay was a 2xx
+        after_replays = worker_rss_kib(server.process.pid)
+        requests, errors = run_wrk(server.port, script, "Bearer wrong-token", 100_000)
+        assert requests >= 100_000
+        assert errors[:3] == [0, 0, 0]
+        assert errors[3] >= 100_000  # every refusal was a 401 (a non-2xx for wrk)
+        after_refusals = worker_rss_kib(server.process.pid)
+    finally:
+        server.stop()
+    assert after_replays - baseline < 2048, (baseline, after_replays)
+    assert after_refusals - baseline < 2048, (baseline, after_refusals)

@@ -1,0 +1,173 @@
+"""Property tests (hypothesis): the schemas and the parser never fail other than by refusing,
+valid Unicode round-trips exactly, and the store keeps its invariants under threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from marshmallow import ValidationError
+
+from app import create_app, strict_json
+from app.schemas import INT64_MAX, INT64_MIN, NewPlantSchema, PlantSchema
+from app.store import MemoryPlantStore, Outcome, StoreFullError
+
+# Reproducible in CI; no deadline, since these machines are shared and noisy.
+settings.register_profile("plants", derandomize=True, deadline=None, max_examples=300)
+settings.load_profile("plants")
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=INT64_MIN - 10, max_value=INT64_MAX + 10)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+# Objects shaped like a NewPlant, with every field sometimes missing, mistyped or extra.
+plant_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.integers(min_value=INT64_MIN - 2, max_value=INT64_MAX + 2) | json_scalars,
+        "name": st.text(max_size=210) | json_scalars,
+        "tag": st.text(max_size=110) | json_scalars,
+        "tags": json_scalars,
+    },
+)
+names = st.text(min_size=1, max_size=200)
+tags = st.text(min_size=1, max_size=100)
+
+new_plant_schema = NewPlantSchema()
+plant_schema = PlantSchema()
+
+
+def is_valid_new_plant(value) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"id", "name", "tag"}
+        and type(value.get("id")) is int
+        and INT64_MIN <= value["id"] <= INT64_MAX
+        and isinstance(value.get("name"), str)
+        and 1 <= len(value["name"]) <= 200
+        and ("tag" not in value or (isinstance(value["tag"], str) and 1 <= len(value["tag"]) <= 100))
+    )
+
+
+@given(json_values | plant_like)
+def test_any_json_value_loads_or_is_refused_per_field(value):
+    try:
+        loaded = new_plant_schema.load(value)
+    except ValidationError as error:
+        assert not is_valid_new_plant(value)
+        messages = error.normalized_messages()
+        assert messages
+        for field_name, field_messages in messages.items():
+            assert isinstance(field_name, str)
+            assert field_messages
+            assert all(isinstance(message, str) and message for message in field_messages)
+    else:
+        assert is_valid_new_plant(value)
+        assert loaded == value
+
+
+@given(json_values | plant_like)
+def test_any_json_body_gets_200_409_or_a_json_400(value):
+    app = create_app({"PLANTS_API_TOKENS": "t"})
+    response = app.test_client().post(
+        "/plants",
+        data=json.dumps(value),
+        content_type="application/json",
+        headers={"Authorization": "Bearer t"},
+    )
+    if is_valid_new_plant(value):
+        assert response.status_code == 200
+        assert response.json == {key: value[key] for key in ("name", "tag") if key in value}
+    else:
+        assert response.status_code == 400
+        assert response.json["error"] == 400
+
+
+@given(
+    plant_id=st.integers(min_value=INT64_MIN, max_value=INT64_MAX),
+    name=names,
+    tag=st.none() | tags,
+    ensure_ascii=st.booleans(),
+)
+def test_valid_unicode_round_trips_exactly(plant_id, name, tag, ensure_ascii):
+    document = {"id": plant_id, "name": name, **({"tag": tag} if tag is not None else {})}
+    body = json.dumps(document, ensure_ascii=ensure_ascii).encode("utf-8")
+    loaded = new_plant_schema.load(strict_json.loads(body))
+    assert plant_schema.dump(loaded) == {"name": name, **({"tag": tag} if tag is not None else {})}
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(name=names, tag=st.none() | tags)
+def test_valid_unicode_round_trips_through_http(name, tag):
+    app = create_app({"PLANTS_API_TOKENS": "t"})
+    document = {"id": 1, "name": name, **({"tag": tag} if tag is not None else {})}
+    response = app.test_client().post("/plants", json=document, headers={"Authorization": "Bearer t"})
+    assert response.status_code == 200
+    assert json.loads(response.get_data()) == {"name": name, **({"tag": tag} if tag is not None else {})}
+    assert app.extensions["plants"].store.get(1) == (name, tag)
+
+
+operations = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from(["Fern", "Cactus"]), st.sampled_from([None, "green"])),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150)
+@given(per_thread=st.lists(operations, min_size=2, max_size=4), capacity=st.integers(0, 6))
+def test_store_invariants_under_concurrent_creates(per_thread, capacity):
+    store = MemoryPlantStore(capacity)
+    barrier = threading.Barrier(len(per_thread))
+    results: list[list[tuple[tuple, object]]] = [[] for _ in per_thread]
+
+    def run(index: int) -> None:
+        barrier.wait()
+        for op in per_thread[index]:
+            try:
+                results[index].append((op, store.create(*op)))
+            except StoreFullError as error:
+                results[index].append((op, error))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(per_thread))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+    outcomes = [pair for thread_results in results for pair in thread_results]
+    assert len(outcomes) == sum(len(ops) for ops in per_thread)
+    created_ids = set()
+    for plant_id in {op[0] for op, _ in outcomes}:
+        mine = [(op, outcome) for op, outcome in outcomes if op[0] == plant_id]
+        winners = [op for op, outcome in mine if outcome is Outcome.CREATED]
+        assert len(winners) <= 1  # one winner per id
+        if not winners:
+            assert all(isinstance(outcome, StoreFullError) for _, outcome in mine)
+            assert store.get(plant_id) is None
+            continue
+        created_ids.add(plant_id)
+        (winner,) = winners
+        assert store.get(plant_id) == winner[1:]
+        for op, outcome in mine:
+            if outcome is Outcome.IDENTICAL:
+                assert op == winner  # replays are idempotent
+            elif outcome is Outcome.CONFLICT:
+                assert op != winner  # conflicts are refused
+            else:
+                assert outcome is Outcome.CREATED
+    assert len(store) == len(created_ids) <= capacity
+    if any(isinstance(outcome, StoreFullError) for _, outcome in outcomes):
+        assert len(store) == capacity  # refused only when full
