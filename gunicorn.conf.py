@@ -21,6 +21,8 @@ read_timeout = float(os.environ.get("GUNICORN_READ_TIMEOUT", "10"))
 # the poller, not on a thread.
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "75"))
 timeout = 30
+# Never recycle the worker after N requests: a new worker starts with an empty store.
+max_requests = 0
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 
 # Which peers may set X-Forwarded-Proto for gunicorn itself: nobody unless set.

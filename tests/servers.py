@@ -78,3 +78,80 @@ class Gunicorn:
                 self.process.wait()
         self.log.close()
         return self.process.returncode
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+class Nginx:
+    """nginx running the README's sample deploy/nginx-plants.conf in front of `upstream_port`.
+
+    Only the two addresses are replaced (and a TLS listener added where the sample says
+    "add TLS here"); everything else is the file as shipped.
+    """
+
+    SAMPLE = ROOT / "deploy" / "nginx-plants.conf"
+
+    def __init__(self, upstream_port: int, directory: Path) -> None:
+        self.port, self.tls_port = free_port(), free_port()
+        self.directory = directory
+        cert, key = self_signed_certificate(directory)
+        sample = self.SAMPLE.read_text()
+        upstream, listener = "server 127.0.0.1:8000;", "listen 127.0.0.1:8080;"
+        assert sample.count(upstream) == 1
+        assert sample.count(listener) == 1
+        site = sample.replace(upstream, f"server 127.0.0.1:{upstream_port};").replace(
+            listener,
+            f"listen 127.0.0.1:{self.port}; listen 127.0.0.1:{self.tls_port} ssl;"
+            f" ssl_certificate {cert}; ssl_certificate_key {key};",
+        )
+        (directory / "plants.conf").write_text(site)
+        temp_paths = "\n".join(
+            f"    {kind}_temp_path {directory}/{kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (directory / "nginx.conf").write_text(
+            ("user root;\n" if os.geteuid() == 0 else "")
+            + f"worker_processes 1;\npid {directory}/nginx.pid;\nerror_log {directory}/error.log warn;\n"
+            "daemon off;\nevents { worker_connections 512; }\n"
+            f"http {{\n    access_log {directory}/access.log;\n{temp_paths}\n"
+            f"    include {directory}/plants.conf;\n}}\n"
+        )
+        self.process = subprocess.Popen(
+            [
+                "nginx",
+                "-p",
+                str(directory),
+                "-e",
+                str(directory / "error.log"),
+                "-c",
+                str(directory / "nginx.conf"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((directory / "error.log").read_text()) from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

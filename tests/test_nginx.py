@@ -1,0 +1,177 @@
+"""The service behind a real nginx running the README's sample configuration."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+import uuid
+
+import pytest
+
+from tests.helpers import assert_error
+from tests.servers import TOKEN, Gunicorn, Nginx
+
+CLIENT = ("127.0.0.2", 0)  # a client address that differs from the proxy's 127.0.0.1
+HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+SPOOFED = {
+    "X-Forwarded-For": "203.0.113.66",
+    "X-Forwarded-Proto": "https",
+    "X-Forwarded-Host": "evil.example",
+}
+
+
+@pytest.fixture(scope="module")
+def trusted(tmp_path_factory):
+    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "1", "GUNICORN_THREADS": "2"})
+    proxy = Nginx(app.port, tmp_path_factory.mktemp("nginx-trusted"))
+    yield app, proxy
+    proxy.stop()
+    app.stop()
+
+
+@pytest.fixture(scope="module")
+def untrusted(tmp_path_factory):
+    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "0"})
+    proxy = Nginx(app.port, tmp_path_factory.mktemp("nginx-untrusted"))
+    yield app, proxy
+    proxy.stop()
+    app.stop()
+
+
+def connect(port: int, tls: bool = False) -> http.client.HTTPConnection:
+    if tls:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return http.client.HTTPSConnection(
+            "127.0.0.1", port, timeout=15, context=context, source_address=CLIENT
+        )
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=15, source_address=CLIENT)
+
+
+def call(conn, method, path, body=None, headers=None):
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
+def access_log_line(app: Gunicorn, marker: str) -> str:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [line for line in app.output().splitlines() if marker in line]
+        if lines:
+            return lines[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no access log line for {marker}")
+
+
+def test_creates_work_and_authorization_reaches_the_app(trusted):
+    _, proxy = trusted
+    body = json.dumps({"id": 1, "name": "Proxied fern", "tag": "fern"})
+    status, headers, data = call(connect(proxy.port), "POST", "/plants", body, HEADERS)
+    assert (status, headers["Content-Type"], json.loads(data)) == (
+        200, "application/json", {"name": "Proxied fern", "tag": "fern"},
+    )  # fmt: skip
+    status, headers, data = call(
+        connect(proxy.port), "POST", "/plants", body, {**HEADERS, "Authorization": "Bearer x"}
+    )
+    assert_error(status, headers, data, 401)
+    assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_token"'
+    status, headers, data = call(
+        connect(proxy.port), "POST", "/plants", body, {"Content-Type": "application/json"}
+    )
+    assert_error(status, headers, data, 401)
+    assert headers["WWW-Authenticate"] == 'Bearer realm="plants"'
+
+
+@pytest.mark.parametrize(("tls", "scheme"), [(True, "https"), (False, "http")])
+def test_trusted_proxy_gives_the_app_the_clients_address_and_scheme(trusted, tls, scheme):
+    app, proxy = trusted
+    marker = uuid.uuid4().hex
+    port = proxy.tls_port if tls else proxy.port
+    status, _, _ = call(connect(port, tls), "GET", f"/healthz?{marker}", headers=SPOOFED)
+    assert status == 200
+    # The client's own address and scheme, not the proxy's, and not what the client claimed.
+    assert access_log_line(app, marker).startswith(f'127.0.0.2 {scheme} "GET /healthz?{marker} ')
+
+
+def test_untrusted_proxy_headers_are_ignored(untrusted):
+    app, proxy = untrusted
+    marker = uuid.uuid4().hex
+    status, _, _ = call(connect(proxy.tls_port, tls=True), "GET", f"/healthz?{marker}", headers=SPOOFED)
+    assert status == 200
+    assert access_log_line(app, marker).startswith(
+        f'127.0.0.1 http "GET /healthz?{marker} '
+    )  # the proxy, as is
+    marker = uuid.uuid4().hex
+    direct = http.client.HTTPConnection("127.0.0.1", app.port, timeout=15, source_address=CLIENT)
+    assert call(direct, "GET", f"/healthz?{marker}", headers=SPOOFED)[0] == 200
+    assert access_log_line(app, marker).startswith(f'127.0.0.2 http "GET /healthz?{marker} ')
+
+
+@pytest.mark.parametrize("size", [64 * 1024 + 1, 70_000, 2_000_000])
+def test_oversized_bodies_get_the_json_413(trusted, size):
+    _, proxy = trusted
+    body = b'{"id": 2, "name": "' + b"x" * size + b'"}'
+    conn = connect(proxy.port)
+    try:
+        status, headers, data = call(conn, "POST", "/plants", body, HEADERS)
+    except (BrokenPipeError, ConnectionResetError):
+        pytest.fail("nginx reset the connection instead of answering 413")
+    assert_error(status, headers, data, 413)
+
+
+def test_oversized_chunked_body_gets_the_json_413(trusted):
+    _, proxy = trusted
+    with socket.create_connection(("127.0.0.1", proxy.port), source_address=CLIENT, timeout=15) as sock:
+        head = (
+            "POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\r\n"
+        )
+        sock.sendall(head.encode() + (b"8000\r\n" + b" " * 0x8000 + b"\r\n") * 3 + b"0\r\n\r\n")
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert_error(response.status, response.headers, response.read(), 413)
+
+
+def test_stalled_clients_do_not_starve_the_service(trusted):
+    _, proxy = trusted  # gunicorn has 2 threads and a 10 s read timeout
+    stalled = []
+    try:
+        for n in range(20):
+            sock = socket.create_connection(("127.0.0.1", proxy.port), source_address=CLIENT)
+            partial = (
+                b"POST /plants HTTP/1.1\r\nHost: x\r\n"
+                if n % 2
+                else b'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"id"'
+            )
+            sock.sendall(partial)
+            stalled.append(sock)
+        time.sleep(0.3)
+        started = time.monotonic()
+        body = json.dumps({"id": 3, "name": "Honest"})
+        status, _, data = call(connect(proxy.port), "POST", "/plants", body, HEADERS)
+        assert (status, json.loads(data)) == (200, {"name": "Honest"})
+        # nginx buffers whole requests, so gunicorn's threads never wait on the stalled clients.
+        # Without it, 20 stalled clients on 2 threads would hold them for 10 read timeouts of 10 s.
+        assert time.monotonic() - started < 3
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_upstream_down_is_a_json_503(tmp_path):
+    app = Gunicorn()
+    proxy = Nginx(app.port, tmp_path)
+    try:
+        app.stop()
+        status, headers, data = call(connect(proxy.port), "GET", "/healthz")
+        assert_error(status, headers, data, 503)
+    finally:
+        proxy.stop()
