@@ -13,6 +13,10 @@ bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 workers = 1
 worker_class = "app.gunicorn_worker.ThreadWorker"
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+# gunicorn's pure-Python HTTP parser, whatever else is installed. The optional C parser
+# (gunicorn_h1c) measured no faster here (see README, Performance) and accepts obsolete
+# header line folding that this one refuses.
+http_parser = "python"
 # A stalled read from a client gives up after this many seconds (see app/gunicorn_worker.py).
 read_timeout = float(os.environ.get("GUNICORN_READ_TIMEOUT", "10"))
 

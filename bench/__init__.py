@@ -1,0 +1,1 @@
+"""The benchmark: `python bench/run.py` (see README, "Performance")."""
