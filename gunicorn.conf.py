@@ -12,7 +12,7 @@ bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 # so a second worker would be a second, separate store. Scale with threads.
 workers = 1
 worker_class = "app.gunicorn_worker.ThreadWorker"
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+threads = int(os.environ.get("GUNICORN_THREADS", "2"))
 # gunicorn's pure-Python HTTP parser, whatever else is installed. The optional C parser
 # (gunicorn_h1c) measured no faster here (see README, Performance) and accepts obsolete
 # header line folding that this one refuses.

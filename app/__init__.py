@@ -14,6 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import plants, service
 from .errors import register_json_errors
+from .json_provider import OrjsonProvider
 from .settings import DEFAULTS, ConfigurationError, from_environ, integer_setting
 
 __all__ = ["ConfigurationError", "create_app"]
@@ -25,13 +26,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     Raises ConfigurationError when no API token is configured.
     """
     app = Flask(__name__)
+    app.json = OrjsonProvider(app)
     app.config.from_mapping(DEFAULTS)
     app.config.from_mapping(from_environ())
     if config:
         app.config.from_mapping(config)
     integer_setting(app.config, "MAX_CONTENT_LENGTH", minimum=1)
-    app.json.sort_keys = False  # keep the Error record's field order: error, message, details
-    app.json.ensure_ascii = False
 
     register_json_errors(app)
     app.register_blueprint(plants.bp)

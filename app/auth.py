@@ -26,7 +26,7 @@ def require_bearer_token() -> None:
     It runs before the body is read, so an unauthenticated client cannot make
     the service read or parse anything.
     """
-    header = request.headers.get("Authorization")
+    header = request.environ.get("HTTP_AUTHORIZATION")
     if header is None:
         raise MissingCredentials("This operation needs an 'Authorization: Bearer <token>' header.")
     scheme, _, credentials = header.partition(" ")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
 from werkzeug.exceptions import (
@@ -65,26 +65,34 @@ def get_store() -> PlantStore:
     return current_app.extensions[EXTENSION].store
 
 
-def _require_json_content_type() -> None:
-    if request.mimetype != "application/json":
+# The usual spellings, accepted without parsing the header.
+_JSON_CONTENT_TYPES = frozenset(
+    {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
+)
+
+
+def _require_json_content_type(req: Request) -> None:
+    if req.environ.get("CONTENT_TYPE") in _JSON_CONTENT_TYPES:
+        return
+    if req.mimetype != "application/json":
         raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
-    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    charset = req.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
         raise UnsupportedMediaType("JSON must be encoded as UTF-8.")
 
 
-def _read_body() -> bytes:
+def _read_body(req: Request) -> bytes:
     """The whole request body, refused with 413 beyond the limit and 400/408 when unreadable."""
     # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
-    limit = request.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
+    limit = req.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
     # Werkzeug stops reading a body of unknown length (chunked) at the limit without
     # an error, which would truncate it. Reading one byte more tells the two apart.
-    request.max_content_length = limit + 1
-    too_large = RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")
+    req.max_content_length = limit + 1
+    too_large = f"The request body is larger than the limit of {limit} bytes."
     try:
-        body = request.get_data(cache=False)
+        body = req.get_data(cache=False)
     except RequestEntityTooLarge:
-        raise too_large from None
+        raise RequestEntityTooLarge(too_large) from None
     except ClientDisconnected:
         # The body stalled past the server's read timeout, or the client left.
         raise RequestTimeout(
@@ -97,15 +105,16 @@ def _read_body() -> bytes:
         # Its exception types are its own, so they cannot be named here.
         raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
     if len(body) > limit:
-        raise too_large
+        raise RequestEntityTooLarge(too_large)
     return body
 
 
 @bp.post("/plants", provide_automatic_options=False)
 def create_plant() -> Response:
     """Create a plant; an identical retry answers the same, a conflicting one 409."""
-    _require_json_content_type()
-    body = _read_body()
+    req = request._get_current_object()  # one context look-up, not one per attribute
+    _require_json_content_type(req)
+    body = _read_body(req)
     if not body:
         raise BadRequest("The request body is empty; send a NewPlant JSON object.")
     try:

@@ -1,0 +1,26 @@
+"""Flask's JSON provider backed by orjson, for the standalone app's responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from flask import Response
+from flask.json.provider import DefaultJSONProvider
+
+
+class OrjsonProvider(DefaultJSONProvider):
+    """Compact UTF-8 JSON in insertion order, as the default provider is configured here.
+
+    Only output changes: request JSON is decoded by app.strict_json, which refuses what
+    a careful API must (duplicate keys, NaN, lone surrogates).
+    """
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return orjson.dumps(obj, default=self.default).decode("utf-8")
+
+    def response(self, *args: Any, **kwargs: Any) -> Response:
+        obj = self._prepare_response_obj(args, kwargs)
+        return self._app.response_class(
+            orjson.dumps(obj, default=self.default, option=orjson.OPT_APPEND_NEWLINE), mimetype=self.mimetype
+        )

@@ -1,0 +1,32 @@
+"""The benchmark's smoke mode: it runs end to end and its output parses. Speed is not asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.servers import ROOT
+
+
+def test_benchmark_smoke_run(tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "bench/run.py", "--smoke", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["valid"] is True
+    assert results["problems"] == []
+    for name in ("service", "floor", "peer", "loaded", "refused_401", "refused_400"):
+        assert results[name]["rps"] > 0
+        assert results[name]["p99_us"] >= results[name]["p50_us"] > 0
+        assert results[name]["cpu_us_per_request"] > 0
+    assert set(results["ratios"]) == {
+        "service_to_floor_rps", "service_to_peer_rps", "service_to_peer_p99", "loaded_to_empty_p99",
+        "refused_401_to_create_rps", "refused_400_to_create_rps",
+    }  # fmt: skip
+    assert results["bytes_per_plant"] > 0
+    assert "| service (create) |" in result.stdout
+    assert "VALID" in result.stdout
