@@ -9,7 +9,7 @@ wsgi_app = "wsgi:app"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 
 # One worker process, by design: the plant store lives in the worker's memory,
-# so a second worker would be a second, separate store. Scale with threads.
+# so a second worker would be a second, separate store.
 workers = 1
 worker_class = "app.gunicorn_worker.ThreadWorker"
 threads = int(os.environ.get("GUNICORN_THREADS", "2"))
@@ -47,8 +47,8 @@ def on_starting(server):
     if server.cfg.workers != 1:
         raise SystemExit(
             f"Plant Store: refusing to start with workers={server.cfg.workers}. The plant store is "
-            "in memory, so each worker process would hold a separate store. Run one worker and "
-            "scale with GUNICORN_THREADS."
+            "in memory, so each worker process would hold a separate store. Run one worker "
+            "(GUNICORN_THREADS sets its concurrency)."
         )
 
 

@@ -43,6 +43,7 @@ def free_port() -> int:
 class Server:
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -52,6 +53,7 @@ class Server:
             "PLANTS_API_TOKENS": TOKEN,
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             "PYTHONPATH": str(ROOT),
+            **self.env,
         }
         argv = [arg.replace("{port}", str(self.port)) for arg in self.argv]
         self.process = subprocess.Popen(
@@ -165,7 +167,10 @@ def main() -> int:
         "peer": Server("peer", [python, "-m", "uvicorn", "bench.fastapi_peer:app", "--workers", "1",
                                 "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]),
     }  # fmt: skip
-    loaded = Server("service, store preloaded", [*gunicorn, "wsgi:app"])
+    # Room for the preload and the measured creates after it (the default capacity is 1,000,000).
+    loaded = Server(
+        "service, store preloaded", [*gunicorn, "wsgi:app"], {"PLANTS_MAX_PLANTS": str(2 * plants + 10**6)}
+    )
     servers = [*contestants.values(), loaded]
     problems: list[str] = []
     results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds,
