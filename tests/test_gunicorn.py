@@ -93,36 +93,26 @@ def test_access_log_has_requests_but_never_the_token(gunicorn):
     assert "Bearer" not in log
 
 
-def test_more_than_one_worker_is_refused():
-    env = {**os.environ, "PLANTS_API_TOKENS": TOKEN, "GUNICORN_BIND": f"127.0.0.1:{free_port()}"}
+def refused_start_output(env: dict[str, str], *args: str) -> str:
+    """Start gunicorn as deployed; it must exit non-zero. Its output."""
+    env = {**env, "GUNICORN_BIND": f"127.0.0.1:{free_port()}"}
+    command = [sys.executable, "-m", "gunicorn", *args]
     result = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "--workers", "2"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode != 0
-    assert "workers=2" in result.stderr + result.stdout
-    assert "in memory" in result.stderr + result.stdout
+    return result.stderr + result.stdout
+
+
+def test_more_than_one_worker_is_refused():
+    output = refused_start_output({**os.environ, "PLANTS_API_TOKENS": TOKEN}, "--workers", "2")
+    assert "workers=2" in output
+    assert "in memory" in output
 
 
 def test_no_token_means_no_service():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANTS_")}
-    env["GUNICORN_BIND"] = f"127.0.0.1:{free_port()}"
-    result = subprocess.run(
-        [sys.executable, "-m", "gunicorn"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode != 0
-    assert "PLANTS_API_TOKENS" in result.stderr + result.stdout
+    output = refused_start_output({k: v for k, v in os.environ.items() if not k.startswith("PLANTS_")})
+    assert "PLANTS_API_TOKENS" in output
 
 
 @pytest.fixture
