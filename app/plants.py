@@ -88,11 +88,10 @@ def _read_body(req: Request) -> bytes:
     # Werkzeug stops reading a body of unknown length (chunked) at the limit without
     # an error, which would truncate it. Reading one byte more tells the two apart.
     req.max_content_length = limit + 1
-    too_large = f"The request body is larger than the limit of {limit} bytes."
     try:
         body = req.get_data(cache=False)
     except RequestEntityTooLarge:
-        raise RequestEntityTooLarge(too_large) from None
+        raise _too_large(limit) from None
     except ClientDisconnected:
         # The body stalled past the server's read timeout, or the client left.
         raise RequestTimeout(
@@ -105,8 +104,12 @@ def _read_body(req: Request) -> bytes:
         # Its exception types are its own, so they cannot be named here.
         raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
     if len(body) > limit:
-        raise RequestEntityTooLarge(too_large)
+        raise _too_large(limit)
     return body
+
+
+def _too_large(limit: int) -> RequestEntityTooLarge:
+    return RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")
 
 
 @bp.post("/plants", provide_automatic_options=False)
