@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 from typing import Any
 
@@ -24,3 +25,16 @@ def assert_error(status: int, headers: Any, body: bytes, expected: int) -> dict[
 def error_of(response: Any, expected: int) -> dict[str, Any]:
     """assert_error for a Flask test-client response."""
     return assert_error(response.status_code, response.headers, response.get_data(), expected)
+
+
+def call(
+    conn: http.client.HTTPConnection, method: str, path: str, body: Any = None, headers: dict | None = None
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """One request on `conn` (a dict body is sent as JSON), then close it: status, headers, body."""
+    try:
+        data = body if isinstance(body, (bytes, str, type(None))) else json.dumps(body)
+        conn.request(method, path, body=data, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()

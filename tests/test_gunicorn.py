@@ -11,79 +11,80 @@ import time
 
 import pytest
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def call(server, method, path, body=None, headers=None):
-    conn = server.connection()
-    try:
-        data = body if isinstance(body, (bytes, str, type(None))) else json.dumps(body)
-        conn.request(method, path, body=data, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        conn.close()
-
-
 def test_create_retry_and_conflict(gunicorn):
     plant = {"id": 1001, "name": "Fern", "tag": "fern"}
-    status, headers, body = call(gunicorn, "POST", "/plants", plant, AUTH)
+    status, headers, body = call(gunicorn.connection(), "POST", "/plants", plant, AUTH)
     assert (status, headers["Content-Type"], json.loads(body)) == (
         200,
         "application/json",
         {"name": "Fern", "tag": "fern"},
     )
-    assert call(gunicorn, "POST", "/plants", plant, AUTH)[:1] == (200,)
-    assert_error(*call(gunicorn, "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
+    assert call(gunicorn.connection(), "POST", "/plants", plant, AUTH)[:1] == (200,)
+    assert_error(*call(gunicorn.connection(), "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
 
 
 def test_authentication_rows(gunicorn):
-    status, headers, body = call(gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"})
+    status, headers, body = call(gunicorn.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"})
     assert_error(status, headers, body, 401)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants"'
     status, headers, body = call(
-        gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer wrong"}
+        gunicorn.connection(),
+        "POST",
+        "/plants",
+        {"id": 1002, "name": "Fern"},
+        {"Authorization": "Bearer wrong"},
     )
     assert_error(status, headers, body, 401)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_token"'
     status, headers, body = call(
-        gunicorn, "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer "}
+        gunicorn.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer "}
     )
     assert_error(status, headers, body, 400)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_request"'
 
 
 def test_body_errors(gunicorn):
-    assert_error(*call(gunicorn, "POST", "/plants", b"{", AUTH), 400)
+    assert_error(*call(gunicorn.connection(), "POST", "/plants", b"{", AUTH), 400)
     record = assert_error(
-        *call(gunicorn, "POST", "/plants", {"id": 1003, "name": "F", "tags": "x"}, AUTH), 400
+        *call(gunicorn.connection(), "POST", "/plants", {"id": 1003, "name": "F", "tags": "x"}, AUTH), 400
     )
     assert record["details"] == {"tags": ["Unknown field."]}
-    assert_error(*call(gunicorn, "POST", "/plants", "{}", {**AUTH, "Content-Type": "text/plain"}), 415)
+    assert_error(
+        *call(gunicorn.connection(), "POST", "/plants", "{}", {**AUTH, "Content-Type": "text/plain"}), 415
+    )
     big = json.dumps({"id": 1003, "name": "x" * 70_000})
-    assert_error(*call(gunicorn, "POST", "/plants", big, AUTH), 413)
+    assert_error(*call(gunicorn.connection(), "POST", "/plants", big, AUTH), 413)
 
 
 def test_unknown_path_and_method_are_json(gunicorn):
-    assert_error(*call(gunicorn, "GET", "/nowhere"), 404)
-    status, headers, body = call(gunicorn, "GET", "/plants", headers=AUTH)
+    assert_error(*call(gunicorn.connection(), "GET", "/nowhere"), 404)
+    status, headers, body = call(gunicorn.connection(), "GET", "/plants", headers=AUTH)
     assert_error(status, headers, body, 405)
     assert headers["Allow"] == "POST"
 
 
 def test_healthz_and_openapi(gunicorn):
-    status, _, body = call(gunicorn, "GET", "/healthz")
+    status, _, body = call(gunicorn.connection(), "GET", "/healthz")
     assert (status, json.loads(body)) == (200, {"status": "ok"})
-    status, _, body = call(gunicorn, "GET", "/openapi.json")
+    status, _, body = call(gunicorn.connection(), "GET", "/openapi.json")
     assert (status, json.loads(body)["openapi"]) == (200, "3.1.0")
 
 
 def test_access_log_has_requests_but_never_the_token(gunicorn):
-    call(gunicorn, "POST", "/plants", {"id": 1004, "name": "Fern"}, AUTH)
-    call(gunicorn, "POST", "/plants", {"id": 1004, "name": "Fern"}, {"Authorization": "Bearer wrong-secret"})
+    call(gunicorn.connection(), "POST", "/plants", {"id": 1004, "name": "Fern"}, AUTH)
+    call(
+        gunicorn.connection(),
+        "POST",
+        "/plants",
+        {"id": 1004, "name": "Fern"},
+        {"Authorization": "Bearer wrong-secret"},
+    )
     time.sleep(0.2)
     log = gunicorn.output()
     assert '"POST /plants HTTP/1.1" 200' in log
@@ -152,7 +153,7 @@ def test_stalled_clients_release_their_threads(short_read_timeout_server, partia
     stalled = stall_clients(server, partial, 3)  # more stalled clients than the 2 threads
     try:
         started = time.monotonic()
-        status, _, body = call(server, "GET", "/healthz")
+        status, _, body = call(server.connection(), "GET", "/healthz")
         assert (status, json.loads(body)) == (200, {"status": "ok"})
         # Released by the 1 s read timeout; the bound leaves room for a slow machine.
         assert time.monotonic() - started < 8

@@ -7,6 +7,7 @@ whole corpus the service answers normally and every plant stored before is uncha
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -213,12 +214,16 @@ PROTOCOL = [
 CORPUS = NON_STANDARD_JSON + SHAPES_AND_SIZES + AUTHORIZATION_ABUSE + PROTOCOL
 
 
+def create_request(plant_id: int, name: str, tag: str | None) -> bytes:
+    plant = {"id": plant_id, "name": name, **({"tag": tag} if tag else {})}
+    return request(body=json.dumps(plant).encode(), headers=[AUTH, JSON])
+
+
 @pytest.fixture(scope="module")
 def server():
     server = Gunicorn(env={"GUNICORN_READ_TIMEOUT": str(READ_TIMEOUT)})
     for plant_id, name, tag in BEFORE:
-        body = f'{{"id": {plant_id}, "name": "{name}"' + (f', "tag": "{tag}"' if tag else "") + "}"
-        assert exchange(server.port, request(body=body.encode(), headers=[AUTH, JSON])).status == 200
+        assert exchange(server.port, create_request(plant_id, name, tag)).status == 200
     yield server
     server.stop()
 
@@ -263,12 +268,10 @@ def test_client_disconnecting_mid_body(server):
 def test_after_the_corpus_the_service_is_normal_and_plants_unchanged(server):
     # Runs after the parametrized corpus (pytest keeps file order).
     for plant_id, name, tag in BEFORE:
-        body = f'{{"id": {plant_id}, "name": "{name}"' + (f', "tag": "{tag}"' if tag else "") + "}"
-        replay = exchange(server.port, request(body=body.encode(), headers=[AUTH, JSON]))
+        replay = exchange(server.port, create_request(plant_id, name, tag))
         assert replay.status == 200  # identical: the stored name and tag are exactly these
         assert replay.json() == {"name": name, **({"tag": tag} if tag else {})}
-        changed = f'{{"id": {plant_id}, "name": "{name} (changed)"}}'
-        assert exchange(server.port, request(body=changed.encode(), headers=[AUTH, JSON])).status == 409
+        assert exchange(server.port, create_request(plant_id, f"{name} (changed)", None)).status == 409
     log = server.output()
     assert "Traceback" not in log
     assert '" 5' not in log  # no 5xx in the access log

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, call
 from tests.servers import TOKEN, Gunicorn, Nginx
 
 CLIENT = ("127.0.0.2", 0)  # a client address that differs from the proxy's 127.0.0.1
@@ -50,15 +50,6 @@ def connect(port: int, tls: bool = False) -> http.client.HTTPConnection:
             "127.0.0.1", port, timeout=15, context=context, source_address=CLIENT
         )
     return http.client.HTTPConnection("127.0.0.1", port, timeout=15, source_address=CLIENT)
-
-
-def call(conn, method, path, body=None, headers=None):
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        conn.close()
 
 
 def access_log_line(app: Gunicorn, marker: str) -> str:
