@@ -101,6 +101,54 @@ def test_graceful_shutdown_completes_requests_in_flight():
     assert "Traceback" not in server.output()
 
 
+def _served_within(server: Gunicorn) -> float:
+    started = time.monotonic()
+    conn = server.connection(timeout=30)
+    assert post(conn, {"id": 1, "name": "honest"}) == (200, {"name": "honest"})
+    conn.close()
+    return time.monotonic() - started
+
+
+def test_connections_that_send_nothing_hold_no_thread():
+    # They wait on the poller: with one thread and three silent connections open, an honest
+    # request is served at once (gunicorn's stock gthread holds a thread 5 s for each).
+    server = Gunicorn(env={"GUNICORN_THREADS": "1"})
+    silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        assert _served_within(server) < 1.0
+    finally:
+        for sock in silent:
+            sock.close()
+        server.stop()
+
+
+def test_lingering_after_an_error_holds_no_thread():
+    # After a refusal the connection lingers up to 2 s for the client to close its side (so the
+    # kernel does not reset it and cut off the answer), but on the poller, not on a thread.
+    server = Gunicorn(env={"GUNICORN_THREADS": "1"})
+    lingering = []
+    try:
+        for _ in range(3):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"BROKEN\r\n\r\n")
+            lingering.append(sock)
+        time.sleep(0.2)
+        assert _served_within(server) < 1.0
+        for sock in lingering:  # each still got its whole JSON answer
+            sock.settimeout(5)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 ")
+            assert json.loads(body)["error"] == 400
+    finally:
+        for sock in lingering:
+            sock.close()
+        server.stop()
+
+
 def test_honest_client_is_served_while_stalled_clients_outnumber_threads():
     threads, read_timeout, stalled_count = 4, 2, 8
     server = Gunicorn(env={"GUNICORN_THREADS": str(threads), "GUNICORN_READ_TIMEOUT": str(read_timeout)})
