@@ -38,6 +38,8 @@ control_socket_disable = True
 
 accesslog = "-"
 errorlog = "-"
+# gunicorn's logger, computing only the atoms the access line uses (see app/access_log.py).
+logger_class = "app.access_log.AccessLogger"
 # REMOTE_ADDR and the scheme as the app saw them (after ProxyFix). No request
 # headers are logged, so Authorization never reaches the log.
 access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'

@@ -1,0 +1,57 @@
+"""gunicorn's logger, with an access line that computes only the atoms its format names.
+
+`logger_class = "app.access_log.AccessLogger"` (gunicorn.conf.py). gunicorn's own `access()`
+builds every atom for every request: a timestamp, the basic-auth user, and one entry per request
+header, response header and environ key, each escaped. That was about a sixth of the worker's
+time per request. Here the atoms the shipped format uses are computed directly, and any other
+atom comes from gunicorn's own `atoms()`, so every format still logs what gunicorn would.
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import timedelta
+from typing import Any
+
+from gunicorn import glogging
+
+
+class _Atoms(dict):
+    """The common atoms, filled in eagerly; any other one from gunicorn, on first use."""
+
+    def __init__(self, logger: AccessLogger, resp, req, environ: dict, request_time: timedelta) -> None:  # type: ignore[no-untyped-def]
+        status = resp.status
+        if isinstance(status, str):
+            status = status.split(None, 1)[0]
+        super().__init__(
+            h=_escape(environ.get("REMOTE_ADDR", "-")),
+            r=_escape(f"{environ['REQUEST_METHOD']} {environ['RAW_URI']} {environ['SERVER_PROTOCOL']}"),
+            s=status,
+            b="-" if resp.sent is None else str(resp.sent),
+            M=request_time.seconds * 1000 + request_time.microseconds // 1000,
+        )
+        self._source = (logger, resp, req, environ, request_time)
+
+    def __missing__(self, key: str) -> Any:
+        environ = self._source[3]
+        if key.startswith("{") and key.endswith("}e"):
+            name = key[1:-2].lower()
+            if name in environ:
+                return _escape(environ[name])
+            return next((_escape(v) for k, v in environ.items() if k.lower() == name), "-")
+        return glogging.SafeAtoms(glogging.Logger.atoms(*self._source))[key]
+
+
+def _escape(value: Any) -> Any:
+    # As gunicorn's SafeAtoms: a quote in a value must not end a quoted field early.
+    return value.replace('"', '\\"') if isinstance(value, str) else value
+
+
+class AccessLogger(glogging.Logger):
+    def access(self, resp, req, environ, request_time) -> None:  # type: ignore[no-untyped-def]
+        if not self.access_log_enabled:
+            return
+        try:
+            self.access_log.info(self.cfg.access_log_format, _Atoms(self, resp, req, environ, request_time))
+        except Exception:
+            self.error(traceback.format_exc())
