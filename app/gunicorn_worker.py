@@ -97,6 +97,7 @@ class _Response(wsgi.Response):
 class _Conn(gthread.TConn):
     """A client connection; `busy` while a thread serves it, `deadline` while it is idle."""
 
+    fd = -1  # kept: the socket's fileno() is -1 once it is closed
     busy = False
     closing = False
     draining = False
@@ -219,23 +220,38 @@ class ThreadWorker(gthread.ThreadWorker):
                 continue
             for fd, _ in events:
                 listener = self._listeners.get(fd)
-                if listener is None:
-                    self._serve_connection(fd)
-                else:
-                    self._accept(listener)
+                try:
+                    if listener is None:
+                        self._serve_connection(fd)
+                    else:
+                        self._accept(listener)
+                except Exception:  # a request thread must outlive any one connection
+                    self.log.exception("Error serving a connection")
+                    conn = self._conns.get(fd)
+                    if conn is not None:
+                        with contextlib.suppress(Exception):
+                            self._close(conn)
 
     def _accept(self, listener: socket.socket) -> None:
+        try:
+            self._accept_all(listener)
+        finally:
+            with self._lock:
+                if self._accepting:
+                    self._epoll.modify(listener.fileno(), _ARMED)
+
+    def _accept_all(self, listener: socket.socket) -> None:
         while True:
             try:
                 client_sock, client_addr = listener.accept()
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                     self.log.exception("accept() failed")
-                break
+                return
             conn = _Conn(self.cfg, client_sock, client_addr, listener.getsockname())
             conn.read_timeout = self.read_timeout
             conn.deadline = time.monotonic() + max(self.cfg.keepalive, self.read_timeout)
-            fd = client_sock.fileno()
+            fd = conn.fd = client_sock.fileno()
             with self._lock:
                 self._conns[fd] = conn
                 full = len(self._conns) >= self.worker_connections
@@ -243,9 +259,6 @@ class ThreadWorker(gthread.ThreadWorker):
             if full:
                 self._set_accepting(False)  # re-armed when a connection closes
                 return
-        with self._lock:
-            if self._accepting:
-                self._epoll.modify(listener.fileno(), _ARMED)
 
     def _serve_connection(self, fd: int) -> None:
         with self._lock:
@@ -270,7 +283,7 @@ class ThreadWorker(gthread.ThreadWorker):
                 conn.deadline = min(conn.deadline, time.monotonic() + gthread.STOP_KEEPALIVE_LINGER)
         # ValueError: the epoll is closed, because the graceful stop ran out of time.
         with contextlib.suppress(ValueError):
-            self._epoll.modify(conn.sock.fileno(), _ARMED)
+            self._epoll.modify(conn.fd, _ARMED)
 
     def _handle(self, conn: _Conn) -> bool:
         conn.data_ready = True  # the poller said so; gthread.handle must not wait again
@@ -310,7 +323,7 @@ class ThreadWorker(gthread.ThreadWorker):
             self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
-        fd = conn.sock.fileno()
+        fd = conn.fd
         with self._lock:
             self._conns.pop(fd, None)
             reopen = not self._accepting and self.alive
