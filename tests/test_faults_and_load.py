@@ -149,6 +149,26 @@ def test_lingering_after_an_error_holds_no_thread():
         server.stop()
 
 
+def test_at_the_connection_cap_answers_close_and_keeps_accepting():
+    # gunicorn's worker_connections caps open connections. At the cap, answers say
+    # "Connection: close" so that a slot frees, and accepting resumes when it does.
+    server = Gunicorn(args=("--worker-connections", "2"))
+    try:
+        time.sleep(0.3)  # the start-up probe's connection has closed
+        idle = server.connection()
+        assert post(idle, {"id": 1, "name": "kept"}) == (200, {"name": "kept"})
+        for plant_id in range(2, 7):
+            conn = server.connection()
+            conn.request("POST", "/plants", body=json.dumps({"id": plant_id, "name": "n"}), headers=HEADERS)
+            response = conn.getresponse()
+            assert (response.status, response.getheader("Connection")) == (200, "close")
+            assert json.loads(response.read()) == {"name": "n"}
+            conn.close()
+        assert post(idle, {"id": 1, "name": "kept"}) == (200, {"name": "kept"})
+    finally:
+        server.stop()
+
+
 def test_honest_client_is_served_while_stalled_clients_outnumber_threads():
     threads, read_timeout, stalled_count = 4, 2, 8
     server = Gunicorn(env={"GUNICORN_THREADS": str(threads), "GUNICORN_READ_TIMEOUT": str(read_timeout)})
