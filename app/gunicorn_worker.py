@@ -310,7 +310,7 @@ class ThreadWorker(gthread.ThreadWorker):
     def _drain(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(_LINGER_BYTES, socket.MSG_DONTWAIT)
-        except BlockingIOError:
+        except BlockingIOError:  # woken with nothing to read: keep lingering
             data = b"?"
         except OSError:
             data = b""
