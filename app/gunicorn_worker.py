@@ -271,16 +271,17 @@ class ThreadWorker(gthread.ThreadWorker):
         elif conn.draining:
             self._drain(conn)
         elif self._handle(conn):
-            self._rearm(conn, self.cfg.keepalive)
+            self._rearm(conn, time.monotonic() + self.cfg.keepalive)
         else:
             self._close_gracefully(conn)
 
-    def _rearm(self, conn: _Conn, idle_for: float) -> None:
+    def _rearm(self, conn: _Conn, deadline: float) -> None:
+        """Hand the connection back to the poller, to be closed if still idle at `deadline`."""
         with self._lock:
             conn.busy = False
-            conn.deadline = time.monotonic() + idle_for
+            conn.deadline = deadline
             if not self.alive:
-                conn.deadline = min(conn.deadline, time.monotonic() + gthread.STOP_KEEPALIVE_LINGER)
+                conn.deadline = min(deadline, time.monotonic() + gthread.STOP_KEEPALIVE_LINGER)
         # ValueError: the epoll is closed, because the graceful stop ran out of time.
         with contextlib.suppress(ValueError):
             self._epoll.modify(conn.fd, _ARMED)
@@ -305,20 +306,19 @@ class ThreadWorker(gthread.ThreadWorker):
             self._close(conn)
             return
         conn.draining = True
-        self._rearm(conn, _LINGER_SECONDS)
+        self._rearm(conn, time.monotonic() + _LINGER_SECONDS)
 
     def _drain(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(_LINGER_BYTES, socket.MSG_DONTWAIT)
         except BlockingIOError:  # woken with nothing to read: keep lingering
-            data = b"?"
+            self._rearm(conn, conn.deadline)
+            return
         except OSError:
             data = b""
         conn.drained += len(data)
         if data and conn.drained < _LINGER_BYTES:
-            with self._lock:
-                deadline = conn.deadline
-            self._rearm(conn, deadline - time.monotonic())
+            self._rearm(conn, conn.deadline)
         else:
             self._close(conn)
 
