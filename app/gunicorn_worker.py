@@ -156,7 +156,8 @@ class ThreadWorker(gthread.ThreadWorker):
     def run(self) -> None:
         for listener in self.sockets:
             listener.setblocking(False)
-        self._set_accepting(True)
+        with self._lock:
+            self._set_accepting(True)
         for number in range(self.cfg.threads):
             threading.Thread(target=self._serve, name=f"request-{number}", daemon=True).start()
 
@@ -169,9 +170,9 @@ class ThreadWorker(gthread.ThreadWorker):
         # stays open briefly for a request its client may already be sending, which is then
         # answered with "Connection: close".
         self.alive = False
-        self._set_accepting(False)
         linger = time.monotonic() + gthread.STOP_KEEPALIVE_LINGER
         with self._lock:
+            self._set_accepting(False)
             for conn in self._conns.values():
                 conn.deadline = min(conn.deadline, linger)
         stop_by = time.monotonic() + self.cfg.graceful_timeout
@@ -197,15 +198,17 @@ class ThreadWorker(gthread.ThreadWorker):
                         conn.sock.shutdown(socket.SHUT_RDWR)
 
     def _set_accepting(self, accepting: bool) -> None:
-        with self._lock:
-            if accepting == self._accepting:
-                return
-            self._accepting = accepting
-            for fd in self._listeners:
-                if accepting:
-                    self._epoll.register(fd, _ARMED)
-                else:
-                    self._epoll.unregister(fd)
+        # Called with self._lock held, in the same hold that counted the connections: a
+        # connection closing between the count and the switch would otherwise find accepting
+        # still on, and the listener would stay off with a free slot.
+        if accepting == self._accepting:
+            return
+        self._accepting = accepting
+        for fd in self._listeners:
+            if accepting:
+                self._epoll.register(fd, _ARMED)
+            else:
+                self._epoll.unregister(fd)
 
     # --- the request threads ------------------------------------------------------------------
 
@@ -255,9 +258,10 @@ class ThreadWorker(gthread.ThreadWorker):
             with self._lock:
                 self._conns[fd] = conn
                 full = len(self._conns) >= self.worker_connections
+                if full:
+                    self._set_accepting(False)  # back on when a connection closes
             self._epoll.register(fd, _ARMED)
             if full:
-                self._set_accepting(False)  # re-armed when a connection closes
                 return
 
     def _serve_connection(self, fd: int) -> None:
@@ -324,14 +328,13 @@ class ThreadWorker(gthread.ThreadWorker):
 
     def _close(self, conn: _Conn) -> None:
         fd = conn.fd
-        with self._lock:
-            self._conns.pop(fd, None)
-            reopen = not self._accepting and self.alive
         with contextlib.suppress(OSError, ValueError):
             self._epoll.unregister(fd)
+        with self._lock:
+            self._conns.pop(fd, None)
+            if self.alive:  # the graceful stop turns accepting off under this lock
+                self._set_accepting(True)
         conn.close()
-        if reopen:
-            self._set_accepting(True)
 
     def handle_request(self, req, conn) -> bool:  # type: ignore[no-untyped-def]
         # As gthread.ThreadWorker.handle_request, with _Response and this worker's bookkeeping.
@@ -366,7 +369,8 @@ class ThreadWorker(gthread.ThreadWorker):
         except (Exception, SystemExit):
             if resp and resp.headers_sent:
                 self.log.exception("Error handling request")
-                util.close_graceful(conn.sock)
+                # gthread closes the socket here; this worker closes it (and forgets its fd)
+                # in _close_gracefully, which handle() leads to on StopIteration.
                 raise StopIteration() from None
             raise
         finally:
