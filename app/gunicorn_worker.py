@@ -223,17 +223,13 @@ class ThreadWorker(gthread.ThreadWorker):
                 continue
             for fd, _ in events:
                 listener = self._listeners.get(fd)
-                try:
-                    if listener is None:
-                        self._serve_connection(fd)
-                    else:
+                if listener is None:
+                    self._serve_connection(fd)
+                else:
+                    try:
                         self._accept(listener)
-                except Exception:  # a request thread must outlive any one connection
-                    self.log.exception("Error serving a connection")
-                    conn = self._conns.get(fd)
-                    if conn is not None:
-                        with contextlib.suppress(Exception):
-                            self._close(conn)
+                    except Exception:  # a request thread must outlive any one accept
+                        self.log.exception("Error accepting a connection")
 
     def _accept(self, listener: socket.socket) -> None:
         try:
@@ -270,14 +266,18 @@ class ThreadWorker(gthread.ThreadWorker):
             if conn is None or conn.busy:
                 return
             conn.busy = True
-        if conn.closing:
+        try:
+            if conn.closing:
+                self._close(conn)
+            elif conn.draining:
+                self._drain(conn)
+            elif self._handle(conn):
+                self._rearm(conn, time.monotonic() + self.cfg.keepalive)
+            else:
+                self._close_gracefully(conn)
+        except Exception:  # a request thread must outlive any one connection
+            self.log.exception("Error serving a connection")
             self._close(conn)
-        elif conn.draining:
-            self._drain(conn)
-        elif self._handle(conn):
-            self._rearm(conn, time.monotonic() + self.cfg.keepalive)
-        else:
-            self._close_gracefully(conn)
 
     def _rearm(self, conn: _Conn, deadline: float) -> None:
         """Hand the connection back to the poller, to be closed if still idle at `deadline`."""
@@ -327,13 +327,15 @@ class ThreadWorker(gthread.ThreadWorker):
             self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
-        fd = conn.fd
-        with contextlib.suppress(OSError, ValueError):
-            self._epoll.unregister(fd)
+        # Forget the fd before closing it: once closed, its number can be reused by the next
+        # accept. Closing twice is harmless; it never forgets another connection's fd.
         with self._lock:
-            self._conns.pop(fd, None)
-            if self.alive:  # the graceful stop turns accepting off under this lock
-                self._set_accepting(True)
+            if self._conns.get(conn.fd) is conn:
+                del self._conns[conn.fd]
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(conn.fd)
+                if self.alive:  # the graceful stop turns accepting off under this lock
+                    self._set_accepting(True)
         conn.close()
 
     def handle_request(self, req, conn) -> bool:  # type: ignore[no-untyped-def]
