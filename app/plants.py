@@ -20,6 +20,7 @@ from werkzeug.exceptions import (
     RequestTimeout,
     UnsupportedMediaType,
 )
+from werkzeug.wsgi import get_content_length
 
 from . import strict_json
 from .auth import require_bearer_token
@@ -85,14 +86,11 @@ def _read_body(req: Request) -> bytes:
     """The whole request body, refused with 413 beyond the limit and 400/408 when unreadable."""
     # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
     limit = req.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
-    # Werkzeug stops reading a body of unknown length (chunked) at the limit without
-    # an error, which would truncate it. Reading one byte more tells the two apart.
-    req.max_content_length = limit + 1
     try:
-        body = req.get_data(cache=False)
+        body = _read_at_most(req, limit)
     except RequestEntityTooLarge:
         raise _too_large(limit) from None
-    except ClientDisconnected:
+    except (ClientDisconnected, OSError):
         # The body stalled past the server's read timeout, or the client left.
         raise RequestTimeout(
             "The request body was not received in full before the client stopped sending."
@@ -105,6 +103,23 @@ def _read_body(req: Request) -> bytes:
         raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
     if len(body) > limit:
         raise _too_large(limit)
+    return body
+
+
+def _read_at_most(req: Request, limit: int) -> bytes:
+    length = get_content_length(req.environ)
+    if length is None:
+        # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
+        # an error, which would truncate it. Reading one byte more tells the two apart.
+        req.max_content_length = limit + 1
+        return req.get_data(cache=False)
+    # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
+    # allow, without its stream wrapper and read loop (measured: a fifth of the view's time).
+    if length > limit:
+        raise RequestEntityTooLarge()
+    body = req.environ["wsgi.input"].read(length)
+    if len(body) < length:
+        raise ClientDisconnected()
     return body
 
 
