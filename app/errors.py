@@ -56,10 +56,11 @@ def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
     # handler, and the tests load every error response through ErrorSchema instead.
     response = current_app.json.response(record)
     response.status_code = exc.code
-    # Allow (405), WWW-Authenticate (401) and the like; the body is ours.
-    response.headers.extend(
-        (name, value) for name, value in exc.get_headers() if name.lower() != "content-type"
-    )
+    # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own list
+    # is only its Content-Type for most errors, so most responses need no extending.
+    extra = [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
+    if extra:
+        response.headers.extend(extra)
     return response
 
 
