@@ -130,7 +130,9 @@ def _too_large(limit: int) -> RequestEntityTooLarge:
 @bp.post("/plants", provide_automatic_options=False)
 def create_plant() -> Response:
     """Create a plant; an identical retry answers the same, a conflicting one 409."""
-    req = request._get_current_object()  # one context look-up, not one per attribute
+    # One context look-up each, not one per attribute: a proxied look-up costs ~0.8 µs.
+    req = request._get_current_object()
+    app = current_app._get_current_object()
     _require_json_content_type(req)
     body = _read_body(req)
     if not body:
@@ -148,9 +150,9 @@ def create_plant() -> Response:
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return http_error_to_json(InvalidPlant(exc.normalized_messages()))  # type: ignore[return-value]
     try:
-        outcome = get_store().create(plant["id"], plant["name"], plant.get("tag"))
+        outcome = app.extensions[EXTENSION].store.create(plant["id"], plant["name"], plant.get("tag"))
     except StoreFullError:
         raise InsufficientStorage() from None
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
-    return current_app.json.response(_plant_schema.dump(plant))
+    return app.json.response(_plant_schema.dump(plant))
