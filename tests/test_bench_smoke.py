@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.servers import ROOT
 
 
@@ -30,3 +32,23 @@ def test_benchmark_smoke_run(tmp_path):
     assert results["bytes_per_plant"] > 0
     assert "| service (create) |" in result.stdout
     assert "VALID" in result.stdout
+
+
+@pytest.mark.parametrize("path", ["floor", "create", "400", "401"])
+def test_instruction_count_requests_have_their_status(path):
+    # The in-process loop that bench/instructions.py counts checks every status itself.
+    result = subprocess.run(
+        [sys.executable, "bench/instructions.py", "--serve", path, "200"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_instruction_count_runs_under_valgrind():
+    result = subprocess.run(
+        [sys.executable, "bench/instructions.py", "401"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 401 |")]
+    assert int(row.split("|")[2].strip().replace(",", "")) > 1000

@@ -1,0 +1,116 @@
+"""Instructions per request, in process: a figure that machine noise does not move.
+
+    python bench/instructions.py                 # floor, create, 400 and 401, under valgrind
+    python bench/instructions.py create 400      # some of them
+
+Each path runs twice under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`), with
+300 and 1,300 requests through the WSGI app without a server. The difference divided by 1,000 is
+the app's instructions per request, start-up and warm-up cancelled out. The same code gives the
+same count on a busy machine, so a lever of 2% can be seen, where wrk's req/s swing by ±10%.
+It counts the app only: the server's share is measured by bench/run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "bench-token"
+#: Each path: which app, the request body, the token, and the status every response must have.
+PATHS = {
+    "floor": ("floor", None, TOKEN, 200),
+    "create": ("service", None, TOKEN, 200),
+    "400": ("service", b'{"id": "1", "name": 5, "tags": "x"}', TOKEN, 400),
+    "401": ("service", b'{"id": 1, "name": "Boston fern"}', "wrong-token", 401),
+}
+FEW, MANY = 300, 1300
+
+
+def environ(body: bytes, token: str) -> dict:
+    return {
+        "REQUEST_METHOD": "POST", "PATH_INFO": "/plants", "SCRIPT_NAME": "", "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "50000", "RAW_URI": "/plants",
+        "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_HOST": "127.0.0.1:8000",
+        "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False, "wsgi.version": (1, 0),
+    }  # fmt: skip
+
+
+def bodies(fixed: bytes | None) -> Iterable[bytes]:
+    """The fixed body, or valid creates with a new id each, as bench/lua/create.lua sends."""
+    number = 0
+    while True:
+        number += 1
+        yield fixed or b'{"id": %d, "name": "Snake plant %05d", "tag": "vine"}' % (number, number % 100_000)
+
+
+def serve(path: str, count: int) -> None:
+    """Send `count` requests of `path` through the app in this process; check every status."""
+    which, fixed, token, expected = PATHS[path]
+    os.environ["PLANTS_API_TOKENS"] = TOKEN
+    sys.path.insert(0, str(ROOT))
+    if which == "floor":
+        from bench.floor import app
+    else:
+        from app import create_app
+
+        app = create_app({"PLANTS_MAX_PLANTS": 10**7})
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list, exc_info: object = None) -> Callable:
+        statuses.append(status)
+        return lambda data: None
+
+    requests = [environ(body, token) for body, _ in zip(bodies(fixed), range(count), strict=False)]
+    for env in requests:
+        response = app(env, start_response)
+        b"".join(response)
+        response.close()
+    wrong = [status for status in statuses if not status.startswith(str(expected))]
+    if wrong:
+        raise SystemExit(f"{path}: {len(wrong)} responses were not {expected}, e.g. {wrong[0]}")
+
+
+def instructions(path: str, count: int) -> int:
+    result = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, __file__, "--serve", path, str(count)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    match = re.search(r"Collected : (\d+)", result.stderr)
+    if not match:
+        raise SystemExit(f"no instruction count from valgrind: {result.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("paths", nargs="*", help=f"any of {', '.join(PATHS)} (default: all)")
+    parser.add_argument("--serve", nargs=2, metavar=("PATH", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]))
+        return 0
+    unknown = set(args.paths) - set(PATHS)
+    if unknown:
+        parser.error(f"unknown paths: {', '.join(sorted(unknown))}")
+    print("| path | instructions per request |\n|---|---:|")
+    for path in args.paths or PATHS:
+        per_request = (instructions(path, MANY) - instructions(path, FEW)) / (MANY - FEW)
+        print(f"| {path} | {per_request:,.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
