@@ -70,7 +70,7 @@ def test_unauthenticated_endpoints_declare_no_security(document):
 
 
 def expected_property(field: fields.Field) -> dict:
-    prop = {"type": JSON_TYPES[type(field)]}
+    prop = {"type": next(JSON_TYPES[cls] for cls in type(field).__mro__ if cls in JSON_TYPES)}
     for validator in field.validators:
         if isinstance(validator, validate.Length):
             prop.update(minLength=validator.min, maxLength=validator.max)
