@@ -44,10 +44,15 @@ class MalformedCredentials(_BearerChallenge, BadRequest):
 
 
 def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
-    """Render an HTTP error as the JSON Error record, keeping its status and headers."""
+    """The error handler: every HTTP error as the JSON Error record; redirects pass through."""
     if exc.code is None or exc.code < 400:
         # Routing redirects are HTTPExceptions too; they are not errors.
         return exc
+    return error_response(exc)
+
+
+def error_response(exc: HTTPException) -> Response:
+    """The JSON Error record for an HTTP error (code >= 400), keeping its status and headers."""
     record: dict[str, Any] = {"error": exc.code, "message": exc.description or exc.name}
     details = getattr(exc, "details", None)
     if details:

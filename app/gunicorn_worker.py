@@ -277,7 +277,8 @@ class ThreadWorker(gthread.ThreadWorker):
                 self._close_gracefully(conn)
         except Exception:  # a request thread must outlive any one connection
             self.log.exception("Error serving a connection")
-            self._close(conn)
+            with contextlib.suppress(Exception):
+                self._close(conn)
 
     def _rearm(self, conn: _Conn, deadline: float) -> None:
         """Hand the connection back to the poller, to be closed if still idle at `deadline`."""

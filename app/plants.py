@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Request, Response, current_app, request
+from flask import Blueprint, Flask, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
 from werkzeug.exceptions import (
@@ -24,7 +24,7 @@ from werkzeug.wsgi import get_content_length
 
 from . import strict_json
 from .auth import require_bearer_token
-from .errors import InsufficientStorage, InvalidPlant, http_error_to_json, register_json_errors
+from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import DEFAULTS, api_tokens, integer_setting
 from .store import MemoryPlantStore, Outcome, PlantStore, StoreFullError
@@ -61,9 +61,9 @@ def _init_state(setup: BlueprintSetupState) -> None:
         )
 
 
-def get_store() -> PlantStore:
-    """The current application's plant store."""
-    return current_app.extensions[EXTENSION].store
+def get_store(app: Flask) -> PlantStore:
+    """`app`'s plant store."""
+    return app.extensions[EXTENSION].store
 
 
 # The usual spellings, accepted without parsing the header.
@@ -107,6 +107,7 @@ def _read_body(req: Request) -> bytes:
 
 
 def _read_at_most(req: Request, limit: int) -> bytes:
+    """The body, or RequestEntityTooLarge past `limit` and ClientDisconnected when it ends short."""
     length = get_content_length(req.environ)
     if length is None:
         # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
@@ -148,9 +149,9 @@ def create_plant() -> Response:
     except ValidationError as exc:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
-        return http_error_to_json(InvalidPlant(exc.normalized_messages()))  # type: ignore[return-value]
+        return error_response(InvalidPlant(exc.normalized_messages()))
     try:
-        outcome = app.extensions[EXTENSION].store.create(plant["id"], plant["name"], plant.get("tag"))
+        outcome = get_store(app).create(plant["id"], plant["name"], plant.get("tag"))
     except StoreFullError:
         raise InsufficientStorage() from None
     if outcome is Outcome.CONFLICT:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import re
 import subprocess
@@ -70,7 +71,7 @@ def serve(path: str, count: int) -> None:
         statuses.append(status)
         return lambda data: None
 
-    requests = [environ(body, token) for body, _ in zip(bodies(fixed), range(count), strict=False)]
+    requests = [environ(body, token) for body in itertools.islice(bodies(fixed), count)]
     for env in requests:
         response = app(env, start_response)
         b"".join(response)
