@@ -3,15 +3,16 @@ valid Unicode round-trips exactly, and the store keeps its invariants under thre
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from marshmallow import ValidationError
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app import create_app, strict_json
-from app.schemas import INT64_MAX, INT64_MIN, NewPlantSchema, PlantSchema
+from app.schemas import INT64_MAX, INT64_MIN, NAME_MAX_LENGTH, TAG_MAX_LENGTH, NewPlantSchema, PlantSchema
 from app.store import MemoryPlantStore, Outcome, StoreFullError
 
 # Reproducible in CI; no deadline, since these machines are shared and noisy.
@@ -75,6 +76,42 @@ def test_any_json_value_loads_or_is_refused_per_field(value):
     else:
         assert is_valid_new_plant(value)
         assert loaded == value
+
+
+class PlainMarshmallowNewPlant(Schema):
+    """The NewPlant schema in stock marshmallow fields: the oracle for app.schemas' shortcuts."""
+
+    class Meta:
+        unknown = RAISE
+
+    name = fields.String(required=True, validate=validate.Length(min=1, max=NAME_MAX_LENGTH))
+    tag = fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH))
+    id = fields.Integer(required=True, strict=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
+
+
+class PlainMarshmallowPlant(Schema):
+    name = fields.String()
+    tag = fields.String()
+
+
+def load_outcome(load, value) -> tuple[str, object, object]:
+    try:
+        return ("loaded", load(value), None)
+    except ValidationError as error:
+        return ("refused", error.normalized_messages(), error.valid_data)
+
+
+@given(json_values | plant_like)
+def test_schemas_answer_exactly_as_stock_marshmallow(value):
+    outcome = load_outcome(new_plant_schema.load, value)
+    expected = load_outcome(PlainMarshmallowNewPlant().load, value)
+    assert outcome == expected
+    # marshmallow's own loop over the same fields (the path any other call takes).
+    assert outcome == load_outcome(functools.partial(Schema.load, new_plant_schema), value)
+    if expected[0] == "refused":
+        assert list(outcome[1]) == list(expected[1])  # the same field order
+    if isinstance(value, dict):
+        assert plant_schema.dump(value) == PlainMarshmallowPlant().dump(value)
 
 
 @given(json_values | plant_like)
