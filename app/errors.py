@@ -61,11 +61,12 @@ def error_response(exc: HTTPException) -> Response:
     # handler, and the tests load every error response through ErrorSchema instead.
     response = current_app.json.response(record)
     response.status_code = exc.code
-    # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own list
-    # is only its Content-Type for most errors, so most responses need no extending.
-    extra = [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
-    if extra:
-        response.headers.extend(extra)
+    # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own
+    # get_headers gives only its Content-Type, so most responses need no extending.
+    if type(exc).get_headers is not HTTPException.get_headers:
+        response.headers.extend(
+            [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
+        )
     return response
 
 
