@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app
-from werkzeug.exceptions import BadRequest, HTTPException, Unauthorized
+from werkzeug.exceptions import BadRequest, HTTPException, Unauthorized, default_exceptions
 
 REALM = "plants"
 
@@ -73,10 +73,16 @@ def error_response(exc: HTTPException) -> Response:
 def register_json_errors(target: Flask | Blueprint) -> None:
     """Answer every HTTP error raised in `target` with the JSON Error record.
 
-    Unhandled exceptions reach this too: Flask logs them and passes an
-    InternalServerError, whose generic message reveals nothing.
+    The handler is registered for each error status Werkzeug knows as well as for
+    HTTPException: Flask prefers a host app's handler for a status (`errorhandler(400)`)
+    to a blueprint's handler for a class, so without these a host's own error pages would
+    replace the blueprint's JSON. Unhandled exceptions reach this too: Flask logs them and
+    passes an InternalServerError, whose generic message reveals nothing.
     """
     target.register_error_handler(HTTPException, http_error_to_json)
+    for code in default_exceptions:
+        if code >= 400:
+            target.register_error_handler(code, http_error_to_json)
 
 
 class InsufficientStorage(HTTPException):

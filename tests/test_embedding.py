@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from flask import Flask
+from werkzeug.exceptions import BadRequest
 
 from app import ConfigurationError
 from app.plants import bp
@@ -57,6 +59,43 @@ def test_blueprint_errors_are_json_inside_the_host():
     invalid = client.post("/api/v1/plants", json={"id": 1}, headers=AUTH)
     assert invalid.status_code == 400
     assert invalid.json["details"] == {"name": ["Missing data for required field."]}
+
+
+def test_blueprint_errors_stay_json_where_the_host_has_its_own_error_pages():
+    host = make_host()
+    host.config["MAX_CONTENT_LENGTH"] = 100
+    for code in (400, 409, 413, 415, 500):
+        host.register_error_handler(code, lambda error: (f"<h1>host's {error.code}</h1>", error.code))
+
+    @host.post("/form")
+    def form():
+        raise BadRequest()
+
+    client = host.test_client()
+    plants = "/api/v1/plants"
+    cases = [
+        (client.post(plants, data="{", content_type="application/json", headers=AUTH), 400),
+        (client.post(plants, data="{}", content_type="text/plain", headers=AUTH), 415),
+        (client.post(plants, json={"id": 1, "name": "x" * 200}, headers=AUTH), 413),
+        (client.post(plants, json={"id": 1, "name": "Fern"}, headers=AUTH), 200),
+        (client.post(plants, json={"id": 1, "name": "Palm"}, headers=AUTH), 409),
+    ]
+    for response, status in cases:
+        assert response.status_code == status
+        assert response.content_type == "application/json"
+        if status != 200:
+            assert response.json["error"] == status
+
+    class BrokenStore:
+        def create(self, plant_id, name, tag):
+            raise RuntimeError("the store failed")
+
+    host.extensions["plants"] = dataclasses.replace(host.extensions["plants"], store=BrokenStore())
+    broken = client.post(plants, json={"id": 2, "name": "Fern"}, headers=AUTH)
+    assert (broken.status_code, broken.content_type, broken.json["error"]) == (500, "application/json", 500)
+    assert "the store failed" not in broken.get_data(as_text=True)
+    host_own = client.post("/form")
+    assert (host_own.status_code, host_own.get_data(as_text=True)) == (400, "<h1>host's 400</h1>")
 
 
 def test_registering_without_tokens_fails_closed():
