@@ -1,5 +1,11 @@
-"""WSGI entry point: `gunicorn wsgi:app` (with gunicorn.conf.py) or `flask --app wsgi run`."""
+"""WSGI entry point: `flask --app wsgi run` for local development, or `gunicorn wsgi:app`.
 
-from app import create_app
+A bad setting stops the start with one line that names it, not a traceback.
+"""
 
-app = create_app()
+from app import ConfigurationError, create_app
+
+try:
+    app = create_app()
+except ConfigurationError as exc:
+    raise SystemExit(f"Plant Store: configuration error: {exc}") from None

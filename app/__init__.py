@@ -23,8 +23,15 @@ __all__ = ["ConfigurationError", "create_app"]
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the standalone service. Settings come from the environment; `config` overrides them.
 
-    Raises ConfigurationError when no API token is configured.
+    Raises ConfigurationError, naming the environment variable, when a setting is missing or invalid.
     """
+    try:
+        return _create_app(config)
+    except ConfigurationError as exc:
+        raise exc.from_environment() from None
+
+
+def _create_app(config: Mapping[str, Any] | None) -> Flask:
     app = Flask(__name__)
     app.json = OrjsonProvider(app)
     app.config.from_mapping(DEFAULTS)

@@ -6,7 +6,10 @@ store lives in that app's `extensions["plants"]`, so apps never share plants.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from flask import Blueprint, Flask, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
@@ -16,8 +19,11 @@ from werkzeug.exceptions import (
     ClientDisconnected,
     Conflict,
     HTTPException,
+    InternalServerError,
+    MethodNotAllowed,
     RequestEntityTooLarge,
     RequestTimeout,
+    ServiceUnavailable,
     UnsupportedMediaType,
 )
 from werkzeug.wsgi import get_content_length
@@ -26,10 +32,19 @@ from . import strict_json
 from .auth import require_bearer_token
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
 from .schemas import NewPlantSchema, PlantSchema
-from .settings import DEFAULTS, api_tokens, integer_setting
-from .store import MemoryPlantStore, Outcome, PlantStore, StoreFullError
+from .settings import (
+    DEFAULTS,
+    ConfigurationError,
+    api_tokens,
+    integer_setting,
+    seconds_setting,
+    store_prefix,
+    store_url,
+)
+from .store import Outcome, PlantStore, StoreFullError, StoreUnavailableError, store_from_url
 
 EXTENSION = "plants"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,12 +68,25 @@ def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     app = setup.app
     if EXTENSION not in app.extensions:
-        tokens = api_tokens(app.config)
-        capacity = integer_setting(app.config, "PLANTS_MAX_PLANTS")
-        app.extensions[EXTENSION] = PlantsState(
-            tokens=tuple(token.encode("ascii") for token in tokens),
-            store=MemoryPlantStore(capacity),
+        app.extensions[EXTENSION] = state_from_config(app.config)
+
+
+def state_from_config(config: Mapping[str, Any]) -> PlantsState:
+    """The blueprint's state for an app's config; ConfigurationError names what is wrong."""
+    tokens = api_tokens(config)
+    url = store_url(config)
+    try:
+        store = store_from_url(
+            url,
+            capacity=integer_setting(config, "PLANTS_MAX_PLANTS"),
+            prefix=store_prefix(config),
+            connect_timeout=seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT"),
+            timeout=seconds_setting(config, "PLANTS_STORE_TIMEOUT"),
         )
+    except ValueError as exc:
+        key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
+        raise ConfigurationError(key, str(exc)) from None
+    return PlantsState(tokens=tuple(token.encode("ascii") for token in tokens), store=store)
 
 
 def get_store(app: Flask) -> PlantStore:
@@ -150,10 +178,51 @@ def create_plant() -> Response:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
+    store = get_store(app)
+    refuse_split_store(store, req.environ)
     try:
-        outcome = get_store(app).create(plant["id"], plant["name"], plant.get("tag"))
+        outcome = store.create(plant["id"], plant["name"], plant.get("tag"))
     except StoreFullError:
         raise InsufficientStorage() from None
+    except StoreUnavailableError as exc:
+        raise store_unavailable(exc) from None
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     return app.json.response(_plant_schema.dump(plant))
+
+
+#: Every other method a client may try on /plants; answered here, so that an embedded
+#: blueprint answers them with its JSON 405 rather than the host's page.
+OTHER_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+@bp.route("/plants", methods=OTHER_METHODS, provide_automatic_options=False)
+def other_method() -> Response:
+    raise MethodNotAllowed(valid_methods=["POST"])
+
+
+def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
+    """The 503 for a store that did not answer in time; the client may retry after a second."""
+    log.warning("The plant store did not answer: %s", exc)
+    return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
+
+
+class SplitStoreRefused(InternalServerError):
+    description = "The service is misconfigured and refuses to serve; its log says why."
+
+
+def refuse_split_store(store: PlantStore, environ: Mapping[str, Any]) -> None:
+    """Never serve from a per-process store in a server with several processes.
+
+    gunicorn sets `wsgi.multiprocess` when started with more than one worker, whatever its
+    configuration file says; each worker would hold a store of its own and one id could get
+    two owners. The packaged gunicorn configuration refuses that at start; this catches every
+    other way of starting.
+    """
+    if environ.get("wsgi.multiprocess") and not store.shared:
+        log.error(
+            "Refusing requests: this server runs several worker processes, and the in-memory "
+            "store would be split between them. Run one worker, or set PLANTS_STORE_URL to a "
+            "shared store (redis://...)."
+        )
+        raise SplitStoreRefused()

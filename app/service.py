@@ -1,4 +1,4 @@
-"""Endpoints of the standalone service that need no auth: health and the interface document."""
+"""Endpoints of the standalone service that need no auth: liveness, readiness and the document."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import json
 from importlib import resources
 
 import yaml
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
+
+from .errors import error_response
+from .plants import get_store, store_unavailable
+from .store import StoreUnavailableError
 
 bp = Blueprint("service", __name__)
 
@@ -21,6 +25,16 @@ def openapi_json() -> bytes:
 
 @bp.get("/healthz")
 def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@bp.get("/readyz")
+def readyz() -> Response | dict[str, str]:
+    """Ready when the plant store answers a PING within its timeout (memory always does)."""
+    try:
+        get_store(current_app).ping()
+    except StoreUnavailableError as exc:
+        return error_response(store_unavailable(exc))
     return {"status": "ok"}
 
 

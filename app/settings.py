@@ -1,4 +1,9 @@
-"""Settings: their defaults, reading them from the environment, and the API tokens."""
+"""Settings: their defaults, reading them from the environment, and checking each one.
+
+The standalone service reads the environment; an embedded blueprint reads only its host's
+`app.config`. A ConfigurationError names the setting the way its reader sets it, and never
+contains a token or a password.
+"""
 
 from __future__ import annotations
 
@@ -7,46 +12,117 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-#: Every setting the service reads; the environment variable has the same name.
+#: Every setting the service reads, with its default; the environment variable has the same name.
 DEFAULTS: dict[str, Any] = {
     "PLANTS_API_TOKENS": None,
     "PLANTS_API_TOKENS_FILE": None,
     "MAX_CONTENT_LENGTH": 64 * 1024,
     "PLANTS_MAX_PLANTS": 1_000_000,
     "PLANTS_TRUSTED_PROXIES": 0,
+    "PLANTS_STORE_URL": "memory://",
+    "PLANTS_STORE_URL_FILE": None,
+    "PLANTS_STORE_PREFIX": "plants",
+    "PLANTS_STORE_CONNECT_TIMEOUT": 1.0,
+    "PLANTS_STORE_TIMEOUT": 1.0,
+    "PLANTS_DOCS": True,
 }
-_INTEGER_SETTINGS = ("MAX_CONTENT_LENGTH", "PLANTS_MAX_PLANTS", "PLANTS_TRUSTED_PROXIES")
 
 # RFC 6750 §2.1 b64token: the only characters a bearer token can have.
 TOKEN_SYNTAX = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+#: Longest accepted token: "Authorization: Bearer <token>" must fit the 8 KiB header-line limit
+#: of gunicorn (limit_request_field_size, 8190) and of nginx (large_client_header_buffers 8k).
+MAX_TOKEN_LENGTH = 4096
+_BOOLEANS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 
 
 class ConfigurationError(RuntimeError):
-    """A setting is missing or invalid. The message never contains a token."""
+    """A setting is missing or invalid: one line that names it and says what to do.
+
+    `problem` may name settings as `{KEY}`; they are written as the reader sets them:
+    `KEY` in the environment, `app.config["KEY"]` for an embedded blueprint.
+    """
+
+    def __init__(self, key: str, problem: str, *, environment: bool = False) -> None:
+        self.key, self.problem, self.environment = key, problem, environment
+        names = _SettingNames(environment)
+        super().__init__(f"{names[key]} {problem.format_map(names)}")
+
+    def from_environment(self) -> ConfigurationError:
+        """The same error, naming environment variables."""
+        return ConfigurationError(self.key, self.problem, environment=True)
+
+
+class _SettingNames(dict):
+    def __init__(self, environment: bool) -> None:
+        super().__init__()
+        self.environment = environment
+
+    def __missing__(self, key: str) -> str:
+        return key if self.environment else f'app.config["{key}"]'
 
 
 def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """The settings found in `environ`, converted to their types."""
+    """The settings found in `environ`, converted to the types of their defaults."""
     settings: dict[str, Any] = {}
-    for key in DEFAULTS:
+    for key, default in DEFAULTS.items():
         value = environ.get(key)
         if value is None or value == "":
             continue
-        if key in _INTEGER_SETTINGS:
-            try:
+        try:
+            if isinstance(default, bool):
+                settings[key] = _BOOLEANS[value.strip().lower()]
+            elif isinstance(default, int):
                 settings[key] = int(value)
-            except ValueError:
-                raise ConfigurationError(f"{key} must be a whole number, not {value!r}") from None
-        else:
-            settings[key] = value
+            elif isinstance(default, float):
+                settings[key] = float(value)
+            else:
+                settings[key] = value
+        except (KeyError, ValueError):
+            kind = {bool: "true or false", int: "a whole number", float: "a number"}[type(default)]
+            raise ConfigurationError(key, f"must be {kind}, not {value!r}", environment=True) from None
     return settings
 
 
 def integer_setting(config: Mapping[str, Any], key: str, minimum: int = 0) -> int:
     value = config.get(key, DEFAULTS[key])
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{key} must be a whole number >= {minimum}, not {value!r}")
+        raise ConfigurationError(key, f"must be a whole number >= {minimum}, not {value!r}")
     return value
+
+
+def seconds_setting(config: Mapping[str, Any], key: str) -> float:
+    value = config.get(key, DEFAULTS[key])
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        raise ConfigurationError(key, f"must be a number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+def boolean_setting(config: Mapping[str, Any], key: str) -> bool:
+    value = config.get(key, DEFAULTS[key])
+    if isinstance(value, str) and value.strip().lower() in _BOOLEANS:
+        return _BOOLEANS[value.strip().lower()]
+    if not isinstance(value, bool):
+        raise ConfigurationError(key, f"must be true or false, not {value!r}")
+    return value
+
+
+def _read_secret_file(key: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            key, f"names a file that cannot be read ({exc.__class__.__name__}): {path!r}"
+        ) from None
 
 
 def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -54,29 +130,51 @@ def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
 
     Fails closed: raises ConfigurationError when no token is configured.
     """
-    source = "PLANTS_API_TOKENS"
-    entries = config.get("PLANTS_API_TOKENS")
+    key = "PLANTS_API_TOKENS"
+    entries = config.get(key)
     if isinstance(entries, str):
         entries = entries.split(",")
     if not entries and config.get("PLANTS_API_TOKENS_FILE"):
-        source = path = str(config["PLANTS_API_TOKENS_FILE"])
-        try:
-            with open(path, encoding="utf-8") as file:
-                entries = file.read().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(
-                f"PLANTS_API_TOKENS_FILE {path!r} cannot be read: {exc.__class__.__name__}"
-            ) from None
+        key = "PLANTS_API_TOKENS_FILE"
+        entries = _read_secret_file(key, str(config[key])).splitlines()
     tokens = tuple(entry.strip() for entry in entries or () if entry.strip())
     if not tokens:
         raise ConfigurationError(
-            "No API token is configured: set PLANTS_API_TOKENS (comma-separated) "
-            "or PLANTS_API_TOKENS_FILE (one token per line). There is no default token."
+            "PLANTS_API_TOKENS",
+            "is not set, and no API token is configured: set it (comma-separated tokens) "
+            "or {PLANTS_API_TOKENS_FILE} (a file with one token per line). There is no default token.",
         )
     for number, token in enumerate(tokens, start=1):
         if not TOKEN_SYNTAX.fullmatch(token):
             raise ConfigurationError(
-                f"Token number {number} from {source} is not a valid bearer token: "
-                "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='"
+                key,
+                f"has a token (number {number}) that is not a valid bearer token: "
+                "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='",
+            )
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise ConfigurationError(
+                key,
+                f"has a token (number {number}) of {len(token)} characters, which no request could "
+                f"carry through the HTTP server's 8 KiB header limit: tokens may have at most "
+                f"{MAX_TOKEN_LENGTH} characters",
             )
     return tokens
+
+
+def store_url(config: Mapping[str, Any]) -> str:
+    """PLANTS_STORE_URL, else the content of PLANTS_STORE_URL_FILE, else memory://."""
+    if config.get("PLANTS_STORE_URL_FILE") and not config.get("PLANTS_STORE_URL"):
+        return _read_secret_file("PLANTS_STORE_URL_FILE", str(config["PLANTS_STORE_URL_FILE"])).strip()
+    url = config.get("PLANTS_STORE_URL") or DEFAULTS["PLANTS_STORE_URL"]
+    if not isinstance(url, str):
+        raise ConfigurationError("PLANTS_STORE_URL", "must be a URL string")
+    return url
+
+
+def store_prefix(config: Mapping[str, Any]) -> str:
+    prefix = config.get("PLANTS_STORE_PREFIX") or DEFAULTS["PLANTS_STORE_PREFIX"]
+    if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", prefix):
+        raise ConfigurationError(
+            "PLANTS_STORE_PREFIX", "must be 1 to 64 of A-Z a-z 0-9 _ . : - (no braces or spaces)"
+        )
+    return prefix

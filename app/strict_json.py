@@ -4,10 +4,16 @@ Python's json module accepts more than RFC 8259 JSON: NaN and Infinity,
 duplicate keys (the last one silently wins) and escapes that decode to lone
 surrogates, which cannot be stored or encoded as UTF-8 again. A request body
 that relies on any of these is refused instead of being guessed at.
+
+JSON has one number type (RFC 8259 section 6) and JSON Schema's `integer` is decided
+by value, so an integral number written with a fraction or an exponent (`17788.0`,
+`1e2`) decodes to that integer, exactly: its digits are read as a decimal, never
+rounded through a float. Other numbers with a fraction stay floats.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import re
 from typing import Any
@@ -33,7 +39,27 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys, parse_constant=_refuse_constant)
+# Integral numbers beyond this many digits are outside every range the interface accepts;
+# they decode to a stand-in of the same sign that is just as far outside, so that an
+# exponent like 1e999999999 costs nothing to refuse.
+_MAX_INTEGRAL_DIGITS = 40
+
+
+def _parse_number_with_fraction_or_exponent(literal: str) -> int | float:
+    """A JSON number literal with `.` or `e`: its exact integer when integral, else a float."""
+    number = decimal.Decimal(literal)
+    if number == number.to_integral_value():
+        if number.adjusted() >= _MAX_INTEGRAL_DIGITS:
+            return -(10**_MAX_INTEGRAL_DIGITS) if number.is_signed() else 10**_MAX_INTEGRAL_DIGITS
+        return int(number)
+    return float(literal)
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_refuse_duplicate_keys,
+    parse_constant=_refuse_constant,
+    parse_float=_parse_number_with_fraction_or_exponent,
+)
 
 
 def _has_lone_surrogate(value: Any) -> bool:

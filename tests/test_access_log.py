@@ -1,4 +1,4 @@
-"""app.access_log.AccessLogger writes the same access lines as gunicorn's own logger."""
+"""app.server.access_log.AccessLogger writes the same access lines as gunicorn's own logger."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gunicorn import glogging
 from gunicorn.config import Config
 
-from app.access_log import AccessLogger, _Atoms
+from app.server.access_log import AccessLogger, _Atoms
 
 ENVIRON = {
     "REMOTE_ADDR": "203.0.113.9",

@@ -36,6 +36,29 @@ def test_valid_new_plant_is_200_with_exactly_the_plant(client, auth, store, body
     assert store.get(body["id"]) == Plant(body["name"], body.get("tag"))
 
 
+@pytest.mark.parametrize(
+    ("literal", "stored"),
+    [
+        ("17788.0", 17788),
+        ("1e2", 100),
+        ("1E+2", 100),
+        ("-0.0", 0),
+        ("2.50e1", 25),
+        # Above 2**53: a float would round this to ...992.
+        ("9007199254740993.0", 9007199254740993),
+        ("9223372036854775807.0", INT64_MAX),
+        ("-9.223372036854775808e18", INT64_MIN),
+    ],
+)
+def test_integral_number_is_that_integer_exactly(client, auth, store, literal, stored):
+    # JSON has one number type and JSON Schema's integer is decided by value (RFC 8259 section 6).
+    response = post(client, auth, f'{{"id": {literal}, "name": "Fern"}}')
+    assert response.status_code == 200, response.json
+    assert response.json == {"name": "Fern"}
+    assert store.get(stored) == Plant("Fern")
+    assert len(store) == 1
+
+
 def test_identical_retry_is_200_and_changes_nothing(client, auth, store):
     body = {"id": 7, "name": "Fern", "tag": "fern"}
     first = post(client, auth, body)
@@ -148,8 +171,11 @@ def test_body_that_is_not_one_json_object_is_400(client, auth, store, body):
         ({"name": "Fern"}, "id"),
         ({"id": True, "name": "Fern"}, "id"),
         ({"id": False, "name": "Fern"}, "id"),
-        ({"id": 1.0, "name": "Fern"}, "id"),
         ({"id": 1.5, "name": "Fern"}, "id"),
+        ('{"id": 1e-1, "name": "Fern"}', "id"),
+        ('{"id": 9223372036854775808.0, "name": "Fern"}', "id"),
+        ('{"id": -9.3e18, "name": "Fern"}', "id"),
+        ('{"id": 1e999999999, "name": "Fern"}', "id"),
         ({"id": "1", "name": "Fern"}, "id"),
         ({"id": None, "name": "Fern"}, "id"),
         ({"id": [1], "name": "Fern"}, "id"),

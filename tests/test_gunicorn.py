@@ -94,28 +94,6 @@ def test_access_log_has_requests_but_never_the_token(gunicorn):
     assert "Bearer" not in log
 
 
-def refused_start_output(env: dict[str, str], *args: str) -> str:
-    """Start gunicorn as deployed; it must exit non-zero. Its output."""
-    env = {**env, "GUNICORN_BIND": f"127.0.0.1:{free_port()}"}
-    command = [sys.executable, "-m", "gunicorn", *args]
-    result = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False
-    )
-    assert result.returncode != 0
-    return result.stderr + result.stdout
-
-
-def test_more_than_one_worker_is_refused():
-    output = refused_start_output({**os.environ, "PLANTS_API_TOKENS": TOKEN}, "--workers", "2")
-    assert "workers=2" in output
-    assert "in memory" in output
-
-
-def test_no_token_means_no_service():
-    output = refused_start_output({k: v for k, v in os.environ.items() if not k.startswith("PLANTS_")})
-    assert "PLANTS_API_TOKENS" in output
-
-
 @pytest.fixture
 def short_read_timeout_server():
     server = Gunicorn(env={"GUNICORN_READ_TIMEOUT": "1", "GUNICORN_THREADS": "2"})

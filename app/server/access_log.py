@@ -1,16 +1,19 @@
 """gunicorn's logger, with an access line that computes only the atoms its format names.
 
-`logger_class = "app.access_log.AccessLogger"` (gunicorn.conf.py). gunicorn's own `access()`
+`logger_class = "app.server.access_log.AccessLogger"` (app/server/gunicorn_conf.py). gunicorn's own `access()`
 builds every atom for every request: a timestamp, the basic-auth user, and one entry per request
 header, response header and environ key, each escaped. That was about a sixth of the worker's
 time per request. Here the atoms the shipped format uses are computed directly, and any other
 atom comes from gunicorn's own `atoms()`, so every format still logs what gunicorn would.
+
+One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 3339 with
+milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time.
 """
 
 from __future__ import annotations
 
 import traceback
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gunicorn import glogging
@@ -33,6 +36,8 @@ class _Atoms(dict):
         self._source = (logger, resp, req, environ, request_time)
 
     def __missing__(self, key: str) -> Any:
+        if key == "time":
+            return rfc3339_now()
         environ = self._source[3]
         if key.startswith("{") and key.endswith("}e"):
             name = key[1:-2].lower()
@@ -40,6 +45,10 @@ class _Atoms(dict):
                 return _escape(environ[name])
             return next((_escape(v) for k, v in environ.items() if k.lower() == name), "-")
         return glogging.SafeAtoms(glogging.Logger.atoms(*self._source))[key]
+
+
+def rfc3339_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _escape(value: Any) -> Any:

@@ -1,40 +1,11 @@
-"""Plant storage: the small interface a backend implements, and the in-memory backend."""
+"""The default store: plants in this process's memory, behind one lock."""
 
 from __future__ import annotations
 
-import enum
 import sys
 import threading
-from typing import NamedTuple, Protocol
 
-
-class Outcome(enum.Enum):
-    """What a create did."""
-
-    CREATED = "created"
-    #: A plant with this id and the same name and tag was already stored (a retry).
-    IDENTICAL = "identical"
-    #: A plant with this id but another name or tag is stored; nothing changed.
-    CONFLICT = "conflict"
-
-
-class Plant(NamedTuple):
-    name: str
-    tag: str | None = None
-
-
-class StoreFullError(Exception):
-    """The store holds its capacity of plants and cannot take a new one."""
-
-
-class PlantStore(Protocol):
-    """What the blueprint needs of a store. Implementations must be thread-safe."""
-
-    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome: ...
-
-    def get(self, plant_id: int) -> Plant | None: ...
-
-    def __len__(self) -> int: ...
+from .base import Outcome, Plant, StoreFullError
 
 
 class MemoryPlantStore:
@@ -44,6 +15,8 @@ class MemoryPlantStore:
     object per plant: at a million plants a tuple per plant costs ~20 bytes
     more. Tags repeat, so they are interned and shared.
     """
+
+    shared = False
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:
@@ -80,3 +53,6 @@ class MemoryPlantStore:
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def ping(self) -> None:
+        """Memory always answers."""

@@ -1,0 +1,94 @@
+"""gunicorn settings for the Plant Store service, shipped inside the package.
+
+    gunicorn -c python:app.server.gunicorn_conf        # from any directory, once installed
+
+(The project's own `gunicorn.conf.py`, read by default from its directory, is this file.)
+Each setting can be changed through the environment variable named beside it, and any of
+them on gunicorn's command line.
+
+At start, in the master and before any worker forks, every setting of the service is checked:
+a bad one stops gunicorn with one line that names it. The in-memory store holds gunicorn at one
+worker, however it is asked for more (`--workers`, `WEB_CONCURRENCY`, SIGTTIN); with a shared
+store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are honoured.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+wsgi_app = "app:create_app()"
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
+
+# gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
+workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
+worker_class = "app.server.worker.ThreadWorker"
+threads = int(os.environ.get("GUNICORN_THREADS", "2"))
+# gunicorn's pure-Python HTTP parser, whatever else is installed: the optional C parser
+# (gunicorn_h1c) measured no faster here (bench/README.md) and accepts obsolete header line
+# folding that this one refuses.
+http_parser = "python"
+# A stalled read from a client gives up after this many seconds (see app/server/worker.py).
+read_timeout = float(os.environ.get("GUNICORN_READ_TIMEOUT", "10"))
+
+# Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
+# does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "75"))
+timeout = 30
+# Never recycle a worker after N requests: with the in-memory store a new worker starts empty.
+max_requests = 0
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
+
+# Which peers may set X-Forwarded-Proto for gunicorn itself: nobody unless set. Client address
+# and scheme behind a proxy come from PLANTS_TRUSTED_PROXIES (ProxyFix, in the app).
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
+
+# No management socket: nothing here uses it, and its default path is shared per user.
+control_socket_disable = True
+
+accesslog = "-"
+errorlog = "-"
+# gunicorn's logger, computing only the atoms the access line uses (app/server/access_log.py).
+logger_class = "app.server.access_log.AccessLogger"
+# When (UTC, RFC 3339), REMOTE_ADDR and the scheme as the app saw them (after ProxyFix). No
+# request headers are logged, so Authorization never reaches the log.
+access_log_format = '%(time)s %(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
+
+
+def _store_is_shared() -> bool:
+    from app.settings import from_environ, store_url
+    from app.store import check_url
+
+    return check_url(store_url(from_environ())) != "memory"
+
+
+def on_starting(server: Any) -> None:
+    """Check every setting by building the app once, as each worker will; refuse a split store."""
+    from app import ConfigurationError, create_app
+
+    try:
+        create_app()
+        shared = _store_is_shared()
+    except ConfigurationError as exc:
+        raise SystemExit(f"Plant Store: configuration error: {exc}") from None
+    if server.cfg.workers != 1 and not shared:
+        raise SystemExit(
+            f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
+            "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
+            "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
+        )
+
+
+def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
+    """SIGTTIN adds a worker without reading the settings again: hold the in-memory store at one."""
+    if old_value is not None and new_value > 1 and not _store_is_shared():
+        server.log.warning(
+            "Plant Store: staying at 1 worker (asked for %s): the in-memory store cannot be shared "
+            "between workers. Set PLANTS_STORE_URL to a shared store to run more.",
+            new_value,
+        )
+        server.num_workers = 1
+
+
+def post_worker_init(worker: Any) -> None:
+    worker.read_timeout = read_timeout

@@ -1,0 +1,61 @@
+"""Plant stores: the interface, the backends, and the one chosen by URL.
+
+`memory://` (the default) is `MemoryPlantStore`, in this process. `redis://`, `rediss://` (TLS)
+and `unix://` are `RedisPlantStore`, shared by every process that uses the same Redis and prefix.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from .base import Outcome, Plant, PlantStore, StoreFullError, StoreUnavailableError
+from .memory import MemoryPlantStore
+
+__all__ = [
+    "MemoryPlantStore",
+    "Outcome",
+    "Plant",
+    "PlantStore",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "store_from_url",
+]
+
+SCHEMES = ("memory", "redis", "rediss", "unix")
+
+
+def check_url(url: str) -> str:
+    """The URL's scheme, or ValueError saying what is wrong. The message never quotes the URL,
+    which can hold a password."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when it is not a number in range
+    except ValueError:
+        raise ValueError("is not a valid URL (check the port)") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"
+        raise ValueError(f"has scheme {shown}; use memory://, redis://, rediss:// or unix://")
+    if scheme in ("redis", "rediss") and not parts.hostname:
+        raise ValueError(f"names no host: use {scheme}://[user:password@]host:port/db")
+    if scheme == "unix" and not parts.path:
+        raise ValueError("names no socket: use unix:///path/to/redis.sock")
+    if scheme == "memory" and (parts.netloc or parts.path or port):
+        raise ValueError("must be just memory://")
+    db = parts.path.strip("/") if scheme != "unix" else ""
+    if db and not db.isdigit():
+        raise ValueError("names a database that is not a number: use /0 to /15")
+    return scheme
+
+
+def store_from_url(
+    url: str, *, capacity: int, prefix: str, connect_timeout: float, timeout: float
+) -> PlantStore:
+    """The store `url` names. Raises ValueError (without quoting the URL) when it names none."""
+    if check_url(url) == "memory":
+        return MemoryPlantStore(capacity)
+    from .redis import RedisPlantStore  # redis-py is needed only by those who use it
+
+    return RedisPlantStore(
+        url, capacity=capacity, prefix=prefix, connect_timeout=connect_timeout, timeout=timeout
+    )

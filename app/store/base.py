@@ -1,0 +1,54 @@
+"""What every plant store is: the interface the blueprint uses, its outcomes and its failures."""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple, Protocol
+
+
+class Outcome(enum.Enum):
+    """What a create did."""
+
+    CREATED = "created"
+    #: A plant with this id and the same name and tag was already stored (a retry).
+    IDENTICAL = "identical"
+    #: A plant with this id but another name or tag is stored; nothing changed.
+    CONFLICT = "conflict"
+
+
+class Plant(NamedTuple):
+    name: str
+    tag: str | None = None
+
+
+class StoreFullError(Exception):
+    """The store holds its capacity of plants (or its server its memory) and cannot take a new one."""
+
+
+class StoreUnavailableError(Exception):
+    """The store did not answer in time, or cannot write now; the request may be retried.
+
+    The message names what failed for the log; it never contains a password.
+    """
+
+
+class PlantStore(Protocol):
+    """What the blueprint needs of a store. Implementations must be thread-safe."""
+
+    #: True when every process that uses the same settings sees the same plants.
+    shared: bool
+
+    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
+        """Store the plant unless its id is taken, atomically.
+
+        Raises StoreFullError at capacity, StoreUnavailableError when the store cannot answer.
+        """
+        ...
+
+    def get(self, plant_id: int) -> Plant | None: ...
+
+    def __len__(self) -> int: ...
+
+    def ping(self) -> None:
+        """Return when the store answers; raise StoreUnavailableError otherwise."""
+        ...

@@ -1,0 +1,154 @@
+"""Every way of starting the service: one clear line for a bad setting, and never a split store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_error, call
+from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
+
+OK = {"PLANTS_API_TOKENS": TOKEN}
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+BASE_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("PLANTS_", "WEB_CONCURRENCY"))}
+
+
+def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str]:
+    """Start gunicorn; it must exit non-zero before any worker boots. Its output's lines."""
+    env = {**BASE_ENV, "GUNICORN_BIND": f"127.0.0.1:{free_port()}", **env}
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    output = result.stderr + result.stdout
+    assert result.returncode != 0, output
+    assert "Traceback" not in output
+    assert "Booting worker" not in output
+    # gunicorn's own "Starting gunicorn" line, then ours.
+    lines = [line for line in output.splitlines() if "Starting gunicorn" not in line]
+    assert len(lines) == 1, output
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({}, "PLANTS_API_TOKENS"),
+        ({**OK, "PLANTS_MAX_PLANTS": "lots"}, "PLANTS_MAX_PLANTS must be a whole number"),
+        ({**OK, "PLANTS_STORE_TIMEOUT": "soon"}, "PLANTS_STORE_TIMEOUT must be a number"),
+        ({"PLANTS_API_TOKENS_FILE": "/nonexistent/tokens"}, "PLANTS_API_TOKENS_FILE names a file"),
+        ({**OK, "PLANTS_STORE_URL": "mysql://db/plants"}, "PLANTS_STORE_URL has scheme"),
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://user:s3cret-pw@host:port/0"},
+            "PLANTS_STORE_URL is not a valid URL",
+        ),
+        ({**OK, "PLANTS_STORE_URL_FILE": "/nonexistent/url"}, "PLANTS_STORE_URL_FILE"),
+        ({"PLANTS_API_TOKENS": "t" * 8200}, "tokens may have at most 4096 characters"),
+        ({"PLANTS_API_TOKENS": "not a token"}, "not a valid bearer token"),
+    ],
+    ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port", "url-file",
+         "token-too-long", "token-syntax"],
+)  # fmt: skip
+def test_a_bad_setting_is_one_line_naming_it(env, names):
+    (line,) = refused_start(env)
+    assert line.startswith("Plant Store: configuration error: ")
+    assert names in line
+    assert "s3cret-pw" not in line
+    assert "t" * 100 not in line
+
+
+def test_an_over_long_token_could_never_be_sent(tmp_path):
+    # The limit's reason: gunicorn refuses the header line of a token just over it.
+    server = Gunicorn()
+    try:
+        status, _, _ = call(
+            server.connection(), "POST", "/plants", {}, {"Authorization": "Bearer " + "t" * 8200}
+        )
+        assert status == 431
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "args"),
+    [({}, ("--workers", "2")), ({"WEB_CONCURRENCY": "3"}, ())],
+    ids=["--workers", "WEB_CONCURRENCY"],
+)
+def test_the_memory_store_refuses_more_workers_at_start(env, args):
+    (line,) = refused_start({"PLANTS_API_TOKENS": TOKEN, **env}, *args)
+    assert "refusing to start" in line
+    assert "in-memory store" in line
+
+
+def test_the_packaged_config_refuses_from_any_directory(tmp_path):
+    (line,) = refused_start(
+        {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path
+    )
+    assert "refusing to start 4 workers" in line
+
+
+def worker_pids(master_pid: int) -> list[int]:
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def test_sigttin_holds_the_memory_store_at_one_worker():
+    server = Gunicorn()
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGTTIN)
+        deadline = time.monotonic() + 5
+        while "staying at 1 worker" not in server.output():
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
+        time.sleep(1.5)  # a master that did add a worker has forked it by now
+        assert worker_pids(server.process.pid) == [worker]
+        plant = {"id": 5001, "name": "Fern"}
+        statuses = [call(server.connection(), "POST", "/plants", {**plant, "name": f"Fern {n}"}, AUTH)[0]
+                    for n in range(6)]  # fmt: skip
+        assert statuses == [200, 409, 409, 409, 409, 409]
+    finally:
+        server.stop()
+
+
+def test_unconfigured_gunicorn_with_many_workers_never_serves_split(tmp_path):
+    """`gunicorn -w 4 'app:create_app()'` from elsewhere: no config, so no start-time guard."""
+    port = free_port()
+    env = {**BASE_ENV, "PLANTS_API_TOKENS": TOKEN, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "gunicorn.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "app:create_app()"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until_serving(port, process)
+        import http.client
+
+        for number in range(12):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            record = assert_error(
+                *call(conn, "POST", "/plants", {"id": 77, "name": f"Fern {number}"}, AUTH), 500
+            )
+            assert "misconfigured" in record["message"]
+        assert "the in-memory store would be split" in log.read_text()
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_flask_run_config_error_is_one_line():
+    env = {**BASE_ENV, "FLASK_APP": "wsgi"}
+    result = subprocess.run(
+        [sys.executable, "-m", "flask", "run", "--port", str(free_port())],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "PLANTS_API_TOKENS is not set" in result.stderr
