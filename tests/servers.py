@@ -155,3 +155,73 @@ class Nginx:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class RedisServer:
+    """Debian's redis-server on 127.0.0.1 and a unix socket in `directory`, started and stopped here.
+
+    It can be stopped, hung (SIGSTOP), killed (SIGKILL) and started again on the same port,
+    socket and data directory, for the fault tests.
+    """
+
+    def __init__(self, directory: Path, *config: str) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.socket = directory / "redis.sock"
+        self.config = config
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port),
+             "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+             "--dir", str(self.directory), "--save", "", "--protected-mode", "yes",
+             "--logfile", str(self.directory / "redis.log"), *self.config],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((self.directory / "redis.log").read_text(errors="replace"))
+            time.sleep(0.05)
+
+    def command(self, *args: str) -> str:
+        """One command through redis-cli; its reply as text."""
+        return subprocess.run(
+            ["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a hung server must wake up to exit
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

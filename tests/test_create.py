@@ -229,10 +229,8 @@ def test_body_at_the_limit_is_read(client, auth, app):
     assert post(client, auth, body).status_code == 200
 
 
-def test_store_full_is_507_but_replays_and_conflicts_still_answer(auth):
-    from app import create_app
-
-    app = create_app({"PLANTS_API_TOKENS": "test-token-1", "PLANTS_MAX_PLANTS": 2})
+def test_store_full_is_507_but_replays_and_conflicts_still_answer(make_app, auth):
+    app = make_app(PLANTS_MAX_PLANTS=2)
     client = app.test_client()
     for plant_id in (1, 2):
         assert post(client, auth, {"id": plant_id, "name": "Fern"}).status_code == 200

@@ -1,4 +1,4 @@
-"""The in-memory store: outcomes, capacity and atomic creates under threads."""
+"""Both stores: outcomes, capacity, exact round trips and atomic creates under threads."""
 
 from __future__ import annotations
 
@@ -8,11 +8,31 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError
+from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError, store_from_url
 
 
-def test_create_get_len():
-    store = MemoryPlantStore(capacity=10)
+@pytest.fixture
+def make_store(store_settings):
+    stores = []
+
+    def make(capacity: int):
+        store = store_from_url(
+            store_settings.get("PLANTS_STORE_URL", "memory://"),
+            capacity=capacity,
+            prefix=store_settings.get("PLANTS_STORE_PREFIX", "plants"),
+            connect_timeout=1,
+            timeout=1,
+        )
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        getattr(store, "close", lambda: None)()
+
+
+def test_create_get_len(make_store):
+    store = make_store(10)
     assert store.create(1, "Fern", "fern") is Outcome.CREATED
     assert store.create(2, "Cactus", None) is Outcome.CREATED
     assert store.get(1) == Plant("Fern", "fern")
@@ -21,8 +41,8 @@ def test_create_get_len():
     assert len(store) == 2
 
 
-def test_identical_and_conflicting_creates():
-    store = MemoryPlantStore(capacity=10)
+def test_identical_and_conflicting_creates(make_store):
+    store = make_store(10)
     store.create(1, "Fern", "fern")
     assert store.create(1, "Fern", "fern") is Outcome.IDENTICAL
     assert store.create(1, "Fern", None) is Outcome.CONFLICT
@@ -32,8 +52,8 @@ def test_identical_and_conflicting_creates():
     assert len(store) == 1
 
 
-def test_capacity_refuses_only_new_ids():
-    store = MemoryPlantStore(capacity=1)
+def test_capacity_refuses_only_new_ids(make_store):
+    store = make_store(1)
     store.create(1, "Fern", None)
     with pytest.raises(StoreFullError):
         store.create(2, "Cactus", None)
@@ -41,15 +61,15 @@ def test_capacity_refuses_only_new_ids():
     assert len(store) == 1
 
 
-def test_tags_are_interned():
+def test_memory_tags_are_interned():
     store = MemoryPlantStore(capacity=10)
     store.create(1, "a", "".join(["suc", "culent"]))
     store.create(2, "b", "".join(["succ", "ulent"]))
     assert store.get(1).tag is store.get(2).tag
 
 
-def test_concurrent_creates_of_one_id_have_exactly_one_winner():
-    store = MemoryPlantStore(capacity=1000)
+def test_concurrent_creates_of_one_id_have_exactly_one_winner(make_store):
+    store = make_store(1000)
     ids = list(range(50))
     barrier = threading.Barrier(8)
 
@@ -66,3 +86,34 @@ def test_concurrent_creates_of_one_id_have_exactly_one_winner():
         assert outcomes[Outcome.CREATED] == 1
         assert outcomes[Outcome.CREATED] + outcomes[Outcome.IDENTICAL] + outcomes[Outcome.CONFLICT] == 8
     assert len(store) == len(ids)
+
+
+@pytest.mark.parametrize(
+    ("plant_id", "name", "tag"),
+    [
+        (-1, "Fern", None),
+        (-(2**63), "Min", "t"),
+        (2**63 - 1, "Max", None),
+        (65536, "same bucket as 0", None),
+        (0, "12:3:name with colons and digits", "4:x"),
+        (3, "nul \x00 inside", "\x00"),
+        (4, "Ünïcödé 🌵", "多肉植物"),
+        (5, "x" * 200, "t" * 100),
+    ],
+)
+def test_every_plant_comes_back_exactly(make_store, plant_id, name, tag):
+    store = make_store(10)
+    assert store.create(plant_id, name, tag) is Outcome.CREATED
+    assert store.get(plant_id) == Plant(name, tag)
+    assert store.create(plant_id, name, tag) is Outcome.IDENTICAL
+    assert store.create(plant_id, name, None if tag else "t") is Outcome.CONFLICT
+    assert len(store) == 1
+
+
+def test_ids_that_share_a_bucket_stay_apart(make_store):
+    store = make_store(10)
+    for plant_id in (7, 7 + 65536, 7 - 65536):
+        assert store.create(plant_id, f"plant {plant_id}", None) is Outcome.CREATED
+    for plant_id in (7, 7 + 65536, 7 - 65536):
+        assert store.get(plant_id) == Plant(f"plant {plant_id}")
+    assert store.get(7 + 2 * 65536) is None

@@ -1,0 +1,283 @@
+"""The shared store on a real redis-server: many workers and masters, capacity, faults, durability."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import signal
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from app import create_app
+from app.store import Plant, store_from_url
+from tests.conftest import redis_settings
+from tests.helpers import assert_error, call
+from tests.servers import TOKEN, Gunicorn, RedisServer
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+# A client gives up on a request after this long: every answer, even in a fault, comes sooner.
+CLIENT_TIMEOUT = 5
+
+
+def create(port: int, plant: dict) -> tuple[int, http.client.HTTPMessage, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
+    return call(conn, "POST", "/plants", plant, AUTH)
+
+
+def redis_gunicorn(settings: dict[str, str], workers: int = 2, **env: str) -> Gunicorn:
+    return Gunicorn(env={**settings, "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": "4", **env})
+
+
+def open_store(settings: dict[str, str], capacity: int = 1_000_000):
+    return store_from_url(
+        settings["PLANTS_STORE_URL"],
+        capacity=capacity,
+        prefix=settings["PLANTS_STORE_PREFIX"],
+        connect_timeout=1,
+        timeout=1,
+    )
+
+
+def test_two_masters_with_two_workers_each_give_each_id_one_owner(redis_server):
+    settings = redis_settings(redis_server)
+    servers = [redis_gunicorn(settings), redis_gunicorn(settings)]
+    try:
+        ids = range(9000, 9040)
+        # Per id: 4 contenders with the same plant (one 200 creates, the others replay it) and
+        # 4 with names of their own (409), spread over both masters and their workers.
+        jobs = [
+            (servers[n % 2].port, {"id": plant_id, "name": "same" if n < 4 else f"own-{n}"})
+            for plant_id in ids
+            for n in range(8)
+        ]
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda job: (job[1], create(*job)), jobs))
+        by_id: dict[int, Counter] = {plant_id: Counter() for plant_id in ids}
+        for plant, (status, headers, body) in answers:
+            by_id[plant["id"]][(status, plant["name"] == "same")] += 1
+            if status == 409:
+                assert_error(status, headers, body, 409)
+        for plant_id, counts in by_id.items():
+            # The winner is the first writer: either all 4 "same" got 200 (one created, three
+            # replayed) and the 4 others 409, or one "own" won and the 7 others got 409.
+            assert counts[(200, True)] + counts[(200, False)] in (1, 4), (plant_id, counts)
+            assert sum(counts.values()) == 8
+            assert counts[(200, False)] <= 1
+            if counts[(200, False)]:
+                assert counts[(409, True)] == 4
+            else:
+                assert counts[(200, True)] == 4
+        store = open_store(settings)
+        assert len(store) == len(ids)
+        for plant_id in ids:
+            assert store.get(plant_id) is not None
+        store.close()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_capacity_holds_exactly_across_workers(redis_server):
+    settings = redis_settings(redis_server)
+    server = redis_gunicorn(settings, PLANTS_MAX_PLANTS="25")
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda n: create(server.port, {"id": n, "name": "Fern"}), range(60)))
+        statuses = Counter(status for status, _, _ in answers)
+        assert statuses == {200: 25, 507: 35}
+        for status, headers, body in answers:
+            if status == 507:
+                assert_error(status, headers, body, 507)
+        assert len(open_store(settings)) == 25
+    finally:
+        server.stop()
+
+
+class CreateLoad:
+    """Threads sending creates of new ids until stopped or until `limit` requests; every answer kept."""
+
+    def __init__(self, port: int, threads: int = 4, limit: int = 20_000) -> None:
+        self.port = port
+        self.answers: list[tuple[int, int, dict, str | None]] = []  # (id, status, body, Retry-After)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._limit = limit
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                plant_id = next(self._ids)
+                if plant_id > self._limit:
+                    return
+            status, headers, body = create(self.port, {"id": plant_id, "name": f"Plant {plant_id}"})
+            with self._lock:
+                self.answers.append((plant_id, status, json.loads(body), headers["Retry-After"]))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.answers)
+
+    def wait_for(self, more: int, timeout: float = 30) -> None:
+        target, deadline = self.count() + more, time.monotonic() + timeout
+        while self.count() < target:
+            assert time.monotonic() < deadline, "the load stalled"
+            time.sleep(0.01)
+
+    def stop(self) -> list[tuple[int, int, dict, str | None]]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(CLIENT_TIMEOUT * 2)
+            assert not thread.is_alive()
+        return self.answers
+
+
+def assert_only_200_and_503(answers) -> Counter:
+    statuses = Counter(status for _, status, _, _ in answers)
+    assert set(statuses) <= {200, 503}, statuses
+    for _, status, body, retry_after in answers:
+        if status == 503:
+            assert body["error"] == 503
+            assert retry_after == "1"
+    return statuses
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    server = RedisServer(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("fault", ["hung", "stopped"])
+def test_a_redis_fault_mid_load_is_503_then_recovers(own_redis, fault):
+    settings = redis_settings(own_redis)
+    server = redis_gunicorn(
+        settings, workers=1, PLANTS_STORE_TIMEOUT="0.5", PLANTS_STORE_CONNECT_TIMEOUT="0.5"
+    )
+    load = CreateLoad(server.port)
+    try:
+        load.wait_for(50)
+        if fault == "hung":
+            own_redis.signal(signal.SIGSTOP)
+        else:
+            own_redis.stop()
+        during = load.count()
+        load.wait_for(20)  # answered while Redis cannot answer
+        status, headers, body = call(server.connection(), "GET", "/readyz")
+        assert_error(status, headers, body, 503)
+        assert headers["Retry-After"] == "1"
+        if fault == "hung":
+            own_redis.signal(signal.SIGCONT)
+        else:
+            own_redis.start()
+        recovered = load.count()
+        load.wait_for(50)
+        assert call(server.connection(), "GET", "/readyz")[0] == 200
+    finally:
+        answers = load.stop()
+        server.stop()
+    statuses = assert_only_200_and_503(answers)
+    assert Counter(status for _, status, _, _ in answers[during : during + 20])[503] >= 1
+    assert answers[-1][1] == 200, "the service did not recover by itself"
+    assert recovered < len(answers)
+    assert "Traceback" not in server.output()
+    assert statuses[200] >= 100
+
+
+def test_kill_9_loses_no_acknowledged_create_with_appendfsync_always(own_redis):
+    settings = redis_settings(own_redis)
+    server = redis_gunicorn(
+        settings, workers=2, PLANTS_STORE_TIMEOUT="0.5", PLANTS_STORE_CONNECT_TIMEOUT="0.5"
+    )
+    load = CreateLoad(server.port)
+    try:
+        load.wait_for(300)
+        own_redis.kill()
+        load.wait_for(10)
+        own_redis.start()  # replays its append-only file
+    finally:
+        answers = load.stop()
+        server.stop()
+    assert_only_200_and_503(answers)
+    acknowledged = [plant_id for plant_id, status, _, _ in answers if status == 200]
+    assert len(acknowledged) >= 300
+    store = open_store(settings)
+    for plant_id in acknowledged:
+        assert store.get(plant_id) == Plant(f"Plant {plant_id}")
+    store.close()
+
+
+def test_a_service_restart_keeps_every_plant(redis_server):
+    settings = redis_settings(redis_server)
+    server = redis_gunicorn(settings)
+    try:
+        for plant_id in range(20):
+            assert create(server.port, {"id": plant_id, "name": "Fern", "tag": "fern"})[0] == 200
+    finally:
+        server.stop()
+    server = redis_gunicorn(settings)
+    try:
+        for plant_id in range(20):
+            assert create(server.port, {"id": plant_id, "name": "Fern", "tag": "fern"})[0] == 200
+            assert_error(*create(server.port, {"id": plant_id, "name": "Other"}), 409)
+    finally:
+        server.stop()
+
+
+def test_the_service_starts_while_redis_is_down_and_serves_once_it_is_up(tmp_path):
+    redis = RedisServer(tmp_path)
+    redis.stop()
+    settings = redis_settings(redis)
+    server = redis_gunicorn(settings, workers=1)
+    try:
+        assert_error(*call(server.connection(), "GET", "/readyz"), 503)
+        status, headers, body = create(server.port, {"id": 1, "name": "Fern"})
+        assert_error(status, headers, body, 503)
+        assert headers["Retry-After"] == "1"
+        redis.start()
+        assert call(server.connection(), "GET", "/readyz")[:1] == (200,)
+        assert create(server.port, {"id": 1, "name": "Fern"})[0] == 200
+    finally:
+        server.stop()
+        redis.stop()
+
+
+def test_a_read_only_replica_is_503(redis_server, tmp_path):
+    replica = RedisServer(tmp_path, "--replicaof", "127.0.0.1", str(redis_server.port))
+    server = redis_gunicorn(redis_settings(replica), workers=1)
+    try:
+        status, headers, body = create(server.port, {"id": 1, "name": "Fern"})
+        assert_error(status, headers, body, 503)
+        assert headers["Retry-After"] == "1"
+    finally:
+        server.stop()
+        replica.stop()
+
+
+def test_redis_out_of_memory_is_507(tmp_path):
+    redis = RedisServer(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+    try:
+        app = create_app({"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)})
+        client = app.test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        statuses = Counter()
+        for plant_id in range(20_000):
+            response = client.post("/plants", json={"id": plant_id, "name": "x" * 150}, headers=auth)
+            statuses[response.status_code] += 1
+            if response.status_code != 200:
+                assert response.status_code == 507
+                assert response.json["error"] == 507
+                break
+        assert statuses[507] == 1
+        assert statuses[200] > 100
+    finally:
+        redis.stop()
