@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
@@ -44,16 +44,22 @@ def credentials_problem(header: str | None, accepted: Iterable[bytes]) -> HTTPEx
     return None
 
 
-def require_bearer_token() -> Response | None:
-    """before_request hook: let the request through only with an accepted bearer token.
+def bearer_hook(public_views: frozenset[str]) -> Callable[[], Response | None]:
+    """A before_request hook: let a request through only with an accepted bearer token.
 
-    It runs before the body is read, so an unauthenticated client cannot make
-    the service read or parse anything. A refusal is returned, not raised: Flask
-    then answers with it and skips the view, without its exception handling.
+    Views named in `public_views` (by endpoint name within the blueprint) need none. The
+    hook runs before the body is read, so an unauthenticated client cannot make the service
+    read or parse anything. A refusal is returned, not raised: Flask then answers with it and
+    skips the view, without its exception handling.
     """
-    if request.url_rule is not None and request.url_rule.endpoint == "plants.other_method":
-        return None  # its 405 says only which method to use
-    problem = credentials_problem(
-        request.environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
-    )
-    return None if problem is None else error_response(problem)
+
+    def require_bearer_token() -> Response | None:
+        rule = request.url_rule
+        if rule is not None and rule.endpoint.rpartition(".")[2] in public_views:
+            return None
+        problem = credentials_problem(
+            request.environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
+        )
+        return None if problem is None else error_response(problem)
+
+    return require_bearer_token

@@ -28,8 +28,8 @@ from werkzeug.exceptions import (
 )
 from werkzeug.wsgi import get_content_length
 
-from . import strict_json
-from .auth import require_bearer_token
+from . import docs, strict_json
+from .auth import bearer_hook
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import (
@@ -56,8 +56,8 @@ class PlantsState:
 
 
 bp = Blueprint("plants", __name__)
-bp.before_request(require_bearer_token)
 register_json_errors(bp)
+docs.add_routes(bp)
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
@@ -199,6 +199,10 @@ OTHER_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
 @bp.route("/plants", methods=OTHER_METHODS, provide_automatic_options=False)
 def other_method() -> Response:
     raise MethodNotAllowed(valid_methods=["POST"])
+
+
+# Registered last, after every route it names: the 405 above says only which method to use.
+bp.before_request(bearer_hook(docs.PUBLIC_VIEWS | {"other_method"}))
 
 
 def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:

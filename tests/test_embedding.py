@@ -155,3 +155,60 @@ def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
         statuses = sorted(status for pid, status in results if pid == plant_id)
         assert statuses == [200, 409, 409, 409, 409, 409]
     assert len(store) == len(ids)
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(method):
+    host = make_host()
+
+    @host.errorhandler(405)
+    def host_method_not_allowed(error):
+        return "<h1>host's own 405</h1>", 405
+
+    response = host.test_client().open("/api/v1/plants", method=method)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST"
+    assert response.headers["Content-Type"] == "application/json"
+    if method != "HEAD":
+        assert response.json == {"error": 405, "message": "The method is not allowed for the requested URL."}
+
+
+def test_missing_tokens_name_the_hosts_config():
+    host = Flask("host")
+    with pytest.raises(ConfigurationError) as raised:
+        host.register_blueprint(bp)
+    assert str(raised.value).startswith('app.config["PLANTS_API_TOKENS"] is not set')
+    assert 'app.config["PLANTS_API_TOKENS_FILE"]' in str(raised.value)
+
+
+def test_the_document_and_the_page_live_under_the_prefix():
+    client = make_host().test_client()
+    document = client.get("/api/v1/openapi.json")
+    assert document.status_code == 200
+    assert document.json["servers"] == [{"url": "/api/v1"}]
+    assert "/plants" in document.json["paths"]
+    page = client.get("/api/v1/docs")
+    assert page.status_code == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    assert page.headers["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self';")
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    html = page.get_data(as_text=True)
+    assert 'src="docs/assets/swagger-ui-bundle.js"' in html
+    assert "host-token" not in html
+    asset = client.get("/api/v1/docs/assets/swagger-ui-bundle.js")
+    assert asset.status_code == 200
+    assert asset.headers["X-Content-Type-Options"] == "nosniff"
+    assert client.get("/api/v1/docs/assets/swagger-editor.js").status_code == 404
+    assert client.get("/openapi.json").status_code == 404  # the host's, not the blueprint's
+
+
+def test_a_host_can_turn_the_page_off():
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS="host-token", PLANTS_DOCS=False)
+    host.register_blueprint(bp, url_prefix="/api")
+    client = host.test_client()
+    response = client.get("/api/docs")
+    assert response.status_code == 404
+    assert response.json["error"] == 404
+    assert client.get("/api/docs/assets/swagger-ui-bundle.js").status_code == 404
+    assert client.get("/api/openapi.json").status_code == 200

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
 import time
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
@@ -53,11 +55,16 @@ def connect(port: int, tls: bool = False) -> http.client.HTTPConnection:
 
 
 def access_log_line(app: Gunicorn, marker: str) -> str:
+    """The access line with `marker`, after its timestamp (UTC, RFC 3339, milliseconds)."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         lines = [line for line in app.output().splitlines() if marker in line]
         if lines:
-            return lines[0]
+            timestamp, _, rest = lines[0].partition(" ")
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", timestamp), lines[0]
+            when = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%f%z")
+            assert abs((datetime.now(UTC) - when).total_seconds()) < 60
+            return rest
         time.sleep(0.05)
     raise AssertionError(f"no access log line for {marker}")
 

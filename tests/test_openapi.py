@@ -52,10 +52,11 @@ def test_document_keeps_the_seed_facts(document):
 
 def test_document_lists_every_status_the_service_returns(document):
     responses = document["paths"]["/plants"]["post"]["responses"]
-    assert set(responses) == {"200", "400", "401", "408", "409", "413", "415", "507"}
+    assert set(responses) == {"200", "400", "401", "408", "409", "413", "415", "503", "507"}
     unauthorized = deref(document, responses["401"])
     assert unauthorized["headers"]["WWW-Authenticate"]["required"] is True
-    for status in ("400", "401", "408", "409", "413", "415", "507"):
+    assert deref(document, responses["503"])["headers"]["Retry-After"]["required"] is True
+    for status in ("400", "401", "408", "409", "413", "415", "503", "507"):
         schema = deref(document, responses[status])["content"]["application/json"]["schema"]
         assert deref(document, schema) is document["components"]["schemas"]["Error"]
     assert (
@@ -66,6 +67,7 @@ def test_document_lists_every_status_the_service_returns(document):
 
 def test_unauthenticated_endpoints_declare_no_security(document):
     assert document["paths"]["/healthz"]["get"]["security"] == []
+    assert document["paths"]["/readyz"]["get"]["security"] == []
     assert document["paths"]["/openapi.json"]["get"]["security"] == []
 
 
@@ -98,3 +100,25 @@ def test_document_agrees_with_the_marshmallow_schemas(document, name, schema: Sc
         assert component["additionalProperties"] is False
         assert schema.unknown == RAISE
         assert properties["id"]["format"] == "int64"
+
+
+def test_every_reference_names_a_component(document):
+    """Generators (openapi-python-client) drop operations whose schemas point inside another's."""
+    refs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert refs
+    for ref in refs:
+        parts = node_ref_parts(ref)
+        assert len(parts) == 3, ref
+        assert parts[0] == "components", ref

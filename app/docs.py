@@ -1,0 +1,121 @@
+"""The interface document and the interactive API page (Swagger UI), both public.
+
+`GET <prefix>/openapi.json` is app/openapi.yaml with `servers` set to where the blueprint is
+mounted, so "Try it out" calls the right URL behind a host's prefix or a proxy's. `GET
+<prefix>/docs` is Swagger UI, from the swagger-ui-py package's own files, served here: no CDN,
+nothing downloaded at run time. The page holds no token: "Authorize" asks the person for one,
+and Swagger UI keeps it in the page's memory only. `PLANTS_DOCS=false` turns the page off.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+import yaml
+from flask import Blueprint, Response, current_app, request, send_from_directory
+from werkzeug.exceptions import NotFound
+
+from .settings import boolean_setting
+
+#: Only the page's own sources may load: the assets and the document, from this service.
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+#: The Swagger UI files the page uses, out of the package's static folder.
+ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png"})
+
+# Relative URLs throughout: the page works under any prefix without knowing it.
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Plant Store API</title>
+<link rel="stylesheet" href="docs/assets/swagger-ui.css">
+<link rel="icon" type="image/png" href="docs/assets/favicon-32x32.png">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="docs/assets/swagger-ui-bundle.js"></script>
+<script src="docs/init.js"></script>
+</body>
+</html>
+"""
+INIT_SCRIPT = """window.addEventListener("load", function () {
+  window.ui = SwaggerUIBundle({
+    url: "openapi.json",
+    dom_id: "#swagger-ui",
+    presets: [SwaggerUIBundle.presets.apis],
+    layout: "BaseLayout",
+    validatorUrl: null,
+    persistAuthorization: false,
+    tryItOutEnabled: true
+  });
+});
+"""
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    """The shipped openapi.yaml, parsed once (read only)."""
+    return yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
+
+
+@functools.lru_cache(maxsize=16)
+def document_bytes(base: str) -> bytes:
+    """The document as JSON, served from `base` (the mount point's path)."""
+    return json.dumps({**_document(), "servers": [{"url": base or "/"}]}, ensure_ascii=False).encode()
+
+
+def _mount_point(suffix: str) -> str:
+    """The path the blueprint is mounted at, from the rule that routed this request."""
+    assert request.url_rule is not None
+    return request.script_root + request.url_rule.rule.removesuffix(suffix)
+
+
+def openapi() -> Response:
+    return Response(document_bytes(_mount_point("/openapi.json")), mimetype="application/json")
+
+
+def _require_docs_enabled() -> None:
+    if not boolean_setting(current_app.config, "PLANTS_DOCS"):
+        raise NotFound("The API page is turned off (PLANTS_DOCS).")
+
+
+def page() -> Response:
+    _require_docs_enabled()
+    return Response(PAGE, mimetype="text/html", headers=PAGE_HEADERS)
+
+
+def init_script() -> Response:
+    _require_docs_enabled()
+    return Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS)
+
+
+def asset(name: str) -> Response:
+    _require_docs_enabled()
+    if name not in ASSETS:
+        raise NotFound()
+    response = send_from_directory(str(resources.files("swagger_ui") / "static"), name, max_age=86400)
+    response.headers.update(PAGE_HEADERS)
+    return response
+
+
+#: Views that need no token; the bearer hook lets them through.
+PUBLIC_VIEWS = frozenset({"openapi", "page", "init_script", "asset"})
+
+
+def add_routes(bp: Blueprint) -> None:
+    """Route the document and the page on the plants blueprint."""
+    bp.add_url_rule("/openapi.json", view_func=openapi, methods=["GET"])
+    bp.add_url_rule("/docs", view_func=page, methods=["GET"])
+    bp.add_url_rule("/docs/init.js", view_func=init_script, methods=["GET"])
+    bp.add_url_rule("/docs/assets/<name>", view_func=asset, methods=["GET"])
