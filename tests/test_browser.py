@@ -1,0 +1,82 @@
+"""The API page in a real browser: Debian's headless chromium, driven by selenium through chromedriver.
+
+Nothing is downloaded: selenium is pointed at /usr/bin/chromium and /usr/bin/chromedriver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.helpers import assert_error, call
+from tests.servers import TOKEN, Gunicorn
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = Gunicorn()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    monkeypatch.setenv("SE_OFFLINE", "true")  # selenium's manager must not look anything up
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def visible(driver, css: str, timeout: float = 20):
+    return WebDriverWait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def test_the_page_authorizes_and_creates_a_plant(server, browser, tmp_path):
+    browser.get(f"http://127.0.0.1:{server.port}/docs")
+    operation = visible(browser, ".opblock-post")
+    assert (
+        operation.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+        == "/plants"
+    )
+
+    visible(browser, ".auth-wrapper button.authorize").click()
+    visible(browser, ".modal-ux input").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, ".modal-ux .auth-btn-wrapper button.authorize").click()
+    visible(browser, ".modal-ux button.btn-done").click()
+
+    operation.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    body = visible(browser, ".opblock-post textarea.body-param__text")
+    body.clear()
+    body.send_keys(json.dumps({"id": 424242, "name": "Browser fern", "tag": "fern"}))
+    visible(browser, ".opblock-post button.execute").click()
+
+    status = visible(browser, ".live-responses-table .response .response-col_status")
+    assert status.text.strip() == "200"
+    shown = browser.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
+    assert json.loads(shown) == {"name": "Browser fern", "tag": "fern"}
+
+    screenshot = tmp_path / "api-page.png"
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(screenshot))
+    print(f"screenshot of the API page: {screenshot}")
+
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
+    # The page's create reached the store: the same id with another name conflicts.
+    assert_error(*call(server.connection(), "POST", "/plants", {"id": 424242, "name": "Other"}, AUTH), 409)
+    assert os.path.getsize(screenshot) > 10_000
