@@ -31,11 +31,13 @@ from werkzeug.wsgi import get_content_length
 from . import docs, strict_json
 from .auth import bearer_hook
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
+from .metrics import Metrics, count_store_error, exposition, record, start_timer
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import (
     DEFAULTS,
     ConfigurationError,
     api_tokens,
+    boolean_setting,
     integer_setting,
     seconds_setting,
     store_prefix,
@@ -53,11 +55,15 @@ class PlantsState:
 
     tokens: tuple[bytes, ...]
     store: PlantStore
+    metrics: Metrics | None
 
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
 docs.add_routes(bp)
+bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
+bp.before_request(start_timer)  # first: refusals are timed too
+bp.after_request(record)
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
@@ -86,7 +92,11 @@ def state_from_config(config: Mapping[str, Any]) -> PlantsState:
     except ValueError as exc:
         key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
         raise ConfigurationError(key, str(exc)) from None
-    return PlantsState(tokens=tuple(token.encode("ascii") for token in tokens), store=store)
+    return PlantsState(
+        tokens=tuple(token.encode("ascii") for token in tokens),
+        store=store,
+        metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
+    )
 
 
 def get_store(app: Flask) -> PlantStore:
@@ -208,6 +218,7 @@ bp.before_request(bearer_hook(docs.PUBLIC_VIEWS | {"other_method"}))
 def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
     """The 503 for a store that did not answer in time; the client may retry after a second."""
     log.warning("The plant store did not answer: %s", exc)
+    count_store_error(exc.reason)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
 
 

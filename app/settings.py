@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "PLANTS_STORE_CONNECT_TIMEOUT": 1.0,
     "PLANTS_STORE_TIMEOUT": 1.0,
     "PLANTS_DOCS": True,
+    "PLANTS_METRICS": True,
 }
 
 # RFC 6750 §2.1 b64token: the only characters a bearer token can have.

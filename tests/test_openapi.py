@@ -68,6 +68,8 @@ def test_document_lists_every_status_the_service_returns(document):
 def test_unauthenticated_endpoints_declare_no_security(document):
     assert document["paths"]["/healthz"]["get"]["security"] == []
     assert document["paths"]["/readyz"]["get"]["security"] == []
+    assert document["paths"]["/docs"]["get"]["security"] == []
+    assert "security" not in document["paths"]["/metrics"]["get"]  # the document's bearer default
     assert document["paths"]["/openapi.json"]["get"]["security"] == []
 
 

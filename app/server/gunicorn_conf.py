@@ -15,6 +15,9 @@ store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are hon
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 wsgi_app = "app:create_app()"
@@ -62,8 +65,23 @@ def _store_is_shared() -> bool:
     return check_url(store_url(from_environ())) != "memory"
 
 
+def _prepare_metrics_directory(server: Any) -> None:
+    """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
+    and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
+    one; a named one is emptied of an earlier run's files."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        for stale in Path(directory).glob("*.db"):
+            stale.unlink()
+    else:
+        directory = tempfile.mkdtemp(prefix="plants-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        server.plants_metrics_directory = directory
+
+
 def on_starting(server: Any) -> None:
     """Check every setting by building the app once, as each worker will; refuse a split store."""
+    _prepare_metrics_directory(server)  # before prometheus_client is first imported
     from app import ConfigurationError, create_app
 
     try:
@@ -92,3 +110,15 @@ def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None
 
 def post_worker_init(worker: Any) -> None:
     worker.read_timeout = read_timeout
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    directory = getattr(server, "plants_metrics_directory", None)
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)

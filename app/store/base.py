@@ -28,8 +28,13 @@ class StoreFullError(Exception):
 class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 
-    The message names what failed for the log; it never contains a password.
+    `reason` is one of `timeout`, `connection`, `read_only` or `other`. The message names
+    what failed, for the log; it never contains a password.
     """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class PlantStore(Protocol):

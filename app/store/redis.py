@@ -17,7 +17,8 @@ from __future__ import annotations
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .base import Outcome, Plant, StoreFullError, StoreUnavailableError
@@ -118,4 +119,12 @@ class RedisPlantStore:
 def _unavailable(exc: RedisError) -> StoreUnavailableError:
     # Only the class: redis-py's messages can name the host, never the password, but a
     # class name is all an operator needs next to the request's 503.
-    return StoreUnavailableError(f"Redis: {type(exc).__name__}")
+    if isinstance(exc, RedisTimeoutError):
+        reason = "timeout"
+    elif isinstance(exc, RedisConnectionError):
+        reason = "connection"
+    elif isinstance(exc, ReadOnlyError):
+        reason = "read_only"
+    else:
+        reason = "other"
+    return StoreUnavailableError(reason, f"Redis: {type(exc).__name__}")

@@ -1,0 +1,144 @@
+"""Prometheus metrics for the plants blueprint, served at `<prefix>/metrics` behind the bearer token.
+
+Per application (in `extensions["plants"]`): its own registry with
+
+- `plants_http_requests_total{route, method, status}` and
+- `plants_http_request_duration_seconds{route}` (a histogram), for every request the blueprint
+  routes, refusals included;
+- `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `connection`,
+  `read_only`, `other`);
+- `plants_stored`: how many plants the store holds, read from the store at scrape time.
+
+Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
+reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
+directory. prometheus_client chooses the mode when it is first imported, so it is imported only
+when an app is built, after the configuration has set the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, Response, current_app, request
+from werkzeug.exceptions import InternalServerError
+
+from .store import PlantStore, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+_START = "plants.started"
+# Request durations in seconds: a create takes about 0.3 ms; Redis faults take up to the timeouts.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    """One application's metrics and the registry they are exposed from."""
+
+    def __init__(self, store: PlantStore) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "plants_http_requests",
+            "Requests the plants blueprint answered.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "plants_http_request_duration_seconds",
+            "Time from routing to the response, per route.",
+            ["route"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.store_errors = Counter(
+            "plants_store_errors",
+            "Store calls that failed and were answered 503.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._store_collector = _StoreCollector(store)
+        self.registry.register(self._store_collector)
+
+    def exposition_registry(self) -> CollectorRegistry:
+        """This process's registry, or, in multiprocess mode, one that sums every worker's files."""
+        if not self.multiprocess:
+            return self.registry
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        registry.register(self._store_collector)
+        return registry
+
+
+class _StoreCollector:
+    """`plants_stored`, asked of the store at scrape time (left out when the store cannot answer)."""
+
+    def __init__(self, store: PlantStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            stored = len(self._store)
+        except StoreUnavailableError:
+            return
+        yield GaugeMetricFamily("plants_stored", "Plants in the store.", value=stored)
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+def _metrics(app: Flask) -> Metrics | None:
+    return app.extensions["plants"].metrics
+
+
+def start_timer() -> None:
+    """before_request, first of the blueprint's hooks."""
+    request.environ[_START] = time.perf_counter()
+
+
+def record(response: Response) -> Response:
+    """after_request: count the answer, refusals and errors included."""
+    metrics = _metrics(current_app)
+    started = request.environ.get(_START)
+    if metrics is not None and started is not None:
+        rule = request.url_rule
+        route = rule.rule if rule is not None else "unrouted"
+        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+        metrics.duration.labels(route).observe(time.perf_counter() - started)
+    return response
+
+
+def count_store_error(reason: str) -> None:
+    metrics = _metrics(current_app)
+    if metrics is not None:
+        metrics.store_errors.labels(reason).inc()
+
+
+class SplitMetricsRefused(InternalServerError):
+    description = (
+        "Metrics are not available: this server runs several worker processes without "
+        "PROMETHEUS_MULTIPROC_DIR, so one worker's counts would be reported as the total."
+    )
+
+
+def exposition() -> Response:
+    """The view: the Prometheus text format."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from werkzeug.exceptions import NotFound
+
+    metrics = _metrics(current_app)
+    if metrics is None:
+        raise NotFound("Metrics are turned off (PLANTS_METRICS).")
+    if request.environ.get("wsgi.multiprocess") and not metrics.multiprocess:
+        raise SplitMetricsRefused()
+    return Response(generate_latest(metrics.exposition_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,96 @@
+"""/metrics: the Prometheus text format, behind the bearer token, exact across gunicorn workers."""
+
+from __future__ import annotations
+
+import http.client
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from app import create_app
+from tests.conftest import redis_settings
+from tests.helpers import call, error_of
+from tests.servers import TOKEN, Gunicorn, free_port
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of a scrape, by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def request_count(scrape: dict, route: str, method: str, status: str) -> float:
+    return scrape.get(
+        ("plants_http_requests_total", (("method", method), ("route", route), ("status", status))), 0.0
+    )
+
+
+def test_requests_refusals_latency_and_plants_are_counted(client, auth):
+    for plant_id in range(3):
+        assert client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth).status_code == 200
+    assert client.post("/plants", json={"id": 0, "name": "Other"}, headers=auth).status_code == 409
+    assert client.post("/plants", json={"id": 9, "name": "Fern"}).status_code == 401
+    assert client.get("/plants").status_code == 405
+    response = client.get("/metrics", headers=auth)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    scrape = samples(response.get_data(as_text=True))
+    assert request_count(scrape, "/plants", "POST", "200") == 3
+    assert request_count(scrape, "/plants", "POST", "409") == 1
+    assert request_count(scrape, "/plants", "POST", "401") == 1
+    assert request_count(scrape, "/plants", "GET", "405") == 1
+    assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants"),))] == 6
+    assert scrape[("plants_stored", ())] == 3
+
+
+def test_metrics_need_the_token(client):
+    error_of(client.get("/metrics"), 401)
+
+
+def test_metrics_can_be_turned_off(make_app, auth):
+    client = make_app(PLANTS_METRICS=False).test_client()
+    assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
+    error_of(client.get("/metrics", headers=auth), 404)
+
+
+def test_store_errors_are_counted_by_reason():
+    app = create_app({"PLANTS_API_TOKENS": TOKEN, "PLANTS_STORE_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    client = app.test_client()
+    for _ in range(2):
+        error_of(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH), 503)
+    scrape = samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
+    assert scrape[("plants_store_errors_total", (("reason", "connection"),))] == 2
+    assert ("plants_stored", ()) not in scrape  # the store could not say
+
+
+def test_counts_are_exact_across_two_workers(redis_server, tmp_path):
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    (directory / "counter_1.db").write_bytes(b"stale")  # an earlier run's file is cleared at start
+    settings = redis_settings(redis_server)
+    server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    total = 240
+    try:
+
+        def create(plant_id: int) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            body = {"id": plant_id, "name": "Fern"}
+            return call(conn, "POST", "/plants", body, {**AUTH, "Content-Type": "application/json"})[0]
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(create, range(total))) == {200}
+        writers = {path.stem.rpartition("_")[2] for path in directory.glob("counter_*.db")}
+        assert len(writers) == 2, "the requests did not reach both workers"
+        status, _, body = call(server.connection(), "GET", "/metrics", headers=AUTH)
+        assert status == 200
+        scrape = samples(body.decode())
+        assert request_count(scrape, "/plants", "POST", "200") == total
+        assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants"),))] == total
+        assert scrape[("plants_stored", ())] == total
+    finally:
+        server.stop()
