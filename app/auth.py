@@ -12,12 +12,13 @@ from .errors import InvalidToken, MalformedCredentials, MissingCredentials, erro
 from .settings import TOKEN_SYNTAX
 
 
-def token_accepted(token: str, accepted: Iterable[bytes]) -> bool:
-    """Compare `token` with every accepted token in constant time, without stopping early."""
+def accepted_token(token: str, accepted: Iterable[bytes]) -> bytes | None:
+    """The accepted token equal to `token`, comparing with every one in constant time."""
     presented = token.encode("ascii")
-    matched = False
+    matched = None
     for candidate in accepted:
-        matched |= hmac.compare_digest(candidate, presented)
+        if hmac.compare_digest(candidate, presented):
+            matched = candidate
     return matched
 
 
@@ -28,38 +29,59 @@ NOT_BEARER = MissingCredentials("The Authorization header must use the Bearer sc
 MALFORMED_TOKEN = MalformedCredentials("The bearer token is empty or is not a valid token.")
 TOKEN_NOT_ACCEPTED = InvalidToken("The bearer token is not accepted.")
 
+#: An authentication's outcome: the refusal, or None and the accepted token.
+Outcome = tuple[HTTPException | None, bytes | None]
 
-def credentials_problem(header: str | None, accepted: Iterable[bytes]) -> HTTPException | None:
-    """Why an Authorization header value is refused, or None when its bearer token is accepted."""
+
+def check_credentials(header: str | None, accepted: Iterable[bytes]) -> Outcome:
+    """Why an Authorization header value is refused, or (None, the token) when it is accepted."""
     if header is None:
-        return NO_CREDENTIALS
+        return NO_CREDENTIALS, None
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() != "bearer":
-        return NOT_BEARER
+        return NOT_BEARER, None
     token = credentials.strip(" ")
     if not TOKEN_SYNTAX.fullmatch(token):
-        return MALFORMED_TOKEN
-    if not token_accepted(token, accepted):
-        return TOKEN_NOT_ACCEPTED
-    return None
+        return MALFORMED_TOKEN, None
+    matched = accepted_token(token, accepted)
+    if matched is None:
+        return TOKEN_NOT_ACCEPTED, None
+    return None, matched
+
+
+_OUTCOME = "plants.authentication"
+
+
+def authenticate() -> Outcome:
+    """This request's authentication, computed once: the rate limits ask before the hook does."""
+    environ = request.environ
+    outcome = environ.get(_OUTCOME)
+    if outcome is None:
+        outcome = environ[_OUTCOME] = check_credentials(
+            environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
+        )
+    return outcome
+
+
+def is_public(public_views: frozenset[str]) -> bool:
+    """Whether this request is for a view that needs no token (by its name within the blueprint)."""
+    rule = request.url_rule
+    return rule is not None and rule.endpoint.rpartition(".")[2] in public_views
 
 
 def bearer_hook(public_views: frozenset[str]) -> Callable[[], Response | None]:
     """A before_request hook: let a request through only with an accepted bearer token.
 
-    Views named in `public_views` (by endpoint name within the blueprint) need none. The
-    hook runs before the body is read, so an unauthenticated client cannot make the service
-    read or parse anything. A refusal is returned, not raised: Flask then answers with it and
-    skips the view, without its exception handling.
+    Views named in `public_views` need none. The hook runs before the body is read, so an
+    unauthenticated client cannot make the service read or parse anything. A refusal is
+    returned, not raised: Flask then answers with it and skips the view, without its
+    exception handling.
     """
 
     def require_bearer_token() -> Response | None:
-        rule = request.url_rule
-        if rule is not None and rule.endpoint.rpartition(".")[2] in public_views:
+        if is_public(public_views):
             return None
-        problem = credentials_problem(
-            request.environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
-        )
+        problem, _ = authenticate()
         return None if problem is None else error_response(problem)
 
     return require_bearer_token

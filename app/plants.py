@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from flask import Blueprint, Flask, Request, Response, current_app, request
+from flask import Blueprint, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
+from redis.exceptions import RedisError
 from werkzeug.exceptions import (
     BadRequest,
     ClientDisconnected,
@@ -31,31 +31,15 @@ from werkzeug.wsgi import get_content_length
 from . import docs, strict_json
 from .auth import bearer_hook
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
-from .metrics import Metrics, count_store_error, exposition, record, start_timer
+from .metrics import count_store_error, exposition, record, start_timer
+from .rate_limits import add_rate_limit_headers
 from .schemas import NewPlantSchema, PlantSchema
-from .settings import (
-    DEFAULTS,
-    ConfigurationError,
-    api_tokens,
-    boolean_setting,
-    integer_setting,
-    seconds_setting,
-    store_prefix,
-    store_url,
-)
-from .store import Outcome, PlantStore, StoreFullError, StoreUnavailableError, store_from_url
+from .settings import DEFAULTS
+from .state import EXTENSION, get_store, state_for
+from .store import Outcome, PlantStore, StoreFullError, StoreUnavailableError
+from .store.redis import unavailable
 
-EXTENSION = "plants"
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PlantsState:
-    """Everything the blueprint keeps per application."""
-
-    tokens: tuple[bytes, ...]
-    store: PlantStore
-    metrics: Metrics | None
 
 
 bp = Blueprint("plants", __name__)
@@ -64,6 +48,8 @@ docs.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
 bp.before_request(start_timer)  # first: refusals are timed too
 bp.after_request(record)
+bp.after_request(add_rate_limit_headers)
+bp.register_error_handler(RedisError, lambda exc: error_response(store_unavailable(unavailable(exc))))
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
@@ -74,34 +60,7 @@ def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     app = setup.app
     if EXTENSION not in app.extensions:
-        app.extensions[EXTENSION] = state_from_config(app.config)
-
-
-def state_from_config(config: Mapping[str, Any]) -> PlantsState:
-    """The blueprint's state for an app's config; ConfigurationError names what is wrong."""
-    tokens = api_tokens(config)
-    url = store_url(config)
-    try:
-        store = store_from_url(
-            url,
-            capacity=integer_setting(config, "PLANTS_MAX_PLANTS"),
-            prefix=store_prefix(config),
-            connect_timeout=seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT"),
-            timeout=seconds_setting(config, "PLANTS_STORE_TIMEOUT"),
-        )
-    except ValueError as exc:
-        key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
-        raise ConfigurationError(key, str(exc)) from None
-    return PlantsState(
-        tokens=tuple(token.encode("ascii") for token in tokens),
-        store=store,
-        metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
-    )
-
-
-def get_store(app: Flask) -> PlantStore:
-    """`app`'s plant store."""
-    return app.extensions[EXTENSION].store
+        app.extensions[EXTENSION] = state_for(app, bp, PUBLIC_VIEWS)
 
 
 # The usual spellings, accepted without parsing the header.
@@ -201,6 +160,10 @@ def create_plant() -> Response:
     return app.json.response(_plant_schema.dump(plant))
 
 
+#: Views that need no token: the document and the page, and the 405 that says only which
+#: method to use.
+PUBLIC_VIEWS = docs.PUBLIC_VIEWS | {"other_method"}
+
 #: Every other method a client may try on /plants; answered here, so that an embedded
 #: blueprint answers them with its JSON 405 rather than the host's page.
 OTHER_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
@@ -211,8 +174,7 @@ def other_method() -> Response:
     raise MethodNotAllowed(valid_methods=["POST"])
 
 
-# Registered last, after every route it names: the 405 above says only which method to use.
-bp.before_request(bearer_hook(docs.PUBLIC_VIEWS | {"other_method"}))
+bp.before_request(bearer_hook(PUBLIC_VIEWS))
 
 
 def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:

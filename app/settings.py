@@ -24,6 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "PLANTS_STORE_PREFIX": "plants",
     "PLANTS_STORE_CONNECT_TIMEOUT": 1.0,
     "PLANTS_STORE_TIMEOUT": 1.0,
+    "PLANTS_RATE_LIMIT": None,
+    "PLANTS_AUTH_FAILURE_LIMIT": None,
     "PLANTS_DOCS": True,
     "PLANTS_METRICS": True,
 }
@@ -126,11 +128,8 @@ def _read_secret_file(key: str, path: str) -> str:
         ) from None
 
 
-def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The accepted bearer tokens: PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE.
-
-    Fails closed: raises ConfigurationError when no token is configured.
-    """
+def _token_entries(config: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """Which setting the tokens come from, and its entries (`token` or `token@limit`)."""
     key = "PLANTS_API_TOKENS"
     entries = config.get(key)
     if isinstance(entries, str):
@@ -138,7 +137,16 @@ def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
     if not entries and config.get("PLANTS_API_TOKENS_FILE"):
         key = "PLANTS_API_TOKENS_FILE"
         entries = _read_secret_file(key, str(config[key])).splitlines()
-    tokens = tuple(entry.strip() for entry in entries or () if entry.strip())
+    return key, [entry.strip() for entry in entries or () if entry.strip()]
+
+
+def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The accepted bearer tokens: PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE.
+
+    Fails closed: raises ConfigurationError when no token is configured.
+    """
+    key, entries = _token_entries(config)
+    tokens = tuple(entry.partition("@")[0] for entry in entries)
     if not tokens:
         raise ConfigurationError(
             "PLANTS_API_TOKENS",
@@ -160,6 +168,38 @@ def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
                 f"{MAX_TOKEN_LENGTH} characters",
             )
     return tokens
+
+
+def rate_limit_setting(config: Mapping[str, Any], key: str) -> str | None:
+    """A limit in the `limits` notation ("100/second;10000/hour"), or None when off."""
+    value = config.get(key) or None
+    if value is not None:
+        _check_limit(key, value, "is not")
+    return value
+
+
+def token_rate_limits(config: Mapping[str, Any]) -> dict[str, str]:
+    """The tokens given a limit of their own, as `token@limit`: token -> limit."""
+    key, entries = _token_entries(config)
+    limits = {}
+    for number, entry in enumerate(entries, start=1):
+        token, _, limit = entry.partition("@")
+        if limit:
+            _check_limit(key, limit, f"has a rate limit for token number {number} that is not")
+            limits[token] = limit
+    return limits
+
+
+def _check_limit(key: str, value: Any, problem: str) -> None:
+    from limits import parse_many
+
+    try:
+        if not isinstance(value, str) or not parse_many(value):
+            raise ValueError
+    except ValueError:
+        raise ConfigurationError(
+            key, f"{problem} a rate limit in the limits notation, e.g. 100/second;10000/hour"
+        ) from None
 
 
 def store_url(config: Mapping[str, Any]) -> str:

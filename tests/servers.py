@@ -164,8 +164,9 @@ class RedisServer:
     socket and data directory, for the fault tests.
     """
 
-    def __init__(self, directory: Path, *config: str) -> None:
+    def __init__(self, directory: Path, *config: str, config_file: Path | None = None) -> None:
         self.directory = directory
+        self.config_file = config_file
         self.port = free_port()
         self.socket = directory / "redis.sock"
         self.config = config
@@ -181,8 +182,9 @@ class RedisServer:
         return f"unix://{self.socket}"
 
     def start(self) -> None:
+        file = [str(self.config_file)] if self.config_file else []
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port),
+            ["redis-server", *file, "--bind", "127.0.0.1", "--port", str(self.port),
              "--unixsocket", str(self.socket), "--unixsocketperm", "700",
              "--dir", str(self.directory), "--save", "", "--protected-mode", "yes",
              "--logfile", str(self.directory / "redis.log"), *self.config],

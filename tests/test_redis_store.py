@@ -17,7 +17,7 @@ from app import create_app
 from app.store import Plant, store_from_url
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call
-from tests.servers import TOKEN, Gunicorn, RedisServer
+from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 # A client gives up on a request after this long: every answer, even in a fault, comes sooner.
@@ -152,7 +152,8 @@ def assert_only_200_and_503(answers) -> Counter:
 
 @pytest.fixture
 def own_redis(tmp_path):
-    server = RedisServer(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    """A redis-server of its own, with the shipped deploy/redis.conf (append-only, fsync always)."""
+    server = RedisServer(tmp_path, config_file=ROOT / "deploy" / "redis.conf")
     yield server
     server.stop()
 
@@ -194,6 +195,7 @@ def test_a_redis_fault_mid_load_is_503_then_recovers(own_redis, fault):
 
 
 def test_kill_9_loses_no_acknowledged_create_with_appendfsync_always(own_redis):
+    assert own_redis.command("CONFIG", "GET", "appendfsync").split() == ["appendfsync", "always"]
     settings = redis_settings(own_redis)
     server = redis_gunicorn(
         settings, workers=2, PLANTS_STORE_TIMEOUT="0.5", PLANTS_STORE_CONNECT_TIMEOUT="0.5"

@@ -88,7 +88,7 @@ class RedisPlantStore:
             # maxmemory reached with noeviction: Redis refuses every write.
             raise StoreFullError from None
         except RedisError as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         if answer == 3:
             raise StoreFullError
         return _OUTCOMES[answer]
@@ -97,26 +97,27 @@ class RedisPlantStore:
         try:
             value = self._client.hget(self._bucket(plant_id), str(plant_id))
         except RedisError as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         return None if value is None else decode(value)
 
     def __len__(self) -> int:
         try:
             return int(self._client.get(self._count_key) or 0)
         except RedisError as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     def ping(self) -> None:
         try:
             self._client.ping()
         except RedisError as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     def close(self) -> None:
         self._client.close()
 
 
-def _unavailable(exc: RedisError) -> StoreUnavailableError:
+def unavailable(exc: RedisError) -> StoreUnavailableError:
+    """The store's error for a Redis failure: its reason, and a message without the URL."""
     # Only the class: redis-py's messages can name the host, never the password, but a
     # class name is all an operator needs next to the request's 503.
     if isinstance(exc, RedisTimeoutError):

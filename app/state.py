@@ -1,0 +1,88 @@
+"""The plants blueprint's state for one application, built from that application's config.
+
+It lives in `app.extensions["plants"]`: nothing is module-level, so two apps in one process
+share no tokens, store, metrics or limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Blueprint, Flask
+
+from .metrics import Metrics
+from .rate_limits import RateLimits, limits_storage_uri
+from .settings import (
+    ConfigurationError,
+    api_tokens,
+    boolean_setting,
+    integer_setting,
+    rate_limit_setting,
+    seconds_setting,
+    store_prefix,
+    store_url,
+    token_rate_limits,
+)
+from .store import PlantStore, store_from_url
+
+EXTENSION = "plants"
+
+
+@dataclass(frozen=True)
+class PlantsState:
+    """Everything the blueprint keeps per application."""
+
+    tokens: tuple[bytes, ...]
+    store: PlantStore
+    metrics: Metrics | None
+    rate_limits: RateLimits | None
+
+
+def state_for(app: Flask, blueprint: Blueprint, public_views: frozenset[str]) -> PlantsState:
+    """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
+    config = app.config
+    tokens = api_tokens(config)
+    url = store_url(config)
+    prefix = store_prefix(config)
+    connect_timeout = seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT")
+    timeout = seconds_setting(config, "PLANTS_STORE_TIMEOUT")
+    try:
+        store = store_from_url(
+            url,
+            capacity=integer_setting(config, "PLANTS_MAX_PLANTS"),
+            prefix=prefix,
+            connect_timeout=connect_timeout,
+            timeout=timeout,
+        )
+    except ValueError as exc:
+        key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
+        raise ConfigurationError(key, str(exc)) from None
+    per_token = rate_limit_setting(config, "PLANTS_RATE_LIMIT")
+    overrides = token_rate_limits(config)
+    auth_failures = rate_limit_setting(config, "PLANTS_AUTH_FAILURE_LIMIT")
+    rate_limits = None
+    if per_token or overrides or auth_failures:
+        rate_limits = RateLimits(
+            app,
+            blueprint,
+            storage_uri=limits_storage_uri(url),
+            storage_options={"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
+            if store.shared
+            else {},
+            key_prefix=f"{prefix}:limits",
+            per_token=per_token,
+            token_overrides=overrides,
+            auth_failures=auth_failures,
+            public_views=public_views,
+        )
+    return PlantsState(
+        tokens=tuple(token.encode("ascii") for token in tokens),
+        store=store,
+        metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
+        rate_limits=rate_limits,
+    )
+
+
+def get_store(app: Flask) -> PlantStore:
+    """`app`'s plant store."""
+    return app.extensions[EXTENSION].store

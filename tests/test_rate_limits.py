@@ -1,0 +1,172 @@
+"""Rate limits per token and per address, on both stores; shared by workers on Redis; Redis faults."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from flask import Flask
+from flask_limiter import Limiter
+
+from app import ConfigurationError, create_app
+from app.plants import bp
+from tests.conftest import redis_settings
+from tests.helpers import assert_error, call, error_of
+from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
+
+OTHER = "second-token"
+
+
+def create(client, plant_id, token=TOKEN, address="192.0.2.1"):
+    return client.post(
+        "/plants",
+        json={"id": plant_id, "name": "Fern"},
+        headers={"Authorization": f"Bearer {token}"},
+        environ_overrides={"REMOTE_ADDR": address},
+    )
+
+
+def test_exactly_n_creates_then_429_until_the_window_ends(make_app):
+    client = make_app(PLANTS_RATE_LIMIT="3 per 2 seconds").test_client()
+    answers = [create(client, n) for n in range(5)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429, 429]
+    assert [a.headers["RateLimit-Remaining"] for a in answers[:3]] == ["2", "1", "0"]
+    for answer in answers:
+        assert answer.headers["RateLimit-Limit"] == "3"
+        assert 0 <= int(answer.headers["RateLimit-Reset"]) <= 3
+    refused = error_of(answers[3], 429)
+    assert "Too many creates" in refused["message"]
+    assert 1 <= int(answers[3].headers["Retry-After"]) <= 3
+    time.sleep(int(answers[4].headers["Retry-After"]) + 0.2)
+    assert create(client, 10).status_code == 200
+    assert len(client.application.extensions["plants"].store) == 4
+
+
+def test_tokens_have_separate_budgets_and_a_token_may_have_its_own(make_app):
+    client = make_app(
+        PLANTS_API_TOKENS=[TOKEN, f"{OTHER}@5/minute"], PLANTS_RATE_LIMIT="2/minute"
+    ).test_client()
+    assert [create(client, n).status_code for n in range(3)] == [200, 200, 429]
+    assert [create(client, 100 + n, OTHER).status_code for n in range(6)] == [200] * 5 + [429]
+
+
+def test_replays_and_refusals_other_than_auth_count_only_creates_that_reach_the_view(make_app):
+    client = make_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.get("/openapi.json").status_code == 200  # public views are never limited
+    assert client.get("/metrics", headers=auth).status_code == 200  # nor other routes
+    assert [create(client, 1).status_code for _ in range(3)] == [200, 200, 429]  # replays count
+
+
+def test_an_anonymous_flood_is_limited_per_address(make_app):
+    client = make_app(PLANTS_AUTH_FAILURE_LIMIT="3/minute").test_client()
+    flood = [create(client, n, token="guess", address="198.51.100.7").status_code for n in range(5)]
+    assert flood == [401, 401, 401, 429, 429]
+    error_of(create(client, 1, token="guess", address="198.51.100.7"), 429)
+    # Another address, with a valid token or a wrong one, is not held back.
+    assert create(client, 1, address="203.0.113.5").status_code == 200
+    assert create(client, 2, token="guess", address="203.0.113.5").status_code == 401
+
+
+def test_the_address_is_the_clients_behind_a_trusted_proxy(make_app):
+    client = make_app(PLANTS_AUTH_FAILURE_LIMIT="2/minute", PLANTS_TRUSTED_PROXIES=1).test_client()
+
+    def through_proxy(client_address):
+        return client.post(
+            "/plants", json={}, headers={"X-Forwarded-For": client_address},
+            environ_overrides={"REMOTE_ADDR": "127.0.0.1"},
+        ).status_code  # fmt: skip
+
+    assert [through_proxy("198.51.100.7") for _ in range(3)] == [401, 401, 429]
+    assert through_proxy("198.51.100.8") == 401
+
+
+def test_limits_are_off_by_default(client, auth):
+    for n in range(30):
+        response = client.post("/plants", json={"id": n, "name": "Fern"}, headers=auth)
+        assert response.status_code == 200
+        assert "RateLimit-Limit" not in response.headers
+
+
+@pytest.mark.parametrize("key", ["PLANTS_RATE_LIMIT", "PLANTS_AUTH_FAILURE_LIMIT"])
+def test_a_limit_that_is_not_in_the_limits_notation_is_refused(key):
+    with pytest.raises(ConfigurationError, match=f"^{key} is not a rate limit in the limits notation"):
+        create_app({"PLANTS_API_TOKENS": TOKEN, key: "lots"})
+    with pytest.raises(ConfigurationError, match="token number 2 that is not a rate limit") as raised:
+        create_app({"PLANTS_API_TOKENS": f"{TOKEN},{OTHER}@often"})
+    assert OTHER not in str(raised.value)
+
+
+def test_embedded_limits_leave_the_hosts_limiter_and_routes_alone():
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS=TOKEN, PLANTS_RATE_LIMIT="1/minute")
+    host_limiter = Limiter(lambda: "everyone", app=host, storage_uri="memory://")
+
+    @host.get("/host")
+    @host_limiter.limit("2/minute")
+    def host_route():
+        return "host"
+
+    @host.get("/free")
+    def free_route():
+        return "free"
+
+    host.register_blueprint(bp, url_prefix="/api")
+    client = host.test_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert [client.get("/host").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.get("/free").status_code for _ in range(5)] == [200] * 5
+    answers = [client.post("/api/plants", json={"id": n, "name": "Fern"}, headers=auth) for n in range(2)]
+    assert [a.status_code for a in answers] == [200, 429]
+    assert answers[1].json["error"] == 429
+    assert len(host.extensions["limiter"]) == 2
+
+
+def test_two_workers_on_one_redis_share_one_budget_per_token(redis_server):
+    settings = redis_settings(redis_server)
+    server = Gunicorn(
+        env={**settings, "WEB_CONCURRENCY": "2", "GUNICORN_THREADS": "4", "PLANTS_RATE_LIMIT": "25/minute"}
+    )
+    try:
+
+        def one(plant_id):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+            return call(conn, "POST", "/plants", {"id": plant_id, "name": "Fern"}, headers)[0]
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = Counter(pool.map(one, range(80)))
+        assert statuses == {200: 25, 429: 55}
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "limits", [{}, {"PLANTS_RATE_LIMIT": "1000/second", "PLANTS_AUTH_FAILURE_LIMIT": "5/second"}]
+)
+def test_a_hung_redis_is_503_never_500_with_or_without_limits(tmp_path, limits):
+    redis = RedisServer(tmp_path, config_file=ROOT / "deploy" / "redis.conf")
+    settings = redis_settings(redis)
+    server = Gunicorn(
+        env={**settings, "PLANTS_STORE_TIMEOUT": "0.5", "PLANTS_STORE_CONNECT_TIMEOUT": "0.5", **limits}
+    )
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    try:
+        assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, headers)[0] == 200
+        redis.signal(signal.SIGSTOP)
+        for plant_id in range(2, 6):
+            status, response_headers, body = call(
+                server.connection(), "POST", "/plants", {"id": plant_id, "name": "Fern"}, headers
+            )
+            assert_error(status, response_headers, body, 503)
+            assert response_headers["Retry-After"] == "1"
+        redis.signal(signal.SIGCONT)
+        assert call(server.connection(), "POST", "/plants", {"id": 9, "name": "Fern"}, headers)[0] == 200
+        assert "Traceback" not in server.output()
+    finally:
+        server.stop()
+        redis.stop()
