@@ -173,3 +173,33 @@ def test_upstream_down_is_a_json_503(tmp_path):
         assert_error(status, headers, data, 503)
     finally:
         proxy.stop()
+
+
+def test_the_samples_limit_req_zone_answers_a_flood_with_the_json_429(tmp_path):
+    """nginx's limit_req is the first line: a flood from one address is cut off before gunicorn."""
+    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "1"})
+    proxy = Nginx(app.port, tmp_path)
+    try:
+        conn = connect(proxy.port)
+        statuses = []
+        for _ in range(400):  # well past the burst of 100 at 50 requests a second
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            body = response.read()
+            statuses.append(response.status)
+            if response.status == 429:
+                assert response.headers["Content-Type"] == "application/json"
+                assert response.headers["Retry-After"] == "1"
+                assert json.loads(body)["error"] == 429
+        conn.close()
+        assert statuses[:100] == [200] * 100
+        assert statuses.count(429) >= 100
+        assert set(statuses) == {200, 429}
+        # Another address is not held back.
+        other = http.client.HTTPConnection(
+            "127.0.0.1", proxy.port, timeout=15, source_address=("127.0.0.3", 0)
+        )
+        assert call(other, "GET", "/healthz")[0] == 200
+    finally:
+        proxy.stop()
+        app.stop()
