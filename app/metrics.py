@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, Response, current_app, request
+from flask import Flask, Request, Response, current_app, request
 from werkzeug.exceptions import InternalServerError
 
 from .store import PlantStore, StoreUnavailableError
@@ -62,8 +62,28 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
+
+    def observe(self, req: Request, response: Response) -> None:
+        """Count one answer of the blueprint, refusals and errors included, and its duration."""
+        started = req.environ.get(_START)
+        if started is None:
+            return
+        rule = req.url_rule
+        route = rule.rule if rule is not None else "unrouted"
+        key = (route, req.method, response.status_code)
+        children = self._children.get(key)
+        if children is None:
+            # labels() takes a lock and builds its key on every call: looked up once per key.
+            # The keys are bounded: the blueprint's routes, their methods, and HTTP statuses.
+            children = self._children[key] = (
+                self.requests.labels(route, req.method, str(response.status_code)),
+                self.duration.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
 
     def exposition_registry(self) -> CollectorRegistry:
         """This process's registry, or, in multiprocess mode, one that sums every worker's files."""
@@ -104,18 +124,6 @@ def _metrics(app: Flask) -> Metrics | None:
 def start_timer() -> None:
     """before_request, first of the blueprint's hooks."""
     request.environ[_START] = time.perf_counter()
-
-
-def record(response: Response) -> Response:
-    """after_request: count the answer, refusals and errors included."""
-    metrics = _metrics(current_app)
-    started = request.environ.get(_START)
-    if metrics is not None and started is not None:
-        rule = request.url_rule
-        route = rule.rule if rule is not None else "unrouted"
-        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
-        metrics.duration.labels(route).observe(time.perf_counter() - started)
-    return response
 
 
 def count_store_error(reason: str) -> None:

@@ -31,8 +31,7 @@ from werkzeug.wsgi import get_content_length
 from . import docs, strict_json
 from .auth import bearer_hook
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
-from .metrics import count_store_error, exposition, record, start_timer
-from .rate_limits import add_rate_limit_headers
+from .metrics import count_store_error, exposition, start_timer
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import DEFAULTS
 from .state import EXTENSION, get_store, state_for
@@ -47,12 +46,21 @@ register_json_errors(bp)
 docs.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
 bp.before_request(start_timer)  # first: refusals are timed too
-bp.after_request(record)
-bp.after_request(add_rate_limit_headers)
 bp.register_error_handler(RedisError, lambda exc: error_response(store_unavailable(unavailable(exc))))
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
+
+
+@bp.after_request
+def _finish(response: Response) -> Response:
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers."""
+    state = current_app.extensions[EXTENSION]
+    if state.metrics is not None:
+        state.metrics.observe(request._get_current_object(), response)
+    if state.rate_limits is not None:
+        state.rate_limits.add_headers(response)
+    return response
 
 
 @bp.record

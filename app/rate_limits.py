@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, request
+from flask import Blueprint, Flask, Response, request
 
 from .auth import authenticate, is_public
 
@@ -131,9 +131,3 @@ def limits_storage_uri(store_url: str) -> str:
     if store_url.startswith(("redis:", "rediss:")):
         return store_url
     return "memory://"
-
-
-def add_rate_limit_headers(response: Response) -> Response:
-    """after_request on the blueprint: the limit headers, where limits are on."""
-    limits = current_app.extensions["plants"].rate_limits
-    return response if limits is None else limits.add_headers(response)
