@@ -8,6 +8,7 @@ CPU 1, interleaved rounds, medians):
 
 - memory store, 1 worker, metrics on (the default) and off;
 - Redis store (unix socket), 1 worker, metrics on and off;
+- both stores with a per-token rate limit that is never reached;
 - Redis store, 2 workers, on both CPUs (the real scaling run this 2-core machine allows);
 - the peer: FastAPI + redis.asyncio + hiredis, one process, the same one-script round trip.
 
@@ -37,6 +38,8 @@ from bench.run import CLIENT_CPU, TICK, Server, median_of, versions, wrk
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
 TAGS = ["fern", "succulent", "tropical", "vine", "flowering"]
+# A per-token limit that the benchmark never reaches: its whole cost, and no 429.
+NEVER_REACHED = {"PLANTS_RATE_LIMIT": "1000000/second"}
 
 
 def redis_cpu_seconds(pid: int) -> float:
@@ -109,6 +112,8 @@ def main() -> int:
         "memory, metrics off": Server("memory, metrics off", gunicorn, {**common, "PLANTS_METRICS": "false"}),
         "redis": Server("redis", gunicorn, on_redis),
         "redis, metrics off": Server("redis, metrics off", gunicorn, {**on_redis, "PLANTS_METRICS": "false"}),
+        "memory, limits on": Server("memory, limits on", gunicorn, {**common, **NEVER_REACHED}),
+        "redis, limits on": Server("redis, limits on", gunicorn, {**on_redis, **NEVER_REACHED}),
         "peer": Server("peer", [python, "-m", "uvicorn", "bench.fastapi_redis_peer:app", "--workers", "1",
                                 "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"],
                        {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
@@ -166,6 +171,8 @@ def main() -> int:
         "redis_to_peer": results["redis"]["rps"] / results["peer"]["rps"],
         "metrics_on_to_off_memory": results["memory"]["rps"] / results["memory, metrics off"]["rps"],
         "metrics_on_to_off_redis": results["redis"]["rps"] / results["redis, metrics off"]["rps"],
+        "limits_on_to_off_memory": results["memory, limits on"]["rps"] / results["memory"]["rps"],
+        "limits_on_to_off_redis": results["redis, limits on"]["rps"] / results["redis"]["rps"],
         "two_workers_to_one": results["redis, 2 workers"]["rps"] / results["redis"]["rps"],
     }
     results["model"] = {
@@ -184,7 +191,8 @@ def main() -> int:
 
 def report(results: dict) -> str:
     ratios, model = results["ratios"], results["model"]
-    names = ["memory", "memory, metrics off", "redis", "redis, metrics off", "redis, 2 workers", "peer"]
+    names = ["memory", "memory, metrics off", "memory, limits on", "redis", "redis, metrics off",
+             "redis, limits on", "redis, 2 workers", "peer"]  # fmt: skip
     return "\n".join(
         [
             f"Versions: {results['versions']}",
@@ -207,6 +215,8 @@ def report(results: dict) -> str:
             f"| (b) Redis 1 worker / FastAPI + redis.asyncio peer | {ratios['redis_to_peer']:.2f} | ≥ 1.0 |",
             f"| metrics on / off, memory | {ratios['metrics_on_to_off_memory']:.2f} | ≥ 0.95 |",
             f"| metrics on / off, Redis | {ratios['metrics_on_to_off_redis']:.2f} | ≥ 0.95 |",
+            f"| rate limit never reached / off, memory | {ratios['limits_on_to_off_memory']:.2f} | ≥ 0.90 |",
+            f"| rate limit never reached / off, Redis | {ratios['limits_on_to_off_redis']:.2f} | ≥ 0.85 |",
             f"| Redis 2 workers / 1 worker (2 cores shared with wrk and Redis) "
             f"| {ratios['two_workers_to_one']:.2f} | |",
             f"| (d) Redis used_memory per plant ({results['plants']:,} plants) "
