@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from flask import Response, current_app, request
+from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
-from .errors import InvalidToken, MalformedCredentials, MissingCredentials, error_response
+from .errors import InvalidToken, MalformedCredentials, MissingCredentials
 from .settings import TOKEN_SYNTAX
 
 
@@ -49,39 +49,14 @@ def check_credentials(header: str | None, accepted: Iterable[bytes]) -> Outcome:
     return None, matched
 
 
-_OUTCOME = "plants.authentication"
-
-
 def authenticate() -> Outcome:
-    """This request's authentication, computed once: the rate limits ask before the hook does."""
-    environ = request.environ
-    outcome = environ.get(_OUTCOME)
-    if outcome is None:
-        outcome = environ[_OUTCOME] = check_credentials(
-            environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
-        )
-    return outcome
+    """This request's authentication, from its Authorization header."""
+    return check_credentials(
+        request.environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
+    )
 
 
 def is_public(public_views: frozenset[str]) -> bool:
     """Whether this request is for a view that needs no token (by its name within the blueprint)."""
     rule = request.url_rule
     return rule is not None and rule.endpoint.rpartition(".")[2] in public_views
-
-
-def bearer_hook(public_views: frozenset[str]) -> Callable[[], Response | None]:
-    """A before_request hook: let a request through only with an accepted bearer token.
-
-    Views named in `public_views` need none. The hook runs before the body is read, so an
-    unauthenticated client cannot make the service read or parse anything. A refusal is
-    returned, not raised: Flask then answers with it and skips the view, without its
-    exception handling.
-    """
-
-    def require_bearer_token() -> Response | None:
-        if is_public(public_views):
-            return None
-        problem, _ = authenticate()
-        return None if problem is None else error_response(problem)
-
-    return require_bearer_token

@@ -12,6 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
+from limits.errors import StorageError
 from marshmallow import ValidationError
 from redis.exceptions import RedisError
 from werkzeug.exceptions import (
@@ -29,14 +30,14 @@ from werkzeug.exceptions import (
 from werkzeug.wsgi import get_content_length
 
 from . import docs, strict_json
-from .auth import bearer_hook
+from .auth import authenticate, is_public
 from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
 from .metrics import count_store_error, exposition, start_timer
+from .rate_limits import RateLimitExceeded, add_headers, remember
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import DEFAULTS
 from .state import EXTENSION, get_store, state_for
 from .store import Outcome, PlantStore, StoreFullError, StoreUnavailableError
-from .store.redis import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ register_json_errors(bp)
 docs.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
 bp.before_request(start_timer)  # first: refusals are timed too
-bp.register_error_handler(RedisError, lambda exc: error_response(store_unavailable(unavailable(exc))))
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
@@ -59,7 +59,7 @@ def _finish(response: Response) -> Response:
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)
     if state.rate_limits is not None:
-        state.rate_limits.add_headers(response)
+        add_headers(request.environ, response)
     return response
 
 
@@ -68,7 +68,7 @@ def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     app = setup.app
     if EXTENSION not in app.extensions:
-        app.extensions[EXTENSION] = state_for(app, bp, PUBLIC_VIEWS)
+        app.extensions[EXTENSION] = state_for(app)
 
 
 # The usual spellings, accepted without parsing the header.
@@ -182,7 +182,40 @@ def other_method() -> Response:
     raise MethodNotAllowed(valid_methods=["POST"])
 
 
-bp.before_request(bearer_hook(PUBLIC_VIEWS))
+@bp.before_request
+def _guard() -> Response | None:
+    """The bearer token, then the rate limits; before the body is read.
+
+    A refusal is returned, not raised: Flask then answers with it and skips the view, without
+    its exception handling. An unauthenticated client cannot make the service read anything.
+    """
+    if is_public(PUBLIC_VIEWS):
+        return None
+    problem, token = authenticate()
+    limits = current_app.extensions[EXTENSION].rate_limits
+    if limits is None:
+        return None if problem is None else error_response(problem)
+    try:
+        if problem is not None:
+            limits.check_auth_failure(request.remote_addr)
+            return error_response(problem)
+        if request.method == "POST":  # a create: the only other view that needs a token is GET
+            remember(request.environ, limits.check_create(token))
+    except RateLimitExceeded as exc:
+        return error_response(exc)
+    except StorageError as exc:
+        return error_response(store_unavailable(limit_store_unavailable(exc)))
+    return None
+
+
+def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:
+    """The rate limits' Redis failed: the same 503 as the store's."""
+    from .store.redis import unavailable
+
+    cause = exc.storage_error
+    return (
+        unavailable(cause) if isinstance(cause, RedisError) else StoreUnavailableError("other", "rate limits")
+    )
 
 
 def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:

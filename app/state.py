@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Flask
+from flask import Flask
 
 from .metrics import Metrics
 from .rate_limits import RateLimits, limits_storage_uri
@@ -38,7 +38,7 @@ class PlantsState:
     rate_limits: RateLimits | None
 
 
-def state_for(app: Flask, blueprint: Blueprint, public_views: frozenset[str]) -> PlantsState:
+def state_for(app: Flask) -> PlantsState:
     """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
     config = app.config
     tokens = api_tokens(config)
@@ -63,8 +63,6 @@ def state_for(app: Flask, blueprint: Blueprint, public_views: frozenset[str]) ->
     rate_limits = None
     if per_token or overrides or auth_failures:
         rate_limits = RateLimits(
-            app,
-            blueprint,
             storage_uri=limits_storage_uri(url),
             storage_options={"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
             if store.shared
@@ -73,7 +71,6 @@ def state_for(app: Flask, blueprint: Blueprint, public_views: frozenset[str]) ->
             per_token=per_token,
             token_overrides=overrides,
             auth_failures=auth_failures,
-            public_views=public_views,
         )
     return PlantsState(
         tokens=tuple(token.encode("ascii") for token in tokens),

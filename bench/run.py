@@ -46,19 +46,21 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    #: Where it runs, and so which tree gunicorn imports the app from (it puts its cwd first).
+    cwd: Path = ROOT
 
     def start(self) -> Server:
         env = {
             **os.environ,
             "PLANTS_API_TOKENS": TOKEN,
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(self.cwd),
             **self.env,
         }
         argv = [arg.replace("{port}", str(self.port)) for arg in self.argv]
         self.process = subprocess.Popen(
             ["taskset", "-c", SERVER_CPU, *argv],
-            cwd=ROOT,
+            cwd=self.cwd,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

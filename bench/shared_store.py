@@ -96,6 +96,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--threads", default="4", help="request threads per worker (GUNICORN_THREADS)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--compare-tree", type=Path, help="another checkout: its limits-on builds run too")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (1 if args.smoke else 10)
@@ -118,6 +119,14 @@ def main() -> int:
                                 "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"],
                        {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
     }  # fmt: skip
+    if args.compare_tree:
+        tree = args.compare_tree.resolve()
+        contestants["memory, limits on (other tree)"] = Server(
+            "memory, limits on (other tree)", gunicorn, {**common, **NEVER_REACHED}, cwd=tree
+        )
+        contestants["redis, limits on (other tree)"] = Server(
+            "redis, limits on (other tree)", gunicorn, {**on_redis, **NEVER_REACHED}, cwd=tree
+        )
     two_workers = Server(
         "redis, 2 workers", ["taskset", "-c", "0,1", *gunicorn], {**on_redis, "WEB_CONCURRENCY": "2"}
     )
@@ -173,6 +182,11 @@ def main() -> int:
         "metrics_on_to_off_redis": results["redis"]["rps"] / results["redis, metrics off"]["rps"],
         "limits_on_to_off_memory": results["memory, limits on"]["rps"] / results["memory"]["rps"],
         "limits_on_to_off_redis": results["redis, limits on"]["rps"] / results["redis"]["rps"],
+        **{
+            f"{name} / off": results[name]["rps"] / results[name.split(",")[0]]["rps"]
+            for name in results
+            if name.endswith("(other tree)")
+        },
         "two_workers_to_one": results["redis, 2 workers"]["rps"] / results["redis"]["rps"],
     }
     results["model"] = {
@@ -193,6 +207,7 @@ def report(results: dict) -> str:
     ratios, model = results["ratios"], results["model"]
     names = ["memory", "memory, metrics off", "memory, limits on", "redis", "redis, metrics off",
              "redis, limits on", "redis, 2 workers", "peer"]  # fmt: skip
+    names += [name for name in results if name.endswith("(other tree)")]
     return "\n".join(
         [
             f"Versions: {results['versions']}",
@@ -217,6 +232,7 @@ def report(results: dict) -> str:
             f"| metrics on / off, Redis | {ratios['metrics_on_to_off_redis']:.2f} | ≥ 0.95 |",
             f"| rate limit never reached / off, memory | {ratios['limits_on_to_off_memory']:.2f} | ≥ 0.90 |",
             f"| rate limit never reached / off, Redis | {ratios['limits_on_to_off_redis']:.2f} | ≥ 0.85 |",
+            *(f"| {name} | {value:.2f} | |" for name, value in ratios.items() if "(other tree)" in name),
             f"| Redis 2 workers / 1 worker (2 cores shared with wrk and Redis) "
             f"| {ratios['two_workers_to_one']:.2f} | |",
             f"| (d) Redis used_memory per plant ({results['plants']:,} plants) "
