@@ -52,3 +52,21 @@ def test_instruction_count_runs_under_valgrind():
     assert result.returncode == 0, result.stderr[-3000:]
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 401 |")]
     assert int(row.split("|")[2].strip().replace(",", "")) > 1000
+
+
+def test_shared_store_benchmark_smoke_run(tmp_path):
+    out = tmp_path / "shared.json"
+    result = subprocess.run(
+        [sys.executable, "bench/shared_store.py", "--smoke", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["valid"] is True
+    for name in ("memory", "memory, metrics off", "memory, limits on", "redis", "redis, metrics off",
+                 "redis, limits on", "redis, 2 workers", "peer"):  # fmt: skip
+        assert results[name]["rps"] > 0
+    assert results["redis"]["redis_cpu_us_per_request"] > 0
+    assert 0 < results["used_memory_per_plant"] < 1000
+    assert results["model"]["projected_rps"]["2"] >= results["model"]["projected_rps"]["1"]
+    assert "(a) Redis 1 worker / memory 1 worker" in result.stdout
