@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -247,12 +248,17 @@ def main() -> int:
     results["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}, " + (
         f"Python {platform.python_version()}"
     )
+    return finish(results, problems, report, args.json)
+
+
+def finish(results: dict, problems: list[str], report: Callable[[dict], str], json_path: Path | None) -> int:
+    """Record versions and validity, print the report, write the JSON; the exit status."""
     results["versions"] = versions()
     results["valid"] = not problems
     results["problems"] = problems
     print(report(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2))
     return 0 if not problems else 1
 
 

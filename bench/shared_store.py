@@ -20,7 +20,6 @@ names and tags through the service's own script.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store.redis import BUCKETS, CREATE_SCRIPT, encode
-from bench.run import CLIENT_CPU, TICK, Server, median_of, versions, wrk
+from bench.run import CLIENT_CPU, TICK, Server, finish, median_of, wrk
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
@@ -194,13 +193,7 @@ def main() -> int:
         "redis_cpu_us_per_create": redis_us,
         "projected_rps": {n: min(n * 1e6 / worker_us, 1e6 / redis_us) for n in (1, 2, 4, 8, 16)},
     }
-    results["versions"] = versions()
-    results["valid"] = not problems
-    results["problems"] = problems
-    print(report(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0 if not problems else 1
+    return finish(results, problems, report, args.json)
 
 
 def report(results: dict) -> str:

@@ -11,14 +11,19 @@ import pytest
 from tests.servers import ROOT
 
 
-def test_benchmark_smoke_run(tmp_path):
-    out = tmp_path / "bench.json"
+def smoke_run(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """A benchmark script's smoke mode: its output and its JSON results."""
+    out = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, "bench/run.py", "--smoke", "--json", str(out)],
+        [sys.executable, script, "--smoke", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = json.loads(out.read_text())
+    return result, json.loads(out.read_text())
+
+
+def test_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/run.py", tmp_path)
     assert results["valid"] is True
     assert results["problems"] == []
     for name in ("service", "floor", "peer", "loaded", "refused_401", "refused_400"):
@@ -55,13 +60,7 @@ def test_instruction_count_runs_under_valgrind():
 
 
 def test_shared_store_benchmark_smoke_run(tmp_path):
-    out = tmp_path / "shared.json"
-    result = subprocess.run(
-        [sys.executable, "bench/shared_store.py", "--smoke", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = json.loads(out.read_text())
+    result, results = smoke_run("bench/shared_store.py", tmp_path)
     assert results["valid"] is True
     for name in ("memory", "memory, metrics off", "memory, limits on", "redis", "redis, metrics off",
                  "redis, limits on", "redis, 2 workers", "peer"):  # fmt: skip

@@ -20,6 +20,8 @@ from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+# Redis timeouts for the fault tests: a fault is answered sooner.
+SHORT_TIMEOUTS = {"PLANTS_STORE_TIMEOUT": "0.5", "PLANTS_STORE_CONNECT_TIMEOUT": "0.5"}
 # A client gives up on a request after this long: every answer, even in a fault, comes sooner.
 CLIENT_TIMEOUT = 5
 
@@ -161,9 +163,7 @@ def own_redis(tmp_path):
 @pytest.mark.parametrize("fault", ["hung", "stopped"])
 def test_a_redis_fault_mid_load_is_503_then_recovers(own_redis, fault):
     settings = redis_settings(own_redis)
-    server = redis_gunicorn(
-        settings, workers=1, PLANTS_STORE_TIMEOUT="0.5", PLANTS_STORE_CONNECT_TIMEOUT="0.5"
-    )
+    server = redis_gunicorn(settings, workers=1, **SHORT_TIMEOUTS)
     load = CreateLoad(server.port)
     try:
         load.wait_for(50)
@@ -197,9 +197,7 @@ def test_a_redis_fault_mid_load_is_503_then_recovers(own_redis, fault):
 def test_kill_9_loses_no_acknowledged_create_with_appendfsync_always(own_redis):
     assert own_redis.command("CONFIG", "GET", "appendfsync").split() == ["appendfsync", "always"]
     settings = redis_settings(own_redis)
-    server = redis_gunicorn(
-        settings, workers=2, PLANTS_STORE_TIMEOUT="0.5", PLANTS_STORE_CONNECT_TIMEOUT="0.5"
-    )
+    server = redis_gunicorn(settings, workers=2, **SHORT_TIMEOUTS)
     load = CreateLoad(server.port)
     try:
         load.wait_for(300)
