@@ -7,8 +7,6 @@ store lives in that app's `extensions["plants"]`, so apps never share plants.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from flask import Blueprint, Request, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
@@ -20,7 +18,6 @@ from werkzeug.exceptions import (
     ClientDisconnected,
     Conflict,
     HTTPException,
-    InternalServerError,
     MethodNotAllowed,
     RequestEntityTooLarge,
     RequestTimeout,
@@ -36,8 +33,8 @@ from .metrics import count_store_error, exposition, start_timer
 from .rate_limits import RateLimitExceeded, add_headers, remember
 from .schemas import NewPlantSchema, PlantSchema
 from .settings import DEFAULTS
-from .state import EXTENSION, get_store, state_for
-from .store import Outcome, PlantStore, StoreFullError, StoreUnavailableError
+from .state import EXTENSION, state_for
+from .store import Outcome, StoreFullError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +152,10 @@ def create_plant() -> Response:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
-    store = get_store(app)
-    refuse_split_store(store, req.environ)
+    state = app.extensions[EXTENSION]
+    store = state.store
+    if state.split_guard is not None:
+        state.split_guard.check(req.environ)
     try:
         outcome = store.create(plant["id"], plant["name"], plant.get("tag"))
     except StoreFullError:
@@ -223,24 +222,3 @@ def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
     log.warning("The plant store did not answer: %s", exc)
     count_store_error(exc.reason)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
-
-
-class SplitStoreRefused(InternalServerError):
-    description = "The service is misconfigured and refuses to serve; its log says why."
-
-
-def refuse_split_store(store: PlantStore, environ: Mapping[str, Any]) -> None:
-    """Never serve from a per-process store in a server with several processes.
-
-    gunicorn sets `wsgi.multiprocess` when started with more than one worker, whatever its
-    configuration file says; each worker would hold a store of its own and one id could get
-    two owners. The packaged gunicorn configuration refuses that at start; this catches every
-    other way of starting.
-    """
-    if environ.get("wsgi.multiprocess") and not store.shared:
-        log.error(
-            "Refusing requests: this server runs several worker processes, and the in-memory "
-            "store would be split between them. Run one worker, or set PLANTS_STORE_URL to a "
-            "shared store (redis://...)."
-        )
-        raise SplitStoreRefused()

@@ -23,6 +23,7 @@ from .settings import (
     store_url,
     token_rate_limits,
 )
+from .split_guard import SplitStoreGuard
 from .store import PlantStore, store_from_url
 
 EXTENSION = "plants"
@@ -36,6 +37,8 @@ class PlantsState:
     store: PlantStore
     metrics: Metrics | None
     rate_limits: RateLimits | None
+    #: For a per-process store: refuses to serve it from several processes.
+    split_guard: SplitStoreGuard | None
 
 
 def state_for(app: Flask) -> PlantsState:
@@ -77,6 +80,7 @@ def state_for(app: Flask) -> PlantsState:
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
         rate_limits=rate_limits,
+        split_guard=None if store.shared else SplitStoreGuard(),
     )
 
 

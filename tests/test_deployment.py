@@ -143,6 +143,40 @@ def test_unconfigured_gunicorn_with_many_workers_never_serves_split(tmp_path):
         process.wait(30)
 
 
+def test_unconfigured_gunicorn_given_sigttin_never_serves_split(tmp_path):
+    """`gunicorn 'app:create_app()'` (one worker, no config), then SIGTTIN: no hook holds it at one."""
+    port = free_port()
+    env = {**BASE_ENV, "PLANTS_API_TOKENS": TOKEN, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "gunicorn.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "app:create_app()"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_until_serving(port, process)
+        import http.client
+
+        def create(plant_id, name):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            return call(conn, "POST", "/plants", {"id": plant_id, "name": name}, AUTH)
+
+        assert create(1, "Fern")[0] == 200
+        process.send_signal(signal.SIGTTIN)
+        deadline = time.monotonic() + 10
+        while len(worker_pids(process.pid)) < 2:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        time.sleep(2)  # the second worker has booted, and the first has looked again
+        for number in range(12):
+            record = assert_error(*create(2, f"Fern {number}"), 500)
+            assert "misconfigured" in record["message"]
+        assert "the in-memory store would be split" in log.read_text()
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
 def test_flask_run_config_error_is_one_line():
     env = {**BASE_ENV, "FLASK_APP": "wsgi"}
     result = subprocess.run(
