@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 
-from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
 from .errors import InvalidToken, MalformedCredentials, MissingCredentials
@@ -47,16 +46,3 @@ def check_credentials(header: str | None, accepted: Iterable[bytes]) -> Outcome:
     if matched is None:
         return TOKEN_NOT_ACCEPTED, None
     return None, matched
-
-
-def authenticate() -> Outcome:
-    """This request's authentication, from its Authorization header."""
-    return check_credentials(
-        request.environ.get("HTTP_AUTHORIZATION"), current_app.extensions["plants"].tokens
-    )
-
-
-def is_public(public_views: frozenset[str]) -> bool:
-    """Whether this request is for a view that needs no token (by its name within the blueprint)."""
-    rule = request.url_rule
-    return rule is not None and rule.endpoint.rpartition(".")[2] in public_views
