@@ -1,4 +1,4 @@
-"""The plants blueprint: POST /plants, guarded by the bearer hook.
+"""The plants blueprint: POST /plants, behind one guard (bearer token, then rate limits).
 
 Register it in any Flask app; its settings come from that app's config and its
 store lives in that app's `extensions["plants"]`, so apps never share plants.
