@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app import create_app
-from app.store import Plant, store_from_url
+from app.store import Outcome, Plant, store_from_url
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
@@ -281,3 +281,25 @@ def test_redis_out_of_memory_is_507(tmp_path):
         assert statuses[200] > 100
     finally:
         redis.stop()
+
+
+def test_the_script_is_loaded_again_after_script_flush(redis_server):
+    """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
+    settings = redis_settings(redis_server)
+    store = open_store(settings)
+
+    def script_loads() -> int:
+        stats = redis_server.command("INFO", "commandstats")
+        line = next((line for line in stats.splitlines() if line.startswith("cmdstat_script|load:")), "")
+        return int(line.split("calls=")[1].split(",")[0]) if line else 0
+
+    try:
+        assert store.create(1, "Fern", None) is Outcome.CREATED
+        assert redis_server.command("SCRIPT", "FLUSH") == "OK"
+        loads = script_loads()
+        assert store.create(2, "Fern", None) is Outcome.CREATED
+        assert script_loads() == loads + 1
+        assert store.create(1, "Other", None) is Outcome.CONFLICT
+        assert script_loads() == loads + 1  # loaded once, then EVALSHA again
+    finally:
+        store.close()
