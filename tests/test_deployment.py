@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -117,64 +119,54 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
         server.stop()
 
 
-def test_unconfigured_gunicorn_with_many_workers_never_serves_split(tmp_path):
-    """`gunicorn -w 4 'app:create_app()'` from elsewhere: no config, so no start-time guard."""
+@contextlib.contextmanager
+def unconfigured_gunicorn(tmp_path: Path, *args: str):
+    """`gunicorn [args] 'app:create_app()'` from another directory: no configuration file at all."""
     port = free_port()
     env = {**BASE_ENV, "PLANTS_API_TOKENS": TOKEN, "PYTHONPATH": str(ROOT)}
     log = tmp_path / "gunicorn.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "app:create_app()"],
+            [sys.executable, "-m", "gunicorn", *args, "-b", f"127.0.0.1:{port}", "app:create_app()"],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         wait_until_serving(port, process)
-        import http.client
-
-        for number in range(12):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            record = assert_error(
-                *call(conn, "POST", "/plants", {"id": 77, "name": f"Fern {number}"}, AUTH), 500
-            )
-            assert "misconfigured" in record["message"]
-        assert "the in-memory store would be split" in log.read_text()
+        yield process, port, log
     finally:
         process.terminate()
         process.wait(30)
 
 
+def create_on(port: int, plant_id: int, name: str):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    return call(conn, "POST", "/plants", {"id": plant_id, "name": name}, AUTH)
+
+
+def assert_split_refused(port: int, log: Path) -> None:
+    for number in range(12):
+        record = assert_error(*create_on(port, 77, f"Fern {number}"), 500)
+        assert "misconfigured" in record["message"]
+    assert "the in-memory store would be split" in log.read_text()
+
+
+def test_unconfigured_gunicorn_with_many_workers_never_serves_split(tmp_path):
+    """`gunicorn -w 4 'app:create_app()'`: no config, so no start-time guard."""
+    with unconfigured_gunicorn(tmp_path, "-w", "4") as (_, port, log):
+        assert_split_refused(port, log)
+
+
 def test_unconfigured_gunicorn_given_sigttin_never_serves_split(tmp_path):
-    """`gunicorn 'app:create_app()'` (one worker, no config), then SIGTTIN: no hook holds it at one."""
-    port = free_port()
-    env = {**BASE_ENV, "PLANTS_API_TOKENS": TOKEN, "PYTHONPATH": str(ROOT)}
-    log = tmp_path / "gunicorn.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "app:create_app()"],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        wait_until_serving(port, process)
-        import http.client
-
-        def create(plant_id, name):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            return call(conn, "POST", "/plants", {"id": plant_id, "name": name}, AUTH)
-
-        assert create(1, "Fern")[0] == 200
+    """One worker and no config, then SIGTTIN: no hook holds it at one."""
+    with unconfigured_gunicorn(tmp_path) as (process, port, log):
+        assert create_on(port, 1, "Fern")[0] == 200
         process.send_signal(signal.SIGTTIN)
         deadline = time.monotonic() + 10
         while len(worker_pids(process.pid)) < 2:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         time.sleep(2)  # the second worker has booted, and the first has looked again
-        for number in range(12):
-            record = assert_error(*create(2, f"Fern {number}"), 500)
-            assert "misconfigured" in record["message"]
-        assert "the in-memory store would be split" in log.read_text()
-    finally:
-        process.terminate()
-        process.wait(30)
+        assert_split_refused(port, log)
 
 
 def test_flask_run_config_error_is_one_line():
