@@ -18,8 +18,6 @@ import yaml
 from flask import Blueprint, Response, current_app, request, send_from_directory
 from werkzeug.exceptions import NotFound
 
-from .settings import boolean_setting
-
 #: Only the page's own sources may load: the assets and the document, from this service.
 PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -86,7 +84,7 @@ def openapi() -> Response:
 
 
 def _require_docs_enabled() -> None:
-    if not boolean_setting(current_app.config, "PLANTS_DOCS"):
+    if not current_app.extensions["plants"].docs:
         raise NotFound("The API page is turned off (PLANTS_DOCS).")
 
 

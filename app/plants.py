@@ -35,6 +35,7 @@ from .schemas import NewPlantSchema, PlantSchema
 from .settings import DEFAULTS
 from .state import EXTENSION, state_for
 from .store import Outcome, StoreFullError, StoreUnavailableError
+from .store.redis import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -215,8 +216,6 @@ def _guard() -> Response | None:
 
 def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:
     """The rate limits' Redis failed: the same 503 as the store's."""
-    from .store.redis import unavailable
-
     cause = exc.storage_error
     return (
         unavailable(cause) if isinstance(cause, RedisError) else StoreUnavailableError("other", "rate limits")

@@ -82,7 +82,7 @@ def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
             continue
         try:
             if isinstance(default, bool):
-                settings[key] = _BOOLEANS[value.strip().lower()]
+                settings[key] = _BOOLEANS[value.strip().lower()]  # KeyError: not a boolean
             elif isinstance(default, int):
                 settings[key] = int(value)
             elif isinstance(default, float):
@@ -111,8 +111,8 @@ def seconds_setting(config: Mapping[str, Any], key: str) -> float:
 
 def boolean_setting(config: Mapping[str, Any], key: str) -> bool:
     value = config.get(key, DEFAULTS[key])
-    if isinstance(value, str) and value.strip().lower() in _BOOLEANS:
-        return _BOOLEANS[value.strip().lower()]
+    if isinstance(value, str):
+        value = _BOOLEANS.get(value.strip().lower(), value)
     if not isinstance(value, bool):
         raise ConfigurationError(key, f"must be true or false, not {value!r}")
     return value
@@ -128,8 +128,20 @@ def _read_secret_file(key: str, path: str) -> str:
         ) from None
 
 
-def _token_entries(config: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """Which setting the tokens come from, and its entries (`token` or `token@limit`)."""
+def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The accepted bearer tokens: PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE.
+
+    Fails closed: raises ConfigurationError when no token is configured.
+    """
+    return token_settings(config)[0]
+
+
+def token_settings(config: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The accepted bearer tokens, and the ones given a rate limit of their own (`token@limit`).
+
+    Reads PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE. Fails closed: raises
+    ConfigurationError when no token is configured.
+    """
     key = "PLANTS_API_TOKENS"
     entries = config.get(key)
     if isinstance(entries, str):
@@ -137,23 +149,15 @@ def _token_entries(config: Mapping[str, Any]) -> tuple[str, list[str]]:
     if not entries and config.get("PLANTS_API_TOKENS_FILE"):
         key = "PLANTS_API_TOKENS_FILE"
         entries = _read_secret_file(key, str(config[key])).splitlines()
-    return key, [entry.strip() for entry in entries or () if entry.strip()]
-
-
-def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The accepted bearer tokens: PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE.
-
-    Fails closed: raises ConfigurationError when no token is configured.
-    """
-    key, entries = _token_entries(config)
-    tokens = tuple(entry.partition("@")[0] for entry in entries)
-    if not tokens:
+    pairs = [entry.strip().partition("@")[::2] for entry in entries or () if entry.strip()]
+    if not pairs:
         raise ConfigurationError(
             "PLANTS_API_TOKENS",
             "is not set, and no API token is configured: set it (comma-separated tokens) "
             "or {PLANTS_API_TOKENS_FILE} (a file with one token per line). There is no default token.",
         )
-    for number, token in enumerate(tokens, start=1):
+    limits = {}
+    for number, (token, limit) in enumerate(pairs, start=1):
         if not TOKEN_SYNTAX.fullmatch(token):
             raise ConfigurationError(
                 key,
@@ -167,7 +171,10 @@ def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
                 f"carry through the HTTP server's 8 KiB header limit: tokens may have at most "
                 f"{MAX_TOKEN_LENGTH} characters",
             )
-    return tokens
+        if limit:
+            _check_limit(key, limit, f"has a rate limit for token number {number} that is not")
+            limits[token] = limit
+    return tuple(token for token, _ in pairs), limits
 
 
 def rate_limit_setting(config: Mapping[str, Any], key: str) -> str | None:
@@ -176,18 +183,6 @@ def rate_limit_setting(config: Mapping[str, Any], key: str) -> str | None:
     if value is not None:
         _check_limit(key, value, "is not")
     return value
-
-
-def token_rate_limits(config: Mapping[str, Any]) -> dict[str, str]:
-    """The tokens given a limit of their own, as `token@limit`: token -> limit."""
-    key, entries = _token_entries(config)
-    limits = {}
-    for number, entry in enumerate(entries, start=1):
-        token, _, limit = entry.partition("@")
-        if limit:
-            _check_limit(key, limit, f"has a rate limit for token number {number} that is not")
-            limits[token] = limit
-    return limits
 
 
 def _check_limit(key: str, value: Any, problem: str) -> None:

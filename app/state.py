@@ -14,14 +14,13 @@ from .metrics import Metrics
 from .rate_limits import RateLimits, limits_storage_uri
 from .settings import (
     ConfigurationError,
-    api_tokens,
     boolean_setting,
     integer_setting,
     rate_limit_setting,
     seconds_setting,
     store_prefix,
     store_url,
-    token_rate_limits,
+    token_settings,
 )
 from .split_guard import SplitStoreGuard
 from .store import PlantStore, store_from_url
@@ -39,12 +38,14 @@ class PlantsState:
     rate_limits: RateLimits | None
     #: For a per-process store: refuses to serve it from several processes.
     split_guard: SplitStoreGuard | None
+    #: Whether the API page is served (PLANTS_DOCS).
+    docs: bool
 
 
 def state_for(app: Flask) -> PlantsState:
     """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
     config = app.config
-    tokens = api_tokens(config)
+    tokens, overrides = token_settings(config)
     url = store_url(config)
     prefix = store_prefix(config)
     connect_timeout = seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT")
@@ -61,7 +62,6 @@ def state_for(app: Flask) -> PlantsState:
         key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
         raise ConfigurationError(key, str(exc)) from None
     per_token = rate_limit_setting(config, "PLANTS_RATE_LIMIT")
-    overrides = token_rate_limits(config)
     auth_failures = rate_limit_setting(config, "PLANTS_AUTH_FAILURE_LIMIT")
     rate_limits = None
     if per_token or overrides or auth_failures:
@@ -81,6 +81,7 @@ def state_for(app: Flask) -> PlantsState:
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
         rate_limits=rate_limits,
         split_guard=None if store.shared else SplitStoreGuard(),
+        docs=boolean_setting(config, "PLANTS_DOCS"),
     )
 
 

@@ -11,12 +11,12 @@ import os
 import redis.asyncio
 from fastapi import Depends, HTTPException
 
-from app.store.redis import BUCKETS, CREATE_SCRIPT, encode
+from app.store.redis import CREATE_SCRIPT, create_keys, encode
 from bench.fastapi_peer import NewPlant, Plant, app, bearer
 
 client = redis.asyncio.Redis.from_url(os.environ["PLANTS_STORE_URL"])
 create_script = client.register_script(CREATE_SCRIPT)
-PREFIX = "{" + os.environ.get("PLANTS_STORE_PREFIX", "plants") + "}"
+PREFIX = os.environ.get("PLANTS_STORE_PREFIX", "plants")
 CAPACITY = int(os.environ.get("PLANTS_MAX_PLANTS", "1000000"))
 
 # The in-memory peer's route is replaced by this one.
@@ -26,7 +26,7 @@ app.router.routes = [route for route in app.router.routes if getattr(route, "pat
 @app.post("/plants", response_model=Plant, response_model_exclude_none=True, dependencies=[Depends(bearer)])
 async def create_plant(new: NewPlant) -> Plant:
     answer = await create_script(
-        keys=(f"{PREFIX}:b:{new.id & (BUCKETS - 1)}", f"{PREFIX}:count"),
+        keys=create_keys(PREFIX, new.id),
         args=(new.id, encode(new.name, new.tag), CAPACITY),
     )
     if answer == 2:

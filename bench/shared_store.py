@@ -31,7 +31,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.store.redis import BUCKETS, CREATE_SCRIPT, encode
+from app.store.redis import CREATE_SCRIPT, create_keys, encode
 from bench.run import CLIENT_CPU, TICK, Server, finish, median_of, wrk
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
@@ -77,7 +77,7 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
             for n in range(start, min(start + 10_000, plants)):
                 plant_id = base + n
                 name = f"{rng.choice(NAMES)} {n % 100000:05d}"
-                script(keys=(f"{{memory}}:b:{plant_id & (BUCKETS - 1)}", "{memory}:count"),
+                script(keys=create_keys("memory", plant_id),
                        args=(plant_id, encode(name, rng.choice(TAGS)), 10**9), client=pipe)  # fmt: skip
             pipe.execute()
     used = client.info("memory")["used_memory"] - before

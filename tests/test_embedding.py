@@ -212,3 +212,10 @@ def test_a_host_can_turn_the_page_off():
     assert response.json["error"] == 404
     assert client.get("/api/docs/assets/swagger-ui-bundle.js").status_code == 404
     assert client.get("/api/openapi.json").status_code == 200
+
+
+def test_a_bad_docs_setting_fails_at_registration_not_at_request_time():
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS="host-token", PLANTS_DOCS="maybe")
+    with pytest.raises(ConfigurationError, match=r'^app.config\["PLANTS_DOCS"\] must be true or false'):
+        host.register_blueprint(bp)

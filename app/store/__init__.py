@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from .base import Outcome, Plant, PlantStore, StoreFullError, StoreUnavailableError
 from .memory import MemoryPlantStore
+from .redis import RedisPlantStore
 
 __all__ = [
     "MemoryPlantStore",
@@ -54,8 +55,6 @@ def store_from_url(
     """The store `url` names. Raises ValueError (without quoting the URL) when it names none."""
     if check_url(url) == "memory":
         return MemoryPlantStore(capacity)
-    from .redis import RedisPlantStore  # redis-py is needed only by those who use it
-
     return RedisPlantStore(
         url, capacity=capacity, prefix=prefix, connect_timeout=connect_timeout, timeout=timeout
     )

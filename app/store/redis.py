@@ -41,6 +41,11 @@ return 0
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
 
 
+def create_keys(prefix: str, plant_id: int) -> tuple[str, str]:
+    """The create script's keys for `plant_id`: its bucket, and the count; `prefix` without braces."""
+    return f"{{{prefix}}}:b:{plant_id & (BUCKETS - 1)}", f"{{{prefix}}}:count"
+
+
 def encode(name: str, tag: str | None) -> bytes:
     name_bytes = name.encode("utf-8")
     return b"%d:%s%s" % (len(name_bytes), name_bytes, tag.encode("utf-8") if tag else b"")
@@ -61,8 +66,7 @@ class RedisPlantStore:
         self, url: str, *, capacity: int, prefix: str, connect_timeout: float, timeout: float
     ) -> None:
         self.capacity = capacity
-        self._prefix = f"{{{prefix}}}"
-        self._count_key = f"{self._prefix}:count"
+        self._prefix = prefix
         # One retry, on a broken connection only: a pooled connection that Redis closed (a
         # restart) fails at once and the retry takes a new one. A create is safe to repeat: a
         # create that landed answers "identical" the second time. A timeout is not retried,
@@ -75,13 +79,10 @@ class RedisPlantStore:
         )
         self._create = self._client.register_script(CREATE_SCRIPT)
 
-    def _bucket(self, plant_id: int) -> str:
-        return f"{self._prefix}:b:{plant_id & (BUCKETS - 1)}"
-
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
         try:
             answer = self._create(
-                keys=(self._bucket(plant_id), self._count_key),
+                keys=create_keys(self._prefix, plant_id),
                 args=(plant_id, encode(name, tag), self.capacity),
             )
         except OutOfMemoryError:
@@ -95,14 +96,14 @@ class RedisPlantStore:
 
     def get(self, plant_id: int) -> Plant | None:
         try:
-            value = self._client.hget(self._bucket(plant_id), str(plant_id))
+            value = self._client.hget(create_keys(self._prefix, plant_id)[0], str(plant_id))
         except RedisError as exc:
             raise unavailable(exc) from None
         return None if value is None else decode(value)
 
     def __len__(self) -> int:
         try:
-            return int(self._client.get(self._count_key) or 0)
+            return int(self._client.get(create_keys(self._prefix, 0)[1]) or 0)
         except RedisError as exc:
             raise unavailable(exc) from None
 
