@@ -93,13 +93,17 @@ class RateLimits:
         # expiry is read from the store once per window, not on every create. Bounded by the
         # configured tokens and their limits. (Addresses are unbounded: never cached.)
         self._window_ends: dict[str, float] = {}
+        # Each accepted token's key in the limit store, hashed once: the tokens are a fixed set.
+        self._token_keys: dict[bytes, str] = {}
 
     def check_create(self, token: bytes) -> LimitState | None:
         """Count a create by `token`; raise RateLimitExceeded past its limit."""
         limits = self._overrides.get(token, self._per_token)
         if not limits:
             return None
-        key = "token:" + hashlib.sha256(token).hexdigest()[:24]
+        key = self._token_keys.get(token)
+        if key is None:
+            key = self._token_keys[token] = "token:" + hashlib.sha256(token).hexdigest()[:24]
         message = "Too many creates for this token; retry after Retry-After seconds."
         return self._hit(limits, key, message, self._window_ends)
 
