@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from werkzeug.exceptions import HTTPException
 
-from .errors import InvalidToken, MalformedCredentials, MissingCredentials
+from .errors import InsufficientScope, InvalidToken, MalformedCredentials, MissingCredentials
 from .settings import TOKEN_SYNTAX
 
 
@@ -27,6 +27,9 @@ NO_CREDENTIALS = MissingCredentials("This operation needs an 'Authorization: Bea
 NOT_BEARER = MissingCredentials("The Authorization header must use the Bearer scheme.")
 MALFORMED_TOKEN = MalformedCredentials("The bearer token is empty or is not a valid token.")
 TOKEN_NOT_ACCEPTED = InvalidToken("The bearer token is not accepted.")
+READ_ONLY_TOKEN = InsufficientScope(
+    "This bearer token may only read: creating and deleting need a full-access token."
+)
 
 #: An authentication's outcome: the refusal, or None and the accepted token.
 Outcome = tuple[HTTPException | None, bytes | None]

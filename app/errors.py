@@ -5,18 +5,43 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app
-from werkzeug.exceptions import BadRequest, HTTPException, Unauthorized, default_exceptions
+from werkzeug.exceptions import (
+    BadRequest,
+    Forbidden,
+    HTTPException,
+    NotFound,
+    Unauthorized,
+    default_exceptions,
+)
 
 REALM = "plants"
 
 
-class InvalidPlant(BadRequest):
-    """A body that is JSON but not a valid NewPlant; `details` names each field."""
+class InvalidFields(BadRequest):
+    """A request part that marshmallow refused; `details` names each field and says why."""
+
+    def __init__(self, problem: str, kind: str, details: dict[str, list[str]]) -> None:
+        super().__init__(f"{problem} Invalid {kind}: {', '.join(sorted(details))}.")
+        self.details = details
+
+
+class InvalidPlant(InvalidFields):
+    """A body that is JSON but not a valid NewPlant."""
 
     def __init__(self, details: dict[str, list[str]]) -> None:
-        fields = ", ".join(sorted(details))
-        super().__init__(f"The request body is not a valid NewPlant. Invalid fields: {fields}.")
-        self.details = details
+        super().__init__("The request body is not a valid NewPlant.", "fields", details)
+
+
+class InvalidParameters(InvalidFields):
+    """A path or query parameter that is not valid (`id`, `limit`, `after`, `tags`, or unknown)."""
+
+    def __init__(self, details: dict[str, list[str]]) -> None:
+        super().__init__("The request's parameters are not valid.", "parameters", details)
+
+
+class PlantNotFound(NotFound):
+    def __init__(self, plant_id: int) -> None:
+        super().__init__(f"There is no plant with id {plant_id}.")
 
 
 class _BearerChallenge(HTTPException):
@@ -41,6 +66,12 @@ class InvalidToken(_BearerChallenge, Unauthorized):
 
 class MalformedCredentials(_BearerChallenge, BadRequest):
     oauth_error = "invalid_request"
+
+
+class InsufficientScope(_BearerChallenge, Forbidden):
+    """A read-only token on a write (RFC 6750 §3.1)."""
+
+    oauth_error = "insufficient_scope"
 
 
 def http_error_to_json(exc: HTTPException) -> HTTPException | Response:

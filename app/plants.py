@@ -1,52 +1,54 @@
-"""The plants blueprint: POST /plants, behind one guard (bearer token, then rate limits).
+"""The plants blueprint: create, list, read and delete plants, behind one guard (app/guard.py).
 
-Register it in any Flask app; its settings come from that app's config and its
-store lives in that app's `extensions["plants"]`, so apps never share plants.
+Register it in any Flask app; its settings come from that app's config and its store lives in
+that app's `extensions["plants"]`, so apps never share plants.
 """
 
 from __future__ import annotations
 
-import logging
+from typing import Any
+from urllib.parse import quote, urlencode
 
-from flask import Blueprint, Request, Response, current_app, request
+from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
-from limits.errors import StorageError
 from marshmallow import ValidationError
-from redis.exceptions import RedisError
-from werkzeug.exceptions import (
-    BadRequest,
-    ClientDisconnected,
-    Conflict,
-    HTTPException,
-    MethodNotAllowed,
-    RequestEntityTooLarge,
-    RequestTimeout,
-    ServiceUnavailable,
-    UnsupportedMediaType,
+from werkzeug.exceptions import Conflict, MethodNotAllowed
+
+from . import docs
+from .cursor import InvalidCursor, decode_cursor, encode_cursor
+from .errors import (
+    InsufficientStorage,
+    InvalidParameters,
+    InvalidPlant,
+    PlantNotFound,
+    error_response,
+    register_json_errors,
 )
-from werkzeug.wsgi import get_content_length
-
-from . import docs, strict_json
-from .auth import check_credentials
-from .errors import InsufficientStorage, InvalidPlant, error_response, register_json_errors
-from .metrics import count_store_error, exposition, start_timer
-from .rate_limits import RateLimitExceeded, add_headers, remember
+from .guard import ALLOWED_METHODS, guard, store_unavailable
+from .metrics import exposition
+from .params import load_page_query, load_plant_id
+from .rate_limits import add_headers
+from .request_body import read_json_object
 from .schemas import NewPlantSchema, PlantSchema
-from .settings import DEFAULTS
 from .state import EXTENSION, state_for
-from .store import Outcome, StoreFullError, StoreUnavailableError
-from .store.redis import unavailable
-
-log = logging.getLogger(__name__)
-
+from .store import Outcome, Plant, PlantStore, StoreFullError, StoreUnavailableError
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
 docs.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
+bp.before_request(guard)
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
+
+
+@bp.record
+def _init_state(setup: BlueprintSetupState) -> None:
+    """Fail closed at registration: no tokens configured, no service."""
+    app = setup.app
+    if EXTENSION not in app.extensions:
+        app.extensions[EXTENSION] = state_for(app)
 
 
 @bp.after_request
@@ -60,74 +62,22 @@ def _finish(response: Response) -> Response:
     return response
 
 
-@bp.record
-def _init_state(setup: BlueprintSetupState) -> None:
-    """Fail closed at registration: no tokens configured, no service."""
-    app = setup.app
-    if EXTENSION not in app.extensions:
-        app.extensions[EXTENSION] = state_for(app)
+@bp.errorhandler(StoreUnavailableError)
+def _store_unavailable(exc: StoreUnavailableError) -> Response:
+    return error_response(store_unavailable(exc))
 
 
-# The usual spellings, accepted without parsing the header.
-_JSON_CONTENT_TYPES = frozenset(
-    {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
-)
+@bp.errorhandler(StoreFullError)
+def _store_full(exc: StoreFullError) -> Response:
+    return error_response(InsufficientStorage())
 
 
-def _require_json_content_type(req: Request) -> None:
-    if req.environ.get("CONTENT_TYPE") in _JSON_CONTENT_TYPES:
-        return
-    if req.mimetype != "application/json":
-        raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
-    charset = req.mimetype_params.get("charset", "utf-8").lower()
-    if charset not in ("utf-8", "utf8"):
-        raise UnsupportedMediaType("JSON must be encoded as UTF-8.")
-
-
-def _read_body(req: Request) -> bytes:
-    """The whole request body, refused with 413 beyond the limit and 400/408 when unreadable."""
-    # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
-    limit = req.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
-    try:
-        body = _read_at_most(req, limit)
-    except RequestEntityTooLarge:
-        raise _too_large(limit) from None
-    except (ClientDisconnected, OSError):
-        # The body stalled past the server's read timeout, or the client left.
-        raise RequestTimeout(
-            "The request body was not received in full before the client stopped sending."
-        ) from None
-    except HTTPException:
-        raise
-    except Exception:
-        # The WSGI server refused the body's framing (e.g. gunicorn: a bad chunk size).
-        # Its exception types are its own, so they cannot be named here.
-        raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
-    if len(body) > limit:
-        raise _too_large(limit)
-    return body
-
-
-def _read_at_most(req: Request, limit: int) -> bytes:
-    """The body, or RequestEntityTooLarge past `limit` and ClientDisconnected when it ends short."""
-    length = get_content_length(req.environ)
-    if length is None:
-        # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
-        # an error, which would truncate it. Reading one byte more tells the two apart.
-        req.max_content_length = limit + 1
-        return req.get_data(cache=False)
-    # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
-    # allow, without its stream wrapper and read loop (measured: a fifth of the view's time).
-    if length > limit:
-        raise RequestEntityTooLarge()
-    body = req.environ["wsgi.input"].read(length)
-    if len(body) < length:
-        raise ClientDisconnected()
-    return body
-
-
-def _too_large(limit: int) -> RequestEntityTooLarge:
-    return RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")
+def _store(environ: dict[str, Any]) -> PlantStore:
+    """This app's store, once its split guard (if any) agrees to serve it from this process."""
+    state = current_app.extensions[EXTENSION]
+    if state.split_guard is not None:
+        state.split_guard.check(environ)
+    return state.store
 
 
 @bp.post("/plants", provide_automatic_options=False)
@@ -136,94 +86,98 @@ def create_plant() -> Response:
     # One context look-up each, not one per attribute: a proxied look-up costs ~0.8 µs.
     req = request._get_current_object()
     app = current_app._get_current_object()
-    _require_json_content_type(req)
-    body = _read_body(req)
-    if not body:
-        raise BadRequest("The request body is empty; send a NewPlant JSON object.")
-    try:
-        value = strict_json.loads(body)
-    except strict_json.InvalidJSON as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
-    if not isinstance(value, dict):
-        raise BadRequest("The request body must be a JSON object (a NewPlant).")
+    value = read_json_object(req, "NewPlant")
     try:
         plant = _new_plant_schema.load(value)
     except ValidationError as exc:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
-    state = app.extensions[EXTENSION]
-    store = state.store
-    if state.split_guard is not None:
-        state.split_guard.check(req.environ)
-    try:
-        outcome = store.create(plant["id"], plant["name"], plant.get("tag"))
-    except StoreFullError:
-        raise InsufficientStorage() from None
-    except StoreUnavailableError as exc:
-        raise store_unavailable(exc) from None
+    outcome = _store(req.environ).create(plant["id"], plant["name"], plant.get("tag"))
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     return app.json.response(_plant_schema.dump(plant))
 
 
-#: Views that need no token: the document and the page, and the 405 that says only which
-#: method to use.
-PUBLIC_VIEWS = docs.PUBLIC_VIEWS | {"other_method"}
+@bp.get("/plants", provide_automatic_options=False)
+def list_plants() -> Response:
+    """One page of plants in ascending id order; `next` and `Link` lead to the following page."""
+    query = load_page_query(request.args)
+    tags = query.get("tags")
+    store = _store(request.environ)
+    after = None
+    if "after" in query:
+        try:
+            after = decode_cursor(store.cursor_key(), query["after"], tags)
+        except InvalidCursor as exc:
+            raise InvalidParameters({"after": [str(exc)]}) from None
+    page = store.page(after, query["limit"], tags)
+    body: dict[str, Any] = {"plants": [stored_plant(plant_id, plant) for plant_id, plant in page.plants]}
+    link = None
+    if page.more:
+        body["next"] = cursor = encode_cursor(store.cursor_key(), page.plants[-1][0], tags)
+        link = f'<{_next_url(request.args, cursor)}>; rel="next"'
+    response = current_app.json.response(body)
+    if link:
+        response.headers["Link"] = link
+    return response
 
-#: Every other method a client may try on /plants; answered here, so that an embedded
-#: blueprint answers them with its JSON 405 rather than the host's page.
-OTHER_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+def plant_record(plant: Plant) -> dict[str, Any]:
+    """The Plant record, as PlantSchema dumps it: the tag only when there is one."""
+    name, tag = plant
+    return {"name": name} if tag is None else {"name": name, "tag": tag}
 
 
-@bp.route("/plants", methods=OTHER_METHODS, provide_automatic_options=False)
+def stored_plant(plant_id: int, plant: Plant) -> dict[str, Any]:
+    """A page's item: the StoredPlant record, as StoredPlantSchema dumps it."""
+    return {"id": plant_id, **plant_record(plant)}
+
+
+def _next_url(args: Any, cursor: str) -> str:
+    """This request's URL with `after` set to `cursor` and its other parameters kept."""
+    pairs = [(name, value) for name, value in args.items(multi=True) if name != "after"]
+    return f"{request.base_url}?{urlencode([*pairs, ('after', cursor)], quote_via=quote)}"
+
+
+@bp.get("/plants/<plant_id>", provide_automatic_options=False)
+def get_plant(plant_id: str) -> Response:
+    """The plant with this id, as the create answers it; 404 when there is none."""
+    number = load_plant_id(plant_id)
+    plant = _store(request.environ).get(number)
+    if plant is None:
+        raise PlantNotFound(number)
+    return current_app.json.response(plant_record(plant))
+
+
+@bp.delete("/plants/<plant_id>", provide_automatic_options=False)
+def delete_plant(plant_id: str) -> Response:
+    """Remove the plant and free its place in the store: 204, or 404 when there is none."""
+    number = load_plant_id(plant_id)
+    if not _store(request.environ).delete(number):
+        raise PlantNotFound(number)
+    return Response(status=204)
+
+
+# Every other method a client may try, answered here, so that an embedded blueprint answers
+# them with its JSON 405 rather than the host's page. (HEAD is refused by the guard, which
+# Werkzeug routes to the GET views.)
+_OTHER_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+@bp.route(
+    "/plants",
+    methods=[m for m in _OTHER_METHODS if m not in ALLOWED_METHODS["list_plants"]],
+    provide_automatic_options=False,
+)
 def other_method() -> Response:
-    raise MethodNotAllowed(valid_methods=["POST"])
+    raise MethodNotAllowed(valid_methods=ALLOWED_METHODS["list_plants"])
 
 
-@bp.before_request
-def _guard() -> Response | None:
-    """Timing, the bearer token, then the rate limits; before the body is read.
-
-    A refusal is returned, not raised: Flask then answers with it and skips the view, without
-    its exception handling. An unauthenticated client cannot make the service read anything.
-    One hook, with one look-up of the request and the state: it runs on every request.
-    """
-    req = request._get_current_object()
-    environ = req.environ
-    state = current_app.extensions[EXTENSION]
-    if state.metrics is not None:
-        start_timer(environ)  # refusals are timed too
-    rule = req.url_rule
-    if rule is not None and rule.endpoint.rpartition(".")[2] in PUBLIC_VIEWS:
-        return None
-    problem, token = check_credentials(environ.get("HTTP_AUTHORIZATION"), state.tokens)
-    limits = state.rate_limits
-    if limits is None:
-        return None if problem is None else error_response(problem)
-    try:
-        if problem is not None:
-            limits.check_auth_failure(req.remote_addr)
-            return error_response(problem)
-        if req.method == "POST":  # a create: the only other view that needs a token is GET
-            remember(environ, limits.check_create(token))
-    except RateLimitExceeded as exc:
-        return error_response(exc)
-    except StorageError as exc:
-        return error_response(store_unavailable(limit_store_unavailable(exc)))
-    return None
-
-
-def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:
-    """The rate limits' Redis failed: the same 503 as the store's."""
-    cause = exc.storage_error
-    return (
-        unavailable(cause) if isinstance(cause, RedisError) else StoreUnavailableError("other", "rate limits")
-    )
-
-
-def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
-    """The 503 for a store that did not answer in time; the client may retry after a second."""
-    log.warning("The plant store did not answer: %s", exc)
-    count_store_error(exc.reason)
-    return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
+@bp.route(
+    "/plants/<plant_id>",
+    methods=[m for m in _OTHER_METHODS if m not in ALLOWED_METHODS["get_plant"]],
+    provide_automatic_options=False,
+)
+def other_method_on_plant(plant_id: str) -> Response:
+    raise MethodNotAllowed(valid_methods=ALLOWED_METHODS["get_plant"])

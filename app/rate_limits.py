@@ -2,8 +2,9 @@
 
 Two limits, each off until set, each on the blueprint's routes only:
 
-- `PLANTS_RATE_LIMIT`: creates per token (a token may carry its own, `token@limit`). Keyed by
-  a fingerprint of the token, so no token is ever written to the limit store.
+- `PLANTS_RATE_LIMIT`: requests per token to the four plant operations, reads included (a token
+  may carry its own, `token@limit`). Keyed by a fingerprint of the token, so no token is ever
+  written to the limit store.
 - `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix).
 
 The counters live where the plants live: a per-app memory storage with the memory store, the same
@@ -96,15 +97,15 @@ class RateLimits:
         # Each accepted token's key in the limit store, hashed once: the tokens are a fixed set.
         self._token_keys: dict[bytes, str] = {}
 
-    def check_create(self, token: bytes) -> LimitState | None:
-        """Count a create by `token`; raise RateLimitExceeded past its limit."""
+    def check_token(self, token: bytes) -> LimitState | None:
+        """Count a request by `token`; raise RateLimitExceeded past its limit."""
         limits = self._overrides.get(token, self._per_token)
         if not limits:
             return None
         key = self._token_keys.get(token)
         if key is None:
             key = self._token_keys[token] = "token:" + hashlib.sha256(token).hexdigest()[:24]
-        message = "Too many creates for this token; retry after Retry-After seconds."
+        message = "Too many requests for this token; retry after Retry-After seconds."
         return self._hit(limits, key, message, self._window_ends)
 
     def check_auth_failure(self, address: str | None) -> LimitState | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 
 from .errors import error_response
-from .plants import store_unavailable
+from .guard import store_unavailable
 from .state import get_store
 from .store import StoreUnavailableError
 

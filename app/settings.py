@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Every setting the service reads, with its default; the environment variable has the same name.
 DEFAULTS: dict[str, Any] = {
     "PLANTS_API_TOKENS": None,
     "PLANTS_API_TOKENS_FILE": None,
+    "PLANTS_READ_TOKENS": None,
+    "PLANTS_READ_TOKENS_FILE": None,
     "MAX_CONTENT_LENGTH": 64 * 1024,
     "PLANTS_MAX_PLANTS": 1_000_000,
     "PLANTS_TRUSTED_PROXIES": 0,
@@ -129,33 +131,56 @@ def _read_secret_file(key: str, path: str) -> str:
 
 
 def api_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The accepted bearer tokens: PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE.
+    """The accepted full-access bearer tokens: PLANTS_API_TOKENS, else the lines of its _FILE.
 
     Fails closed: raises ConfigurationError when no token is configured.
     """
-    return token_settings(config)[0]
+    return token_settings(config).full
 
 
-def token_settings(config: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The accepted bearer tokens, and the ones given a rate limit of their own (`token@limit`).
+class TokenSettings(NamedTuple):
+    #: Tokens that may create and delete as well as read (PLANTS_API_TOKENS).
+    full: tuple[str, ...]
+    #: Tokens that may only read (PLANTS_READ_TOKENS).
+    read_only: tuple[str, ...]
+    #: The tokens given a rate limit of their own (`token@limit`), of either kind.
+    limits: dict[str, str]
 
-    Reads PLANTS_API_TOKENS, else the lines of PLANTS_API_TOKENS_FILE. Fails closed: raises
-    ConfigurationError when no token is configured.
+
+def token_settings(config: Mapping[str, Any]) -> TokenSettings:
+    """The accepted bearer tokens, full and read-only, and the ones with a rate limit of their own.
+
+    Each list is read from its setting, else from the lines of its `_FILE`. Fails closed: raises
+    ConfigurationError when no full-access token is configured, and when a token is in both lists.
     """
-    key = "PLANTS_API_TOKENS"
-    entries = config.get(key)
-    if isinstance(entries, str):
-        entries = entries.split(",")
-    if not entries and config.get("PLANTS_API_TOKENS_FILE"):
-        key = "PLANTS_API_TOKENS_FILE"
-        entries = _read_secret_file(key, str(config[key])).splitlines()
-    pairs = [entry.strip().partition("@")[::2] for entry in entries or () if entry.strip()]
-    if not pairs:
+    full, limits = _token_list(config, "PLANTS_API_TOKENS")
+    if not full:
         raise ConfigurationError(
             "PLANTS_API_TOKENS",
             "is not set, and no API token is configured: set it (comma-separated tokens) "
             "or {PLANTS_API_TOKENS_FILE} (a file with one token per line). There is no default token.",
         )
+    read_only, read_limits = _token_list(config, "PLANTS_READ_TOKENS")
+    both = set(full) & set(read_only)
+    if both:
+        number = next(number for number, token in enumerate(read_only, start=1) if token in both)
+        raise ConfigurationError(
+            "PLANTS_READ_TOKENS",
+            f"has a token (number {number}) that is also in {{PLANTS_API_TOKENS}}: a token is either "
+            "full-access or read-only, so remove it from one of the two",
+        )
+    return TokenSettings(full, read_only, {**limits, **read_limits})
+
+
+def _token_list(config: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The tokens of `key` (else of `key`_FILE, one per line), and their own rate limits."""
+    entries = config.get(key)
+    if isinstance(entries, str):
+        entries = entries.split(",")
+    if not entries and config.get(f"{key}_FILE"):
+        key = f"{key}_FILE"
+        entries = _read_secret_file(key, str(config[key])).splitlines()
+    pairs = [entry.strip().partition("@")[::2] for entry in entries or () if entry.strip()]
     limits = {}
     for number, (token, limit) in enumerate(pairs, start=1):
         if not TOKEN_SYNTAX.fullmatch(token):

@@ -32,7 +32,8 @@ EXTENSION = "plants"
 class PlantsState:
     """Everything the blueprint keeps per application."""
 
-    tokens: tuple[bytes, ...]
+    #: Every accepted token, and whether it may write (create and delete) or only read.
+    tokens: dict[bytes, bool]
     store: PlantStore
     metrics: Metrics | None
     rate_limits: RateLimits | None
@@ -45,7 +46,7 @@ class PlantsState:
 def state_for(app: Flask) -> PlantsState:
     """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
     config = app.config
-    tokens, overrides = token_settings(config)
+    tokens = token_settings(config)
     url = store_url(config)
     prefix = store_prefix(config)
     connect_timeout = seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT")
@@ -64,7 +65,7 @@ def state_for(app: Flask) -> PlantsState:
     per_token = rate_limit_setting(config, "PLANTS_RATE_LIMIT")
     auth_failures = rate_limit_setting(config, "PLANTS_AUTH_FAILURE_LIMIT")
     rate_limits = None
-    if per_token or overrides or auth_failures:
+    if per_token or tokens.limits or auth_failures:
         rate_limits = RateLimits(
             storage_uri=limits_storage_uri(url),
             storage_options={"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
@@ -72,11 +73,14 @@ def state_for(app: Flask) -> PlantsState:
             else {},
             key_prefix=f"{prefix}:limits",
             per_token=per_token,
-            token_overrides=overrides,
+            token_overrides=tokens.limits,
             auth_failures=auth_failures,
         )
     return PlantsState(
-        tokens=tuple(token.encode("ascii") for token in tokens),
+        tokens={
+            **{token.encode("ascii"): True for token in tokens.full},
+            **{token.encode("ascii"): False for token in tokens.read_only},
+        },
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
         rate_limits=rate_limits,

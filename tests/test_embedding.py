@@ -157,17 +157,29 @@ def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
     assert len(store) == len(ids)
 
 
-@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"])
-def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(method):
+@pytest.mark.parametrize(
+    ("path", "method", "allow"),
+    [
+        *[
+            ("/api/v1/plants", method, "GET, POST")
+            for method in ("HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
+        ],
+        *[
+            ("/api/v1/plants/1", method, "GET, DELETE")
+            for method in ("HEAD", "POST", "PUT", "PATCH", "OPTIONS")
+        ],
+    ],
+)
+def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(path, method, allow):
     host = make_host()
 
     @host.errorhandler(405)
     def host_method_not_allowed(error):
         return "<h1>host's own 405</h1>", 405
 
-    response = host.test_client().open("/api/v1/plants", method=method)
+    response = host.test_client().open(path, method=method)
     assert response.status_code == 405
-    assert response.headers["Allow"] == "POST"
+    assert response.headers["Allow"] == allow
     assert response.headers["Content-Type"] == "application/json"
     if method != "HEAD":
         assert response.json == {"error": 405, "message": "The method is not allowed for the requested URL."}

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from app import create_app
+from app.store import Plant
 from tests.helpers import error_of
 
 
@@ -16,17 +17,38 @@ def production_app():
     return create_app({"PLANTS_API_TOKENS": "test-token-1"})
 
 
-@pytest.mark.parametrize("path", ["/", "/plant", "/plants/", "/plants/1", "/api/v1/plants", "/healthz/x"])
+@pytest.mark.parametrize("path", ["/", "/plant", "/plants/", "/plants/1/x", "/api/v1/plants", "/healthz/x"])
 def test_unknown_path_is_json_404(client, auth, path):
     response = client.post(path, json={"id": 1, "name": "Fern"}, headers=auth)
     error_of(response, 404)
 
 
-@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE", "OPTIONS"])
-def test_wrong_method_on_plants_is_json_405_with_allow(client, auth, method):
-    response = client.open("/plants", method=method, headers=auth)
-    error_of(response, 405)
-    assert response.headers["Allow"] == "POST"
+@pytest.mark.parametrize(
+    ("path", "method", "allow"),
+    [
+        *[
+            ("/plants", method, "GET, POST")
+            for method in ("HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+        ],
+        *[
+            ("/plants/1", method, "GET, DELETE")
+            for method in ("HEAD", "POST", "PUT", "PATCH", "OPTIONS", "TRACE")
+        ],
+        ("/plants/not-a-number", "PUT", "GET, DELETE"),
+    ],
+)
+@pytest.mark.parametrize("authenticated", [True, False], ids=["token", "no-token"])
+def test_other_methods_are_json_405_with_allow_before_authentication(
+    client, auth, store, path, method, allow, authenticated
+):
+    store.create(1, "Fern", None)
+    response = client.open(path, method=method, headers=auth if authenticated else {})
+    assert response.status_code == 405
+    assert response.headers["Allow"] == allow
+    assert "WWW-Authenticate" not in response.headers
+    if method != "HEAD":
+        error_of(response, 405)
+    assert store.get(1) == Plant("Fern")
 
 
 def test_wrong_method_on_healthz_is_json_405(client):

@@ -35,7 +35,11 @@ def test_requests_refusals_latency_and_plants_are_counted(client, auth):
         assert client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth).status_code == 200
     assert client.post("/plants", json={"id": 0, "name": "Other"}, headers=auth).status_code == 409
     assert client.post("/plants", json={"id": 9, "name": "Fern"}).status_code == 401
-    assert client.get("/plants").status_code == 405
+    assert client.put("/plants").status_code == 405
+    assert client.get("/plants", headers=auth).status_code == 200
+    assert client.get("/plants/1", headers=auth).status_code == 200
+    assert client.get("/plants/9", headers=auth).status_code == 404
+    assert client.delete("/plants/2", headers=auth).status_code == 204
     response = client.get("/metrics", headers=auth)
     assert response.status_code == 200
     assert response.headers["Content-Type"].startswith("text/plain; version=")
@@ -43,9 +47,14 @@ def test_requests_refusals_latency_and_plants_are_counted(client, auth):
     assert request_count(scrape, "/plants", "POST", "200") == 3
     assert request_count(scrape, "/plants", "POST", "409") == 1
     assert request_count(scrape, "/plants", "POST", "401") == 1
-    assert request_count(scrape, "/plants", "GET", "405") == 1
-    assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants"),))] == 6
-    assert scrape[("plants_stored", ())] == 3
+    assert request_count(scrape, "/plants", "PUT", "405") == 1
+    assert request_count(scrape, "/plants", "GET", "200") == 1
+    assert request_count(scrape, "/plants/<plant_id>", "GET", "200") == 1
+    assert request_count(scrape, "/plants/<plant_id>", "GET", "404") == 1
+    assert request_count(scrape, "/plants/<plant_id>", "DELETE", "204") == 1
+    assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants"),))] == 7
+    assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants/<plant_id>"),))] == 3
+    assert scrape[("plants_stored", ())] == 2
 
 
 def test_metrics_need_the_token(client):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from .base import Outcome, Plant, PlantStore, StoreFullError, StoreUnavailableError
+from .base import Outcome, Page, Plant, PlantStore, StoreFullError, StoreUnavailableError
 from .memory import MemoryPlantStore
 from .redis import RedisPlantStore
 
 __all__ = [
     "MemoryPlantStore",
     "Outcome",
+    "Page",
     "Plant",
     "PlantStore",
     "StoreFullError",

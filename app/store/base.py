@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from typing import NamedTuple, Protocol
 
 
@@ -21,6 +22,13 @@ class Plant(NamedTuple):
     tag: str | None = None
 
 
+class Page(NamedTuple):
+    """Up to `limit` plants in ascending id order, and whether more may follow the last."""
+
+    plants: list[tuple[int, Plant]]
+    more: bool
+
+
 class StoreFullError(Exception):
     """The store holds its capacity of plants (or its server its memory) and cannot take a new one."""
 
@@ -28,8 +36,8 @@ class StoreFullError(Exception):
 class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 
-    `reason` is one of `timeout`, `connection`, `read_only` or `other`. The message names
-    what failed, for the log; it never contains a password.
+    `reason` is one of `timeout`, `connection`, `read_only`, `needs_migration` or `other`. The
+    message names what failed, for the log; it never contains a password.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -51,6 +59,21 @@ class PlantStore(Protocol):
         ...
 
     def get(self, plant_id: int) -> Plant | None: ...
+
+    def delete(self, plant_id: int) -> bool:
+        """Remove the plant and free its place under the capacity, atomically; False when absent."""
+        ...
+
+    def page(self, after: int | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        """The plants with ids above `after` (all when None) in ascending id order, at most `limit`.
+
+        With `tags`, only plants whose tag is one of them. Costs O(log n + limit) per tag.
+        """
+        ...
+
+    def cursor_key(self) -> bytes:
+        """The secret that signs page cursors, the same for every process that shares the store."""
+        ...
 
     def __len__(self) -> int: ...
 

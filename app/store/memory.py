@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import heapq
+import secrets
 import sys
 import threading
+from collections.abc import Collection, Iterator
+from itertools import islice
 
-from .base import Outcome, Plant, StoreFullError
+from sortedcontainers import SortedList
+
+from .base import Outcome, Page, Plant, StoreFullError
 
 
 class MemoryPlantStore:
-    """A thread-safe, bounded, per-process store held in two dicts.
+    """A thread-safe, bounded, per-process store: two dicts for the plants, sorted lists for pages.
 
-    Names and tags live in separate dicts keyed by id rather than as one record
-    object per plant: at a million plants a tuple per plant costs ~20 bytes
-    more. Tags repeat, so they are interned and shared.
+    Names and tags live in separate dicts keyed by id rather than as one record object per
+    plant: at a million plants a tuple per plant costs ~20 bytes more. Tags repeat, so they are
+    interned and shared. Pages come from a SortedList of every id and one per tag, which hold
+    references to the dicts' own int objects (about 8 bytes a plant each).
     """
 
     shared = False
@@ -24,7 +31,10 @@ class MemoryPlantStore:
         self.capacity = capacity
         self._names: dict[int, str] = {}
         self._tags: dict[int, str] = {}
+        self._ids = SortedList()
+        self._ids_by_tag: dict[str, SortedList] = {}
         self._lock = threading.Lock()
+        self._cursor_key = secrets.token_bytes(32)
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
         """Store the plant unless its id is taken; atomic under concurrent callers.
@@ -40,8 +50,13 @@ class MemoryPlantStore:
             if len(self._names) >= self.capacity:
                 raise StoreFullError
             self._names[plant_id] = name
+            self._ids.add(plant_id)
             if tag is not None:
-                self._tags[plant_id] = sys.intern(tag)
+                tag = self._tags[plant_id] = sys.intern(tag)
+                tagged = self._ids_by_tag.get(tag)
+                if tagged is None:
+                    tagged = self._ids_by_tag[tag] = SortedList()
+                tagged.add(plant_id)
             return Outcome.CREATED
 
     def get(self, plant_id: int) -> Plant | None:
@@ -50,6 +65,43 @@ class MemoryPlantStore:
             if name is None:
                 return None
             return Plant(name, self._tags.get(plant_id))
+
+    def delete(self, plant_id: int) -> bool:
+        with self._lock:
+            if self._names.pop(plant_id, None) is None:
+                return False
+            self._ids.remove(plant_id)
+            tag = self._tags.pop(plant_id, None)
+            if tag is not None:
+                tagged = self._ids_by_tag[tag]
+                tagged.remove(plant_id)
+                if not tagged:
+                    del self._ids_by_tag[tag]
+            return True
+
+    def page(self, after: int | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        with self._lock:
+            if tags is None:
+                ids: Iterator[int] = self._above(self._ids, after)
+            else:
+                # A plant has one tag, so the tags' lists are disjoint: a merge never repeats an id.
+                ids = heapq.merge(
+                    *(self._above(self._ids_by_tag[tag], after) for tag in tags if tag in self._ids_by_tag)
+                )
+            found = list(islice(ids, limit + 1))
+            names, stored_tags = self._names, self._tags
+            plants = [
+                (plant_id, Plant(names[plant_id], stored_tags.get(plant_id))) for plant_id in found[:limit]
+            ]
+        return Page(plants, len(found) > limit)
+
+    @staticmethod
+    def _above(ids: SortedList, after: int | None) -> Iterator[int]:
+        return ids.irange(minimum=after, inclusive=(False, True))
+
+    def cursor_key(self) -> bytes:
+        """Random per store: cursors die with the process, as its plants do."""
+        return self._cursor_key
 
     def __len__(self) -> int:
         return len(self._names)

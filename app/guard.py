@@ -1,0 +1,88 @@
+"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope.
+
+A refusal is returned, not raised: Flask then answers with it and skips the view, without its
+exception handling. An unauthenticated client cannot make the service read anything. One hook,
+with one look-up of the request and the state: it runs on every request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Response, current_app, request
+from limits.errors import StorageError
+from redis.exceptions import RedisError
+from werkzeug.exceptions import MethodNotAllowed, ServiceUnavailable
+
+from . import docs
+from .auth import READ_ONLY_TOKEN, check_credentials
+from .errors import error_response
+from .metrics import count_store_error, start_timer
+from .rate_limits import RateLimitExceeded, remember
+from .state import EXTENSION
+from .store import StoreUnavailableError
+from .store.redis import unavailable
+
+log = logging.getLogger(__name__)
+
+#: The methods each route serves, by the view that serves its GET: every other method is a
+#: JSON 405 before authentication. HEAD is not served: the document lists every method there is.
+ALLOWED_METHODS = {"list_plants": ("GET", "POST"), "get_plant": ("GET", "DELETE")}
+#: The four plant operations: each needs a token and counts against its rate limit.
+OPERATIONS = frozenset({"create_plant", "list_plants", "get_plant", "delete_plant"})
+#: The operations a read-only token may not use.
+WRITES = frozenset({"create_plant", "delete_plant"})
+#: Views that need no token: the document and the page, and the 405s that say only which
+#: methods to use.
+PUBLIC_VIEWS = docs.PUBLIC_VIEWS | {"other_method", "other_method_on_plant"}
+
+
+def guard() -> Response | None:
+    """The blueprint's before_request: refuse here, or let the view run."""
+    req = request._get_current_object()
+    environ = req.environ
+    state = current_app.extensions[EXTENSION]
+    if state.metrics is not None:
+        start_timer(environ)  # refusals are timed too
+    rule = req.url_rule
+    view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
+    if view in PUBLIC_VIEWS:
+        return None
+    if req.method == "HEAD" and view in ALLOWED_METHODS:
+        return error_response(MethodNotAllowed(valid_methods=ALLOWED_METHODS[view]))
+    problem, token = check_credentials(environ.get("HTTP_AUTHORIZATION"), state.tokens)
+    limits = state.rate_limits
+    if limits is not None:
+        try:
+            if problem is not None:
+                limits.check_auth_failure(req.remote_addr)
+            elif view in OPERATIONS:
+                remember(environ, limits.check_token(token))
+        except RateLimitExceeded as exc:
+            return error_response(exc)
+        except StorageError as exc:
+            return error_response(store_unavailable(limit_store_unavailable(exc)))
+    if problem is not None:
+        return error_response(problem)
+    if view in WRITES and not state.tokens[token]:
+        return error_response(READ_ONLY_TOKEN)
+    return None
+
+
+def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:
+    """The rate limits' Redis failed: the same 503 as the store's."""
+    cause = exc.storage_error
+    return (
+        unavailable(cause) if isinstance(cause, RedisError) else StoreUnavailableError("other", "rate limits")
+    )
+
+
+def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
+    """The 503 for a store that did not answer in time; the client may retry after a second."""
+    log.warning("The plant store did not answer: %s", exc)
+    count_store_error(exc.reason)
+    if exc.reason == "needs_migration":
+        return ServiceUnavailable(
+            "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
+        )
+    return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

@@ -1,0 +1,107 @@
+"""marshmallow schemas for the path and query parameters: a plant's `id`, and a page's query."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+from werkzeug.datastructures import MultiDict
+
+from .errors import InvalidParameters
+from .schemas import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_TAGS = 20
+#: A cursor is 28 base64url characters today; the bound leaves room for another version.
+MAX_CURSOR_LENGTH = 64
+
+# Up to 40 digits: enough for Range to say "out of range" rather than "not an integer".
+_DECIMAL = re.compile(r"-?[0-9]{1,40}")
+
+
+class DecimalInteger(fields.Integer):
+    """An integer written in decimal digits, with an optional minus sign: never `+1`, ` 1`, `1.0`
+    or `1_0`, which Python's int() would take."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> int:
+        if not isinstance(value, str) or not _DECIMAL.fullmatch(value):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class PlantIdSchema(Schema):
+    """The `{id}` of `/plants/{id}`: a decimal int64."""
+
+    id = DecimalInteger(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
+
+
+class PageQuerySchema(Schema):
+    """The query of `GET /plants`. Unknown parameters are refused, never ignored."""
+
+    class Meta:
+        unknown = RAISE
+
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+
+    limit = DecimalInteger(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
+    tags = fields.List(
+        fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
+        validate=validate.Length(min=1, max=MAX_TAGS),
+    )
+
+
+_plant_id_schema = PlantIdSchema()
+_page_query_schema = PageQuerySchema()
+#: Parameters that may be repeated (`?tags=fern&tags=palm`, the form style of OpenAPI).
+_LISTS = frozenset({"tags"})
+
+
+def _flat(messages: dict[str, Any]) -> dict[str, list[str]]:
+    """marshmallow's messages with a list's per-item messages (`{0: [...]}`) written out."""
+    flat = {}
+    for name, value in messages.items():
+        if isinstance(value, dict):
+            value = [f"Value {index + 1}: {text}" for index, texts in sorted(value.items()) for text in texts]
+        flat[name] = value
+    return flat
+
+
+def load_plant_id(value: str) -> int:
+    """The path's plant id; InvalidParameters naming `id` when it is not a decimal int64."""
+    if _DECIMAL.fullmatch(value):  # the common case, without marshmallow's loop
+        plant_id = int(value)
+        if INT64_MIN <= plant_id <= INT64_MAX:
+            return plant_id
+    try:
+        return _plant_id_schema.load({"id": value})["id"]
+    except ValidationError as exc:
+        raise InvalidParameters(exc.normalized_messages()) from None
+
+
+def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
+    """The page query: `limit` (default 100), `after` when given, `tags` (deduplicated) when given.
+
+    Raises InvalidParameters naming every bad parameter: one given twice that may not be, a
+    value out of bounds, or an unknown name.
+    """
+    data: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for name, values in args.lists():
+        if name in _LISTS:
+            data[name] = values
+        elif len(values) > 1:
+            errors[name] = ["Given more than once."]
+        else:
+            data[name] = values[0]
+    try:
+        query = _page_query_schema.load(data)
+    except ValidationError as exc:
+        errors.update(_flat(exc.normalized_messages()))
+    if errors:
+        raise InvalidParameters(errors)
+    if "tags" in query:
+        query["tags"] = tuple(dict.fromkeys(query["tags"]))
+    return query

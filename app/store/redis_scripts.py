@@ -1,0 +1,203 @@
+"""The Redis store's key layout and its Lua scripts: every write, and every page, is one script.
+
+Every key starts with the hash tag `{prefix}` (written `P` below), so each script's keys sit in one
+Redis Cluster slot:
+
+- `P:b:<n>`: one of 65,536 buckets, a small hash from the decimal id to the encoded plant (the
+  layout of 1.0.0). Redis keeps small hashes as compact listpacks. The bucket is the id's low
+  16 bits: fixed forever, so the same id always finds the same bucket.
+- `P:count`: how many plants are stored, for the capacity.
+- `P:layout`: present once the indexes below hold every plant (set by the first create into an
+  empty store, and by `python -m app.store.migrate` for a store written by 1.0.0).
+- `P:cursor-key`: the random secret that signs page cursors, made by the first page.
+- Two kinds of index, each a B-tree of two levels in sorted sets: index `a` holds every plant,
+  index `t<tag>` the plants with that tag. An index's *leaves* `P:l:<fence id>:<index>` are
+  sorted sets of at most 128 members, so Redis keeps them as listpacks (about 25 bytes a
+  member); its *fence* `P:f:<index>` holds the smallest member of each leaf (the first leaf's
+  is the empty string). A leaf that reaches 128 gives its upper half to a new leaf; an emptied
+  leaf is removed. Finding a member's leaf is one ZREVRANGEBYLEX on the fence: O(log n).
+
+An index member is the id as 8 bytes that sort as the id does (big-endian, sign bit flipped),
+then the decimal id. All scores are 0, so members sort by their bytes (ZRANGEBYLEX); the
+decimal part names the id's bucket field. Lua compares members through their numbers, never
+with `<` on strings, which follows the server's locale.
+
+A plant is encoded as `<name length in bytes>:<name><tag>`; the tag is never empty, so a value
+without tag bytes is a plant without a tag.
+"""
+
+from __future__ import annotations
+
+LEAF_SIZE = 128
+
+_LIBRARY = f"""
+local P = ARGV[1]
+local LEAF_SIZE = {LEAF_SIZE}
+
+local function fence_key(index) return P .. ':f:' .. index end
+local function leaf_key(index, fence) return P .. ':l:' .. string.sub(fence, 9) .. ':' .. index end
+
+-- The fence of the leaf that holds (or would hold) `member`; nil when the index is empty.
+local function fence_of(index, member)
+  return redis.call('ZREVRANGEBYLEX', fence_key(index), '[' .. member, '-', 'LIMIT', 0, 1)[1]
+end
+
+local function index_add(index, member)
+  local fence = fence_of(index, member)
+  if not fence then
+    fence = ''
+    redis.call('ZADD', fence_key(index), 0, '')
+  end
+  local leaf = leaf_key(index, fence)
+  redis.call('ZADD', leaf, 0, member)
+  if redis.call('ZCARD', leaf) >= LEAF_SIZE then
+    local upper = redis.call('ZRANGE', leaf, LEAF_SIZE / 2, -1)
+    local pairs_ = {{}}
+    for i, m in ipairs(upper) do
+      pairs_[2 * i - 1] = 0
+      pairs_[2 * i] = m
+    end
+    redis.call('ZADD', leaf_key(index, upper[1]), unpack(pairs_))
+    redis.call('ZREMRANGEBYRANK', leaf, LEAF_SIZE / 2, -1)
+    redis.call('ZADD', fence_key(index), 0, upper[1])
+  end
+end
+
+local function index_remove(index, member)
+  local fence = fence_of(index, member)
+  if not fence then return end
+  local leaf = leaf_key(index, fence)
+  redis.call('ZREM', leaf, member)
+  if redis.call('EXISTS', leaf) == 0 then
+    -- The leaf is empty (Redis removed its key). The first leaf's fence stays while the index has
+    -- other leaves; an index with no plant left has no key left.
+    if fence ~= '' then redis.call('ZREM', fence_key(index), fence) end
+    if redis.call('ZCARD', fence_key(index)) == 1 and redis.call('EXISTS', leaf_key(index, '')) == 0 then
+      redis.call('DEL', fence_key(index))
+    end
+  end
+end
+
+-- The tag of an encoded plant, '' when it has none.
+local function tag_of(value)
+  local colon = string.find(value, ':', 1, true)
+  return string.sub(value, colon + 1 + tonumber(string.sub(value, 1, colon - 1)))
+end
+
+local function index_plant(member, value)
+  index_add('a', member)
+  local tag = tag_of(value)
+  if tag ~= '' then index_add('t' .. tag, member) end
+end
+"""
+
+# KEYS: the bucket, the count. ARGV: P, the decimal id, the encoded plant, the capacity, the member.
+# Answers 0 created, 1 identical, 2 conflict, 3 full.
+CREATE = (
+    _LIBRARY
+    + """
+local stored = redis.call('HGET', KEYS[1], ARGV[2])
+if stored then
+  if stored == ARGV[3] then return 1 end
+  return 2
+end
+local count = tonumber(redis.call('GET', KEYS[2]) or '0')
+if count >= tonumber(ARGV[4]) then return 3 end
+if count == 0 then redis.call('SET', P .. ':layout', '2') end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('INCR', KEYS[2])
+index_plant(ARGV[5], ARGV[3])
+return 0
+"""
+)
+
+# KEYS: the bucket, the count. ARGV: P, the decimal id, the member. Answers 1 deleted, 0 absent.
+DELETE = (
+    _LIBRARY
+    + """
+local stored = redis.call('HGET', KEYS[1], ARGV[2])
+if not stored then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('DECR', KEYS[2])
+index_remove('a', ARGV[3])
+local tag = tag_of(stored)
+if tag ~= '' then index_remove('t' .. tag, ARGV[3]) end
+return 1
+"""
+)
+
+# KEYS: the count. ARGV: P, the member to start after ('' for the first page), the limit, then
+# the indexes to read ('a', or one 't<tag>' per tag). Answers {more, id, plant, id, plant, ...}:
+# up to `limit` plants in ascending id order, `more` 1 when another follows.
+PAGE = (
+    _LIBRARY
+    + """
+if redis.call('EXISTS', P .. ':layout') == 0 and tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then
+  return redis.error_reply('NEEDSMIGRATION')
+end
+local after, limit = ARGV[2], tonumber(ARGV[3])
+local wanted = limit + 1
+local members = {}
+
+-- Appends to `members` up to `wanted` members of `index` above `after`, in ascending order.
+local function walk(index)
+  local fence = ''
+  if after ~= '' then fence = fence_of(index, after) end
+  if not fence then return end
+  local low, got = after == '' and '-' or '(' .. after, 0
+  while true do
+    local found = redis.call('ZRANGEBYLEX', leaf_key(index, fence), low, '+', 'LIMIT', 0, wanted - got)
+    for _, m in ipairs(found) do members[#members + 1] = m end
+    got = got + #found
+    if got >= wanted then return end
+    fence = redis.call('ZRANGEBYLEX', fence_key(index), '(' .. fence, '+', 'LIMIT', 0, 1)[1]
+    if not fence then return end
+  end
+end
+
+for i = 4, #ARGV do walk(ARGV[i]) end
+if #ARGV > 4 then
+  -- Several tags: their indexes are disjoint (a plant has one tag); merge them by id.
+  local function key(m)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(m, 1, 8)
+    return ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
+  end
+  table.sort(members, function(x, y)
+    local x1, x2 = key(x)
+    local y1, y2 = key(y)
+    return x1 < y1 or (x1 == y1 and x2 < y2)
+  end)
+end
+
+local answer = {#members > limit and 1 or 0}
+for i = 1, math.min(#members, limit) do
+  local m = members[i]
+  local b7, b8 = string.byte(m, 7, 8)
+  local id = string.sub(m, 9)
+  local value = redis.call('HGET', P .. ':b:' .. (b7 * 256 + b8), id)
+  if value then
+    answer[#answer + 1] = id
+    answer[#answer + 1] = value
+  end
+end
+return answer
+"""
+)
+
+# KEYS: one bucket. ARGV: P, then pairs of member and encoded plant read from that bucket.
+# Indexes each pair whose plant is still in the bucket (a delete may have come in between);
+# indexing twice changes nothing. Answers how many pairs were indexed.
+INDEX = (
+    _LIBRARY
+    + """
+local indexed = 0
+for i = 2, #ARGV, 2 do
+  local member = ARGV[i]
+  if redis.call('HEXISTS', KEYS[1], string.sub(member, 9)) == 1 then
+    index_plant(member, ARGV[i + 1])
+    indexed = indexed + 1
+  end
+end
+return indexed
+"""
+)
