@@ -156,7 +156,9 @@ def delete_plant(plant_id: str) -> Response:
     number = load_plant_id(plant_id)
     if not _store(request.environ).delete(number):
         raise PlantNotFound(number)
-    return Response(status=204)
+    response = Response(status=204)
+    del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)
+    return response
 
 
 # Every other method a client may try, answered here, so that an embedded blueprint answers

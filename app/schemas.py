@@ -133,6 +133,12 @@ class NewPlantSchema(PlantSchema):
     id = StrictInt64(required=True)
 
 
+class StoredPlantSchema(PlantSchema):
+    """StoredPlant: an item of a page, the plant with its id."""
+
+    id = StrictInt64(required=True)
+
+
 class ErrorSchema(Schema):
     """Error: every failure. `details` maps each offending field to its messages."""
 

@@ -6,7 +6,7 @@ import pytest
 from marshmallow import RAISE, Schema, fields, validate
 from openapi_spec_validator import validate as validate_spec
 
-from app.schemas import ErrorSchema, NewPlantSchema, PlantSchema
+from app.schemas import ErrorSchema, NewPlantSchema, PlantSchema, StoredPlantSchema
 
 JSON_TYPES = {fields.Integer: "integer", fields.String: "string", fields.Dict: "object", fields.List: "array"}
 
@@ -38,7 +38,7 @@ def test_document_is_valid_openapi_3_1(document):
 
 
 def test_document_keeps_the_seed_facts(document):
-    assert document["info"]["version"] == "1.0.0"
+    assert document["info"]["version"] == "1.1.0"
     assert document["info"]["license"]["name"] == "MIT"
     assert document["security"] == [{"bearerAuth": []}]
     assert document["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
@@ -52,7 +52,7 @@ def test_document_keeps_the_seed_facts(document):
 
 def test_document_lists_every_status_the_service_returns(document):
     responses = document["paths"]["/plants"]["post"]["responses"]
-    assert set(responses) == {"200", "400", "401", "408", "409", "413", "415", "429", "503", "507"}
+    assert set(responses) == {"200", "400", "401", "403", "408", "409", "413", "415", "429", "503", "507"}
     assert deref(document, responses["429"])["headers"]["Retry-After"]["required"] is True
     assert set(responses["200"]["headers"]) == {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
     unauthorized = deref(document, responses["401"])
@@ -64,6 +64,47 @@ def test_document_lists_every_status_the_service_returns(document):
     assert (
         deref(document, responses["200"]["content"]["application/json"]["schema"])
         is (document["components"]["schemas"]["Plant"])
+    )
+
+
+def test_the_new_operations_extend_1_0_0_and_each_has_its_own_id(document):
+    operations = {
+        (path, method): operation
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in ("get", "post", "delete")
+    }
+    ids = [operation["operationId"] for operation in operations.values()]
+    assert len(ids) == len(set(ids))
+    new = {("/plants", "get"): "listPlants", ("/plants/{id}", "get"): "getPlant"}
+    new[("/plants/{id}", "delete")] = "deletePlant"
+    for key, operation_id in new.items():
+        operation = operations[key]
+        assert operation["operationId"] == operation_id
+        assert "Extends the 1.0.0 interface" in operation["description"]
+        assert "security" not in operation  # the document's global bearer requirement
+        responses = operation["responses"]
+        assert {"400", "401", "429", "503"} <= set(responses)
+        for status, response in responses.items():
+            if status.startswith(("4", "5")):
+                schema = deref(document, response)["content"]["application/json"]["schema"]
+                assert deref(document, schema) is document["components"]["schemas"]["Error"]
+    assert set(operations[("/plants/{id}", "get")]["responses"]) == {"200", "400", "401", "404", "429", "503"}
+    delete = operations[("/plants/{id}", "delete")]["responses"]
+    assert set(delete) == {"204", "400", "401", "403", "404", "429", "503"}
+    assert "content" not in delete["204"]
+    assert delete["204"]["links"]["GetDeletedPlant"]["operationId"] == "getPlant"
+    created = operations[("/plants", "post")]["responses"]["200"]["links"]
+    assert {link["operationId"] for link in created.values()} == {"getPlant", "deletePlant"}
+    scope = deref(document, delete["403"])["headers"]["WWW-Authenticate"]
+    assert scope["required"] is True
+    assert 'error="insufficient_scope"' in scope["description"]
+    page = operations[("/plants", "get")]
+    assert {parameter["name"] for parameter in page["parameters"]} == {"limit", "after", "tags"}
+    assert "Link" in page["responses"]["200"]["headers"]
+    assert (
+        deref(document, page["responses"]["200"]["content"]["application/json"]["schema"])
+        is (document["components"]["schemas"]["PlantPage"])
     )
 
 
@@ -86,7 +127,13 @@ def expected_property(field: fields.Field) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("name", "schema"), [("Plant", PlantSchema()), ("NewPlant", NewPlantSchema()), ("Error", ErrorSchema())]
+    ("name", "schema"),
+    [
+        ("Plant", PlantSchema()),
+        ("NewPlant", NewPlantSchema()),
+        ("StoredPlant", StoredPlantSchema()),
+        ("Error", ErrorSchema()),
+    ],
 )
 def test_document_agrees_with_the_marshmallow_schemas(document, name, schema: Schema):
     component = document["components"]["schemas"][name]

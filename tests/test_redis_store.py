@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import random
 import signal
 import threading
 import time
@@ -12,9 +13,10 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 
 from app import create_app
-from app.store import Outcome, Plant, store_from_url
+from app.store import Outcome, Page, Plant, store_from_url
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
@@ -303,3 +305,55 @@ def test_the_script_is_loaded_again_after_script_flush(redis_server):
         assert script_loads() == loads + 1  # loaded once, then EVALSHA again
     finally:
         store.close()
+
+
+def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server):
+    """Thousands of creates and deletes over many leaves: pages equal a sorted dict throughout, every
+    leaf stays a listpack of at most 128 members, and deleting everything leaves only the counters."""
+    settings = redis_settings(redis_server)
+    store = open_store(settings)
+    prefix = "{" + settings["PLANTS_STORE_PREFIX"] + "}"
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    rng = random.Random(7)
+    model: dict[int, Plant] = {}
+    try:
+        for step in range(6000):
+            if model and rng.random() < 0.3:
+                plant_id = rng.choice(list(model))
+                assert store.delete(plant_id)
+                del model[plant_id]
+            else:
+                plant_id = rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-2000, 2000)])
+                tag = rng.choice([None, "fern", "palm", "a:b {c}"])
+                if plant_id not in model:
+                    assert store.create(plant_id, f"n{plant_id}", tag) is Outcome.CREATED
+                    model[plant_id] = Plant(f"n{plant_id}", tag)
+            if step % 1500 == 1499:
+                assert walk_store(store, 37) == sorted(model.items())
+                assert walk_store(store, 50, ["fern", "a:b {c}"]) == sorted(
+                    (key, plant) for key, plant in model.items() if plant.tag in ("fern", "a:b {c}")
+                )
+        leaves = list(client.scan_iter(match=f"{prefix}:l:*", count=1000))
+        assert len(leaves) > 20  # several leaves per index: splits happened
+        for leaf in leaves:
+            assert client.zcard(leaf) < 128
+            assert client.object("encoding", leaf) == b"listpack"
+        for plant_id in list(model):
+            assert store.delete(plant_id)
+        assert store.page(None, 10) == Page([], False)
+        left = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
+        assert left == [f"{prefix}:count".encode(), f"{prefix}:layout".encode()]
+        assert client.get(f"{prefix}:count") == b"0"
+    finally:
+        store.close()
+        client.close()
+
+
+def walk_store(store, limit: int, tags=None) -> list:
+    plants, after = [], None
+    while True:
+        page = store.page(after, limit, tags)
+        plants += page.plants
+        if not page.more:
+            return plants
+        after = page.plants[-1][0]

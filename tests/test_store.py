@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError, store_from_url
+from app.store import MemoryPlantStore, Outcome, Page, Plant, StoreFullError, store_from_url
 
 
 @pytest.fixture
@@ -117,3 +120,93 @@ def test_ids_that_share_a_bucket_stay_apart(make_store):
     for plant_id in (7, 7 + 65536, 7 - 65536):
         assert store.get(plant_id) == Plant(f"plant {plant_id}")
     assert store.get(7 + 2 * 65536) is None
+
+
+def walk(store, limit: int, tags=None) -> list:
+    """Every page from the first, each starting after the last id of the one before."""
+    plants, after = [], None
+    while True:
+        page = store.page(after, limit, tags)
+        assert len(page.plants) <= limit
+        plants += page.plants
+        if not page.more:
+            return plants
+        assert len(page.plants) == limit
+        after = page.plants[-1][0]
+
+
+# Ids from a small range, so that creates and deletes meet, and enough of them for several
+# 128-member leaves in Redis (splits, and leaves emptied and removed).
+store_operations = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "delete"]), st.integers(-400, 400), st.sampled_from([None, "fern", "palm"])
+    ),
+    max_size=600,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    operations=store_operations,
+    limit=st.integers(1, 9),
+    tags=st.none() | st.sets(st.sampled_from(["fern", "palm", "orchid"]), min_size=1, max_size=2),
+)
+def test_any_creates_and_deletes_then_a_walk_equals_a_sorted_dict(store_settings, operations, limit, tags):
+    settings_ = {**store_settings, "PLANTS_STORE_PREFIX": f"prop-{uuid.uuid4().hex}"}
+    store = store_from_url(
+        settings_.get("PLANTS_STORE_URL", "memory://"),
+        capacity=10_000,
+        prefix=settings_["PLANTS_STORE_PREFIX"],
+        connect_timeout=1,
+        timeout=1,
+    )
+    model: dict[int, Plant] = {}
+    try:
+        for operation, plant_id, tag in operations:
+            if operation == "create":
+                outcome = store.create(plant_id, f"p{plant_id}", tag)
+                if plant_id in model:
+                    assert outcome is (Outcome.IDENTICAL if model[plant_id].tag == tag else Outcome.CONFLICT)
+                else:
+                    assert outcome is Outcome.CREATED
+                    model[plant_id] = Plant(f"p{plant_id}", tag)
+            else:
+                assert store.delete(plant_id) is (model.pop(plant_id, None) is not None)
+        assert walk(store, limit) == sorted(model.items())
+        expected = sorted((key, plant) for key, plant in model.items() if plant.tag in (tags or ()))
+        assert walk(store, limit, tags) == (sorted(model.items()) if tags is None else expected)
+        assert len(store) == len(model)
+    finally:
+        getattr(store, "close", lambda: None)()
+
+
+def test_a_page_starts_after_any_id_present_or_not(make_store):
+    store = make_store(100)
+    for plant_id in (-5, 0, 5, 10):
+        store.create(plant_id, "p", None)
+    assert [key for key, _ in store.page(-6, 10).plants] == [-5, 0, 5, 10]
+    assert [key for key, _ in store.page(1, 10).plants] == [5, 10]
+    assert [key for key, _ in store.page(5, 1).plants] == [10]
+    assert store.page(5, 1).more is False
+    assert store.page(10, 10) == Page([], False)
+    assert store.page(None, 2) == Page([(-5, Plant("p")), (0, Plant("p"))], True)
+
+
+def test_a_delete_frees_capacity_and_reports_absence(make_store):
+    store = make_store(2)
+    store.create(1, "a", "t")
+    store.create(2, "b", None)
+    with pytest.raises(StoreFullError):
+        store.create(3, "c", None)
+    assert store.delete(1) is True
+    assert store.delete(1) is False
+    assert store.create(3, "c", None) is Outcome.CREATED
+    assert len(store) == 2
+    assert store.page(None, 10, ["t"]) == Page([], False)
+
+
+def test_the_cursor_key_is_stable_per_store(make_store):
+    store = make_store(10)
+    key = store.cursor_key()
+    assert len(key) == 32
+    assert store.cursor_key() == key

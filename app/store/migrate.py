@@ -1,0 +1,64 @@
+"""Build the page indexes of a Redis store written by 1.0.0: `python -m app.store.migrate`.
+
+It reads PLANTS_STORE_URL (or PLANTS_STORE_URL_FILE) and PLANTS_STORE_PREFIX as the service
+does. Each bucket is indexed by one atomic script that skips plants deleted meanwhile and
+changes nothing for plants already indexed, so it is safe while 1.1.0 serves, and safe to run
+again. Until it has run, the service answers pages with 503 (reads, creates and deletes work).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import redis
+from redis.exceptions import RedisError
+
+from ..settings import ConfigurationError, from_environ, store_prefix, store_url
+from . import check_url, redis_scripts
+from .redis import BUCKETS, member
+
+#: Buckets read per round trip.
+BATCH = 256
+
+
+def migrate(client: redis.Redis, prefix: str) -> int:
+    """Index every plant under `prefix`; mark the store as indexed; return how many were indexed."""
+    tag = f"{{{prefix}}}"
+    index = client.register_script(redis_scripts.INDEX)
+    indexed = 0
+    for start in range(0, BUCKETS, BATCH):
+        pipe = client.pipeline(transaction=False)
+        for bucket in range(start, start + BATCH):
+            pipe.hgetall(f"{tag}:b:{bucket}")
+        for bucket, plants in enumerate(pipe.execute(), start=start):
+            if plants:
+                pairs = [part for field, value in plants.items() for part in (member(int(field)), value)]
+                indexed += index(keys=[f"{tag}:b:{bucket}"], args=[tag, *pairs])
+    client.set(f"{tag}:layout", "2")
+    return indexed
+
+
+def main() -> int:
+    try:
+        config = from_environ()
+        url, prefix = store_url(config), store_prefix(config)
+        try:
+            scheme = check_url(url)
+        except ValueError as exc:
+            raise ConfigurationError("PLANTS_STORE_URL", str(exc)) from None
+        if scheme == "memory":
+            raise ConfigurationError("PLANTS_STORE_URL", "names the memory store, which needs no migration")
+    except ConfigurationError as exc:
+        print(f"Plant Store migrate: configuration error: {exc.from_environment()}", file=sys.stderr)
+        return 2
+    try:
+        indexed = migrate(redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5), prefix)
+    except RedisError as exc:
+        print(f"Plant Store migrate: Redis failed ({type(exc).__name__}); run it again.", file=sys.stderr)
+        return 1
+    print(f"Plant Store migrate: indexed {indexed} plants under prefix {prefix!r}; pages are served.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

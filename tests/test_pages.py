@@ -1,0 +1,227 @@
+"""GET /plants: pages in ascending id order, cursors, the tags filter and every refusal, on both stores."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tests.helpers import error_of
+
+LINK = re.compile(r'^<(?P<url>[^>]+)>; rel="next"$')
+
+
+@pytest.fixture
+def plant(client, auth):
+    def create(plant_id, name=None, tag=None):
+        body = {"id": plant_id, "name": name or f"plant {plant_id}"}
+        if tag is not None:
+            body["tag"] = tag
+        response = client.post("/plants", json=body, headers=auth)
+        assert response.status_code == 200
+
+    return create
+
+
+def walk(client, auth, query: str = "") -> tuple[list[dict], int]:
+    """Every page from the first, following `Link`; the plants and the number of pages."""
+    plants, pages = [], 0
+    url = f"/plants?{query}" if query else "/plants"
+    while True:
+        response = client.get(url, headers=auth)
+        assert response.status_code == 200, response.json
+        page = response.json
+        pages += 1
+        plants += page["plants"]
+        link = response.headers.get("Link")
+        assert ("next" in page) == (link is not None)
+        if link is None:
+            return plants, pages
+        next_url = urlsplit(LINK.fullmatch(link)["url"])
+        assert parse_qs(next_url.query)["after"] == [page["next"]]
+        url = f"{next_url.path}?{next_url.query}"
+
+
+def test_an_empty_store_is_one_empty_page(client, auth):
+    response = client.get("/plants", headers=auth)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.json == {"plants": []}
+    assert "Link" not in response.headers
+
+
+def test_plants_come_in_ascending_id_order_with_negative_ids_first(client, auth, plant):
+    for plant_id in (5, -(2**63), 0, 2**63 - 1, -1, 65536, 3):
+        plant(plant_id, tag="fern" if plant_id % 2 else None)
+    response = client.get("/plants", headers=auth)
+    assert [item["id"] for item in response.json["plants"]] == [-(2**63), -1, 0, 3, 5, 65536, 2**63 - 1]
+    assert response.json["plants"][3] == {"id": 3, "name": "plant 3", "tag": "fern"}
+    assert response.json["plants"][2] == {"id": 0, "name": "plant 0"}  # no tag: omitted, never null
+
+
+def test_the_default_page_is_100_and_next_leads_on(client, auth, plant):
+    for plant_id in range(150):
+        plant(plant_id)
+    first = client.get("/plants", headers=auth)
+    assert [item["id"] for item in first.json["plants"]] == list(range(100))
+    link = LINK.fullmatch(first.headers["Link"])["url"]
+    assert link.startswith("http://localhost/plants?after=")
+    second = client.get("/plants", query_string={"after": first.json["next"]}, headers=auth)
+    assert [item["id"] for item in second.json["plants"]] == list(range(100, 150))
+    assert "next" not in second.json
+    assert "Link" not in second.headers
+
+
+def test_next_is_absent_when_the_last_page_is_exactly_full(client, auth, plant):
+    for plant_id in range(6):
+        plant(plant_id)
+    first = client.get("/plants?limit=3", headers=auth).json
+    assert "next" in first
+    last = client.get("/plants", query_string={"limit": 3, "after": first["next"]}, headers=auth)
+    assert [item["id"] for item in last.json["plants"]] == [3, 4, 5]
+    assert "next" not in last.json
+
+
+@pytest.mark.parametrize("limit", [1, 2, 7, 1000])
+def test_a_walk_returns_every_plant_exactly_once(client, auth, plant, limit):
+    ids = [n * 7919 % 1009 - 500 for n in range(120)]
+    for plant_id in ids:
+        plant(plant_id)
+    plants, pages = walk(client, auth, f"limit={limit}")
+    assert [item["id"] for item in plants] == sorted(ids)
+    assert pages == max(1, -(-len(ids) // limit))
+
+
+def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth):
+    app = make_app(PLANTS_TRUSTED_PROXIES=1)
+    client = app.test_client()
+    for plant_id in range(3):
+        client.post("/plants", json={"id": plant_id, "name": "Fern", "tag": "a b&c"}, headers=auth)
+    headers = {
+        **auth,
+        "X-Forwarded-Proto": "https",
+        "X-Forwarded-Host": "plants.example",
+        "X-Forwarded-Prefix": "/store",
+    }
+    response = client.get("/plants?tags=a%20b%26c&limit=2", headers=headers)
+    url = urlsplit(LINK.fullmatch(response.headers["Link"])["url"])
+    assert (url.scheme, url.netloc, url.path) == ("https", "plants.example", "/store/plants")
+    assert parse_qs(url.query) == {"tags": ["a b&c"], "limit": ["2"], "after": [response.json["next"]]}
+
+
+def test_tags_filter_to_plants_with_one_of_them(client, auth, plant):
+    for plant_id in range(30):
+        plant(plant_id, tag=[None, "fern", "palm", "cactus", "Fern"][plant_id % 5])
+    only_ferns, _ = walk(client, auth, "tags=fern&limit=2")
+    assert [item["id"] for item in only_ferns] == list(range(1, 30, 5))
+    assert all(item["tag"] == "fern" for item in only_ferns)
+    two, _ = walk(client, auth, "tags=palm&tags=fern&limit=4")
+    assert [item["id"] for item in two] == sorted([*range(1, 30, 5), *range(2, 30, 5)])
+    nobody = client.get("/plants?tags=orchid", headers=auth)
+    assert nobody.json == {"plants": []}
+    repeated, _ = walk(client, auth, "tags=cactus&tags=cactus&limit=3")
+    assert [item["id"] for item in repeated] == list(range(3, 30, 5))
+
+
+def test_tags_match_exactly_whatever_their_characters(client, auth, plant):
+    odd = ["a:b", "{x}", "é", "多肉植物", "t" * 100, "a,b", " lead"]
+    for plant_id, tag in enumerate(odd):
+        plant(plant_id, tag=tag)
+    for plant_id, tag in enumerate(odd):
+        page = client.get("/plants", query_string={"tags": tag}, headers=auth).json
+        assert page == {"plants": [{"id": plant_id, "name": f"plant {plant_id}", "tag": tag}]}
+
+
+def test_a_cursor_of_one_tags_filter_is_refused_on_another(client, auth, plant):
+    for plant_id in range(4):
+        plant(plant_id, tag="fern")
+    cursor = client.get("/plants?tags=fern&limit=1", headers=auth).json["next"]
+    record = error_of(client.get(f"/plants?after={cursor}", headers=auth), 400)
+    assert set(record["details"]) == {"after"}
+    record = error_of(client.get(f"/plants?tags=palm&after={cursor}", headers=auth), 400)
+    assert set(record["details"]) == {"after"}
+    # The order of the tags does not matter.
+    cursor = client.get("/plants?tags=fern&tags=palm&limit=1", headers=auth).json["next"]
+    same = client.get(f"/plants?tags=palm&tags=fern&after={cursor}", headers=auth)
+    assert [item["id"] for item in same.json["plants"]] == [1, 2, 3]
+
+
+def forged(cursor: str) -> str:
+    last = "A" if cursor[-1] != "A" else "B"
+    return cursor[:-1] + last
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=-1", "limit"),
+        ("limit=abc", "limit"),
+        ("limit=1.5", "limit"),
+        ("limit=", "limit"),
+        ("limit=%2B5", "limit"),
+        ("limit=1&limit=2", "limit"),
+        ("after=", "after"),
+        ("after=not*base64", "after"),
+        ("after=" + "A" * 65, "after"),
+        ("after=AAAA", "after"),
+        ("after=AQAAAAAAAAABAAAAAAAAAAAAAAAA", "after"),  # the right shape, not signed
+        ("after=a&after=b", "after"),
+        ("tags=", "tags"),
+        ("tags=" + "t" * 101, "tags"),
+        ("&".join(f"tags=t{n}" for n in range(21)), "tags"),
+        ("colour=green", "colour"),
+        ("tag=fern", "tag"),
+        ("Limit=5", "Limit"),
+    ],
+)
+def test_a_bad_query_is_400_naming_the_parameter(client, auth, plant, query, parameter):
+    plant(1)
+    response = client.get(f"/plants?{query}", headers=auth)
+    record = error_of(response, 400)
+    assert set(record["details"]) == {parameter}
+    assert parameter in record["message"]
+
+
+def test_a_forged_cursor_is_400(client, auth, plant):
+    for plant_id in range(3):
+        plant(plant_id)
+    cursor = client.get("/plants?limit=1", headers=auth).json["next"]
+    assert client.get(f"/plants?after={cursor}", headers=auth).status_code == 200
+    record = error_of(client.get(f"/plants?after={forged(cursor)}", headers=auth), 400)
+    assert set(record["details"]) == {"after"}
+
+
+def test_a_cursor_of_another_store_is_refused(make_app, auth):
+    """Each store signs with its own key (another Redis prefix is another store)."""
+    first = make_app().test_client()
+    second = make_app(PLANTS_STORE_PREFIX=f"other-{uuid.uuid4().hex}").test_client()
+    for client in (first, second):
+        for plant_id in range(3):
+            client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth)
+    cursor = first.get("/plants?limit=1", headers=auth).json["next"]
+    error_of(second.get(f"/plants?after={cursor}", headers=auth), 400)
+
+
+def test_every_bad_parameter_is_named_at_once(client, auth):
+    record = error_of(client.get("/plants?limit=0&tags=&x=1", headers=auth), 400)
+    assert set(record["details"]) == {"limit", "tags", "x"}
+
+
+def test_a_page_resumes_after_a_deleted_cursor_plant(client, auth, plant):
+    for plant_id in range(10):
+        plant(plant_id)
+    first = client.get("/plants?limit=3", headers=auth).json
+    assert client.delete("/plants/2", headers=auth).status_code == 204
+    assert client.delete("/plants/3", headers=auth).status_code == 204
+    rest = client.get("/plants", query_string={"after": first["next"]}, headers=auth).json
+    assert [item["id"] for item in rest["plants"]] == [4, 5, 6, 7, 8, 9]
+
+
+def test_a_page_is_not_served_with_head(client, auth):
+    response = client.head("/plants", headers=auth)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "GET, POST"
