@@ -231,3 +231,39 @@ def test_a_bad_docs_setting_fails_at_registration_not_at_request_time():
     host.config.update(PLANTS_API_TOKENS="host-token", PLANTS_DOCS="maybe")
     with pytest.raises(ConfigurationError, match=r'^app.config\["PLANTS_DOCS"\] must be true or false'):
         host.register_blueprint(bp)
+
+
+def test_every_operation_and_read_only_tokens_under_the_prefix():
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS=["host-token"], PLANTS_READ_TOKENS=["host-reader"])
+    host.register_blueprint(bp, url_prefix="/api/v1")
+    client = host.test_client()
+    reader = {"Authorization": "Bearer host-reader"}
+    for plant_id in range(3):
+        assert (
+            client.post("/api/v1/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH).status_code
+            == 200
+        )
+    page = client.get("/api/v1/plants?limit=2", headers=reader)
+    assert page.json["plants"] == [{"id": 0, "name": "Fern"}, {"id": 1, "name": "Fern"}]
+    assert page.headers["Link"].startswith("<http://localhost/api/v1/plants?limit=2&after=")
+    assert client.get("/api/v1/plants/2", headers=reader).json == {"name": "Fern"}
+    refused = client.delete("/api/v1/plants/2", headers=reader)
+    assert (refused.status_code, refused.json["error"]) == (403, 403)
+    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="insufficient_scope"'
+    assert client.delete("/api/v1/plants/2", headers=AUTH).status_code == 204
+    missing = client.get("/api/v1/plants/2", headers=AUTH)
+    assert (missing.status_code, missing.content_type) == (404, "application/json")
+    document = client.get("/api/v1/openapi.json").json
+    assert {"/plants", "/plants/{id}"} <= set(document["paths"])
+
+
+def test_a_token_in_both_lists_names_the_hosts_config():
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS="same", PLANTS_READ_TOKENS="same")
+    with pytest.raises(ConfigurationError) as raised:
+        host.register_blueprint(bp)
+    assert str(raised.value).startswith(
+        'app.config["PLANTS_READ_TOKENS"] has a token (number 1) that is also in '
+        'app.config["PLANTS_API_TOKENS"]'
+    )

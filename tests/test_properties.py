@@ -12,8 +12,17 @@ from hypothesis import strategies as st
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app import create_app, strict_json
-from app.schemas import INT64_MAX, INT64_MIN, NAME_MAX_LENGTH, TAG_MAX_LENGTH, NewPlantSchema, PlantSchema
-from app.store import MemoryPlantStore, Outcome, StoreFullError
+from app.plants import plant_record, stored_plant
+from app.schemas import (
+    INT64_MAX,
+    INT64_MIN,
+    NAME_MAX_LENGTH,
+    TAG_MAX_LENGTH,
+    NewPlantSchema,
+    PlantSchema,
+    StoredPlantSchema,
+)
+from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError
 
 # Reproducible in CI; no deadline, since these machines are shared and noisy.
 settings.register_profile("plants", derandomize=True, deadline=None, max_examples=300)
@@ -208,3 +217,15 @@ def test_store_invariants_under_concurrent_creates(per_thread, capacity):
     assert len(store) == len(created_ids) <= capacity
     if any(isinstance(outcome, StoreFullError) for _, outcome in outcomes):
         assert len(store) == capacity  # refused only when full
+
+
+stored_plant_schema = StoredPlantSchema()
+
+
+@given(plant_id=st.integers(min_value=INT64_MIN, max_value=INT64_MAX), name=names, tag=st.none() | tags)
+def test_page_items_and_plants_are_what_the_schemas_dump(plant_id, name, tag):
+    """The views build these records directly (a page has up to 1000); the schemas agree."""
+    record = {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
+    assert stored_plant(plant_id, Plant(name, tag)) == stored_plant_schema.dump(record)
+    assert stored_plant_schema.load(stored_plant(plant_id, Plant(name, tag))) == record
+    assert plant_record(Plant(name, tag)) == plant_schema.dump({k: v for k, v in record.items() if k != "id"})

@@ -10,6 +10,8 @@ from app.settings import api_tokens, from_environ
 SETTINGS = (
     "PLANTS_API_TOKENS",
     "PLANTS_API_TOKENS_FILE",
+    "PLANTS_READ_TOKENS",
+    "PLANTS_READ_TOKENS_FILE",
     "MAX_CONTENT_LENGTH",
     "PLANTS_MAX_PLANTS",
     "PLANTS_TRUSTED_PROXIES",
@@ -130,3 +132,57 @@ def test_trusted_proxies_apply_proxy_fix():
         "/whoami", headers=headers, environ_base={"REMOTE_ADDR": "127.0.0.1"}
     )
     assert response.json == {"addr": "127.0.0.1", "scheme": "http"}
+
+
+def read(app, token):
+    return app.test_client().get("/plants", headers={"Authorization": f"Bearer {token}"}).status_code
+
+
+def test_read_tokens_from_environment_and_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLANTS_API_TOKENS", "writer")
+    monkeypatch.setenv("PLANTS_READ_TOKENS", "reader-a, reader-b")
+    app = create_app()
+    assert [read(app, token) for token in ("writer", "reader-a", "reader-b", "other")] == [200, 200, 200, 401]
+    assert not authorized(app, "reader-a")
+    assert authorized(app, "writer")
+    monkeypatch.delenv("PLANTS_READ_TOKENS")
+    path = tmp_path / "readers"
+    path.write_text("file-reader\n\n")
+    monkeypatch.setenv("PLANTS_READ_TOKENS_FILE", str(path))
+    app = create_app()
+    assert read(app, "file-reader") == 200
+    assert (
+        app.test_client().delete("/plants/1", headers={"Authorization": "Bearer file-reader"}).status_code
+        == 403
+    )
+
+
+def test_a_token_in_both_lists_is_a_startup_error_that_does_not_show_it(monkeypatch):
+    monkeypatch.setenv("PLANTS_API_TOKENS", "shared-secret,writer")
+    monkeypatch.setenv("PLANTS_READ_TOKENS", "reader,shared-secret")
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    message = str(raised.value)
+    assert message.startswith("PLANTS_READ_TOKENS has a token (number 2) that is also in PLANTS_API_TOKENS")
+    assert "shared-secret" not in message
+    assert "\n" not in message
+
+
+def test_read_tokens_are_checked_like_full_ones():
+    with pytest.raises(
+        ConfigurationError, match=r"^PLANTS_READ_TOKENS has a token \(number 1\) that is not a valid"
+    ):
+        create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": ["bad token"]})
+    with pytest.raises(ConfigurationError, match="PLANTS_READ_TOKENS_FILE names a file that cannot be read"):
+        create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS_FILE": "/nonexistent/readers"})
+
+
+def test_read_tokens_alone_do_not_open_the_service():
+    with pytest.raises(ConfigurationError, match=r"^PLANTS_API_TOKENS is not set"):
+        create_app({"PLANTS_READ_TOKENS": "reader"})
+
+
+def test_a_read_token_may_carry_its_own_rate_limit():
+    app = create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader@1/minute"})
+    assert [read(app, "reader") for _ in range(2)] == [200, 429]
+    assert read(app, "writer") == 200
