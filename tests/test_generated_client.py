@@ -70,6 +70,7 @@ def openapi(request):
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+READER = {"Authorization": "Bearer reader-token"}
 
 
 @pytest.mark.parametrize(
@@ -84,6 +85,19 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
         ("POST", "/plants", {"id": 4, "name": "Fern"}, {}, 401, False),
         ("POST", "/plants", {"id": 4, "name": "Fern"}, {"Authorization": "Bearer wrong"}, 401, True),
         ("POST", "/plants", {"id": 4, "name": "x" * 70_000}, AUTH, 413, False),
+        ("GET", "/plants", None, AUTH, 200, True),
+        ("GET", "/plants?limit=1", None, AUTH, 200, True),
+        ("GET", "/plants?tags=fern&tags=palm", None, READER, 200, True),
+        ("GET", "/plants?limit=0", None, AUTH, 400, False),
+        ("GET", "/plants?after=forged", None, AUTH, 400, True),
+        ("GET", "/plants", None, {}, 401, False),
+        ("GET", "/plants/1", None, READER, 200, True),
+        ("GET", "/plants/2", None, AUTH, 404, True),
+        ("GET", "/plants/abc", None, AUTH, 400, False),
+        ("DELETE", "/plants/1", None, AUTH, 204, True),
+        ("DELETE", "/plants/1", None, READER, 403, True),
+        ("DELETE", "/plants/2", None, AUTH, 404, True),
+        ("POST", "/plants", {"id": 5, "name": "Fern"}, READER, 403, True),
         ("GET", "/healthz", None, {}, 200, True),
         ("GET", "/readyz", None, {}, 200, True),
     ],
@@ -91,9 +105,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def test_real_pairs_agree_with_the_document(
     make_app, openapi, method, path, body, headers, status, valid_request
 ):
-    app = make_app()
+    app = make_app(PLANTS_READ_TOKENS="reader-token")
     client = app.test_client()
-    client.post("/plants", json={"id": 1, "name": "Fern", "tag": "fern"}, headers=AUTH)
+    for plant_id in (1, 8):
+        client.post("/plants", json={"id": plant_id, "name": "Fern", "tag": "fern"}, headers=AUTH)
     data = None if body is None else json.dumps(body)
 
     def builder():
@@ -108,3 +123,43 @@ def test_real_pairs_agree_with_the_document(
     if valid_request:
         openapi.validate_request(api_request)
     openapi.validate_response(api_request, WerkzeugOpenAPIResponse(response))
+
+
+def test_a_generated_client_reads_deletes_and_pages_through_1000_plants(gunicorn, generated_client):
+    from plant_store_client.api.default import add_plant, delete_plant, get_plant, list_plants
+    from plant_store_client.models import Error, NewPlant, Plant, PlantPage
+    from plant_store_client.types import UNSET
+
+    base = 62_000_000
+    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    with client:
+        for n in range(1000):
+            tag = "generated" if n % 2 else "generated-odd"
+            created = add_plant.sync_detailed(
+                client=client, body=NewPlant(id=base + n, name=f"Plant {n}", tag=tag)
+            )
+            assert created.status_code == 200
+        read = get_plant.sync_detailed(base + 1, client=client)
+        assert read.status_code == 200
+        assert isinstance(read.parsed, Plant)
+        assert (read.parsed.name, read.parsed.tag) == ("Plant 1", "generated")
+        seen, after, pages = [], UNSET, 0
+        while True:
+            page = list_plants.sync_detailed(
+                client=client, tags=["generated", "generated-odd"], limit=64, after=after
+            )
+            assert page.status_code == 200
+            assert isinstance(page.parsed, PlantPage)
+            seen += [(plant.id, plant.name) for plant in page.parsed.plants]
+            pages += 1
+            if isinstance(page.parsed.next_, type(UNSET)):
+                break
+            after = page.parsed.next_
+        assert seen == [(base + n, f"Plant {n}") for n in range(1000)]
+        assert pages == 16
+        deleted = delete_plant.sync_detailed(base + 1, client=client)
+        assert (deleted.status_code, deleted.content) == (204, b"")
+        gone = get_plant.sync_detailed(base + 1, client=client)
+        assert gone.status_code == 404
+        assert isinstance(gone.parsed, Error)
+        assert gone.parsed.error == 404

@@ -417,3 +417,23 @@ def test_the_migration_refuses_the_memory_store_in_one_line():
         "Plant Store migrate: configuration error: PLANTS_STORE_URL names the memory store, "
         "which needs no migration\n"
     )
+
+
+def test_a_full_store_takes_exactly_one_create_after_one_delete_across_workers(redis_server):
+    settings = redis_settings(redis_server)
+    server = redis_gunicorn(settings, PLANTS_MAX_PLANTS="20")
+    try:
+        for plant_id in range(20):
+            assert create(server.port, {"id": plant_id, "name": "Fern"})[0] == 200
+        assert_error(*create(server.port, {"id": 99, "name": "Fern"}), 507)
+        status, _, body = call(server.connection(), "DELETE", "/plants/7", None, AUTH)
+        assert (status, body) == (204, b"")
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda n: create(server.port, {"id": n, "name": "New"}), range(100, 132)))
+        assert Counter(status for status, _, _ in answers) == {200: 1, 507: 31}
+        store = open_store(settings)
+        assert len(store) == 20
+        assert len(walk_store(store, 100)) == 20
+        store.close()
+    finally:
+        server.stop()
