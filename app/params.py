@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from werkzeug.datastructures import MultiDict
 
+from . import strict_json
 from .errors import InvalidParameters
 from .schemas import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
 
@@ -17,24 +18,25 @@ MAX_TAGS = 20
 #: A cursor is 28 base64url characters today; the bound leaves room for another version.
 MAX_CURSOR_LENGTH = 64
 
-# Up to 40 digits: enough for Range to say "out of range" rather than "not an integer".
-_DECIMAL = re.compile(r"-?[0-9]{1,40}")
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
 
 
-class DecimalInteger(fields.Integer):
-    """An integer written in decimal digits, with an optional minus sign: never `+1`, ` 1`, `1.0`
-    or `1_0`, which Python's int() would take."""
+class IntegralNumber(fields.Integer):
+    """An integer written as a JSON number, read as a NewPlant's `id` is: `100`, `1e2` and `100.0`
+    are 100, exactly; `1.5`, `+1`, ` 1`, `0x10`, `007` and `1_0` are refused (Python's int()
+    would take some of them)."""
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> int:
-        if not isinstance(value, str) or not _DECIMAL.fullmatch(value):
+        number = strict_json.integral_number(value) if isinstance(value, str) else None
+        if number is None:
             raise self.make_error("invalid")
-        return super()._deserialize(value, attr, data, **kwargs)
+        return super()._deserialize(number, attr, data, **kwargs)
 
 
 class PlantIdSchema(Schema):
-    """The `{id}` of `/plants/{id}`: a decimal int64."""
+    """The `{id}` of `/plants/{id}`: an int64."""
 
-    id = DecimalInteger(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
+    id = IntegralNumber(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
 
 
 class PageQuerySchema(Schema):
@@ -45,7 +47,7 @@ class PageQuerySchema(Schema):
 
     error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
 
-    limit = DecimalInteger(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
     tags = fields.List(
         fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
@@ -70,8 +72,8 @@ def _flat(messages: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def load_plant_id(value: str) -> int:
-    """The path's plant id; InvalidParameters naming `id` when it is not a decimal int64."""
-    if _DECIMAL.fullmatch(value):  # the common case, without marshmallow's loop
+    """The path's plant id; InvalidParameters naming `id` when it is not an int64."""
+    if _DECIMAL.fullmatch(value):  # plain digits within 19: the common case, without marshmallow's loop
         plant_id = int(value)
         if INT64_MIN <= plant_id <= INT64_MAX:
             return plant_id

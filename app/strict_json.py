@@ -55,6 +55,23 @@ def _parse_number_with_fraction_or_exponent(literal: str) -> int | float:
     return float(literal)
 
 
+#: A JSON number (RFC 8259 section 6), as it may stand in a URL too.
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+#: Longer literals are refused unread: no int64 needs more than a few dozen characters.
+_MAX_LITERAL = 100
+
+
+def integral_number(literal: str) -> int | None:
+    """The integer a JSON number literal names exactly (`100`, `1e2`, `100.0`), as a body's `id`
+    is read; None when `literal` is not a JSON number, or not an integral one."""
+    if len(literal) > _MAX_LITERAL or not _NUMBER.fullmatch(literal):
+        return None
+    if literal.lstrip("-").isdigit():
+        return int(literal)
+    value = _parse_number_with_fraction_or_exponent(literal)
+    return value if isinstance(value, int) else None
+
+
 _decoder = json.JSONDecoder(
     object_pairs_hook=_refuse_duplicate_keys,
     parse_constant=_refuse_constant,

@@ -161,6 +161,8 @@ def forged(cursor: str) -> str:
         ("limit=-1", "limit"),
         ("limit=abc", "limit"),
         ("limit=1.5", "limit"),
+        ("limit=1e3x", "limit"),
+        ("limit=2e3", "limit"),
         ("limit=", "limit"),
         ("limit=%2B5", "limit"),
         ("limit=1&limit=2", "limit"),
@@ -219,6 +221,14 @@ def test_a_page_resumes_after_a_deleted_cursor_plant(client, auth, plant):
     assert client.delete("/plants/3", headers=auth).status_code == 204
     rest = client.get("/plants", query_string={"after": first["next"]}, headers=auth).json
     assert [item["id"] for item in rest["plants"]] == [4, 5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("limit", ["3", "3.0", "0.3e1"])
+def test_limit_is_read_as_an_integral_json_number(client, auth, plant, limit):
+    for plant_id in range(5):
+        plant(plant_id)
+    page = client.get(f"/plants?limit={limit}", headers=auth).json
+    assert [item["id"] for item in page["plants"]] == [0, 1, 2]
 
 
 def test_a_page_is_not_served_with_head(client, auth):

@@ -53,8 +53,9 @@ def test_get_of_an_absent_id_is_404(client, auth):
 
 @pytest.mark.parametrize(
     "text",
-    ["abc", "1.5", "1e3", "+1", " 1", "1_000", "0x10", "-", "--1", "9223372036854775808",
-     "-9223372036854775809", "1" * 60, "%E2%82%AC", "\uff11"],
+    ["abc", "1.5", "1e-3", "+1", " 1", "1_000", "0x10", "007", "-", "--1", "1.", ".5", "1e", "NaN",
+     "Infinity", "9223372036854775808", "-9223372036854775809", "9.3e18", "1e999999999", "1" * 60,
+     "1" * 200, "%E2%82%AC", "\uff11"],
 )  # fmt: skip
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 def test_an_id_that_is_not_a_decimal_int64_is_400_naming_id(client, auth, store, method, text):
@@ -65,11 +66,17 @@ def test_an_id_that_is_not_a_decimal_int64_is_400_naming_id(client, auth, store,
     assert store.get(1) == Plant("Fern")
 
 
-def test_leading_zeros_and_minus_zero_name_the_same_plant(client, auth):
-    client.post("/plants", json={"id": 7, "name": "Fern"}, headers=auth)
-    client.post("/plants", json={"id": 0, "name": "Zero"}, headers=auth)
-    assert client.get("/plants/007", headers=auth).json == {"name": "Fern"}
-    assert client.get("/plants/-0", headers=auth).json == {"name": "Zero"}
+@pytest.mark.parametrize(
+    ("text", "plant_id"),
+    [("700", 700), ("7e2", 700), ("700.0", 700), ("0.7E+3", 700), ("-0", 0), ("0.0", 0),
+     ("-9.223372036854775808e18", INT64_MIN), ("9223372036854775807.0", INT64_MAX)],
+)  # fmt: skip
+def test_an_integral_json_number_names_the_plant_as_in_a_create(client, auth, store, text, plant_id):
+    """The path's id is read as a NewPlant's id is: exactly, whatever the JSON notation."""
+    store.create(plant_id, "Fern", None)
+    assert client.get(f"/plants/{text}", headers=auth).json == {"name": "Fern"}
+    assert client.delete(f"/plants/{text}", headers=auth).status_code == 204
+    assert store.get(plant_id) is None
 
 
 def test_delete_is_204_without_a_body_then_the_plant_is_gone(client, auth, store):
