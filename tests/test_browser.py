@@ -46,7 +46,7 @@ def visible(driver, css: str, timeout: float = 20):
     return WebDriverWait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
-def test_the_page_authorizes_and_creates_a_plant(server, browser, tmp_path):
+def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path):
     browser.get(f"http://127.0.0.1:{server.port}/docs")
     operation = visible(browser, ".opblock-post")
     assert (
@@ -70,8 +70,30 @@ def test_the_page_authorizes_and_creates_a_plant(server, browser, tmp_path):
     shown = browser.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
     assert json.loads(shown) == {"name": "Browser fern", "tag": "fern"}
 
+    # The page lists plants too: GET /plants, tried with its defaults, shows the plant just made.
+    listing = next(
+        block
+        for block in browser.find_elements(By.CSS_SELECTOR, ".opblock-get")
+        if block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+        == "/plants"
+    )
+    listing.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    WebDriverWait(browser, 20).until(
+        lambda _: listing.find_element(By.CSS_SELECTOR, "button.execute")
+    ).click()
+    listed = WebDriverWait(browser, 20).until(
+        lambda _: listing.find_element(
+            By.CSS_SELECTOR, ".live-responses-table .response .response-col_status"
+        )
+    )
+    assert listed.text.strip() == "200"
+    page = json.loads(
+        listing.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
+    )
+    assert {"id": 424242, "name": "Browser fern", "tag": "fern"} in page["plants"]
+
     screenshot = tmp_path / "api-page.png"
-    browser.execute_script("window.scrollTo(0, 0)")
+    browser.execute_script("arguments[0].scrollIntoView()", listing)
     browser.save_screenshot(str(screenshot))
     print(f"screenshot of the API page: {screenshot}")
 

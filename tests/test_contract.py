@@ -31,7 +31,9 @@ def fresh_server(store_settings):
 # refused with 414, which schemathesis's list of rejections lacks.
 CONFIG = """
 [checks.negative_data_rejection]
-expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "414", "415", "422", "428", "429", "5xx"]
+expected-statuses = [
+    "400", "401", "403", "404", "405", "406", "409", "414", "415", "422", "428", "429", "5xx",
+]
 
 [[operations]]
 include-operation-id = "listPlants"

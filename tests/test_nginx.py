@@ -69,6 +69,34 @@ def access_log_line(app: Gunicorn, marker: str) -> str:
     raise AssertionError(f"no access log line for {marker}")
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_reads_pages_and_deletes_pass_through_with_links_to_the_public_address(trusted, tls):
+    _, proxy = trusted
+    port = proxy.tls_port if tls else proxy.port
+    base = 51_000_000 + (1000 if tls else 0)
+    for n in range(3):
+        plant = json.dumps({"id": base + n, "name": "Proxied", "tag": f"nginx-{tls}"})
+        assert call(connect(port, tls), "POST", "/plants", plant, HEADERS)[0] == 200
+    status, headers, data = call(
+        connect(port, tls), "GET", f"/plants?tags=nginx-{tls}&limit=2", None, HEADERS
+    )
+    assert status == 200
+    page = json.loads(data)
+    assert [item["id"] for item in page["plants"]] == [base, base + 1]
+    scheme = "https" if tls else "http"
+    assert headers["Link"] == (
+        f'<{scheme}://127.0.0.1:{port}/plants?tags=nginx-{tls}&limit=2&after={page["next"]}>; rel="next"'
+    )
+    status, _, data = call(connect(port, tls), "GET", f"/plants/{base + 2}", None, HEADERS)
+    assert (status, json.loads(data)) == (200, {"name": "Proxied", "tag": f"nginx-{tls}"})
+    status, headers, data = call(connect(port, tls), "DELETE", f"/plants/{base + 2}", None, HEADERS)
+    assert (status, data) == (204, b"")
+    assert_error(*call(connect(port, tls), "GET", f"/plants/{base + 2}", None, HEADERS), 404)
+    status, headers, data = call(connect(port, tls), "PUT", f"/plants/{base}", None, HEADERS)
+    assert_error(status, headers, data, 405)
+    assert headers["Allow"] == "GET, DELETE"
+
+
 def test_creates_work_and_authorization_reaches_the_app(trusted):
     _, proxy = trusted
     body = json.dumps({"id": 1, "name": "Proxied fern", "tag": "fern"})
