@@ -1,7 +1,7 @@
 """The shared-store peer: the FastAPI peer's create, on Redis through redis.asyncio and hiredis.
 
-Same one-script round trip as the service's Redis store (app/store/redis.py's script, keys and
-encoding), in one async process. PLANTS_STORE_URL and PLANTS_STORE_PREFIX as for the service.
+Same one-script round trip as the service's Redis store (the same create script with its indexes,
+keys and encoding), in one async process. PLANTS_STORE_URL and PLANTS_STORE_PREFIX as for the service.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import os
 import redis.asyncio
 from fastapi import Depends, HTTPException
 
-from app.store.redis import CREATE_SCRIPT, create_keys, encode
+from app.store.redis import create_keys, encode, member
+from app.store.redis_scripts import CREATE
 from bench.fastapi_peer import NewPlant, Plant, app, bearer
 
 client = redis.asyncio.Redis.from_url(os.environ["PLANTS_STORE_URL"])
-create_script = client.register_script(CREATE_SCRIPT)
+create_script = client.register_script(CREATE)
 PREFIX = os.environ.get("PLANTS_STORE_PREFIX", "plants")
 CAPACITY = int(os.environ.get("PLANTS_MAX_PLANTS", "1000000"))
 
@@ -27,7 +28,7 @@ app.router.routes = [route for route in app.router.routes if getattr(route, "pat
 async def create_plant(new: NewPlant) -> Plant:
     answer = await create_script(
         keys=create_keys(PREFIX, new.id),
-        args=(new.id, encode(new.name, new.tag), CAPACITY),
+        args=(f"{{{PREFIX}}}", new.id, encode(new.name, new.tag), CAPACITY, member(new.id)),
     )
     if answer == 2:
         raise HTTPException(409, "conflict")

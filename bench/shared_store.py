@@ -31,7 +31,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.store.redis import CREATE_SCRIPT, create_keys, encode
+from app.store.redis import create_keys, encode, member
+from app.store.redis_scripts import CREATE
 from bench.run import CLIENT_CPU, TICK, Server, finish, median_of, wrk
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
@@ -69,7 +70,7 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
     client = redis.Redis(unix_socket_path=str(sock))
     client.flushall()
     before = client.info("memory")["used_memory"]
-    script = client.register_script(CREATE_SCRIPT)
+    script = client.register_script(CREATE)
     rng = random.Random(4)
     base = 10**11
     for start in range(0, plants, 10_000):
@@ -78,7 +79,8 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
                 plant_id = base + n
                 name = f"{rng.choice(NAMES)} {n % 100000:05d}"
                 script(keys=create_keys("memory", plant_id),
-                       args=(plant_id, encode(name, rng.choice(TAGS)), 10**9), client=pipe)  # fmt: skip
+                       args=("{memory}", plant_id, encode(name, rng.choice(TAGS)), 10**9, member(plant_id)),
+                       client=pipe)  # fmt: skip
             pipe.execute()
     used = client.info("memory")["used_memory"] - before
     client.flushall()
