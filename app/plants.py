@@ -112,7 +112,7 @@ def list_plants() -> Response:
         except InvalidCursor as exc:
             raise InvalidParameters({"after": [str(exc)]}) from None
     page = store.page(after, query["limit"], tags)
-    body: dict[str, Any] = {"plants": [stored_plant(plant_id, plant) for plant_id, plant in page.plants]}
+    body: dict[str, Any] = {"plants": [stored_plant(*plant) for plant in page.plants]}
     link = None
     if page.more:
         body["next"] = cursor = encode_cursor(store.cursor_key(), page.plants[-1][0], tags)
@@ -129,9 +129,9 @@ def plant_record(plant: Plant) -> dict[str, Any]:
     return {"name": name} if tag is None else {"name": name, "tag": tag}
 
 
-def stored_plant(plant_id: int, plant: Plant) -> dict[str, Any]:
+def stored_plant(plant_id: int, name: str, tag: str | None) -> dict[str, Any]:
     """A page's item: the StoredPlant record, as StoredPlantSchema dumps it."""
-    return {"id": plant_id, **plant_record(plant)}
+    return {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
 
 
 def _next_url(args: Any, cursor: str) -> str:

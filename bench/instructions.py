@@ -1,6 +1,6 @@
 """Instructions per request, in process: a figure that machine noise does not move.
 
-    python bench/instructions.py                 # floor, create, 400 and 401, under valgrind
+    python bench/instructions.py                 # floor, create, 400, 401, get and page, under valgrind
     python bench/instructions.py create 400      # some of them
 
 Each path runs twice under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`), with
@@ -25,21 +25,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
 #: Each path: which app, the request body, the token, and the status every response must have.
+#: `get` and `page` are GETs (of a plant, of the first page of 100) of a store preloaded with
+#: PRELOAD plants in every run, so that the preload cancels out of the difference.
 PATHS = {
     "floor": ("floor", None, TOKEN, 200),
     "create": ("service", None, TOKEN, 200),
     "400": ("service", b'{"id": "1", "name": 5, "tags": "x"}', TOKEN, 400),
     "401": ("service", b'{"id": 1, "name": "Boston fern"}', "wrong-token", 401),
+    "get": ("service", b"", TOKEN, 200),
+    "page": ("service", b"", TOKEN, 200),
 }
 FEW, MANY = 300, 1300
+PRELOAD = 2000
 
 
-def environ(body: bytes, token: str) -> dict:
+def environ(body: bytes, token: str, method: str = "POST", path: str = "/plants", query: str = "") -> dict:
     return {
-        "REQUEST_METHOD": "POST", "PATH_INFO": "/plants", "SCRIPT_NAME": "", "QUERY_STRING": "",
+        "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": query,
         "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "50000", "RAW_URI": "/plants",
-        "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "50000", "RAW_URI": f"{path}?{query}" if query else path,
+        "CONTENT_TYPE": "application/json" if body else "", "CONTENT_LENGTH": str(len(body)),
         "HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_HOST": "127.0.0.1:8000",
         "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
         "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False, "wsgi.version": (1, 0),
@@ -71,7 +76,18 @@ def serve(path: str, count: int) -> None:
         statuses.append(status)
         return lambda data: None
 
-    requests = [environ(body, token) for body in itertools.islice(bodies(fixed), count)]
+    if path in ("get", "page"):
+        store = app.extensions["plants"].store
+        for number in range(PRELOAD):
+            store.create(number, f"Snake plant {number:05d}", "vine")
+        requests = [
+            environ(b"", token, "GET", f"/plants/{number % PRELOAD}")
+            if path == "get"
+            else environ(b"", token, "GET", "/plants", "limit=100")
+            for number in range(count)
+        ]
+    else:
+        requests = [environ(body, token) for body in itertools.islice(bodies(fixed), count)]
     for env in requests:
         response = app(env, start_response)
         b"".join(response)

@@ -64,9 +64,14 @@ def test_body_errors(gunicorn):
 
 def test_unknown_path_and_method_are_json(gunicorn):
     assert_error(*call(gunicorn.connection(), "GET", "/nowhere"), 404)
-    status, headers, body = call(gunicorn.connection(), "GET", "/plants", headers=AUTH)
+    status, headers, body = call(gunicorn.connection(), "PUT", "/plants", headers=AUTH)
     assert_error(status, headers, body, 405)
-    assert headers["Allow"] == "POST"
+    assert headers["Allow"] == "GET, POST"
+    status, headers, body = call(gunicorn.connection(), "PATCH", "/plants/1", headers=AUTH)
+    assert_error(status, headers, body, 405)
+    assert headers["Allow"] == "GET, DELETE"
+    status, headers, body = call(gunicorn.connection(), "HEAD", "/plants/1", headers=AUTH)
+    assert (status, headers["Allow"], body) == (405, "GET, DELETE", b"")
 
 
 def test_healthz_and_openapi(gunicorn):

@@ -226,6 +226,6 @@ stored_plant_schema = StoredPlantSchema()
 def test_page_items_and_plants_are_what_the_schemas_dump(plant_id, name, tag):
     """The views build these records directly (a page has up to 1000); the schemas agree."""
     record = {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
-    assert stored_plant(plant_id, Plant(name, tag)) == stored_plant_schema.dump(record)
-    assert stored_plant_schema.load(stored_plant(plant_id, Plant(name, tag))) == record
+    assert stored_plant(plant_id, name, tag) == stored_plant_schema.dump(record)
+    assert stored_plant_schema.load(stored_plant(plant_id, name, tag)) == record
     assert plant_record(Plant(name, tag)) == plant_schema.dump({k: v for k, v in record.items() if k != "id"})

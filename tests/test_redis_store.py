@@ -357,7 +357,7 @@ def walk_store(store, limit: int, tags=None) -> list:
     plants, after = [], None
     while True:
         page = store.page(after, limit, tags)
-        plants += page.plants
+        plants += [(plant_id, Plant(name, tag)) for plant_id, name, tag in page.plants]
         if not page.more:
             return plants
         after = page.plants[-1][0]

@@ -128,7 +128,7 @@ def walk(store, limit: int, tags=None) -> list:
     while True:
         page = store.page(after, limit, tags)
         assert len(page.plants) <= limit
-        plants += page.plants
+        plants += [(plant_id, Plant(name, tag)) for plant_id, name, tag in page.plants]
         if not page.more:
             return plants
         assert len(page.plants) == limit
@@ -184,12 +184,12 @@ def test_a_page_starts_after_any_id_present_or_not(make_store):
     store = make_store(100)
     for plant_id in (-5, 0, 5, 10):
         store.create(plant_id, "p", None)
-    assert [key for key, _ in store.page(-6, 10).plants] == [-5, 0, 5, 10]
-    assert [key for key, _ in store.page(1, 10).plants] == [5, 10]
-    assert [key for key, _ in store.page(5, 1).plants] == [10]
+    assert [key for key, _, _ in store.page(-6, 10).plants] == [-5, 0, 5, 10]
+    assert [key for key, _, _ in store.page(1, 10).plants] == [5, 10]
+    assert [key for key, _, _ in store.page(5, 1).plants] == [10]
     assert store.page(5, 1).more is False
     assert store.page(10, 10) == Page([], False)
-    assert store.page(None, 2) == Page([(-5, Plant("p")), (0, Plant("p"))], True)
+    assert store.page(None, 2) == Page([(-5, "p", None), (0, "p", None)], True)
 
 
 def test_a_delete_frees_capacity_and_reports_absence(make_store):

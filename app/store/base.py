@@ -22,10 +22,14 @@ class Plant(NamedTuple):
     tag: str | None = None
 
 
+#: A plant of a page: its id, name and tag. (A plain tuple: a page has up to 1,000 of them.)
+StoredPlant = tuple[int, str, str | None]
+
+
 class Page(NamedTuple):
     """Up to `limit` plants in ascending id order, and whether more may follow the last."""
 
-    plants: list[tuple[int, Plant]]
+    plants: list[StoredPlant]
     more: bool
 
 

@@ -90,9 +90,7 @@ class MemoryPlantStore:
                 )
             found = list(islice(ids, limit + 1))
             names, stored_tags = self._names, self._tags
-            plants = [
-                (plant_id, Plant(names[plant_id], stored_tags.get(plant_id))) for plant_id in found[:limit]
-            ]
+            plants = [(plant_id, names[plant_id], stored_tags.get(plant_id)) for plant_id in found[:limit]]
         return Page(plants, len(found) > limit)
 
     @staticmethod

@@ -39,9 +39,13 @@ def encode(name: str, tag: str | None) -> bytes:
 
 
 def decode(value: bytes) -> Plant:
+    return Plant(*_decode_fields(value))
+
+
+def _decode_fields(value: bytes) -> tuple[str, str | None]:
     length, _, rest = value.partition(b":")
     name, tag = rest[: int(length)], rest[int(length) :]
-    return Plant(name.decode("utf-8"), tag.decode("utf-8") if tag else None)
+    return name.decode("utf-8"), tag.decode("utf-8") if tag else None
 
 
 class RedisPlantStore:
@@ -121,7 +125,7 @@ class RedisPlantStore:
             raise unavailable(exc) from None
         except RedisError as exc:
             raise unavailable(exc) from None
-        plants = [(int(answer[i]), decode(answer[i + 1])) for i in range(1, len(answer), 2)]
+        plants = [(int(answer[i]), *_decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)]
         return Page(plants, answer[0] == 1)
 
     def cursor_key(self) -> bytes:

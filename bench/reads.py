@@ -1,0 +1,301 @@
+"""Benchmark of the readable store (get, pages, tags) against creates, side by side in one run.
+
+    python bench/reads.py                                   # full run: 1,000,000 plants per store
+    python bench/reads.py --compare-tree ../before          # and creates of another checkout beside
+    python bench/reads.py --smoke                           # a second per contestant; what CI runs
+
+Each store (memory, and Redis on a unix socket) gets two servers of one worker: a small store of
+1,000 plants and a large one (1,000,000). Every 100th plant has the tag `rare` (1%), the others one
+of five tags. Servers on CPU 0; wrk and redis-server on CPU 1; interleaved rounds, medians.
+
+Measured per store: creates (new ids), `GET /plants/{id}` of stored plants, a page of 100
+(`limit=100` after cursors spread over the store), and a page of 100 filtered by `rare`. Server CPU
+per request is the worker's, plus redis-server's on Redis. Bytes per plant: Redis `used_memory`,
+and the memory store's structures under tracemalloc at the same size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+from urllib.parse import quote
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.store import MemoryPlantStore
+from app.store.redis import create_keys, encode, member
+from app.store.redis_scripts import CREATE
+from bench.run import TOKEN, Server, finish, median_of, wrk
+from bench.shared_store import NAMES, redis_cpu_seconds, start_redis
+
+BASE = 5 * 10**15
+TAGS = ["fern", "succulent", "tropical", "vine", "flowering"]
+
+
+def plant(n: int) -> tuple[int, str, str]:
+    """The n-th preloaded plant, as bench/lua/preload.lua makes it."""
+    return BASE + n, f"{NAMES[n % len(NAMES)]} {n % 100000:05d}", "rare" if n % 100 == 0 else TAGS[n % 5]
+
+
+def preload_redis(sock: Path, prefix: str, plants: int) -> float:
+    """Preload through the service's own create script; Redis's used_memory per plant it cost."""
+    client = redis.Redis(unix_socket_path=str(sock))
+    before = client.info("memory")["used_memory"]
+    script = client.register_script(CREATE)
+    for start in range(0, plants, 10_000):
+        with client.pipeline(transaction=False) as pipe:
+            for n in range(start, min(start + 10_000, plants)):
+                plant_id, name, tag = plant(n)
+                script(keys=create_keys(prefix, plant_id),
+                       args=(f"{{{prefix}}}", plant_id, encode(name, tag), 10**9, member(plant_id)),
+                       client=pipe)  # fmt: skip
+            pipe.execute()
+    return (client.info("memory")["used_memory"] - before) / plants
+
+
+def preload_http(server: Server, plants: int) -> None:
+    """Preload through the service's creates, in runs of 5 s: wrk runs for all of -d even once its
+    thread has stopped, so short runs, each capped at what is left, bound the idle time."""
+    stored = first = 0
+    while stored < plants:
+        stats = wrk(server, "preload.lua", 5, 8, {
+            "BENCH_BASE": str(BASE), "BENCH_FIRST": str(first), "BENCH_LIMIT": str(plants - stored)
+        })  # fmt: skip
+        if stats["non2xx"] or stats["socket_errors"] or not stats["requests"]:
+            raise RuntimeError(f"preloading {server.name} failed: {stats}")
+        stored += stats["requests"]
+        first += stats["requests"] + 100  # past any request still in flight when the run stopped
+
+
+def memory_store_bytes_per_plant(plants: int) -> float:
+    """The memory store's own structures (dicts, sorted lists, names), traced by tracemalloc."""
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    store = MemoryPlantStore(plants)
+    for n in range(plants):
+        store.create(*plant(n))
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(store) == plants
+    return used / plants
+
+
+def get(server: Server, path: str) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    if response.status != 200:
+        raise RuntimeError(f"{server.name}: GET {path}: {response.status} {body[:200]!r}")
+    return json.loads(body)
+
+
+def walk(server: Server, query: str, step: int) -> tuple[list[str], list[int]]:
+    """The cursors of a walk of `query` in pages of `step`, and the ids it saw."""
+    cursors, ids, after = [], [], None
+    while True:
+        suffix = f"&after={quote(after)}" if after else ""
+        page = get(server, f"/plants?{query}&limit={step}{suffix}")
+        ids += [item["id"] for item in page["plants"]]
+        if "next" not in page:
+            return cursors, ids
+        after = page["next"]
+        cursors.append(after)
+
+
+def page_paths(cursors: list[str], query: str, step: int, wanted: int) -> list[str]:
+    """Paths of the first page of 100 and of pages after up to `wanted` of `cursors`, spread over
+    the walk (in a smoke run's small stores there may be none)."""
+    # The last cursors may lead to a short page: every page measured holds 100 plants.
+    cursors = cursors[: max(1, len(cursors) - max(1, 100 // step))]
+    every = max(1, len(cursors) // wanted)
+    first = f"/plants?{query}&limit=100"
+    return [first, *(f"{first}&after={quote(cursor)}" for cursor in cursors[::every])]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--plants", type=int, help="plants in each large store (default 1,000,000)")
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--compare-tree", type=Path, help="another checkout: its creates run beside")
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.smoke else 3)
+    seconds = args.seconds or (1 if args.smoke else 10)
+    small, large = (200, 2_000) if args.smoke else (1_000, args.plants or 1_000_000)
+    python = sys.executable
+    gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
+    directory = Path(tempfile.mkdtemp(prefix="bench-reads-"))
+    redis_process, sock = start_redis(directory)
+    common = {"GUNICORN_THREADS": "4", "PLANTS_MAX_PLANTS": str(10**9)}
+    on_redis = {**common, "PLANTS_STORE_URL": f"unix://{sock}"}
+    servers = {
+        "memory, small": Server("memory, small", gunicorn, common),
+        "memory, large": Server("memory, large", gunicorn, common),
+        "redis, small": Server("redis, small", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "small"}),
+        "redis, large": Server("redis, large", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "large"}),
+    }
+    creators = {
+        "memory": Server("memory creates", gunicorn, common),
+        "redis": Server("redis creates", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "creates"}),
+    }
+    if args.compare_tree:
+        tree = args.compare_tree.resolve()
+        creators["memory (other tree)"] = Server("memory creates, other tree", gunicorn, common, cwd=tree)
+        creators["redis (other tree)"] = Server(
+            "redis creates, other tree", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "other"}, cwd=tree
+        )
+    everything = [*servers.values(), *creators.values()]
+    results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds,
+                     "connections": args.connections, "small": small, "large": large}  # fmt: skip
+    problems: list[str] = []
+    id_base = 0
+    try:
+        for server in everything:
+            server.start()
+        for name, server in servers.items():
+            plants = small if name.endswith("small") else large
+            if name.startswith("redis"):
+                results[f"used_memory_per_plant, {name}"] = preload_redis(sock, name.split(", ")[1], plants)
+            else:
+                preload_http(server, plants)
+        rng = random.Random(3)
+        workloads: dict[str, tuple[Server, str, list[str] | None]] = {}
+        for store in ("memory", "redis"):
+            workloads[f"{store}: create"] = (creators[store], "create.lua", None)
+            if f"{store} (other tree)" in creators:
+                workloads[f"{store}: create (other tree)"] = (
+                    creators[f"{store} (other tree)"],
+                    "create.lua",
+                    None,
+                )
+            for size in ("small", "large"):
+                server = servers[f"{store}, {size}"]
+                step = 100 if size == "small" else 1000
+                cursors, ids = walk(server, "", step)
+                gets = [f"/plants/{plant_id}" for plant_id in rng.sample(ids, min(1000, len(ids)))]
+                workloads[f"{store}: get, {size}"] = (server, "paths.lua", gets)
+                workloads[f"{store}: page, {size}"] = (
+                    server,
+                    "paths.lua",
+                    page_paths(cursors, "", step, 200),
+                )
+            cursors, _ = walk(servers[f"{store}, large"], "tags=rare", 100)
+            workloads[f"{store}: rare page, large"] = (
+                servers[f"{store}, large"],
+                "paths.lua",
+                page_paths(cursors, "tags=rare", 100, 200),
+            )
+
+        def run(name: str, run_seconds: float = seconds) -> dict:
+            nonlocal id_base
+            server, script, paths = workloads[name]
+            env = {}
+            if paths is None:
+                id_base += 10**13
+                env["BENCH_ID_BASE"] = str(id_base)
+            else:
+                path_file = directory / f"{abs(hash(name))}.paths"
+                path_file.write_text("\n".join(paths) + "\n")
+                env["BENCH_PATHS"] = str(path_file)
+            redis_before = redis_cpu_seconds(redis_process.pid)
+            stats = wrk(server, script, run_seconds, args.connections, env)
+            redis_us = (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(stats["requests"], 1)
+            stats["redis_cpu_us_per_request"] = redis_us if name.startswith("redis") else 0.0
+            stats["server_cpu_us_per_request"] = (
+                stats["cpu_us_per_request"] + stats["redis_cpu_us_per_request"]
+            )
+            return stats
+
+        for name in workloads:
+            run(name, 1)  # warm up
+        runs: dict[str, list[dict]] = {name: [] for name in workloads}
+        for _ in range(rounds):
+            for name in workloads:
+                runs[name].append(run(name))
+        for name, name_runs in runs.items():
+            for one in name_runs:
+                if one.get("non2xx") or one.get("unexpected") or one["socket_errors"]:
+                    problems.append(f"{name}: {one}")
+            results[name] = {
+                key: median_of(name_runs, key)
+                for key in ("rps", "p50_us", "p99_us", "cpu_us_per_request", "server_cpu_us_per_request")
+            }
+    finally:
+        for server in everything:
+            server.stop()
+        redis_process.terminate()
+        redis_process.wait(15)
+    results[f"memory store bytes per plant at {large}"] = memory_store_bytes_per_plant(large)
+    ratios = {}
+    for store in ("memory", "redis"):
+        cpu = {name: results[f"{store}: {name}"]["server_cpu_us_per_request"]
+               for name in ("create", "page, large", "page, small", "rare page, large")}  # fmt: skip
+        ratios[f"{store}: get / create (req/s, large store)"] = (
+            results[f"{store}: get, large"]["rps"] / results[f"{store}: create"]["rps"]
+        )
+        ratios[f"{store}: page of 100, large / create (server CPU)"] = cpu["page, large"] / cpu["create"]
+        ratios[f"{store}: page of 100, large / small (server CPU)"] = cpu["page, large"] / cpu["page, small"]
+        ratios[f"{store}: 1% tag page / page (server CPU, large)"] = (
+            cpu["rare page, large"] / cpu["page, large"]
+        )
+        if f"{store}: create (other tree)" in results:
+            ratios[f"{store}: create / other tree's create (req/s)"] = (
+                results[f"{store}: create"]["rps"] / results[f"{store}: create (other tree)"]["rps"]
+            )
+    results["ratios"] = ratios
+    return finish(results, problems, report, args.json)
+
+
+GOALS = {
+    "get / create (req/s, large store)": ">= 1.0",
+    "page of 100, large / create (server CPU)": "<= 3",
+    "page of 100, large / small (server CPU)": "<= 1.2",
+    "1% tag page / page (server CPU, large)": "<= 2",
+    "create / other tree's create (req/s)": ">= 0.97",
+}
+
+
+def report(results: dict) -> str:
+    lines = [
+        f"# Readable store: {results['mode']} run, {results['rounds']} rounds of {results['seconds']:.0f} s, "
+        f"stores of {results['small']:,} and {results['large']:,} plants",
+        "",
+        "| workload | req/s | p50 (ms) | p99 (ms) | server CPU per request (µs) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, value in results.items():
+        if isinstance(value, dict) and "rps" in value:
+            lines.append(
+                f"| {name} | {value['rps']:,.0f} | {value['p50_us'] / 1000:.2f} "
+                f"| {value['p99_us'] / 1000:.2f} "
+                f"| {value['server_cpu_us_per_request']:.0f} |"
+            )
+    lines += ["", "| ratio | measured | goal |", "|---|---|---|"]
+    for name, value in results["ratios"].items():
+        lines.append(f"| {name} | {value:.2f} | {GOALS[name.split(': ', 1)[1]]} |")
+    lines += ["", "| bytes per plant | measured |", "|---|---|"]
+    for name, value in results.items():
+        if "per plant" in name:
+            lines.append(f"| {name} | {value:.1f} |")
+    lines.append("")
+    lines.append("valid" if results["valid"] else "INVALID: " + "; ".join(results["problems"]))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
