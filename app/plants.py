@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Flask, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
 from werkzeug.exceptions import Conflict, MethodNotAllowed
@@ -72,9 +72,9 @@ def _store_full(exc: StoreFullError) -> Response:
     return error_response(InsufficientStorage())
 
 
-def _store(environ: dict[str, Any]) -> PlantStore:
-    """This app's store, once its split guard (if any) agrees to serve it from this process."""
-    state = current_app.extensions[EXTENSION]
+def _store(app: Flask, environ: dict[str, Any]) -> PlantStore:
+    """The app's store, once its split guard (if any) agrees to serve it from this process."""
+    state = app.extensions[EXTENSION]
     if state.split_guard is not None:
         state.split_guard.check(environ)
     return state.store
@@ -93,7 +93,7 @@ def create_plant() -> Response:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
-    outcome = _store(req.environ).create(plant["id"], plant["name"], plant.get("tag"))
+    outcome = _store(app, req.environ).create(plant["id"], plant["name"], plant.get("tag"))
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     return app.json.response(_plant_schema.dump(plant))
@@ -104,7 +104,7 @@ def list_plants() -> Response:
     """One page of plants in ascending id order; `next` and `Link` lead to the following page."""
     query = load_page_query(request.args)
     tags = query.get("tags")
-    store = _store(request.environ)
+    store = _store(current_app, request.environ)
     after = None
     if "after" in query:
         try:
@@ -144,7 +144,7 @@ def _next_url(args: Any, cursor: str) -> str:
 def get_plant(plant_id: str) -> Response:
     """The plant with this id, as the create answers it; 404 when there is none."""
     number = load_plant_id(plant_id)
-    plant = _store(request.environ).get(number)
+    plant = _store(current_app, request.environ).get(number)
     if plant is None:
         raise PlantNotFound(number)
     return current_app.json.response(plant_record(plant))
@@ -154,7 +154,7 @@ def get_plant(plant_id: str) -> Response:
 def delete_plant(plant_id: str) -> Response:
     """Remove the plant and free its place in the store: 204, or 404 when there is none."""
     number = load_plant_id(plant_id)
-    if not _store(request.environ).delete(number):
+    if not _store(current_app, request.environ).delete(number):
         raise PlantNotFound(number)
     response = Response(status=204)
     del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)

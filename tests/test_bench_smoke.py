@@ -69,3 +69,25 @@ def test_shared_store_benchmark_smoke_run(tmp_path):
     assert 0 < results["used_memory_per_plant"] < 1000
     assert results["model"]["projected_rps"]["2"] >= results["model"]["projected_rps"]["1"]
     assert "(a) Redis 1 worker / memory 1 worker" in result.stdout
+
+
+def test_readable_store_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/reads.py", tmp_path)
+    assert results["valid"] is True  # every GET answered 200, every create 2xx
+    for store in ("memory", "redis"):
+        for workload in (
+            "create",
+            "get, small",
+            "get, large",
+            "page, small",
+            "page, large",
+            "rare page, large",
+        ):
+            assert results[f"{store}: {workload}"]["rps"] > 0
+    assert (
+        results["redis: page, large"]["server_cpu_us_per_request"]
+        > results["redis: page, large"]["cpu_us_per_request"]
+    )  # redis-server's share is counted
+    assert 0 < results["used_memory_per_plant, redis, large"] < 1000
+    assert 0 < results["memory store bytes per plant at 2000"] < 1000
+    assert "| memory: get / create (req/s, large store) |" in result.stdout
