@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from app.schemas import ErrorSchema
+from app.store import Plant
 
 
 def assert_error(status: int, headers: Any, body: bytes, expected: int) -> dict[str, Any]:
@@ -38,3 +39,17 @@ def call(
         return response.status, response.headers, response.read()
     finally:
         conn.close()
+
+
+def walk_pages(store: Any, limit: int, tags: Any = None) -> list[tuple[int, Plant]]:
+    """Every page of `store` from the first, each after the last id of the one before: the plants."""
+    plants: list[tuple[int, Plant]] = []
+    after = None
+    while True:
+        page = store.page(after, limit, tags)
+        assert len(page.plants) <= limit
+        plants += [(plant_id, Plant(name, tag)) for plant_id, name, tag in page.plants]
+        if not page.more:
+            return plants
+        assert len(page.plants) == limit  # a page is short only when it is the last
+        after = page.plants[-1][0]

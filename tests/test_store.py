@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.store import MemoryPlantStore, Outcome, Page, Plant, StoreFullError, store_from_url
+from tests.helpers import walk_pages
 
 
 @pytest.fixture
@@ -122,19 +123,6 @@ def test_ids_that_share_a_bucket_stay_apart(make_store):
     assert store.get(7 + 2 * 65536) is None
 
 
-def walk(store, limit: int, tags=None) -> list:
-    """Every page from the first, each starting after the last id of the one before."""
-    plants, after = [], None
-    while True:
-        page = store.page(after, limit, tags)
-        assert len(page.plants) <= limit
-        plants += [(plant_id, Plant(name, tag)) for plant_id, name, tag in page.plants]
-        if not page.more:
-            return plants
-        assert len(page.plants) == limit
-        after = page.plants[-1][0]
-
-
 # Ids from a small range, so that creates and deletes meet, and enough of them for several
 # 128-member leaves in Redis (splits, and leaves emptied and removed).
 store_operations = st.lists(
@@ -172,9 +160,9 @@ def test_any_creates_and_deletes_then_a_walk_equals_a_sorted_dict(store_settings
                     model[plant_id] = Plant(f"p{plant_id}", tag)
             else:
                 assert store.delete(plant_id) is (model.pop(plant_id, None) is not None)
-        assert walk(store, limit) == sorted(model.items())
+        assert walk_pages(store, limit) == sorted(model.items())
         expected = sorted((key, plant) for key, plant in model.items() if plant.tag in (tags or ()))
-        assert walk(store, limit, tags) == (sorted(model.items()) if tags is None else expected)
+        assert walk_pages(store, limit, tags) == (sorted(model.items()) if tags is None else expected)
         assert len(store) == len(model)
     finally:
         getattr(store, "close", lambda: None)()

@@ -2,6 +2,8 @@
 -- (12-20 characters) and tags from a handful of values, with the bearer header.
 -- BENCH_ID_BASE keeps ids unique across rounds against one server; BENCH_LIMIT (per thread)
 -- stops the thread after that many responses (used to preload the store).
+package.path = debug.getinfo(1, "S").source:match("^@(.*/)") .. "?.lua;" .. package.path
+local report = require("report")
 local next_thread = 0
 function setup(thread)
   thread:set("thread_index", next_thread)
@@ -36,10 +38,4 @@ if os.getenv("BENCH_LIMIT") then
   end
 end
 
-function done(summary, latency, requests)
-  io.write(string.format(
-    'BENCH {"requests": %d, "duration_us": %d, "non2xx": %d, "connect": %d, "read": %d, "write": %d, ' ..
-    '"timeout": %d, "p50_us": %d, "p99_us": %d}\n',
-    summary.requests, summary.duration, summary.errors.status, summary.errors.connect, summary.errors.read,
-    summary.errors.write, summary.errors.timeout, latency:percentile(50), latency:percentile(99)))
-end
+done = report.done("non2xx")

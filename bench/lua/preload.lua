@@ -1,6 +1,8 @@
 -- Preloads BENCH_LIMIT plants with ids from BENCH_BASE + BENCH_FIRST up: names as in create.lua;
 -- tag "rare" on every 100th id (1%), else one of five. (wrk builds one request it never sends,
 -- so the first id is skipped.)
+package.path = debug.getinfo(1, "S").source:match("^@(.*/)") .. "?.lua;" .. package.path
+local report = require("report")
 local names = {"Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
                "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"}
 local tags = {"fern", "succulent", "tropical", "vine", "flowering"}
@@ -23,10 +25,4 @@ function response(status, hdrs, body)
   if seen >= limit then wrk.thread:stop() end
 end
 
-function done(summary, latency, requests)
-  io.write(string.format(
-    'BENCH {"requests": %d, "duration_us": %d, "non2xx": %d, "connect": %d, "read": %d, "write": %d, ' ..
-    '"timeout": %d, "p50_us": %d, "p99_us": %d}\n',
-    summary.requests, summary.duration, summary.errors.status, summary.errors.connect, summary.errors.read,
-    summary.errors.write, summary.errors.timeout, latency:percentile(50), latency:percentile(99)))
-end
+done = report.done("non2xx")
