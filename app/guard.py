@@ -79,10 +79,11 @@ def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:
 
 def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
     """The 503 for a store that did not answer in time; the client may retry after a second."""
-    log.warning("The plant store did not answer: %s", exc)
     count_store_error(exc.reason)
     if exc.reason == "needs_migration":
+        log.error("The plant store cannot list plants: %s", exc)
         return ServiceUnavailable(
             "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
         )
+    log.warning("The plant store did not answer: %s", exc)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
