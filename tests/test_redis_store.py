@@ -5,8 +5,11 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -17,6 +20,7 @@ import redis
 
 from app import create_app
 from app.store import Outcome, Page, Plant, store_from_url
+from app.store.redis import create_keys, encode
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call, walk_pages
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
@@ -347,3 +351,80 @@ def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server
     finally:
         store.close()
         client.close()
+
+
+def test_a_1_0_0_store_is_listed_after_the_migration_and_not_before(redis_server, caplog):
+    """Plants written in 1.0.0's layout (buckets and a count, no index): pages answer 503 and name
+    the fix; `python -m app.store.migrate` indexes them, once, however often it runs."""
+    settings = redis_settings(redis_server)
+    prefix = "{" + settings["PLANTS_STORE_PREFIX"] + "}"
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    old = {
+        plant_id: Plant(f"old {plant_id}", "fern" if plant_id % 3 else None) for plant_id in range(-150, 250)
+    }
+    for plant_id, plant in old.items():
+        client.hset(create_keys(settings["PLANTS_STORE_PREFIX"], plant_id)[0], str(plant_id), encode(*plant))
+    client.set(f"{prefix}:count", len(old))
+    app = create_app({"PLANTS_API_TOKENS": TOKEN, **settings})
+    http = app.test_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    refused = http.get("/plants", headers=auth)
+    assert_error(refused.status_code, refused.headers, refused.get_data(), 503)
+    assert refused.headers["Retry-After"] == "60"
+    assert "migrate" not in refused.json["message"]  # the operator's business; the log names it
+    assert "run `python -m app.store.migrate` once" in caplog.text
+    # Reads, creates and deletes work before the migration.
+    assert http.get("/plants/5", headers=auth).json == {"name": "old 5", "tag": "fern"}
+    assert http.post("/plants", json={"id": 1000, "name": "new"}, headers=auth).status_code == 200
+    assert http.delete("/plants/-150", headers=auth).status_code == 204
+    del old[-150]
+    old[1000] = Plant("new")
+    env = {**os.environ, **settings, "PYTHONPATH": str(ROOT)}
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "-m", "app.store.migrate"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("Plant Store migrate: indexed ")
+    store = open_store(settings)
+    try:
+        assert walk_pages(store, 64) == sorted(old.items())
+        assert walk_pages(store, 64, ["fern"]) == sorted((k, p) for k, p in old.items() if p.tag == "fern")
+        assert len(store) == len(old)
+    finally:
+        store.close()
+        client.close()
+    page = http.get("/plants?limit=3", headers=auth)
+    assert [item["id"] for item in page.json["plants"]] == [-149, -148, -147]
+
+
+def test_the_migration_refuses_the_memory_store_in_one_line():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PLANTS_STORE_URL": "memory://"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.store.migrate"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "Plant Store migrate: configuration error: PLANTS_STORE_URL names the memory store, "
+        "which needs no migration\n"
+    )
+
+
+def test_a_full_store_takes_exactly_one_create_after_one_delete_across_workers(redis_server):
+    settings = redis_settings(redis_server)
+    server = redis_gunicorn(settings, PLANTS_MAX_PLANTS="20")
+    try:
+        for plant_id in range(20):
+            assert create(server.port, {"id": plant_id, "name": "Fern"})[0] == 200
+        assert_error(*create(server.port, {"id": 99, "name": "Fern"}), 507)
+        status, _, body = call(server.connection(), "DELETE", "/plants/7", None, AUTH)
+        assert (status, body) == (204, b"")
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda n: create(server.port, {"id": n, "name": "New"}), range(100, 132)))
+        assert Counter(status for status, _, _ in answers) == {200: 1, 507: 31}
+        store = open_store(settings)
+        assert len(store) == 20
+        assert len(walk_pages(store, 100)) == 20
+        store.close()
+    finally:
+        server.stop()
