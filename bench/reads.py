@@ -16,7 +16,6 @@ and the memory store's structures under tracemalloc at the same size.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import random
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.store import MemoryPlantStore
 from app.store.redis import create_keys, encode, member
 from app.store.redis_scripts import CREATE
-from bench.run import TOKEN, Server, finish, median_of, wrk
+from bench.run import TOKEN, Server, benchmark_parser, finish, median_of, wrk
 from bench.shared_store import NAMES, redis_cpu_seconds, start_redis
 
 BASE = 5 * 10**15
@@ -123,15 +122,9 @@ def page_paths(cursors: list[str], query: str, step: int, wanted: int) -> list[s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--rounds", type=int)
-    parser.add_argument("--seconds", type=float)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--plants", type=int, help="plants in each large store (default 1,000,000)")
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--json", type=Path)
     parser.add_argument("--compare-tree", type=Path, help="another checkout: its creates run beside")
     parser.add_argument("--only", help="run only the workloads whose name contains this (e.g. create)")
     args = parser.parse_args()

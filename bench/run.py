@@ -147,17 +147,21 @@ def versions() -> str:
     return ", ".join(found)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--smoke", action="store_true", help="about a second per contestant (CI)")
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark script's arguments: its docstring as help, and the options every one has."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="a second or a few per contestant (CI's mode)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; smoke 1)")
-    parser.add_argument("--seconds", type=float, help="seconds per measured run (default 10; smoke 1)")
+    parser.add_argument("--seconds", type=float, help="seconds per measured run")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    return parser
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--plants", type=int, help="plants preloaded for the memory and p99 figures "
                         "(default 1,000,000; smoke 5,000)")  # fmt: skip
-    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (1 if args.smoke else 10)

@@ -19,7 +19,6 @@ names and tags through the service's own script.
 
 from __future__ import annotations
 
-import argparse
 import random
 import subprocess
 import sys
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store.redis import create_keys, encode, member
 from app.store.redis_scripts import CREATE
-from bench.run import CLIENT_CPU, TICK, Server, finish, median_of, wrk
+from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, median_of, wrk
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
@@ -88,15 +87,9 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--rounds", type=int)
-    parser.add_argument("--seconds", type=float)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--threads", default="4", help="request threads per worker (GUNICORN_THREADS)")
-    parser.add_argument("--json", type=Path)
     parser.add_argument("--compare-tree", type=Path, help="another checkout: its limits-on builds run too")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 5)
