@@ -1,7 +1,8 @@
-"""Page cursors: the last id of a page, signed, so that a client can pass one back but not make one.
+"""Page cursors: where the next page starts, signed, so that a client can pass one back but not make one.
 
-A cursor is base64url (no padding) of a version byte, the id as 8 bytes and the first 12 bytes of
-an HMAC-SHA256 over both and the page's tags. The key is the store's own (`cursor_key()`), so a
+A cursor is base64url (no padding) of a version byte, the store's position (1 to 16 bytes: the
+last id as 8 bytes, and on a cluster a group byte) and the first 12 bytes of an HMAC-SHA256 over
+both and the page's tags. The key is the store's own (`cursor_key()`), so a
 cursor from one worker or host is good on every other that shares the store, and a cursor of one
 `tags` filter is refused on another.
 """
@@ -16,7 +17,7 @@ from collections.abc import Collection
 
 _VERSION = b"\x01"
 _MAC_BYTES = 12
-_LENGTH = len(_VERSION) + 8 + _MAC_BYTES
+_MAX_POSITION = 16
 _MALFORMED = "Not a cursor: pass back the `next` of a page unchanged."
 
 
@@ -29,21 +30,21 @@ def _mac(key: bytes, payload: bytes, tags: Collection[str] | None) -> bytes:
     return hmac.new(key, payload + b"\x1f" + scope, hashlib.sha256).digest()[:_MAC_BYTES]
 
 
-def encode_cursor(key: bytes, last_id: int, tags: Collection[str] | None) -> str:
-    payload = _VERSION + last_id.to_bytes(8, "big", signed=True)
+def encode_cursor(key: bytes, position: bytes, tags: Collection[str] | None) -> str:
+    payload = _VERSION + position
     return base64.urlsafe_b64encode(payload + _mac(key, payload, tags)).rstrip(b"=").decode()
 
 
-def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> int:
-    """The id a cursor continues after; InvalidCursor when it is malformed, forged or for other tags."""
+def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> bytes:
+    """The position a cursor names; InvalidCursor when it is malformed, forged or for other tags."""
     try:
         # validate=True: characters outside the alphabet are refused, not skipped.
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise InvalidCursor(_MALFORMED) from None
-    if len(raw) != _LENGTH or raw[:1] != _VERSION:
+    if not len(_VERSION) < len(raw) - _MAC_BYTES <= len(_VERSION) + _MAX_POSITION or raw[:1] != _VERSION:
         raise InvalidCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, payload, tags)):
         raise InvalidCursor("Not a cursor this service made for these tags.")
-    return int.from_bytes(payload[1:], "big", signed=True)
+    return payload[1:]

@@ -85,5 +85,12 @@ def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
         return ServiceUnavailable(
             "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
         )
+    if exc.reason == "replication":
+        log.warning("The plant store's replicas did not confirm a write: %s", exc)
+        return ServiceUnavailable(
+            "The plant store's replicas did not confirm the write in time; retry shortly"
+            " (a create that did land answers 200 again).",
+            retry_after=1,
+        )
     log.warning("The plant store did not answer: %s", exc)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

@@ -101,7 +101,7 @@ def create_plant() -> Response:
 
 @bp.get("/plants", provide_automatic_options=False)
 def list_plants() -> Response:
-    """One page of plants in ascending id order; `next` and `Link` lead to the following page."""
+    """One page of plants in the store's order; `next` and `Link` lead to the following page."""
     query = load_page_query(request.args)
     tags = query.get("tags")
     store = _store(current_app, request.environ)
@@ -111,11 +111,15 @@ def list_plants() -> Response:
             after = decode_cursor(store.cursor_key(), query["after"], tags)
         except InvalidCursor as exc:
             raise InvalidParameters({"after": [str(exc)]}) from None
-    page = store.page(after, query["limit"], tags)
+    try:
+        page = store.page(after, query["limit"], tags)
+    except ValueError:
+        # Signed by this store's key, yet not a position it makes: its layout changed.
+        raise InvalidParameters({"after": ["Not a cursor of this store: start the walk again."]}) from None
     body: dict[str, Any] = {"plants": [stored_plant(*plant) for plant in page.plants]}
     link = None
-    if page.more:
-        body["next"] = cursor = encode_cursor(store.cursor_key(), page.plants[-1][0], tags)
+    if page.next is not None:
+        body["next"] = cursor = encode_cursor(store.cursor_key(), page.next, tags)
         link = f'<{_next_url(request.args, cursor)}>; rel="next"'
     response = current_app.json.response(body)
     if link:

@@ -159,9 +159,22 @@ def add_headers(environ: Mapping[str, Any], response: Response) -> None:
 
 
 def limits_storage_uri(store_url: str) -> str:
-    """The `limits` storage for a store URL: memory for memory, the same Redis for Redis."""
+    """The `limits` storage for a store URL: memory for memory, the same Redis (or cluster) for Redis."""
     if store_url.startswith("unix:"):
         return "redis+unix:" + store_url.removeprefix("unix:")
-    if store_url.startswith(("redis:", "rediss:")):
+    if store_url.startswith(("redis:", "rediss:", "redis+cluster:")):
         return store_url
+    if store_url.startswith("rediss+cluster:"):
+        # `limits` has no TLS scheme for a cluster: its option `ssl` (limits_storage_options).
+        return "redis+cluster:" + store_url.removeprefix("rediss+cluster:")
     return "memory://"
+
+
+def limits_storage_options(store_url: str, *, timeout: float, connect_timeout: float) -> dict[str, Any]:
+    """The `limits` storage's options for a store URL: the store's timeouts, and TLS."""
+    if store_url.startswith("memory:"):
+        return {}
+    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
+    if store_url.startswith("rediss+cluster:"):
+        options["ssl"] = True
+    return options

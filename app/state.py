@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from flask import Flask
 
 from .metrics import Metrics
-from .rate_limits import RateLimits, limits_storage_uri
+from .rate_limits import RateLimits, limits_storage_options, limits_storage_uri
 from .settings import (
     ConfigurationError,
     boolean_setting,
@@ -58,6 +58,7 @@ def state_for(app: Flask) -> PlantsState:
             prefix=prefix,
             connect_timeout=connect_timeout,
             timeout=timeout,
+            min_replicas=integer_setting(config, "PLANTS_STORE_MIN_REPLICAS"),
         )
     except ValueError as exc:
         key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"
@@ -68,9 +69,7 @@ def state_for(app: Flask) -> PlantsState:
     if per_token or tokens.limits or auth_failures:
         rate_limits = RateLimits(
             storage_uri=limits_storage_uri(url),
-            storage_options={"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
-            if store.shared
-            else {},
+            storage_options=limits_storage_options(url, timeout=timeout, connect_timeout=connect_timeout),
             key_prefix=f"{prefix}:limits",
             per_token=per_token,
             token_overrides=tokens.limits,

@@ -11,7 +11,7 @@ import os
 import redis.asyncio
 from fastapi import Depends, HTTPException
 
-from app.store.redis import create_keys, encode, member
+from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
 from bench.fastapi_peer import NewPlant, Plant, app, bearer
 
@@ -19,6 +19,7 @@ client = redis.asyncio.Redis.from_url(os.environ["PLANTS_STORE_URL"])
 create_script = client.register_script(CREATE)
 PREFIX = os.environ.get("PLANTS_STORE_PREFIX", "plants")
 CAPACITY = int(os.environ.get("PLANTS_MAX_PLANTS", "1000000"))
+GROUPS = Groups(PREFIX, count=1, capacity=CAPACITY, cluster=False)
 
 # The in-memory peer's route is replaced by this one.
 app.router.routes = [route for route in app.router.routes if getattr(route, "path", None) != "/plants"]
@@ -26,10 +27,8 @@ app.router.routes = [route for route in app.router.routes if getattr(route, "pat
 
 @app.post("/plants", response_model=Plant, response_model_exclude_none=True, dependencies=[Depends(bearer)])
 async def create_plant(new: NewPlant) -> Plant:
-    answer = await create_script(
-        keys=create_keys(PREFIX, new.id),
-        args=(f"{{{PREFIX}}}", new.id, encode(new.name, new.tag), CAPACITY, member(new.id)),
-    )
+    keys, args = GROUPS.create_call(new.id, encode(new.name, new.tag))
+    answer = await create_script(keys=keys, args=args)
     if answer == 2:
         raise HTTPException(409, "conflict")
     if answer == 3:

@@ -30,7 +30,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store import MemoryPlantStore
-from app.store.redis import create_keys, encode, member
+from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
 from bench.run import TOKEN, Server, benchmark_parser, finish, median_of, wrk
 from bench.shared_store import NAMES, redis_cpu_seconds, start_redis
@@ -49,13 +49,13 @@ def preload_redis(sock: Path, prefix: str, plants: int) -> float:
     client = redis.Redis(unix_socket_path=str(sock))
     before = client.info("memory")["used_memory"]
     script = client.register_script(CREATE)
+    groups = Groups(prefix, count=1, capacity=10**9, cluster=False)
     for start in range(0, plants, 10_000):
         with client.pipeline(transaction=False) as pipe:
             for n in range(start, min(start + 10_000, plants)):
                 plant_id, name, tag = plant(n)
-                script(keys=create_keys(prefix, plant_id),
-                       args=(f"{{{prefix}}}", plant_id, encode(name, tag), 10**9, member(plant_id)),
-                       client=pipe)  # fmt: skip
+                keys, args = groups.create_call(plant_id, encode(name, tag))
+                script(keys=keys, args=args, client=pipe)
             pipe.execute()
     return (client.info("memory")["used_memory"] - before) / plants
 

@@ -30,7 +30,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.store.redis import create_keys, encode, member
+from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
 from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, median_of, wrk
 
@@ -70,6 +70,7 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
     client.flushall()
     before = client.info("memory")["used_memory"]
     script = client.register_script(CREATE)
+    groups = Groups("memory", count=1, capacity=10**9, cluster=False)
     rng = random.Random(4)
     base = 10**11
     for start in range(0, plants, 10_000):
@@ -77,9 +78,8 @@ def used_memory_per_plant(sock: Path, plants: int) -> float:
             for n in range(start, min(start + 10_000, plants)):
                 plant_id = base + n
                 name = f"{rng.choice(NAMES)} {n % 100000:05d}"
-                script(keys=create_keys("memory", plant_id),
-                       args=("{memory}", plant_id, encode(name, rng.choice(TAGS)), 10**9, member(plant_id)),
-                       client=pipe)  # fmt: skip
+                keys, args = groups.create_call(plant_id, encode(name, rng.choice(TAGS)))
+                script(keys=keys, args=args, client=pipe)
             pipe.execute()
     used = client.info("memory")["used_memory"] - before
     client.flushall()

@@ -42,14 +42,17 @@ def call(
 
 
 def walk_pages(store: Any, limit: int, tags: Any = None) -> list[tuple[int, Plant]]:
-    """Every page of `store` from the first, each after the last id of the one before: the plants."""
+    """Every page of `store` from the first, each from the `next` of the one before: the plants."""
     plants: list[tuple[int, Plant]] = []
     after = None
+    # In id order a page is short only when it is the last; a cluster's pages may stop short at
+    # the end of a group, and one page reads at most GROUPS_PER_PAGE groups.
+    id_order = getattr(store, "groups", None) is None or store.groups.count == 1
     while True:
         page = store.page(after, limit, tags)
         assert len(page.plants) <= limit
         plants += [(plant_id, Plant(name, tag)) for plant_id, name, tag in page.plants]
-        if not page.more:
+        if page.next is None:
             return plants
-        assert len(page.plants) == limit  # a page is short only when it is the last
-        after = page.plants[-1][0]
+        assert len(page.plants) == limit or not id_order
+        after = page.next

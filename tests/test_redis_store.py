@@ -20,7 +20,7 @@ import redis
 
 from app import create_app
 from app.store import Outcome, Page, Plant, store_from_url
-from app.store.redis import create_keys, encode
+from app.store.redis_groups import Groups, encode
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call, walk_pages
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
@@ -344,7 +344,7 @@ def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server
             assert client.object("encoding", leaf) == b"listpack"
         for plant_id in list(model):
             assert store.delete(plant_id)
-        assert store.page(None, 10) == Page([], False)
+        assert store.page(None, 10) == Page([], None)
         left = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
         assert left == [f"{prefix}:count".encode(), f"{prefix}:layout".encode()]
         assert client.get(f"{prefix}:count") == b"0"
@@ -359,11 +359,12 @@ def test_a_1_0_0_store_is_listed_after_the_migration_and_not_before(redis_server
     settings = redis_settings(redis_server)
     prefix = "{" + settings["PLANTS_STORE_PREFIX"] + "}"
     client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    groups = Groups(settings["PLANTS_STORE_PREFIX"], count=1, capacity=1000, cluster=False)
     old = {
         plant_id: Plant(f"old {plant_id}", "fern" if plant_id % 3 else None) for plant_id in range(-150, 250)
     }
     for plant_id, plant in old.items():
-        client.hset(create_keys(settings["PLANTS_STORE_PREFIX"], plant_id)[0], str(plant_id), encode(*plant))
+        client.hset(groups.bucket_key(plant_id), str(plant_id), encode(*plant))
     client.set(f"{prefix}:count", len(old))
     app = create_app({"PLANTS_API_TOKENS": TOKEN, **settings})
     http = app.test_client()

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.store import MemoryPlantStore, Outcome, Page, Plant, StoreFullError, store_from_url
+from app.store.base import id_position
 from tests.helpers import walk_pages
 
 
@@ -172,12 +173,12 @@ def test_a_page_starts_after_any_id_present_or_not(make_store):
     store = make_store(100)
     for plant_id in (-5, 0, 5, 10):
         store.create(plant_id, "p", None)
-    assert [key for key, _, _ in store.page(-6, 10).plants] == [-5, 0, 5, 10]
-    assert [key for key, _, _ in store.page(1, 10).plants] == [5, 10]
-    assert [key for key, _, _ in store.page(5, 1).plants] == [10]
-    assert store.page(5, 1).more is False
-    assert store.page(10, 10) == Page([], False)
-    assert store.page(None, 2) == Page([(-5, "p", None), (0, "p", None)], True)
+    assert [key for key, _, _ in store.page(id_position(-6), 10).plants] == [-5, 0, 5, 10]
+    assert [key for key, _, _ in store.page(id_position(1), 10).plants] == [5, 10]
+    assert [key for key, _, _ in store.page(id_position(5), 1).plants] == [10]
+    assert store.page(id_position(5), 1).next is None
+    assert store.page(id_position(10), 10) == Page([], None)
+    assert store.page(None, 2) == Page([(-5, "p", None), (0, "p", None)], id_position(0))
 
 
 def test_a_delete_frees_capacity_and_reports_absence(make_store):
@@ -190,7 +191,7 @@ def test_a_delete_frees_capacity_and_reports_absence(make_store):
     assert store.delete(1) is False
     assert store.create(3, "c", None) is Outcome.CREATED
     assert len(store) == 2
-    assert store.page(None, 10, ["t"]) == Page([], False)
+    assert store.page(None, 10, ["t"]) == Page([], None)
 
 
 def test_the_cursor_key_is_stable_per_store(make_store):

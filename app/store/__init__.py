@@ -1,7 +1,9 @@
 """Plant stores: the interface, the backends, and the one chosen by URL.
 
-`memory://` (the default) is `MemoryPlantStore`, in this process. `redis://`, `rediss://` (TLS)
-and `unix://` are `RedisPlantStore`, shared by every process that uses the same Redis and prefix.
+`memory://` (the default) is `MemoryPlantStore`, in this process. `redis://`, `rediss://` (TLS),
+`unix://`, and for a Redis Cluster `redis+cluster://` and `rediss+cluster://` (the `limits`
+library's notation) are `RedisPlantStore`, shared by every process that uses the same Redis and
+prefix.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from urllib.parse import urlsplit
 from .base import Outcome, Page, Plant, PlantStore, StoreFullError, StoreUnavailableError
 from .memory import MemoryPlantStore
 from .redis import RedisPlantStore
+from .redis_connection import CLUSTER_SCHEMES, cluster_nodes
 
 __all__ = [
     "MemoryPlantStore",
@@ -23,12 +26,16 @@ __all__ = [
     "store_from_url",
 ]
 
-SCHEMES = ("memory", "redis", "rediss", "unix")
+SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
 
 
 def check_url(url: str) -> str:
     """The URL's scheme, or ValueError saying what is wrong. The message never quotes the URL,
     which can hold a password."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in CLUSTER_SCHEMES:
+        cluster_nodes(url)  # ValueError saying what is wrong
+        return scheme
     try:
         parts = urlsplit(url)
         port = parts.port  # ValueError when it is not a number in range
@@ -37,7 +44,9 @@ def check_url(url: str) -> str:
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"
-        raise ValueError(f"has scheme {shown}; use memory://, redis://, rediss:// or unix://")
+        raise ValueError(
+            f"has scheme {shown}; use memory://, redis://, rediss://, unix:// or redis+cluster://"
+        )
     if scheme in ("redis", "rediss") and not parts.hostname:
         raise ValueError(f"names no host: use {scheme}://[user:password@]host:port/db")
     if scheme == "unix" and not parts.path:
@@ -51,11 +60,24 @@ def check_url(url: str) -> str:
 
 
 def store_from_url(
-    url: str, *, capacity: int, prefix: str, connect_timeout: float, timeout: float
+    url: str,
+    *,
+    capacity: int,
+    prefix: str,
+    connect_timeout: float,
+    timeout: float,
+    min_replicas: int = 0,
 ) -> PlantStore:
     """The store `url` names. Raises ValueError (without quoting the URL) when it names none."""
     if check_url(url) == "memory":
+        if min_replicas:
+            raise ValueError("names the memory store, which has no replicas for PLANTS_STORE_MIN_REPLICAS")
         return MemoryPlantStore(capacity)
     return RedisPlantStore(
-        url, capacity=capacity, prefix=prefix, connect_timeout=connect_timeout, timeout=timeout
+        url,
+        capacity=capacity,
+        prefix=prefix,
+        connect_timeout=connect_timeout,
+        timeout=timeout,
+        min_replicas=min_replicas,
     )

@@ -27,10 +27,26 @@ StoredPlant = tuple[int, str, str | None]
 
 
 class Page(NamedTuple):
-    """Up to `limit` plants in ascending id order, and whether more may follow the last."""
+    """Up to `limit` plants, and where the next page starts (None after the last page).
+
+    `next` is the store's own position, opaque to the caller, who signs it into a cursor and
+    passes it back as the next page's `after`.
+    """
 
     plants: list[StoredPlant]
-    more: bool
+    next: bytes | None
+
+
+def id_position(plant_id: int) -> bytes:
+    """The position after `plant_id` in a store that pages in id order."""
+    return plant_id.to_bytes(8, "big", signed=True)
+
+
+def position_id(position: bytes) -> int:
+    """The id an `id_position` names; ValueError for anything else."""
+    if len(position) != 8:
+        raise ValueError("not a position of this store")
+    return int.from_bytes(position, "big", signed=True)
 
 
 class StoreFullError(Exception):
@@ -68,10 +84,12 @@ class PlantStore(Protocol):
         """Remove the plant and free its place under the capacity, atomically; False when absent."""
         ...
 
-    def page(self, after: int | None, limit: int, tags: Collection[str] | None = None) -> Page:
-        """The plants with ids above `after` (all when None) in ascending id order, at most `limit`.
+    def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        """At most `limit` plants from the position `after` (from the start when None).
 
-        With `tags`, only plants whose tag is one of them. Costs O(log n + limit) per tag.
+        In ascending id order, except on a Redis Cluster: ascending id within each bucket
+        group, group after group. With `tags`, only plants whose tag is one of them. Costs
+        O(log n + limit) per tag. ValueError for an `after` this store did not make.
         """
         ...
 

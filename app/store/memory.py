@@ -11,7 +11,7 @@ from itertools import islice
 
 from sortedcontainers import SortedList
 
-from .base import Outcome, Page, Plant, StoreFullError
+from .base import Outcome, Page, Plant, StoreFullError, id_position, position_id
 
 
 class MemoryPlantStore:
@@ -79,19 +79,20 @@ class MemoryPlantStore:
                     del self._ids_by_tag[tag]
             return True
 
-    def page(self, after: int | None, limit: int, tags: Collection[str] | None = None) -> Page:
+    def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        after_id = None if after is None else position_id(after)
         with self._lock:
             if tags is None:
-                ids: Iterator[int] = self._above(self._ids, after)
+                ids: Iterator[int] = self._above(self._ids, after_id)
             else:
                 # A plant has one tag, so the tags' lists are disjoint: a merge never repeats an id.
                 ids = heapq.merge(
-                    *(self._above(self._ids_by_tag[tag], after) for tag in tags if tag in self._ids_by_tag)
+                    *(self._above(self._ids_by_tag[tag], after_id) for tag in tags if tag in self._ids_by_tag)
                 )
             found = list(islice(ids, limit + 1))
             names, stored_tags = self._names, self._tags
             plants = [(plant_id, names[plant_id], stored_tags.get(plant_id)) for plant_id in found[:limit]]
-        return Page(plants, len(found) > limit)
+        return Page(plants, id_position(plants[-1][0]) if len(found) > limit else None)
 
     @staticmethod
     def _above(ids: SortedList, after: int | None) -> Iterator[int]:

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from ..settings import ConfigurationError, from_environ, store_prefix, store_url
 from . import check_url, redis_scripts
-from .redis import BUCKETS, member
+from .redis_groups import BUCKETS, member
 
 #: Buckets read per round trip.
 BATCH = 256
@@ -33,7 +33,7 @@ def migrate(client: redis.Redis, prefix: str) -> int:
         for bucket, plants in enumerate(pipe.execute(), start=start):
             if plants:
                 pairs = [part for field, value in plants.items() for part in (member(int(field)), value)]
-                indexed += index(keys=[f"{tag}:b:{bucket}"], args=[tag, *pairs])
+                indexed += index(keys=[f"{tag}:b:{bucket}"], args=[tag, "", *pairs])
     client.set(f"{tag}:layout", "2")
     return indexed
 
@@ -48,6 +48,9 @@ def main() -> int:
             raise ConfigurationError("PLANTS_STORE_URL", str(exc)) from None
         if scheme == "memory":
             raise ConfigurationError("PLANTS_STORE_URL", "names the memory store, which needs no migration")
+        if scheme.endswith("+cluster"):
+            # 1.0.0 never ran on a cluster: its stores are single Redis servers.
+            raise ConfigurationError("PLANTS_STORE_URL", "names a cluster; 1.0.0 stores are on one Redis")
     except ConfigurationError as exc:
         print(f"Plant Store migrate: configuration error: {exc.from_environment()}", file=sys.stderr)
         return 2

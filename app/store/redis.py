@@ -1,51 +1,36 @@
-"""The shared store: plants in Redis (or Valkey), one atomic script round trip per write or page.
+"""The shared store: plants in Redis, Valkey or a Redis Cluster, one atomic script per write or page.
 
-The key layout and the scripts are in `redis_scripts.py`.
+The key layout and the scripts are in `redis_scripts.py`; how plants spread over bucket groups
+(one on a single Redis, `CLUSTER_GROUPS` on a cluster) in `redis_groups.py`.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Collection
 
-import redis
-from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from . import redis_scripts
 from .base import Outcome, Page, Plant, StoreFullError, StoreUnavailableError
+from .redis_connection import FAILURES, LazyClient, run_replicated
+from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
 
-BUCKETS = 1 << 16
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
-_SIGN = 1 << 63
-
-
-def create_keys(prefix: str, plant_id: int) -> tuple[str, str]:
-    """The create script's keys for `plant_id`: its bucket, and the count; `prefix` without braces."""
-    return f"{{{prefix}}}:b:{plant_id & (BUCKETS - 1)}", f"{{{prefix}}}:count"
-
-
-def member(plant_id: int) -> bytes:
-    """The id as an index member: 8 bytes that sort as the id does, then the decimal id."""
-    return (plant_id + _SIGN).to_bytes(8, "big") + str(plant_id).encode()
-
-
-def encode(name: str, tag: str | None) -> bytes:
-    name_bytes = name.encode("utf-8")
-    return b"%d:%s%s" % (len(name_bytes), name_bytes, tag.encode("utf-8") if tag else b"")
-
-
-def decode(value: bytes) -> Plant:
-    return Plant(*_decode_fields(value))
-
-
-def _decode_fields(value: bytes) -> tuple[str, str | None]:
-    length, _, rest = value.partition(b":")
-    name, tag = rest[: int(length)], rest[int(length) :]
-    return name.decode("utf-8"), tag.decode("utf-8") if tag else None
+#: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
+GROUPS_PER_PAGE = 4
+#: How long a write waits for a group whose slot is moving between nodes, in all.
+_MOVING_WAIT_S = 1.0
 
 
 class RedisPlantStore:
@@ -54,36 +39,60 @@ class RedisPlantStore:
     shared = True
 
     def __init__(
-        self, url: str, *, capacity: int, prefix: str, connect_timeout: float, timeout: float
+        self,
+        url: str,
+        *,
+        capacity: int,
+        prefix: str,
+        connect_timeout: float,
+        timeout: float,
+        min_replicas: int = 0,
     ) -> None:
         self.capacity = capacity
-        self._prefix = prefix
-        self._tag = f"{{{prefix}}}"
-        # One retry, on a broken connection only: a pooled connection that Redis closed (a
-        # restart) fails at once and the retry takes a new one. Every script is safe to repeat:
-        # a create that landed answers "identical" the second time, a delete "absent". A
-        # timeout is not retried, so a hung Redis costs a request at most the two timeouts.
-        self._client = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=connect_timeout,
-            socket_timeout=timeout,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        self._clients = LazyClient(url, connect_timeout=connect_timeout, timeout=timeout)
+        cluster = self._clients.cluster
+        self.groups = Groups(
+            prefix, count=CLUSTER_GROUPS if cluster else 1, capacity=capacity, cluster=cluster
         )
-        self._create = self._client.register_script(redis_scripts.CREATE)
-        self._delete = self._client.register_script(redis_scripts.DELETE)
-        self._page = self._client.register_script(redis_scripts.PAGE)
+        self._cursor_key_name = f"{{{prefix}}}:cursor-key"
+        self._min_replicas = min_replicas
+        # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
+        self._wait_ms = max(1, int(timeout * 500))
+        self._scripts: dict[str, object] = {}
         self._cursor_key: bytes | None = None
 
+    def _script(self, name: str):
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._clients.get().register_script(getattr(redis_scripts, name))
+        return script
+
+    def _write(self, name: str, keys: tuple, args: tuple):
+        """Run a write script, retrying while its group's slot moves between cluster nodes."""
+        deadline = time.monotonic() + _MOVING_WAIT_S
+        while True:
+            try:
+                if self._min_replicas:
+                    client = self._clients.get()
+                    return run_replicated(
+                        client, self._script(name), keys, args, self._min_replicas, self._wait_ms
+                    )
+                return self._script(name)(keys=keys, args=args)
+            except TryAgainError:
+                # The script found its slot migrating and wrote nothing (redis-py's own retries
+                # gave up first): try again until the move is done.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
+        keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._min_replicas > 0)
         try:
-            answer = self._create(
-                keys=create_keys(self._prefix, plant_id),
-                args=(self._tag, plant_id, encode(name, tag), self.capacity, member(plant_id)),
-            )
+            answer = self._write("CREATE", keys, args)
         except OutOfMemoryError:
             # maxmemory reached with noeviction: Redis refuses every write.
             raise StoreFullError from None
-        except RedisError as exc:
+        except FAILURES as exc:
             raise unavailable(exc) from None
         if answer == 3:
             raise StoreFullError
@@ -91,30 +100,48 @@ class RedisPlantStore:
 
     def get(self, plant_id: int) -> Plant | None:
         try:
-            value = self._client.hget(create_keys(self._prefix, plant_id)[0], str(plant_id))
-        except RedisError as exc:
+            value = self._clients.get().hget(self.groups.bucket_key(plant_id), str(plant_id))
+        except FAILURES as exc:
             raise unavailable(exc) from None
         return None if value is None else decode(value)
 
     def delete(self, plant_id: int) -> bool:
+        keys, args = self.groups.delete_call(plant_id)
         try:
             # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-            return (
-                self._delete(
-                    keys=create_keys(self._prefix, plant_id), args=(self._tag, plant_id, member(plant_id))
-                )
-                == 1
-            )
-        except RedisError as exc:
+            return self._write("DELETE", keys, args) == 1
+        except FAILURES as exc:
             raise unavailable(exc) from None
 
-    def page(self, after: int | None, limit: int, tags: Collection[str] | None = None) -> Page:
+    def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        """A page in (group, id) order; on a single Redis (one group) that is id order."""
         indexes = ["a"] if tags is None else ["t" + tag for tag in tags]
         if not indexes:
-            return Page([], False)
-        start = b"" if after is None else member(after)
+            return Page([], None)
+        group, after_id = (0, None) if after is None else self.groups.resume(after)
+        plants: list = []
+        for _ in range(GROUPS_PER_PAGE):
+            more, found = self._page_of(group, after_id, limit - len(plants), indexes)
+            plants += found
+            if found:
+                after_id = found[-1][0]
+            if more:
+                return Page(plants, self.groups.position(group, after_id))
+            group, after_id = group + 1, None
+            if group == self.groups.count:
+                return Page(plants, None)
+            if len(plants) == limit:
+                break
+        return Page(plants, self.groups.position(group, None))
+
+    def _page_of(self, group: int, after_id: int | None, limit: int, indexes: list[str]) -> tuple[bool, list]:
+        start = b"" if after_id is None else member(after_id)
+        groups = self.groups
         try:
-            answer = self._page(keys=(f"{self._tag}:count",), args=(self._tag, start, limit, *indexes))
+            answer = self._script("PAGE")(
+                keys=(groups.count_key(group),),
+                args=(groups.tags[group], groups.slots[group], start, limit, *indexes),
+            )
         except ResponseError as exc:
             if str(exc).startswith("NEEDSMIGRATION"):
                 raise StoreUnavailableError(
@@ -123,44 +150,48 @@ class RedisPlantStore:
                     "run `python -m app.store.migrate` once",
                 ) from None
             raise unavailable(exc) from None
-        except RedisError as exc:
+        except FAILURES as exc:
             raise unavailable(exc) from None
-        plants = [(int(answer[i]), *_decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)]
-        return Page(plants, answer[0] == 1)
+        return answer[0] == 1, [
+            (int(answer[i]), *decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)
+        ]
 
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks."""
         if self._cursor_key is None:
-            key = f"{self._tag}:cursor-key"
+            client = self._clients.get()
             try:
                 # A read first, so that a read-only replica can serve pages; SET NX GET then
                 # answers the key another process made meanwhile, or nil when this call made it.
-                found = self._client.get(key)
+                found = client.get(self._cursor_key_name)
                 if found is None:
                     made = secrets.token_bytes(32)
-                    found = self._client.set(key, made, nx=True, get=True) or made
+                    found = client.set(self._cursor_key_name, made, nx=True, get=True) or made
                 self._cursor_key = found
-            except RedisError as exc:
+            except FAILURES as exc:
                 raise unavailable(exc) from None
         return self._cursor_key
 
     def __len__(self) -> int:
         try:
-            return int(self._client.get(create_keys(self._prefix, 0)[1]) or 0)
-        except RedisError as exc:
+            pipe = self._clients.get().pipeline(transaction=False)
+            for group in range(self.groups.count):
+                pipe.get(self.groups.count_key(group))
+            return sum(int(count or 0) for count in pipe.execute())
+        except FAILURES as exc:
             raise unavailable(exc) from None
 
     def ping(self) -> None:
         try:
-            self._client.ping()
-        except RedisError as exc:
+            self._clients.get().ping()
+        except FAILURES as exc:
             raise unavailable(exc) from None
 
     def close(self) -> None:
-        self._client.close()
+        self._clients.close()
 
 
-def unavailable(exc: RedisError) -> StoreUnavailableError:
+def unavailable(exc: Exception) -> StoreUnavailableError:
     """The store's error for a Redis failure: its reason, and a message without the URL."""
     # Only the class: redis-py's messages can name the host, never the password, but a
     # class name is all an operator needs next to the request's 503.
@@ -170,6 +201,9 @@ def unavailable(exc: RedisError) -> StoreUnavailableError:
         reason = "connection"
     elif isinstance(exc, ReadOnlyError):
         reason = "read_only"
+    elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
+        # The cluster is failing over, or a slot is moving, or no node serves the slot.
+        reason = "cluster"
     else:
         reason = "other"
     return StoreUnavailableError(reason, f"Redis: {type(exc).__name__}")

@@ -34,6 +34,18 @@ _LIBRARY = f"""
 local P = ARGV[1]
 local LEAF_SIZE = {LEAF_SIZE}
 
+-- On a cluster, ARGV[2] is this group's slot. While the slot moves between nodes some of the
+-- group's keys are here and some are there; a script that declared only some of its keys
+-- would then write half its work. So it first checks this node's line of CLUSTER NODES for
+-- the slot's "[slot->-node]" or "[slot-<-node]" and, if found, answers TRYAGAIN having
+-- written nothing; the client tries again once the move is done.
+if ARGV[2] ~= '' then
+  local mine = string.match(redis.call('CLUSTER', 'NODES'), '[^\\n]*myself[^\\n]*')
+  if string.find(mine, '[' .. ARGV[2] .. '-', 1, true) then
+    return redis.error_reply('TRYAGAIN the slot of this group is moving between nodes')
+  end
+end
+
 local function fence_key(index) return P .. ':f:' .. index end
 local function leaf_key(index, fence) return P .. ':l:' .. string.sub(fence, 9) .. ':' .. index end
 
@@ -91,42 +103,47 @@ local function index_plant(member, value)
 end
 """
 
-# KEYS: the bucket, the count. ARGV: P, the decimal id, the encoded plant, the capacity, the member.
-# Answers 0 created, 1 identical, 2 conflict, 3 full.
+# KEYS: the bucket, the count. ARGV: P, the slot, the decimal id, the encoded plant, the capacity,
+# the member, and '1' to rewrite a stored plant unchanged (so that a WAIT after it also covers
+# the earlier create it repeats). Answers 0 created, 1 identical, 2 conflict, 3 full.
 CREATE = (
     _LIBRARY
     + """
-local stored = redis.call('HGET', KEYS[1], ARGV[2])
+local id, value = ARGV[3], ARGV[4]
+local stored = redis.call('HGET', KEYS[1], id)
 if stored then
-  if stored == ARGV[3] then return 1 end
+  if ARGV[7] == '1' then redis.call('HSET', KEYS[1], id, stored) end
+  if stored == value then return 1 end
   return 2
 end
 local count = tonumber(redis.call('GET', KEYS[2]) or '0')
-if count >= tonumber(ARGV[4]) then return 3 end
+if count >= tonumber(ARGV[5]) then return 3 end
 if count == 0 then redis.call('SET', P .. ':layout', '2') end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[1], id, value)
 redis.call('INCR', KEYS[2])
-index_plant(ARGV[5], ARGV[3])
+index_plant(ARGV[6], value)
 return 0
 """
 )
 
-# KEYS: the bucket, the count. ARGV: P, the decimal id, the member. Answers 1 deleted, 0 absent.
+# KEYS: the bucket, the count. ARGV: P, the slot, the decimal id, the member. Answers 1 deleted,
+# 0 absent.
 DELETE = (
     _LIBRARY
     + """
-local stored = redis.call('HGET', KEYS[1], ARGV[2])
+local id, member = ARGV[3], ARGV[4]
+local stored = redis.call('HGET', KEYS[1], id)
 if not stored then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[1], id)
 redis.call('DECR', KEYS[2])
-index_remove('a', ARGV[3])
+index_remove('a', member)
 local tag = tag_of(stored)
-if tag ~= '' then index_remove('t' .. tag, ARGV[3]) end
+if tag ~= '' then index_remove('t' .. tag, member) end
 return 1
 """
 )
 
-# KEYS: the count. ARGV: P, the member to start after ('' for the first page), the limit, then
+# KEYS: the count. ARGV: P, the slot, the member to start after ('' for the first page), the limit, then
 # the indexes to read ('a', or one 't<tag>' per tag). Answers {more, id, plant, id, plant, ...}:
 # up to `limit` plants in ascending id order, `more` 1 when another follows.
 PAGE = (
@@ -135,7 +152,7 @@ PAGE = (
 if redis.call('EXISTS', P .. ':layout') == 0 and tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then
   return redis.error_reply('NEEDSMIGRATION')
 end
-local after, limit = ARGV[2], tonumber(ARGV[3])
+local after, limit = ARGV[3], tonumber(ARGV[4])
 local wanted = limit + 1
 local members = {}
 
@@ -155,8 +172,8 @@ local function walk(index)
   end
 end
 
-for i = 4, #ARGV do walk(ARGV[i]) end
-if #ARGV > 4 then
+for i = 5, #ARGV do walk(ARGV[i]) end
+if #ARGV > 5 then
   -- Several tags: their indexes are disjoint (a plant has one tag); merge them by id.
   local function key(m)
     local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(m, 1, 8)
@@ -184,14 +201,14 @@ return answer
 """
 )
 
-# KEYS: one bucket. ARGV: P, then pairs of member and encoded plant read from that bucket.
+# KEYS: one bucket. ARGV: P, the slot, then pairs of member and encoded plant read from that bucket.
 # Indexes each pair whose plant is still in the bucket (a delete may have come in between);
 # indexing twice changes nothing. Answers how many pairs were indexed.
 INDEX = (
     _LIBRARY
     + """
 local indexed = 0
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local member = ARGV[i]
   if redis.call('HEXISTS', KEYS[1], string.sub(member, 9)) == 1 then
     index_plant(member, ARGV[i + 1])

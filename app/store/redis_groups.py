@@ -1,0 +1,94 @@
+"""Where a plant lives in Redis: its bucket group, the group's hash tag, and how values are encoded.
+
+Plants are split into bucket groups by id, and every key of a group carries the group's hash
+tag, so each script's keys sit in one Redis Cluster slot. A single Redis has one group whose tag
+is `{prefix}` (the layout of 1.0.0 and 1.1.0). A cluster has `CLUSTER_GROUPS` groups whose tags
+are chosen so that their slots are evenly spaced over the 16,384: however the slots are split
+into contiguous ranges between shards, each shard holds its share of the groups.
+"""
+
+from __future__ import annotations
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from .base import Plant
+
+BUCKETS = 1 << 16
+#: Groups on a cluster: 24 divides evenly among 2, 3, 4, 6, 8 and 12 shards.
+CLUSTER_GROUPS = 24
+_SIGN = 1 << 63
+
+
+def member(plant_id: int) -> bytes:
+    """The id as an index member: 8 bytes that sort as the id does, then the decimal id."""
+    return (plant_id + _SIGN).to_bytes(8, "big") + str(plant_id).encode()
+
+
+def encode(name: str, tag: str | None) -> bytes:
+    name_bytes = name.encode("utf-8")
+    return b"%d:%s%s" % (len(name_bytes), name_bytes, tag.encode("utf-8") if tag else b"")
+
+
+def decode(value: bytes) -> Plant:
+    return Plant(*decode_fields(value))
+
+
+def decode_fields(value: bytes) -> tuple[str, str | None]:
+    length, _, rest = value.partition(b":")
+    name, tag = rest[: int(length)], rest[int(length) :]
+    return name.decode("utf-8"), tag.decode("utf-8") if tag else None
+
+
+def _spaced_tag(prefix: str, group: int, count: int) -> str:
+    """The first tag `{prefix:n}` whose slot falls in the group's 1/count of the slot space."""
+    low, high = group * REDIS_CLUSTER_HASH_SLOTS // count, (group + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+    n = 0
+    while not low <= key_slot(f"{prefix}:{n}".encode()) < high:
+        n += 1
+    return f"{{{prefix}:{n}}}"
+
+
+class Groups:
+    """The bucket groups of one store: each group's tag, slot, and share of the capacity."""
+
+    def __init__(self, prefix: str, *, count: int, capacity: int, cluster: bool) -> None:
+        self.count = count
+        self.tags = [f"{{{prefix}}}"] if count == 1 else [_spaced_tag(prefix, g, count) for g in range(count)]
+        #: The slot a script checks is not moving between nodes ('' on a single Redis).
+        self.slots = [str(key_slot(tag.encode())) if cluster else "" for tag in self.tags]
+        #: Each group's capacity; they add up to the store's exactly.
+        self.quotas = [capacity // count + (g < capacity % count) for g in range(count)]
+
+    def of(self, plant_id: int) -> int:
+        return (plant_id & (BUCKETS - 1)) % self.count
+
+    def bucket_key(self, plant_id: int) -> str:
+        return f"{self.tags[self.of(plant_id)]}:b:{plant_id & (BUCKETS - 1)}"
+
+    def count_key(self, group: int) -> str:
+        return f"{self.tags[group]}:count"
+
+    def create_call(self, plant_id: int, value: bytes, *, rewrite: bool = False) -> tuple[tuple, tuple]:
+        """The CREATE script's keys and arguments (`rewrite`: see the script)."""
+        g = self.of(plant_id)
+        keys = (self.bucket_key(plant_id), self.count_key(g))
+        return keys, (self.tags[g], self.slots[g], plant_id, value, self.quotas[g], member(plant_id),
+                      "1" if rewrite else "")  # fmt: skip
+
+    def delete_call(self, plant_id: int) -> tuple[tuple, tuple]:
+        g = self.of(plant_id)
+        keys = (self.bucket_key(plant_id), self.count_key(g))
+        return keys, (self.tags[g], self.slots[g], plant_id, member(plant_id))
+
+    def position(self, group: int, after: int | None) -> bytes:
+        """Where a walk of pages resumes: after `after` in `group`, or at the group's start."""
+        id_bytes = b"" if after is None else after.to_bytes(8, "big", signed=True)
+        return id_bytes if self.count == 1 else bytes([group]) + id_bytes
+
+    def resume(self, position: bytes) -> tuple[int, int | None]:
+        """The group and id a position names; ValueError for one this store did not make."""
+        if self.count == 1 and len(position) == 8:
+            return 0, int.from_bytes(position, "big", signed=True)
+        if self.count > 1 and len(position) in (1, 9) and position[0] < self.count:
+            return position[0], int.from_bytes(position[1:], "big", signed=True) if position[1:] else None
+        raise ValueError("not a position of this store")
