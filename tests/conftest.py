@@ -2,6 +2,7 @@
 
 The contract runs against both stores: `app`, `client`, `store` and `gunicorn` are parametrized
 over the in-memory store and a real redis-server (one per session, a fresh key prefix per test).
+The contract's own modules also run on a real Redis Cluster (one per session).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import uuid
 import pytest
 
 from app import create_app
-from tests.servers import TOKEN, Gunicorn, RedisServer
+from tests.servers import TOKEN, Gunicorn, RedisClusterServers, RedisServer
 
 STORES = ["memory", "redis"]
+STORES_AND_CLUSTER = [*STORES, "cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -30,10 +32,9 @@ def redis_settings(server: RedisServer) -> dict[str, str]:
 
 @pytest.fixture(params=STORES)
 def store_settings(request):
-    """The settings that choose the store under test."""
-    if request.param == "memory":
-        return {}
-    return redis_settings(request.getfixturevalue("redis_server"))
+    """The settings that choose the store under test. The contract's modules add "cluster" by
+    overriding this fixture with `params=STORES_AND_CLUSTER`: once on the cluster, not every test."""
+    return settings_for_store(request, request.param)
 
 
 @pytest.fixture
@@ -84,3 +85,24 @@ def gunicorn(request):
     server = Gunicorn(env=env)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """One real Redis Cluster (3 primaries, 3 replicas) for the session; tests keep apart by prefix."""
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("cluster"))
+    yield cluster
+    cluster.stop()
+
+
+def cluster_settings(cluster: RedisClusterServers) -> dict[str, str]:
+    return {"PLANTS_STORE_URL": cluster.url, "PLANTS_STORE_PREFIX": f"test-{uuid.uuid4().hex}"}
+
+
+def settings_for_store(request, store: str) -> dict[str, str]:
+    """The settings of one store under test: memory, redis or cluster."""
+    if store == "memory":
+        return {}
+    if store == "redis":
+        return redis_settings(request.getfixturevalue("redis_server"))
+    return cluster_settings(request.getfixturevalue("redis_cluster"))

@@ -227,3 +227,97 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class RedisClusterServers:
+    """A Redis Cluster of Debian's redis-server on 127.0.0.1: 3 primaries, each with a replica.
+
+    Made as an operator would: six servers with `cluster-enabled`, joined by
+    `redis-cli --cluster create ... --cluster-replicas 1`. A short `cluster-node-timeout` lets a
+    test see a failover within a few seconds; each node keeps its nodes.conf in its own
+    directory, so a killed node started again rejoins the cluster as itself.
+    """
+
+    NODE_TIMEOUT_MS = 1000
+
+    def __init__(self, directory: Path, nodes: int = 6) -> None:
+        self.nodes: list[RedisServer] = []
+        try:
+            for n in range(nodes):
+                node_dir = directory / f"node{n}"
+                node_dir.mkdir()
+                self.nodes.append(
+                    # The bus port is given: by default it is the port + 10000, past 65535 for some.
+                    RedisServer(
+                        node_dir,
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-port",
+                        str(free_port()),
+                        "--cluster-node-timeout",
+                        str(self.NODE_TIMEOUT_MS),
+                    )
+                )
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.wait_until_healthy()
+        except Exception:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def node_table(self, via: RedisServer | None = None) -> list[dict[str, str]]:
+        """CLUSTER NODES as seen by `via` (the first live node by default)."""
+        via = via or next(node for node in self.nodes if node.process and node.process.poll() is None)
+        rows = []
+        for line in via.command("CLUSTER", "NODES").splitlines():
+            fields = line.split()
+            rows.append({"id": fields[0], "port": fields[1].split(":")[1].split("@")[0], "flags": fields[2],
+                         "primary": fields[3], "slots": " ".join(fields[8:])})  # fmt: skip
+        return rows
+
+    def primaries(self) -> list[RedisServer]:
+        ports = {
+            row["port"]
+            for row in self.node_table()
+            if "master" in row["flags"] and "fail" not in row["flags"]
+        }
+        return [node for node in self.nodes if str(node.port) in ports]
+
+    def node_id(self, node: RedisServer) -> str:
+        return node.command("CLUSTER", "MYID")
+
+    def replica_of(self, primary: RedisServer) -> RedisServer:
+        primary_id = self.node_id(primary)
+        port = next(row["port"] for row in self.node_table() if row["primary"] == primary_id)
+        return next(node for node in self.nodes if str(node.port) == port)
+
+    def wait_until_healthy(self, timeout: float = 30) -> None:
+        """Until every live node says cluster_state:ok and sees 3 primaries with a replica each."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                live = [node for node in self.nodes if node.process and node.process.poll() is None]
+                states = {node.command("CLUSTER", "INFO").split("\n")[0].strip() for node in live}
+                table = self.node_table()
+                primaries = [row for row in table if "master" in row["flags"] and row["slots"]]
+                replicas = [row for row in table if "slave" in row["flags"] and "fail" not in row["flags"]]
+                if states == {"cluster_state:ok"} and len(primaries) == 3 and len(replicas) == len(live) - 3:
+                    return
+            except subprocess.SubprocessError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not become healthy")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

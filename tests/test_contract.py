@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.servers import ROOT, TOKEN, Gunicorn
 
 SEED = 20261121
 MAX_EXAMPLES = 600
+
+
+@pytest.fixture(params=STORES_AND_CLUSTER)
+def store_settings(request):
+    """This module's tests run on the cluster too."""
+    return settings_for_store(request, request.param)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.store import Plant
+from app.store.redis_groups import CLUSTER_GROUPS
+from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import error_of
 
 READER = "reader-token"
@@ -16,6 +18,12 @@ READ = {"Authorization": f"Bearer {READER}"}
 SCOPE_CHALLENGE = 'Bearer realm="plants", error="insufficient_scope"'
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
+
+
+@pytest.fixture(params=STORES_AND_CLUSTER)
+def store_settings(request):
+    """This module's tests run on the cluster too."""
+    return settings_for_store(request, request.param)
 
 
 @pytest.fixture
@@ -141,13 +149,17 @@ def test_every_operation_needs_a_token(client, store, method, path, headers, cha
     assert store.get(1) == Plant("Fern")
 
 
-def test_a_full_store_takes_exactly_one_new_plant_after_one_delete(make_app, auth):
-    app = make_app(PLANTS_MAX_PLANTS=5)
+def test_a_full_store_takes_exactly_one_new_plant_after_one_delete(make_app, store_settings, auth):
+    """Exact at the store's capacity; on a cluster, exact at each group's share of it (README:
+    capacity on a cluster), so there every id below is one group's and the capacity is 5 per group."""
+    groups = CLUSTER_GROUPS if "cluster" in store_settings.get("PLANTS_STORE_URL", "") else 1
+    app = make_app(PLANTS_MAX_PLANTS=5 * groups)
     client, store = app.test_client(), app.extensions["plants"].store
-    for plant_id in range(5):
+    ids = [n * groups for n in range(20)]  # with 24 groups, ids 0, 24, 48...: all in group 0
+    for plant_id in ids[:5]:
         assert client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth).status_code == 200
-    error_of(client.post("/plants", json={"id": 100, "name": "Fern"}, headers=auth), 507)
-    assert client.delete("/plants/3", headers=auth).status_code == 204
+    error_of(client.post("/plants", json={"id": ids[10], "name": "Fern"}, headers=auth), 507)
+    assert client.delete(f"/plants/{ids[3]}", headers=auth).status_code == 204
     barrier = threading.Barrier(8)
 
     def contender(plant_id: int) -> int:
@@ -155,7 +167,7 @@ def test_a_full_store_takes_exactly_one_new_plant_after_one_delete(make_app, aut
         return client.post("/plants", json={"id": plant_id, "name": "New"}, headers=auth).status_code
 
     with ThreadPoolExecutor(8) as pool:
-        statuses = Counter(pool.map(contender, range(100, 108)))
+        statuses = Counter(pool.map(contender, ids[10:18]))
     assert statuses == {200: 1, 507: 7}
     assert len(store) == 5
     assert len(client.get("/plants", headers=auth).json["plants"]) == 5

@@ -25,6 +25,7 @@ from . import redis_scripts
 from .base import Outcome, Page, Plant, StoreFullError, StoreUnavailableError
 from .redis_connection import FAILURES, LazyClient, run_replicated
 from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
+from .redis_hints import GroupHints
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
@@ -54,6 +55,7 @@ class RedisPlantStore:
         self.groups = Groups(
             prefix, count=CLUSTER_GROUPS if cluster else 1, capacity=capacity, cluster=cluster
         )
+        self._hints = GroupHints(prefix, self.groups)
         self._cursor_key_name = f"{{{prefix}}}:cursor-key"
         self._min_replicas = min_replicas
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
@@ -88,6 +90,7 @@ class RedisPlantStore:
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
         keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._min_replicas > 0)
         try:
+            self._hints.note(self._clients.get(), plant_id, tag)
             answer = self._write("CREATE", keys, args)
         except OutOfMemoryError:
             # maxmemory reached with noeviction: Redis refuses every write.
@@ -119,20 +122,28 @@ class RedisPlantStore:
         if not indexes:
             return Page([], None)
         group, after_id = (0, None) if after is None else self.groups.resume(after)
+        try:
+            used = [g for g in self._hints.used(self._clients.get(), indexes) if g >= group]
+        except FAILURES as exc:
+            raise unavailable(exc) from None
+        if not used:
+            return Page([], None)
+        if used[0] != group:
+            after_id = None
         plants: list = []
-        for _ in range(GROUPS_PER_PAGE):
+        for n, group in enumerate(used[:GROUPS_PER_PAGE]):
             more, found = self._page_of(group, after_id, limit - len(plants), indexes)
             plants += found
             if found:
                 after_id = found[-1][0]
             if more:
                 return Page(plants, self.groups.position(group, after_id))
-            group, after_id = group + 1, None
-            if group == self.groups.count:
+            after_id = None
+            if n + 1 == len(used):
                 return Page(plants, None)
             if len(plants) == limit:
                 break
-        return Page(plants, self.groups.position(group, None))
+        return Page(plants, self.groups.position(used[n + 1], None))
 
     def _page_of(self, group: int, after_id: int | None, limit: int, indexes: list[str]) -> tuple[bool, list]:
         start = b"" if after_id is None else member(after_id)
