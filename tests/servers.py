@@ -301,7 +301,8 @@ class RedisClusterServers:
         return next(node for node in self.nodes if str(node.port) == port)
 
     def wait_until_healthy(self, timeout: float = 30) -> None:
-        """Until every live node says cluster_state:ok and sees 3 primaries with a replica each."""
+        """Until every live node says cluster_state:ok, 3 primaries serve the slots, and every
+        replica has finished its sync (WAIT counts only those)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -310,7 +311,17 @@ class RedisClusterServers:
                 table = self.node_table()
                 primaries = [row for row in table if "master" in row["flags"] and row["slots"]]
                 replicas = [row for row in table if "slave" in row["flags"] and "fail" not in row["flags"]]
-                if states == {"cluster_state:ok"} and len(primaries) == 3 and len(replicas) == len(live) - 3:
+                synced = all(
+                    "master_link_status:up" in node.command("INFO", "replication")
+                    for node in live
+                    if str(node.port) in {row["port"] for row in replicas}
+                )
+                if (
+                    states == {"cluster_state:ok"}
+                    and len(primaries) == 3
+                    and len(replicas) == len(live) - 3
+                    and synced
+                ):
                     return
             except subprocess.SubprocessError:
                 pass

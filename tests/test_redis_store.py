@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import http.client
-import itertools
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,40 +14,25 @@ import pytest
 import redis
 
 from app import create_app
-from app.store import Outcome, Page, Plant, store_from_url
+from app.store import Outcome, Page, Plant
 from app.store.redis_groups import Groups, encode
-from tests.conftest import redis_settings
+from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import assert_error, call, walk_pages
-from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
-
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-# Redis timeouts for the fault tests: a fault is answered sooner.
-SHORT_TIMEOUTS = {"PLANTS_STORE_TIMEOUT": "0.5", "PLANTS_STORE_CONNECT_TIMEOUT": "0.5"}
-# A client gives up on a request after this long: every answer, even in a fault, comes sooner.
-CLIENT_TIMEOUT = 5
-
-
-def create(port: int, plant: dict) -> tuple[int, http.client.HTTPMessage, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
-    return call(conn, "POST", "/plants", plant, AUTH)
+from tests.load import (
+    AUTH,
+    SHORT_TIMEOUTS,
+    CreateLoad,
+    assert_only_200_and_503,
+    create,
+    open_store,
+    redis_gunicorn,
+)
+from tests.servers import ROOT, TOKEN, RedisServer
 
 
-def redis_gunicorn(settings: dict[str, str], workers: int = 2, **env: str) -> Gunicorn:
-    return Gunicorn(env={**settings, "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": "4", **env})
-
-
-def open_store(settings: dict[str, str], capacity: int = 1_000_000):
-    return store_from_url(
-        settings["PLANTS_STORE_URL"],
-        capacity=capacity,
-        prefix=settings["PLANTS_STORE_PREFIX"],
-        connect_timeout=1,
-        timeout=1,
-    )
-
-
-def test_two_masters_with_two_workers_each_give_each_id_one_owner(redis_server):
-    settings = redis_settings(redis_server)
+@pytest.mark.parametrize("shared", ["redis", "cluster"])
+def test_two_masters_with_two_workers_each_give_each_id_one_owner(request, shared):
+    settings = settings_for_store(request, shared)
     servers = [redis_gunicorn(settings), redis_gunicorn(settings)]
     try:
         ids = range(9000, 9040)
@@ -104,58 +84,6 @@ def test_capacity_holds_exactly_across_workers(redis_server):
         assert len(open_store(settings)) == 25
     finally:
         server.stop()
-
-
-class CreateLoad:
-    """Threads sending creates of new ids until stopped or until `limit` requests; every answer kept."""
-
-    def __init__(self, port: int, threads: int = 4, limit: int = 20_000) -> None:
-        self.port = port
-        self.answers: list[tuple[int, int, dict, str | None]] = []  # (id, status, body, Retry-After)
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._limit = limit
-        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                plant_id = next(self._ids)
-                if plant_id > self._limit:
-                    return
-            status, headers, body = create(self.port, {"id": plant_id, "name": f"Plant {plant_id}"})
-            with self._lock:
-                self.answers.append((plant_id, status, json.loads(body), headers["Retry-After"]))
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.answers)
-
-    def wait_for(self, more: int, timeout: float = 30) -> None:
-        target, deadline = self.count() + more, time.monotonic() + timeout
-        while self.count() < target:
-            assert time.monotonic() < deadline, "the load stalled"
-            time.sleep(0.01)
-
-    def stop(self) -> list[tuple[int, int, dict, str | None]]:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(CLIENT_TIMEOUT * 2)
-            assert not thread.is_alive()
-        return self.answers
-
-
-def assert_only_200_and_503(answers) -> Counter:
-    statuses = Counter(status for _, status, _, _ in answers)
-    assert set(statuses) <= {200, 503}, statuses
-    for _, status, body, retry_after in answers:
-        if status == 503:
-            assert body["error"] == 503
-            assert retry_after == "1"
-    return statuses
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ The key layout and the scripts are in `redis_scripts.py`; how plants spread over
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Collection
 
 from redis.exceptions import (
+    AskError,
+    ClusterDownError,
     ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -23,11 +24,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import redis_scripts
 from .base import Outcome, Page, Plant, StoreFullError, StoreUnavailableError
-from .redis_connection import FAILURES, LazyClient, run_replicated
+from .redis_connection import FAILURES, LazyClient, ScriptRunner
 from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
 from .redis_hints import GroupHints
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
+#: Failures of a command sent straight to a node that RedisCluster knows how to handle.
+_THROUGH_CLUSTER = (AskError, TryAgainError, ClusterDownError, RedisConnectionError)
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
 GROUPS_PER_PAGE = 4
 #: How long a write waits for a group whose slot is moving between nodes, in all.
@@ -57,9 +60,14 @@ class RedisPlantStore:
         )
         self._hints = GroupHints(prefix, self.groups)
         self._cursor_key_name = f"{{{prefix}}}:cursor-key"
-        self._min_replicas = min_replicas
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
-        self._wait_ms = max(1, int(timeout * 500))
+        self._run = ScriptRunner(
+            self._clients,
+            replicas=min_replicas,
+            wait_ms=max(1, int(timeout * 500)),
+            moving_wait_s=_MOVING_WAIT_S,
+        )
+        self._rewrite = min_replicas > 0
         self._scripts: dict[str, object] = {}
         self._cursor_key: bytes | None = None
 
@@ -69,29 +77,22 @@ class RedisPlantStore:
             script = self._scripts[name] = self._clients.get().register_script(getattr(redis_scripts, name))
         return script
 
-    def _write(self, name: str, keys: tuple, args: tuple):
-        """Run a write script, retrying while its group's slot moves between cluster nodes."""
-        deadline = time.monotonic() + _MOVING_WAIT_S
-        while True:
-            try:
-                if self._min_replicas:
-                    client = self._clients.get()
-                    return run_replicated(
-                        client, self._script(name), keys, args, self._min_replicas, self._wait_ms
-                    )
-                return self._script(name)(keys=keys, args=args)
-            except TryAgainError:
-                # The script found its slot migrating and wrote nothing (redis-py's own retries
-                # gave up first): try again until the move is done.
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    def _on_node(self, key: str, call):
+        """A read on the node that serves `key`; on a cluster, after a redirect or a failed node,
+        once more through RedisCluster, which follows them (a one-key read is safe anywhere)."""
+        try:
+            return call(client=self._clients.node_for(key))
+        except _THROUGH_CLUSTER:
+            if not self._clients.cluster:
+                raise
+            self._clients.forget(key)
+            return call(client=self._clients.get())
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
-        keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._min_replicas > 0)
+        keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._rewrite)
         try:
             self._hints.note(self._clients.get(), plant_id, tag)
-            answer = self._write("CREATE", keys, args)
+            answer = self._run(self._script("CREATE"), keys, args, write=True)
         except OutOfMemoryError:
             # maxmemory reached with noeviction: Redis refuses every write.
             raise StoreFullError from None
@@ -103,7 +104,8 @@ class RedisPlantStore:
 
     def get(self, plant_id: int) -> Plant | None:
         try:
-            value = self._clients.get().hget(self.groups.bucket_key(plant_id), str(plant_id))
+            key = self.groups.bucket_key(plant_id)
+            value = self._on_node(key, lambda client: client.hget(key, str(plant_id)))
         except FAILURES as exc:
             raise unavailable(exc) from None
         return None if value is None else decode(value)
@@ -112,7 +114,7 @@ class RedisPlantStore:
         keys, args = self.groups.delete_call(plant_id)
         try:
             # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-            return self._write("DELETE", keys, args) == 1
+            return self._run(self._script("DELETE"), keys, args, write=True) == 1
         except FAILURES as exc:
             raise unavailable(exc) from None
 
@@ -149,10 +151,9 @@ class RedisPlantStore:
         start = b"" if after_id is None else member(after_id)
         groups = self.groups
         try:
-            answer = self._script("PAGE")(
-                keys=(groups.count_key(group),),
-                args=(groups.tags[group], groups.slots[group], start, limit, *indexes),
-            )
+            script, keys = self._script("PAGE"), (groups.count_key(group),)
+            args = (groups.tags[group], groups.slots[group], start, limit, *indexes)
+            answer = self._run(script, keys, args)
         except ResponseError as exc:
             if str(exc).startswith("NEEDSMIGRATION"):
                 raise StoreUnavailableError(

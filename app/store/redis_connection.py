@@ -4,7 +4,9 @@ for replicas (Redis's WAIT on the write's own connection).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from typing import Any
 from urllib.parse import unquote
 
@@ -12,8 +14,18 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException, RedisError
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .base import StoreUnavailableError
@@ -75,6 +87,7 @@ class LazyClient:
         self._make = lambda: connect(url, connect_timeout=connect_timeout, timeout=timeout)
         self._client: redis.Redis | RedisCluster | None = None if self.cluster else self._make()
         self._lock = threading.Lock()
+        self._nodes: dict[int, redis.Redis] = {}
 
     def get(self) -> Any:
         client = self._client
@@ -85,44 +98,95 @@ class LazyClient:
                 client = self._client
         return client
 
+    def node_for(self, key: str) -> redis.Redis:
+        """The plain client of the node that serves `key`: the client itself on a single Redis.
+
+        RedisCluster's per-command routing costs more CPU than the command's own client work
+        (bench/README.md), so commands on one group go straight to its node, whose client is
+        kept per slot, and are forgotten after a redirect or a failure.
+        """
+        client = self.get()
+        if not self.cluster:
+            return client
+        slot = key_slot(key.encode())
+        node_client = self._nodes.get(slot)
+        if node_client is None:
+            node_client = self._nodes[slot] = client.get_redis_connection(client.get_node_from_key(key))
+        return node_client
+
+    def forget(self, key: str) -> None:
+        self._nodes.pop(key_slot(key.encode()), None)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
 
 
-def run_replicated(client: Any, script: Script, keys: tuple, args: tuple, replicas: int, wait_ms: int) -> Any:
-    """Run `script`, then WAIT for `replicas` on the same connection, in one round trip.
+def refresh_slots(client: RedisCluster) -> None:
+    """Read the slot map again; a failure here leaves it to the next call."""
+    with contextlib.suppress(*FAILURES):
+        client.nodes_manager.initialize()
 
-    Answers the script's answer; StoreUnavailableError("replication") when fewer replicas
-    confirmed within `wait_ms`. Follows MOVED and ASK itself: a cluster routes a script by its
-    keys, but WAIT has none, so the two go to the slot's node by hand.
+
+class ScriptRunner:
+    """Runs the store's scripts on the node of their group, and waits for replicas when asked.
+
+    On a cluster a script never follows ASK: while its group's slot moves between nodes, some of
+    the group's keys are on each, and a script (which reaches keys it cannot declare, the index
+    leaves) must not run on either. The scripts refuse to start on the source node (their first
+    command probes the slot, see redis_scripts.py), and ASK or TRYAGAIN is waited out here until
+    the move ends in MOVED, which refreshes redis-py's slot map, or until `moving_wait_s`.
     """
-    node_client, asking = client, False
-    for _ in range(5):
-        if isinstance(client, RedisCluster) and not asking:
-            node_client = client.get_redis_connection(client.get_node_from_key(keys[0]))
-        pipe = node_client.pipeline(transaction=False)
-        if asking:
-            pipe.execute_command("ASKING")
+
+    def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
+        self._nodes = nodes
+        self._replicas = replicas
+        self._wait_ms = wait_ms
+        self._moving_wait_s = moving_wait_s
+
+    def __call__(self, script: Script, keys: tuple, args: tuple, *, write: bool = False) -> Any:
+        deadline = time.monotonic() + self._moving_wait_s
+        redirects = 0
+        while True:
+            node = self._nodes.node_for(keys[0])
+            try:
+                return self._once(node, script, keys, args, wait=write and self._replicas > 0)
+            except NoScriptError:
+                node.script_load(script.script)
+            except (MovedError, ClusterDownError, RedisConnectionError) as exc:
+                redirects += 1
+                if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
+                    raise
+                # The slot has another node now (a move or a failover): MOVED names it, as
+                # RedisCluster itself patches its map; otherwise read the whole map again.
+                self._nodes.forget(keys[0])
+                if isinstance(exc, MovedError):
+                    self._nodes.get().nodes_manager.move_slot(exc)
+                else:
+                    refresh_slots(self._nodes.get())
+            except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+            except RedisTimeoutError:
+                if self._nodes.cluster:
+                    self._nodes.forget(keys[0])
+                raise
+
+    def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:
+        if not wait:
+            return node.evalsha(script.sha, len(keys), *keys, *args)
+        # WAIT counts the replicas that have this connection's writes, so it must follow the
+        # script on the same connection: one pipeline, one round trip.
+        pipe = node.pipeline(transaction=False)
         pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", replicas, wait_ms)
-        *_, answer, confirmed = pipe.execute(raise_on_error=False)
-        asking = False
-        if isinstance(answer, NoScriptError):
-            node_client.script_load(script.script)
-        elif isinstance(answer, MovedError):
-            client.nodes_manager.initialize()
-        elif isinstance(answer, AskError):
-            node_client = client.get_redis_connection(client.get_node(host=answer.host, port=answer.port))
-            asking = True
-        elif isinstance(answer, Exception):
-            raise answer
-        elif isinstance(confirmed, Exception):
-            raise confirmed
-        elif confirmed < replicas:
+        pipe.execute_command("WAIT", self._replicas, self._wait_ms)
+        answer, confirmed = pipe.execute(raise_on_error=False)
+        for result in (answer, confirmed):
+            if isinstance(result, Exception):
+                raise result
+        if confirmed < self._replicas:
             raise StoreUnavailableError(
-                "replication", f"Redis: {confirmed} of {replicas} replicas confirmed the write in time"
+                "replication", f"Redis: {confirmed} of {self._replicas} replicas confirmed the write in time"
             )
-        else:
-            return answer
-    raise StoreUnavailableError("cluster", "Redis: too many redirections")
+        return answer

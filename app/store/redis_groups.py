@@ -54,8 +54,8 @@ class Groups:
     def __init__(self, prefix: str, *, count: int, capacity: int, cluster: bool) -> None:
         self.count = count
         self.tags = [f"{{{prefix}}}"] if count == 1 else [_spaced_tag(prefix, g, count) for g in range(count)]
-        #: The slot a script checks is not moving between nodes ('' on a single Redis).
-        self.slots = [str(key_slot(tag.encode())) if cluster else "" for tag in self.tags]
+        #: Each group's scripts' second argument: '1' on a cluster (see redis_scripts.py).
+        self.slots = ["1" if cluster else ""] * count
         #: Each group's capacity; they add up to the store's exactly.
         self.quotas = [capacity // count + (g < capacity % count) for g in range(count)]
 

@@ -34,16 +34,13 @@ _LIBRARY = f"""
 local P = ARGV[1]
 local LEAF_SIZE = {LEAF_SIZE}
 
--- On a cluster, ARGV[2] is this group's slot. While the slot moves between nodes some of the
--- group's keys are here and some are there; a script that declared only some of its keys
--- would then write half its work. So it first checks this node's line of CLUSTER NODES for
--- the slot's "[slot->-node]" or "[slot-<-node]" and, if found, answers TRYAGAIN having
--- written nothing; the client tries again once the move is done.
-if ARGV[2] ~= '' then
-  local mine = string.match(redis.call('CLUSTER', 'NODES'), '[^\\n]*myself[^\\n]*')
-  if string.find(mine, '[' .. ARGV[2] .. '-', 1, true) then
-    return redis.error_reply('TRYAGAIN the slot of this group is moving between nodes')
-  end
+-- On a cluster ARGV[2] is '1'. While the group's slot migrates away, this node answers for the
+-- keys still here and redirects the rest; a script whose undeclared keys (the index leaves) are
+-- partly gone would write half its work. A key that never exists tells: reading it is refused
+-- while the slot migrates. So the script then answers TRYAGAIN, having written nothing. (The
+-- client never follows ASK with a script, so no script runs on the importing node.)
+if ARGV[2] ~= '' and not pcall(redis.call, 'EXISTS', P .. ':probe') then
+  return redis.error_reply('TRYAGAIN the slot of this group is moving between nodes')
 end
 
 local function fence_key(index) return P .. ':f:' .. index end
@@ -103,7 +100,7 @@ local function index_plant(member, value)
 end
 """
 
-# KEYS: the bucket, the count. ARGV: P, the slot, the decimal id, the encoded plant, the capacity,
+# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the encoded plant, the capacity,
 # the member, and '1' to rewrite a stored plant unchanged (so that a WAIT after it also covers
 # the earlier create it repeats). Answers 0 created, 1 identical, 2 conflict, 3 full.
 CREATE = (
@@ -126,7 +123,7 @@ return 0
 """
 )
 
-# KEYS: the bucket, the count. ARGV: P, the slot, the decimal id, the member. Answers 1 deleted,
+# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member. Answers 1 deleted,
 # 0 absent.
 DELETE = (
     _LIBRARY
@@ -143,9 +140,9 @@ return 1
 """
 )
 
-# KEYS: the count. ARGV: P, the slot, the member to start after ('' for the first page), the limit, then
-# the indexes to read ('a', or one 't<tag>' per tag). Answers {more, id, plant, id, plant, ...}:
-# up to `limit` plants in ascending id order, `more` 1 when another follows.
+# KEYS: the count. ARGV: P, '1' on a cluster, the member to start after ('' for the first page),
+# the limit, then the indexes to read ('a', or one 't<tag>' per tag). Answers {more, id, plant,
+# id, plant, ...}: up to `limit` plants in ascending id order, `more` 1 when another follows.
 PAGE = (
     _LIBRARY
     + """
@@ -201,7 +198,7 @@ return answer
 """
 )
 
-# KEYS: one bucket. ARGV: P, the slot, then pairs of member and encoded plant read from that bucket.
+# KEYS: one bucket. ARGV: P, '1' on a cluster, then pairs of member and encoded plant read from that bucket.
 # Indexes each pair whose plant is still in the bucket (a delete may have come in between);
 # indexing twice changes nothing. Answers how many pairs were indexed.
 INDEX = (

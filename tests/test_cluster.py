@@ -1,0 +1,308 @@
+"""The store on a real Redis Cluster (3 primaries, 3 replicas): spread, capacity, failover, resharding.
+
+The contract itself runs on the session's cluster in test_pages.py, test_read_delete.py and
+test_contract.py. The fault tests here kill -9, stop and reshard nodes of a cluster of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from app.store import Outcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
+from app.store.redis_groups import CLUSTER_GROUPS
+from tests.conftest import cluster_settings
+from tests.helpers import call
+from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
+from tests.servers import RedisClusterServers, RedisServer
+
+
+def open_cluster_store(settings: dict[str, str], capacity: int = 1_000_000, min_replicas: int = 0):
+    url, prefix = settings["PLANTS_STORE_URL"], settings["PLANTS_STORE_PREFIX"]
+    return store_from_url(
+        url, capacity=capacity, prefix=prefix, connect_timeout=1, timeout=1, min_replicas=min_replicas
+    )
+
+
+def plants_per_primary(cluster: RedisClusterServers, store) -> Counter:
+    """How many plants each primary holds: the counts of the groups whose slots it serves."""
+    client = RedisCluster(host="127.0.0.1", port=cluster.primaries()[0].port)
+    try:
+        per_primary: Counter = Counter()
+        for group in range(store.groups.count):
+            key = store.groups.count_key(group)
+            per_primary[client.get_node_from_key(key).port] += int(client.get(key) or 0)
+        return per_primary
+    finally:
+        client.close()
+
+
+def random_ids(seed: int, count: int) -> list[int]:
+    rng = random.Random(seed)
+    return list({rng.randrange(-(2**63), 2**63): None for _ in range(count)})
+
+
+def test_random_ids_spread_over_the_primaries_within_20_percent(redis_cluster):
+    store = open_cluster_store(cluster_settings(redis_cluster))
+    ids = random_ids(18, 10_000)
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(lambda plant_id: store.create(plant_id, "Fern", None), ids)) == {Outcome.CREATED}
+    per_primary = plants_per_primary(redis_cluster, store)
+    assert len(per_primary) == 3
+    assert sum(per_primary.values()) == len(ids) == len(store)
+    for count in per_primary.values():
+        assert 0.8 * len(ids) / 3 <= count <= 1.2 * len(ids) / 3, per_primary
+    store.close()
+
+
+def test_capacity_is_exact_per_group_and_the_store_refuses_within_the_documented_bound(redis_cluster):
+    """README: each of the 24 groups holds at most its share of PLANTS_MAX_PLANTS, so the store
+    never holds more than the capacity, holds exactly the capacity once every group is full, and
+    with random ids first refuses a create once it holds at least capacity * (1 - 3 / sqrt(capacity / 24))."""
+    capacity = 12_000
+    store = open_cluster_store(cluster_settings(redis_cluster), capacity=capacity)
+    ids = random_ids(1812, 16_000)
+    answers: list[tuple[float, bool]] = []
+
+    def attempt(plant_id: int) -> None:
+        try:
+            store.create(plant_id, "Fern", None)
+            answers.append((time.monotonic(), True))
+        except StoreFullError:
+            answers.append((time.monotonic(), False))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(attempt, ids))
+    answers.sort()
+    created = [ok for _, ok in answers]
+    assert len(store) == capacity == created.count(True)
+    first_refusal = created.index(False)
+    assert first_refusal >= capacity * (1 - 3 / (capacity / CLUSTER_GROUPS) ** 0.5), first_refusal
+    per_group = Counter(store.groups.of(plant_id) for plant_id in ids if store.get(plant_id) is not None)
+    assert [per_group[group] for group in range(CLUSTER_GROUPS)] == store.groups.quotas
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def fault_cluster(tmp_path_factory):
+    """A cluster of this module's own: its tests kill, stop and reshard its nodes."""
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("fault-cluster"))
+    yield cluster
+    cluster.stop()
+
+
+def wait_for_failover(cluster: RedisClusterServers, replica: RedisServer, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not replica.command("ROLE").startswith("master"):
+        assert time.monotonic() < deadline, "the replica was not promoted"
+        time.sleep(0.05)
+
+
+def rejoin(cluster: RedisClusterServers, node: RedisServer) -> None:
+    """Start a killed node again: it rejoins as a replica of the node promoted in its place."""
+    node.start()
+    cluster.wait_until_healthy()
+    assert node.command("ROLE").startswith("slave")
+
+
+def assert_readable(settings: dict[str, str], plant_ids: list[int]) -> None:
+    store = open_cluster_store(settings)
+    missing = [plant_id for plant_id in plant_ids if store.get(plant_id) != Plant(f"Plant {plant_id}")]
+    store.close()
+    assert missing == []
+
+
+def test_kill_9_of_a_primary_with_min_replicas_loses_no_acknowledged_create(fault_cluster):
+    settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS, "PLANTS_STORE_MIN_REPLICAS": "1"}
+    server = redis_gunicorn(settings)
+    load = CreateLoad(server.port)
+    try:
+        load.wait_for(300)
+        victim = fault_cluster.primaries()[0]
+        replica = fault_cluster.replica_of(victim)
+        victim.kill()
+        wait_for_failover(fault_cluster, replica)
+        load.wait_for(100)
+        rejoin(fault_cluster, victim)
+        recovered = load.count()
+        load.wait_for(300)
+    finally:
+        answers = load.stop()
+        server.stop()
+    statuses = assert_only_200_and_503(answers)
+    assert statuses[503] >= 1  # the creates to the dead primary's groups, until the promotion
+    assert_readable(settings, [plant_id for plant_id, status, _, _ in answers if status == 200])
+    # Recovered by itself, with the same service processes: every create answers 200 again.
+    print("LOG", "\n".join(x for x in server.output().splitlines() if "DBG" in x)[-6000:])
+    assert {status for _, status, _, _ in answers[recovered + 50 :]} == {200}
+    assert "Traceback" not in server.output()
+
+
+def test_creates_answer_503_while_a_replica_cannot_confirm_then_survive_the_failover(fault_cluster):
+    settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS, "PLANTS_STORE_MIN_REPLICAS": "1"}
+    server = redis_gunicorn(settings)
+    load = CreateLoad(server.port)
+    victim = fault_cluster.primaries()[1]
+    replica = fault_cluster.replica_of(victim)
+    try:
+        load.wait_for(200)
+        replica.signal(signal.SIGSTOP)
+        stopped_at = load.count()
+        time.sleep(1.5)
+        window = load.count()
+        victim.kill()
+        replica.signal(signal.SIGCONT)
+        wait_for_failover(fault_cluster, replica)
+        rejoin(fault_cluster, victim)
+        recovered = load.count()
+        load.wait_for(300)
+    finally:
+        replica.signal(signal.SIGCONT)
+        answers = load.stop()
+        server.stop()
+    assert_only_200_and_503(answers)  # never a 500, and CreateLoad.stop saw every thread return
+    stopped = Counter(status for _, status, _, _ in answers[stopped_at:window])
+    assert stopped[503] >= 1, stopped
+    for _, status, body, _ in answers[stopped_at:window]:
+        if status == 503:
+            assert "replicas did not confirm" in body["message"]
+    assert_readable(settings, [plant_id for plant_id, status, _, _ in answers if status == 200])
+    print("LOG", "\n".join(x for x in server.output().splitlines() if "DBG" in x)[-6000:])
+    assert {status for _, status, _, _ in answers[recovered + 50 :]} == {200}
+    assert "Traceback" not in server.output()
+
+
+def test_a_walk_across_a_failover_answers_503_and_resumes_from_its_cursor(fault_cluster):
+    settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}
+    store = open_cluster_store(settings, min_replicas=1)  # every plant is on a replica
+    ids = list(range(600))
+    for plant_id in ids:
+        store.create(plant_id, f"Plant {plant_id}", None)
+    store.close()
+    server = redis_gunicorn(settings, workers=1)
+    seen, answers, url, killed = [], Counter(), "/plants?limit=20", None
+    try:
+        while url:
+            status, headers, body = call(server.connection(), "GET", url, None, AUTH)
+            answers[status] += 1
+            if status == 503:
+                assert headers["Retry-After"] == "1"
+                time.sleep(0.2)
+                continue  # the same cursor again
+            assert status == 200, body
+            page = json.loads(body)
+            seen += [item["id"] for item in page["plants"]]
+            url = f"/plants?limit=20&after={page['next']}" if "next" in page else None
+            if killed is None and len(seen) >= 200:
+                killed = fault_cluster.primaries()[2]
+                replica = fault_cluster.replica_of(killed)
+                killed.kill()
+        wait_for_failover(fault_cluster, replica)
+        rejoin(fault_cluster, killed)
+    finally:
+        server.stop()
+    assert sorted(seen) == ids  # every plant exactly once
+    assert set(answers) <= {200, 503}
+
+
+def test_a_full_shard_answers_507(fault_cluster):
+    settings = cluster_settings(fault_cluster)
+    store = open_cluster_store(settings)
+    primary = fault_cluster.primaries()[0]
+    primary.command("CONFIG", "SET", "maxmemory", "1")
+    try:
+        client = RedisCluster(host="127.0.0.1", port=primary.port)
+        on_primary = next(
+            plant_id for plant_id in range(100)
+            if client.get_node_from_key(store.groups.bucket_key(plant_id)).port == primary.port
+        )  # fmt: skip
+        client.close()
+        with pytest.raises(StoreFullError):
+            store.create(on_primary, "Fern", None)
+    finally:
+        primary.command("CONFIG", "SET", "maxmemory", "0")
+    assert store.create(on_primary, "Fern", None) is Outcome.CREATED
+    store.close()
+
+
+def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
+    settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}
+    server = redis_gunicorn(settings)
+    load = CreateLoad(server.port)
+    try:
+        load.wait_for(500)
+        source, target = fault_cluster.primaries()[:2]
+        # 2,000 slots hold about 3 of the 24 groups (their slots are evenly spaced).
+        subprocess.run(
+            ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{source.port}",
+             "--cluster-from", fault_cluster.node_id(source), "--cluster-to", fault_cluster.node_id(target),
+             "--cluster-slots", "2000", "--cluster-yes"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        load.wait_for(500)
+    finally:
+        answers = load.stop()
+        server.stop()
+    statuses = assert_only_200_and_503(answers)
+    acknowledged = [plant_id for plant_id, status, _, _ in answers if status == 200]
+    assert_readable(settings, acknowledged)
+    store = open_cluster_store(settings)
+    walked, after = [], None
+    while True:
+        page = store.page(after, 100)
+        walked += [plant_id for plant_id, _, _ in page.plants]
+        if page.next is None:
+            break
+        after = page.next
+    store.close()
+    assert sorted(walked) == sorted(acknowledged)  # the indexes moved whole with their plants
+    assert statuses[200] >= 1000
+    assert "Traceback" not in server.output()
+
+
+def test_a_script_never_runs_while_its_groups_slot_migrates(fault_cluster):
+    """Halfway through a move some of a group's keys are on each node. A write then waits (and
+    answers 503 after a second) having written nothing on either node; once the slot is stable it
+    lands."""
+    store = open_cluster_store(cluster_settings(fault_cluster))
+    assert store.create(0, "Fern", "fern") is Outcome.CREATED  # group 0 has keys on its node
+    slot = key_slot(store.groups.tags[0].encode())
+    client = RedisCluster(host="127.0.0.1", port=fault_cluster.primaries()[0].port)
+    port = client.get_node_from_key(store.groups.tags[0]).port
+    client.close()
+    source = next(node for node in fault_cluster.nodes if node.port == port)
+    target = next(node for node in fault_cluster.primaries() if node is not source)
+    target.command("CLUSTER", "SETSLOT", str(slot), "IMPORTING", fault_cluster.node_id(source))
+    source.command("CLUSTER", "SETSLOT", str(slot), "MIGRATING", fault_cluster.node_id(target))
+
+    def keys_in_slot() -> list[str]:
+        return [node.command("CLUSTER", "COUNTKEYSINSLOT", str(slot)) for node in (source, target)]
+
+    try:
+        before = keys_in_slot()
+        # Both in group 0. 24's bucket is new: Redis answers TRYAGAIN (one declared key is here,
+        # one is not). 65536 shares plant 0's bucket: both keys are here and the script runs, so
+        # its own probe must refuse it before it writes (its new tag's index is not here).
+        for plant_id in (24, 65536):
+            with pytest.raises(StoreUnavailableError) as raised:
+                store.create(plant_id, "Palm", "palm")
+            assert raised.value.reason == "cluster"
+            assert store.get(plant_id) is None
+        assert keys_in_slot() == before
+        assert len(store) == 1
+        assert store.get(0) == Plant("Fern", "fern")  # reads follow ASK as ever
+    finally:
+        for node in (source, target):
+            node.command("CLUSTER", "SETSLOT", str(slot), "STABLE")
+    assert store.create(24, "Palm", "palm") is Outcome.CREATED
+    assert sorted(plant_id for plant_id, _, _ in store.page(None, 10).plants) == [0, 24]
+    store.close()
