@@ -6,7 +6,7 @@ Per application (in `extensions["plants"]`): its own registry with
 - `plants_http_request_duration_seconds{route}` (a histogram), for every request the blueprint
   routes, refusals included;
 - `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `connection`,
-  `read_only`, `other`);
+  `read_only`, `needs_migration`, `cluster`, `replication`, `other`);
 - `plants_stored`: how many plants the store holds, read from the store at scrape time.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which

@@ -51,11 +51,20 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             "PLANTS_STORE_URL is not a valid URL",
         ),
         ({**OK, "PLANTS_STORE_URL_FILE": "/nonexistent/url"}, "PLANTS_STORE_URL_FILE"),
+        (
+            {**OK, "PLANTS_STORE_URL": "redis+cluster://user:s3cret-pw@10.0.0.1:7000,10.0.0.2"},
+            "PLANTS_STORE_URL needs host:port for every node",
+        ),
+        (
+            {**OK, "PLANTS_STORE_URL": "rediss+cluster://:s3cret-pw@10.0.0.1:7000/0?ssl_cert_reqs=none"},
+            "PLANTS_STORE_URL takes no path or options",
+        ),
+        ({**OK, "PLANTS_STORE_MIN_REPLICAS": "1"}, "PLANTS_STORE_URL names the memory store"),
         ({"PLANTS_API_TOKENS": "t" * 8200}, "tokens may have at most 4096 characters"),
         ({"PLANTS_API_TOKENS": "not a token"}, "not a valid bearer token"),
     ],
     ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port", "url-file",
-         "token-too-long", "token-syntax"],
+         "cluster-port", "cluster-path", "replicas-on-memory", "token-too-long", "token-syntax"],
 )  # fmt: skip
 def test_a_bad_setting_is_one_line_naming_it(env, names):
     (line,) = refused_start(env)

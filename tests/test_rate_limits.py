@@ -14,7 +14,7 @@ from flask_limiter import Limiter
 
 from app import ConfigurationError, create_app
 from app.plants import bp
-from tests.conftest import redis_settings
+from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import assert_error, call, error_of
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
@@ -126,8 +126,10 @@ def test_embedded_limits_leave_the_hosts_limiter_and_routes_alone():
     assert len(host.extensions["limiter"]) == 1  # the host's own; the blueprint adds none
 
 
-def test_two_workers_on_one_redis_share_one_budget_per_token(redis_server):
-    settings = redis_settings(redis_server)
+@pytest.mark.parametrize("shared", ["redis", "cluster"])
+def test_two_workers_on_one_redis_share_one_budget_per_token(request, shared):
+    """On a cluster through `limits`' own cluster storage, from the same URL."""
+    settings = settings_for_store(request, shared)
     server = Gunicorn(
         env={**settings, "WEB_CONCURRENCY": "2", "GUNICORN_THREADS": "4", "PLANTS_RATE_LIMIT": "25/minute"}
     )
