@@ -266,6 +266,11 @@ def finish(results: dict, problems: list[str], report: Callable[[dict], str], js
     return 0 if not problems else 1
 
 
+def validity(results: dict, valid: str = "VALID: every create was 2xx.") -> str:
+    """The report's last line: what made the run valid, or every problem that made it not."""
+    return valid if results["valid"] else "INVALID RUN:\n" + "\n".join(results["problems"])
+
+
 def report(results: dict) -> str:
     rows = [
         ("service (create)", results["service"]),

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
-from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, median_of, wrk
+from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, median_of, validity, wrk
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
@@ -231,9 +231,7 @@ def report(results: dict) -> str:
             "worker cores, min(N * worker rate, Redis rate): "
             + ", ".join(f"N={n}: {rps:,.0f}" for n, rps in model["projected_rps"].items()),
             "",
-            "VALID: every create was 2xx."
-            if results["valid"]
-            else "INVALID RUN:\n" + "\n".join(results["problems"]),
+            validity(results),
         ]
     )
 

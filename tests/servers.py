@@ -230,7 +230,8 @@ class RedisServer:
 
 
 class RedisClusterServers:
-    """A Redis Cluster of Debian's redis-server on 127.0.0.1: 3 primaries, each with a replica.
+    """A Redis Cluster of Debian's redis-server on 127.0.0.1: 3 primaries, each with a replica
+    (or any `nodes` and `replicas` per primary, as redis-cli takes them).
 
     Made as an operator would: six servers with `cluster-enabled`, joined by
     `redis-cli --cluster create ... --cluster-replicas 1`. A short `cluster-node-timeout` lets a
@@ -240,8 +241,9 @@ class RedisClusterServers:
 
     NODE_TIMEOUT_MS = 1000
 
-    def __init__(self, directory: Path, nodes: int = 6) -> None:
+    def __init__(self, directory: Path, nodes: int = 6, replicas: int = 1) -> None:
         self.nodes: list[RedisServer] = []
+        self.primary_count = nodes // (replicas + 1)
         try:
             for n in range(nodes):
                 node_dir = directory / f"node{n}"
@@ -262,7 +264,7 @@ class RedisClusterServers:
                 )
             subprocess.run(
                 ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes),
-                 "--cluster-replicas", "1", "--cluster-yes"],
+                 "--cluster-replicas", str(replicas), "--cluster-yes"],
                 check=True, capture_output=True, timeout=60,
             )  # fmt: skip
             self.wait_until_healthy()
@@ -301,7 +303,7 @@ class RedisClusterServers:
         return next(node for node in self.nodes if str(node.port) == port)
 
     def wait_until_healthy(self, timeout: float = 30) -> None:
-        """Until every live node says cluster_state:ok, 3 primaries serve the slots, and every
+        """Until every live node says cluster_state:ok, its primaries serve the slots, and every
         replica has finished its sync (WAIT counts only those)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -318,8 +320,8 @@ class RedisClusterServers:
                 )
                 if (
                     states == {"cluster_state:ok"}
-                    and len(primaries) == 3
-                    and len(replicas) == len(live) - 3
+                    and len(primaries) == self.primary_count
+                    and len(replicas) == len(live) - self.primary_count
                     and synced
                 ):
                     return
