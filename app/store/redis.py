@@ -10,8 +10,6 @@ import secrets
 from collections.abc import Collection
 
 from redis.exceptions import (
-    AskError,
-    ClusterDownError,
     ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -22,15 +20,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import redis_scripts
 from .base import Outcome, Page, Plant, StoreFullError, StoreUnavailableError
 from .redis_connection import FAILURES, LazyClient, ScriptRunner
 from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
 from .redis_hints import GroupHints
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
-#: Failures of a command sent straight to a node that RedisCluster knows how to handle.
-_THROUGH_CLUSTER = (AskError, TryAgainError, ClusterDownError, RedisConnectionError)
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
 GROUPS_PER_PAGE = 4
 #: How long a write waits for a group whose slot is moving between nodes, in all.
@@ -68,31 +63,13 @@ class RedisPlantStore:
             moving_wait_s=_MOVING_WAIT_S,
         )
         self._rewrite = min_replicas > 0
-        self._scripts: dict[str, object] = {}
         self._cursor_key: bytes | None = None
-
-    def _script(self, name: str):
-        script = self._scripts.get(name)
-        if script is None:
-            script = self._scripts[name] = self._clients.get().register_script(getattr(redis_scripts, name))
-        return script
-
-    def _on_node(self, key: str, call):
-        """A read on the node that serves `key`; on a cluster, after a redirect or a failed node,
-        once more through RedisCluster, which follows them (a one-key read is safe anywhere)."""
-        try:
-            return call(client=self._clients.node_for(key))
-        except _THROUGH_CLUSTER:
-            if not self._clients.cluster:
-                raise
-            self._clients.forget(key)
-            return call(client=self._clients.get())
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
         keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._rewrite)
         try:
             self._hints.note(self._clients.get(), plant_id, tag)
-            answer = self._run(self._script("CREATE"), keys, args, write=True)
+            answer = self._run("CREATE", keys, args, write=True)
         except OutOfMemoryError:
             # maxmemory reached with noeviction: Redis refuses every write.
             raise StoreFullError from None
@@ -105,7 +82,7 @@ class RedisPlantStore:
     def get(self, plant_id: int) -> Plant | None:
         try:
             key = self.groups.bucket_key(plant_id)
-            value = self._on_node(key, lambda client: client.hget(key, str(plant_id)))
+            value = self._clients.read(key, lambda client: client.hget(key, str(plant_id)))
         except FAILURES as exc:
             raise unavailable(exc) from None
         return None if value is None else decode(value)
@@ -114,7 +91,7 @@ class RedisPlantStore:
         keys, args = self.groups.delete_call(plant_id)
         try:
             # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-            return self._run(self._script("DELETE"), keys, args, write=True) == 1
+            return self._run("DELETE", keys, args, write=True) == 1
         except FAILURES as exc:
             raise unavailable(exc) from None
 
@@ -151,9 +128,8 @@ class RedisPlantStore:
         start = b"" if after_id is None else member(after_id)
         groups = self.groups
         try:
-            script, keys = self._script("PAGE"), (groups.count_key(group),)
             args = (groups.tags[group], groups.slots[group], start, limit, *indexes)
-            answer = self._run(script, keys, args)
+            answer = self._run("PAGE", (groups.count_key(group),), args)
         except ResponseError as exc:
             if str(exc).startswith("NEEDSMIGRATION"):
                 raise StoreUnavailableError(

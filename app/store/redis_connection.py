@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from . import redis_scripts
 from .base import StoreUnavailableError
 
 #: Every failure a Redis call can raise (redis-py's cluster errors are not all RedisErrors).
@@ -114,6 +116,18 @@ class LazyClient:
             node_client = self._nodes[slot] = client.get_redis_connection(client.get_node_from_key(key))
         return node_client
 
+    def read(self, key: str, call: Callable[..., Any]) -> Any:
+        """`call(client=...)`, a one-key read, on the node that serves `key`; on a cluster, after a
+        redirect or a failed node, once more through RedisCluster, which follows them (a one-key
+        read is safe on either node of a moving slot)."""
+        try:
+            return call(client=self.node_for(key))
+        except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
+            if not self.cluster:
+                raise
+            self.forget(key)
+            return call(client=self.get())
+
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
 
@@ -140,11 +154,16 @@ class ScriptRunner:
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
         self._nodes = nodes
+        self._scripts: dict[str, Script] = {}
         self._replicas = replicas
         self._wait_ms = wait_ms
         self._moving_wait_s = moving_wait_s
 
-    def __call__(self, script: Script, keys: tuple, args: tuple, *, write: bool = False) -> Any:
+    def __call__(self, name: str, keys: tuple, args: tuple, *, write: bool = False) -> Any:
+        """The answer of the script `name` of redis_scripts.py."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._nodes.get().register_script(getattr(redis_scripts, name))
         deadline = time.monotonic() + self._moving_wait_s
         redirects = 0
         while True:

@@ -1,15 +1,17 @@
 """The Redis store's key layout and its Lua scripts: every write, and every page, is one script.
 
-Every key starts with the hash tag `{prefix}` (written `P` below), so each script's keys sit in one
-Redis Cluster slot:
+Every key of a bucket group starts with the group's hash tag (written `P` below: `{prefix}` for
+the one group of a single Redis, `{prefix:n}` for each of a cluster's 24; see redis_groups.py),
+so each script's keys sit in one Redis Cluster slot:
 
 - `P:b:<n>`: one of 65,536 buckets, a small hash from the decimal id to the encoded plant (the
   layout of 1.0.0). Redis keeps small hashes as compact listpacks. The bucket is the id's low
-  16 bits: fixed forever, so the same id always finds the same bucket.
-- `P:count`: how many plants are stored, for the capacity.
+  16 bits: fixed forever, so the same id always finds the same bucket (and group).
+- `P:count`: how many plants the group holds, for its share of the capacity.
 - `P:layout`: present once the indexes below hold every plant (set by the first create into an
   empty store, and by `python -m app.store.migrate` for a store written by 1.0.0).
-- `P:cursor-key`: the random secret that signs page cursors, made by the first page.
+- `{prefix}:cursor-key`: the random secret that signs page cursors, made by the first page, and
+  `{prefix}:groups:<index>`, the groups each index has used (redis_hints.py): outside any group.
 - Two kinds of index, each a B-tree of two levels in sorted sets: index `a` holds every plant,
   index `t<tag>` the plants with that tag. An index's *leaves* `P:l:<fence id>:<index>` are
   sorted sets of at most 128 members, so Redis keeps them as listpacks (about 25 bytes a
