@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from .base import Outcome, Page, Plant, PlantStore, StoreFullError, StoreUnavailableError
 from .memory import MemoryPlantStore
 from .redis import RedisPlantStore
-from .redis_connection import CLUSTER_SCHEMES, cluster_nodes
+from .redis_connection import CLUSTER_SCHEMES, cluster_nodes, url_scheme
 
 __all__ = [
     "MemoryPlantStore",
@@ -32,7 +32,7 @@ SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
 def check_url(url: str) -> str:
     """The URL's scheme, or ValueError saying what is wrong. The message never quotes the URL,
     which can hold a password."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = url_scheme(url)
     if scheme in CLUSTER_SCHEMES:
         cluster_nodes(url)  # ValueError saying what is wrong
         return scheme

@@ -128,7 +128,7 @@ class RedisPlantStore:
         start = b"" if after_id is None else member(after_id)
         groups = self.groups
         try:
-            args = (groups.tags[group], groups.slots[group], start, limit, *indexes)
+            args = (groups.tags[group], groups.cluster_arg, start, limit, *indexes)
             answer = self._run("PAGE", (groups.count_key(group),), args)
         except ResponseError as exc:
             if str(exc).startswith("NEEDSMIGRATION"):

@@ -37,6 +37,11 @@ FAILURES = (RedisError, RedisClusterException)
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
+def url_scheme(url: str) -> str:
+    """The URL's scheme in lower case; '' when it has none."""
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], str | None, str | None]:
     """The `host:port` list and the user and password of a cluster URL; ValueError (never quoting
     the URL) when it is malformed."""
@@ -67,7 +72,7 @@ def connect(url: str, *, connect_timeout: float, timeout: float) -> redis.Redis 
         "socket_timeout": timeout,
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
-    scheme = url.split("://", 1)[0].lower()
+    scheme = url_scheme(url)
     if scheme not in CLUSTER_SCHEMES:
         return redis.Redis.from_url(url, **options)
     nodes, user, password = cluster_nodes(url)
@@ -85,7 +90,7 @@ class LazyClient:
     must start (and answer 503) while the cluster is down."""
 
     def __init__(self, url: str, *, connect_timeout: float, timeout: float) -> None:
-        self.cluster = url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+        self.cluster = url_scheme(url) in CLUSTER_SCHEMES
         self._make = lambda: connect(url, connect_timeout=connect_timeout, timeout=timeout)
         self._client: redis.Redis | RedisCluster | None = None if self.cluster else self._make()
         self._lock = threading.Lock()

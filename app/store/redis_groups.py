@@ -54,8 +54,8 @@ class Groups:
     def __init__(self, prefix: str, *, count: int, capacity: int, cluster: bool) -> None:
         self.count = count
         self.tags = [f"{{{prefix}}}"] if count == 1 else [_spaced_tag(prefix, g, count) for g in range(count)]
-        #: Each group's scripts' second argument: '1' on a cluster (see redis_scripts.py).
-        self.slots = ["1" if cluster else ""] * count
+        #: Every script's second argument: '1' on a cluster (see redis_scripts.py), else ''.
+        self.cluster_arg = "1" if cluster else ""
         #: Each group's capacity; they add up to the store's exactly.
         self.quotas = [capacity // count + (g < capacity % count) for g in range(count)]
 
@@ -72,13 +72,13 @@ class Groups:
         """The CREATE script's keys and arguments (`rewrite`: see the script)."""
         g = self.of(plant_id)
         keys = (self.bucket_key(plant_id), self.count_key(g))
-        return keys, (self.tags[g], self.slots[g], plant_id, value, self.quotas[g], member(plant_id),
+        return keys, (self.tags[g], self.cluster_arg, plant_id, value, self.quotas[g], member(plant_id),
                       "1" if rewrite else "")  # fmt: skip
 
     def delete_call(self, plant_id: int) -> tuple[tuple, tuple]:
         g = self.of(plant_id)
         keys = (self.bucket_key(plant_id), self.count_key(g))
-        return keys, (self.tags[g], self.slots[g], plant_id, member(plant_id))
+        return keys, (self.tags[g], self.cluster_arg, plant_id, member(plant_id))
 
     def position(self, group: int, after: int | None) -> bytes:
         """Where a walk of pages resumes: after `after` in `group`, or at the group's start."""
