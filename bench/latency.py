@@ -9,7 +9,8 @@ does, 5 s), then offers 40%, 60% and 80% of that rate, open loop, to the project
 at the same absolute rate: the memory store against the FastAPI peer, the Redis store (unix socket)
 against the FastAPI + redis.asyncio peer. Servers on CPU 0; k6, wrk and redis-server on CPU 1.
 Reported per contestant and rate: the median of the rounds' p50, p90, p99 and p99.9, with their
-spread (min-max), the dropped iterations and the non-2xx answers. Closed-loop numbers hide pauses
+spread (min-max), the dropped iterations and the non-2xx answers; on Redis also the connections
+Redis accepted during the open-loop runs (the client's pool under bursts). Closed-loop numbers hide pauses
 (a slow answer delays the next request); an open-loop rate does not wait for them.
 """
 
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -71,6 +74,7 @@ def main() -> int:
     gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
     directory = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     redis_process, sock = start_redis(directory)
+    redis_stats = redis.Redis(unix_socket_path=str(sock))
     common = {"PLANTS_MAX_PLANTS": str(10**9)}
     on_redis = {**common, "PLANTS_STORE_URL": f"unix://{sock}", "GUNICORN_THREADS": "4"}
     uvicorn = ["--workers", "1", "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
@@ -113,7 +117,11 @@ def main() -> int:
                     rate = max(1, round(fraction * closed["rps"]))
                     for server in (project, *others):  # the same absolute rate, one after the other
                         id_base += 10**12
+                        accepted = redis_stats.info("stats")["total_connections_received"]
                         result = k6(server, rate, seconds, id_base, directory)
+                        # Redis's own count, so the pool's new connections under the bursts show.
+                        accepted = redis_stats.info("stats")["total_connections_received"] - accepted
+                        result["redis_connections"] = accepted if store == "redis" else 0
                         if result["non2xx"] or not result["p50_ms"]:
                             problems.append(f"{server.name} at {rate}/s: {result}")
                         runs.setdefault(f"{server.name} @ {fraction:.0%}", []).append(result)
@@ -130,6 +138,7 @@ def main() -> int:
             "rate": statistics.median(run["rate"] for run in name_runs),
             "dropped": sum(run["dropped"] for run in name_runs),
             "non2xx": sum(run["non2xx"] for run in name_runs),
+            "redis_connections": sum(run.get("redis_connections", 0) for run in name_runs),
             **{
                 key: {
                     "median": statistics.median(run[key] for run in name_runs),
@@ -162,8 +171,8 @@ def report(results: dict) -> str:
         + ", ".join(f"{store} {value:,.0f}/s" for store, value in maxima.items()),
         "",
         "| contestant @ share of the project's max | rate | p50 (ms) | p90 (ms) | p99 (ms) | p99.9 (ms) "
-        "| dropped | non-2xx |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| dropped | non-2xx | Redis connections made |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, value in results.items():
         if isinstance(value, dict) and "p99_ms" in value and "median" in value["p99_ms"]:
@@ -172,7 +181,8 @@ def report(results: dict) -> str:
                 for key in PERCENTILES
             )
             lines.append(
-                f"| {name} | {value['rate']:,.0f} | {cells} | {value['dropped']} | {value['non2xx']} |"
+                f"| {name} | {value['rate']:,.0f} | {cells} | {value['dropped']} | {value['non2xx']} "
+                f"| {value.get('redis_connections', 0) if 'redis' in name else '-'} |"
             )
     lines += ["", "| ratio (medians) | measured |", "|---|---:|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in results["ratios"].items()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,6 +103,23 @@ def test_the_packaged_config_refuses_from_any_directory(tmp_path):
         {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path
     )
     assert "refusing to start 4 workers" in line
+
+
+@pytest.mark.parametrize(
+    ("env", "threads"),
+    [
+        ({}, 1),  # the memory store: all CPU under one GIL (bench/README.md)
+        ({"PLANTS_STORE_URL": "redis://127.0.0.1:6399/0"}, 2),  # overlap the round trips
+        ({"GUNICORN_THREADS": "3"}, 3),
+    ],
+)
+def test_request_threads_default_by_store(tmp_path, env, threads):
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf", "--print-config"],
+        cwd=tmp_path, env={**BASE_ENV, **OK, "GUNICORN_THREADS": "", **env},
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    assert re.search(r"^threads\s*= (\d+)$", result.stdout, re.MULTILINE)[1] == str(threads)
 
 
 def worker_pids(master_pid: int) -> list[int]:

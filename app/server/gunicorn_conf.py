@@ -21,13 +21,36 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+
+def _store_is_shared() -> bool:
+    from app.settings import from_environ, store_url
+    from app.store import check_url
+
+    return check_url(store_url(from_environ())) != "memory"
+
+
+def _default_threads() -> str:
+    """Request threads per worker: 1 with the in-memory store, 2 with a shared one.
+
+    The in-memory store's work is all CPU under one GIL, so a second thread adds no throughput.
+    It does make the GIL's hand-off unfair: a thread woken for a request can wait while the other
+    serves request after request, up to the 5 ms switch interval, and that wait was the worker's
+    p99 under open-loop load (bench/README.md, "Where the tail came from"). With a shared store,
+    threads overlap the round trips.
+    """
+    try:
+        return "2" if _store_is_shared() else "1"
+    except Exception:  # a bad setting: on_starting reports it in one line, before any fork
+        return "1"
+
+
 wsgi_app = "app:create_app()"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 
 # gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 worker_class = "app.server.worker.ThreadWorker"
-threads = int(os.environ.get("GUNICORN_THREADS", "2"))
+threads = int(os.environ.get("GUNICORN_THREADS") or _default_threads())
 # gunicorn's pure-Python HTTP parser, whatever else is installed: the optional C parser
 # (gunicorn_h1c) measured no faster here (bench/README.md) and accepts obsolete header line
 # folding that this one refuses.
@@ -57,13 +80,6 @@ logger_class = "app.server.access_log.AccessLogger"
 # When (UTC, RFC 3339), REMOTE_ADDR and the scheme as the app saw them (after ProxyFix). No
 # request headers are logged, so Authorization never reaches the log.
 access_log_format = '%(time)s %(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
-
-
-def _store_is_shared() -> bool:
-    from app.settings import from_environ, store_url
-    from app.store import check_url
-
-    return check_url(store_url(from_environ())) != "memory"
 
 
 def _prepare_metrics_directory(server: Any) -> None:
