@@ -106,7 +106,7 @@ def main() -> int:
     try:
         for server in servers:
             server.start()
-        for _ in range(rounds):
+        for number in range(rounds):
             for store, (project, *others) in pairs.items():
                 id_base += 10**12
                 closed = wrk(project, "create.lua", 5, 8, {"BENCH_ID_BASE": str(id_base)})
@@ -115,7 +115,11 @@ def main() -> int:
                 maxima[store].append(closed["rps"])
                 for fraction in FRACTIONS:
                     rate = max(1, round(fraction * closed["rps"]))
-                    for server in (project, *others):  # the same absolute rate, one after the other
+                    # The same absolute rate, one after the other, in an order that turns each round:
+                    # the machine's speed drifts, and whoever always ran first would carry it.
+                    contestants = (project, *others)
+                    turn = number % len(contestants)
+                    for server in contestants[turn:] + contestants[:turn]:
                         id_base += 10**12
                         accepted = redis_stats.info("stats")["total_connections_received"]
                         result = k6(server, rate, seconds, id_base, directory)

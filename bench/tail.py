@@ -3,6 +3,7 @@
     python bench/tail.py --levers first --shares 0.6 --rounds 3 --seconds 10   # bench/README.md, first table
     python bench/tail.py --shares 0.4,0.6 --rounds 3 --seconds 10              # bench/README.md, second table
     python bench/tail.py --closed-loop --variants 0,1 --rounds 5 --seconds 10  # a lever's throughput cost
+    python bench/tail.py --closed-loop --variants 0,1 --rounds 5 --seconds 8 --connections 64
 
 One worker on the memory store per variant (bench/tail_conf.py), each offered the same open-loop
 rates (shares of the first variant's closed-loop maximum; k6 as in bench/latency.py) in
@@ -54,6 +55,7 @@ def main() -> int:
     parser.add_argument("--shares", default="0.6", help="comma-separated shares of the maximum")
     parser.add_argument("--variants", help="comma-separated numbers of the variants to run, from 0")
     parser.add_argument("--closed-loop", action="store_true", help="throughput per variant instead")
+    parser.add_argument("--connections", type=int, default=8, help="wrk's connections (--closed-loop)")
     args = parser.parse_args()
     rounds, seconds = args.rounds or (1 if args.smoke else 3), args.seconds or (3 if args.smoke else 10)
     shares = [float(share) for share in args.shares.split(",")]
@@ -75,7 +77,7 @@ def main() -> int:
         servers[PEER] = Server(PEER, peer, common)
     runs: dict[tuple[float, str], list[dict]] = {(share, name): [] for share in shares for name in servers}
     if args.closed_loop:
-        return closed_loop(servers, rounds, seconds)
+        return closed_loop(servers, rounds, seconds, args.connections)
     try:
         for server in servers.values():
             server.start()
@@ -115,23 +117,26 @@ def main() -> int:
     return 0
 
 
-def closed_loop(servers: dict[str, Server], rounds: int, seconds: float) -> int:
-    """Each variant's closed-loop throughput in interleaved rounds; medians and ratios."""
+def closed_loop(servers: dict[str, Server], rounds: int, seconds: float, connections: int) -> int:
+    """Each variant's closed-loop throughput in interleaved rounds, the order reversed every other
+    round; medians and ratios."""
     rps: dict[str, list[float]] = {name: [] for name in servers}
     try:
         for server in servers.values():
             server.start()
         id_base = 10**12
-        for _ in range(rounds):
-            for name, server in servers.items():
+        for number in range(rounds):
+            order = list(servers.items())
+            for name, server in order if number % 2 == 0 else reversed(order):
                 id_base += 10**12
-                run = wrk(server, "create.lua", seconds, 8, {"BENCH_ID_BASE": str(id_base)})
+                run = wrk(server, "create.lua", seconds, connections, {"BENCH_ID_BASE": str(id_base)})
                 rps[name].append(run["rps"])
     finally:
         for server in servers.values():
             server.stop()
     first = statistics.median(next(iter(rps.values())))
-    print(f"Closed loop (wrk -c8), {rounds} interleaved rounds of {seconds:g} s; medians (min to max).\n")
+    print(f"Closed loop (wrk -c{connections}), {rounds} interleaved rounds of {seconds:g} s; "
+          "medians (min to max).\n")  # fmt: skip
     print("| variant | creates/s | / the first |\n|---|---:|---:|")
     for name, values in rps.items():
         median = statistics.median(values)
