@@ -128,6 +128,10 @@ def main() -> int:
                         result["redis_connections"] = accepted if store == "redis" else 0
                         if result["non2xx"] or not result["p50_ms"]:
                             problems.append(f"{server.name} at {rate}/s: {result}")
+                            # A fresh process for its next run: once overloaded past k6's 10 s
+                            # timeout, the redis.asyncio peer failed every request after it.
+                            server.stop()
+                            server.start()
                         runs.setdefault(f"{server.name} @ {fraction:.0%}", []).append(result)
     finally:
         for server in servers:

@@ -116,6 +116,7 @@ def test_every_plant_comes_back_exactly(make_store, plant_id, name, tag):
 
 
 def test_ids_that_share_a_bucket_stay_apart(make_store):
+    # 65536 apart: one Redis leaf bucket, and one of the memory store's dict shards.
     store = make_store(10)
     for plant_id in (7, 7 + 65536, 7 - 65536):
         assert store.create(plant_id, f"plant {plant_id}", None) is Outcome.CREATED
