@@ -35,8 +35,8 @@ def _default_threads() -> str:
     The in-memory store's work is all CPU under one GIL, so a second thread adds no throughput.
     It does make the GIL's hand-off unfair: a thread woken for a request can wait while the other
     serves request after request, up to the 5 ms switch interval, and that wait was the worker's
-    p99 under open-loop load (bench/README.md, "Where the tail came from"). With a shared store,
-    threads overlap the round trips.
+    p99 under open-loop load (bench/README.md, "The second lever"). With a shared store, threads
+    overlap the round trips.
     """
     try:
         return "2" if _store_is_shared() else "1"

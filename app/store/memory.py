@@ -14,8 +14,8 @@ from sortedcontainers import SortedList
 from .base import Outcome, Page, Plant, StoreFullError, id_position, position_id
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
-#: copied whole, under the lock and the GIL: one dict pair of 700,000 plants took 167 ms to grow,
-#: a pause for every request. Spread, a growth copies about a thousandth of the plants.
+#: copied whole, under the lock and the GIL: one pair took 64 to 96 ms to grow at 699,050 plants,
+#: a pause for every request (bench/store_growth.py). Spread, a growth copies a thousandth of it.
 SHARDS = 1024
 
 
