@@ -21,7 +21,6 @@ machines of their own in production, are reported apart.)
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, validity, wrk
+from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
 from tests.servers import RedisClusterServers, RedisServer
 
 
@@ -117,8 +116,7 @@ def main() -> int:
                 if one.get("non2xx") or one["socket_errors"]:
                     problems.append(f"{name}: {one}")
             results[name] = {
-                key: {"median": statistics.median(r[key] for r in name_runs),
-                      "min": min(r[key] for r in name_runs), "max": max(r[key] for r in name_runs)}
+                key: spread(name_runs, key)
                 for key in ("rps", "p99_us", "cpu_us_per_request", "redis_cpu_us_per_request",
                             "replica_cpu_us_per_request")
             }  # fmt: skip
@@ -165,7 +163,7 @@ def report(results: dict) -> str:
     for name in names:
         row = results[name]
         rows.append(
-            f"| {name} | {row['rps']['median']:,.0f} ({row['rps']['min']:,.0f} to {row['rps']['max']:,.0f}) "
+            f"| {name} | {show_spread(row['rps'], ',.0f')} "
             f"| {row['p99_us']['median'] / 1000:.2f} ms | {row['cpu_us_per_request']['median']:.0f} µs "
             f"| {row['redis_cpu_us_per_request']['median']:.0f} µs "
             f"| {row['replica_cpu_us_per_request']['median']:.0f} µs |"

@@ -28,7 +28,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, benchmark_parser, finish, wrk
+from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, benchmark_parser, finish, show_spread, spread, wrk
 from bench.shared_store import start_redis
 
 K6 = Path(sys.executable).with_name("k6")
@@ -57,6 +57,11 @@ def k6(server: Server, rate: int, seconds: float, id_base: int, directory: Path)
     result = json.loads(summary.read_text())
     result["rate"] = rate
     return result
+
+
+def accepted(client: redis.Redis) -> int:
+    """The connections Redis has accepted so far: the pools' new connections under the bursts."""
+    return client.info("stats")["total_connections_received"]
 
 
 def main() -> int:
@@ -121,11 +126,11 @@ def main() -> int:
                     turn = number % len(contestants)
                     for server in contestants[turn:] + contestants[:turn]:
                         id_base += 10**12
-                        accepted = redis_stats.info("stats")["total_connections_received"]
+                        before = accepted(redis_stats) if store == "redis" else 0
                         result = k6(server, rate, seconds, id_base, directory)
-                        # Redis's own count, so the pool's new connections under the bursts show.
-                        accepted = redis_stats.info("stats")["total_connections_received"] - accepted
-                        result["redis_connections"] = accepted if store == "redis" else 0
+                        result["redis_connections"] = (
+                            accepted(redis_stats) - before if store == "redis" else 0
+                        )
                         if result["non2xx"] or not result["p50_ms"]:
                             problems.append(f"{server.name} at {rate}/s: {result}")
                             # A fresh process for its next run: once overloaded past k6's 10 s
@@ -147,14 +152,7 @@ def main() -> int:
             "dropped": sum(run["dropped"] for run in name_runs),
             "non2xx": sum(run["non2xx"] for run in name_runs),
             "redis_connections": sum(run.get("redis_connections", 0) for run in name_runs),
-            **{
-                key: {
-                    "median": statistics.median(run[key] for run in name_runs),
-                    "min": min(run[key] for run in name_runs),
-                    "max": max(run[key] for run in name_runs),
-                }
-                for key in PERCENTILES
-            },
+            **{key: spread(name_runs, key) for key in PERCENTILES},
         }
     ratios = {}
     for store, (project, *others) in pairs.items():
@@ -184,10 +182,7 @@ def report(results: dict) -> str:
     ]
     for name, value in results.items():
         if isinstance(value, dict) and "p99_ms" in value and "median" in value["p99_ms"]:
-            cells = " | ".join(
-                f"{value[key]['median']:.1f} ({value[key]['min']:.1f} to {value[key]['max']:.1f})"
-                for key in PERCENTILES
-            )
+            cells = " | ".join(show_spread(value[key]) for key in PERCENTILES)
             lines.append(
                 f"| {name} | {value['rate']:,.0f} | {cells} | {value['dropped']} | {value['non2xx']} "
                 f"| {value.get('redis_connections', 0) if 'redis' in name else '-'} |"

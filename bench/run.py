@@ -135,6 +135,17 @@ def median_of(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
+def spread(runs: list[dict], key: str) -> dict[str, float]:
+    """The median of the rounds' `key`, with its spread: the lowest and the highest."""
+    values = [run[key] for run in runs]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def show_spread(found: dict[str, float], spec: str = ".1f") -> str:
+    """`median (min to max)`, each formatted with `spec`."""
+    return f"{found['median']:{spec}} ({found['min']:{spec}} to {found['max']:{spec}})"
+
+
 def versions() -> str:
     names = ["flask", "werkzeug", "marshmallow", "gunicorn", "gunicorn_h1c", "orjson", "fastapi", "pydantic",
              "uvicorn", "uvloop", "httptools"]  # fmt: skip

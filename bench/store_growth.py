@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.gc_probe import CollectionTimer
 from bench.run import SERVER_CPU, benchmark_parser
 
 TAGS = ("fern", "succulent", "tropical", "vine", "flowering")
@@ -43,16 +44,7 @@ def fill(shards: int, plants: int) -> dict:
 
     memory.SHARDS = shards
     gc.freeze()  # as the worker does after loading the app
-    full: list[float] = []  # how long each full (gen-2) collection took
-    started_at = [0.0]
-
-    def probe(phase: str, info: dict) -> None:
-        if phase == "start":
-            started_at[0] = time.perf_counter()
-        elif info["generation"] == 2:
-            full.append((time.perf_counter() - started_at[0]) * 1e3)
-
-    gc.callbacks.append(probe)
+    collections = CollectionTimer().install()
     store = memory.MemoryPlantStore(10**9)
     before = rss_bytes()
     clock = time.perf_counter
@@ -65,12 +57,13 @@ def fill(shards: int, plants: int) -> dict:
         if took > 0.005:
             slow.append((took * 1e3, n))
     slow.sort(reverse=True)
+    full = collections.summary().get("2", {"n": 0, "max_ms": 0.0})
     return {
         "slowest": slow[:5],
         "over_5ms": len(slow),
         "bytes_per_plant": (rss_bytes() - before) / plants,
-        "full_collections": len(full),
-        "longest_full_ms": max(full, default=0.0),
+        "full_collections": full["n"],
+        "longest_full_ms": full["max_ms"],
     }
 
 

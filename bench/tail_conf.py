@@ -18,20 +18,13 @@ from typing import Any
 
 from app.server import gunicorn_conf as packaged
 from app.server.gunicorn_conf import *  # noqa: F403 (the packaged settings, then these)
+from bench.gc_probe import CollectionTimer
 
 if os.environ.get("LEVER_THREADS"):
     threads = int(os.environ["LEVER_THREADS"])
 
-_pauses: list[tuple[int, float]] = []
+_collections = CollectionTimer()
 _turns: list[float] = []
-_started: list[float] = [0.0]
-
-
-def _record(phase: str, info: dict[str, Any]) -> None:
-    if phase == "start":
-        _started[0] = time.perf_counter()
-    else:
-        _pauses.append((info["generation"], time.perf_counter() - _started[0]))
 
 
 def _timed(handle: Any) -> Any:
@@ -57,7 +50,7 @@ def post_worker_init(worker: Any) -> None:
         sys.setswitchinterval(float(os.environ["LEVER_SWITCH"]))
     if os.environ.get("LEVER_GEN0"):
         gc.set_threshold(int(os.environ["LEVER_GEN0"]), *gc.get_threshold()[1:])
-    gc.callbacks.append(_record)
+    _collections.install()
     worker._handle = _timed(worker._handle)
 
 
@@ -66,11 +59,7 @@ def _quantile(ordered: list[float], share: float) -> float:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    found: dict[str, Any] = {"frozen": gc.get_freeze_count()}
-    for generation in (0, 1, 2):
-        pauses = sorted(pause for g, pause in _pauses if g == generation)
-        if pauses:
-            found[str(generation)] = {"n": len(pauses), "max_ms": pauses[-1] * 1e3}
+    found: dict[str, Any] = {"frozen": gc.get_freeze_count(), **_collections.summary()}
     turns = sorted(_turns)
     if turns:
         found["turn"] = {key: _quantile(turns, share) for key, share in (("p50", 0.5), ("p99", 0.99))}
