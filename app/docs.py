@@ -9,6 +9,7 @@ and Swagger UI keeps it in the page's memory only. `PLANTS_DOCS=false` turns the
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from importlib import resources
@@ -17,6 +18,8 @@ from typing import Any
 import yaml
 from flask import Blueprint, Response, current_app, request, send_from_directory
 from werkzeug.exceptions import NotFound
+
+from .auth import JwtSettings
 
 #: Only the page's own sources may load: the assets and the document, from this service.
 PAGE_POLICY = (
@@ -67,10 +70,37 @@ def _document() -> dict[str, Any]:
     return yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
 
 
+#: The operations that need the write scope; every other one with security needs the read scope.
+WRITE_OPERATIONS = frozenset({"addPlant", "deletePlant"})
+
+
 @functools.lru_cache(maxsize=16)
-def document_bytes(base: str) -> bytes:
-    """The document as JSON, served from `base` (the mount point's path)."""
-    return json.dumps({**_document(), "servers": [{"url": base or "/"}]}, ensure_ascii=False).encode()
+def document_bytes(base: str, jwt: JwtSettings | None = None) -> bytes:
+    """The document as JSON, served from `base` (the mount point's path); with `jwt`, the
+    provider's OpenID Connect scheme and each operation's scope."""
+    document = {**_document(), "servers": [{"url": base or "/"}]}
+    if jwt is not None:
+        document = _with_scopes(document, jwt)
+    return json.dumps(document, ensure_ascii=False).encode()
+
+
+def _with_scopes(document: dict[str, Any], jwt: JwtSettings) -> dict[str, Any]:
+    """A copy of `document` that declares JWT bearer tokens and the scope of each operation."""
+    document = copy.deepcopy(document)
+    schemes = document["components"]["securitySchemes"]
+    schemes["bearerAuth"]["bearerFormat"] = "JWT"
+    schemes["openIdConnect"] = {
+        "type": "openIdConnect",
+        "openIdConnectUrl": jwt.discovery_url,
+        "description": f"JWT access tokens of {jwt.issuer} for the audience {jwt.audience}: "
+        f"{jwt.read_scope} lists and reads, {jwt.write_scope} does everything.",
+    }
+    document["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.read_scope]}]
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and operation.get("operationId") in WRITE_OPERATIONS:
+                operation["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.write_scope]}]
+    return document
 
 
 def _mount_point(suffix: str) -> str:
@@ -80,7 +110,9 @@ def _mount_point(suffix: str) -> str:
 
 
 def openapi() -> Response:
-    return Response(document_bytes(_mount_point("/openapi.json")), mimetype="application/json")
+    access_tokens = current_app.extensions["plants"].auth.access_tokens
+    jwt = None if access_tokens is None else access_tokens.settings
+    return Response(document_bytes(_mount_point("/openapi.json"), jwt), mimetype="application/json")
 
 
 def _require_docs_enabled() -> None:

@@ -45,15 +45,35 @@ class PlantNotFound(NotFound):
 
 
 class _BearerChallenge(HTTPException):
-    """Adds the RFC 6750 `WWW-Authenticate: Bearer` challenge to the response."""
+    """Adds the RFC 6750 `WWW-Authenticate: Bearer` challenge to the response.
+
+    `reason` names the refusal in the metrics (`plants_auth_refusals_total{reason}`); a JWT
+    refusal also says which check failed (`error_description`) and which scope was needed.
+    """
 
     oauth_error: str | None = None
 
-    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
-        challenge = f'Bearer realm="{REALM}"'
+    def __init__(
+        self,
+        description: str,
+        *,
+        reason: str,
+        error_description: str | None = None,
+        scope: str | None = None,
+    ) -> None:
+        super().__init__(description)
+        self.reason = reason
+        # Fixed texts of this module's callers: never a token, and never a quote or backslash.
+        self.challenge = f'Bearer realm="{REALM}"'
         if self.oauth_error:
-            challenge += f', error="{self.oauth_error}"'
-        return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", challenge)]
+            self.challenge += f', error="{self.oauth_error}"'
+        if error_description:
+            self.challenge += f', error_description="{error_description}"'
+        if scope:
+            self.challenge += f', scope="{scope}"'
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", self.challenge)]
 
 
 class MissingCredentials(_BearerChallenge, Unauthorized):
@@ -69,7 +89,7 @@ class MalformedCredentials(_BearerChallenge, BadRequest):
 
 
 class InsufficientScope(_BearerChallenge, Forbidden):
-    """A read-only token on a write (RFC 6750 §3.1)."""
+    """A read-only token on a write, or a JWT without the operation's scope (RFC 6750 §3.1)."""
 
     oauth_error = "insufficient_scope"
 

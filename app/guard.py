@@ -15,7 +15,6 @@ from redis.exceptions import RedisError
 from werkzeug.exceptions import MethodNotAllowed, ServiceUnavailable
 
 from . import docs
-from .auth import READ_ONLY_TOKEN, check_credentials
 from .errors import error_response
 from .metrics import count_store_error, start_timer
 from .rate_limits import RateLimitExceeded, remember
@@ -50,23 +49,26 @@ def guard() -> Response | None:
         return None
     if req.method == "HEAD" and view in ALLOWED_METHODS:
         return error_response(MethodNotAllowed(valid_methods=ALLOWED_METHODS[view]))
-    problem, token = check_credentials(environ.get("HTTP_AUTHORIZATION"), state.tokens)
+    problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
     limits = state.rate_limits
-    if limits is not None:
+    # A 503 (the provider's keys not loaded yet) is not the client's failure.
+    if limits is not None and (problem is None or problem.code != 503):
         try:
             if problem is not None:
                 limits.check_auth_failure(req.remote_addr)
             elif view in OPERATIONS:
-                remember(environ, limits.check_token(token))
+                remember(environ, limits.check_token(caller.limit_key))
         except RateLimitExceeded as exc:
             return error_response(exc)
         except StorageError as exc:
             return error_response(store_unavailable(limit_store_unavailable(exc)))
-    if problem is not None:
-        return error_response(problem)
-    if view in WRITES and not state.tokens[token]:
-        return error_response(READ_ONLY_TOKEN)
-    return None
+    if problem is None:
+        problem = caller.write_refusal if view in WRITES else caller.read_refusal
+        if problem is None:
+            return None
+    if state.metrics is not None:
+        state.metrics.count_refusal(problem.reason)
+    return error_response(problem)
 
 
 def limit_store_unavailable(exc: StorageError) -> StoreUnavailableError:

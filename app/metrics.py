@@ -7,6 +7,11 @@ Per application (in `extensions["plants"]`): its own registry with
   routes, refusals included;
 - `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `connection`,
   `read_only`, `needs_migration`, `cluster`, `replication`, `other`);
+- `plants_auth_refusals_total{reason}`: refused authentications and authorizations, by reason
+  (`missing`, `not_bearer`, `malformed`, `not_accepted`, `read_only`, `insufficient_scope`, and
+  for JWT access tokens `expired`, `not_yet_valid`, `wrong_issuer`, `wrong_audience`,
+  `bad_signature`, `unknown_key`, `algorithm_not_allowed`, `wrong_type`, `missing_claim`,
+  `keys_unavailable`);
 - `plants_stored`: how many plants the store holds, read from the store at scrape time.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
@@ -62,6 +67,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.auth_refusals = Counter(
+            "plants_auth_refusals",
+            "Requests refused by authentication or authorization, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._refusal_children: dict[str, Any] = {}
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
@@ -84,6 +96,13 @@ class Metrics:
             )
         children[0].inc()
         children[1].observe(time.perf_counter() - started)
+
+    def count_refusal(self, reason: str) -> None:
+        """Count one refused request; the reasons are a fixed set of the auth package's."""
+        child = self._refusal_children.get(reason)
+        if child is None:
+            child = self._refusal_children[reason] = self.auth_refusals.labels(reason)
+        child.inc()
 
     def exposition_registry(self) -> CollectorRegistry:
         """This process's registry, or, in multiprocess mode, one that sums every worker's files."""

@@ -4,7 +4,8 @@ Two limits, each off until set, each on the blueprint's routes only:
 
 - `PLANTS_RATE_LIMIT`: requests per token to the four plant operations, reads included (a token
   may carry its own, `token@limit`). Keyed by a fingerprint of the token, so no token is ever
-  written to the limit store.
+  written to the limit store; a JWT access token counts under its issuer and subject, so a
+  client's fresh tokens share one budget.
 - `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix).
 
 The counters live where the plants live: a per-app memory storage with the memory store, the same
@@ -27,6 +28,9 @@ from typing import Any, NamedTuple
 
 from flask import Response
 from werkzeug.exceptions import TooManyRequests
+
+#: Token keys and window ends remembered per process, at most.
+MAX_REMEMBERED_KEYS = 100_000
 
 
 class LimitState(NamedTuple):
@@ -98,12 +102,17 @@ class RateLimits:
         self._token_keys: dict[bytes, str] = {}
 
     def check_token(self, token: bytes) -> LimitState | None:
-        """Count a request by `token`; raise RateLimitExceeded past its limit."""
+        """Count a request by `token` (a static token, or a JWT's subject key); raise
+        RateLimitExceeded past its limit."""
         limits = self._overrides.get(token, self._per_token)
         if not limits:
             return None
         key = self._token_keys.get(token)
         if key is None:
+            if len(self._token_keys) >= MAX_REMEMBERED_KEYS:
+                # JWT subjects are not a fixed set: forget, rather than grow without bound.
+                self._token_keys.clear()
+                self._window_ends.clear()
             key = self._token_keys[token] = "token:" + hashlib.sha256(token).hexdigest()[:24]
         message = "Too many requests for this token; retry after Retry-After seconds."
         return self._hit(limits, key, message, self._window_ends)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app
 
+from .auth.access_tokens import KEYS_NOT_LOADED
 from .errors import error_response
 from .guard import store_unavailable
-from .state import get_store
+from .state import EXTENSION, get_store
 from .store import StoreUnavailableError
 
 bp = Blueprint("service", __name__)
@@ -22,9 +23,12 @@ def healthz() -> dict[str, str]:
 
 @bp.get("/readyz")
 def readyz() -> Response | dict[str, str]:
-    """Ready when the plant store answers a PING within its timeout (memory always does)."""
+    """Ready when the plant store answers a PING within its timeout (memory always does), and,
+    with JWT access tokens on, once the identity provider's keys were loaded."""
     try:
         get_store(current_app).ping()
     except StoreUnavailableError as exc:
         return error_response(store_unavailable(exc))
+    if not current_app.extensions[EXTENSION].auth.ready:
+        return error_response(KEYS_NOT_LOADED)
     return {"status": "ok"}

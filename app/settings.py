@@ -31,6 +31,14 @@ DEFAULTS: dict[str, Any] = {
     "PLANTS_AUTH_FAILURE_LIMIT": None,
     "PLANTS_DOCS": True,
     "PLANTS_METRICS": True,
+    # JWT access tokens from an identity provider (app/auth/jwt_settings.py): off until an issuer is set.
+    "PLANTS_JWT_ISSUER": None,
+    "PLANTS_JWT_AUDIENCE": None,
+    "PLANTS_JWKS_URL": None,
+    "PLANTS_JWT_ALGORITHMS": "RS256,ES256",
+    "PLANTS_JWT_LEEWAY": 30,
+    "PLANTS_JWT_READ_SCOPE": "plants:read",
+    "PLANTS_JWT_WRITE_SCOPE": "plants:write",
 }
 
 # RFC 6750 §2.1 b64token: the only characters a bearer token can have.
@@ -148,18 +156,20 @@ class TokenSettings(NamedTuple):
     limits: dict[str, str]
 
 
-def token_settings(config: Mapping[str, Any]) -> TokenSettings:
+def token_settings(config: Mapping[str, Any], *, required: bool = True) -> TokenSettings:
     """The accepted bearer tokens, full and read-only, and the ones with a rate limit of their own.
 
     Each list is read from its setting, else from the lines of its `_FILE`. Fails closed: raises
-    ConfigurationError when no full-access token is configured, and when a token is in both lists.
+    ConfigurationError when no full-access token is configured (unless not `required`: JWT
+    access tokens are on), and when a token is in both lists.
     """
     full, limits = _token_list(config, "PLANTS_API_TOKENS")
-    if not full:
+    if not full and required:
         raise ConfigurationError(
             "PLANTS_API_TOKENS",
             "is not set, and no API token is configured: set it (comma-separated tokens) "
-            "or {PLANTS_API_TOKENS_FILE} (a file with one token per line). There is no default token.",
+            "or {PLANTS_API_TOKENS_FILE} (a file with one token per line), or turn on JWT access "
+            "tokens with {PLANTS_JWT_ISSUER}. There is no default token.",
         )
     read_only, read_limits = _token_list(config, "PLANTS_READ_TOKENS")
     both = set(full) & set(read_only)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from flask import Flask
 
+from .auth import Authenticator, authenticator_for
 from .metrics import Metrics
 from .rate_limits import RateLimits, limits_storage_options, limits_storage_uri
 from .settings import (
@@ -20,7 +21,6 @@ from .settings import (
     seconds_setting,
     store_prefix,
     store_url,
-    token_settings,
 )
 from .split_guard import SplitStoreGuard
 from .store import PlantStore, store_from_url
@@ -32,8 +32,8 @@ EXTENSION = "plants"
 class PlantsState:
     """Everything the blueprint keeps per application."""
 
-    #: Every accepted token, and whether it may write (create and delete) or only read.
-    tokens: dict[bytes, bool]
+    #: The accepted tokens, static and (when an issuer is set) JWT, and what each may do.
+    auth: Authenticator
     store: PlantStore
     metrics: Metrics | None
     rate_limits: RateLimits | None
@@ -46,7 +46,7 @@ class PlantsState:
 def state_for(app: Flask) -> PlantsState:
     """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
     config = app.config
-    tokens = token_settings(config)
+    auth, token_limits = authenticator_for(config)
     url = store_url(config)
     prefix = store_prefix(config)
     connect_timeout = seconds_setting(config, "PLANTS_STORE_CONNECT_TIMEOUT")
@@ -66,20 +66,17 @@ def state_for(app: Flask) -> PlantsState:
     per_token = rate_limit_setting(config, "PLANTS_RATE_LIMIT")
     auth_failures = rate_limit_setting(config, "PLANTS_AUTH_FAILURE_LIMIT")
     rate_limits = None
-    if per_token or tokens.limits or auth_failures:
+    if per_token or token_limits or auth_failures:
         rate_limits = RateLimits(
             storage_uri=limits_storage_uri(url),
             storage_options=limits_storage_options(url, timeout=timeout, connect_timeout=connect_timeout),
             key_prefix=f"{prefix}:limits",
             per_token=per_token,
-            token_overrides=tokens.limits,
+            token_overrides=token_limits,
             auth_failures=auth_failures,
         )
     return PlantsState(
-        tokens={
-            **{token.encode("ascii"): True for token in tokens.full},
-            **{token.encode("ascii"): False for token in tokens.read_only},
-        },
+        auth=auth,
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
         rate_limits=rate_limits,

@@ -1,0 +1,57 @@
+"""Who is calling, and what it may do: bearer tokens (RFC 6750), static or JWT access tokens.
+
+Static tokens (PLANTS_API_TOKENS, PLANTS_READ_TOKENS) and, when PLANTS_JWT_ISSUER is set, JWT
+access tokens from an identity provider (RFC 9068) work side by side: a token that is not one of
+the static ones and looks like a JWS is verified as an access token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..settings import token_settings
+from .access_tokens import AccessTokens
+from .caller import Caller, Outcome
+from .jwks import KeySet
+from .jwt_settings import JwtSettings, jwt_settings
+from .static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+
+__all__ = ["READ_ONLY_TOKEN", "Authenticator", "Caller", "JwtSettings", "Outcome", "authenticator_for"]
+
+
+class Authenticator:
+    """One application's accepted tokens."""
+
+    def __init__(self, static: StaticTokens, access_tokens: AccessTokens | None) -> None:
+        self.static = static
+        self.access_tokens = access_tokens
+
+    def authenticate(self, header: str | None) -> Outcome:
+        """The caller of an Authorization header value, or why it is refused."""
+        problem, token = bearer_token(header)
+        if problem is not None:
+            return problem, None
+        caller = self.static.caller(token)
+        if caller is not None:
+            return None, caller
+        if self.access_tokens is not None and token.count(".") == 2:
+            return self.access_tokens.verify(token)
+        return TOKEN_NOT_ACCEPTED, None
+
+    @property
+    def ready(self) -> bool:
+        """False until the provider's keys were loaded once (always True without JWT)."""
+        return self.access_tokens is None or self.access_tokens.keys.loaded
+
+
+def authenticator_for(config: Mapping[str, Any]) -> tuple[Authenticator, dict[str, str]]:
+    """The accepted tokens of `config`, and the static tokens' own rate limits."""
+    jwt = jwt_settings(config)
+    tokens = token_settings(config, required=jwt is None)
+    access_tokens = None
+    if jwt is not None:
+        keys = KeySet(discovery_url=jwt.discovery_url, jwks_url=jwt.jwks_url, issuer=jwt.issuer)
+        keys.start()
+        access_tokens = AccessTokens(jwt, keys)
+    return Authenticator(StaticTokens(tokens.full, tokens.read_only), access_tokens), tokens.limits

@@ -1,0 +1,161 @@
+"""JWT access tokens (RFC 9068) verified with PyJWT against the provider's keys, and their scopes.
+
+A verified token is cached (an LRU keyed by its SHA-256, never past its `exp`, and dropped when
+the keys change), so a client's repeated requests do not each pay a signature check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+from werkzeug.exceptions import HTTPException, ServiceUnavailable
+
+from ..errors import InsufficientScope, InvalidToken
+from .caller import Caller, Outcome
+from .jwks import KeySet
+from .jwt_settings import JwtSettings
+
+CACHE_SIZE = 10_000
+#: RFC 9068 §4: an access token's `typ`; "JWT" as many providers send; absent is accepted too.
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt", "jwt"})
+
+
+def _refusal(reason: str, description: str) -> InvalidToken:
+    return InvalidToken(
+        f"The bearer token is not accepted: {description}.", reason=reason, error_description=description
+    )
+
+
+# Each says which check failed, and never holds the token or a claim's value.
+MALFORMED = _refusal("malformed", "the token is malformed")
+WRONG_TYPE = _refusal("wrong_type", "the token is not an access token (typ)")
+ALGORITHM_NOT_ALLOWED = _refusal("algorithm_not_allowed", "the signing algorithm is not allowed")
+UNKNOWN_KEY = _refusal("unknown_key", "the token names no known signing key")
+BAD_SIGNATURE = _refusal("bad_signature", "the signature does not verify")
+EXPIRED = _refusal("expired", "the token has expired")
+NOT_YET_VALID = _refusal("not_yet_valid", "the token is not yet valid")
+WRONG_ISSUER = _refusal("wrong_issuer", "the token is from another issuer")
+WRONG_AUDIENCE = _refusal("wrong_audience", "the token is meant for another audience")
+MISSING_CLAIM = _refusal("missing_claim", "the token lacks a required claim (exp, iss or aud)")
+_DECODE_REFUSALS: list[tuple[type[Exception], InvalidToken]] = [
+    (jwt.ExpiredSignatureError, EXPIRED),
+    (jwt.ImmatureSignatureError, NOT_YET_VALID),
+    (jwt.InvalidIssuerError, WRONG_ISSUER),
+    (jwt.InvalidAudienceError, WRONG_AUDIENCE),
+    (jwt.MissingRequiredClaimError, MISSING_CLAIM),
+    (jwt.InvalidSignatureError, BAD_SIGNATURE),
+]
+
+
+class KeysNotLoaded(ServiceUnavailable):
+    reason = "keys_unavailable"
+
+
+KEYS_NOT_LOADED = KeysNotLoaded(
+    "The identity provider's signing keys are not loaded yet; retry shortly.", retry_after=2
+)
+
+
+class AccessTokens:
+    """Verifies one provider's access tokens and gives each its caller, by its scopes."""
+
+    def __init__(self, settings: JwtSettings, keys: KeySet, clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.keys, self._clock = settings, keys, clock
+        self._options: Any = {"require": ["exp", "iss", "aud"]}
+        self._cache: OrderedDict[bytes, tuple[float, int, Caller]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._needs_read = InsufficientScope(
+            f"This token lacks the scope {settings.read_scope} (or {settings.write_scope}).",
+            reason="insufficient_scope",
+            scope=settings.read_scope,
+        )
+        self._needs_write = InsufficientScope(
+            f"This token may not create or delete: that needs the scope {settings.write_scope}.",
+            reason="insufficient_scope",
+            scope=settings.write_scope,
+        )
+
+    def verify(self, token: str) -> Outcome:
+        """The caller of a valid token, or why it is refused."""
+        digest = hashlib.sha256(token.encode("ascii")).digest()
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(digest)
+            if cached is not None and cached[0] > now and cached[1] == self.keys.generation:
+                self._cache.move_to_end(digest)
+                return None, cached[2]
+        if not self.keys.loaded:
+            return KEYS_NOT_LOADED, None
+        generation = self.keys.generation
+        problem, claims = self._check(token)
+        if problem is not None:
+            return problem, None
+        caller = self._caller(claims)
+        with self._lock:
+            self._cache[digest] = (float(claims["exp"]), generation, caller)
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return None, caller
+
+    def _check(self, token: str) -> tuple[HTTPException | None, dict[str, Any]]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            return MALFORMED, {}
+        algorithm = header.get("alg")
+        if not isinstance(algorithm, str) or algorithm not in self.settings.algorithms:
+            return ALGORITHM_NOT_ALLOWED, {}
+        typ = header.get("typ")
+        if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES):
+            return WRONG_TYPE, {}
+        key, known = self.keys.find(header.get("kid"), algorithm)
+        if key is None:
+            # A known kid whose key does not fit the algorithm (an RSA key for ES256, say).
+            return (ALGORITHM_NOT_ALLOWED if known and "kid" in header else UNKNOWN_KEY), {}
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[algorithm],
+                audience=self.settings.audience,
+                issuer=self.settings.issuer,
+                leeway=self.settings.leeway,
+                options=self._options,
+            )
+        except jwt.InvalidTokenError as exc:
+            refusal = next(
+                (refusal for kind, refusal in _DECODE_REFUSALS if isinstance(exc, kind)), MALFORMED
+            )
+            return refusal, {}
+        if not isinstance(claims.get("exp"), (int, float)):
+            return MALFORMED, {}
+        return None, claims
+
+    def _caller(self, claims: dict[str, Any]) -> Caller:
+        scopes = _scopes(claims)
+        subject = f"{claims.get('iss')}\0{claims.get('sub') or claims.get('client_id') or ''}"
+        write = self.settings.write_scope in scopes
+        read = write or self.settings.read_scope in scopes
+        return Caller(
+            b"jwt:" + hashlib.sha256(subject.encode()).hexdigest().encode(),
+            None if read else self._needs_read,
+            None if write else self._needs_write,
+        )
+
+
+def _scopes(claims: dict[str, Any]) -> frozenset[str]:
+    """`scope` (RFC 9068 §2.2.3: a space-separated string) or `scp` (an array, or such a string)."""
+    scopes: set[str] = set()
+    for name in ("scope", "scp"):
+        value = claims.get(name)
+        if isinstance(value, str):
+            scopes.update(value.split())
+        elif isinstance(value, list):
+            scopes.update(item for item in value if isinstance(item, str))
+    return frozenset(scopes)

@@ -1,0 +1,23 @@
+"""An authenticated caller: what it may do, and the key its rate limit counts under."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from werkzeug.exceptions import HTTPException
+
+
+class Caller(NamedTuple):
+    """Built once per static token, and once per verified JWT (then cached with it)."""
+
+    #: The rate limit's key: a static token itself (it may carry its own limit), or a JWT's
+    #: issuer and subject, so that a client's fresh tokens share one budget.
+    limit_key: bytes
+    #: The refusal of a read, or None when the caller may read.
+    read_refusal: HTTPException | None
+    #: The refusal of a write (create, delete), or None when the caller may write.
+    write_refusal: HTTPException | None
+
+
+#: An authentication's outcome: the refusal, or None and the caller.
+Outcome = tuple[HTTPException | None, Caller | None]

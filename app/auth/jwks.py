@@ -1,0 +1,243 @@
+"""The identity provider's signing keys (a JWKS): fetched, cached, refreshed and rotated.
+
+- First fetched at startup in a background thread, so a worker serves static tokens (and answers
+  /readyz) without waiting for the provider. Until keys were loaded once, a JWT is answered 503.
+- Cached for the JWKS answer's `Cache-Control: max-age`, kept within 1 minute and 1 day (10
+  minutes without one), then refreshed in the background while the cached keys keep working.
+- A token naming an unknown `kid` refetches at once, but at most once per 30 s per process:
+  a flood of random `kid`s cannot make the service hammer the provider.
+- If the provider is down, the cached keys keep working; a refresh is retried after 30 s.
+
+Every fetch has one deadline of 2 s for the whole exchange, not per read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from jwt import PyJWK, PyJWKSet
+from jwt.exceptions import PyJWKSetError
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT = 2.0
+REFETCH_INTERVAL = 30.0
+DEFAULT_MAX_AGE = 600.0
+MIN_MAX_AGE, MAX_MAX_AGE = 60.0, 86400.0
+MAX_DOCUMENT_BYTES = 1 << 20
+_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
+
+#: Which key types sign with which algorithms (RFC 7518 §3.1, RFC 8037): a token whose algorithm
+#: does not fit its key's type is refused, whatever the algorithm list says.
+KEY_FAMILIES = {
+    "RS256": ("RSA", None), "RS384": ("RSA", None), "RS512": ("RSA", None),
+    "PS256": ("RSA", None), "PS384": ("RSA", None), "PS512": ("RSA", None),
+    "ES256": ("EC", "P-256"), "ES384": ("EC", "P-384"), "ES512": ("EC", "P-521"),
+    "EdDSA": ("OKP", None),
+}  # fmt: skip
+
+
+class FetchError(Exception):
+    """The provider did not give a usable document; the message never holds a secret."""
+
+
+def fits(key: PyJWK, algorithm: str) -> bool:
+    """Whether `key` may verify a signature made with `algorithm`."""
+    kty, crv = KEY_FAMILIES.get(algorithm, (None, None))
+    data = key._jwk_data
+    if kty is None or data.get("kty") != kty or (crv is not None and data.get("crv") != crv):
+        return False
+    return data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
+
+
+class KeySet:
+    """One process's copy of the provider's keys."""
+
+    def __init__(
+        self,
+        *,
+        discovery_url: str,
+        jwks_url: str | None,
+        issuer: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
+        self._clock = clock
+        self._keys: list[PyJWK] | None = None
+        #: Bumped whenever the keys change: tokens verified under older keys are checked again.
+        self.generation = 0
+        self._fresh_until = 0.0
+        self._last_unknown_kid_fetch = -REFETCH_INTERVAL
+        self._fetch_lock = threading.Lock()
+        self._refetch_lock = threading.Lock()
+        self._loader_pid: int | None = None
+        self._refreshing = False
+
+    @property
+    def loaded(self) -> bool:
+        """Whether keys were ever loaded; if not, (re)starts the background load in this process."""
+        if self._keys is None:
+            self.start()
+        return self._keys is not None
+
+    def start(self) -> None:
+        """Load the keys in the background, once per process (a forked worker starts its own)."""
+        if self._loader_pid == os.getpid():
+            return
+        self._loader_pid = os.getpid()
+        threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
+
+    def _load_until_loaded(self) -> None:
+        delay = 0.5
+        while self._keys is None and not self.refresh():
+            time.sleep(delay)
+            delay = min(delay * 2, REFETCH_INTERVAL)
+
+    def find(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
+        """The key that verifies a token's signature, and whether `kid` names a known key at all.
+
+        A token without `kid` uses the one key that fits its algorithm, if there is exactly one.
+        An unknown `kid` refetches the keys at once, at most once per REFETCH_INTERVAL.
+        """
+        now = self._clock()
+        if now >= self._fresh_until:
+            self._refresh_in_background()
+        key, known = self._match(kid, algorithm)
+        if kid is not None and not known and self._may_refetch(now) and self.refresh(wait=FETCH_TIMEOUT):
+            key, known = self._match(kid, algorithm)
+        return key, known
+
+    def _may_refetch(self, now: float) -> bool:
+        with self._refetch_lock:
+            if now - self._last_unknown_kid_fetch < REFETCH_INTERVAL:
+                return False
+            self._last_unknown_kid_fetch = now
+            return True
+
+    def _match(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
+        keys = self._keys or []
+        if kid is None:
+            fitting = [key for key in keys if fits(key, algorithm)]
+            return (fitting[0] if len(fitting) == 1 else None), bool(fitting)
+        named = [key for key in keys if key.key_id == kid]
+        return next((key for key in named if fits(key, algorithm)), None), bool(named)
+
+    def _refresh_in_background(self) -> None:
+        if self._refreshing or self._keys is None:
+            return
+        self._refreshing = True
+        threading.Thread(target=self.refresh, name="plants-jwks-refresh", daemon=True).start()
+
+    def refresh(self, wait: float = -1) -> bool:
+        """Fetch the keys now (one fetch at a time); whether they were loaded."""
+        if not self._fetch_lock.acquire(timeout=wait):
+            return False
+        try:
+            keys, max_age = self._fetch()
+        except FetchError as exc:
+            log.warning("Could not fetch the identity provider's keys: %s", exc)
+            # The cached keys keep working; try again later, not on every request.
+            self._fresh_until = self._clock() + REFETCH_INTERVAL
+            return False
+        finally:
+            self._refreshing = False
+            self._fetch_lock.release()
+        if self._keys is None or _fingerprint(keys) != _fingerprint(self._keys):
+            self._keys = keys
+            self.generation += 1
+            log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
+        self._fresh_until = self._clock() + max_age
+        return True
+
+    def _fetch(self) -> tuple[list[PyJWK], float]:
+        deadline = time.monotonic() + FETCH_TIMEOUT
+        if self._jwks_url is None:
+            discovery, _ = fetch_json(self._discovery_url, deadline)
+            if discovery.get("issuer") != self._issuer:
+                raise FetchError(f"the discovery document at {self._discovery_url} names another issuer")
+            jwks_uri = discovery.get("jwks_uri")
+            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
+                raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
+            self._jwks_url = jwks_uri
+        document, max_age = fetch_json(self._jwks_url, deadline)
+        try:
+            keys = PyJWKSet.from_dict(document).keys
+        except (PyJWKSetError, TypeError, ValueError, AttributeError) as exc:
+            raise FetchError(
+                f"the JWKS at {self._jwks_url} has no usable key ({type(exc).__name__})"
+            ) from None
+        return keys, max_age
+
+
+def _fingerprint(keys: list[PyJWK]) -> list[str]:
+    return sorted(json.dumps(key._jwk_data, sort_keys=True) for key in keys)
+
+
+def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
+    """GET a JSON object; with its max-age in seconds (Cache-Control, clamped), within `deadline`."""
+    parts = urlsplit(url)
+    remaining = max(0.01, deadline - time.monotonic())
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        connection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=remaining, context=ssl.create_default_context()
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=remaining)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        connection.request("GET", target, headers={"Accept": "application/json"})
+        _bound(connection, deadline)
+        response = connection.getresponse()
+        body = bytearray()
+        while len(body) <= MAX_DOCUMENT_BYTES:
+            _bound(connection, deadline)
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            body += chunk
+    except (OSError, http.client.HTTPException) as exc:
+        raise FetchError(f"{url} did not answer in time ({type(exc).__name__})") from None
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise FetchError(f"{url} answered {response.status}")
+    if len(body) > MAX_DOCUMENT_BYTES:
+        raise FetchError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise FetchError(f"{url} did not answer JSON") from None
+    if not isinstance(document, dict):
+        raise FetchError(f"{url} did not answer a JSON object")
+    return document, _max_age(response.getheader("Cache-Control"))
+
+
+def _bound(connection: http.client.HTTPConnection, deadline: float) -> None:
+    """Every read gets only what is left of the deadline, so a slow drip cannot stretch it."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    if connection.sock is not None:
+        connection.sock.settimeout(remaining)
+
+
+def _max_age(cache_control: str | None) -> float:
+    """How long to keep a JWKS: its max-age within 1 minute and 1 day; no-cache is the minute."""
+    cache_control = cache_control or ""
+    if re.search(r"no-(?:cache|store)", cache_control, re.IGNORECASE):
+        return MIN_MAX_AGE
+    match = _MAX_AGE.search(cache_control)
+    if match is None:
+        return DEFAULT_MAX_AGE
+    return min(max(float(match.group(1)), MIN_MAX_AGE), MAX_MAX_AGE)

@@ -1,0 +1,69 @@
+"""The bearer header (RFC 6750 §2.1) and the static tokens of PLANTS_API_TOKENS and PLANTS_READ_TOKENS."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from werkzeug.exceptions import HTTPException
+
+from ..errors import InsufficientScope, InvalidToken, MalformedCredentials, MissingCredentials
+from ..settings import TOKEN_SYNTAX
+from .caller import Caller
+
+
+def accepted_token(token: str, accepted: Iterable[bytes]) -> bytes | None:
+    """The accepted token equal to `token`, comparing with every one in constant time."""
+    presented = token.encode("ascii")
+    matched = None
+    for candidate in accepted:
+        if hmac.compare_digest(candidate, presented):
+            matched = candidate
+    return matched
+
+
+# The refusals, built once: they are only read (by error_response), never raised, so
+# requests can share them. Building one per refusal was a third of the 401 path's own work.
+NO_CREDENTIALS = MissingCredentials(
+    "This operation needs an 'Authorization: Bearer <token>' header.", reason="missing"
+)
+NOT_BEARER = MissingCredentials("The Authorization header must use the Bearer scheme.", reason="not_bearer")
+MALFORMED_TOKEN = MalformedCredentials(
+    "The bearer token is empty or is not a valid token.", reason="malformed"
+)
+TOKEN_NOT_ACCEPTED = InvalidToken("The bearer token is not accepted.", reason="not_accepted")
+READ_ONLY_TOKEN = InsufficientScope(
+    "This bearer token may only read: creating and deleting need a full-access token.",
+    reason="read_only",
+)
+
+
+def bearer_token(header: str | None) -> tuple[HTTPException | None, str]:
+    """The token of an Authorization header value, or why the header is refused."""
+    if header is None:
+        return NO_CREDENTIALS, ""
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return NOT_BEARER, ""
+    token = credentials.strip(" ")
+    if not TOKEN_SYNTAX.fullmatch(token):
+        return MALFORMED_TOKEN, ""
+    return None, token
+
+
+class StaticTokens:
+    """The configured tokens, each with its caller: full access, or read-only."""
+
+    def __init__(self, full: Iterable[str], read_only: Iterable[str]) -> None:
+        self.callers: dict[bytes, Caller] = {}
+        for token in full:
+            key = token.encode("ascii")
+            self.callers[key] = Caller(key, None, None)
+        for token in read_only:
+            key = token.encode("ascii")
+            self.callers[key] = Caller(key, None, READ_ONLY_TOKEN)
+
+    def caller(self, token: str) -> Caller | None:
+        """The caller of `token`, compared with every configured token in constant time."""
+        matched = accepted_token(token, self.callers)
+        return None if matched is None else self.callers[matched]

@@ -1,0 +1,531 @@
+"""JWT access tokens from a real local identity provider (tests/issuer.py), beside static tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from app import ConfigurationError, create_app
+from tests.helpers import error_of
+from tests.issuer import AUDIENCE, Issuer, SigningKey
+from tests.servers import TOKEN
+
+PLANT = {"id": 7, "name": "Fern", "tag": "green"}
+READ_ONLY_STATIC = "read-only-token"
+
+
+@pytest.fixture
+def issuer():
+    provider = Issuer()
+    yield provider
+    provider.stop()
+
+
+def wait_until_ready(app, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not app.extensions["plants"].auth.ready:
+        assert time.monotonic() < deadline, "the provider's keys were not loaded"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def make_jwt_app(issuer, store_settings):
+    """A service on the store under test with JWT access tokens from `issuer`, keys loaded."""
+
+    def make(wait: bool = True, **settings):
+        app = create_app(
+            {
+                "TESTING": True,
+                "PLANTS_API_TOKENS": TOKEN,
+                "PLANTS_READ_TOKENS": READ_ONLY_STATIC,
+                "PLANTS_JWT_ISSUER": issuer.url,
+                "PLANTS_JWT_AUDIENCE": AUDIENCE,
+                **store_settings,
+                **settings,
+            }
+        )
+        if wait:
+            wait_until_ready(app)
+        return app
+
+    return make
+
+
+@pytest.fixture(params=["memory"])
+def store_settings(request):
+    """Authentication does not depend on the store: memory, but where a test asks for both."""
+    return {}
+
+
+@pytest.fixture
+def client(make_jwt_app):
+    return make_jwt_app().test_client()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def refused(response, description: str) -> None:
+    """401 invalid_token saying which check failed, and never the token."""
+    error_of(response, 401)
+    assert response.headers["WWW-Authenticate"] == (
+        f'Bearer realm="plants", error="invalid_token", error_description="{description}"'
+    )
+
+
+# --- The operations and their scopes --------------------------------------------------------
+
+OPERATIONS = {
+    "create": ("POST", "/plants", PLANT, True, 200),
+    "list": ("GET", "/plants", None, False, 200),
+    "get": ("GET", "/plants/7", None, False, 200),
+    "delete": ("DELETE", "/plants/7", None, True, 204),
+    "metrics": ("GET", "/metrics", None, False, 200),
+}
+
+
+@pytest.mark.parametrize(
+    ("claims", "may_read", "may_write"),
+    [
+        ({"scope": "plants:read"}, True, False),
+        ({"scope": "openid plants:write"}, True, True),
+        ({"scope": "plants:read plants:write"}, True, True),
+        ({"scope": None, "scp": ["plants:read"]}, True, False),
+        ({"scope": None, "scp": ["plants:write", "other"]}, True, True),
+        ({"scope": None, "scp": "plants:read"}, True, False),
+        ({"scope": "profile plants:readx"}, False, False),
+        ({"scope": None}, False, False),
+    ],
+    ids=["read", "write", "both", "scp-read", "scp-write", "scp-string", "other", "none"],
+)
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+def test_scopes_on_every_operation(issuer, make_jwt_app, claims, may_read, may_write, operation):
+    app = make_jwt_app()
+    client = app.test_client()
+    client.post("/plants", json=PLANT, headers=bearer(TOKEN))
+    method, path, body, writes, ok = OPERATIONS[operation]
+    response = client.open(path, method=method, json=body, headers=bearer(issuer.token(**claims)))
+    needed = "plants:write" if writes else "plants:read"
+    if may_write if writes else may_read:
+        assert response.status_code == ok, response.get_data()
+    else:
+        assert needed in error_of(response, 403)["message"]
+        assert response.headers["WWW-Authenticate"] == (
+            f'Bearer realm="plants", error="insufficient_scope", scope="{needed}"'
+        )
+    # A refused delete changed nothing.
+    assert len(app.extensions["plants"].store) == (0 if operation == "delete" and may_write else 1)
+
+
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_jwt_and_static_tokens_side_by_side(issuer, make_jwt_app):
+    client = make_jwt_app().test_client()
+    writer, reader = issuer.token(), issuer.token(scope="plants:read")
+    assert client.post("/plants", json=PLANT, headers=bearer(writer)).get_json() == {
+        "name": "Fern",
+        "tag": "green",
+    }
+    assert client.get("/plants/7", headers=bearer(reader)).status_code == 200
+    assert client.get("/plants/7", headers=bearer(TOKEN)).get_json() == {"name": "Fern", "tag": "green"}
+    assert client.get("/plants", headers=bearer(READ_ONLY_STATIC)).status_code == 200
+    static_refusal = client.delete("/plants/7", headers=bearer(READ_ONLY_STATIC))
+    assert static_refusal.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="insufficient_scope"'
+    assert client.delete("/plants/7", headers=bearer(writer)).status_code == 204
+    # A wrong static token is refused as before, without a JWT check's description.
+    response = client.get("/plants", headers=bearer("not-a-token"))
+    assert response.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_token"'
+
+
+def test_static_store_with_jwt_alone_needs_no_static_token(issuer):
+    app = create_app({"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE})
+    wait_until_ready(app)
+    client = app.test_client()
+    assert client.post("/plants", json=PLANT, headers=bearer(issuer.token())).status_code == 200
+
+
+# --- Each refusal ------------------------------------------------------------------------------
+
+
+def _hs256_with_public_key(issuer: Issuer) -> str:
+    """The classic confusion attack: HS256 'signed' with the RSA public key as the secret."""
+    key = issuer.keys[0]
+    pem = key.private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    header = _b64({"alg": "HS256", "typ": "at+jwt", "kid": key.kid})
+    payload = _b64(_claims(issuer))
+    import hashlib
+    import hmac
+
+    signature = hmac.new(pem, f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    return f"{header}.{payload}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def _alg_none(issuer: Issuer) -> str:
+    header = _b64({"alg": "none", "typ": "at+jwt", "kid": issuer.keys[0].kid})
+    return f"{header}.{_b64(_claims(issuer))}."
+
+
+def _b64(value: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+def _claims(issuer: Issuer) -> dict:
+    now = int(time.time())
+    return {"iss": issuer.url, "aud": AUDIENCE, "sub": "x", "exp": now + 300, "scope": "plants:write"}
+
+
+def _signed_by_another_key_same_kid(issuer: Issuer) -> str:
+    impostor = SigningKey("RSA", kid=issuer.keys[0].kid, number=5)
+    return issuer.token(key=impostor)
+
+
+def _rs256_named_ec_key(issuer: Issuer) -> str:
+    """An RS256 token whose kid names the provider's EC key: the algorithm does not fit the key."""
+    rsa_key = issuer.keys[0]
+    return jwt.encode(
+        _claims(issuer),
+        rsa_key.private,
+        algorithm="RS256",
+        headers={"kid": issuer.keys[1].kid, "typ": "at+jwt"},
+    )
+
+
+REFUSALS = {
+    "expired beyond the leeway": (lambda i: i.token(exp=int(time.time()) - 31), "the token has expired"),
+    "not yet valid (nbf)": (lambda i: i.token(nbf=int(time.time()) + 60), "the token is not yet valid"),
+    "issued in the future (iat)": (
+        lambda i: i.token(iat=int(time.time()) + 60),
+        "the token is not yet valid",
+    ),
+    "wrong issuer": (lambda i: i.token(iss="https://other.example"), "the token is from another issuer"),
+    "wrong audience": (
+        lambda i: i.token(aud="https://other.example"),
+        "the token is meant for another audience",
+    ),
+    "audience list without ours": (
+        lambda i: i.token(aud=["a", "b"]),
+        "the token is meant for another audience",
+    ),
+    "no exp": (lambda i: i.token(exp=None), "the token lacks a required claim (exp, iss or aud)"),
+    "no aud": (lambda i: i.token(aud=None), "the token lacks a required claim (exp, iss or aud)"),
+    "bad signature": (_signed_by_another_key_same_kid, "the signature does not verify"),
+    "tampered payload": (
+        lambda i: (
+            lambda t: t.split(".")[0] + "." + _b64({**_claims(i), "sub": "admin"}) + "." + t.split(".")[2]
+        )(i.token()),
+        "the signature does not verify",
+    ),
+    "unknown kid": (
+        lambda i: i.token(headers={"kid": "no-such-key"}),
+        "the token names no known signing key",
+    ),
+    "alg none": (_alg_none, "the signing algorithm is not allowed"),
+    "HS256 with the public key": (_hs256_with_public_key, "the signing algorithm is not allowed"),
+    "algorithm not fitting the key": (_rs256_named_ec_key, "the signing algorithm is not allowed"),
+    "ES256 not on the list": (lambda i: i.token(key=i.keys[1]), "the signing algorithm is not allowed"),
+    "an ID token's typ": (
+        lambda i: i.token(headers={"typ": "id_token+jwt"}),
+        "the token is not an access token (typ)",
+    ),
+    "malformed": (lambda i: "abc.def.ghi", "the token is malformed"),
+    "malformed header": (lambda i: _b64({"alg": "RS256"})[:-2] + ".e30.sig", "the token is malformed"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_each_refusal_is_401_naming_the_check(issuer, make_jwt_app, case, caplog):
+    settings = {"PLANTS_JWT_ALGORITHMS": "RS256"} if case == "ES256 not on the list" else {}
+    app = make_jwt_app(**settings)
+    client = app.test_client()
+    make, description = REFUSALS[case]
+    token = make(issuer)
+    with caplog.at_level(logging.DEBUG):
+        response = client.post("/plants", json=PLANT, headers=bearer(token))
+    refused(response, description)
+    assert token.encode() not in response.get_data()
+    assert token not in str(response.headers)
+    assert token not in caplog.text
+    assert len(app.extensions["plants"].store) == 0
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [{"exp": -10}, {"nbf": 10}, {"iat": 10}, {"aud": ["https://other.example", AUDIENCE]}],
+    ids=["expired-within-leeway", "nbf-within-leeway", "iat-within-leeway", "audience-list"],
+)
+def test_accepted_within_the_leeway_and_with_an_audience_list(issuer, client, claims):
+    now = int(time.time())
+    claims = {name: value if name == "aud" else now + value for name, value in claims.items()}
+    assert client.post("/plants", json=PLANT, headers=bearer(issuer.token(**claims))).status_code == 200
+
+
+@pytest.mark.parametrize("typ", ["at+jwt", "application/at+jwt", "JWT", "AT+JWT", ""])
+def test_access_token_types_accepted(issuer, client, typ):
+    token = issuer.token(headers={"typ": typ})
+    assert ("typ" in jwt.get_unverified_header(token)) == bool(typ)
+    assert client.get("/plants", headers=bearer(token)).status_code == 200
+
+
+def test_token_without_kid_needs_exactly_one_fitting_key(issuer, make_jwt_app):
+    client = make_jwt_app().test_client()
+    # The provider has one RSA key and one EC key: one fits RS256, one fits ES256.
+    assert client.get("/plants", headers=bearer(issuer.token(headers={"kid": None}))).status_code == 200
+    issuer.keys.append(SigningKey("RSA", number=2))
+    client = make_jwt_app().test_client()  # a new process's view of the two RSA keys
+    refused(
+        client.get("/plants", headers=bearer(issuer.token(headers={"kid": None}))),
+        "the token names no known signing key",
+    )
+
+
+def test_the_verified_token_cache_never_outlives_exp(issuer, make_jwt_app):
+    client = make_jwt_app(PLANTS_JWT_LEEWAY=0).test_client()
+    token = issuer.token(exp=int(time.time()) + 2)
+    assert client.get("/plants", headers=bearer(token)).status_code == 200
+    assert client.get("/plants", headers=bearer(token)).status_code == 200  # from the cache
+    time.sleep(max(0, jwt.decode(token, options={"verify_signature": False})["exp"] - time.time()) + 0.1)
+    refused(client.get("/plants", headers=bearer(token)), "the token has expired")
+
+
+# --- Keys: rotation, a provider down or hanging, floods, the first load -----------------------
+
+
+def test_rotation_without_restart_and_withdrawn_keys_refused(issuer, client):
+    old_token = issuer.token()
+    assert client.get("/plants", headers=bearer(old_token)).status_code == 200
+    new_key = issuer.rotate()
+    # A new kid refetches at once.
+    assert client.get("/plants", headers=bearer(issuer.token(key=new_key))).status_code == 200
+    # The old key is withdrawn: its token, verified and cached before, is refused now.
+    refused(client.get("/plants", headers=bearer(old_token)), "the token names no known signing key")
+
+
+def test_provider_down_cached_keys_keep_working(issuer, client):
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    issuer.down()
+    try:
+        # A token never seen before, under a cached key.
+        fresh = issuer.token(sub="client-2")
+        assert client.post("/plants", json=PLANT, headers=bearer(fresh)).status_code == 200
+        started = time.monotonic()
+        unknown = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
+        refused(unknown, "the token names no known signing key")
+        assert time.monotonic() - started < 2.5
+    finally:
+        issuer.up()
+
+
+def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client):
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    issuer.hanging = True
+    started = time.monotonic()
+    response = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
+    elapsed = time.monotonic() - started
+    refused(response, "the token names no known signing key")
+    assert 1.5 < elapsed < 2.6, elapsed  # the 2 s deadline, not the provider's 6 s
+    # Cached keys still work while it hangs.
+    assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
+
+
+def test_a_flood_of_random_kids_fetches_at_most_once(issuer, client):
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    before = issuer.fetches["jwks"]
+    started = time.monotonic()
+    key = issuer.keys[0]
+    for number in range(1000):
+        token = issuer.token(headers={"kid": f"random-{number}"}, key=key)
+        refused(client.get("/plants", headers=bearer(token)), "the token names no known signing key")
+    assert time.monotonic() - started < 30  # all within one refetch interval
+    assert issuer.fetches["jwks"] - before <= 1
+
+
+def test_before_any_key_jwt_is_503_static_unaffected_then_ready(issuer, make_jwt_app):
+    issuer.down()
+    app = make_jwt_app(wait=False)
+    client = app.test_client()
+    response = client.get("/plants", headers=bearer(issuer.token()))
+    error_of(response, 503)
+    assert int(response.headers["Retry-After"]) >= 1
+    assert client.get("/plants", headers=bearer(TOKEN)).status_code == 200
+    error_of(client.get("/readyz"), 503)
+    assert client.get("/healthz").status_code == 200
+    issuer.up()
+    wait_until_ready(app)  # the background load retries by itself
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+
+
+def test_jwks_max_age_is_honoured_and_clamped(issuer):
+    from app.auth.jwks import KeySet
+
+    now = [1000.0]
+    issuer.cache_control = "public, max-age=5"  # below the minute: kept a minute
+    keys = KeySet(
+        discovery_url=f"{issuer.url}/.well-known/openid-configuration",
+        jwks_url=None,
+        issuer=issuer.url,
+        clock=lambda: now[0],
+    )
+    assert keys.refresh()
+    assert (issuer.fetches["discovery"], issuer.fetches["jwks"]) == (1, 1)
+    kid = issuer.keys[0].kid
+    now[0] += 59
+    assert keys.find(kid, "RS256")[0] is not None
+    assert issuer.fetches["jwks"] == 1
+    now[0] += 2  # past the minute: refreshed in the background, the cached keys answer meanwhile
+    assert keys.find(kid, "RS256")[0] is not None
+    deadline = time.monotonic() + 5
+    while issuer.fetches["jwks"] < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert issuer.fetches["discovery"] == 1  # the jwks_uri is discovered once
+
+
+def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
+    from app.auth.jwks import KeySet
+
+    now = [1000.0]
+    keys = KeySet(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    for _ in range(50):
+        assert keys.find("unknown", "RS256") == (None, False)
+    assert issuer.fetches["jwks"] == 2
+    now[0] += 29
+    keys.find("unknown", "RS256")
+    assert issuer.fetches["jwks"] == 2
+    now[0] += 1
+    keys.find("unknown", "RS256")
+    assert issuer.fetches["jwks"] == 3
+
+
+# --- Settings, the document, metrics, rate limits -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"PLANTS_JWT_AUDIENCE": None}, "PLANTS_JWT_AUDIENCE is required with PLANTS_JWT_ISSUER"),
+        ({"PLANTS_JWT_ALGORITHMS": "RS256,HS256"}, "not 'HS256'"),
+        ({"PLANTS_JWT_ALGORITHMS": "none"}, "not 'none'"),
+        ({"PLANTS_JWT_ALGORITHMS": ","}, "not none at all"),
+        ({"PLANTS_JWT_ISSUER": "http://idp.example"}, "must use https"),
+        ({"PLANTS_JWT_ISSUER": "idp.example"}, "must be an https:// URL"),
+        (
+            {"PLANTS_JWKS_URL": "ftp://idp.example/keys"},
+            "PLANTS_JWKS_URL must be an https:// URL",
+        ),
+        ({"PLANTS_JWT_LEEWAY": 3601}, "at most 300 seconds"),
+        ({"PLANTS_JWT_LEEWAY": -1}, "whole number >= 0"),
+        ({"PLANTS_JWT_WRITE_SCOPE": "plants write"}, "one OAuth scope"),
+        ({"PLANTS_JWT_READ_SCOPE": 'a"b'}, "one OAuth scope"),
+        (
+            {"PLANTS_JWT_ISSUER": None},
+            "PLANTS_JWT_AUDIENCE is set, but PLANTS_JWT_ISSUER is not",
+        ),
+    ],
+)
+def test_settings_errors_are_one_line(settings, message):
+    config = {
+        "PLANTS_API_TOKENS": TOKEN,
+        "PLANTS_JWT_ISSUER": "https://idp.example/realms/plants",
+        "PLANTS_JWT_AUDIENCE": AUDIENCE,
+        **settings,
+    }
+    with pytest.raises(ConfigurationError) as caught:
+        create_app(config)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_settings_from_the_environment(issuer, monkeypatch):
+    monkeypatch.setenv("PLANTS_API_TOKENS", TOKEN)
+    monkeypatch.setenv("PLANTS_JWT_ISSUER", issuer.url)
+    monkeypatch.setenv("PLANTS_JWT_AUDIENCE", AUDIENCE)
+    monkeypatch.setenv("PLANTS_JWT_LEEWAY", "0")
+    monkeypatch.setenv("PLANTS_JWT_READ_SCOPE", "garden.read")
+    monkeypatch.setenv("PLANTS_JWT_ALGORITHMS", "ES256")
+    app = create_app()
+    wait_until_ready(app)
+    client = app.test_client()
+    token = issuer.token(key=issuer.keys[1], scope="garden.read", exp=int(time.time()) - 1)
+    refused(client.get("/plants", headers=bearer(token)), "the token has expired")
+    assert (
+        client.get(
+            "/plants", headers=bearer(issuer.token(key=issuer.keys[1], scope="garden.read"))
+        ).status_code
+        == 200
+    )
+    monkeypatch.setenv("PLANTS_JWT_ALGORITHMS", "HS512")
+    with pytest.raises(ConfigurationError, match=r"^PLANTS_JWT_ALGORITHMS may list only asymmetric"):
+        create_app()
+
+
+def test_document_declares_the_scopes_when_an_issuer_is_set(issuer, client):
+    document = client.get("/openapi.json").get_json()
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearerAuth"] == {
+        **schemes["bearerAuth"],
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+    }
+    assert schemes["openIdConnect"]["openIdConnectUrl"] == f"{issuer.url}/.well-known/openid-configuration"
+    operations = {
+        op["operationId"]: op
+        for path in document["paths"].values()
+        for op in path.values()
+        if "operationId" in op
+    }
+    assert operations["addPlant"]["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:write"]}]
+    assert operations["deletePlant"]["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:write"]}]
+    assert "security" not in operations["getPlant"]
+    assert document["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:read"]}]
+    assert operations["healthz"]["security"] == []
+    from openapi_spec_validator import validate
+
+    validate(document)
+
+
+def test_document_without_an_issuer_has_no_openid_scheme():
+    app = create_app({"PLANTS_API_TOKENS": TOKEN})
+    schemes = app.test_client().get("/openapi.json").get_json()["components"]["securitySchemes"]
+    assert set(schemes) == {"bearerAuth"}
+    assert "bearerFormat" not in schemes["bearerAuth"]
+
+
+def test_metrics_count_refusals_by_reason(issuer, client):
+    client.get("/plants", headers=bearer(issuer.token(exp=int(time.time()) - 100)))
+    client.get("/plants", headers=bearer(issuer.token(exp=int(time.time()) - 100)))
+    client.get("/plants", headers=bearer(issuer.token(headers={"kid": "nope"})))
+    client.post("/plants", json=PLANT, headers=bearer(issuer.token(scope="plants:read")))
+    client.get("/plants")
+    text = client.get("/metrics", headers=bearer(TOKEN)).get_data(as_text=True)
+    assert 'plants_auth_refusals_total{reason="expired"} 2.0' in text
+    assert 'plants_auth_refusals_total{reason="unknown_key"} 1.0' in text
+    assert 'plants_auth_refusals_total{reason="insufficient_scope"} 1.0' in text
+    assert 'plants_auth_refusals_total{reason="missing"} 1.0' in text
+
+
+def test_rate_limit_counts_per_subject_not_per_token(issuer, make_jwt_app):
+    client = make_jwt_app(PLANTS_RATE_LIMIT="3/minute").test_client()
+    for number in range(3):
+        # A fresh token each time, for the same client: one budget.
+        response = client.get("/plants", headers=bearer(issuer.token(jti=str(number))))
+        assert response.status_code == 200
+        assert response.headers["RateLimit-Remaining"] == str(2 - number)
+    error_of(client.get("/plants", headers=bearer(issuer.token(jti="x"))), 429)
+    # Another subject has its own.
+    assert (
+        client.get("/plants", headers=bearer(issuer.token(sub="client-9", client_id="client-9"))).status_code
+        == 200
+    )
