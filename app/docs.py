@@ -14,6 +14,7 @@ import functools
 import json
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from flask import Blueprint, Response, current_app, request, send_from_directory
@@ -110,9 +111,9 @@ def _mount_point(suffix: str) -> str:
 
 
 def openapi() -> Response:
-    access_tokens = current_app.extensions["plants"].auth.access_tokens
-    jwt = None if access_tokens is None else access_tokens.settings
-    return Response(document_bytes(_mount_point("/openapi.json"), jwt), mimetype="application/json")
+    return Response(
+        document_bytes(_mount_point("/openapi.json"), _jwt_settings()), mimetype="application/json"
+    )
 
 
 def _require_docs_enabled() -> None:
@@ -122,7 +123,24 @@ def _require_docs_enabled() -> None:
 
 def page() -> Response:
     _require_docs_enabled()
-    return Response(PAGE, mimetype="text/html", headers=PAGE_HEADERS)
+    return Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings()))
+
+
+@functools.lru_cache(maxsize=16)
+def _page_headers(jwt: JwtSettings | None) -> dict[str, str]:
+    """The page's headers; with an identity provider, the page may also read its discovery
+    document (Swagger UI shows the provider's OpenID Connect flows from it)."""
+    if jwt is None:
+        return PAGE_HEADERS
+    parts = urlsplit(jwt.discovery_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    policy = PAGE_POLICY.replace("connect-src 'self'", f"connect-src 'self' {origin}")
+    return {**PAGE_HEADERS, "Content-Security-Policy": policy}
+
+
+def _jwt_settings() -> JwtSettings | None:
+    access_tokens = current_app.extensions["plants"].auth.access_tokens
+    return None if access_tokens is None else access_tokens.settings
 
 
 def init_script() -> Response:

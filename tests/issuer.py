@@ -81,6 +81,8 @@ class Issuer:
                 body = json.dumps(document).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
+                # As providers publish discovery and keys: readable from any page (CORS).
+                self.send_header("Access-Control-Allow-Origin", "*")
                 self.send_header("Content-Length", str(len(body)))
                 if issuer.cache_control:
                     self.send_header("Cache-Control", issuer.cache_control)

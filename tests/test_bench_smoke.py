@@ -91,3 +91,14 @@ def test_readable_store_benchmark_smoke_run(tmp_path):
     assert 0 < results["used_memory_per_plant, redis, large"] < 1000
     assert 0 < results["memory store bytes per plant at 2000"] < 1000
     assert "| memory: get / create (req/s, large store) |" in result.stdout
+
+
+def test_access_tokens_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/access_tokens.py", tmp_path)
+    assert results["valid"] is True  # every create answered 2xx, with either token
+    assert set(results["ratios"]) == {"static", "static, JWT on", "JWT"}
+    for name in results["ratios"]:
+        assert results[name]["rps"]["median"] > 0
+    assert set(results["verify_us"]) == {"first use, RS256", "first use, ES256", "repeated (cached)"}
+    assert results["verify_us"]["first use, RS256"] > results["verify_us"]["repeated (cached)"] > 0
+    assert "| JWT |" in result.stdout

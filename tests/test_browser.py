@@ -102,3 +102,43 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     # The page's create reached the store: the same id with another name conflicts.
     assert_error(*call(server.connection(), "POST", "/plants", {"id": 424242, "name": "Other"}, AUTH), 409)
     assert os.path.getsize(screenshot) > 10_000
+
+
+def test_the_page_authorizes_with_a_pasted_jwt_access_token(browser):
+    from tests.issuer import AUDIENCE, Issuer
+
+    issuer = Issuer()
+    server = Gunicorn(env={"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE})
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/docs")
+        operation = visible(browser, ".opblock-post")
+        visible(browser, ".auth-wrapper button.authorize").click()
+        # The bearer scheme's box, beside the provider's OpenID Connect scheme.
+        bearer_box = next(
+            box
+            for box in browser.find_elements(By.CSS_SELECTOR, ".modal-ux .auth-container")
+            if "bearerAuth" in box.text
+        )
+        bearer_box.find_element(By.CSS_SELECTOR, "input").send_keys(issuer.token())
+        bearer_box.find_element(By.CSS_SELECTOR, "button.authorize").click()
+        visible(browser, ".modal-ux button.btn-done").click()
+
+        operation.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+        body = visible(browser, ".opblock-post textarea.body-param__text")
+        body.clear()
+        body.send_keys(json.dumps({"id": 434343, "name": "Token fern"}))
+        visible(browser, ".opblock-post button.execute").click()
+        status = visible(browser, ".live-responses-table .response .response-col_status")
+        assert status.text.strip() == "200"
+        shown = browser.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
+        assert json.loads(shown) == {"name": "Token fern"}
+        # The page read the provider's discovery document (allowed by its policy): no error.
+        errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+        assert errors == []
+        assert issuer.fetches["discovery"] >= 3  # the master's check, the worker's load, the page
+        assert_error(
+            *call(server.connection(), "POST", "/plants", {"id": 434343, "name": "Other"}, AUTH), 409
+        )
+    finally:
+        server.stop()
+        issuer.stop()

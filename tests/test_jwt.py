@@ -494,6 +494,9 @@ def test_document_declares_the_scopes_when_an_issuer_is_set(issuer, client):
     from openapi_spec_validator import validate
 
     validate(document)
+    # The API page may read the provider's discovery document, and nothing else new.
+    policy = client.get("/docs").headers["Content-Security-Policy"]
+    assert f"connect-src 'self' {issuer.url};" in policy
 
 
 def test_document_without_an_issuer_has_no_openid_scheme():
@@ -529,3 +532,54 @@ def test_rate_limit_counts_per_subject_not_per_token(issuer, make_jwt_app):
         client.get("/plants", headers=bearer(issuer.token(sub="client-9", client_id="client-9"))).status_code
         == 200
     )
+
+
+# --- Through a real gunicorn ---------------------------------------------------------------------
+
+
+def test_through_gunicorn_two_workers(issuer, redis_server):
+    from tests.conftest import redis_settings
+    from tests.helpers import assert_error, call
+    from tests.servers import Gunicorn
+
+    env = {
+        **redis_settings(redis_server),
+        "WEB_CONCURRENCY": "2",
+        "PLANTS_JWT_ISSUER": issuer.url,
+        "PLANTS_JWT_AUDIENCE": AUDIENCE,
+    }
+    server = Gunicorn(env=env)
+    try:
+        deadline = time.monotonic() + 10
+        # The master checks the settings (one fetch), then each worker loads the keys.
+        while call(server.connection(), "GET", "/readyz")[0] != 200 or issuer.fetches["jwks"] < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        writer, reader = issuer.token(), issuer.token(scope="plants:read")
+        json_headers = {**bearer(writer), "Content-Type": "application/json"}
+        for _ in range(4):  # over both workers
+            assert call(server.connection(), "POST", "/plants", PLANT, json_headers)[0] == 200
+            assert call(server.connection(), "GET", "/plants/7", None, bearer(reader))[0] == 200
+        status, headers, body = call(
+            server.connection(),
+            "POST",
+            "/plants",
+            PLANT,
+            {**bearer(reader), "Content-Type": "application/json"},
+        )
+        assert_error(status, headers, body, 403)
+        assert headers["WWW-Authenticate"].endswith('scope="plants:write"')
+        # A flood of random kids: at most one refetch per worker.
+        before = issuer.fetches["jwks"]
+        key = issuer.keys[0]
+        for number in range(200):
+            token = issuer.token(key=key, headers={"kid": f"flood-{number}"})
+            status, headers, body = call(server.connection(), "GET", "/plants", None, bearer(token))
+            assert_error(status, headers, body, 401)
+        assert issuer.fetches["jwks"] - before <= 2, (before, issuer.fetches, server.output()[-3000:])
+    finally:
+        server.stop()
+    output = server.output()
+    assert writer not in output
+    assert reader not in output
+    assert writer.split(".")[2] not in output

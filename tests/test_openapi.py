@@ -41,7 +41,9 @@ def test_document_keeps_the_seed_facts(document):
     assert document["info"]["version"] == "1.1.0"
     assert document["info"]["license"]["name"] == "MIT"
     assert document["security"] == [{"bearerAuth": []}]
-    assert document["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+    bearer = document["components"]["securitySchemes"]["bearerAuth"]
+    assert {**bearer, "description": ""} == {"type": "http", "scheme": "bearer", "description": ""}
+    assert set(document["components"]["securitySchemes"]) == {"bearerAuth"}  # no issuer set
     operation = document["paths"]["/plants"]["post"]
     assert operation["requestBody"]["required"] is True
     assert (
@@ -89,7 +91,10 @@ def test_the_new_operations_extend_1_0_0_and_each_has_its_own_id(document):
             if status.startswith(("4", "5")):
                 schema = deref(document, response)["content"]["application/json"]["schema"]
                 assert deref(document, schema) is document["components"]["schemas"]["Error"]
-    assert set(operations[("/plants/{id}", "get")]["responses"]) == {"200", "400", "401", "404", "429", "503"}
+    get = operations[("/plants/{id}", "get")]["responses"]
+    assert set(get) == {"200", "400", "401", "403", "404", "429", "503"}
+    # 403 on a read: a JWT access token with neither scope.
+    assert 'scope="plants:read"' in deref(document, get["403"])["headers"]["WWW-Authenticate"]["description"]
     delete = operations[("/plants/{id}", "delete")]["responses"]
     assert set(delete) == {"204", "400", "401", "403", "404", "429", "503"}
     assert "content" not in delete["204"]

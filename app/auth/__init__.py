@@ -39,6 +39,11 @@ class Authenticator:
             return self.access_tokens.verify(token)
         return TOKEN_NOT_ACCEPTED, None
 
+    def close(self) -> None:
+        """Stop the background work (the provider's keys): an app built only to check settings."""
+        if self.access_tokens is not None:
+            self.access_tokens.keys.close()
+
     @property
     def ready(self) -> bool:
         """False until the provider's keys were loaded once (always True without JWT)."""

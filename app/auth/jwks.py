@@ -21,6 +21,7 @@ import re
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,6 +83,9 @@ class KeySet:
         self._refetch_lock = threading.Lock()
         self._loader_pid: int | None = None
         self._refreshing = False
+        self._closed = False
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())
 
     @property
     def loaded(self) -> bool:
@@ -99,9 +103,19 @@ class KeySet:
 
     def _load_until_loaded(self) -> None:
         delay = 0.5
-        while self._keys is None and not self.refresh():
+        while self._keys is None and not self._closed and not self.refresh():
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
+
+    def close(self) -> None:
+        """Stop loading in the background (an app built only to check the settings)."""
+        self._closed = True
+
+    def _after_fork(self) -> None:
+        # A lock held by another thread at the fork would stay held in the child for ever.
+        self._fetch_lock = threading.Lock()
+        self._refetch_lock = threading.Lock()
+        self._refreshing = False
 
     def find(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
         """The key that verifies a token's signature, and whether `kid` names a known key at all.

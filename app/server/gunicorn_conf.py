@@ -102,7 +102,8 @@ def on_starting(server: Any) -> None:
     from app import ConfigurationError, create_app
 
     try:
-        create_app()
+        # Built to check the settings only: the workers build their own, and load the keys.
+        create_app().extensions["plants"].auth.close()
         shared = _store_is_shared()
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
