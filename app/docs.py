@@ -72,7 +72,7 @@ def _document() -> dict[str, Any]:
 
 
 #: The operations that need the write scope; every other one with security needs the read scope.
-WRITE_OPERATIONS = frozenset({"addPlant", "deletePlant"})
+WRITE_OPERATIONS = frozenset({"addPlant", "deletePlant", "replacePlant", "patchPlant"})
 
 
 @functools.lru_cache(maxsize=16)

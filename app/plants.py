@@ -1,4 +1,5 @@
-"""The plants blueprint: create, list, read and delete plants, behind one guard (app/guard.py).
+"""The plants blueprint: create, list, read and delete plants, behind one guard (app/guard.py);
+replacing and patching them is app/changes.py, on the same blueprint.
 
 Register it in any Flask app; its settings come from that app's config and its store lives in
 that app's `extensions["plants"]`, so apps never share plants.
@@ -9,12 +10,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Blueprint, Flask, Response, current_app, request
+from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
 from werkzeug.exceptions import Conflict, MethodNotAllowed
 
-from . import docs
+from . import changes, docs
+from .conditional import not_modified, precondition_failed, with_etag, write_precondition
 from .cursor import InvalidCursor, decode_cursor, encode_cursor
 from .errors import (
     InsufficientStorage,
@@ -29,13 +31,14 @@ from .metrics import exposition
 from .params import load_page_query, load_plant_id
 from .rate_limits import add_headers
 from .request_body import read_json_object
-from .schemas import NewPlantSchema, PlantSchema
-from .state import EXTENSION, state_for
-from .store import Outcome, Plant, PlantStore, StoreFullError, StoreUnavailableError
+from .schemas import NewPlantSchema, PlantSchema, plant_record
+from .state import EXTENSION, serving_store, state_for
+from .store import Outcome, PreconditionFailedError, StoreFullError, StoreUnavailableError, plant_etag
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
 docs.add_routes(bp)
+changes.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
 bp.before_request(guard)
 
@@ -72,14 +75,6 @@ def _store_full(exc: StoreFullError) -> Response:
     return error_response(InsufficientStorage())
 
 
-def _store(app: Flask, environ: dict[str, Any]) -> PlantStore:
-    """The app's store, once its split guard (if any) agrees to serve it from this process."""
-    state = app.extensions[EXTENSION]
-    if state.split_guard is not None:
-        state.split_guard.check(environ)
-    return state.store
-
-
 @bp.post("/plants", provide_automatic_options=False)
 def create_plant() -> Response:
     """Create a plant; an identical retry answers the same, a conflicting one 409."""
@@ -93,10 +88,12 @@ def create_plant() -> Response:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
-    outcome = _store(app, req.environ).create(plant["id"], plant["name"], plant.get("tag"))
+    outcome = serving_store(app, req.environ).create(plant["id"], plant["name"], plant.get("tag"))
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
-    return app.json.response(_plant_schema.dump(plant))
+    response = app.json.response(_plant_schema.dump(plant))
+    response.set_etag(plant_etag(plant["name"], plant.get("tag")))
+    return response
 
 
 @bp.get("/plants", provide_automatic_options=False)
@@ -104,7 +101,7 @@ def list_plants() -> Response:
     """One page of plants in the store's order; `next` and `Link` lead to the following page."""
     query = load_page_query(request.args)
     tags = query.get("tags")
-    store = _store(current_app, request.environ)
+    store = serving_store(current_app, request.environ)
     after = None
     if "after" in query:
         try:
@@ -127,12 +124,6 @@ def list_plants() -> Response:
     return response
 
 
-def plant_record(plant: Plant) -> dict[str, Any]:
-    """The Plant record, as PlantSchema dumps it: the tag only when there is one."""
-    name, tag = plant
-    return {"name": name} if tag is None else {"name": name, "tag": tag}
-
-
 def stored_plant(plant_id: int, name: str, tag: str | None) -> dict[str, Any]:
     """A page's item: the StoredPlant record, as StoredPlantSchema dumps it."""
     return {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
@@ -148,17 +139,24 @@ def _next_url(args: Any, cursor: str) -> str:
 def get_plant(plant_id: str) -> Response:
     """The plant with this id, as the create answers it; 404 when there is none."""
     number = load_plant_id(plant_id)
-    plant = _store(current_app, request.environ).get(number)
+    req = request._get_current_object()
+    plant = serving_store(current_app, req.environ).get(number)
     if plant is None:
         raise PlantNotFound(number)
-    return current_app.json.response(plant_record(plant))
+    return not_modified(req, plant) or with_etag(current_app.json.response(plant_record(plant)), plant)
 
 
 @bp.delete("/plants/<plant_id>", provide_automatic_options=False)
 def delete_plant(plant_id: str) -> Response:
-    """Remove the plant and free its place in the store: 204, or 404 when there is none."""
+    """Remove the plant and free its place in the store: 204, 404 when there is none, 412 when
+    it does not match If-Match."""
     number = load_plant_id(plant_id)
-    if not _store(current_app, request.environ).delete(number):
+    precondition = write_precondition(request._get_current_object())
+    try:
+        deleted = serving_store(current_app, request.environ).delete(number, precondition)
+    except PreconditionFailedError:
+        raise precondition_failed(number) from None
+    if not deleted:
         raise PlantNotFound(number)
     response = Response(status=204)
     del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)

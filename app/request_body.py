@@ -1,4 +1,4 @@
-"""Reading a create's body: its content type, its bytes within the limit, and strict JSON."""
+"""Reading a write's body: its content type, its bytes within the limit, and strict JSON."""
 
 from __future__ import annotations
 
@@ -24,9 +24,32 @@ _JSON_CONTENT_TYPES = frozenset(
 )
 
 
-def read_json_object(req: Request, record: str) -> dict[str, Any]:
-    """The body as one JSON object; 415, 413, 408 or 400 (naming `record`) when it is not one."""
-    _require_json_content_type(req)
+class UnsupportedPatch(UnsupportedMediaType):
+    """415 for a PATCH body of another type, saying which one to send (RFC 5789 §2.2)."""
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("Accept-Patch", MERGE_PATCH)]
+
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def read_json_object(req: Request, record: str, *, merge_patch: bool = False) -> dict[str, Any]:
+    """The body as one JSON object; 415, 413, 408 or 400 (naming `record`) when it is not one.
+
+    With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
+    """
+    if merge_patch and req.mimetype == MERGE_PATCH:
+        _require_utf8(req, UnsupportedPatch)
+    else:
+        try:
+            _require_json_content_type(req)
+        except UnsupportedMediaType:
+            if not merge_patch:
+                raise
+            raise UnsupportedPatch(
+                f"A merge patch must be sent as 'Content-Type: {MERGE_PATCH}' (or application/json)."
+            ) from None
     body = _read_body(req)
     if not body:
         raise BadRequest(f"The request body is empty; send a {record} JSON object.")
@@ -44,9 +67,13 @@ def _require_json_content_type(req: Request) -> None:
         return
     if req.mimetype != "application/json":
         raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
+    _require_utf8(req, UnsupportedMediaType)
+
+
+def _require_utf8(req: Request, refusal: type[UnsupportedMediaType]) -> None:
     charset = req.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
-        raise UnsupportedMediaType("JSON must be encoded as UTF-8.")
+        raise refusal("JSON must be encoded as UTF-8.")
 
 
 def _read_body(req: Request) -> bytes:

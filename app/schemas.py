@@ -6,6 +6,8 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, missing, validate
 
+from .store import Plant
+
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 #: Length bounds, in Unicode code points, for name and tag.
@@ -133,6 +135,28 @@ class NewPlantSchema(PlantSchema):
     id = StrictInt64(required=True)
 
 
+class ReplacementSchema(PlantSchema):
+    """The body of `PUT /plants/{id}`: a Plant, and optionally the path's own `id` (so that a
+    page's item can be sent back as it came). Unknown fields are refused."""
+
+    class Meta:
+        unknown = RAISE
+
+    id = StrictInt64()
+
+
+class MergePatchSchema(FlatSchema):
+    """The body of `PATCH /plants/{id}`, a JSON merge patch (RFC 7396): `name` to change it, `tag`
+    to set it or `null` to remove it, and optionally the path's own `id`."""
+
+    class Meta:
+        unknown = RAISE
+
+    id = StrictInt64()
+    name = BoundedString(min_length=1, max_length=NAME_MAX_LENGTH)
+    tag = BoundedString(min_length=1, max_length=TAG_MAX_LENGTH, allow_none=True)
+
+
 class StoredPlantSchema(PlantSchema):
     """StoredPlant: an item of a page, the plant with its id."""
 
@@ -145,3 +169,9 @@ class ErrorSchema(Schema):
     error = fields.Integer(required=True)
     message = fields.String(required=True)
     details = fields.Dict(keys=fields.String(), values=fields.List(fields.String()))
+
+
+def plant_record(plant: Plant) -> dict[str, Any]:
+    """The Plant record, as PlantSchema dumps it: the tag only when there is one."""
+    name, tag = plant
+    return {"name": name} if tag is None else {"name": name, "tag": tag}

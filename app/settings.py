@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "PLANTS_AUTH_FAILURE_LIMIT": None,
     "PLANTS_DOCS": True,
     "PLANTS_METRICS": True,
+    "PLANTS_REQUIRE_IF_MATCH": False,
     # JWT access tokens from an identity provider (app/auth/jwt_settings.py): off until an issuer is set.
     "PLANTS_JWT_ISSUER": None,
     "PLANTS_JWT_AUDIENCE": None,

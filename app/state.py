@@ -7,6 +7,7 @@ share no tokens, store, metrics or limits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from flask import Flask
 
@@ -41,6 +42,8 @@ class PlantsState:
     split_guard: SplitStoreGuard | None
     #: Whether the API page is served (PLANTS_DOCS).
     docs: bool
+    #: Whether PUT, PATCH and DELETE need a precondition (PLANTS_REQUIRE_IF_MATCH): else 428.
+    require_if_match: bool = False
 
 
 def state_for(app: Flask) -> PlantsState:
@@ -82,9 +85,18 @@ def state_for(app: Flask) -> PlantsState:
         rate_limits=rate_limits,
         split_guard=None if store.shared else SplitStoreGuard(),
         docs=boolean_setting(config, "PLANTS_DOCS"),
+        require_if_match=boolean_setting(config, "PLANTS_REQUIRE_IF_MATCH"),
     )
 
 
 def get_store(app: Flask) -> PlantStore:
     """`app`'s plant store."""
     return app.extensions[EXTENSION].store
+
+
+def serving_store(app: Flask, environ: dict[str, Any]) -> PlantStore:
+    """The app's store, once its split guard (if any) agrees to serve it from this process."""
+    state = app.extensions[EXTENSION]
+    if state.split_guard is not None:
+        state.split_guard.check(environ)
+    return state.store

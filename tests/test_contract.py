@@ -35,7 +35,13 @@ def fresh_server(store_settings):
 # signed: for listPlants a 400 is the right answer to such "positive" data. Every other check,
 # and the positive check of every other operation, stays as schemathesis has it; test_pages.py
 # asserts that valid `limit` and `tags` are accepted. A request line past gunicorn's limit is
-# refused with 414, which schemathesis's list of rejections lacks.
+# refused with 414, which schemathesis's list of rejections lacks. A schema-valid If-Match (or
+# If-None-Match) almost never names the plant's current ETag: 412 (and 304 for a read) is the
+# right answer to it. A body's `id` must equal the path's, which a schema cannot say: a
+# generated one rarely does, and 400 is the answer (test_changes.py asserts the rest). The
+# coverage phase cannot make values that fit the conditional headers' pattern, and sends ones
+# that do not (such as `0`) as valid data: 400 is the answer to those too (test_changes.py
+# checks the malformed ones, and the negative data checks that each is refused).
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = [
@@ -45,6 +51,22 @@ expected-statuses = [
 [[operations]]
 include-operation-id = "listPlants"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "getPlant"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "400", "401", "403", "404", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "deletePlant"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "412", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "replacePlant"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "412", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "patchPlant"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "412", "429", "5xx"]
 """
 
 
@@ -68,7 +90,14 @@ def test_service_conforms_to_its_document(fresh_server, tmp_path):
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert "No issues found" in output
+    # No failure, and no warning but one: PUT's body `id` must equal the path's, which a schema
+    # cannot say, so most generated bodies are refused (400), and schemathesis says so.
+    if "No issues found" not in output:
+        warnings = output.split("WARNINGS ===", 1)[1].split("=== SUMMARY", 1)[0]
+        assert "Schema validation mismatch: 1 operation" in warnings, output[-6000:]
+        assert [line.strip() for line in warnings.splitlines() if line.strip().startswith("- ")] == [
+            "- PUT /plants/{id}"
+        ], output[-6000:]
     generated = int(re.search(r"(\d+) generated", output).group(1))
     assert generated >= 500, output[-2000:]
     assert TOKEN not in output  # schemathesis prints "[Filtered]" for the Authorization header

@@ -67,11 +67,11 @@ def test_unknown_path_and_method_are_json(gunicorn):
     status, headers, body = call(gunicorn.connection(), "PUT", "/plants", headers=AUTH)
     assert_error(status, headers, body, 405)
     assert headers["Allow"] == "GET, POST"
-    status, headers, body = call(gunicorn.connection(), "PATCH", "/plants/1", headers=AUTH)
+    status, headers, body = call(gunicorn.connection(), "POST", "/plants/1", headers=AUTH)
     assert_error(status, headers, body, 405)
-    assert headers["Allow"] == "GET, DELETE"
+    assert headers["Allow"] == "GET, PUT, PATCH, DELETE"
     status, headers, body = call(gunicorn.connection(), "HEAD", "/plants/1", headers=AUTH)
-    assert (status, headers["Allow"], body) == (405, "GET, DELETE", b"")
+    assert (status, headers["Allow"], body) == (405, "GET, PUT, PATCH, DELETE", b"")
 
 
 def test_healthz_and_openapi(gunicorn):

@@ -86,6 +86,8 @@ OPERATIONS = {
     "create": ("POST", "/plants", PLANT, True, 200),
     "list": ("GET", "/plants", None, False, 200),
     "get": ("GET", "/plants/7", None, False, 200),
+    "replace": ("PUT", "/plants/7", {"name": "Moss"}, True, 200),
+    "patch": ("PATCH", "/plants/7", {"tag": None}, True, 200),
     "delete": ("DELETE", "/plants/7", None, True, 204),
     "metrics": ("GET", "/metrics", None, False, 200),
 }
@@ -487,7 +489,8 @@ def test_document_declares_the_scopes_when_an_issuer_is_set(issuer, client):
         if "operationId" in op
     }
     assert operations["addPlant"]["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:write"]}]
-    assert operations["deletePlant"]["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:write"]}]
+    for write in ("deletePlant", "replacePlant", "patchPlant"):
+        assert operations[write]["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:write"]}]
     assert "security" not in operations["getPlant"]
     assert document["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:read"]}]
     assert operations["healthz"]["security"] == []

@@ -92,9 +92,22 @@ def test_reads_pages_and_deletes_pass_through_with_links_to_the_public_address(t
     status, headers, data = call(connect(port, tls), "DELETE", f"/plants/{base + 2}", None, HEADERS)
     assert (status, data) == (204, b"")
     assert_error(*call(connect(port, tls), "GET", f"/plants/{base + 2}", None, HEADERS), 404)
-    status, headers, data = call(connect(port, tls), "PUT", f"/plants/{base}", None, HEADERS)
+    status, headers, data = call(connect(port, tls), "POST", f"/plants/{base}", None, HEADERS)
     assert_error(status, headers, data, 405)
-    assert headers["Allow"] == "GET, DELETE"
+    assert headers["Allow"] == "GET, PUT, PATCH, DELETE"
+    # Changes and their conditional headers pass through: ETag, If-None-Match, If-Match, 412, 201.
+    status, headers, _ = call(connect(port, tls), "GET", f"/plants/{base}", None, HEADERS)
+    etag = headers["ETag"]
+    status, headers, data = call(
+        connect(port, tls), "GET", f"/plants/{base}", None, {**HEADERS, "If-None-Match": etag}
+    )
+    assert (status, headers["ETag"], data) == (304, etag, b"")
+    patch = {**HEADERS, "Content-Type": "application/merge-patch+json", "If-Match": etag}
+    status, headers, data = call(connect(port, tls), "PATCH", f"/plants/{base}", '{"tag": null}', patch)
+    assert (status, json.loads(data)) == (200, {"name": "Proxied"})
+    assert_error(*call(connect(port, tls), "PATCH", f"/plants/{base}", "{}", patch), 412)
+    status, headers, data = call(connect(port, tls), "PUT", f"/plants/{base + 9}", '{"name": "Put"}', HEADERS)
+    assert (status, headers["Location"]) == (201, f"{scheme}://127.0.0.1:{port}/plants/{base + 9}")
 
 
 def test_creates_work_and_authorization_reaches_the_app(trusted):

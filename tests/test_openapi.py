@@ -38,7 +38,7 @@ def test_document_is_valid_openapi_3_1(document):
 
 
 def test_document_keeps_the_seed_facts(document):
-    assert document["info"]["version"] == "1.1.0"
+    assert document["info"]["version"] == "1.2.0"
     assert document["info"]["license"]["name"] == "MIT"
     assert document["security"] == [{"bearerAuth": []}]
     bearer = document["components"]["securitySchemes"]["bearerAuth"]
@@ -56,7 +56,12 @@ def test_document_lists_every_status_the_service_returns(document):
     responses = document["paths"]["/plants"]["post"]["responses"]
     assert set(responses) == {"200", "400", "401", "403", "408", "409", "413", "415", "429", "503", "507"}
     assert deref(document, responses["429"])["headers"]["Retry-After"]["required"] is True
-    assert set(responses["200"]["headers"]) == {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+    assert set(responses["200"]["headers"]) == {
+        "ETag",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+    }
     unauthorized = deref(document, responses["401"])
     assert unauthorized["headers"]["WWW-Authenticate"]["required"] is True
     assert deref(document, responses["503"])["headers"]["Retry-After"]["required"] is True
@@ -92,15 +97,22 @@ def test_the_new_operations_extend_1_0_0_and_each_has_its_own_id(document):
                 schema = deref(document, response)["content"]["application/json"]["schema"]
                 assert deref(document, schema) is document["components"]["schemas"]["Error"]
     get = operations[("/plants/{id}", "get")]["responses"]
-    assert set(get) == {"200", "400", "401", "403", "404", "429", "503"}
+    assert set(get) == {"200", "304", "400", "401", "403", "404", "429", "503"}
+    assert "content" not in get["304"]
+    assert set(get["200"]["headers"]) >= {"ETag"}
     # 403 on a read: a JWT access token with neither scope.
     assert 'scope="plants:read"' in deref(document, get["403"])["headers"]["WWW-Authenticate"]["description"]
     delete = operations[("/plants/{id}", "delete")]["responses"]
-    assert set(delete) == {"204", "400", "401", "403", "404", "429", "503"}
+    assert set(delete) == {"204", "400", "401", "403", "404", "412", "428", "429", "503"}
     assert "content" not in delete["204"]
     assert delete["204"]["links"]["GetDeletedPlant"]["operationId"] == "getPlant"
     created = operations[("/plants", "post")]["responses"]["200"]["links"]
-    assert {link["operationId"] for link in created.values()} == {"getPlant", "deletePlant"}
+    assert {link["operationId"] for link in created.values()} == {
+        "getPlant",
+        "deletePlant",
+        "replacePlant",
+        "patchPlant",
+    }
     scope = deref(document, delete["403"])["headers"]["WWW-Authenticate"]
     assert scope["required"] is True
     assert 'error="insufficient_scope"' in scope["description"]
@@ -178,3 +190,20 @@ def test_every_reference_names_a_component(document):
         parts = node_ref_parts(ref)
         assert len(parts) == 3, ref
         assert parts[0] == "components", ref
+
+
+def test_1_2_0_changes_a_plant_with_preconditions(document):
+    item = document["paths"]["/plants/{id}"]
+    put, patch = item["put"], item["patch"]
+    assert (put["operationId"], patch["operationId"]) == ("replacePlant", "patchPlant")
+    for operation in (put, patch, item["delete"]):
+        names = {deref(document, parameter)["name"] for parameter in operation["parameters"]}
+        assert names == {"If-Match", "If-None-Match"}
+        assert {"412", "428"} <= set(operation["responses"])
+    assert set(put["responses"]) >= {"200", "201", "400", "403", "412", "415", "507"}
+    assert put["responses"]["201"]["headers"]["Location"]["required"] is True
+    assert set(patch["requestBody"]["content"]) == {"application/merge-patch+json", "application/json"}
+    assert patch["responses"]["415"]["headers"]["Accept-Patch"]["required"] is True
+    merge = document["components"]["schemas"]["MergePatch"]
+    assert merge["additionalProperties"] is False
+    assert {"type": "null"} in merge["properties"]["tag"]["oneOf"]

@@ -3,8 +3,10 @@ valid Unicode round-trips exactly, and the store keeps its invariants under thre
 
 from __future__ import annotations
 
+import decimal
 import functools
 import json
+import math
 import threading
 
 from hypothesis import HealthCheck, given, settings
@@ -58,12 +60,22 @@ new_plant_schema = NewPlantSchema()
 plant_schema = PlantSchema()
 
 
+def _integral_id(value) -> bool:
+    """An id as the service reads it: an integral JSON number in the int64 range, read exactly
+    from its JSON text (so 0.0 is 0, and a float is judged by the digits json.dumps writes)."""
+    if type(value) is int:
+        return INT64_MIN <= value <= INT64_MAX
+    if type(value) is not float or not math.isfinite(value):
+        return False
+    number = decimal.Decimal(json.dumps(value))
+    return number == number.to_integral_value() and INT64_MIN <= number <= INT64_MAX
+
+
 def is_valid_new_plant(value) -> bool:
     return (
         isinstance(value, dict)
         and set(value) <= {"id", "name", "tag"}
-        and type(value.get("id")) is int
-        and INT64_MIN <= value["id"] <= INT64_MAX
+        and _integral_id(value.get("id"))
         and isinstance(value.get("name"), str)
         and 1 <= len(value["name"]) <= 200
         and ("tag" not in value or (isinstance(value["tag"], str) and 1 <= len(value["tag"]) <= 100))

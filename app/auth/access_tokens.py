@@ -76,7 +76,7 @@ class AccessTokens:
             scope=settings.read_scope,
         )
         self._needs_write = InsufficientScope(
-            f"This token may not create or delete: that needs the scope {settings.write_scope}.",
+            f"This token may not create, change or delete: that needs the scope {settings.write_scope}.",
             reason="insufficient_scope",
             scope=settings.write_scope,
         )

@@ -33,7 +33,7 @@ MALFORMED_TOKEN = MalformedCredentials(
 )
 TOKEN_NOT_ACCEPTED = InvalidToken("The bearer token is not accepted.", reason="not_accepted")
 READ_ONLY_TOKEN = InsufficientScope(
-    "This bearer token may only read: creating and deleting need a full-access token.",
+    "This bearer token may only read: creating, changing and deleting need a full-access token.",
     reason="read_only",
 )
 

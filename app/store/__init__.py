@@ -10,19 +10,38 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from .base import Outcome, Page, Plant, PlantStore, StoreFullError, StoreUnavailableError
+from .base import (
+    KEEP,
+    UNCONDITIONAL,
+    Change,
+    Outcome,
+    Page,
+    Plant,
+    PlantStore,
+    Precondition,
+    PreconditionFailedError,
+    StoreFullError,
+    StoreUnavailableError,
+    plant_etag,
+)
 from .memory import MemoryPlantStore
 from .redis import RedisPlantStore
 from .redis_connection import CLUSTER_SCHEMES, cluster_nodes, url_scheme
 
 __all__ = [
+    "KEEP",
+    "UNCONDITIONAL",
+    "Change",
     "MemoryPlantStore",
     "Outcome",
     "Page",
     "Plant",
     "PlantStore",
+    "Precondition",
+    "PreconditionFailedError",
     "StoreFullError",
     "StoreUnavailableError",
+    "plant_etag",
     "store_from_url",
 ]
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Collection
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class Outcome(enum.Enum):
@@ -17,9 +18,65 @@ class Outcome(enum.Enum):
     CONFLICT = "conflict"
 
 
+class Change(enum.Enum):
+    """What a replace or a merge patch did."""
+
+    CREATED = "created"
+    CHANGED = "changed"
+    #: The plant already had this name and tag: nothing was written.
+    UNCHANGED = "unchanged"
+    #: No plant has this id, and none was created (a patch, or a replace under If-Match).
+    ABSENT = "absent"
+
+
 class Plant(NamedTuple):
     name: str
     tag: str | None = None
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: A change's name or tag that keeps the stored one (a merge patch that does not name it).
+KEEP: Any = _Keep()
+
+
+class Precondition(NamedTuple):
+    """A write's precondition (RFC 9110 §13.1.1 to 13.1.2), checked by the store in the write's step.
+
+    Each is None when its header was not sent, else the entity-tags it lists (opaque values,
+    without quotes); `*` stands for "any current plant".
+    """
+
+    if_match: frozenset[str] | None = None
+    if_none_match: frozenset[str] | None = None
+
+    def allows(self, current: str) -> bool:
+        """Whether a write may change the plant whose ETag is `current`."""
+        if self.if_match is not None and "*" not in self.if_match and current not in self.if_match:
+            return False
+        return self.if_none_match is None or (
+            "*" not in self.if_none_match and current not in self.if_none_match
+        )
+
+
+#: No precondition.
+UNCONDITIONAL = Precondition()
+
+
+def encode(name: str, tag: str | None) -> bytes:
+    """A plant's one encoding: `<name length in bytes>:<name><tag>` (a tag is never empty)."""
+    name_bytes = name.encode("utf-8")
+    return b"%d:%s%s" % (len(name_bytes), name_bytes, tag.encode("utf-8") if tag else b"")
+
+
+def plant_etag(name: str, tag: str | None) -> str:
+    """The plant's entity-tag: derived from its name and tag alone, so every store, worker and
+    host gives the same one, and it costs no stored byte. The Redis scripts compute it too, as
+    `string.sub(redis.sha1hex(value), 1, 16)` of the same encoding."""
+    return hashlib.sha1(encode(name, tag), usedforsecurity=False).hexdigest()[:16]
 
 
 #: A plant of a page: its id, name and tag. (A plain tuple: a page has up to 1,000 of them.)
@@ -53,6 +110,11 @@ class StoreFullError(Exception):
     """The store holds its capacity of plants (or its server its memory) and cannot take a new one."""
 
 
+class PreconditionFailedError(Exception):
+    """The plant exists, and its current ETag does not satisfy the write's precondition: nothing
+    changed."""
+
+
 class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 
@@ -82,8 +144,25 @@ class PlantStore(Protocol):
 
     def get(self, plant_id: int) -> Plant | None: ...
 
-    def delete(self, plant_id: int) -> bool:
-        """Remove the plant and free its place under the capacity, atomically; False when absent."""
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+        """Remove the plant and free its place under the capacity, atomically; False when absent.
+
+        Raises PreconditionFailedError, having removed nothing, when the plant exists and its
+        ETag does not satisfy `precondition`.
+        """
+        ...
+
+    def change(
+        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+    ) -> tuple[Change, Plant | None]:
+        """Check the precondition and change the plant, in one atomic step; the plant after it.
+
+        `name` and `tag` replace the stored ones, or are KEEP; a tag of None removes the tag, and
+        a change of tag moves the plant between tag indexes in the same step. An absent plant is
+        created when `create` (a replace: name given, under the capacity: StoreFullError), else
+        ABSENT. Raises PreconditionFailedError, having changed nothing, when the plant exists and
+        its ETag does not satisfy `precondition`.
+        """
         ...
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:

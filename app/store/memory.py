@@ -8,10 +8,24 @@ import sys
 import threading
 from collections.abc import Collection, Iterator
 from itertools import islice
+from typing import Any
 
 from sortedcontainers import SortedList
 
-from .base import Outcome, Page, Plant, StoreFullError, id_position, position_id
+from .base import (
+    KEEP,
+    UNCONDITIONAL,
+    Change,
+    Outcome,
+    Page,
+    Plant,
+    Precondition,
+    PreconditionFailedError,
+    StoreFullError,
+    id_position,
+    plant_etag,
+    position_id,
+)
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
 #: copied whole, under the lock and the GIL: one pair took 64 to 96 ms to grow at 699,050 plants,
@@ -56,18 +70,62 @@ class MemoryPlantStore:
                 if stored_name == name and tags.get(plant_id) == tag:
                     return Outcome.IDENTICAL
                 return Outcome.CONFLICT
-            if self._count >= self.capacity:
-                raise StoreFullError
-            names[plant_id] = name
-            self._count += 1
-            self._ids.add(plant_id)
-            if tag is not None:
-                tag = tags[plant_id] = sys.intern(tag)
-                tagged = self._ids_by_tag.get(tag)
-                if tagged is None:
-                    tagged = self._ids_by_tag[tag] = SortedList()
-                tagged.add(plant_id)
+            self._insert(plant_id, name, tag)
             return Outcome.CREATED
+
+    def _insert(self, plant_id: int, name: str, tag: str | None) -> None:
+        """Add a new plant (the lock held), or StoreFullError at capacity."""
+        if self._count >= self.capacity:
+            raise StoreFullError
+        self._names[plant_id % SHARDS][plant_id] = name
+        self._count += 1
+        self._ids.add(plant_id)
+        self._tag(plant_id, tag)
+
+    def _tag(self, plant_id: int, tag: str | None) -> None:
+        if tag is not None:
+            tag = self._tags[plant_id % SHARDS][plant_id] = sys.intern(tag)
+            tagged = self._ids_by_tag.get(tag)
+            if tagged is None:
+                tagged = self._ids_by_tag[tag] = SortedList()
+            tagged.add(plant_id)
+
+    def _untag(self, plant_id: int) -> None:
+        tag = self._tags[plant_id % SHARDS].pop(plant_id, None)
+        if tag is not None:
+            tagged = self._ids_by_tag[tag]
+            tagged.remove(plant_id)
+            if not tagged:
+                del self._ids_by_tag[tag]
+
+    def change(
+        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+    ) -> tuple[Change, Plant | None]:
+        """Check the precondition and change the plant under the lock that guards every write."""
+        shard = plant_id % SHARDS
+        names, tags = self._names[shard], self._tags[shard]
+        with self._lock:
+            stored_name = names.get(plant_id)
+            if stored_name is None:
+                if not create or precondition.if_match is not None:
+                    return Change.ABSENT, None
+                tag = None if tag is KEEP else tag
+                self._insert(plant_id, name, tag)
+                return Change.CREATED, Plant(name, tag)
+            stored_tag = tags.get(plant_id)
+            if precondition is not UNCONDITIONAL and not precondition.allows(
+                plant_etag(stored_name, stored_tag)
+            ):
+                raise PreconditionFailedError
+            name = stored_name if name is KEEP else name
+            tag = stored_tag if tag is KEEP else tag
+            if name == stored_name and tag == stored_tag:
+                return Change.UNCHANGED, Plant(name, tag)
+            names[plant_id] = name
+            if tag != stored_tag:
+                self._untag(plant_id)
+                self._tag(plant_id, tag)
+            return Change.CHANGED, Plant(name, tag)
 
     def get(self, plant_id: int) -> Plant | None:
         shard = plant_id % SHARDS
@@ -77,19 +135,21 @@ class MemoryPlantStore:
                 return None
             return Plant(name, self._tags[shard].get(plant_id))
 
-    def delete(self, plant_id: int) -> bool:
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
         shard = plant_id % SHARDS
+        names = self._names[shard]
         with self._lock:
-            if self._names[shard].pop(plant_id, None) is None:
+            name = names.get(plant_id)
+            if name is None:
                 return False
+            if precondition is not UNCONDITIONAL and not precondition.allows(
+                plant_etag(name, self._tags[shard].get(plant_id))
+            ):
+                raise PreconditionFailedError
+            del names[plant_id]
             self._count -= 1
             self._ids.remove(plant_id)
-            tag = self._tags[shard].pop(plant_id, None)
-            if tag is not None:
-                tagged = self._ids_by_tag[tag]
-                tagged.remove(plant_id)
-                if not tagged:
-                    del self._ids_by_tag[tag]
+            self._untag(plant_id)
             return True
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:

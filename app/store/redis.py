@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Collection
+from typing import Any
 
 from redis.exceptions import (
     ClusterError,
@@ -20,12 +21,24 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .base import Outcome, Page, Plant, StoreFullError, StoreUnavailableError
+from .base import (
+    KEEP,
+    UNCONDITIONAL,
+    Change,
+    Outcome,
+    Page,
+    Plant,
+    Precondition,
+    PreconditionFailedError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from .redis_connection import FAILURES, LazyClient, ScriptRunner
 from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
 from .redis_hints import GroupHints
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
+_CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
 GROUPS_PER_PAGE = 4
 #: How long a write waits for a group whose slot is moving between nodes, in all.
@@ -87,13 +100,35 @@ class RedisPlantStore:
             raise unavailable(exc) from None
         return None if value is None else decode(value)
 
-    def delete(self, plant_id: int) -> bool:
-        keys, args = self.groups.delete_call(plant_id)
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+        keys, args = self.groups.delete_call(plant_id, precondition)
         try:
             # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-            return self._run("DELETE", keys, args, write=True) == 1
+            answer = self._run("DELETE", keys, args, write=True)
         except FAILURES as exc:
             raise unavailable(exc) from None
+        if answer == 2:
+            raise PreconditionFailedError
+        return answer == 1
+
+    def change(
+        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+    ) -> tuple[Change, Plant | None]:
+        keys, args = self.groups.change_call(plant_id, name, tag, precondition, create=create)
+        try:
+            if tag is not KEEP and tag is not None:
+                self._hints.note(self._clients.get(), plant_id, tag)
+            answer = self._run("CHANGE", keys, args, write=True)
+        except OutOfMemoryError:
+            raise StoreFullError from None
+        except FAILURES as exc:
+            raise unavailable(exc) from None
+        code = answer[0]
+        if code == 4:
+            raise PreconditionFailedError
+        if code == 5:
+            raise StoreFullError
+        return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         """A page in (group, id) order; on a single Redis (one group) that is id order."""

@@ -9,9 +9,13 @@ into contiguous ranges between shards, each shard holds its share of the groups.
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from .base import Plant
+from .base import KEEP, UNCONDITIONAL, Plant, Precondition, encode
+
+__all__ = ["BUCKETS", "CLUSTER_GROUPS", "Groups", "decode", "decode_fields", "encode", "member"]
 
 BUCKETS = 1 << 16
 #: Groups on a cluster: 24 divides evenly among 2, 3, 4, 6, 8 and 12 shards.
@@ -24,11 +28,6 @@ def member(plant_id: int) -> bytes:
     return (plant_id + _SIGN).to_bytes(8, "big") + str(plant_id).encode()
 
 
-def encode(name: str, tag: str | None) -> bytes:
-    name_bytes = name.encode("utf-8")
-    return b"%d:%s%s" % (len(name_bytes), name_bytes, tag.encode("utf-8") if tag else b"")
-
-
 def decode(value: bytes) -> Plant:
     return Plant(*decode_fields(value))
 
@@ -37,6 +36,15 @@ def decode_fields(value: bytes) -> tuple[str, str | None]:
     length, _, rest = value.partition(b":")
     name, tag = rest[: int(length)], rest[int(length) :]
     return name.decode("utf-8"), tag.decode("utf-8") if tag else None
+
+
+def precondition_args(precondition: Precondition) -> list[str | int]:
+    """A precondition as the scripts read it: for If-Match then If-None-Match, how many tags
+    ('' when the header was not sent), then the tags."""
+    args: list[str | int] = []
+    for tags in (precondition.if_match, precondition.if_none_match):
+        args += [""] if tags is None else [len(tags), *sorted(tags)]
+    return args
 
 
 def _spaced_tag(prefix: str, group: int, count: int) -> str:
@@ -75,10 +83,22 @@ class Groups:
         return keys, (self.tags[g], self.cluster_arg, plant_id, value, self.quotas[g], member(plant_id),
                       "1" if rewrite else "")  # fmt: skip
 
-    def delete_call(self, plant_id: int) -> tuple[tuple, tuple]:
+    def delete_call(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> tuple[tuple, tuple]:
         g = self.of(plant_id)
         keys = (self.bucket_key(plant_id), self.count_key(g))
-        return keys, (self.tags[g], self.cluster_arg, plant_id, member(plant_id))
+        args = (self.tags[g], self.cluster_arg, plant_id, member(plant_id))
+        return keys, args if precondition is UNCONDITIONAL else (*args, *precondition_args(precondition))
+
+    def change_call(
+        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+    ) -> tuple[tuple, tuple]:
+        """The CHANGE script's keys and arguments (KEEP: see the script)."""
+        g = self.of(plant_id)
+        keys = (self.bucket_key(plant_id), self.count_key(g))
+        tag_arg = "k" if tag is KEEP else "n" if tag is None else "s" + tag
+        return keys, (self.tags[g], self.cluster_arg, plant_id, member(plant_id), self.quotas[g],
+                      "1" if create else "", "" if name is KEEP else name, tag_arg,
+                      *precondition_args(precondition))  # fmt: skip
 
     def position(self, group: int, after: int | None) -> bytes:
         """Where a walk of pages resumes: after `after` in `group`, or at the group's start."""

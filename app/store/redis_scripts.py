@@ -95,6 +95,31 @@ local function tag_of(value)
   return string.sub(value, colon + 1 + tonumber(string.sub(value, 1, colon - 1)))
 end
 
+-- The name of an encoded plant.
+local function name_of(value)
+  local colon = string.find(value, ':', 1, true)
+  return string.sub(value, colon + 1, colon + tonumber(string.sub(value, 1, colon - 1)))
+end
+
+-- Whether a write's precondition lets it change the plant stored as `value`: ARGV from `at` on
+-- holds how many If-Match tags follow ('' for no If-Match), then those tags, then the same for
+-- If-None-Match. '*' matches any plant. The ETag is the one Python's plant_etag() gives.
+local function allows(value, at)
+  local etag = string.sub(redis.sha1hex(value), 1, 16)
+  local function lists(from)
+    local n = tonumber(ARGV[from])
+    if not n then return false, from + 1 end
+    for i = from + 1, from + n do
+      if ARGV[i] == '*' or ARGV[i] == etag then return true, from + 1 + n end
+    end
+    return nil, from + 1 + n
+  end
+  local matched, next_at = lists(at)
+  if matched == nil then return false end
+  local none_matched = lists(next_at)
+  return not none_matched
+end
+
 local function index_plant(member, value)
   index_add('a', member)
   local tag = tag_of(value)
@@ -125,20 +150,60 @@ return 0
 """
 )
 
-# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member. Answers 1 deleted,
-# 0 absent.
+# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member, and the
+# precondition (see `allows`; none for an unconditional delete). Answers 1 deleted, 0 absent,
+# 2 refused by the precondition.
 DELETE = (
     _LIBRARY
     + """
 local id, member = ARGV[3], ARGV[4]
 local stored = redis.call('HGET', KEYS[1], id)
 if not stored then return 0 end
+if #ARGV > 4 and not allows(stored, 5) then return 2 end
 redis.call('HDEL', KEYS[1], id)
 redis.call('DECR', KEYS[2])
 index_remove('a', member)
 local tag = tag_of(stored)
 if tag ~= '' then index_remove('t' .. tag, member) end
 return 1
+"""
+)
+
+# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member, the
+# capacity, '1' to create an absent plant, the name ('' keeps it), the tag ('k' keeps it, 'n'
+# removes it, 's<tag>' sets it), then the precondition (see `allows`). Answers {0, plant}
+# created, {1, plant} changed, {2, plant} unchanged (nothing written), {3} absent, {4} refused
+# by the precondition, {5} full. A change of tag moves the plant between tag indexes here.
+CHANGE = (
+    _LIBRARY
+    + """
+local id, member = ARGV[3], ARGV[4]
+local stored = redis.call('HGET', KEYS[1], id)
+local new_tag = string.sub(ARGV[8], 2)
+if not stored then
+  if ARGV[6] ~= '1' or ARGV[9] ~= '' then return {3} end
+  local count = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if count >= tonumber(ARGV[5]) then return {5} end
+  if count == 0 then redis.call('SET', P .. ':layout', '2') end
+  local value = string.len(ARGV[7]) .. ':' .. ARGV[7] .. new_tag
+  redis.call('HSET', KEYS[1], id, value)
+  redis.call('INCR', KEYS[2])
+  index_plant(member, value)
+  return {0, value}
+end
+if not allows(stored, 9) then return {4} end
+local name, old_tag = ARGV[7], tag_of(stored)
+if name == '' then name = name_of(stored) end
+local mode, tag = string.sub(ARGV[8], 1, 1), new_tag
+if mode == 'k' then tag = old_tag end
+local value = string.len(name) .. ':' .. name .. tag
+if value == stored then return {2, stored} end
+redis.call('HSET', KEYS[1], id, value)
+if tag ~= old_tag then
+  if old_tag ~= '' then index_remove('t' .. old_tag, member) end
+  if tag ~= '' then index_add('t' .. tag, member) end
+end
+return {1, value}
 """
 )
 

@@ -1,0 +1,98 @@
+"""Changing a plant: `PUT /plants/{id}` replaces (or creates) it, `PATCH /plants/{id}` applies a
+JSON merge patch (RFC 7396). Both on the plants blueprint, behind its guard; the precondition and
+the write are one atomic step in the store (app/conditional.py says which)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request, url_for
+from marshmallow import ValidationError
+
+from .conditional import precondition_failed, with_etag, write_precondition
+from .errors import InvalidFields, PlantNotFound, error_response
+from .params import load_plant_id
+from .request_body import read_json_object
+from .schemas import MergePatchSchema, ReplacementSchema, plant_record
+from .state import serving_store
+from .store import KEEP, Change, PreconditionFailedError
+
+_replacement_schema = ReplacementSchema()
+_merge_patch_schema = MergePatchSchema()
+
+
+class InvalidChange(InvalidFields):
+    """A body that is JSON but not a valid Plant (PUT) or merge patch (PATCH)."""
+
+    def __init__(self, record: str, details: dict[str, list[str]]) -> None:
+        super().__init__(f"The request body is not a valid {record}.", "fields", details)
+
+
+def replace_plant(plant_id: str) -> Response:
+    """Replace the plant's name and tag (a missing tag removes it), or create it: 200 or 201."""
+    number = load_plant_id(plant_id)
+    req = request._get_current_object()
+    precondition = write_precondition(req)
+    plant = _load(_replacement_schema, read_json_object(req, "Plant"), number, "Plant")
+    if isinstance(plant, Response):
+        return plant
+    store = serving_store(current_app, req.environ)
+    try:
+        # Under If-Match the plant must exist: an absent one is 412, never created.
+        change, stored = store.change(
+            number, plant["name"], plant.get("tag"), precondition, create=precondition.if_match is None
+        )
+    except PreconditionFailedError:
+        raise precondition_failed(number) from None
+    if change is Change.ABSENT:
+        raise precondition_failed(number, absent=True)
+    response = with_etag(current_app.json.response(plant_record(stored)), stored)
+    if change is Change.CREATED:
+        response.status_code = 201
+        response.headers["Location"] = url_for(".get_plant", plant_id=number, _external=True)
+    return response
+
+
+def patch_plant(plant_id: str) -> Response:
+    """Apply a merge patch: `name` changes it, `tag` sets it, `"tag": null` removes it; 404 when absent."""
+    number = load_plant_id(plant_id)
+    req = request._get_current_object()
+    precondition = write_precondition(req)
+    body = read_json_object(req, "JSON merge patch", merge_patch=True)
+    patch = _load(_merge_patch_schema, body, number, "merge patch of a Plant")
+    if isinstance(patch, Response):
+        return patch
+    store = serving_store(current_app, req.environ)
+    try:
+        change, stored = store.change(
+            number, patch.get("name", KEEP), patch.get("tag", KEEP), precondition, create=False
+        )
+    except PreconditionFailedError:
+        raise precondition_failed(number) from None
+    if change is Change.ABSENT:
+        raise PlantNotFound(number)
+    return with_etag(current_app.json.response(plant_record(stored)), stored)
+
+
+def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any] | Response:
+    """The body through `schema`, its `id` (if any) equal to the path's; else the 400."""
+    try:
+        value = schema.load(body)
+    except ValidationError as exc:
+        details = exc.normalized_messages()
+    else:
+        if value.get("id", number) == number:
+            return value
+        details = {}
+    if "id" in body and "id" not in details and body["id"] != number:
+        details["id"] = [f"Must equal the id in the path ({number}), or be left out."]
+    return error_response(InvalidChange(record, details))
+
+
+def add_routes(bp: Blueprint) -> None:
+    bp.add_url_rule(
+        "/plants/<plant_id>", view_func=replace_plant, methods=["PUT"], provide_automatic_options=False
+    )
+    bp.add_url_rule(
+        "/plants/<plant_id>", view_func=patch_plant, methods=["PATCH"], provide_automatic_options=False
+    )

@@ -1,0 +1,107 @@
+"""Conditional requests (RFC 9110 §8.8.3, §13), kept in one place: a plant's ETag, the 304 of a
+conditional GET, and the preconditions of PUT, PATCH and DELETE, which the store checks in the
+same atomic step as the write.
+
+A plant's ETag is strong and derived from its name and tag alone (app.store.plant_etag), so it is
+the same from every worker and host of one store and costs no stored byte.
+"""
+
+from __future__ import annotations
+
+import re
+
+from flask import Request, Response, current_app
+from werkzeug.datastructures import ETags
+from werkzeug.exceptions import HTTPException, PreconditionFailed, PreconditionRequired
+
+from .errors import InvalidFields
+from .store import UNCONDITIONAL, Plant, Precondition, plant_etag
+
+# RFC 9110 §8.8.3 and §13.1.1: "*", or a comma-separated list of entity-tags, each optionally
+# weak (W/), with optional spaces and tabs. Obsolete non-ASCII tag characters are refused. The
+# served document's pattern for both headers is this one.
+_ENTITY_TAG = r'(?:W/)?"[\x21\x23-\x7e]*"'
+_ETAG_LIST = re.compile(rf"[ \t]*(?:\*|{_ENTITY_TAG}(?:[ \t]*,[ \t]*{_ENTITY_TAG})*)[ \t]*")
+
+
+class InvalidHeader(InvalidFields):
+    """A conditional header that is not `*` or a list of entity-tags; `details` names it."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(
+            "A conditional header is malformed.",
+            "headers",
+            {header: ['Must be "*" or a comma-separated list of entity-tags such as "3f2a9c4e1b7d5a60".']},
+        )
+
+
+def etag_of(plant: Plant) -> str:
+    return plant_etag(plant.name, plant.tag)
+
+
+def with_etag(response: Response, plant: Plant) -> Response:
+    response.set_etag(etag_of(plant))
+    return response
+
+
+def _etags(req: Request, header: str) -> ETags | None:
+    """The header's entity-tags (None when it was not sent); InvalidHeader when malformed."""
+    value = req.headers.get(header)
+    if value is None:
+        return None
+    if not _ETAG_LIST.fullmatch(value):
+        raise InvalidHeader(header)
+    return req.if_match if header == "If-Match" else req.if_none_match
+
+
+def not_modified(req: Request, plant: Plant) -> Response | None:
+    """The 304 of a GET whose If-None-Match matches the plant's ETag (weak comparison)."""
+    tags = _etags(req, "If-None-Match")
+    if tags is None:
+        return None
+    etag = etag_of(plant)
+    if not tags.contains_weak(etag):  # (an empty tag `""` never equals a plant's)
+        return None
+    response = Response(status=304)
+    del response.headers["Content-Type"]
+    response.set_etag(etag)
+    return response
+
+
+def write_precondition(req: Request, *, if_none_match: bool = True) -> Precondition:
+    """The precondition of a PUT, PATCH or DELETE; 400 for a malformed header, 428 when
+    PLANTS_REQUIRE_IF_MATCH is on and none was sent."""
+    match = _etags(req, "If-Match")
+    none_match = _etags(req, "If-None-Match") if if_none_match else None
+    if match is None and none_match is None:
+        if current_app.extensions["plants"].require_if_match:
+            raise PreconditionRequired(
+                "This service requires a conditional request: send If-Match with the plant's ETag"
+                ' (from GET), or "If-None-Match: *" to create with PUT.'
+            )
+        return UNCONDITIONAL
+    return Precondition(_values(match, strong=True), _values(none_match, strong=False))
+
+
+def _values(tags: ETags | None, *, strong: bool) -> frozenset[str] | None:
+    """The opaque values to compare: If-Match compares strongly (weak tags never match),
+    If-None-Match weakly."""
+    if tags is None:
+        return None
+    if tags.star_tag:
+        return frozenset({"*"})
+    # Werkzeug gives the empty entity-tag `""` as None.
+    return frozenset(tag or "" for tag in tags.as_set(include_weak=not strong))
+
+
+def precondition_failed(plant_id: int, *, absent: bool = False) -> HTTPException:
+    if absent:
+        return PreconditionFailed(
+            f"There is no plant with id {plant_id} to match If-Match: nothing was created. Send the"
+            " replacement without If-Match (or with If-None-Match: *) to create it."
+        )
+    return PreconditionFailed(
+        f"The plant with id {plant_id} does not match the request's precondition (If-Match or"
+        " If-None-Match): it was changed, created or deleted since you read it. Nothing changed;"
+        " read it again (GET) for its current ETag."
+    )

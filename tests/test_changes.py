@@ -1,0 +1,287 @@
+"""Changing a plant: PUT, PATCH, ETags and conditional requests, on every store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.store import plant_etag
+from tests.conftest import STORES_AND_CLUSTER, settings_for_store
+from tests.helpers import error_of
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@pytest.fixture(params=STORES_AND_CLUSTER)
+def store_settings(request):
+    return settings_for_store(request, request.param)
+
+
+def quoted(name: str, tag: str | None = None) -> str:
+    return f'"{plant_etag(name, tag)}"'
+
+
+@pytest.fixture
+def fern(client, auth):
+    """Plant 5, {Fern, green}: its ETag."""
+    response = client.post("/plants", json={"id": 5, "name": "Fern", "tag": "green"}, headers=auth)
+    assert response.status_code == 200
+    return response.headers["ETag"]
+
+
+# --- ETags and the conditional GET ---------------------------------------------------------------
+
+
+def test_every_answer_with_one_plant_carries_its_strong_etag(client, auth, fern):
+    assert fern == quoted("Fern", "green")
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+    # A replay of the create answers the same ETag; a conflict none.
+    assert (
+        client.post("/plants", json={"id": 5, "name": "Fern", "tag": "green"}, headers=auth).headers["ETag"]
+        == fern
+    )
+    assert "ETag" not in client.post("/plants", json={"id": 5, "name": "Other"}, headers=auth).headers
+    changed = client.put("/plants/5", json={"name": "Fern", "tag": "blue"}, headers=auth)
+    assert changed.headers["ETag"] == quoted("Fern", "blue") != fern
+    patched = client.patch("/plants/5", json={"name": "Big fern"}, headers=auth)
+    assert patched.headers["ETag"] == quoted("Big fern", "blue")
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == patched.headers["ETag"]
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["{etag}", '"other", {etag}', "*", "W/{etag}", ' "x" ,  W/{etag} '],
+    ids=["same", "in-a-list", "star", "weak", "spaces"],
+)
+def test_get_with_a_matching_if_none_match_is_304(client, auth, fern, header):
+    response = client.get("/plants/5", headers={**auth, "If-None-Match": header.format(etag=fern)})
+    assert response.status_code == 304
+    assert response.get_data() == b""
+    assert response.headers["ETag"] == fern
+    assert "Content-Type" not in response.headers
+
+
+def test_get_with_another_if_none_match_is_200(client, auth, fern):
+    response = client.get("/plants/5", headers={**auth, "If-None-Match": '"0123456789abcdef", W/"x"'})
+    assert response.status_code == 200
+    assert response.get_json() == {"name": "Fern", "tag": "green"}
+
+
+@pytest.mark.parametrize("value", ["abc", '"unterminated', "W/", '"a" "b"', "**", '"a",*'])
+@pytest.mark.parametrize("header", ["If-None-Match", "If-Match"])
+def test_malformed_conditional_headers_are_400_naming_the_header(client, auth, fern, header, value):
+    if header == "If-None-Match":
+        response = client.get("/plants/5", headers={**auth, header: value})
+    else:
+        response = client.put("/plants/5", json={"name": "X"}, headers={**auth, header: value})
+    assert set(error_of(response, 400)["details"]) == {header}
+    assert client.get("/plants/5", headers=auth).get_json() == {"name": "Fern", "tag": "green"}
+
+
+# --- PUT --------------------------------------------------------------------------------------------
+
+
+def test_put_replaces_and_a_missing_tag_removes_it(client, auth, fern):
+    response = client.put("/plants/5", json={"name": "Fern"}, headers=auth)
+    assert (response.status_code, response.get_json()) == (200, {"name": "Fern"})
+    assert client.get("/plants/5", headers=auth).get_json() == {"name": "Fern"}
+
+
+def test_put_of_the_same_plant_writes_nothing_and_keeps_the_etag(client, auth, fern):
+    response = client.put("/plants/5", json={"id": 5, "name": "Fern", "tag": "green"}, headers=auth)
+    assert (response.status_code, response.headers["ETag"]) == (200, fern)
+
+
+def test_put_creates_an_absent_plant_with_201_and_location(client, auth, store):
+    response = client.put("/plants/77", json={"name": "Aloe", "tag": "succulent"}, headers=auth)
+    assert response.status_code == 201
+    assert response.get_json() == {"name": "Aloe", "tag": "succulent"}
+    assert response.headers["Location"] == "http://localhost/plants/77"
+    assert response.headers["ETag"] == quoted("Aloe", "succulent")
+    assert len(store) == 1
+    assert client.get("/plants/77", headers=auth).get_json() == {"name": "Aloe", "tag": "succulent"}
+
+
+def test_put_creating_counts_under_the_capacity(make_app, auth):
+    client = make_app(PLANTS_MAX_PLANTS=1).test_client()
+    # Ids 0 and 24 share a cluster's first bucket group, which holds the one place.
+    assert client.put("/plants/0", json={"name": "A"}, headers=auth).status_code == 201
+    error_of(client.put("/plants/24", json={"name": "B"}, headers=auth), 507)
+    # A replace of a stored plant needs no room.
+    assert client.put("/plants/0", json={"name": "C"}, headers=auth).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"id": 6, "name": "Fern"}, "id"),
+        ({"id": "5", "name": "Fern"}, "id"),
+        ({"name": "Fern", "tags": "x"}, "tags"),
+        ({"tag": "x"}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "x" * 201}, "name"),
+        ({"name": "Fern", "tag": None}, "tag"),
+        ({"name": "Fern", "tag": "t" * 101}, "tag"),
+    ],
+)
+def test_put_refuses_an_invalid_plant_naming_the_field(client, auth, fern, body, field):
+    assert field in error_of(client.put("/plants/5", json=body, headers=auth), 400)["details"]
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+
+
+# --- PATCH ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("patch", "after"),
+    [
+        ({"name": "Big fern"}, {"name": "Big fern", "tag": "green"}),
+        ({"tag": "blue"}, {"name": "Fern", "tag": "blue"}),
+        ({"tag": None}, {"name": "Fern"}),
+        ({}, {"name": "Fern", "tag": "green"}),
+        ({"id": 5, "name": "N", "tag": "t"}, {"name": "N", "tag": "t"}),
+    ],
+    ids=["name", "tag", "remove-tag", "empty", "all"],
+)
+@pytest.mark.parametrize("content_type", [MERGE_PATCH, "application/json"])
+def test_patch_merges(client, auth, fern, patch, after, content_type):
+    import json
+
+    response = client.patch(
+        "/plants/5", data=json.dumps(patch), headers={**auth, "Content-Type": content_type}
+    )
+    assert (response.status_code, response.get_json()) == (200, after)
+    assert response.headers["ETag"] == quoted(after["name"], after.get("tag"))
+    assert client.get("/plants/5", headers=auth).get_json() == after
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"name": None}, "name"),
+        ({"name": ""}, "name"),
+        ({"tag": ""}, "tag"),
+        ({"id": 4}, "id"),
+        ({"color": "red"}, "color"),
+    ],
+)
+def test_patch_refuses_naming_the_field(client, auth, fern, patch, field):
+    assert field in error_of(client.patch("/plants/5", json=patch, headers=auth), 400)["details"]
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+
+
+def test_patch_of_an_absent_plant_is_404(client, auth, store):
+    error_of(client.patch("/plants/8", json={"name": "X"}, headers=auth), 404)
+    error_of(client.patch("/plants/8", json={"name": "X"}, headers={**auth, "If-Match": "*"}), 404)
+    assert len(store) == 0
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/json-patch+json", "application/json; charset=latin-1"]
+)
+def test_patch_of_another_type_is_415_with_accept_patch(client, auth, fern, content_type):
+    response = client.patch("/plants/5", data="{}", headers={**auth, "Content-Type": content_type})
+    error_of(response, 415)
+    assert response.headers["Accept-Patch"] == MERGE_PATCH
+
+
+# --- Preconditions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_if_match_lets_the_current_version_change_only(client, auth, fern, method):
+    body = {"name": "Changed"} if method != "DELETE" else None
+    stale = '"0123456789abcdef"'
+    error_of(client.open("/plants/5", method=method, json=body, headers={**auth, "If-Match": stale}), 412)
+    error_of(
+        client.open("/plants/5", method=method, json=body, headers={**auth, "If-Match": f"W/{fern}"}), 412
+    )
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern  # nothing changed
+    response = client.open(
+        "/plants/5", method=method, json=body, headers={**auth, "If-Match": f"{stale}, {fern}"}
+    )
+    assert response.status_code == (204 if method == "DELETE" else 200)
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_if_match_star_needs_the_plant(client, auth, method, store):
+    body = {"name": "New"} if method != "DELETE" else None
+    response = client.open("/plants/6", method=method, json=body, headers={**auth, "If-Match": "*"})
+    error_of(response, 412 if method == "PUT" else 404)  # PATCH and DELETE of nothing stay 404
+    assert len(store) == 0
+
+
+def test_put_if_none_match_star_creates_only(client, auth, fern):
+    error_of(client.put("/plants/5", json={"name": "X"}, headers={**auth, "If-None-Match": "*"}), 412)
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+    assert (
+        client.put("/plants/6", json={"name": "X"}, headers={**auth, "If-None-Match": "*"}).status_code == 201
+    )
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_require_if_match_answers_428_without_a_precondition(make_app, auth, method):
+    client = make_app(PLANTS_REQUIRE_IF_MATCH=True).test_client()
+    etag = client.post("/plants", json={"id": 5, "name": "Fern"}, headers=auth).headers["ETag"]
+    body = {"name": "Changed"} if method != "DELETE" else None
+    error_of(client.open("/plants/5", method=method, json=body, headers=auth), 428)
+    assert client.get("/plants/5", headers=auth).get_json() == {"name": "Fern"}
+    response = client.open("/plants/5", method=method, json=body, headers={**auth, "If-Match": etag})
+    assert response.status_code in (200, 204)
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_read_only_token_is_403_before_the_body_is_read(make_app, auth, method):
+    client = make_app(PLANTS_READ_TOKENS="reader").test_client()
+    client.post("/plants", json={"id": 5, "name": "Fern"}, headers=auth)
+    response = client.open(
+        "/plants/5", method=method, data=b"not json", headers={"Authorization": "Bearer reader"}
+    )
+    error_of(response, 403)
+    assert response.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="insufficient_scope"'
+
+
+def test_allow_lists_the_new_methods(client):
+    response = client.post("/plants/5")
+    error_of(response, 405)
+    assert response.headers["Allow"] == "GET, PUT, PATCH, DELETE"
+
+
+# --- Indexes and races ----------------------------------------------------------------------------
+
+
+def test_a_change_of_tag_moves_the_plant_between_tag_pages(client, auth, fern):
+    client.post("/plants", json={"id": 6, "name": "Moss", "tag": "green"}, headers=auth)
+    client.patch("/plants/5", json={"tag": "blue"}, headers=auth)
+
+    def ids(tag):
+        return [plant["id"] for plant in client.get(f"/plants?tags={tag}", headers=auth).get_json()["plants"]]
+
+    assert (ids("green"), ids("blue")) == ([6], [5])
+    client.put("/plants/5", json={"name": "Fern"}, headers=auth)  # no tag: in no tag's pages
+    assert (ids("green"), ids("blue")) == ([6], [])
+    client.patch("/plants/6", json={"tag": None}, headers=auth)
+    assert ids("green") == []
+    assert [plant["id"] for plant in client.get("/plants", headers=auth).get_json()["plants"]] == [5, 6]
+
+
+def test_lost_update_exactly_one_of_concurrent_conditional_puts_wins(app, auth, fern):
+    results: dict[int, int] = {}
+
+    def put(number: int) -> None:
+        client = app.test_client()
+        response = client.put(
+            "/plants/5", json={"name": f"Writer {number}"}, headers={**auth, "If-Match": fern}
+        )
+        results[number] = response.status_code
+
+    threads = [threading.Thread(target=put, args=(number,)) for number in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [number for number, status in results.items() if status == 200]
+    assert len(winners) == 1
+    assert sorted(results.values()) == [200] + [412] * 15
+    assert app.test_client().get("/plants/5", headers=auth).get_json() == {"name": f"Writer {winners[0]}"}
