@@ -102,3 +102,13 @@ def test_access_tokens_benchmark_smoke_run(tmp_path):
     assert set(results["verify_us"]) == {"first use, RS256", "first use, ES256", "repeated (cached)"}
     assert results["verify_us"]["first use, RS256"] > results["verify_us"]["repeated (cached)"] > 0
     assert "| JWT |" in result.stdout
+
+
+def test_changes_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/changes.py", tmp_path)
+    assert results["valid"] is True  # every PUT and PATCH 200, every conditional GET 304
+    for store in ("memory", "redis"):
+        for work in ("create", "put", "retag", "patch", "get", "get304"):
+            assert results[f"{store}: {work}"]["rps"]["median"] > 0
+    assert results["redis: put"]["redis_cpu_us_per_request"]["median"] > 0
+    assert "| redis: put / create |" in result.stdout

@@ -163,3 +163,28 @@ def test_a_generated_client_reads_deletes_and_pages_through_1000_plants(gunicorn
         assert gone.status_code == 404
         assert isinstance(gone.parsed, Error)
         assert gone.parsed.error == 404
+
+
+def test_a_generated_client_changes_a_plant_under_if_match(gunicorn, generated_client):
+    from plant_store_client.api.default import add_plant, get_plant, patch_plant, replace_plant
+    from plant_store_client.models import Error, MergePatch, NewPlant, Plant, Replacement
+
+    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    with client:
+        created = add_plant.sync_detailed(client=client, body=NewPlant(id=61002, name="Fern"))
+        etag = created.headers["ETag"]
+        replaced = replace_plant.sync_detailed(
+            61002, client=client, body=Replacement(name="Fern", tag="green"), if_match=etag
+        )
+        assert replaced.status_code == 200
+        assert isinstance(replaced.parsed, Plant)
+        assert replaced.parsed.tag == "green"
+        stale = patch_plant.sync_detailed(61002, client=client, body=MergePatch(name="Moss"), if_match=etag)
+        assert stale.status_code == 412
+        assert isinstance(stale.parsed, Error)
+        patched = patch_plant.sync_detailed(
+            61002, client=client, body=MergePatch(name="Moss"), if_match=replaced.headers["ETag"]
+        )
+        assert (patched.status_code, patched.parsed.name, patched.parsed.tag) == (200, "Moss", "green")
+        unchanged = get_plant.sync_detailed(61002, client=client, if_none_match=patched.headers["ETag"])
+        assert unchanged.status_code == 304

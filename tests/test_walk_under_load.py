@@ -72,3 +72,57 @@ def test_a_walk_under_creates_and_deletes_sees_each_stable_plant_once(gunicorn):
     assert set(seen) <= set(STABLE) | set(CHURN)
     assert pages >= len(STABLE) // 7
     assert sum(counts) >= 50  # the churn really ran during the walk
+
+
+CHANGED = [BASE + 10_000 + n for n in range(300)]
+
+
+def change(server, stop: threading.Event, seed: int, counts: list[int]) -> None:
+    """Rename and retag the CHANGED plants until stopped (at most 20,000 changes)."""
+    rng = random.Random(seed)
+    done = 0
+    while not stop.is_set() and done < 20_000:
+        plant_id = rng.choice(CHANGED)
+        patch = {"name": f"renamed {done}", "tag": rng.choice(["walk-a", "walk-b"])}
+        assert call(server.connection(), "PATCH", f"/plants/{plant_id}", patch, AUTH)[0] == 200
+        done += 1
+    counts.append(done)
+
+
+def test_a_walk_while_every_plant_changes_sees_each_once(gunicorn):
+    for plant_id in CHANGED:
+        plant = {"id": plant_id, "name": "original", "tag": "walk-a"}
+        assert call(gunicorn.connection(), "PUT", f"/plants/{plant_id}", plant, AUTH)[0] in (200, 201)
+    stop = threading.Event()
+    counts: list[int] = []
+    changers = [threading.Thread(target=change, args=(gunicorn, stop, seed, counts)) for seed in range(3)]
+    for thread in changers:
+        thread.start()
+    try:
+        walks = {}
+        for query in ("limit=7", "tags=walk-a&tags=walk-b&limit=7"):
+            seen: list[int] = []
+            url = f"/plants?{query}"
+            while url:
+                status, headers, body = call(gunicorn.connection(), "GET", url, None, AUTH)
+                assert status == 200, body
+                page = json.loads(body)
+                seen += [item["id"] for item in page["plants"] if item["id"] in set(CHANGED)]
+                for item in page["plants"]:
+                    if item["id"] in set(CHANGED):
+                        # A tagged page shows each plant under the tag it had when the page was read.
+                        assert item["tag"] in ("walk-a", "walk-b")
+                link = headers["Link"]
+                url = link.removeprefix("<").removesuffix('>; rel="next"') if link else None
+                if url:
+                    url = url.split(f":{gunicorn.port}", 1)[1]
+            walks[query] = seen
+    finally:
+        stop.set()
+        for thread in changers:
+            thread.join(30)
+            assert not thread.is_alive()
+    # Every changed plant existed for the whole walk: each seen exactly once, in order.
+    assert walks["limit=7"] == CHANGED
+    assert walks["tags=walk-a&tags=walk-b&limit=7"] == CHANGED
+    assert sum(counts) >= 50  # the changes really ran during the walks

@@ -1,0 +1,127 @@
+"""Benchmark: changing a plant (PUT, a tag-moving PUT, PATCH) and the 304 of a conditional GET,
+against the create and the plain GET, side by side on each store.
+
+    python bench/changes.py            # 5 interleaved rounds of 10 s per workload
+    python bench/changes.py --smoke    # a second per workload; what CI runs
+
+One gunicorn worker per store, pinned to CPU 0 with wrk on CPU 1, redis-server beside wrk (its
+CPU per request is read from /proc, so Redis's own cost of each write is counted too). The
+changes pick plants at random among PLANTS preloaded ones; creates make new ids.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.run import TOKEN, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
+from bench.shared_store import redis_cpu_seconds, start_redis
+
+FIRST = 7 * 10**12
+WORKLOADS = ("create", "put", "retag", "patch", "get", "get304")
+
+
+def preload(server: Server, plants: int) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    for plant_id in range(FIRST, FIRST + plants):
+        connection.request(
+            "PUT", f"/plants/{plant_id}", json.dumps({"name": "Plant", "tag": "fern"}), headers
+        )
+        response = connection.getresponse()
+        response.read()
+        if response.status not in (200, 201):
+            raise RuntimeError(f"preload answered {response.status}")
+    connection.close()
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--plants", type=int, help="plants the changes pick from (default 10,000; smoke 500)")
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.smoke else 5)
+    seconds = args.seconds or (1 if args.smoke else 10)
+    plants = args.plants or (500 if args.smoke else 10_000)
+    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+    redis_process, sock = start_redis(Path(tempfile.mkdtemp(prefix="bench-changes-")))
+    stores = {
+        "memory": Server("memory", gunicorn),
+        "redis": Server("redis", gunicorn, {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}),
+    }
+    problems: list[str] = []
+    runs: dict[str, list[dict]] = {f"{store}: {work}": [] for store in stores for work in WORKLOADS}
+    id_base = 0
+    try:
+        for server in stores.values():
+            server.start()
+            preload(server, plants)
+        for round_number in range(rounds + 1):  # the first round warms up
+            for store, server in stores.items():
+                for work in WORKLOADS:
+                    id_base += 10**13
+                    env = {"BENCH_ID_BASE": str(id_base), "BENCH_MODE": work, "BENCH_FIRST": str(FIRST),
+                           "BENCH_COUNT": str(plants)}  # fmt: skip
+                    script = "create.lua" if work == "create" else "changes.lua"
+                    redis_before = redis_cpu_seconds(redis_process.pid)
+                    run = wrk(server, script, 1 if round_number == 0 else seconds, args.connections, env)
+                    run["redis_cpu_us_per_request"] = (
+                        (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(run["requests"], 1)
+                    )
+                    if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
+                        problems.append(f"{store}: {work}: {run}")
+                    if round_number:
+                        runs[f"{store}: {work}"].append(run)
+    finally:
+        for server in stores.values():
+            server.stop()
+        redis_process.terminate()
+        redis_process.wait()
+    results: dict = {"rounds": rounds, "seconds": seconds, "connections": args.connections, "plants": plants}
+    for name, name_runs in runs.items():
+        results[name] = {
+            key: spread(name_runs, key) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
+        }
+    results["ratios"] = {
+        f"{store}: {work} / {base}": results[f"{store}: {work}"]["rps"]["median"]
+        / results[f"{store}: {base}"]["rps"]["median"]
+        for store in stores
+        for work, base in (("put", "create"), ("retag", "create"), ("patch", "create"), ("get304", "get"))
+    }
+    for work in ("put", "retag", "patch"):
+        results["ratios"][f"redis CPU: {work} / create"] = (
+            results[f"redis: {work}"]["redis_cpu_us_per_request"]["median"]
+            / results["redis: create"]["redis_cpu_us_per_request"]["median"]
+        )
+    return finish(results, problems, report, args.json)
+
+
+def report(results: dict) -> str:
+    lines = [
+        f"{results['rounds']} interleaved rounds of {results['seconds']:g} s, wrk -t1 "
+        f"-c{results['connections']}, one worker; changes over {results['plants']:,} plants; "
+        "median (min to max).",
+        "",
+        "| workload | req/s | worker CPU / request (µs) | redis-server CPU / request (µs) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in results:
+        if ": " in name and isinstance(results[name], dict) and "rps" in results[name]:
+            found = results[name]
+            rps, cpu, redis_cpu = (
+                show_spread(found[key]) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
+            )
+            lines.append(f"| {name} | {rps} | {cpu} | {redis_cpu} |")
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
+    lines += ["", validity(results, "VALID: every answer had its status.")]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
