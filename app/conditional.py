@@ -40,13 +40,19 @@ def etag_of(plant: Plant) -> str:
 
 
 def with_etag(response: Response, plant: Plant) -> Response:
-    response.set_etag(etag_of(plant))
+    # Added, not set: the response is new, so there is no ETag to replace, and 16 hex digits
+    # need none of set_etag's quoting checks (half the cost of `set`, on every plant answered).
+    response.headers.add("ETag", f'"{etag_of(plant)}"')
     return response
+
+
+#: Each conditional header's WSGI environ key, read there without building the Headers view.
+_ENVIRON_KEYS = {"If-Match": "HTTP_IF_MATCH", "If-None-Match": "HTTP_IF_NONE_MATCH"}
 
 
 def _etags(req: Request, header: str) -> ETags | None:
     """The header's entity-tags (None when it was not sent); InvalidHeader when malformed."""
-    value = req.headers.get(header)
+    value = req.environ.get(_ENVIRON_KEYS[header])
     if value is None:
         return None
     if not _ETAG_LIST.fullmatch(value):
@@ -62,17 +68,21 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
     etag = etag_of(plant)
     if not tags.contains_weak(etag):  # (an empty tag `""` never equals a plant's)
         return None
-    response = Response(status=304)
+    # No body, so no Content-Type (the class's default mimetype is dropped).
+    response = Response(status=304, headers={"ETag": f'"{etag}"'})
     del response.headers["Content-Type"]
-    response.set_etag(etag)
     return response
 
 
-def write_precondition(req: Request, *, if_none_match: bool = True) -> Precondition:
+def write_precondition(req: Request) -> Precondition:
     """The precondition of a PUT, PATCH or DELETE; 400 for a malformed header, 428 when
     PLANTS_REQUIRE_IF_MATCH is on and none was sent."""
-    match = _etags(req, "If-Match")
-    none_match = _etags(req, "If-None-Match") if if_none_match else None
+    environ = req.environ
+    if "HTTP_IF_MATCH" not in environ and "HTTP_IF_NONE_MATCH" not in environ:
+        match = none_match = None
+    else:
+        match = _etags(req, "If-Match")
+        none_match = _etags(req, "If-None-Match")
     if match is None and none_match is None:
         if current_app.extensions["plants"].require_if_match:
             raise PreconditionRequired(

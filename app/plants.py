@@ -33,7 +33,7 @@ from .rate_limits import add_headers
 from .request_body import read_json_object
 from .schemas import NewPlantSchema, PlantSchema, plant_record
 from .state import EXTENSION, serving_store, state_for
-from .store import Outcome, PreconditionFailedError, StoreFullError, StoreUnavailableError, plant_etag
+from .store import Outcome, Plant, PreconditionFailedError, StoreFullError, StoreUnavailableError
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
@@ -92,8 +92,7 @@ def create_plant() -> Response:
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     response = app.json.response(_plant_schema.dump(plant))
-    response.set_etag(plant_etag(plant["name"], plant.get("tag")))
-    return response
+    return with_etag(response, Plant(plant["name"], plant.get("tag")))
 
 
 @bp.get("/plants", provide_automatic_options=False)

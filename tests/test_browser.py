@@ -12,6 +12,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -92,6 +93,33 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     )
     assert {"id": 424242, "name": "Browser fern", "tag": "fern"} in page["plants"]
 
+    # The page edits a plant too: PUT /plants/{id}, tried with the id and a new body.
+    replace = visible(browser, ".opblock-put")
+    replace.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    WebDriverWait(browser, 20).until(lambda _: replace.find_element(By.CSS_SELECTOR, "button.try-out__btn"))
+    buttons = replace.find_elements(By.CSS_SELECTOR, "button.try-out__btn")
+    if buttons and buttons[0].text.strip() == "Try it out":
+        buttons[0].click()
+    id_input = WebDriverWait(browser, 20).until(
+        lambda _: replace.find_element(By.CSS_SELECTOR, 'tr[data-param-name="id"] input')
+    )
+    id_input.clear()
+    id_input.send_keys("424242")
+    edit = replace.find_element(By.CSS_SELECTOR, "textarea.body-param__text")
+    edit.send_keys(Keys.CONTROL, "a")  # the page's example body, replaced whole
+    edit.send_keys(Keys.DELETE)
+    edit.send_keys(json.dumps({"name": "Edited fern", "tag": "fern"}))
+    replace.find_element(By.CSS_SELECTOR, "button.execute").click()
+    edited = WebDriverWait(browser, 20).until(
+        lambda _: replace.find_element(
+            By.CSS_SELECTOR, ".live-responses-table .response .response-col_status"
+        )
+    )
+    shown = replace.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
+    assert edited.text.strip() == "200", shown
+    status, _, body = call(server.connection(), "GET", "/plants/424242", None, AUTH)
+    assert (status, json.loads(body)) == (200, {"name": "Edited fern", "tag": "fern"})
+
     screenshot = tmp_path / "api-page.png"
     browser.execute_script("arguments[0].scrollIntoView()", listing)
     browser.save_screenshot(str(screenshot))
@@ -99,7 +127,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
 
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
-    # The page's create reached the store: the same id with another name conflicts.
+    # The page's writes reached the store: the same id with another name conflicts.
     assert_error(*call(server.connection(), "POST", "/plants", {"id": 424242, "name": "Other"}, AUTH), 409)
     assert os.path.getsize(screenshot) > 10_000
 
