@@ -9,6 +9,7 @@ import pytest
 from app.store import plant_etag
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import error_of
+from tests.test_metrics import request_count, samples
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -285,3 +286,19 @@ def test_lost_update_exactly_one_of_concurrent_conditional_puts_wins(app, auth, 
     assert len(winners) == 1
     assert sorted(results.values()) == [200] + [412] * 15
     assert app.test_client().get("/plants/5", headers=auth).get_json() == {"name": f"Writer {winners[0]}"}
+
+
+def test_changes_are_counted_by_rate_limits_and_labelled_in_metrics(make_app, auth):
+    client = make_app(PLANTS_RATE_LIMIT="3/minute").test_client()
+    assert client.put("/plants/0", json={"name": "A"}, headers=auth).status_code == 201
+    assert client.patch("/plants/0", json={"tag": "t"}, headers=auth).status_code == 200
+    assert client.put("/plants/0", json={"name": "B"}, headers=auth).status_code == 200
+    error_of(client.patch("/plants/0", json={"name": "C"}, headers=auth), 429)
+    scrape = samples(client.get("/metrics", headers=auth).get_data(as_text=True))
+    for method, status, count in (
+        ("PUT", "201", 1),
+        ("PUT", "200", 1),
+        ("PATCH", "200", 1),
+        ("PATCH", "429", 1),
+    ):
+        assert request_count(scrape, "/plants/<plant_id>", method, status) == count
