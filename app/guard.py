@@ -20,7 +20,7 @@ from .metrics import count_store_error, start_timer
 from .rate_limits import RateLimitExceeded, remember
 from .state import EXTENSION
 from .store import StoreUnavailableError
-from .store.redis import unavailable
+from .store.redis_connection import unavailable
 
 log = logging.getLogger(__name__)
 

@@ -10,16 +10,7 @@ import secrets
 from collections.abc import Collection
 from typing import Any
 
-from redis.exceptions import (
-    ClusterError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisClusterException,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import OutOfMemoryError
 
 from .base import (
     KEEP,
@@ -31,16 +22,14 @@ from .base import (
     Precondition,
     PreconditionFailedError,
     StoreFullError,
-    StoreUnavailableError,
 )
-from .redis_connection import FAILURES, LazyClient, ScriptRunner
-from .redis_groups import CLUSTER_GROUPS, Groups, decode, decode_fields, encode, member
+from .redis_connection import FAILURES, LazyClient, ScriptRunner, unavailable
+from .redis_groups import CLUSTER_GROUPS, Groups, decode, encode
 from .redis_hints import GroupHints
+from .redis_pages import GroupPages
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
 _CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
-#: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
-GROUPS_PER_PAGE = 4
 #: How long a write waits for a group whose slot is moving between nodes, in all.
 _MOVING_WAIT_S = 1.0
 
@@ -76,6 +65,7 @@ class RedisPlantStore:
             moving_wait_s=_MOVING_WAIT_S,
         )
         self._rewrite = min_replicas > 0
+        self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._cursor_key: bytes | None = None
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
@@ -132,52 +122,7 @@ class RedisPlantStore:
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         """A page in (group, id) order; on a single Redis (one group) that is id order."""
-        indexes = ["a"] if tags is None else ["t" + tag for tag in tags]
-        if not indexes:
-            return Page([], None)
-        group, after_id = (0, None) if after is None else self.groups.resume(after)
-        try:
-            used = [g for g in self._hints.used(self._clients.get(), indexes) if g >= group]
-        except FAILURES as exc:
-            raise unavailable(exc) from None
-        if not used:
-            return Page([], None)
-        if used[0] != group:
-            after_id = None
-        plants: list = []
-        for n, group in enumerate(used[:GROUPS_PER_PAGE]):
-            more, found = self._page_of(group, after_id, limit - len(plants), indexes)
-            plants += found
-            if found:
-                after_id = found[-1][0]
-            if more:
-                return Page(plants, self.groups.position(group, after_id))
-            after_id = None
-            if n + 1 == len(used):
-                return Page(plants, None)
-            if len(plants) == limit:
-                break
-        return Page(plants, self.groups.position(used[n + 1], None))
-
-    def _page_of(self, group: int, after_id: int | None, limit: int, indexes: list[str]) -> tuple[bool, list]:
-        start = b"" if after_id is None else member(after_id)
-        groups = self.groups
-        try:
-            args = (groups.tags[group], groups.cluster_arg, start, limit, *indexes)
-            answer = self._run("PAGE", (groups.count_key(group),), args)
-        except ResponseError as exc:
-            if str(exc).startswith("NEEDSMIGRATION"):
-                raise StoreUnavailableError(
-                    "needs_migration",
-                    "Redis holds plants stored by 1.0.0 without the indexes that pages need: "
-                    "run `python -m app.store.migrate` once",
-                ) from None
-            raise unavailable(exc) from None
-        except FAILURES as exc:
-            raise unavailable(exc) from None
-        return answer[0] == 1, [
-            (int(answer[i]), *decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)
-        ]
+        return self._pages.page(after, limit, tags)
 
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks."""
@@ -212,21 +157,3 @@ class RedisPlantStore:
 
     def close(self) -> None:
         self._clients.close()
-
-
-def unavailable(exc: Exception) -> StoreUnavailableError:
-    """The store's error for a Redis failure: its reason, and a message without the URL."""
-    # Only the class: redis-py's messages can name the host, never the password, but a
-    # class name is all an operator needs next to the request's 503.
-    if isinstance(exc, RedisTimeoutError):
-        reason = "timeout"
-    elif isinstance(exc, RedisConnectionError):
-        reason = "connection"
-    elif isinstance(exc, ReadOnlyError):
-        reason = "read_only"
-    elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
-        # The cluster is failing over, or a slot is moving, or no node serves the slot.
-        reason = "cluster"
-    else:
-        reason = "other"
-    return StoreUnavailableError(reason, f"Redis: {type(exc).__name__}")

@@ -19,8 +19,10 @@ from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     RedisClusterException,
     RedisError,
     TryAgainError,
@@ -214,3 +216,21 @@ class ScriptRunner:
                 "replication", f"Redis: {confirmed} of {self._replicas} replicas confirmed the write in time"
             )
         return answer
+
+
+def unavailable(exc: Exception) -> StoreUnavailableError:
+    """The store's error for a Redis failure: its reason, and a message without the URL."""
+    # Only the class: redis-py's messages can name the host, never the password, but a
+    # class name is all an operator needs next to the request's 503.
+    if isinstance(exc, RedisTimeoutError):
+        reason = "timeout"
+    elif isinstance(exc, RedisConnectionError):
+        reason = "connection"
+    elif isinstance(exc, ReadOnlyError):
+        reason = "read_only"
+    elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
+        # The cluster is failing over, or a slot is moving, or no node serves the slot.
+        reason = "cluster"
+    else:
+        reason = "other"
+    return StoreUnavailableError(reason, f"Redis: {type(exc).__name__}")
