@@ -302,3 +302,14 @@ def test_changes_are_counted_by_rate_limits_and_labelled_in_metrics(make_app, au
         ("PATCH", "429", 1),
     ):
         assert request_count(scrape, "/plants/<plant_id>", method, status) == count
+
+
+def test_the_empty_entity_tag_never_matches(client, auth, fern):
+    # `""` is a valid entity-tag that no plant has (Werkzeug reads it as None).
+    error_of(client.put("/plants/5", json={"name": "X"}, headers={**auth, "If-Match": '"", W/"x"'}), 412)
+    error_of(client.delete("/plants/5", headers={**auth, "If-Match": '""'}), 412)
+    assert client.get("/plants/5", headers={**auth, "If-None-Match": '""'}).status_code == 200
+    assert (
+        client.put("/plants/5", json={"name": "X"}, headers={**auth, "If-None-Match": '""'}).status_code
+        == 200
+    )
