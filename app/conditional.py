@@ -77,12 +77,8 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
 def write_precondition(req: Request) -> Precondition:
     """The precondition of a PUT, PATCH or DELETE; 400 for a malformed header, 428 when
     PLANTS_REQUIRE_IF_MATCH is on and none was sent."""
-    environ = req.environ
-    if "HTTP_IF_MATCH" not in environ and "HTTP_IF_NONE_MATCH" not in environ:
-        match = none_match = None
-    else:
-        match = _etags(req, "If-Match")
-        none_match = _etags(req, "If-None-Match")
+    match = _etags(req, "If-Match")
+    none_match = _etags(req, "If-None-Match")
     if match is None and none_match is None:
         if current_app.extensions["plants"].require_if_match:
             raise PreconditionRequired(

@@ -33,6 +33,12 @@ from .base import (
 SHARDS = 1024
 
 
+def _require(precondition: Precondition, name: str, tag: str | None) -> None:
+    """PreconditionFailedError unless `precondition` lets a write change the plant (name, tag)."""
+    if precondition is not UNCONDITIONAL and not precondition.allows(plant_etag(name, tag)):
+        raise PreconditionFailedError
+
+
 class MemoryPlantStore:
     """A thread-safe, bounded, per-process store: dicts for the plants, sorted lists for pages.
 
@@ -113,10 +119,7 @@ class MemoryPlantStore:
                 self._insert(plant_id, name, tag)
                 return Change.CREATED, Plant(name, tag)
             stored_tag = tags.get(plant_id)
-            if precondition is not UNCONDITIONAL and not precondition.allows(
-                plant_etag(stored_name, stored_tag)
-            ):
-                raise PreconditionFailedError
+            _require(precondition, stored_name, stored_tag)
             name = stored_name if name is KEEP else name
             tag = stored_tag if tag is KEEP else tag
             if name == stored_name and tag == stored_tag:
@@ -142,10 +145,7 @@ class MemoryPlantStore:
             name = names.get(plant_id)
             if name is None:
                 return False
-            if precondition is not UNCONDITIONAL and not precondition.allows(
-                plant_etag(name, self._tags[shard].get(plant_id))
-            ):
-                raise PreconditionFailedError
+            _require(precondition, name, self._tags[shard].get(plant_id))
             del names[plant_id]
             self._count -= 1
             self._ids.remove(plant_id)
