@@ -42,6 +42,10 @@ def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> byte
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise InvalidCursor(_MALFORMED) from None
+    # A last character may carry unused bits that decoding ignores; only the one spelling this
+    # service writes is a cursor, so that no two strings name the same position.
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != cursor:
+        raise InvalidCursor(_MALFORMED)
     if not len(_VERSION) < len(raw) - _MAC_BYTES <= len(_VERSION) + _MAX_POSITION or raw[:1] != _VERSION:
         raise InvalidCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]

@@ -6,6 +6,7 @@ stop short of `limit` at a group's end: `in_order` and `id_order` say what each 
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from urllib.parse import parse_qs, urlsplit
@@ -182,9 +183,24 @@ def test_a_cursor_of_one_tags_filter_is_refused_on_another(client, auth, plant):
     assert [item["id"] for item in same.json["plants"]] == [1, 2, 3]
 
 
+def _raw(cursor: str) -> bytes:
+    return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+
+
 def forged(cursor: str) -> str:
-    last = "A" if cursor[-1] != "A" else "B"
-    return cursor[:-1] + last
+    """The same cursor with one bit of its signature flipped, spelled as the service spells one."""
+    raw = bytearray(_raw(cursor))
+    raw[-1] ^= 0x80
+    return base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+
+
+def respelled(cursor: str) -> str | None:
+    """The same bytes with the last character's unused bits set, or None when it has none."""
+    if len(_raw(cursor)) % 3 == 0:
+        return None
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused = 0b1111 if len(_raw(cursor)) % 3 == 1 else 0b11
+    return cursor[:-1] + alphabet[alphabet.index(cursor[-1]) | unused]
 
 
 @pytest.mark.parametrize(
@@ -229,6 +245,18 @@ def test_a_forged_cursor_is_400(client, auth, plant):
     assert client.get(f"/plants?after={cursor}", headers=auth).status_code == 200
     record = error_of(client.get(f"/plants?after={forged(cursor)}", headers=auth), 400)
     assert set(record["details"]) == {"after"}
+
+
+def test_a_cursor_is_only_the_spelling_the_service_wrote(client, auth, plant):
+    """Base64 lets a last character carry bits that decoding drops, and padding; both are refused."""
+    for plant_id in range(3):
+        plant(plant_id)
+    cursor = client.get("/plants?limit=1", headers=auth).json["next"]
+    others = [cursor + "=", respelled(cursor)]  # a cluster's 22-byte cursor has 4 unused bits
+    for other in filter(None, others):
+        assert other != cursor
+        record = error_of(client.get(f"/plants?after={other}", headers=auth), 400)
+        assert set(record["details"]) == {"after"}
 
 
 def test_a_cursor_of_another_store_is_refused(make_app, auth):
