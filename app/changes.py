@@ -11,11 +11,12 @@ from marshmallow import ValidationError
 
 from .conditional import precondition_failed, with_etag, write_precondition
 from .errors import InvalidFields, PlantNotFound, error_response
+from .metrics import count_event
 from .params import load_plant_id
 from .request_body import read_json_object
 from .schemas import MergePatchSchema, ReplacementSchema, plant_record
 from .state import serving_store
-from .store import KEEP, Change, PreconditionFailedError
+from .store import CREATED_EVENT, KEEP, UPDATED_EVENT, Change, PreconditionFailedError
 
 _replacement_schema = ReplacementSchema()
 _merge_patch_schema = MergePatchSchema()
@@ -46,6 +47,7 @@ def replace_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if change is Change.ABSENT:
         raise precondition_failed(number, absent=True)
+    _count(change)
     response = with_etag(current_app.json.response(plant_record(stored)), stored)
     if change is Change.CREATED:
         response.status_code = 201
@@ -71,7 +73,15 @@ def patch_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if change is Change.ABSENT:
         raise PlantNotFound(number)
+    _count(change)
     return with_etag(current_app.json.response(plant_record(stored)), stored)
+
+
+def _count(change: Change) -> None:
+    if change is Change.CREATED:
+        count_event(current_app, CREATED_EVENT)
+    elif change is Change.CHANGED:
+        count_event(current_app, UPDATED_EVENT)
 
 
 def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any] | Response:

@@ -1,10 +1,11 @@
-"""Page cursors: where the next page starts, signed, so that a client can pass one back but not make one.
+"""Cursors: where the next page starts, signed, so that a client can pass one back but not make one.
 
-A cursor is base64url (no padding) of a version byte, the store's position (1 to 16 bytes: the
-last id as 8 bytes, and on a cluster a group byte) and the first 12 bytes of an HMAC-SHA256 over
-both and the page's tags. The key is the store's own (`cursor_key()`), so a
-cursor from one worker or host is good on every other that shares the store, and a cursor of one
-`tags` filter is refused on another.
+A cursor is base64url (no padding) of a kind byte, the store's position and the first 12 bytes of
+an HMAC-SHA256 over both and the page's tags. A page of plants (kind 1) has a position of 1 to 16
+bytes: the last id as 8 bytes, and on a cluster a group byte. A page of the change feed (kind 2)
+has one of up to 1,024 bytes: where each bucket group's feed was left (app/store/redis_feed.py).
+The key is the store's own (`cursor_key()`), so a cursor from one worker or host is good on every
+other that shares the store, and a cursor of one `tags` filter is refused on another.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import hashlib
 import hmac
 from collections.abc import Collection
 
-_VERSION = b"\x01"
+#: The kinds of cursor, and the longest position of each.
+PAGES, EVENTS = b"\x01", b"\x02"
+_MAX_POSITION = {PAGES: 16, EVENTS: 1024}
 _MAC_BYTES = 12
-_MAX_POSITION = 16
 _MALFORMED = "Not a cursor: pass back the `next` of a page unchanged."
 
 
@@ -30,12 +32,12 @@ def _mac(key: bytes, payload: bytes, tags: Collection[str] | None) -> bytes:
     return hmac.new(key, payload + b"\x1f" + scope, hashlib.sha256).digest()[:_MAC_BYTES]
 
 
-def encode_cursor(key: bytes, position: bytes, tags: Collection[str] | None) -> str:
-    payload = _VERSION + position
+def encode_cursor(key: bytes, position: bytes, tags: Collection[str] | None, kind: bytes = PAGES) -> str:
+    payload = kind + position
     return base64.urlsafe_b64encode(payload + _mac(key, payload, tags)).rstrip(b"=").decode()
 
 
-def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> bytes:
+def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None, kind: bytes = PAGES) -> bytes:
     """The position a cursor names; InvalidCursor when it is malformed, forged or for other tags."""
     try:
         # validate=True: characters outside the alphabet are refused, not skipped.
@@ -46,7 +48,7 @@ def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None) -> byte
     # service writes is a cursor, so that no two strings name the same position.
     if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != cursor:
         raise InvalidCursor(_MALFORMED)
-    if not len(_VERSION) < len(raw) - _MAC_BYTES <= len(_VERSION) + _MAX_POSITION or raw[:1] != _VERSION:
+    if not 1 < len(raw) - _MAC_BYTES <= 1 + _MAX_POSITION[kind] or raw[:1] != kind:
         raise InvalidCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, payload, tags)):

@@ -26,14 +26,18 @@ log = logging.getLogger(__name__)
 
 #: The methods each route serves, by the view that serves its GET: every other method is a
 #: JSON 405 before authentication. HEAD is not served: the document lists every method there is.
-ALLOWED_METHODS = {"list_plants": ("GET", "POST"), "get_plant": ("GET", "PUT", "PATCH", "DELETE")}
+ALLOWED_METHODS = {
+    "list_plants": ("GET", "POST"),
+    "get_plant": ("GET", "PUT", "PATCH", "DELETE"),
+    "list_events": ("GET",),
+}
 #: The operations a read-only token (or a JWT without the write scope) may not use.
 WRITES = frozenset({"create_plant", "delete_plant", "replace_plant", "patch_plant"})
 #: The plant operations: each needs a token and counts against its rate limit.
-OPERATIONS = WRITES | {"list_plants", "get_plant"}
+OPERATIONS = WRITES | {"list_plants", "get_plant", "list_events"}
 #: Views that need no token: the document and the page, and the 405s that say only which
 #: methods to use.
-PUBLIC_VIEWS = docs.PUBLIC_VIEWS | {"other_method", "other_method_on_plant"}
+PUBLIC_VIEWS = docs.PUBLIC_VIEWS | {"other_method", "other_method_on_plant", "other_method_on_events"}
 
 
 def guard() -> Response | None:

@@ -12,6 +12,8 @@ Per application (in `extensions["plants"]`): its own registry with
   for JWT access tokens `expired`, `not_yet_valid`, `wrong_issuer`, `wrong_audience`,
   `bad_signature`, `unknown_key`, `algorithm_not_allowed`, `wrong_type`, `missing_claim`,
   `keys_unavailable`);
+- `plants_events_appended_total{type}`: changes this service wrote to the change feed, by event
+  type, and `plants_events_read_total`: events it served from `GET /events`;
 - `plants_stored`: how many plants the store holds, read from the store at scrape time.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask, Request, Response, current_app, request
 from werkzeug.exceptions import InternalServerError
 
-from .store import PlantStore, StoreUnavailableError
+from .store import EVENT_TYPES, PlantStore, StoreUnavailableError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -73,6 +75,18 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.events_appended = Counter(
+            "plants_events_appended",
+            "Changes written to the change feed, by event type.",
+            ["type"],
+            registry=self.registry,
+        )
+        # Made on first use: in multiprocess mode a child writes a file, and the gunicorn
+        # master, which builds an app to check the settings, must write none.
+        self._appended_children: list[Any] = [None] * len(EVENT_TYPES)
+        self.events_read = Counter(
+            "plants_events_read", "Events served from GET /events.", ["route"], registry=self.registry
+        )
         self._refusal_children: dict[str, Any] = {}
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._store_collector = _StoreCollector(store)
@@ -96,6 +110,17 @@ class Metrics:
             )
         children[0].inc()
         children[1].observe(time.perf_counter() - started)
+
+    def count_event(self, kind: int) -> None:
+        """Count one change appended to the feed (`kind`: an index of EVENT_TYPES)."""
+        child = self._appended_children[kind]
+        if child is None:
+            child = self._appended_children[kind] = self.events_appended.labels(EVENT_TYPES[kind])
+        child.inc()
+
+    def count_read(self, events: int) -> None:
+        """Count events served (labelled, so that, like every child here, it is made on first use)."""
+        self.events_read.labels("/events").inc(events)
 
     def count_refusal(self, reason: str) -> None:
         """Count one refused request; the reasons are a fixed set of the auth package's."""
@@ -143,6 +168,13 @@ def _metrics(app: Flask) -> Metrics | None:
 def start_timer(environ: dict[str, Any]) -> None:
     """Called first by the blueprint's guard, so that refusals are timed too."""
     environ[_START] = time.perf_counter()
+
+
+def count_event(app: Flask, kind: int) -> None:
+    """Count a change that the feed recorded, when the app has metrics and a feed."""
+    state = app.extensions["plants"]
+    if state.metrics is not None and state.store.events_retain:
+        state.metrics.count_event(kind)
 
 
 def count_store_error(reason: str) -> None:

@@ -1,4 +1,5 @@
-"""marshmallow schemas for the path and query parameters: a plant's `id`, and a page's query."""
+"""marshmallow schemas for the path and query parameters: a plant's `id`, a page's query, and a
+page of the change feed's query."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ MAX_LIMIT = 1000
 MAX_TAGS = 20
 #: A cursor is 28 base64url characters today; the bound leaves room for another version.
 MAX_CURSOR_LENGTH = 64
+#: A feed cursor is up to 50 characters on one Redis, up to about 400 on a cluster (24 feeds).
+MAX_EVENTS_CURSOR_LENGTH = 1400
 
 _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
 
@@ -55,8 +58,26 @@ class PageQuerySchema(Schema):
     )
 
 
+class EventsQuerySchema(Schema):
+    """The query of `GET /events`. Unknown parameters are refused, never ignored."""
+
+    class Meta:
+        unknown = RAISE
+
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+
+    limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    after = fields.String(
+        validate=validate.Regexp(
+            rf"^(?:now|[A-Za-z0-9_-]{{1,{MAX_EVENTS_CURSOR_LENGTH}}})\Z",
+            error="Must be `now` or the `next` of a page of events.",
+        )
+    )
+
+
 _plant_id_schema = PlantIdSchema()
 _page_query_schema = PageQuerySchema()
+_events_query_schema = EventsQuerySchema()
 #: Parameters that may be repeated (`?tags=fern&tags=palm`, the form style of OpenAPI).
 _LISTS = frozenset({"tags"})
 
@@ -89,6 +110,19 @@ def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
     Raises InvalidParameters naming every bad parameter: one given twice that may not be, a
     value out of bounds, or an unknown name.
     """
+    query = _load_query(_page_query_schema, args)
+    if "tags" in query:
+        query["tags"] = tuple(dict.fromkeys(query["tags"]))
+    return query
+
+
+def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
+    """The feed's query: `limit` (default 100), and `after` (a cursor, or `now`) when given;
+    InvalidParameters as for a page."""
+    return _load_query(_events_query_schema, args)
+
+
+def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     errors: dict[str, list[str]] = {}
     for name, values in args.lists():
@@ -99,11 +133,9 @@ def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
         else:
             data[name] = values[0]
     try:
-        query = _page_query_schema.load(data)
+        query = schema.load(data)
     except ValidationError as exc:
         errors.update(_flat(exc.normalized_messages()))
     if errors:
         raise InvalidParameters(errors)
-    if "tags" in query:
-        query["tags"] = tuple(dict.fromkeys(query["tags"]))
     return query

@@ -15,7 +15,7 @@ from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
 from werkzeug.exceptions import Conflict, MethodNotAllowed
 
-from . import changes, docs
+from . import changes, docs, events
 from .conditional import not_modified, precondition_failed, with_etag, write_precondition
 from .cursor import InvalidCursor, decode_cursor, encode_cursor
 from .errors import (
@@ -27,18 +27,27 @@ from .errors import (
     register_json_errors,
 )
 from .guard import ALLOWED_METHODS, guard, store_unavailable
-from .metrics import exposition
+from .metrics import count_event, exposition
 from .params import load_page_query, load_plant_id
 from .rate_limits import add_headers
 from .request_body import read_json_object
 from .schemas import NewPlantSchema, PlantSchema, plant_record
 from .state import EXTENSION, serving_store, state_for
-from .store import Outcome, Plant, PreconditionFailedError, StoreFullError, StoreUnavailableError
+from .store import (
+    CREATED_EVENT,
+    DELETED_EVENT,
+    Outcome,
+    Plant,
+    PreconditionFailedError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
 docs.add_routes(bp)
 changes.add_routes(bp)
+events.add_routes(bp)
 bp.add_url_rule("/metrics", view_func=exposition, methods=["GET"])
 bp.before_request(guard)
 
@@ -91,6 +100,8 @@ def create_plant() -> Response:
     outcome = serving_store(app, req.environ).create(plant["id"], plant["name"], plant.get("tag"))
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
+    if outcome is Outcome.CREATED:
+        count_event(app, CREATED_EVENT)
     response = app.json.response(_plant_schema.dump(plant))
     return with_etag(response, Plant(plant["name"], plant.get("tag")))
 
@@ -157,6 +168,7 @@ def delete_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if not deleted:
         raise PlantNotFound(number)
+    count_event(current_app, DELETED_EVENT)
     response = Response(status=204)
     del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)
     return response
@@ -184,3 +196,12 @@ def other_method() -> Response:
 )
 def other_method_on_plant(plant_id: str) -> Response:
     raise MethodNotAllowed(valid_methods=ALLOWED_METHODS["get_plant"])
+
+
+@bp.route(
+    "/events",
+    methods=[m for m in _OTHER_METHODS if m not in ALLOWED_METHODS["list_events"]],
+    provide_automatic_options=False,
+)
+def other_method_on_events() -> Response:
+    raise MethodNotAllowed(valid_methods=ALLOWED_METHODS["list_events"])

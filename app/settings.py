@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "PLANTS_DOCS": True,
     "PLANTS_METRICS": True,
     "PLANTS_REQUIRE_IF_MATCH": False,
+    #: The change feed keeps at least this many of the latest events; 0 turns it off.
+    "PLANTS_EVENTS_RETAIN": 100_000,
     # JWT access tokens from an identity provider (app/auth/jwt_settings.py): off until an issuer is set.
     "PLANTS_JWT_ISSUER": None,
     "PLANTS_JWT_AUDIENCE": None,

@@ -62,6 +62,7 @@ def state_for(app: Flask) -> PlantsState:
             connect_timeout=connect_timeout,
             timeout=timeout,
             min_replicas=integer_setting(config, "PLANTS_STORE_MIN_REPLICAS"),
+            events_retain=integer_setting(config, "PLANTS_EVENTS_RETAIN"),
         )
     except ValueError as exc:
         key = "PLANTS_STORE_URL_FILE" if config.get("PLANTS_STORE_URL_FILE") else "PLANTS_STORE_URL"

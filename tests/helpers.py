@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from typing import Any
 
 from app.schemas import ErrorSchema
@@ -56,3 +57,22 @@ def walk_pages(store: Any, limit: int, tags: Any = None) -> list[tuple[int, Plan
             return plants
         assert len(page.plants) == limit or not id_order
         after = page.next
+
+
+def apply_events(copy: dict[int, dict], events: list[dict]) -> None:
+    """The sync recipe's step (docs/change-feed.md): each event an upsert, or a delete."""
+    for event in events:
+        if event["type"] == "plant.deleted":
+            copy.pop(event["plant"]["id"], None)
+        else:
+            copy[event["plant"]["id"]] = event["plant"]
+
+
+def kill_and_restart(redis_server: Any, before_s: float = 1.0) -> None:
+    """After `before_s`, kill -9 the Redis server; start it again (it replays its append-only
+    file), and leave the clients a second to reconnect."""
+    time.sleep(before_s)
+    redis_server.kill()
+    time.sleep(0.5)
+    redis_server.start()
+    time.sleep(1.0)

@@ -47,6 +47,15 @@ def visible(driver, css: str, timeout: float = 20):
     return WebDriverWait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def get_operation(browser, path: str):
+    """The page's block of the GET operation on `path`."""
+    return next(
+        block
+        for block in browser.find_elements(By.CSS_SELECTOR, ".opblock-get")
+        if block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path") == path
+    )
+
+
 def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path):
     browser.get(f"http://127.0.0.1:{server.port}/docs")
     operation = visible(browser, ".opblock-post")
@@ -72,12 +81,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     assert json.loads(shown) == {"name": "Browser fern", "tag": "fern"}
 
     # The page lists plants too: GET /plants, tried with its defaults, shows the plant just made.
-    listing = next(
-        block
-        for block in browser.find_elements(By.CSS_SELECTOR, ".opblock-get")
-        if block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
-        == "/plants"
-    )
+    listing = get_operation(browser, "/plants")
     listing.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     WebDriverWait(browser, 20).until(
         lambda _: listing.find_element(By.CSS_SELECTOR, "button.execute")
@@ -119,6 +123,21 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     assert edited.text.strip() == "200", shown
     status, _, body = call(server.connection(), "GET", "/plants/424242", None, AUTH)
     assert (status, json.loads(body)) == (200, {"name": "Edited fern", "tag": "fern"})
+
+    # The page follows the change feed too: GET /events, tried with its defaults, shows the
+    # creation and the edit just made.
+    feed = get_operation(browser, "/events")
+    feed.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    WebDriverWait(browser, 20).until(lambda _: feed.find_element(By.CSS_SELECTOR, "button.execute")).click()
+    followed = WebDriverWait(browser, 20).until(
+        lambda _: feed.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
+    )
+    assert followed.text.strip() == "200"
+    events = json.loads(
+        feed.find_element(By.CSS_SELECTOR, ".live-responses-table .response .microlight").text
+    )
+    mine = [(e["type"], e["plant"]["name"]) for e in events["events"] if e["plant"]["id"] == 424242]
+    assert mine == [("plant.created", "Browser fern"), ("plant.updated", "Edited fern")]
 
     screenshot = tmp_path / "api-page.png"
     browser.execute_script("arguments[0].scrollIntoView()", listing)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from app.store import Plant, plant_etag
 from app.store.redis_groups import encode
 from tests.conftest import redis_settings
-from tests.helpers import call
+from tests.helpers import call, kill_and_restart
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
 from tests.servers import ROOT, TOKEN, RedisServer
 
@@ -118,11 +118,7 @@ def test_kill_9_keeps_every_acknowledged_change(tmp_path):
         threads = [threading.Thread(target=change, args=(plant_id,)) for plant_id in ids]
         for thread in threads:
             thread.start()
-        time.sleep(1.5)
-        own_redis.kill()
-        time.sleep(0.5)
-        own_redis.start()  # replays its append-only file
-        time.sleep(1.0)
+        kill_and_restart(own_redis, before_s=1.5)
         stop.set()
         for thread in threads:
             thread.join(10)

@@ -10,20 +10,23 @@ import json
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from app.cursor import EVENTS, decode_cursor
 from app.store import Outcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
 from app.store.redis_groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
-from tests.servers import RedisClusterServers, RedisServer
+from tests.servers import Gunicorn, RedisClusterServers, RedisServer
 
 
 def open_cluster_store(settings: dict[str, str], capacity: int = 1_000_000, min_replicas: int = 0):
@@ -237,7 +240,9 @@ def test_a_full_shard_answers_507(fault_cluster):
 def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
     settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}
     server = redis_gunicorn(settings)
+    start = json.loads(call(server.connection(), "GET", "/events?after=now", None, AUTH)[2])["next"]
     load = CreateLoad(server.port)
+    follower = FeedFollower(server, start)
     try:
         load.wait_for(500)
         source, target = fault_cluster.primaries()[:2]
@@ -251,11 +256,16 @@ def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
         load.wait_for(500)
     finally:
         answers = load.stop()
+        followed = follower.stop()
         server.stop()
     statuses = assert_only_200_and_503(answers)
     acknowledged = [plant_id for plant_id, status, _, _ in answers if status == 200]
     assert_readable(settings, acknowledged)
     store = open_cluster_store(settings)
+    # The feed, followed through the reshard, then to its end: every create exactly once.
+    created = followed + [event.plant_id for event in follow_store(store, follower.position)]
+    assert len(created) == len(set(created))
+    assert set(acknowledged) <= set(created)
     walked, after = [], None
     while True:
         page = store.page(after, 100)
@@ -265,8 +275,51 @@ def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
         after = page.next
     store.close()
     assert sorted(walked) == sorted(acknowledged)  # the indexes moved whole with their plants
+    assert sorted(created) == sorted(walked)  # and the feeds with them
     assert statuses[200] >= 1000
     assert "Traceback" not in server.output()
+
+
+class FeedFollower:
+    """A thread following the feed through the service, page by page, retrying 503s."""
+
+    def __init__(self, server: Gunicorn, position: str) -> None:
+        self.position = position
+        self.created: list[int] = []
+        self._server = server
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, _, body = call(
+                self._server.connection(), "GET", f"/events?limit=50&after={self.position}", None, AUTH
+            )
+            if status == 200:
+                page = json.loads(body)
+                self.created += [event["plant"]["id"] for event in page["events"]]
+                self.position = page["next"]
+            else:
+                assert status == 503, body
+            time.sleep(0.02)
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(30)
+        return self.created
+
+
+def follow_store(store: Any, cursor: str) -> list[Any]:
+    """The rest of the feed after `cursor`, read from the store directly."""
+    position = decode_cursor(store.cursor_key(), cursor, None, EVENTS)
+    events = []
+    while True:
+        page = store.events(position, 1000)
+        if not page.events:
+            return events
+        events += page.events
+        position = page.next
 
 
 def test_a_script_never_runs_while_its_groups_slot_migrates(fault_cluster):

@@ -98,6 +98,11 @@ READER = {"Authorization": "Bearer reader-token"}
         ("DELETE", "/plants/1", None, READER, 403, True),
         ("DELETE", "/plants/2", None, AUTH, 404, True),
         ("POST", "/plants", {"id": 5, "name": "Fern"}, READER, 403, True),
+        ("GET", "/events", None, READER, 200, True),
+        ("GET", "/events?after=now&limit=5", None, AUTH, 200, True),
+        ("GET", "/events?after=forged", None, AUTH, 400, True),
+        ("GET", "/events?limit=0", None, AUTH, 400, False),
+        ("GET", "/events", None, {}, 401, False),
         ("GET", "/healthz", None, {}, 200, True),
         ("GET", "/readyz", None, {}, 200, True),
     ],
@@ -188,3 +193,25 @@ def test_a_generated_client_changes_a_plant_under_if_match(gunicorn, generated_c
         assert (patched.status_code, patched.parsed.name, patched.parsed.tag) == (200, "Moss", "green")
         unchanged = get_plant.sync_detailed(61002, client=client, if_none_match=patched.headers["ETag"])
         assert unchanged.status_code == 304
+
+
+def test_a_generated_client_follows_the_change_feed(gunicorn, generated_client):
+    from plant_store_client.api.default import add_plant, delete_plant, list_events
+    from plant_store_client.models import EventPage, EventType, NewPlant
+
+    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    with client:
+        now = list_events.sync_detailed(client=client, after="now")
+        assert now.status_code == 200
+        assert isinstance(now.parsed, EventPage)
+        assert now.parsed.events == []
+        add_plant.sync_detailed(client=client, body=NewPlant(id=61003, name="Fern", tag="feed"))
+        delete_plant.sync_detailed(61003, client=client)
+        # The session's server is shared: keep this test's own plant's events.
+        page = list_events.sync_detailed(client=client, after=now.parsed.next_, limit=1000)
+        mine = [event for event in page.parsed.events if event.plant.id == 61003]
+        assert [(event.type_, event.plant.name, event.plant.tag) for event in mine] == [
+            (EventType.PLANT_CREATED, "Fern", "feed"),
+            (EventType.PLANT_DELETED, "Fern", "feed"),
+        ]
+        assert mine[0].time <= mine[1].time  # parsed as datetimes

@@ -11,9 +11,16 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from .base import (
+    CREATED_EVENT,
+    DELETED_EVENT,
+    EVENT_TYPES,
     KEEP,
     UNCONDITIONAL,
+    UPDATED_EVENT,
     Change,
+    Event,
+    EventPage,
+    FeedExpiredError,
     Outcome,
     Page,
     Plant,
@@ -29,9 +36,16 @@ from .redis import RedisPlantStore
 from .redis_connection import CLUSTER_SCHEMES, cluster_nodes, url_scheme
 
 __all__ = [
+    "CREATED_EVENT",
+    "DELETED_EVENT",
+    "EVENT_TYPES",
     "KEEP",
     "UNCONDITIONAL",
+    "UPDATED_EVENT",
     "Change",
+    "Event",
+    "EventPage",
+    "FeedExpiredError",
     "MemoryPlantStore",
     "Outcome",
     "Page",
@@ -86,12 +100,13 @@ def store_from_url(
     connect_timeout: float,
     timeout: float,
     min_replicas: int = 0,
+    events_retain: int = 0,
 ) -> PlantStore:
     """The store `url` names. Raises ValueError (without quoting the URL) when it names none."""
     if check_url(url) == "memory":
         if min_replicas:
             raise ValueError("names the memory store, which has no replicas for PLANTS_STORE_MIN_REPLICAS")
-        return MemoryPlantStore(capacity)
+        return MemoryPlantStore(capacity, events_retain)
     return RedisPlantStore(
         url,
         capacity=capacity,
@@ -99,4 +114,5 @@ def store_from_url(
         connect_timeout=connect_timeout,
         timeout=timeout,
         min_replicas=min_replicas,
+        events_retain=events_retain,
     )

@@ -106,6 +106,34 @@ def position_id(position: bytes) -> int:
     return int.from_bytes(position, "big", signed=True)
 
 
+#: An event's type, by its kind number (as the Redis scripts record it).
+EVENT_TYPES = ("plant.created", "plant.updated", "plant.deleted")
+CREATED_EVENT, UPDATED_EVENT, DELETED_EVENT = range(3)
+
+
+class Event(NamedTuple):
+    """One change in the feed: its kind (an index of EVENT_TYPES), the plant after it (for a
+    delete, as it was), and when it took effect, in milliseconds since the epoch (UTC)."""
+
+    kind: int
+    plant_id: int
+    name: str
+    tag: str | None
+    time_ms: int
+
+
+class EventPage(NamedTuple):
+    """Up to `limit` events, and the position after them (the same position when there are none)."""
+
+    events: list[Event]
+    next: bytes
+
+
+class FeedExpiredError(Exception):
+    """Some events after the position have been dropped under the retention: the reader must list
+    the store again and follow from a new position."""
+
+
 class StoreFullError(Exception):
     """The store holds its capacity of plants (or its server its memory) and cannot take a new one."""
 
@@ -172,6 +200,23 @@ class PlantStore(Protocol):
         group, group after group. With `tags`, only plants whose tag is one of them. Costs
         O(log n + limit) per tag. ValueError for an `after` this store did not make.
         """
+        ...
+
+    #: How many of the latest events the feed keeps at least; 0 when the feed is off.
+    events_retain: int
+
+    def events(self, after: bytes | None, limit: int) -> EventPage:
+        """At most `limit` events after the position `after` (from the oldest kept when None).
+
+        The events of one plant come in the order their changes took effect; on a Redis Cluster,
+        events of plants in different groups may come in another order than in time. Raises
+        FeedExpiredError when events after `after` are no longer all kept, ValueError for an
+        `after` this store did not make.
+        """
+        ...
+
+    def events_now(self) -> bytes:
+        """The position after the latest event: following it yields only later changes."""
         ...
 
     def cursor_key(self) -> bytes:

@@ -13,9 +13,13 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from .base import (
+    CREATED_EVENT,
+    DELETED_EVENT,
     KEEP,
     UNCONDITIONAL,
+    UPDATED_EVENT,
     Change,
+    EventPage,
     Outcome,
     Page,
     Plant,
@@ -26,6 +30,7 @@ from .base import (
     plant_etag,
     position_id,
 )
+from .memory_feed import MemoryFeed
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
 #: copied whole, under the lock and the GIL: one pair took 64 to 96 ms to grow at 699,050 plants,
@@ -51,10 +56,12 @@ class MemoryPlantStore:
 
     shared = False
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, events_retain: int = 0) -> None:
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self.capacity = capacity
+        self.events_retain = events_retain
+        self._feed = MemoryFeed(events_retain)
         self._names: list[dict[int, str]] = [{} for _ in range(SHARDS)]
         self._tags: list[dict[int, str]] = [{} for _ in range(SHARDS)]
         self._count = 0
@@ -77,6 +84,7 @@ class MemoryPlantStore:
                     return Outcome.IDENTICAL
                 return Outcome.CONFLICT
             self._insert(plant_id, name, tag)
+            self._feed.append(CREATED_EVENT, plant_id, name, tag)
             return Outcome.CREATED
 
     def _insert(self, plant_id: int, name: str, tag: str | None) -> None:
@@ -117,6 +125,7 @@ class MemoryPlantStore:
                     return Change.ABSENT, None
                 tag = None if tag is KEEP else tag
                 self._insert(plant_id, name, tag)
+                self._feed.append(CREATED_EVENT, plant_id, name, tag)
                 return Change.CREATED, Plant(name, tag)
             stored_tag = tags.get(plant_id)
             _require(precondition, stored_name, stored_tag)
@@ -128,6 +137,7 @@ class MemoryPlantStore:
             if tag != stored_tag:
                 self._untag(plant_id)
                 self._tag(plant_id, tag)
+            self._feed.append(UPDATED_EVENT, plant_id, name, tag)
             return Change.CHANGED, Plant(name, tag)
 
     def get(self, plant_id: int) -> Plant | None:
@@ -145,11 +155,13 @@ class MemoryPlantStore:
             name = names.get(plant_id)
             if name is None:
                 return False
-            _require(precondition, name, self._tags[shard].get(plant_id))
+            tag = self._tags[shard].get(plant_id)
+            _require(precondition, name, tag)
             del names[plant_id]
             self._count -= 1
             self._ids.remove(plant_id)
             self._untag(plant_id)
+            self._feed.append(DELETED_EVENT, plant_id, name, tag)
             return True
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
@@ -173,6 +185,14 @@ class MemoryPlantStore:
     @staticmethod
     def _above(ids: SortedList, after: int | None) -> Iterator[int]:
         return ids.irange(minimum=after, inclusive=(False, True))
+
+    def events(self, after: bytes | None, limit: int) -> EventPage:
+        with self._lock:
+            return self._feed.page(after, limit)
+
+    def events_now(self) -> bytes:
+        with self._lock:
+            return self._feed.now()
 
     def cursor_key(self) -> bytes:
         """Random per store: cursors die with the process, as its plants do."""

@@ -16,6 +16,7 @@ from .base import (
     KEEP,
     UNCONDITIONAL,
     Change,
+    EventPage,
     Outcome,
     Page,
     Plant,
@@ -24,6 +25,7 @@ from .base import (
     StoreFullError,
 )
 from .redis_connection import FAILURES, LazyClient, ScriptRunner, unavailable
+from .redis_feed import GroupFeeds
 from .redis_groups import CLUSTER_GROUPS, Groups, decode, encode
 from .redis_hints import GroupHints
 from .redis_pages import GroupPages
@@ -48,12 +50,18 @@ class RedisPlantStore:
         connect_timeout: float,
         timeout: float,
         min_replicas: int = 0,
+        events_retain: int = 0,
     ) -> None:
         self.capacity = capacity
+        self.events_retain = events_retain
         self._clients = LazyClient(url, connect_timeout=connect_timeout, timeout=timeout)
         cluster = self._clients.cluster
         self.groups = Groups(
-            prefix, count=CLUSTER_GROUPS if cluster else 1, capacity=capacity, cluster=cluster
+            prefix,
+            count=CLUSTER_GROUPS if cluster else 1,
+            capacity=capacity,
+            cluster=cluster,
+            retain=events_retain,
         )
         self._hints = GroupHints(prefix, self.groups)
         self._cursor_key_name = f"{{{prefix}}}:cursor-key"
@@ -66,6 +74,7 @@ class RedisPlantStore:
         )
         self._rewrite = min_replicas > 0
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
+        self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self._cursor_key: bytes | None = None
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
@@ -123,6 +132,13 @@ class RedisPlantStore:
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         """A page in (group, id) order; on a single Redis (one group) that is id order."""
         return self._pages.page(after, limit, tags)
+
+    def events(self, after: bytes | None, limit: int) -> EventPage:
+        """Events merged from each group's stream (redis_feed.py)."""
+        return self._feeds.page(after, limit)
+
+    def events_now(self) -> bytes:
+        return self._feeds.now()
 
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks."""

@@ -59,13 +59,15 @@ def _spaced_tag(prefix: str, group: int, count: int) -> str:
 class Groups:
     """The bucket groups of one store: each group's tag, slot, and share of the capacity."""
 
-    def __init__(self, prefix: str, *, count: int, capacity: int, cluster: bool) -> None:
+    def __init__(self, prefix: str, *, count: int, capacity: int, cluster: bool, retain: int = 0) -> None:
         self.count = count
         self.tags = [f"{{{prefix}}}"] if count == 1 else [_spaced_tag(prefix, g, count) for g in range(count)]
         #: Every script's second argument: '1' on a cluster (see redis_scripts.py), else ''.
         self.cluster_arg = "1" if cluster else ""
         #: Each group's capacity; they add up to the store's exactly.
         self.quotas = [capacity // count + (g < capacity % count) for g in range(count)]
+        #: Every write's third argument: the feed's retention, per group ('0': no feed).
+        self.retain_arg = str(retain)
 
     def of(self, plant_id: int) -> int:
         return (plant_id & (BUCKETS - 1)) % self.count
@@ -76,17 +78,25 @@ class Groups:
     def count_key(self, group: int) -> str:
         return f"{self.tags[group]}:count"
 
+    def feed_key(self, group: int) -> str:
+        return f"{self.tags[group]}:events"
+
+    def _write_keys(self, plant_id: int, g: int) -> tuple[str, str, str]:
+        return self.bucket_key(plant_id), self.count_key(g), self.feed_key(g)
+
+    def _write_args(self, g: int) -> tuple[str, str, str]:
+        return self.tags[g], self.cluster_arg, self.retain_arg
+
     def create_call(self, plant_id: int, value: bytes, *, rewrite: bool = False) -> tuple[tuple, tuple]:
         """The CREATE script's keys and arguments (`rewrite`: see the script)."""
         g = self.of(plant_id)
-        keys = (self.bucket_key(plant_id), self.count_key(g))
-        return keys, (self.tags[g], self.cluster_arg, plant_id, value, self.quotas[g], member(plant_id),
-                      "1" if rewrite else "")  # fmt: skip
+        return self._write_keys(plant_id, g), (*self._write_args(g), plant_id, value, self.quotas[g],
+                                               member(plant_id), "1" if rewrite else "")  # fmt: skip
 
     def delete_call(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> tuple[tuple, tuple]:
         g = self.of(plant_id)
-        keys = (self.bucket_key(plant_id), self.count_key(g))
-        args = (self.tags[g], self.cluster_arg, plant_id, member(plant_id))
+        keys = self._write_keys(plant_id, g)
+        args = (*self._write_args(g), plant_id, member(plant_id))
         return keys, args if precondition is UNCONDITIONAL else (*args, *precondition_args(precondition))
 
     def change_call(
@@ -94,9 +104,9 @@ class Groups:
     ) -> tuple[tuple, tuple]:
         """The CHANGE script's keys and arguments (KEEP: see the script)."""
         g = self.of(plant_id)
-        keys = (self.bucket_key(plant_id), self.count_key(g))
+        keys = self._write_keys(plant_id, g)
         tag_arg = "k" if tag is KEEP else "n" if tag is None else "s" + tag
-        return keys, (self.tags[g], self.cluster_arg, plant_id, member(plant_id), self.quotas[g],
+        return keys, (*self._write_args(g), plant_id, member(plant_id), self.quotas[g],
                       "1" if create else "", "" if name is KEEP else name, tag_arg,
                       *precondition_args(precondition))  # fmt: skip
 

@@ -120,6 +120,15 @@ local function allows(value, at)
   return not none_matched
 end
 
+-- Appends a change to the group's feed (KEYS[3], a stream) in the write's own step, unless the
+-- feed is off (ARGV[3], the retention, is '0'). Its entry ID, given by Redis, is when it took
+-- effect; every entry has the same fields, so the stream stores their names once per node.
+local function record(kind, id, value)
+  if ARGV[3] ~= '0' then
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 't', kind, 'i', id, 'p', value)
+  end
+end
+
 local function index_plant(member, value)
   index_add('a', member)
   local tag = tag_of(value)
@@ -127,74 +136,79 @@ local function index_plant(member, value)
 end
 """
 
-# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the encoded plant, the capacity,
-# the member, and '1' to rewrite a stored plant unchanged (so that a WAIT after it also covers
-# the earlier create it repeats). Answers 0 created, 1 identical, 2 conflict, 3 full.
+# KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
+# decimal id, the encoded plant, the capacity, the member, and '1' to rewrite a stored plant
+# unchanged (so that a WAIT after it also covers the earlier create it repeats). Answers 0
+# created, 1 identical, 2 conflict, 3 full.
 CREATE = (
     _LIBRARY
     + """
-local id, value = ARGV[3], ARGV[4]
+local id, value = ARGV[4], ARGV[5]
 local stored = redis.call('HGET', KEYS[1], id)
 if stored then
-  if ARGV[7] == '1' then redis.call('HSET', KEYS[1], id, stored) end
+  if ARGV[8] == '1' then redis.call('HSET', KEYS[1], id, stored) end
   if stored == value then return 1 end
   return 2
 end
 local count = tonumber(redis.call('GET', KEYS[2]) or '0')
-if count >= tonumber(ARGV[5]) then return 3 end
+if count >= tonumber(ARGV[6]) then return 3 end
 if count == 0 then redis.call('SET', P .. ':layout', '2') end
 redis.call('HSET', KEYS[1], id, value)
 redis.call('INCR', KEYS[2])
-index_plant(ARGV[6], value)
+index_plant(ARGV[7], value)
+record(0, id, value)
 return 0
 """
 )
 
-# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member, and the
-# precondition (see `allows`; none for an unconditional delete). Answers 1 deleted, 0 absent,
-# 2 refused by the precondition.
+# KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
+# decimal id, the member, and the precondition (see `allows`; none for an unconditional delete).
+# Answers 1 deleted, 0 absent, 2 refused by the precondition.
 DELETE = (
     _LIBRARY
     + """
-local id, member = ARGV[3], ARGV[4]
+local id, member = ARGV[4], ARGV[5]
 local stored = redis.call('HGET', KEYS[1], id)
 if not stored then return 0 end
-if #ARGV > 4 and not allows(stored, 5) then return 2 end
+if #ARGV > 5 and not allows(stored, 6) then return 2 end
 redis.call('HDEL', KEYS[1], id)
 redis.call('DECR', KEYS[2])
 index_remove('a', member)
 local tag = tag_of(stored)
 if tag ~= '' then index_remove('t' .. tag, member) end
+record(2, id, stored)
 return 1
 """
 )
 
-# KEYS: the bucket, the count. ARGV: P, '1' on a cluster, the decimal id, the member, the
-# capacity, '1' to create an absent plant, the name ('' keeps it), the tag ('k' keeps it, 'n'
-# removes it, 's<tag>' sets it), then the precondition (see `allows`). Answers {0, plant}
-# created, {1, plant} changed, {2, plant} unchanged (nothing written), {3} absent, {4} refused
-# by the precondition, {5} full. A change of tag moves the plant between tag indexes here.
+# KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
+# decimal id, the member, the capacity, '1' to create an absent plant, the name ('' keeps it),
+# the tag ('k' keeps it, 'n' removes it, 's<tag>' sets it), then the precondition (see
+# `allows`). Answers {0, plant} created, {1, plant} changed, {2, plant} unchanged (nothing
+# written), {3} absent, {4} refused by the precondition, {5} full. A change of tag moves the
+# plant between tag indexes here.
 CHANGE = (
     _LIBRARY
     + """
-local id, member = ARGV[3], ARGV[4]
+local id, member = ARGV[4], ARGV[5]
 local stored = redis.call('HGET', KEYS[1], id)
-local new_tag = string.sub(ARGV[8], 2)
+local new_tag = string.sub(ARGV[9], 2)
 if not stored then
-  if ARGV[6] ~= '1' or ARGV[9] ~= '' then return {3} end
+  if ARGV[7] ~= '1' or ARGV[10] ~= '' then return {3} end
   local count = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if count >= tonumber(ARGV[5]) then return {5} end
+  if count >= tonumber(ARGV[6]) then return {5} end
   if count == 0 then redis.call('SET', P .. ':layout', '2') end
-  local value = string.len(ARGV[7]) .. ':' .. ARGV[7] .. new_tag
+  local value = string.len(ARGV[8]) .. ':' .. ARGV[8] .. new_tag
   redis.call('HSET', KEYS[1], id, value)
   redis.call('INCR', KEYS[2])
   index_plant(member, value)
+  record(0, id, value)
   return {0, value}
 end
-if not allows(stored, 9) then return {4} end
-local name, old_tag = ARGV[7], tag_of(stored)
+if not allows(stored, 10) then return {4} end
+local name, old_tag = ARGV[8], tag_of(stored)
 if name == '' then name = name_of(stored) end
-local mode, tag = string.sub(ARGV[8], 1, 1), new_tag
+local mode, tag = string.sub(ARGV[9], 1, 1), new_tag
 if mode == 'k' then tag = old_tag end
 local value = string.len(name) .. ':' .. name .. tag
 if value == stored then return {2, stored} end
@@ -203,6 +217,7 @@ if tag ~= old_tag then
   if old_tag ~= '' then index_remove('t' .. old_tag, member) end
   if tag ~= '' then index_add('t' .. tag, member) end
 end
+record(1, id, value)
 return {1, value}
 """
 )
@@ -280,5 +295,37 @@ for i = 3, #ARGV, 2 do
   end
 end
 return indexed
+"""
+)
+
+# KEYS: a group's feed. ARGV: P, '1' on a cluster, the position to read after: an entry ID and
+# the number of events added up to it ('' and '' for the oldest kept, 'now' for the latest),
+# and how many to read. Answers {0, id, number, entries} (the position the entries follow,
+# then XRANGE's entries), {0, id, number} for 'now', or {1} when some events after the
+# position are no longer kept. Redis counts every entry ever added (`entries-added`), so the
+# entries a trim dropped are that count less the stream's length.
+EVENTS = (
+    _LIBRARY
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[3] ~= '' and ARGV[3] ~= 'now' and tonumber(ARGV[4]) > 0 then return {1} end
+  return {0, '0-0', 0, {}}
+end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local length, added, last
+for i = 1, #info, 2 do
+  local field = info[i]
+  if field == 'length' then length = info[i + 1]
+  elseif field == 'entries-added' then added = info[i + 1]
+  elseif field == 'last-generated-id' then last = info[i + 1] end
+end
+if ARGV[3] == 'now' then return {0, last, added} end
+local after, number = ARGV[3], tonumber(ARGV[4])
+if after == '' then
+  after, number = '0-0', added - length
+elseif number < added - length or number > added then
+  return {1}
+end
+return {0, after, number, redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', ARGV[5])}
 """
 )

@@ -1,0 +1,74 @@
+"""The change feed: `GET /events` pages through every create, change and delete, from a signed
+position (docs/change-feed.md). On the plants blueprint, behind its guard; the store appends each
+event in the same atomic step as its change."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+from werkzeug.exceptions import Gone, NotFound
+
+from .cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
+from .errors import InvalidParameters
+from .params import load_events_query
+from .state import EXTENSION, serving_store
+from .store import EVENT_TYPES, Event, FeedExpiredError
+
+
+class FeedOff(NotFound):
+    description = "The change feed is turned off (PLANTS_EVENTS_RETAIN=0)."
+
+
+class FeedPositionExpired(Gone):
+    description = (
+        "Some events after this position are no longer kept. List the plants again from the start"
+        " (GET /plants), then follow the feed from a new position (GET /events?after=now, taken"
+        " before the listing)."
+    )
+
+
+def list_events() -> Response:
+    """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept), and `next`."""
+    query = load_events_query(request.args)
+    app = current_app._get_current_object()
+    store = serving_store(app, request.environ)
+    if not store.events_retain:
+        raise FeedOff()
+    key = store.cursor_key()
+    after = query.get("after")
+    try:
+        if after == "now":
+            events, position = [], store.events_now()
+        else:
+            start = None if after is None else decode_cursor(key, after, None, EVENTS)
+            events, position = store.events(start, query["limit"])
+    except InvalidCursor as exc:
+        raise InvalidParameters({"after": [str(exc)]}) from None
+    except ValueError:
+        raise InvalidParameters({"after": ["Not a cursor of this feed: follow it again from now."]}) from None
+    except FeedExpiredError:
+        raise FeedPositionExpired() from None
+    metrics = app.extensions[EXTENSION].metrics
+    if metrics is not None and events:
+        metrics.count_read(len(events))
+    body = {
+        "events": [event_record(event) for event in events],
+        "next": encode_cursor(key, position, None, EVENTS),
+    }
+    return app.json.response(body)
+
+
+def event_record(event: Event) -> dict[str, Any]:
+    """An event as the document's Event record."""
+    plant: dict[str, Any] = {"id": event.plant_id, "name": event.name}
+    if event.tag is not None:
+        plant["tag"] = event.tag
+    seconds, millis = divmod(event.time_ms, 1000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return {"type": EVENT_TYPES[event.kind], "plant": plant, "time": f"{stamp}.{millis:03d}Z"}
+
+
+def add_routes(bp: Blueprint) -> None:
+    bp.add_url_rule("/events", view_func=list_events, methods=["GET"], provide_automatic_options=False)

@@ -1,0 +1,129 @@
+"""The Redis store's change feed: a stream per bucket group (`P:events`), appended by each write's
+own script (`record` in redis_scripts.py), read here a page at a time.
+
+A position holds, for each group, the entry ID of the last event read from its stream and how
+many events that stream had added up to it, as unsigned LEB128 varints. The count tells a reader
+whether a trim dropped an event it has not read (the EVENTS script). On a cluster, a page reads
+every group's stream in one pipeline (a round trip per node) and merges them by entry ID, so
+events come roughly in time order, and in exact order within a group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import redis_scripts
+from .base import Event, EventPage, FeedExpiredError
+from .redis_connection import FAILURES, LazyClient, unavailable
+from .redis_groups import Groups, decode_fields
+
+#: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
+GroupPosition = tuple[int, int, int]
+
+
+def encode_position(positions: list[GroupPosition]) -> bytes:
+    out = bytearray()
+    for value in (v for position in positions for v in position):
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out)
+
+
+def decode_position(data: bytes, groups: int) -> list[GroupPosition]:
+    """The positions `encode_position` wrote; ValueError for anything else."""
+    values: list[int] = []
+    value = shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            values.append(value)
+            value = shift = 0
+        elif shift > 63:
+            raise ValueError("not a position of this store")
+    if shift or len(values) != 3 * groups:
+        raise ValueError("not a position of this store")
+    return [(values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3)]
+
+
+def _entry_id(raw: bytes) -> tuple[int, int]:
+    ms, _, seq = raw.partition(b"-")
+    return int(ms), int(seq)
+
+
+class GroupFeeds:
+    """Reads the feed of every bucket group of one store."""
+
+    def __init__(self, clients: LazyClient, groups: Groups, run: Callable[..., Any]) -> None:
+        self._clients, self._groups, self._run = clients, groups, run
+        #: The EVENTS script's SHA-1, as every node knows it once the runner has loaded it.
+        self._sha = hashlib.sha1(redis_scripts.EVENTS.encode(), usedforsecurity=False).hexdigest()
+
+    def page(self, after: bytes | None, limit: int) -> EventPage:
+        count = self._groups.count
+        positions = None if after is None else decode_position(after, count)
+        if positions is None:
+            args = [("", "")] * count
+        else:
+            args = [(f"{ms}-{seq}", number) for ms, seq, number in positions]
+        answers = self._read([(*arg, limit) for arg in args])
+        if any(answer[0] == 1 for answer in answers):
+            raise FeedExpiredError
+        found = []
+        starts: list[GroupPosition] = []
+        for group, (_, base, number, entries) in enumerate(answers):
+            starts.append((*_entry_id(base), int(number)))
+            found += [
+                (*_entry_id(raw_id), group, int(number) + k, fields)
+                for k, (raw_id, fields) in enumerate(entries, 1)
+            ]
+        if count > 1:
+            found.sort(key=lambda item: item[:3])
+        events = []
+        for ms, seq, group, number, fields in found[:limit]:
+            starts[group] = (ms, seq, number)
+            events.append(Event(int(fields[1]), int(fields[3]), *decode_fields(fields[5]), ms))
+        return EventPage(events, encode_position(starts))
+
+    def now(self) -> bytes:
+        answers = self._read([("now", "", 0)] * self._groups.count)
+        return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
+
+    def _read(self, per_group: list[tuple[Any, ...]]) -> list[Any]:
+        """The EVENTS script's answer for each group. It reads only its declared key (the stream),
+        so on a cluster it may run on either node of a moving slot, and runs without the probe."""
+        groups = self._groups
+        try:
+            if groups.count == 1:
+                key = groups.feed_key(0)
+                return [self._run("EVENTS", (key,), (groups.tags[0], "", *per_group[0]))]
+            return list(self._pipelined(per_group))
+        except FAILURES as exc:
+            raise unavailable(exc) from None
+
+    def _pipelined(self, per_group: list[tuple[Any, ...]]) -> Iterator[Any]:
+        """One pipeline per node; a group whose call failed there (its node has no script yet,
+        or its slot moved) is read again through the script runner, which handles both."""
+        groups = self._groups
+        calls = [(groups.feed_key(g), (groups.tags[g], "", *args)) for g, args in enumerate(per_group)]
+        by_node: dict[int, tuple[Any, list[int]]] = {}
+        for g, (key, _) in enumerate(calls):
+            node = self._clients.node_for(key)
+            by_node.setdefault(id(node), (node, []))[1].append(g)
+        answers: list[Any] = [None] * len(calls)
+        for node, members in by_node.values():
+            pipe = node.pipeline(transaction=False)
+            for g in members:
+                pipe.evalsha(self._sha, 1, calls[g][0], *calls[g][1])
+            for g, answer in zip(members, pipe.execute(raise_on_error=False), strict=True):
+                answers[g] = answer
+        for g, answer in enumerate(answers):
+            if isinstance(answer, Exception):
+                if not isinstance(answer, (*FAILURES,)):
+                    raise answer
+                answers[g] = self._run("EVENTS", (calls[g][0],), calls[g][1])
+        return iter(answers)

@@ -1,0 +1,161 @@
+"""The change feed on real Redis servers behind real gunicorns: the sync recipe across two masters
+and four workers, and every acknowledged change in the feed after a kill -9 of Redis."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import Any
+
+from app.store import Plant
+from tests.conftest import redis_settings
+from tests.helpers import apply_events, call, kill_and_restart, walk_pages
+from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
+from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def get_json(server: Gunicorn, path: str) -> tuple[int, Any]:
+    status, _, body = call(server.connection(), "GET", path, None, AUTH)
+    return status, json.loads(body)
+
+
+def follow(server: Gunicorn, after: str, limit: int = 7) -> tuple[list[dict], str]:
+    """The events after `after`, page by page to an empty one (retrying a 503), and the last `next`."""
+    events: list[dict] = []
+    while True:
+        status, body = get_json(server, f"/events?limit={limit}&after={after}")
+        if status == 503:
+            time.sleep(0.05)
+            continue
+        assert status == 200, body
+        events += body["events"]
+        if not body["events"]:
+            return events, body["next"]
+        after = body["next"]
+
+
+def test_the_sync_recipe_across_two_masters_and_four_workers(redis_server):
+    settings = redis_settings(redis_server)
+    servers = [redis_gunicorn(settings), redis_gunicorn(settings)]
+    stop = threading.Event()
+
+    def write(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            server = servers[rng.randrange(2)]
+            plant_id = rng.randrange(300)
+            action = rng.random()
+            if action < 0.25:
+                call(server.connection(), "DELETE", f"/plants/{plant_id}", None, AUTH)
+            elif action < 0.6:
+                body = {"id": plant_id, "name": f"n{rng.randrange(5)}", "tag": rng.choice(["a", "b"])}
+                call(server.connection(), "POST", "/plants", body, AUTH)
+            else:
+                body = {"name": f"n{rng.randrange(5)}"}
+                call(server.connection(), "PUT", f"/plants/{plant_id}", body, AUTH)
+
+    writers = [threading.Thread(target=write, args=(seed,)) for seed in range(6)]
+    try:
+        for writer in writers:
+            writer.start()
+        time.sleep(0.5)
+        # The recipe: the position, then the list, then the feed from the position.
+        status, body = get_json(servers[0], "/events?after=now")
+        assert status == 200
+        position = body["next"]
+        copy: dict[int, dict] = {}
+        after = ""
+        while True:
+            status, page = get_json(servers[1], f"/plants?limit=13{after}")
+            assert status == 200
+            copy.update({item["id"]: item for item in page["plants"]})
+            if "next" not in page:
+                break
+            after = f"&after={page['next']}"
+        for turn in range(6):
+            events, position = follow(servers[turn % 2], position)
+            apply_events(copy, events)
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join(10)
+        for server in servers:
+            outputs = server.output()
+            server.stop()
+            assert "Traceback" not in outputs
+    store = open_store(settings)
+    try:
+        stored = {plant_id: plant for plant_id, plant in walk_pages(store, 1000)}
+        remaining, _ = _follow_store(store, position)
+    finally:
+        store.close()
+    apply_events(copy, remaining)
+    assert {plant_id: _plant(item) for plant_id, item in copy.items()} == stored
+    assert len(stored) > 50
+
+
+def _plant(item: dict) -> Plant:
+    return Plant(item["name"], item.get("tag"))
+
+
+def _follow_store(store: Any, cursor: str) -> tuple[list[dict], bytes]:
+    """The rest of the feed, read from the store directly (the servers are stopped)."""
+    from app.cursor import EVENTS, decode_cursor
+    from app.events import event_record
+
+    position = decode_cursor(store.cursor_key(), cursor, None, EVENTS)
+    events: list[dict] = []
+    while True:
+        page = store.events(position, 100)
+        events += [event_record(event) for event in page.events]
+        if not page.events:
+            return events, position
+        position = page.next
+
+
+def test_kill_9_of_redis_keeps_every_acknowledged_change_in_the_feed(tmp_path):
+    """deploy/redis.conf has appendfsync always: an acknowledged change and its event are on disk."""
+    own_redis = RedisServer(tmp_path, config_file=ROOT / "deploy" / "redis.conf")
+    settings = redis_settings(own_redis)
+    server = redis_gunicorn(settings, workers=2, **SHORT_TIMEOUTS)
+    acknowledged: list[tuple[int, str]] = []
+    stop = threading.Event()
+    try:
+        start = get_json(server, "/events?after=now")[1]["next"]
+
+        def change(worker: int) -> None:
+            version = 0
+            while not stop.is_set():
+                version += 1
+                name = f"w{worker}v{version}"
+                status, _, _ = call(server.connection(), "PUT", f"/plants/{worker}", {"name": name}, AUTH)
+                if status in (200, 201):
+                    acknowledged.append((worker, name))
+                else:
+                    time.sleep(0.01)
+
+        threads = [threading.Thread(target=change, args=(worker,)) for worker in range(6)]
+        for thread in threads:
+            thread.start()
+        kill_and_restart(own_redis)
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        events, _ = follow(server, start, limit=500)
+    finally:
+        stop.set()
+        server.stop()
+    recorded = [(event["plant"]["id"], event["plant"]["name"]) for event in events]
+    try:
+        assert len(acknowledged) > 20
+        assert set(acknowledged) <= set(recorded)
+        assert len(recorded) == len(set(recorded))  # each change once
+        for worker in range(6):  # each plant's events in the order of its changes
+            names = [name for plant_id, name in recorded if plant_id == worker]
+            assert names == sorted(names, key=lambda name: int(name.split("v")[1]))
+    finally:
+        own_redis.stop()
