@@ -112,3 +112,14 @@ def test_changes_benchmark_smoke_run(tmp_path):
             assert results[f"{store}: {work}"]["rps"]["median"] > 0
     assert results["redis: put"]["redis_cpu_us_per_request"]["median"] > 0
     assert "| redis: put / create |" in result.stdout
+
+
+def test_events_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/events.py", tmp_path)
+    assert results["valid"] is True  # every create and page 200
+    for name in ("memory, feed on", "memory, feed off", "redis, feed on", "redis, feed off"):
+        assert results[f"{name}: create"]["rps"]["median"] > 0
+    assert results["redis direct"]["script per create, on (us)"] > 0
+    assert results["memory bytes per event"] > 0
+    assert results["follower lag, redis, feed on"]["polls"] > 0
+    assert "| redis: create, feed on / off |" in result.stdout

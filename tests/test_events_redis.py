@@ -105,13 +105,13 @@ def _plant(item: dict) -> Plant:
 def _follow_store(store: Any, cursor: str) -> tuple[list[dict], bytes]:
     """The rest of the feed, read from the store directly (the servers are stopped)."""
     from app.cursor import EVENTS, decode_cursor
-    from app.events import event_record
+    from app.events import event_records
 
     position = decode_cursor(store.cursor_key(), cursor, None, EVENTS)
     events: list[dict] = []
     while True:
         page = store.events(position, 100)
-        events += [event_record(event) for event in page.events]
+        events += event_records(page.events)
         if not page.events:
             return events, position
         position = page.next

@@ -75,18 +75,20 @@ class GroupFeeds:
             raise FeedExpiredError
         found = []
         starts: list[GroupPosition] = []
-        for group, (_, base, number, entries) in enumerate(answers):
-            starts.append((*_entry_id(base), int(number)))
+        for group, answer in enumerate(answers):
+            number = int(answer[2])
+            starts.append((*_entry_id(answer[1]), number))
             found += [
-                (*_entry_id(raw_id), group, int(number) + k, fields)
-                for k, (raw_id, fields) in enumerate(entries, 1)
+                (*_entry_id(answer[i]), group, number + k, answer[i + 1])
+                for k, i in enumerate(range(3, len(answer), 2), 1)
             ]
         if count > 1:
             found.sort(key=lambda item: item[:3])
         events = []
-        for ms, seq, group, number, fields in found[:limit]:
+        for ms, seq, group, number, value in found[:limit]:
             starts[group] = (ms, seq, number)
-            events.append(Event(int(fields[1]), int(fields[3]), *decode_fields(fields[5]), ms))
+            kind, plant_id, plant = value.split(b" ", 2)
+            events.append(Event(int(kind), int(plant_id), *decode_fields(plant), ms))
         return EventPage(events, encode_position(starts))
 
     def now(self) -> bytes:

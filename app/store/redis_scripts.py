@@ -122,10 +122,11 @@ end
 
 -- Appends a change to the group's feed (KEYS[3], a stream) in the write's own step, unless the
 -- feed is off (ARGV[3], the retention, is '0'). Its entry ID, given by Redis, is when it took
--- effect; every entry has the same fields, so the stream stores their names once per node.
+-- effect. One field, `e`: `<kind> <decimal id> <encoded plant>`; every entry has the same field,
+-- so the stream stores its name once per node, and a page answers three strings per event.
 local function record(kind, id, value)
   if ARGV[3] ~= '0' then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 't', kind, 'i', id, 'p', value)
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'e', kind .. ' ' .. id .. ' ' .. value)
   end
 end
 
@@ -300,16 +301,16 @@ return indexed
 
 # KEYS: a group's feed. ARGV: P, '1' on a cluster, the position to read after: an entry ID and
 # the number of events added up to it ('' and '' for the oldest kept, 'now' for the latest),
-# and how many to read. Answers {0, id, number, entries} (the position the entries follow,
-# then XRANGE's entries), {0, id, number} for 'now', or {1} when some events after the
-# position are no longer kept. Redis counts every entry ever added (`entries-added`), so the
-# entries a trim dropped are that count less the stream's length.
+# and how many to read. Answers {0, id, number, entry ID, event, entry ID, event, ...} (the
+# position the entries follow, then the entries, flat), {0, id, number} for 'now', or {1} when
+# some events after the position are no longer kept. Redis counts every entry ever added
+# (`entries-added`), so the entries a trim dropped are that count less the stream's length.
 EVENTS = (
     _LIBRARY
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if ARGV[3] ~= '' and ARGV[3] ~= 'now' and tonumber(ARGV[4]) > 0 then return {1} end
-  return {0, '0-0', 0, {}}
+  return {0, '0-0', 0}
 end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local length, added, last
@@ -326,6 +327,11 @@ if after == '' then
 elseif number < added - length or number > added then
   return {1}
 end
-return {0, after, number, redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', ARGV[5])}
+local answer = {0, after, number}
+for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', ARGV[5])) do
+  answer[#answer + 1] = entry[1]
+  answer[#answer + 1] = entry[2][2]
+end
+return answer
 """
 )

@@ -1,0 +1,285 @@
+"""Benchmark: what the change feed costs. Creates with the feed on (the default) against creates
+with PLANTS_EVENTS_RETAIN=0, a page of 100 events against a page of 100 plants, the bytes each
+retained event takes, and how far a follower lags behind creates at full speed.
+
+    python bench/events.py            # 5 interleaved rounds of 10 s per workload
+    python bench/events.py --smoke    # a second per workload; what CI runs
+
+One gunicorn worker per server, pinned to CPU 0 with wrk on CPU 1, redis-server beside wrk (its
+CPU per request is read from /proc, so Redis's own cost of each XADD is counted too).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.store import MemoryPlantStore
+from app.store.redis_groups import Groups, encode
+from app.store.redis_scripts import CREATE
+from bench.changes import preload
+from bench.run import TOKEN, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
+from bench.shared_store import redis_cpu_seconds, start_redis
+
+RETAIN = 100_000
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def get(server: Server, path: str) -> dict:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("GET", path, headers=HEADERS)
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"{path} answered {response.status}: {body}")
+    return body
+
+
+def page_paths(server: Server, directory: Path) -> dict[str, Path]:
+    """Files of paths for paths.lua: pages of 100 events, and pages of 100 plants, from cursors
+    met on a walk of each."""
+    files = {}
+    for kind, path, key in (
+        ("events", "/events?limit=100", "events"),
+        ("plants", "/plants?limit=100", "plants"),
+    ):
+        lines, after = [path], None
+        while True:
+            page = get(server, path + (f"&after={after}" if after else ""))
+            if not page[key] or "next" not in page:
+                break
+            after = page["next"]
+            lines.append(f"{path}&after={after}")
+        files[kind] = directory / f"{server.name}-{kind}.txt"
+        files[kind].write_text("\n".join(lines[:-1] or lines) + "\n")
+    return files
+
+
+def follower_lag(server: Server, seconds: float, connections: int, id_base: int) -> dict:
+    """Creates at full speed while a follower pages through the feed (1,000 at a time, at once
+    while pages are full, 0.2 s after an empty one): its lag behind each event's time."""
+    position = get(server, "/events?after=now")["next"]
+    lags: list[float] = []
+    stop = threading.Event()
+
+    def follow() -> None:
+        nonlocal position
+        while not stop.is_set():
+            page = get(server, f"/events?limit=1000&after={position}")
+            position = page["next"]
+            if page["events"]:
+                newest = page["events"][-1]["time"]
+                stamp = time.mktime(time.strptime(newest[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+                lags.append(time.time() - (stamp + int(newest[20:23]) / 1000))
+            else:
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    run = wrk(server, "create.lua", seconds, connections, {"BENCH_ID_BASE": str(id_base)})
+    stop.set()
+    thread.join()
+    lags.sort()
+    return {
+        "creates_per_s": run["rps"],
+        "polls": len(lags),
+        "lag_median_ms": 1000 * lags[len(lags) // 2] if lags else None,
+        "lag_max_ms": 1000 * lags[-1] if lags else None,
+    }
+
+
+def redis_direct(sock: Path, plants: int) -> dict[str, float]:
+    """`plants` creates through the service's script, pipelined so that Redis is busy, with the
+    feed off then on: `used_memory` per event, and Redis's CPU per create (all of it, from
+    `INFO cpu`, and the script's own, from `INFO commandstats`)."""
+    client = redis.Redis(unix_socket_path=str(sock))
+    client.script_load(CREATE)  # the script cache is not the feed's
+    script = client.register_script(CREATE)
+    found: dict[str, list[float]] = {"used_memory": [], "cpu_us": [], "script_us": []}
+    for retain in (0, RETAIN):
+        client.flushall()
+        client.config_resetstat()
+        before = client.info("memory")["used_memory"]
+        cpu = client.info("cpu")
+        cpu_before = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+        groups = Groups("bytes", count=1, capacity=10**9, cluster=False, retain=retain)
+        for start in range(0, plants, 1_000):
+            with client.pipeline(transaction=False) as pipe:
+                for n in range(start, min(start + 1_000, plants)):
+                    keys, args = groups.create_call(10**11 + n, encode(f"Plant {n:06d}", "fern"))
+                    script(keys=keys, args=args, client=pipe)
+                pipe.execute()
+        cpu = client.info("cpu")
+        found["cpu_us"].append((cpu["used_cpu_user"] + cpu["used_cpu_sys"] - cpu_before) * 1e6 / plants)
+        found["script_us"].append(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
+        found["used_memory"].append(client.info("memory")["used_memory"] - before)
+    client.flushall()
+    return {
+        "bytes per event": (found["used_memory"][1] - found["used_memory"][0]) / plants,
+        "cpu per create, off (us)": found["cpu_us"][0],
+        "cpu per create, on (us)": found["cpu_us"][1],
+        "script per create, off (us)": found["script_us"][0],
+        "script per create, on (us)": found["script_us"][1],
+    }
+
+
+def memory_bytes_per_event(plants: int) -> float:
+    """Python heap of `plants` creates into the memory store with the feed, less without it."""
+    used = []
+    for retain in (0, RETAIN):
+        names = [f"Plant {n:06d}" for n in range(plants)]  # made before, as a request's body is
+        tracemalloc.start()
+        store = MemoryPlantStore(10**9, retain)
+        for n, name in enumerate(names):
+            store.create(10**11 + n, name, "fern")
+        used.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.stop()
+        del store
+    return (used[1] - used[0]) / plants
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.smoke else 5)
+    seconds = args.seconds or (1 if args.smoke else 10)
+    plants = 500 if args.smoke else 10_000
+    directory = Path(tempfile.mkdtemp(prefix="bench-events-"))
+    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+    redis_process, sock = start_redis(directory)
+    on_redis = {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}
+    servers = {
+        "memory, feed on": Server("memory-on", gunicorn),
+        "memory, feed off": Server("memory-off", gunicorn, {"PLANTS_EVENTS_RETAIN": "0"}),
+        "redis, feed on": Server("redis-on", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "on"}),
+        "redis, feed off": Server(
+            "redis-off", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "off", "PLANTS_EVENTS_RETAIN": "0"}
+        ),
+    }
+    problems: list[str] = []
+    runs: dict[str, list[dict]] = {}
+    id_base = 0
+    results: dict = {"rounds": rounds, "seconds": seconds, "connections": args.connections, "plants": plants}
+    try:
+        paths = {}
+        for name, server in servers.items():
+            server.start()
+            preload(server, plants)
+            if "feed on" in name:
+                paths[name] = page_paths(server, directory)
+        for round_number in range(rounds + 1):  # the first round warms up
+            for name, server in servers.items():
+                workloads = [("create", "create.lua", {})]
+                if name in paths:
+                    workloads += [
+                        (f"page of {kind}", "paths.lua", {"BENCH_PATHS": str(paths[name][kind])})
+                        for kind in ("events", "plants")
+                    ]
+                for work, script, env in workloads:
+                    id_base += 10**13
+                    redis_before = redis_cpu_seconds(redis_process.pid)
+                    run = wrk(
+                        server, script, 1 if round_number == 0 else seconds, args.connections,
+                        {"BENCH_ID_BASE": str(id_base), **env},
+                    )  # fmt: skip
+                    run["redis_cpu_us_per_request"] = (
+                        (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(run["requests"], 1)
+                    )
+                    if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
+                        problems.append(f"{name}: {work}: {run}")
+                    if round_number:
+                        runs.setdefault(f"{name}: {work}", []).append(run)
+        for name in ("memory, feed on", "redis, feed on"):
+            id_base += 10**13
+            results[f"follower lag, {name}"] = follower_lag(servers[name], seconds, args.connections, id_base)
+    finally:
+        for server in servers.values():
+            server.stop()
+    try:
+        results["redis direct"] = redis_direct(sock, 20_000 if args.smoke else 100_000)
+    finally:
+        redis_process.terminate()
+        redis_process.wait()
+    results["memory bytes per event"] = memory_bytes_per_event(20_000 if args.smoke else 100_000)
+    for name, name_runs in runs.items():
+        results[name] = {
+            key: spread(name_runs, key) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
+        }
+    median = {name: results[name]["rps"]["median"] for name in runs}
+    results["ratios"] = {}
+    for store in ("memory", "redis"):
+        results["ratios"][f"{store}: create, feed on / off"] = (
+            median[f"{store}, feed on: create"] / median[f"{store}, feed off: create"]
+        )
+        results["ratios"][f"{store}: page of 100 events / page of 100 plants"] = (
+            median[f"{store}, feed on: page of events"] / median[f"{store}, feed on: page of plants"]
+        )
+    cpu = {name: results[name]["redis_cpu_us_per_request"]["median"] for name in runs}
+    results["ratios"]["redis CPU per create: feed on / off"] = (
+        cpu["redis, feed on: create"] / cpu["redis, feed off: create"]
+    )
+    return finish(results, problems, report, args.json)
+
+
+def report(results: dict) -> str:
+    lines = [
+        f"{results['rounds']} interleaved rounds of {results['seconds']:g} s, wrk -t1 "
+        f"-c{results['connections']}, one worker per server; {results['plants']:,} plants preloaded; "
+        "median (min to max).",
+        "",
+        "| workload | req/s | worker CPU / request (µs) | redis-server CPU / request (µs) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, found in results.items():
+        if isinstance(found, dict) and "rps" in found:
+            rps, cpu, redis_cpu = (
+                show_spread(found[key]) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
+            )
+            lines.append(f"| {name} | {rps} | {cpu} | {redis_cpu} |")
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
+    lines += [
+        "",
+        "| follower | creates/s | polls with events | lag median (ms) | lag max (ms) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, found in results.items():
+        if name.startswith("follower lag"):
+            lag = [
+                f"{found[key]:.0f}" if found[key] is not None else "-"
+                for key in ("lag_median_ms", "lag_max_ms")
+            ]
+            lines.append(
+                f"| {name[14:]} | {found['creates_per_s']:.0f} | {found['polls']} | {lag[0]} | {lag[1]} |"
+            )
+    direct = results["redis direct"]
+    lines += [
+        "",
+        "Redis driven directly (pipelined creates, so that it is busy), feed off / on: all CPU per "
+        f"create {direct['cpu per create, off (us)']:.1f} / {direct['cpu per create, on (us)']:.1f} µs "
+        f"({direct['cpu per create, on (us)'] / direct['cpu per create, off (us)']:.3f}x); the script's "
+        f"{direct['script per create, off (us)']:.1f} / {direct['script per create, on (us)']:.1f} µs "
+        f"({direct['script per create, on (us)'] / direct['script per create, off (us)']:.3f}x).",
+        "",
+        f"Bytes per retained event: Redis `used_memory` {direct['bytes per event']:.0f} B, "
+        f"memory store {results['memory bytes per event']:.0f} B (the Python heap).",
+        "",
+        validity(results, "VALID: every answer had its status."),
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
