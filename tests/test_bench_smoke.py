@@ -11,11 +11,11 @@ import pytest
 from tests.servers import ROOT
 
 
-def smoke_run(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+def smoke_run(script: str, tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     """A benchmark script's smoke mode: its output and its JSON results."""
     out = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, script, "--smoke", "--json", str(out)],
+        [sys.executable, script, "--smoke", "--json", str(out), *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -123,3 +123,15 @@ def test_events_benchmark_smoke_run(tmp_path):
     assert results["memory bytes per event"] > 0
     assert results["follower lag, redis, feed on"]["polls"] > 0
     assert "| redis: create, feed on / off |" in result.stdout
+
+
+def test_ab_benchmark_smoke_run(tmp_path):
+    """The working tree against its own HEAD: every figure for both trees, ratios near 1."""
+    result, results = smoke_run("bench/ab.py", tmp_path, "--ref", "HEAD")
+    assert results["valid"] is True
+    for store in ("memory", "redis"):
+        assert results["ratios"][f"http: {store}: create"] > 0
+    for write in ("create", "rename", "delete"):
+        assert results["redis"][f"{write}: redis_cpu_us: working tree"]["median"] > 0
+        assert results["ratios"][f"redis: {write}: script_us"] > 0
+    assert "| http: redis: create (req/s) |" in result.stdout
