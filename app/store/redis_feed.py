@@ -17,7 +17,7 @@ from typing import Any
 from . import redis_scripts
 from .base import Event, EventPage, FeedExpiredError
 from .redis_connection import FAILURES, LazyClient, unavailable
-from .redis_groups import Groups, decode_fields
+from .redis_groups import Groups
 
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
@@ -55,6 +55,28 @@ def _entry_id(raw: bytes) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+def _event(raw_id: bytes, value: bytes) -> Event:
+    """An event from its entry ID and its one field, `<kind> <id> <encoded plant>`."""
+    kind, plant_id, plant = value.split(b" ", 2)
+    length, _, rest = plant.partition(b":")
+    size = int(length)
+    tag = rest[size:]
+    return Event(
+        int(kind),
+        int(plant_id),
+        rest[:size].decode(),
+        tag.decode() if tag else None,
+        int(raw_id[: raw_id.index(b"-")]),
+    )
+
+
+def _one_group(answer: list[Any]) -> EventPage:
+    """A page of a single Redis: its events in stream order, without the merge of a cluster's."""
+    events = [_event(answer[i], answer[i + 1]) for i in range(3, len(answer), 2)]
+    last = answer[-2] if events else answer[1]
+    return EventPage(events, encode_position([(*_entry_id(last), int(answer[2]) + len(events))]))
+
+
 class GroupFeeds:
     """Reads the feed of every bucket group of one store."""
 
@@ -73,22 +95,22 @@ class GroupFeeds:
         answers = self._read([(*arg, limit) for arg in args])
         if any(answer[0] == 1 for answer in answers):
             raise FeedExpiredError
+        if count == 1:
+            return _one_group(answers[0])
         found = []
         starts: list[GroupPosition] = []
         for group, answer in enumerate(answers):
             number = int(answer[2])
             starts.append((*_entry_id(answer[1]), number))
             found += [
-                (*_entry_id(answer[i]), group, number + k, answer[i + 1])
+                (*_entry_id(answer[i]), group, number + k, answer[i], answer[i + 1])
                 for k, i in enumerate(range(3, len(answer), 2), 1)
             ]
-        if count > 1:
-            found.sort(key=lambda item: item[:3])
+        found.sort(key=lambda item: item[:3])
         events = []
-        for ms, seq, group, number, value in found[:limit]:
+        for ms, seq, group, number, raw_id, value in found[:limit]:
             starts[group] = (ms, seq, number)
-            kind, plant_id, plant = value.split(b" ", 2)
-            events.append(Event(int(kind), int(plant_id), *decode_fields(plant), ms))
+            events.append(_event(raw_id, value))
         return EventPage(events, encode_position(starts))
 
     def now(self) -> bytes:
