@@ -131,7 +131,7 @@ def main() -> int:
         for name in list(results[section]):
             if name.endswith(": working tree"):
                 other = name.replace(": working tree", f": {args.ref}")
-                if other in results[section]:
+                if other in results[section] and results[section][other]["median"]:
                     results["ratios"][f"{section}: {name[: -len(': working tree')]}"] = (
                         results[section][name]["median"] / results[section][other]["median"]
                     )
