@@ -19,8 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import TOKEN, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
-from bench.shared_store import redis_cpu_seconds, start_redis
+from bench.run import TOKEN, Server, benchmark_parser, finish, spread, validity
+from bench.shared_store import (
+    SIDE_BY_SIDE,
+    SIDE_BY_SIDE_HEADER,
+    side_by_side_rows,
+    start_redis,
+    wrk_beside_redis,
+)
 
 FIRST = 7 * 10**12
 WORKLOADS = ("create", "put", "retag", "patch", "get", "get304")
@@ -68,10 +74,13 @@ def main() -> int:
                     env = {"BENCH_ID_BASE": str(id_base), "BENCH_MODE": work, "BENCH_FIRST": str(FIRST),
                            "BENCH_COUNT": str(plants)}  # fmt: skip
                     script = "create.lua" if work == "create" else "changes.lua"
-                    redis_before = redis_cpu_seconds(redis_process.pid)
-                    run = wrk(server, script, 1 if round_number == 0 else seconds, args.connections, env)
-                    run["redis_cpu_us_per_request"] = (
-                        (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(run["requests"], 1)
+                    run = wrk_beside_redis(
+                        server,
+                        script,
+                        1 if round_number == 0 else seconds,
+                        args.connections,
+                        env,
+                        redis_process.pid,
                     )
                     if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
                         problems.append(f"{store}: {work}: {run}")
@@ -84,9 +93,7 @@ def main() -> int:
         redis_process.wait()
     results: dict = {"rounds": rounds, "seconds": seconds, "connections": args.connections, "plants": plants}
     for name, name_runs in runs.items():
-        results[name] = {
-            key: spread(name_runs, key) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
-        }
+        results[name] = {key: spread(name_runs, key) for key in SIDE_BY_SIDE}
     results["ratios"] = {
         f"{store}: {work} / {base}": results[f"{store}: {work}"]["rps"]["median"]
         / results[f"{store}: {base}"]["rps"]["median"]
@@ -107,16 +114,9 @@ def report(results: dict) -> str:
         f"-c{results['connections']}, one worker; changes over {results['plants']:,} plants; "
         "median (min to max).",
         "",
-        "| workload | req/s | worker CPU / request (µs) | redis-server CPU / request (µs) |",
-        "|---|---:|---:|---:|",
+        *SIDE_BY_SIDE_HEADER,
+        *side_by_side_rows(results),
     ]
-    for name in results:
-        if ": " in name and isinstance(results[name], dict) and "rps" in results[name]:
-            found = results[name]
-            rps, cpu, redis_cpu = (
-                show_spread(found[key]) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
-            )
-            lines.append(f"| {name} | {rps} | {cpu} | {redis_cpu} |")
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
     lines += ["", validity(results, "VALID: every answer had its status.")]

@@ -28,8 +28,14 @@ from app.store import MemoryPlantStore
 from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
 from bench.changes import preload
-from bench.run import TOKEN, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
-from bench.shared_store import redis_cpu_seconds, start_redis
+from bench.run import TOKEN, Server, benchmark_parser, finish, spread, validity, wrk
+from bench.shared_store import (
+    SIDE_BY_SIDE,
+    SIDE_BY_SIDE_HEADER,
+    side_by_side_rows,
+    start_redis,
+    wrk_beside_redis,
+)
 
 RETAIN = 100_000
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -189,14 +195,10 @@ def main() -> int:
                     ]
                 for work, script, env in workloads:
                     id_base += 10**13
-                    redis_before = redis_cpu_seconds(redis_process.pid)
-                    run = wrk(
+                    run = wrk_beside_redis(
                         server, script, 1 if round_number == 0 else seconds, args.connections,
-                        {"BENCH_ID_BASE": str(id_base), **env},
+                        {"BENCH_ID_BASE": str(id_base), **env}, redis_process.pid,
                     )  # fmt: skip
-                    run["redis_cpu_us_per_request"] = (
-                        (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(run["requests"], 1)
-                    )
                     if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
                         problems.append(f"{name}: {work}: {run}")
                     if round_number:
@@ -214,9 +216,7 @@ def main() -> int:
         redis_process.wait()
     results["memory bytes per event"] = memory_bytes_per_event(20_000 if args.smoke else 100_000)
     for name, name_runs in runs.items():
-        results[name] = {
-            key: spread(name_runs, key) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
-        }
+        results[name] = {key: spread(name_runs, key) for key in SIDE_BY_SIDE}
     median = {name: results[name]["rps"]["median"] for name in runs}
     results["ratios"] = {}
     for store in ("memory", "redis"):
@@ -239,15 +239,9 @@ def report(results: dict) -> str:
         f"-c{results['connections']}, one worker per server; {results['plants']:,} plants preloaded; "
         "median (min to max).",
         "",
-        "| workload | req/s | worker CPU / request (µs) | redis-server CPU / request (µs) |",
-        "|---|---:|---:|---:|",
+        *SIDE_BY_SIDE_HEADER,
+        *side_by_side_rows(results),
     ]
-    for name, found in results.items():
-        if isinstance(found, dict) and "rps" in found:
-            rps, cpu, redis_cpu = (
-                show_spread(found[key]) for key in ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
-            )
-            lines.append(f"| {name} | {rps} | {cpu} | {redis_cpu} |")
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
     lines += [

@@ -32,7 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store.redis_groups import Groups, encode
 from app.store.redis_scripts import CREATE
-from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, median_of, validity, wrk
+from bench.run import (
+    CLIENT_CPU,
+    TICK,
+    Server,
+    benchmark_parser,
+    finish,
+    median_of,
+    show_spread,
+    validity,
+    wrk,
+)
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
@@ -44,6 +54,34 @@ NEVER_REACHED = {"PLANTS_RATE_LIMIT": "1000000/second"}
 def redis_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+#: What a run beside redis-server reports: req/s and the CPU per request of each side.
+SIDE_BY_SIDE = ("rps", "cpu_us_per_request", "redis_cpu_us_per_request")
+SIDE_BY_SIDE_HEADER = [
+    "| workload | req/s | worker CPU / request (µs) | redis-server CPU / request (µs) |",
+    "|---|---:|---:|---:|",
+]
+
+
+def wrk_beside_redis(
+    server: Server, script: str, seconds: float, connections: int, env: dict[str, str], redis_pid: int
+) -> dict:
+    """One wrk run, with redis-server's CPU per request over it (from /proc): so that the Redis
+    side of each request is counted, not only the worker's."""
+    before = redis_cpu_seconds(redis_pid)
+    run = wrk(server, script, seconds, connections, env)
+    run["redis_cpu_us_per_request"] = (redis_cpu_seconds(redis_pid) - before) * 1e6 / max(run["requests"], 1)
+    return run
+
+
+def side_by_side_rows(results: dict) -> list[str]:
+    """A table row for each workload of `results` (median, min to max), after SIDE_BY_SIDE_HEADER."""
+    return [
+        f"| {name} | " + " | ".join(show_spread(found[key]) for key in SIDE_BY_SIDE) + " |"
+        for name, found in results.items()
+        if isinstance(found, dict) and "rps" in found
+    ]
 
 
 def start_redis(directory: Path) -> tuple[subprocess.Popen, Path]:

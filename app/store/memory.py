@@ -84,17 +84,17 @@ class MemoryPlantStore:
                     return Outcome.IDENTICAL
                 return Outcome.CONFLICT
             self._insert(plant_id, name, tag)
-            self._feed.append(CREATED_EVENT, plant_id, name, tag)
             return Outcome.CREATED
 
     def _insert(self, plant_id: int, name: str, tag: str | None) -> None:
-        """Add a new plant (the lock held), or StoreFullError at capacity."""
+        """Add a new plant and its created event (the lock held), or StoreFullError at capacity."""
         if self._count >= self.capacity:
             raise StoreFullError
         self._names[plant_id % SHARDS][plant_id] = name
         self._count += 1
         self._ids.add(plant_id)
         self._tag(plant_id, tag)
+        self._feed.append(CREATED_EVENT, plant_id, name, tag)
 
     def _tag(self, plant_id: int, tag: str | None) -> None:
         if tag is not None:
@@ -125,7 +125,6 @@ class MemoryPlantStore:
                     return Change.ABSENT, None
                 tag = None if tag is KEEP else tag
                 self._insert(plant_id, name, tag)
-                self._feed.append(CREATED_EVENT, plant_id, name, tag)
                 return Change.CREATED, Plant(name, tag)
             stored_tag = tags.get(plant_id)
             _require(precondition, stored_name, stored_tag)
