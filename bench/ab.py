@@ -11,7 +11,9 @@ For each tree (the ref checked out in a temporary `git worktree`):
   that renames and a merge PATCH;
 - Redis's CPU per write with the tree's store driven directly from 16 threads, so that Redis is
   busy (a nearly idle Redis spends most of its CPU waking up): all of it (`INFO cpu`) and the
-  script's own (`INFO commandstats`), for the create, a rename and the delete (bench/ab_direct.py).
+  script's own (`INFO commandstats`), for creates of sequential and of random ids, a replay, a get,
+  pages, a rename and the delete, after a preload of 100,000 plants; and Redis's bytes per plant
+  (bench/ab_direct.py).
 
 It prints each figure for both trees and the ratio working tree / ref.
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import ROOT, TOKEN, Server, benchmark_parser, finish, spread, validity, wrk
+from bench.run import ROOT, SERVER_CPU, TOKEN, Server, benchmark_parser, finish, spread, validity, wrk
 from bench.shared_store import start_redis
 
 FIRST = 7 * 10**12
@@ -51,10 +53,12 @@ def preload(server: Server, plants: int) -> bool:
     return response.status == 200
 
 
-def direct(tree: Path, sock: Path, count: int) -> dict:
+def direct(tree: Path, sock: Path, count: int, preload: int) -> dict:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "ab_direct.py"), "--tree", str(tree), "--socket", str(sock),
-         "--count", str(count)],
+        ["taskset", "-c", SERVER_CPU, sys.executable, str(ROOT / "bench" / "ab_direct.py"),
+         "--tree", str(tree),
+         "--socket", str(sock),
+         "--count", str(count), "--preload", str(preload)],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -69,6 +73,7 @@ def main() -> int:
     seconds = args.seconds or (1 if args.smoke else 5)
     plants = 300 if args.smoke else 5_000
     count = 2_000 if args.smoke else 20_000
+    preloaded = 1_000 if args.smoke else 100_000
     directory = Path(tempfile.mkdtemp(prefix="bench-ab-"))
     ref_tree = directory / "ref"
     subprocess.run(["git", "worktree", "add", "--detach", str(ref_tree), args.ref], cwd=ROOT, check=True,
@@ -111,7 +116,7 @@ def main() -> int:
                         runs.setdefault(f"{store}: {work}: {label}", []).append(run)
             if round_number:
                 for label, tree in trees.items():
-                    directs[label].append(direct(tree, sock, count))
+                    directs[label].append(direct(tree, sock, count, preloaded))
     finally:
         for server in servers.values():
             server.stop()
@@ -123,8 +128,8 @@ def main() -> int:
         results["http"][name] = spread(name_runs, "rps")
     for label, found in directs.items():
         for write in found[0]:
-            for key in ("redis_cpu_us", "script_us"):
-                if all(write in one for one in found):
+            for key in ("redis_cpu_us", "script_us", "bytes"):
+                if all(key in one.get(write, {}) for one in found):
                     results["redis"][f"{write}: {key}: {label}"] = spread([one[write] for one in found], key)
     results["ratios"] = {}
     for section in ("http", "redis"):
@@ -147,7 +152,7 @@ def report(results: dict) -> str:
         f"| figure | working tree | {ref} | ratio |",
         "|---|---:|---:|---:|",
     ]
-    for section, unit in (("http", "req/s"), ("redis", "µs per write")):
+    for section, unit in (("http", "req/s"), ("redis", "µs per write; bytes per plant")):
         for name, found in results[section].items():
             if name.endswith(": working tree"):
                 base = name[: -len(": working tree")]

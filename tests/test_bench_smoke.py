@@ -131,7 +131,21 @@ def test_ab_benchmark_smoke_run(tmp_path):
     assert results["valid"] is True
     for store in ("memory", "redis"):
         assert results["ratios"][f"http: {store}: create"] > 0
-    for write in ("create", "rename", "delete"):
+    for write in ("create (sequential ids)", "create (random ids)", "rename", "delete"):
         assert results["redis"][f"{write}: redis_cpu_us: working tree"]["median"] > 0
         assert results["ratios"][f"redis: {write}: script_us"] > 0
+    assert results["redis"]["memory per plant: bytes: HEAD"]["median"] > 0
     assert "| http: redis: create (req/s) |" in result.stdout
+
+
+def test_layouts_benchmark_smoke_run(tmp_path):
+    """Every layout creates every plant, and costs Redis more than the index-free create it is put beside."""
+    result, results = smoke_run("bench/layouts.py", tmp_path)
+    layouts = results["layouts"]
+    assert len(layouts) == 6
+    unindexed = layouts["no index (c341a06)"]
+    for name, found in layouts.items():
+        assert found["bytes per plant"]["median"] > 0
+        if name != "no index (c341a06)":
+            assert found["random: script_us"]["median"] > unindexed["random: script_us"]["median"]
+    assert "| B-tree, leaves of 128 |" in result.stdout

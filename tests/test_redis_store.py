@@ -240,6 +240,29 @@ def test_the_script_is_loaded_again_after_script_flush(redis_server):
         store.close()
 
 
+def test_connections_redis_closed_are_made_again_without_an_error(own_redis):
+    """Each request thread holds its connection between calls (redis_held.py). When Redis closes
+    them (a restart, its idle `timeout`, CLIENT KILL), the next write and read on every thread
+    reconnect and answer: nothing is lost and nothing is refused."""
+    store = open_store(redis_settings(own_redis))
+
+    def fern(plant_id: int) -> Outcome:
+        return store.create(plant_id, "Fern", "green")
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            assert set(pool.map(fern, range(8))) == {Outcome.CREATED}
+            killed = int(own_redis.command("CLIENT", "KILL", "TYPE", "normal"))
+            assert killed >= 4
+            assert set(pool.map(fern, range(8, 16))) == {Outcome.CREATED}
+            own_redis.command("CLIENT", "KILL", "TYPE", "normal")
+            found = list(pool.map(store.get, range(16)))
+        assert found == [Plant("Fern", "green")] * 16
+        assert len(store) == 16
+    finally:
+        store.close()
+
+
 def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server):
     """Thousands of creates and deletes over many leaves: pages equal a sorted dict throughout, every
     leaf stays a listpack of at most 128 members, and deleting everything leaves only the counters."""

@@ -94,7 +94,7 @@ class RedisPlantStore:
     def get(self, plant_id: int) -> Plant | None:
         try:
             key = self.groups.bucket_key(plant_id)
-            value = self._clients.read(key, lambda client: client.hget(key, str(plant_id)))
+            value = self._clients.read(key, "HGET", key, str(plant_id))
         except FAILURES as exc:
             raise unavailable(exc) from None
         return None if value is None else decode(value)

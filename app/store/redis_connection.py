@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -33,6 +32,7 @@ from redis.retry import Retry
 
 from . import redis_scripts
 from .base import StoreUnavailableError
+from .redis_held import HeldConnections
 
 #: Every failure a Redis call can raise (redis-py's cluster errors are not all RedisErrors).
 FAILURES = (RedisError, RedisClusterException)
@@ -97,6 +97,7 @@ class LazyClient:
         self._client: redis.Redis | RedisCluster | None = None if self.cluster else self._make()
         self._lock = threading.Lock()
         self._nodes: dict[int, redis.Redis] = {}
+        self._held = HeldConnections()
 
     def get(self) -> Any:
         client = self._client
@@ -123,17 +124,21 @@ class LazyClient:
             node_client = self._nodes[slot] = client.get_redis_connection(client.get_node_from_key(key))
         return node_client
 
-    def read(self, key: str, call: Callable[..., Any]) -> Any:
-        """`call(client=...)`, a one-key read, on the node that serves `key`; on a cluster, after a
+    def call(self, node: redis.Redis, *command: Any) -> Any:
+        """`command` on `node` (a plain client), on this thread's held connection (redis_held.py)."""
+        return self._held.call(node, *command)
+
+    def read(self, key: str, *command: Any) -> Any:
+        """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
         redirect or a failed node, once more through RedisCluster, which follows them (a one-key
         read is safe on either node of a moving slot)."""
         try:
-            return call(client=self.node_for(key))
+            return self._held.call(self.node_for(key), *command)
         except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
             if not self.cluster:
                 raise
             self.forget(key)
-            return call(client=self.get())
+            return self.get().execute_command(*command)
 
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
@@ -201,7 +206,7 @@ class ScriptRunner:
 
     def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:
         if not wait:
-            return node.evalsha(script.sha, len(keys), *keys, *args)
+            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args)
         # WAIT counts the replicas that have this connection's writes, so it must follow the
         # script on the same connection: one pipeline, one round trip.
         pipe = node.pipeline(transaction=False)

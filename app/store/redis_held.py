@@ -1,0 +1,62 @@
+"""One Redis connection per request thread, held between calls: the store's hot path.
+
+redis-py's `Redis.execute_command` checks a connection out of its pool and back in on every
+call, through argument-deprecation wrappers and observability hooks: measured, 30 to 35 µs of a
+worker's CPU per call on top of the 40 µs of the call itself (bench/README.md, issue 25). A
+request thread makes one call at a time, so it keeps one connection of each client it uses,
+taken from that client's pool (so closing the pool still closes it), and sends and reads on it
+with redis-py's own `Connection`: the same commands, replies, parser and errors.
+
+It keeps the client's error handling: one retry on a broken connection (a connection Redis
+closed, for one after a restart; redis-py reconnects on the next send), and none on a timeout,
+after which redis-py has already closed the connection. Any other error came with a whole reply,
+so the connection stays in step.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+#: Clients one thread may hold a connection of: on a cluster, one per node it has written to.
+_MOST_HELD = 64
+
+
+class HeldConnections:
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def call(self, client: redis.Redis, *command: Any) -> Any:
+        """The reply to `command` on this thread's connection of `client`; raises what redis-py raises."""
+        held = self._held()
+        entry = held.get(id(client))
+        if entry is None or entry[0] is not client:
+            if len(held) >= _MOST_HELD:
+                self.release_all()
+                held = self._held()
+            entry = held[id(client)] = (client, client.connection_pool.get_connection())
+        connection = entry[1]
+        try:
+            connection.send_command(*command)
+            return connection.read_response()
+        except RedisConnectionError:
+            connection.disconnect()
+            connection.send_command(*command)
+            return connection.read_response()
+
+    def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
+        local = self._local
+        # A forked worker must not share its parent's sockets: it makes its own.
+        if getattr(local, "pid", None) != os.getpid():
+            local.pid, local.held = os.getpid(), {}
+        return local.held
+
+    def release_all(self) -> None:
+        """This thread's connections back to their pools."""
+        for client, connection in self._held().values():
+            client.connection_pool.release(connection)
+        self._local.held = {}

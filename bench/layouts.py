@@ -1,0 +1,180 @@
+"""The create's cost in Redis, layout by layout: the trade-off table of issue 25.
+
+    python bench/layouts.py                       # 100,000 plants, then the windows; 2 rounds
+    python bench/layouts.py --preload 1000000 --rounds 1
+    python bench/layouts.py --smoke
+
+Each layout is the service's own CREATE script (app/store/redis_scripts.py) with one thing
+changed, run on one redis-server (pinned to CPU 1, this process on CPU 0) under its own prefix:
+
+- `no index`: the create of c341a06, before the read indexes (HGET, GET, HSET, INCR);
+- `B-tree, leaves of N`: the shipped layout with LEAF_SIZE = N (128 is the readable store's);
+- `B-tree 64, 8-byte members`: members without their decimal id, so every leaf entry is 13
+  bytes shorter (the page script would have to spell the id itself);
+- `one sorted set per index`: no leaves and no fence, one ZADD per index (Redis makes it a
+  skiplist past 128 members).
+
+Every layout writes the change feed's event (the default retention), as the service does. For
+each it preloads `--preload` plants (pipelined, 100 calls a round trip, so that Redis is busy and
+the figures are Redis's own), then counts a window of `--window` sequential ids and one of random
+63-bit ids: Redis's CPU per create (`INFO cpu`, user + sys), the script's own time (`INFO
+commandstats`) and `used_memory` per plant at the end, less the feed's stream (`MEMORY USAGE`).
+Rounds are interleaved layout by layout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from app.store import redis_scripts
+from app.store.redis_groups import BUCKETS, encode, member
+from bench.ab_direct import random_ids
+from bench.run import benchmark_parser, finish, spread
+
+_UNINDEXED = """
+local id, value = ARGV[4], ARGV[5]
+local stored = redis.call('HGET', KEYS[1], id)
+if stored then
+  if stored == value then return 1 end
+  return 2
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[6]) then return 3 end
+redis.call('HSET', KEYS[1], id, value)
+redis.call('INCR', KEYS[2])
+return 0
+"""
+_SHIPPED = f"local LEAF_SIZE = {redis_scripts.LEAF_SIZE}"
+
+
+def _leaves(size: int) -> str:
+    return redis_scripts.CREATE.replace(_SHIPPED, f"local LEAF_SIZE = {size}")
+
+
+def _one_set_per_index() -> str:
+    return redis_scripts.CREATE.replace(
+        "index_plant(ARGV[7], value)",
+        "redis.call('ZADD', P .. ':z:a', 0, ARGV[7])\n"
+        "local tag = tag_of(value)\n"
+        "if tag ~= '' then redis.call('ZADD', P .. ':z:t' .. tag, 0, ARGV[7]) end",
+    )
+
+
+#: Each layout: its CREATE script, and whether its members are the id's 8 bytes alone.
+LAYOUTS = {
+    "no index (c341a06)": (_UNINDEXED, False),
+    "B-tree, leaves of 128": (_leaves(128), False),
+    "B-tree, leaves of 64": (_leaves(64), False),
+    "B-tree, leaves of 32": (_leaves(32), False),
+    "B-tree 64, 8-byte members": (_leaves(64).replace("string.sub(fence, 9)", "fence"), True),
+    "one sorted set per index": (_one_set_per_index(), False),
+}
+TAGS = ("fern", "palm", "cactus", "ivy")
+
+
+def creates(client: redis.Redis, sha: str, prefix: str, ids: list[int], short: bool) -> None:
+    """Creates `ids` through the script, 100 calls a round trip; every answer must be 0 (created)."""
+    tag = f"{{{prefix}}}"
+    pipe = client.pipeline(transaction=False)
+    for n, plant_id in enumerate(ids, 1):
+        bucket = plant_id & (BUCKETS - 1)
+        index_member = member(plant_id)[:8] if short else member(plant_id)
+        value = encode(f"Plant {plant_id % 10**6:06d}", TAGS[plant_id % 4])
+        pipe.evalsha(sha, 3, f"{tag}:b:{bucket}", f"{tag}:count", f"{tag}:events",
+                     tag, "", 100_000, plant_id, value, 10**9, index_member, "")  # fmt: skip
+        if n % 100 == 0 or n == len(ids):
+            answers = pipe.execute()
+            if any(answer != 0 for answer in answers):
+                raise RuntimeError(f"a create answered {set(answers)}")
+
+
+def measure(client: redis.Redis, script: str, short: bool, preload: int, window: int) -> dict:
+    sha = client.script_load(script)
+    prefix = f"layout-{uuid.uuid4().hex[:8]}"
+    memory_before = client.info("memory")["used_memory"]
+    creates(client, sha, prefix, list(range(6 * 10**12, 6 * 10**12 + preload)), short)
+    windows = {
+        "sequential": list(range(7 * 10**12, 7 * 10**12 + window)),
+        "random": random_ids(window),
+    }
+    found = {}
+    for name, ids in windows.items():
+        client.config_resetstat()
+        cpu = client.info("cpu")
+        before = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+        creates(client, sha, prefix, ids, short)
+        cpu = client.info("cpu")
+        found[f"{name}: redis_cpu_us"] = (cpu["used_cpu_user"] + cpu["used_cpu_sys"] - before) * 1e6 / window
+        found[f"{name}: script_us"] = client.info("commandstats")["cmdstat_evalsha"]["usec"] / window
+    # The feed's events are counted apart (a retention's worth, whatever the store's size).
+    events = client.memory_usage(f"{{{prefix}}}:events", samples=0) or 0
+    memory = client.info("memory")["used_memory"] - memory_before - events
+    found["bytes per plant"] = memory / (preload + 2 * window)
+    client.flushall()
+    return found
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--preload", type=int, default=100_000)
+    parser.add_argument("--window", type=int, default=30_000)
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.smoke else 2)
+    preload, window = (2_000, 1_000) if args.smoke else (args.preload, args.window)
+    directory = Path(tempfile.mkdtemp(prefix="bench-layouts-"))
+    sock = directory / "redis.sock"
+    server = subprocess.Popen(
+        ["taskset", "-c", "1", "redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
+         "--appendonly", "no", "--dir", str(directory), "--zset-max-listpack-entries", "128",
+         "--hash-max-listpack-entries", "256", "--hash-max-listpack-value", "1024"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    runs: dict[str, list[dict]] = {name: [] for name in LAYOUTS}
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client = redis.Redis(unix_socket_path=str(sock))
+        for _ in range(rounds):
+            for name, (script, short) in LAYOUTS.items():
+                runs[name].append(measure(client, script, short, preload, window))
+    finally:
+        server.terminate()
+        server.wait()
+    results = {"preload": preload, "window": window, "rounds": rounds, "layouts": {}}
+    for name, found in runs.items():
+        results["layouts"][name] = {key: spread(found, key) for key in found[0]}
+    return finish(results, [], report, args.json)
+
+
+def report(results: dict) -> str:
+    base = results["layouts"]["no index (c341a06)"]
+    lines = [
+        f"{results['preload']:,} plants, then {results['window']:,} creates of sequential and of random "
+        f"ids; medians of {results['rounds']} rounds; in brackets, x the index-free create.",
+        "",
+        "| layout | Redis CPU, sequential (µs) | script | Redis CPU, random (µs) | script "
+        "| bytes per plant, feed apart |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, found in results["layouts"].items():
+        cells = []
+        for key in ("sequential: redis_cpu_us", "sequential: script_us", "random: redis_cpu_us",
+                    "random: script_us"):  # fmt: skip
+            cells.append(f"{found[key]['median']:.1f} ({found[key]['median'] / base[key]['median']:.2f}x)")
+        cells.append(f"{found['bytes per plant']['median']:.0f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "VALID: every create answered 'created'."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
