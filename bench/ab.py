@@ -100,7 +100,10 @@ def main() -> int:
         if changes:
             workloads += [(mode, "changes.lua", {"BENCH_MODE": mode}) for mode in ("put", "patch")]
         for round_number in range(rounds + 1):  # the first round warms up
-            for (label, store), server in servers.items():
+            # Each round turns the order (A B, then B A), so that neither tree always runs on a
+            # Redis the other has just filled and emptied.
+            turn = -1 if round_number % 2 else 1
+            for (label, store), server in list(servers.items())[::turn]:
                 for work, script, env in workloads:
                     id_base += 10**13
                     env = {
@@ -115,7 +118,7 @@ def main() -> int:
                     if round_number:
                         runs.setdefault(f"{store}: {work}: {label}", []).append(run)
             if round_number:
-                for label, tree in trees.items():
+                for label, tree in list(trees.items())[::turn]:
                     directs[label].append(direct(tree, sock, count, preloaded))
     finally:
         for server in servers.values():

@@ -3,6 +3,7 @@
     python bench/layouts.py                       # 100,000 plants, then the windows; 2 rounds
     python bench/layouts.py --preload 1000000 --rounds 1
     python bench/layouts.py --smoke
+    python bench/layouts.py --parts               # what each part of the shipped create costs
 
 Each layout is the service's own CREATE script (app/store/redis_scripts.py) with one thing
 changed, run on one redis-server (pinned to CPU 1, this process on CPU 0) under its own prefix:
@@ -77,6 +78,34 @@ LAYOUTS = {
     "B-tree 64, 8-byte members": (_leaves(64).replace("string.sub(fence, 9)", "fence"), True),
     "one sorted set per index": (_one_set_per_index(), False),
 }
+#: With --parts: the shipped CREATE script with parts of its work taken out, to price each part.
+_INDEXING = "index_plant(ARGV[7], value)"
+PARTS = {
+    "no index (c341a06)": (_UNINDEXED, False),
+    "shipped, no index and no event": (
+        redis_scripts.CREATE.replace(_INDEXING, "").replace("record(0, id, value)", ""),
+        False,
+    ),
+    "the two fence look-ups only": (
+        redis_scripts.CREATE.replace(
+            _INDEXING, "fence_of('a', ARGV[7]); fence_of('t' .. tag_of(value), ARGV[7])"
+        ),
+        False,
+    ),
+    "ZADD and ZCARD into a known leaf, no look-up": (
+        redis_scripts.CREATE.replace(
+            _INDEXING,
+            """
+for _, leaf in ipairs({P .. ':k:a', P .. ':k:t' .. tag_of(value)}) do
+  redis.call('ZADD', leaf, 0, ARGV[7])
+  if redis.call('ZCARD', leaf) >= LEAF_SIZE then redis.call('DEL', leaf) end
+end""",
+        ),
+        False,
+    ),
+    "index a only": (redis_scripts.CREATE.replace(_INDEXING, "index_add('a', ARGV[7])"), False),
+    "shipped": (redis_scripts.CREATE, False),
+}
 TAGS = ("fern", "palm", "cactus", "ivy")
 
 
@@ -126,7 +155,9 @@ def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--preload", type=int, default=100_000)
     parser.add_argument("--window", type=int, default=30_000)
+    parser.add_argument("--parts", action="store_true", help="price the parts of the shipped create instead")
     args = parser.parse_args()
+    variants = PARTS if args.parts else LAYOUTS
     rounds = args.rounds or (1 if args.smoke else 2)
     preload, window = (2_000, 1_000) if args.smoke else (args.preload, args.window)
     directory = Path(tempfile.mkdtemp(prefix="bench-layouts-"))
@@ -137,14 +168,14 @@ def main() -> int:
          "--hash-max-listpack-entries", "256", "--hash-max-listpack-value", "1024"],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
-    runs: dict[str, list[dict]] = {name: [] for name in LAYOUTS}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
     try:
         deadline = time.monotonic() + 10
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         client = redis.Redis(unix_socket_path=str(sock))
         for _ in range(rounds):
-            for name, (script, short) in LAYOUTS.items():
+            for name, (script, short) in variants.items():
                 runs[name].append(measure(client, script, short, preload, window))
     finally:
         server.terminate()

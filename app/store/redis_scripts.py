@@ -130,6 +130,19 @@ local function record(kind, id, value)
   end
 end
 
+-- Counts a new plant in the group (KEYS[2]) unless the group holds `capacity` already: one INCR,
+-- taken back when over, rather than a GET before an INCR (one call fewer on every create). The
+-- first plant of an empty store marks it as indexed (`P:layout`).
+local function counted(capacity)
+  local count = redis.call('INCR', KEYS[2])
+  if count > tonumber(capacity) then
+    redis.call('DECR', KEYS[2])
+    return false
+  end
+  if count == 1 then redis.call('SET', P .. ':layout', '2') end
+  return true
+end
+
 local function index_plant(member, value)
   index_add('a', member)
   local tag = tag_of(value)
@@ -151,11 +164,8 @@ if stored then
   if stored == value then return 1 end
   return 2
 end
-local count = tonumber(redis.call('GET', KEYS[2]) or '0')
-if count >= tonumber(ARGV[6]) then return 3 end
-if count == 0 then redis.call('SET', P .. ':layout', '2') end
+if not counted(ARGV[6]) then return 3 end
 redis.call('HSET', KEYS[1], id, value)
-redis.call('INCR', KEYS[2])
 index_plant(ARGV[7], value)
 record(0, id, value)
 return 0
@@ -196,12 +206,9 @@ local stored = redis.call('HGET', KEYS[1], id)
 local new_tag = string.sub(ARGV[9], 2)
 if not stored then
   if ARGV[7] ~= '1' or ARGV[10] ~= '' then return {3} end
-  local count = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if count >= tonumber(ARGV[6]) then return {5} end
-  if count == 0 then redis.call('SET', P .. ':layout', '2') end
+  if not counted(ARGV[6]) then return {5} end
   local value = string.len(ARGV[8]) .. ':' .. ARGV[8] .. new_tag
   redis.call('HSET', KEYS[1], id, value)
-  redis.call('INCR', KEYS[2])
   index_plant(member, value)
   record(0, id, value)
   return {0, value}
