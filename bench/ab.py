@@ -5,7 +5,8 @@ for every write. Run it for every change to a write path (CONTRIBUTING.md).
     python bench/ab.py --ref HEAD~1 --rounds 5 --seconds 10
     python bench/ab.py --smoke             # a second per workload; what CI runs
 
-For each tree (the ref checked out in a temporary `git worktree`):
+For each tree (the ref checked out in a temporary `git worktree`), the order of the trees turned
+each round:
 - the worker's req/s through HTTP, one gunicorn worker per store (memory, and Redis on a unix
   socket), pinned to CPU 0 with wrk on CPU 1: the create, and where both trees have them a PUT
   that renames and a merge PATCH;
