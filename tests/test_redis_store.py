@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -259,6 +261,24 @@ def test_connections_redis_closed_are_made_again_without_an_error(own_redis):
             found = list(pool.map(store.get, range(16)))
         assert found == [Plant("Fern", "green")] * 16
         assert len(store) == 16
+    finally:
+        store.close()
+
+
+def test_a_thread_per_request_reuses_connections_rather_than_opening_one_each(own_redis):
+    """`flask run` starts a thread per request: each thread's held connection goes back to the pool
+    when the thread ends, so 200 short-lived threads leave Redis with a few clients, not 200."""
+    store = open_store(redis_settings(own_redis))
+    try:
+        for plant_id in range(200):
+            thread = threading.Thread(target=store.create, args=(plant_id, "Fern", None))
+            thread.start()
+            thread.join()
+        gc.collect()
+        clients = int(own_redis.command("INFO", "clients").split("connected_clients:")[1].split()[0])
+        assert clients <= 5  # redis-cli's own, and the few the store keeps
+        assert len(store) == 200
+        assert store.get(199) == Plant("Fern", None)
     finally:
         store.close()
 
