@@ -149,3 +149,12 @@ def test_layouts_benchmark_smoke_run(tmp_path):
         if name != "no index (c341a06)":
             assert found["random: script_us"]["median"] > unindexed["random: script_us"]["median"]
     assert "| B-tree, leaves of 128 |" in result.stdout
+
+
+def test_layouts_parts_smoke_run(tmp_path):
+    """Each part of the shipped create is priced, the same code as a Redis Function (FCALL) too."""
+    result, results = smoke_run("bench/layouts.py", tmp_path, "--parts")
+    parts = results["layouts"]
+    for name in ("shipped", "shipped, as a Function (FCALL)", "the two fence look-ups only"):
+        assert parts[name]["sequential: script_us"]["median"] > 0
+    assert "| shipped, as a Function (FCALL) |" in result.stdout
