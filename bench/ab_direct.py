@@ -51,7 +51,8 @@ def main() -> None:
     client = redis.Redis(unix_socket_path=args.socket)
     preloaded = [6 * 10**12 + n for n in range(args.preload)]
     sequential = [7 * 10**12 + n for n in range(args.count)]
-    ids = sequential + random_ids(args.count)
+    randoms = random_ids(args.count)
+    ids = sequential + randoms
     tags = ["fern", "palm", "cactus", "ivy"]
 
     def create(plant_id: int) -> object:
@@ -73,7 +74,7 @@ def main() -> None:
     if hasattr(store, "delete"):
         writes["delete"] = store.delete
     found = {}
-    calls_of = {"create (sequential ids)": sequential, "create (random ids)": ids[args.count :]}
+    calls_of = {"create (sequential ids)": sequential, "create (random ids)": randoms}
     with ThreadPoolExecutor(16) as pool:
         memory_before = client.info("memory")["used_memory"]
         list(pool.map(create, preloaded, chunksize=256))

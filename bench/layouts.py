@@ -25,10 +25,8 @@ Rounds are interleaved layout by layout.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from app.store import redis_scripts
 from app.store.redis_groups import BUCKETS, encode, member
 from bench.ab_direct import random_ids
 from bench.run import benchmark_parser, finish, spread
+from bench.shared_store import start_redis
 
 _UNINDEXED = """
 local id, value = ARGV[4], ARGV[5]
@@ -175,19 +174,14 @@ def main() -> int:
     variants = PARTS if args.parts else LAYOUTS
     rounds = args.rounds or (1 if args.smoke else 2)
     preload, window = (2_000, 1_000) if args.smoke else (args.preload, args.window)
-    directory = Path(tempfile.mkdtemp(prefix="bench-layouts-"))
-    sock = directory / "redis.sock"
-    server = subprocess.Popen(
-        ["taskset", "-c", "1", "redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
-         "--appendonly", "no", "--dir", str(directory), "--zset-max-listpack-entries", "128",
-         "--hash-max-listpack-entries", "256", "--hash-max-listpack-value", "1024"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    # The listpack bounds of deploy/redis.conf, which the layouts' bytes depend on.
+    server, sock = start_redis(
+        Path(tempfile.mkdtemp(prefix="bench-layouts-")),
+        *("--zset-max-listpack-entries", "128", "--hash-max-listpack-entries", "256"),
+        *("--hash-max-listpack-value", "1024"),
+    )
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
         client = redis.Redis(unix_socket_path=str(sock))
         for _ in range(rounds):
             for name, (script, short) in variants.items():

@@ -84,11 +84,12 @@ def side_by_side_rows(results: dict) -> list[str]:
     ]
 
 
-def start_redis(directory: Path) -> tuple[subprocess.Popen, Path]:
+def start_redis(directory: Path, *options: str) -> tuple[subprocess.Popen, Path]:
+    """A redis-server on CPU 1 and a unix socket, without persistence; `options` are more of its settings."""
     sock = directory / "redis.sock"
     process = subprocess.Popen(
         ["taskset", "-c", CLIENT_CPU, "redis-server", "--port", "0", "--unixsocket", str(sock),
-         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(directory)],
+         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(directory), *options],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 15

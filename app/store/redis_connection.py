@@ -133,7 +133,7 @@ class LazyClient:
         redirect or a failed node, once more through RedisCluster, which follows them (a one-key
         read is safe on either node of a moving slot)."""
         try:
-            return self._held.call(self.node_for(key), *command)
+            return self.call(self.node_for(key), *command)
         except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
             if not self.cluster:
                 raise

@@ -30,13 +30,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 _MOST_HELD = 64
 
 
-class _Held(dict):
-    """One thread's connections, by the id of their client: (client, connection)."""
+class _ThreadEnd:
+    """Held in a thread's locals beside its connections, and collected when the thread ends."""
 
 
-def _release(held: list[tuple[redis.Redis, Any]]) -> None:
-    for client, connection in held:
+def _release(held: dict[int, tuple[redis.Redis, Any]]) -> None:
+    """Connections back to their pools."""
+    for client, connection in held.values():
         client.connection_pool.release(connection)
+    held.clear()
 
 
 class HeldConnections:
@@ -49,10 +51,8 @@ class HeldConnections:
         entry = held.get(id(client))
         if entry is None or entry[0] is not client:
             if len(held) >= _MOST_HELD:
-                self.release_all()
-                held = self._held()
+                _release(held)
             entry = held[id(client)] = (client, client.connection_pool.get_connection())
-            held.entries.append(entry)
         connection = entry[1]
         try:
             connection.send_command(*command)
@@ -62,24 +62,13 @@ class HeldConnections:
             connection.send_command(*command)
             return connection.read_response()
 
-    def _held(self) -> _Held:
+    def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
+        """This thread's connections, by the id of their client: (client, connection)."""
         local = self._local
         # A forked worker must not share its parent's sockets: it makes its own.
         if getattr(local, "pid", None) != os.getpid():
-            local.pid, local.held = os.getpid(), self._new()
+            held: dict[int, tuple[redis.Redis, Any]] = {}
+            local.pid, local.held, local.end = os.getpid(), held, _ThreadEnd()
+            # When the thread ends its locals go, and with `end` the connections go back.
+            weakref.finalize(local.end, _release, held)
         return local.held
-
-    @staticmethod
-    def _new() -> _Held:
-        held = _Held()
-        # When the thread ends its local values go, and this gives the connections back.
-        held.entries = []
-        weakref.finalize(held, _release, held.entries)
-        return held
-
-    def release_all(self) -> None:
-        """This thread's connections back to their pools."""
-        held = self._held()
-        _release(held.entries)
-        held.entries.clear()
-        held.clear()
