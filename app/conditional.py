@@ -11,17 +11,31 @@ from __future__ import annotations
 import re
 
 from flask import Request, Response, current_app
-from werkzeug.datastructures import ETags
 from werkzeug.exceptions import HTTPException, PreconditionFailed, PreconditionRequired
 
 from .errors import InvalidFields
-from .store import UNCONDITIONAL, Plant, Precondition, plant_etag
+from .store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
 
-# RFC 9110 §8.8.3 and §13.1.1: "*", or a comma-separated list of entity-tags, each optionally
-# weak (W/), with optional spaces and tabs. Obsolete non-ASCII tag characters are refused. The
-# served document's pattern for both headers is this one.
+# RFC 9110 §8.8.3 and §13.1.1: an unquoted "*", or a comma-separated list of entity-tags, each
+# optionally weak (W/), with optional spaces and tabs. Obsolete non-ASCII tag characters are
+# refused. The served document's pattern for both headers is this one.
 _ENTITY_TAG = r'(?:W/)?"[\x21\x23-\x7e]*"'
 _ETAG_LIST = re.compile(rf"[ \t]*(?:\*|{_ENTITY_TAG}(?:[ \t]*,[ \t]*{_ENTITY_TAG})*)[ \t]*")
+_ONE_TAG = re.compile(r'(W/)?"([\x21\x23-\x7e]*)"')
+
+
+def parse_entity_tags(value: str, *, strong: bool) -> frozenset[str] | None:
+    """The opaque values a conditional header names, ANY_PLANT for its unquoted `*`; None when it
+    is malformed. `strong` (If-Match) leaves weak tags out: they never match strongly.
+
+    The one parser of both headers: Werkzeug's parse_etags takes a quoted `"*"` for the wildcard,
+    which RFC 9110 makes an ordinary entity-tag.
+    """
+    if not _ETAG_LIST.fullmatch(value):
+        return None
+    if value.strip(" \t") == "*":
+        return frozenset({ANY_PLANT})
+    return frozenset(opaque for weak, opaque in _ONE_TAG.findall(value) if not (strong and weak))
 
 
 class InvalidHeader(InvalidFields):
@@ -50,23 +64,24 @@ def with_etag(response: Response, plant: Plant) -> Response:
 _ENVIRON_KEYS = {"If-Match": "HTTP_IF_MATCH", "If-None-Match": "HTTP_IF_NONE_MATCH"}
 
 
-def _etags(req: Request, header: str) -> ETags | None:
-    """The header's entity-tags (None when it was not sent); InvalidHeader when malformed."""
+def _etags(req: Request, header: str, *, strong: bool) -> frozenset[str] | None:
+    """The header's opaque entity-tags (None when it was not sent); InvalidHeader when malformed."""
     value = req.environ.get(_ENVIRON_KEYS[header])
     if value is None:
         return None
-    if not _ETAG_LIST.fullmatch(value):
+    tags = parse_entity_tags(value, strong=strong)
+    if tags is None:
         raise InvalidHeader(header)
-    return req.if_match if header == "If-Match" else req.if_none_match
+    return tags
 
 
 def not_modified(req: Request, plant: Plant) -> Response | None:
     """The 304 of a GET whose If-None-Match matches the plant's ETag (weak comparison)."""
-    tags = _etags(req, "If-None-Match")
+    tags = _etags(req, "If-None-Match", strong=False)
     if tags is None:
         return None
     etag = etag_of(plant)
-    if not tags.contains_weak(etag):  # (an empty tag `""` never equals a plant's)
+    if ANY_PLANT not in tags and etag not in tags:  # (an empty tag `""` never equals a plant's)
         return None
     # No body, so no Content-Type (the class's default mimetype is dropped).
     response = Response(status=304, headers={"ETag": f'"{etag}"'})
@@ -77,8 +92,8 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
 def write_precondition(req: Request) -> Precondition:
     """The precondition of a PUT, PATCH or DELETE; 400 for a malformed header, 428 when
     PLANTS_REQUIRE_IF_MATCH is on and none was sent."""
-    match = _etags(req, "If-Match")
-    none_match = _etags(req, "If-None-Match")
+    match = _etags(req, "If-Match", strong=True)
+    none_match = _etags(req, "If-None-Match", strong=False)
     if match is None and none_match is None:
         if current_app.extensions["plants"].require_if_match:
             raise PreconditionRequired(
@@ -86,18 +101,7 @@ def write_precondition(req: Request) -> Precondition:
                 ' (from GET), or "If-None-Match: *" to create with PUT.'
             )
         return UNCONDITIONAL
-    return Precondition(_values(match, strong=True), _values(none_match, strong=False))
-
-
-def _values(tags: ETags | None, *, strong: bool) -> frozenset[str] | None:
-    """The opaque values to compare: If-Match compares strongly (weak tags never match),
-    If-None-Match weakly."""
-    if tags is None:
-        return None
-    if tags.star_tag:
-        return frozenset({"*"})
-    # Werkzeug gives the empty entity-tag `""` as None.
-    return frozenset(tag or "" for tag in tags.as_set(include_weak=not strong))
+    return Precondition(match, none_match)
 
 
 def precondition_failed(plant_id: int, *, absent: bool = False) -> HTTPException:

@@ -1,7 +1,8 @@
 """Cursors: where the next page starts, signed, so that a client can pass one back but not make one.
 
 A cursor is base64url (no padding) of a kind byte, the store's position and the first 12 bytes of
-an HMAC-SHA256 over both and the page's tags. A page of plants (kind 1) has a position of 1 to 16
+an HMAC-SHA256 over both and the page's filter (`scope()`).
+A page of plants (kind 1) has a position of 1 to 16
 bytes: the last id as 8 bytes, and on a cluster a group byte. A page of the change feed (kind 2)
 has one of up to 1,024 bytes: where each bucket group's feed was left (app/store/redis_feed.py).
 The key is the store's own (`cursor_key()`), so a cursor from one worker or host is good on every
@@ -21,15 +22,30 @@ PAGES, EVENTS = b"\x01", b"\x02"
 _MAX_POSITION = {PAGES: 16, EVENTS: 1024}
 _MAC_BYTES = 12
 _MALFORMED = "Not a cursor: pass back the `next` of a page unchanged."
+_OTHER_QUERY = {
+    PAGES: "Not a cursor this service made for these tags (or one made before an upgrade): start"
+    " the walk again from the first page.",
+    EVENTS: "Not a cursor this service made for the feed (or one made before an upgrade): start"
+    " again from `after=now` or the feed's first page.",
+}
 
 
 class InvalidCursor(ValueError):
     """Not a cursor this service made for this query."""
 
 
+def scope(tags: Collection[str] | None) -> bytes:
+    """The filter a cursor is signed for, encoded so that no two filters share it: `-` for none,
+    else `=` then each distinct tag, sorted, as its UTF-8 length (4 bytes) and its bytes."""
+    if tags is None:
+        return b"-"
+    encoded = sorted({tag.encode("utf-8", "surrogatepass") for tag in tags})
+    return b"=" + b"".join(len(tag).to_bytes(4, "big") + tag for tag in encoded)
+
+
 def _mac(key: bytes, payload: bytes, tags: Collection[str] | None) -> bytes:
-    scope = b"*" if tags is None else b"\x00".join(sorted(tag.encode() for tag in tags))
-    return hmac.new(key, payload + b"\x1f" + scope, hashlib.sha256).digest()[:_MAC_BYTES]
+    # "v2": cursors signed before the scope was length-prefixed are refused, not misread.
+    return hmac.new(key, b"v2\x1f" + payload + b"\x1f" + scope(tags), hashlib.sha256).digest()[:_MAC_BYTES]
 
 
 def encode_cursor(key: bytes, position: bytes, tags: Collection[str] | None, kind: bytes = PAGES) -> str:
@@ -52,5 +68,5 @@ def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None, kind: b
         raise InvalidCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, payload, tags)):
-        raise InvalidCursor("Not a cursor this service made for these tags.")
+        raise InvalidCursor(_OTHER_QUERY[kind])
     return payload[1:]

@@ -13,7 +13,6 @@ rounded through a float. Other numbers with a fraction stay floats.
 
 from __future__ import annotations
 
-import decimal
 import json
 import re
 from typing import Any
@@ -45,14 +44,38 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _MAX_INTEGRAL_DIGITS = 40
 
 
+#: A JSON number literal's parts: sign, integer digits, fraction digits, exponent.
+_PARTS = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
+#: An exponent of more digits than this is past every bound, in either direction.
+_MAX_EXPONENT_DIGITS = 12
+
+
 def _parse_number_with_fraction_or_exponent(literal: str) -> int | float:
-    """A JSON number literal with `.` or `e`: its exact integer when integral, else a float."""
-    number = decimal.Decimal(literal)
-    if number == number.to_integral_value():
-        if number.adjusted() >= _MAX_INTEGRAL_DIGITS:
-            return -(10**_MAX_INTEGRAL_DIGITS) if number.is_signed() else 10**_MAX_INTEGRAL_DIGITS
-        return int(number)
-    return float(literal)
+    """A JSON number literal with `.` or `e`: its exact integer when integral, else a float.
+
+    Read from its digits, not through decimal.Decimal, whose context refuses exponents past
+    about 10**18 (`1e99999999999999999999`) with InvalidOperation.
+    """
+    sign, whole, fraction, exponent_literal = _PARTS.fullmatch(literal).groups()  # type: ignore[union-attr]
+    fraction = fraction or ""
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return 0
+    significant = digits.rstrip("0")
+    if len((exponent_literal or "").lstrip("+-")) > _MAX_EXPONENT_DIGITS:
+        exponent = (
+            -(10**_MAX_EXPONENT_DIGITS) if exponent_literal.startswith("-") else 10**_MAX_EXPONENT_DIGITS
+        )
+    else:
+        exponent = int(exponent_literal or 0)
+    # The value is significant x 10**scale.
+    scale = exponent - len(fraction) + len(digits) - len(significant)
+    if scale < 0:
+        return float(literal)
+    if len(significant) + scale > _MAX_INTEGRAL_DIGITS:
+        return -(10**_MAX_INTEGRAL_DIGITS) if sign else 10**_MAX_INTEGRAL_DIGITS
+    number = int(significant) * 10**scale
+    return -number if sign else number
 
 
 #: A JSON number (RFC 8259 section 6), as it may stand in a URL too.

@@ -213,6 +213,18 @@ def test_if_match_star_needs_the_plant(client, auth, method, store):
     assert len(store) == 0
 
 
+@pytest.mark.parametrize("header", ['"*"', 'W/"*"'])
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_a_quoted_star_is_an_entity_tag_not_the_wildcard(client, auth, fern, method, header):
+    """RFC 9110 §13.1.1: only an unquoted `*` is the wildcard; `"*"` is a tag no plant has."""
+    body = {"name": "New"} if method != "DELETE" else None
+    error_of(client.open("/plants/5", method=method, json=body, headers={**auth, "If-Match": header}), 412)
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+    response = client.open("/plants/5", method=method, json=body, headers={**auth, "If-None-Match": header})
+    assert response.status_code == (204 if method == "DELETE" else 200)
+    assert client.get("/plants/5", headers={**auth, "If-None-Match": header}).status_code in (200, 404)
+
+
 def test_put_if_none_match_star_creates_only(client, auth, fern):
     error_of(client.put("/plants/5", json={"name": "X"}, headers={**auth, "If-None-Match": "*"}), 412)
     assert client.get("/plants/5", headers=auth).headers["ETag"] == fern

@@ -70,6 +70,20 @@ NON_STANDARD_JSON = [
     body_case("overlong-utf8", b'{"id": 1, "name": "\xc0\xaf"}', 400),
     body_case("utf16-body", '{"id": 1, "name": "x"}'.encode("utf-16"), 400),
     body_case("utf8-bom", b'\xef\xbb\xbf{"id": 1, "name": "x"}', 400),
+    # Exponents past decimal.Decimal's context: a 400 naming the field, never a 500.
+    body_case("huge-exponent-id", '{"id": 1e99999999999999999999, "name": "x"}', 400),
+    body_case("huge-negative-exponent-id", '{"id": 1.5e-99999999999999999999, "name": "x"}', 400),
+    body_case("huge-exponent-elsewhere", '{"id": 1, "name": "x", "e": [-1E+99999999999999999999]}', 400),
+    Case(
+        "huge-exponent-path-id",
+        request(method="GET", path="/plants/1e99999999999999999999999", headers=[AUTH]),
+        400,
+    ),
+    Case(
+        "huge-exponent-limit",
+        request(method="GET", path="/plants?limit=1e99999999999999999999", headers=[AUTH]),
+        400,
+    ),
     body_case("valid-surrogate-pair-is-fine", '{"id": 800001, "name": "\\ud83c\\udf35 cactus"}', 200),
 ]
 

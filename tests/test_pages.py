@@ -183,6 +183,26 @@ def test_a_cursor_of_one_tags_filter_is_refused_on_another(client, auth, plant):
     assert [item["id"] for item in same.json["plants"]] == [1, 2, 3]
 
 
+@pytest.mark.parametrize(
+    ("made_for", "used_for"),
+    [
+        ("", "?tags=*"),  # the unfiltered scope and a filter on the tag "*"
+        ("?tags=a%00b", "?tags=a&tags=b"),  # one tag with a NUL and two tags
+        ("?tags=a&tags=b", "?tags=a%00b"),
+        ("?tags=ab", "?tags=a&tags=b"),
+    ],
+    ids=["none-and-star", "nul-joined-and-two", "two-and-nul-joined", "concatenated"],
+)
+def test_no_two_filters_share_a_cursor(client, auth, plant, made_for, used_for):
+    for plant_id, tag in enumerate(["*", "a\0b", "a", "b", "ab"] * 2):
+        plant(plant_id, tag=tag)
+    separator = "&" if made_for else "?"
+    cursor = client.get(f"/plants{made_for}{separator}limit=1", headers=auth).json["next"]
+    record = error_of(client.get(f"/plants{used_for}&after={cursor}", headers=auth), 400)
+    assert set(record["details"]) == {"after"}
+    assert "start the walk again" in record["details"]["after"][0]
+
+
 def _raw(cursor: str) -> bytes:
     return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from .base import (
+    ANY_PLANT,
     CREATED_EVENT,
     DELETED_EVENT,
     EVENT_TYPES,
@@ -36,6 +37,7 @@ from .redis import RedisPlantStore
 from .redis_connection import CLUSTER_SCHEMES, cluster_nodes, url_scheme
 
 __all__ = [
+    "ANY_PLANT",
     "CREATED_EVENT",
     "DELETED_EVENT",
     "EVENT_TYPES",

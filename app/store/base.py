@@ -43,11 +43,18 @@ class _Keep:
 KEEP: Any = _Keep()
 
 
+#: The wildcard `*` of If-Match and If-None-Match, as a Precondition holds it: a space cannot
+#: stand in an entity-tag's opaque value (RFC 9110 §8.8.3), so no sent tag equals it. The Lua
+#: scripts compare with the same string.
+ANY_PLANT = " *"
+
+
 class Precondition(NamedTuple):
     """A write's precondition (RFC 9110 §13.1.1 to 13.1.2), checked by the store in the write's step.
 
     Each is None when its header was not sent, else the entity-tags it lists (opaque values,
-    without quotes); `*` stands for "any current plant".
+    without quotes), or ANY_PLANT for the header's unquoted `*`. The entity-tag `"*"` is an
+    ordinary tag (opaque value `*`) that no plant has.
     """
 
     if_match: frozenset[str] | None = None
@@ -55,10 +62,10 @@ class Precondition(NamedTuple):
 
     def allows(self, current: str) -> bool:
         """Whether a write may change the plant whose ETag is `current`."""
-        if self.if_match is not None and "*" not in self.if_match and current not in self.if_match:
+        if self.if_match is not None and ANY_PLANT not in self.if_match and current not in self.if_match:
             return False
         return self.if_none_match is None or (
-            "*" not in self.if_none_match and current not in self.if_none_match
+            ANY_PLANT not in self.if_none_match and current not in self.if_none_match
         )
 
 

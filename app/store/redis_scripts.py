@@ -103,14 +103,15 @@ end
 
 -- Whether a write's precondition lets it change the plant stored as `value`: ARGV from `at` on
 -- holds how many If-Match tags follow ('' for no If-Match), then those tags, then the same for
--- If-None-Match. '*' matches any plant. The ETag is the one Python's plant_etag() gives.
+-- If-None-Match. ' *' (ANY_PLANT: the header's unquoted `*`) matches any plant.
+-- The ETag is the one Python's plant_etag() gives.
 local function allows(value, at)
   local etag = string.sub(redis.sha1hex(value), 1, 16)
   local function lists(from)
     local n = tonumber(ARGV[from])
     if not n then return false, from + 1 end
     for i = from + 1, from + n do
-      if ARGV[i] == '*' or ARGV[i] == etag then return true, from + 1 + n end
+      if ARGV[i] == ' *' or ARGV[i] == etag then return true, from + 1 + n end
     end
     return nil, from + 1 + n
   end
