@@ -224,7 +224,8 @@ PROTOCOL = [
         b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id": 1',
         408,
     ),
-    Case("headers-then-stall", b"POST /plants HTTP/1.1\r\nHost: x\r\n", None, json_error=False),
+    # A head that stops coming: 408 at its deadline, then close (as a body that stops coming).
+    Case("headers-then-stall", b"POST /plants HTTP/1.1\r\nHost: x\r\n", 408),
 ]
 
 CORPUS = NON_STANDARD_JSON + SHAPES_AND_SIZES + AUTHORIZATION_ABUSE + PROTOCOL

@@ -212,6 +212,7 @@ def test_upstream_down_is_a_json_503(tmp_path):
         app.stop()
         status, headers, data = call(connect(proxy.port), "GET", "/healthz")
         assert_error(status, headers, data, 503)
+        assert headers["Retry-After"] == "5"
     finally:
         proxy.stop()
 
@@ -244,3 +245,50 @@ def test_the_samples_limit_req_zone_answers_a_flood_with_the_json_429(tmp_path):
     finally:
         proxy.stop()
         app.stop()
+
+
+def test_the_largest_link_header_passes_through(trusted):
+    # A valid page of 20 tags of 100 characters: its `Link` is over nginx's default buffers.
+    _, proxy = trusted
+    tags = [f"{n:02d}" + "t" * 98 for n in range(20)]
+    for plant_id in (7001, 7002):
+        body = json.dumps({"id": plant_id, "name": "tagged", "tag": tags[0]})
+        assert call(connect(proxy.port), "POST", "/plants", body=body, headers=HEADERS)[0] == 200
+    query = "&".join(f"tags={tag}" for tag in tags)
+    status, headers, data = call(connect(proxy.port), "GET", f"/plants?{query}&limit=1", headers=HEADERS)
+    assert status == 200, data
+    assert len(headers["Link"]) > 2000
+    assert all(tag in headers["Link"] for tag in tags)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "X-Forwarded-Prefix",
+        "X-Forwarded-Server",
+        "X-Forwarded-Ssl",
+        "X-Forwarded-Scheme",
+        "X-Forwarded-Uri",
+        "X-Forwarded-Path",
+        "X-Forwarded-Method",
+        "X-Forwarded-Protocol",
+        "X-Forwarded-Client-Cert",
+        "X-Real-IP",
+        "Forwarded",
+    ],
+)
+def test_forwarding_headers_nginx_does_not_set_are_cleared(trusted, header):
+    _, proxy = trusted
+    claim = {header: "//evil.example"}
+    status, _, data = call(connect(proxy.port), "GET", "/openapi.json", headers=claim)
+    assert status == 200
+    assert "evil" not in json.loads(data)["servers"][0]["url"]
+    body = json.dumps({"name": "prefixed"})
+    status, headers, _ = call(
+        connect(proxy.port), "PUT", "/plants/7100", body=body, headers={**HEADERS, **claim}
+    )
+    assert status in (200, 201)
+    assert "evil" not in headers.get("Location", "")
+    status, headers, _ = call(connect(proxy.port), "GET", "/plants?limit=1", headers={**HEADERS, **claim})
+    assert status == 200
+    assert "evil" not in headers.get("Link", "")

@@ -1,15 +1,13 @@
 """What the worker answers and logs for requests that never reach the service.
 
 gunicorn refuses malformed HTTP and over-long request lines or headers itself, with an HTML page
-that can quote the request; here they get the service's JSON Error record instead. A client that
-stalls mid-request is logged in one line, not a traceback.
+that can quote the request; here they get the service's JSON Error record instead, and so does a
+client too slow to send its request (408).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from typing import Any
 
 from gunicorn import util
 
@@ -19,30 +17,19 @@ def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
 
     `mesg` is left out: it can quote the request's bytes, headers included.
     """
-    body = json.dumps(
-        {
-            "error": status_int,
-            "message": f"{reason}: the HTTP server refused the request before the service saw it.",
-        }
-    ).encode("ascii")
+    message = f"{reason}: the HTTP server refused the request before the service saw it."
+    util.write_nonblock(sock, _json_error(status_int, reason, message))
+
+
+def _json_error(status_int: int, reason: str, message: str) -> bytes:
+    body = json.dumps({"error": status_int, "message": message}).encode("ascii")
     head = (
         f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    util.write_nonblock(sock, head.encode("latin-1") + body)
+    return head.encode("latin-1") + body
 
 
-class StalledReadFilter(logging.Filter):
-    """Turns gthread's traceback for a read timeout into one line: stalled clients can be many."""
-
-    def __init__(self, worker: Any) -> None:
-        super().__init__()
-        self.worker = worker
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], TimeoutError):
-            record.msg = "Closed a connection whose client sent nothing for %ss mid-request"
-            record.args = (self.worker.read_timeout,)
-            record.exc_info = record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
+def timed_out_answer() -> bytes:
+    """The 408 sent to a client that did not send its whole request in time; the connection closes."""
+    return _json_error(408, "Request Timeout", "Request Timeout: the request did not arrive in time.")

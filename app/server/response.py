@@ -1,7 +1,8 @@
-"""The worker's response writer: the status line and headers go out with the first body bytes.
+"""The worker's response writer: the whole answer is collected in memory, then sent at once.
 
-gunicorn's Response sends the head and the body in separate writes, so a small JSON answer takes
-two TCP segments; held back, it takes one.
+A request thread never writes to a client's socket itself: gunicorn's Response writes into a
+ResponseBuffer, and the poller sends what it holds (app/server/poller.py). So the status line
+and headers go out with the first body bytes, and a small JSON answer is one TCP segment.
 """
 
 from __future__ import annotations
@@ -9,36 +10,32 @@ from __future__ import annotations
 from gunicorn.http import wsgi
 
 
-class OneSendResponse(wsgi.Response):
-    """gunicorn's Response, holding the head back until the first body bytes go out with it."""
+class ResponseBuffer:
+    """Stands in for the client's socket while the app answers: it keeps what is written."""
 
-    _head: bytes | None = None
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
 
-    def send_headers(self) -> None:
-        if self.headers_sent or self._head is not None:
-            return
-        lines = self.default_headers()
-        lines.extend([f"{name}: {value}\r\n" for name, value in self.headers])
-        self._head = f"{''.join(lines)}\r\n".encode("latin-1")
+    def sendall(self, data: bytes) -> None:
+        self._chunks.append(bytes(data))
 
-    def _flush_head(self) -> bytes:
-        head, self._head = self._head or b"", None
-        self.headers_sent = True
-        return head
+    def send(self, data: bytes) -> int:
+        # gunicorn's wsgi.create sends "100 Continue" this way; the poller has already sent it,
+        # before it read the body.
+        return len(data)
 
-    def _emit_body(self, data: bytes) -> None:
-        if self.headers_sent or self.chunked:
-            if not self.headers_sent:
-                self.sock.sendall(self._flush_head())
-            super()._emit_body(data)
-        else:
-            self.sock.sendall(self._flush_head() + data)
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+class BufferedResponse(wsgi.Response):
+    """gunicorn's Response, written into a ResponseBuffer (never by sendfile)."""
 
     def can_sendfile(self) -> bool:
-        return False  # sendfile would write around the held-back head
-
-    def close(self) -> None:
-        self.send_headers()
-        if not self.headers_sent:
-            self.sock.sendall(self._flush_head())
-        super().close()
+        return False

@@ -19,6 +19,9 @@ from .redis_groups import BUCKETS, member
 
 #: Buckets read per round trip.
 BATCH = 256
+#: Plants indexed per script call: a bucket of many plants (ids 65,536 apart share one) is
+#: indexed in steps, so that no call holds Redis for long.
+PLANTS_PER_CALL = 128
 
 
 def migrate(client: redis.Redis, prefix: str) -> int:
@@ -31,8 +34,13 @@ def migrate(client: redis.Redis, prefix: str) -> int:
         for bucket in range(start, start + BATCH):
             pipe.hgetall(f"{tag}:b:{bucket}")
         for bucket, plants in enumerate(pipe.execute(), start=start):
-            if plants:
-                pairs = [part for field, value in plants.items() for part in (member(int(field)), value)]
+            items = list(plants.items())
+            for at in range(0, len(items), PLANTS_PER_CALL):
+                pairs = [
+                    part
+                    for field, value in items[at : at + PLANTS_PER_CALL]
+                    for part in (member(int(field)), value)
+                ]
                 indexed += index(keys=[f"{tag}:b:{bucket}"], args=[tag, "", *pairs])
     client.set(f"{tag}:layout", "2")
     return indexed

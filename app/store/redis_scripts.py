@@ -260,18 +260,50 @@ local function walk(index)
   end
 end
 
-for i = 5, #ARGV do walk(ARGV[i]) end
-if #ARGV > 5 then
-  -- Several tags: their indexes are disjoint (a plant has one tag); merge them by id.
-  local function key(m)
-    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(m, 1, 8)
-    return ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
+if #ARGV == 5 then
+  walk(ARGV[5])
+else
+  -- Several tags: their indexes are disjoint (a plant has one tag). A k-way merge by id over
+  -- the indexes, each read ahead in small chunks: about `wanted` members read and compared,
+  -- plus one chunk per tag, never every tag's `wanted` members sorted.
+  local chunk = math.max(8, math.ceil(wanted / (#ARGV - 4)))
+  local function fill(r)
+    r.buffer, r.at = {}, 1
+    while r.fence do
+      local found = redis.call('ZRANGEBYLEX', leaf_key(r.index, r.fence), r.low, '+', 'LIMIT', 0, chunk)
+      if #found > 0 then
+        r.buffer, r.low = found, '(' .. found[#found]
+        return true
+      end
+      r.fence = redis.call('ZRANGEBYLEX', fence_key(r.index), '(' .. r.fence, '+', 'LIMIT', 0, 1)[1]
+    end
+    return false
   end
-  table.sort(members, function(x, y)
-    local x1, x2 = key(x)
-    local y1, y2 = key(y)
-    return x1 < y1 or (x1 == y1 and x2 < y2)
-  end)
+  -- The id of the reader's next member as two 32-bit numbers, which order as the member does.
+  local function head(r)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(r.buffer[r.at], 1, 8)
+    r.high, r.low_word = ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
+  end
+  local readers = {}
+  for i = 5, #ARGV do
+    local r = {index = ARGV[i], fence = '', low = after == '' and '-' or '(' .. after}
+    if after ~= '' then r.fence = fence_of(r.index, after) end
+    if r.fence and fill(r) then
+      head(r)
+      readers[#readers + 1] = r
+    end
+  end
+  while #members < wanted and #readers > 0 do
+    local best = 1
+    for j = 2, #readers do
+      local r, b = readers[j], readers[best]
+      if r.high < b.high or (r.high == b.high and r.low_word < b.low_word) then best = j end
+    end
+    local r = readers[best]
+    members[#members + 1] = r.buffer[r.at]
+    r.at = r.at + 1
+    if r.at <= #r.buffer or fill(r) then head(r) else table.remove(readers, best) end
+  end
 end
 
 local answer = {#members > limit and 1 or 0}
