@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/page_bound.py [--plants-per-tag 1001] [--rounds 30]
 
-Fills a fresh redis-server with 20 tags of `--plants-per-tag` plants each through the store,
-then times the PAGE script as Redis counts it (`INFO commandstats`, microseconds per EVALSHA)
-for each page shape, the slowest single call (`SLOWLOG`), and Redis's `PING` latency from a
+Fills a fresh redis-server (or `--cluster`) with 20 tags of `--plants-per-tag` plants each
+through the store, then times the PAGE script as Redis counts it (`INFO commandstats`,
+microseconds of EVALSHA per page) for each page shape and for the feed's largest page (1000
+events), the slowest single call (`SLOWLOG`), and Redis's `PING` latency from a
 second client while one client pages 20 tags back to back. Goal (issue 31): the 20-tag page
 at most 3 times the 1-tag page, no call over 20 ms, PING p99 ≤ 15 ms.
 """
@@ -24,55 +25,68 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from app.store import store_from_url
-from tests.servers import RedisServer
+from tests.servers import RedisClusterServers, RedisServer
 
 TAGS = [f"tag-{n:02d}" for n in range(20)]
 
 
-def evalsha_usec(client: redis.Redis) -> tuple[int, float]:
-    stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
-    return stats["calls"], stats["usec"]
+def evalsha_usec(clients: list[redis.Redis]) -> float:
+    """Microseconds Redis spent in EVALSHA, summed over the primaries."""
+    return sum(c.info("commandstats").get("cmdstat_evalsha", {"usec": 0})["usec"] for c in clients)
 
 
-def per_call(client: redis.Redis, run) -> float:  # type: ignore[no-untyped-def]
-    calls, usec = evalsha_usec(client)
+def per_page(clients: list[redis.Redis], run, pages: int) -> float:  # type: ignore[no-untyped-def]
+    """Redis's script time per page (a cluster page may run one script per bucket group)."""
+    before = evalsha_usec(clients)
     run()
-    calls2, usec2 = evalsha_usec(client)
-    return (usec2 - usec) / max(1, calls2 - calls)
+    return (evalsha_usec(clients) - before) / pages
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plants-per-tag", type=int, default=1001)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cluster", action="store_true", help="a local Redis Cluster of 3 primaries")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    server = RedisServer(Path(tempfile.mkdtemp(prefix="page-bound-")))
+    directory = Path(tempfile.mkdtemp(prefix="page-bound-"))
+    server = RedisClusterServers(directory) if args.cluster else RedisServer(directory)
     try:
         store = store_from_url(
-            server.unix_url, capacity=10**7, prefix="bench", connect_timeout=5, timeout=10,
-            min_replicas=0, events_retain=0,
+            server.url, capacity=10**7, prefix="bench", connect_timeout=5, timeout=10,
+            min_replicas=0, events_retain=100_000,
         )  # fmt: skip
         for n, tag in enumerate(TAGS):
             for i in range(args.plants_per_tag):
                 store.create(n + i * len(TAGS), f"plant {i}", tag)
-        client = redis.Redis(unix_socket_path=server.unix_url.removeprefix("unix://").split("?")[0])
-        client.config_set("slowlog-log-slower-than", 0)
+        nodes = server.primaries() if args.cluster else [server]
+        clients = [redis.Redis(host="127.0.0.1", port=node.port) for node in nodes]
+        for client in clients:
+            client.config_set("slowlog-log-slower-than", 0)
         store.page(None, 1000, TAGS[:1])  # loads the script
 
         def pages(tags: list[str]) -> None:
             for _ in range(args.rounds):
-                store.page(None, 1000, tags)
+                after, count = None, 0
+                while True:  # a cluster's page of 1000 may stop short: read on to 1000
+                    page = store.page(after, 1000 - count, tags)
+                    after, count = page.next, count + len(page.plants)
+                    if after is None or count >= 1000:
+                        break
 
-        one = per_call(client, lambda: pages(TAGS[:1]))
-        twenty = per_call(client, lambda: pages(TAGS))
-        client.slowlog_reset()
+        one = per_page(clients, lambda: pages(TAGS[:1]), args.rounds)
+        twenty = per_page(clients, lambda: pages(TAGS), args.rounds)
+        feed = per_page(clients, lambda: [store.events(None, 1000) for _ in range(args.rounds)], args.rounds)
+        for client in clients:
+            client.slowlog_reset()
         pages(TAGS)
-        slowest = max(entry["duration"] for entry in client.slowlog_get(1000)) / 1000
+        for _ in range(args.rounds):
+            store.events(None, 1000)
+        slowest = max(entry["duration"] for client in clients for entry in client.slowlog_get(1000)) / 1000
 
         stop = threading.Event()
-        pinger = redis.Redis(unix_socket_path=client.connection_pool.connection_kwargs["path"])
+        pingers = [redis.Redis(host="127.0.0.1", port=node.port) for node in nodes]
         pings: list[float] = []
 
         def page_forever() -> None:
@@ -84,16 +98,18 @@ def main() -> None:
         ends = time.monotonic() + 5
         while time.monotonic() < ends:
             started = time.perf_counter()
-            pinger.ping()
+            pingers[len(pings) % len(pingers)].ping()
             pings.append((time.perf_counter() - started) * 1000)
             time.sleep(0.005)
         stop.set()
         pager.join()
         pings.sort()
         result = {
+            "store": "cluster" if args.cluster else "redis",
             "one_tag_page_usec": round(one, 1),
             "twenty_tag_page_usec": round(twenty, 1),
             "ratio": round(twenty / one, 2),
+            "events_page_of_1000_usec": round(feed, 1),
             "slowest_call_ms": round(slowest, 2),
             "ping_p50_ms": round(pings[len(pings) // 2], 3),
             "ping_p99_ms": round(pings[int(0.99 * len(pings))], 3),

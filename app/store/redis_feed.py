@@ -11,6 +11,7 @@ events come roughly in time order, and in exact order within a group.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,6 +78,61 @@ def _one_group(answer: list[Any]) -> EventPage:
     return EventPage(events, encode_position([(*_entry_id(last), int(answer[2]) + len(events))]))
 
 
+class _Merge:
+    """A cluster's page: a k-way merge by entry ID over the groups' streams, each read in chunks
+    (the first about `limit / groups`, doubling for a group that runs out), so that a page of N
+    reads about N events from Redis, not N from every group."""
+
+    def __init__(self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int) -> None:
+        self._feeds, self._limit = feeds, limit
+        groups = len(starts)
+        first = max(8, -(-(limit + 1) // groups))
+        self._size = [first] * groups
+        self._next = list(starts)  # where each group's next read starts
+        self._buffers: list[list[tuple[int, int, int, bytes, bytes]]] = [[] for _ in range(groups)]
+        self._exhausted = [False] * groups
+        self._positions: list[GroupPosition] = []
+        for group, answer in enumerate(feeds._read([(*start, first) for start in starts])):
+            self._take(group, answer, first)
+            self._positions.append((*_entry_id(answer[1]), int(answer[2])))
+
+    def _take(self, group: int, answer: list[Any], asked: int) -> None:
+        if answer[0] == 1:
+            raise FeedExpiredError
+        number = int(answer[2])
+        entries = [
+            (*_entry_id(answer[i]), number + k, answer[i], answer[i + 1])
+            for k, i in enumerate(range(3, len(answer), 2), 1)
+        ]
+        self._buffers[group] = entries[::-1]  # popped from the end
+        self._exhausted[group] = len(entries) < asked
+        if entries:
+            self._next[group] = (entries[-1][3].decode(), entries[-1][2])
+
+    def _refill(self, group: int) -> None:
+        self._size[group] = min(2 * self._size[group], self._limit + 1)
+        asked = self._size[group]
+        answer = self._feeds._read_one(group, (*self._next[group], asked))
+        self._take(group, answer, asked)
+
+    def page(self) -> EventPage:
+        heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
+        heapq.heapify(heap)
+        events = []
+        while heap and len(events) < self._limit:
+            _, group = heapq.heappop(heap)
+            ms, seq, number, raw_id, value = self._buffers[group].pop()
+            self._positions[group] = (ms, seq, number)
+            events.append(_event(raw_id, value))
+            # Every group with more to read keeps one buffered event, so the heap's least is the
+            # least of all.
+            if not self._buffers[group] and not self._exhausted[group]:
+                self._refill(group)
+            if self._buffers[group]:
+                heapq.heappush(heap, (self._buffers[group][-1][:2], group))
+        return EventPage(events, encode_position(self._positions))
+
+
 class GroupFeeds:
     """Reads the feed of every bucket group of one store."""
 
@@ -92,30 +148,23 @@ class GroupFeeds:
             args = [("", "")] * count
         else:
             args = [(f"{ms}-{seq}", number) for ms, seq, number in positions]
-        answers = self._read([(*arg, limit) for arg in args])
-        if any(answer[0] == 1 for answer in answers):
-            raise FeedExpiredError
         if count == 1:
-            return _one_group(answers[0])
-        found = []
-        starts: list[GroupPosition] = []
-        for group, answer in enumerate(answers):
-            number = int(answer[2])
-            starts.append((*_entry_id(answer[1]), number))
-            found += [
-                (*_entry_id(answer[i]), group, number + k, answer[i], answer[i + 1])
-                for k, i in enumerate(range(3, len(answer), 2), 1)
-            ]
-        found.sort(key=lambda item: item[:3])
-        events = []
-        for ms, seq, group, number, raw_id, value in found[:limit]:
-            starts[group] = (ms, seq, number)
-            events.append(_event(raw_id, value))
-        return EventPage(events, encode_position(starts))
+            answer = self._read([(*args[0], limit)])[0]
+            if answer[0] == 1:
+                raise FeedExpiredError
+            return _one_group(answer)
+        return _Merge(self, args, limit).page()
 
     def now(self) -> bytes:
         answers = self._read([("now", "", 0)] * self._groups.count)
         return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
+
+    def _read_one(self, group: int, args: tuple[Any, ...]) -> Any:
+        groups = self._groups
+        try:
+            return self._run("EVENTS", (groups.feed_key(group),), (groups.tags[group], "", *args))
+        except FAILURES as exc:
+            raise unavailable(exc) from None
 
     def _read(self, per_group: list[tuple[Any, ...]]) -> list[Any]:
         """The EVENTS script's answer for each group. It reads only its declared key (the stream),
