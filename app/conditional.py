@@ -13,40 +13,33 @@ import re
 from flask import Request, Response, current_app
 from werkzeug.exceptions import HTTPException, PreconditionFailed, PreconditionRequired
 
-from .errors import InvalidFields
 from .store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
 
-# RFC 9110 §8.8.3 and §13.1.1: an unquoted "*", or a comma-separated list of entity-tags, each
-# optionally weak (W/), with optional spaces and tabs. Obsolete non-ASCII tag characters are
-# refused. The served document's pattern for both headers is this one.
-_ENTITY_TAG = r'(?:W/)?"[\x21\x23-\x7e]*"'
-_ETAG_LIST = re.compile(rf"[ \t]*(?:\*|{_ENTITY_TAG}(?:[ \t]*,[ \t]*{_ENTITY_TAG})*)[ \t]*")
-_ONE_TAG = re.compile(r'(W/)?"([\x21\x23-\x7e]*)"')
+# RFC 9110 §8.8.3: an entity-tag, optionally weak (W/), whose opaque value is visible ASCII but
+# the double quote (obsolete non-ASCII tag characters are not taken).
+_ENTITY_TAG = re.compile(r'(W/)?"([\x21\x23-\x7e]*)"')
 
 
-def parse_entity_tags(value: str, *, strong: bool) -> frozenset[str] | None:
-    """The opaque values a conditional header names, ANY_PLANT for its unquoted `*`; None when it
-    is malformed. `strong` (If-Match) leaves weak tags out: they never match strongly.
+def parse_entity_tags(value: str, *, strong: bool) -> frozenset[str]:
+    """The opaque values a conditional header names, or {ANY_PLANT} for its unquoted `*` alone.
 
-    The one parser of both headers: Werkzeug's parse_etags takes a quoted `"*"` for the wildcard,
-    which RFC 9110 makes an ordinary entity-tag.
+    Read leniently, as most servers read it: the header is a comma-separated list, and a member
+    that is not an entity-tag (`0`, `abc`, an unterminated quote, a `*` inside a list) names no
+    plant, so it matches nothing; the header is never refused. `strong` (If-Match) leaves weak
+    tags out: they never match strongly. Only an unquoted `*` is the wildcard (RFC 9110
+    §13.1.1): `"*"` is an ordinary entity-tag that no plant has. (Werkzeug's parse_etags takes a
+    quoted `"*"` for the wildcard.)
     """
-    if not _ETAG_LIST.fullmatch(value):
-        return None
-    if value.strip(" \t") == "*":
+    members = [member.strip(" \t") for member in value.split(",")]
+    members = [member for member in members if member]
+    if members == ["*"]:
         return frozenset({ANY_PLANT})
-    return frozenset(opaque for weak, opaque in _ONE_TAG.findall(value) if not (strong and weak))
-
-
-class InvalidHeader(InvalidFields):
-    """A conditional header that is not `*` or a list of entity-tags; `details` names it."""
-
-    def __init__(self, header: str) -> None:
-        super().__init__(
-            "A conditional header is malformed.",
-            "headers",
-            {header: ['Must be "*" or a comma-separated list of entity-tags such as "3f2a9c4e1b7d5a60".']},
-        )
+    tags = set()
+    for member in members:
+        tag = _ENTITY_TAG.fullmatch(member)
+        if tag is not None and not (strong and tag.group(1)):
+            tags.add(tag.group(2))
+    return frozenset(tags)
 
 
 def etag_of(plant: Plant) -> str:
@@ -65,14 +58,9 @@ _ENVIRON_KEYS = {"If-Match": "HTTP_IF_MATCH", "If-None-Match": "HTTP_IF_NONE_MAT
 
 
 def _etags(req: Request, header: str, *, strong: bool) -> frozenset[str] | None:
-    """The header's opaque entity-tags (None when it was not sent); InvalidHeader when malformed."""
+    """The header's opaque entity-tags; None when it was not sent."""
     value = req.environ.get(_ENVIRON_KEYS[header])
-    if value is None:
-        return None
-    tags = parse_entity_tags(value, strong=strong)
-    if tags is None:
-        raise InvalidHeader(header)
-    return tags
+    return None if value is None else parse_entity_tags(value, strong=strong)
 
 
 def not_modified(req: Request, plant: Plant) -> Response | None:
@@ -90,8 +78,8 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
 
 
 def write_precondition(req: Request) -> Precondition:
-    """The precondition of a PUT, PATCH or DELETE; 400 for a malformed header, 428 when
-    PLANTS_REQUIRE_IF_MATCH is on and none was sent."""
+    """The precondition of a PUT, PATCH or DELETE; 428 when PLANTS_REQUIRE_IF_MATCH is on and
+    none was sent."""
     match = _etags(req, "If-Match", strong=True)
     none_match = _etags(req, "If-None-Match", strong=False)
     if match is None and none_match is None:
