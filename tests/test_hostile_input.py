@@ -224,6 +224,23 @@ PROTOCOL = [
         b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id": 1',
         408,
     ),
+    # Only an unquoted `*` is the wildcard: a quoted one is a tag no plant has (RFC 9110 §13.1.1).
+    Case(
+        "quoted-star-if-match-deletes-nothing",
+        request("DELETE", "/plants/900000", headers=[AUTH, ("If-Match", '"*"')]),
+        412,
+    ),
+    Case(
+        "quoted-star-if-none-match-is-no-wildcard",
+        request(
+            "PUT",
+            "/plants/900001",
+            body=b'{"name": "Stored plant 1"}',
+            headers=[AUTH, JSON, ("If-None-Match", '"*"')],
+        ),
+        200,
+        json_error=False,
+    ),
     # A head that stops coming: 408 at its deadline, then close (as a body that stops coming).
     Case("headers-then-stall", b"POST /plants HTTP/1.1\r\nHost: x\r\n", 408),
 ]
