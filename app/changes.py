@@ -11,6 +11,7 @@ from marshmallow import ValidationError
 
 from .conditional import precondition_failed, with_etag, write_precondition
 from .errors import InvalidFields, PlantNotFound, error_response
+from .json_provider import json_response
 from .metrics import count_event
 from .params import load_plant_id
 from .request_body import read_json_object
@@ -48,7 +49,7 @@ def replace_plant(plant_id: str) -> Response:
     if change is Change.ABSENT:
         raise precondition_failed(number, absent=True)
     _count(change)
-    response = with_etag(current_app.json.response(plant_record(stored)), stored)
+    response = with_etag(json_response(plant_record(stored)), stored)
     if change is Change.CREATED:
         response.status_code = 201
         response.headers["Location"] = url_for(".get_plant", plant_id=number, _external=True)
@@ -74,7 +75,7 @@ def patch_plant(plant_id: str) -> Response:
     if change is Change.ABSENT:
         raise PlantNotFound(number)
     _count(change)
-    return with_etag(current_app.json.response(plant_record(stored)), stored)
+    return with_etag(json_response(plant_record(stored)), stored)
 
 
 def _count(change: Change) -> None:

@@ -67,8 +67,29 @@ INIT_SCRIPT = """window.addEventListener("load", function () {
 
 @functools.cache
 def _document() -> dict[str, Any]:
-    """The shipped openapi.yaml, parsed once (read only)."""
-    return yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
+    """The shipped openapi.yaml, parsed once (read only), with a HEAD beside every GET."""
+    document = yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
+    for item in document["paths"].values():
+        if "get" in item:
+            item["head"] = _head_of(item["get"], document["components"]["responses"])
+    return document
+
+
+def _head_of(get: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    """The HEAD of a GET operation (RFC 9110 §9.3.2): the same answer without its body."""
+    head = {key: value for key, value in get.items() if key not in ("operationId", "responses", "summary")}
+    head["operationId"] = f"{get['operationId']}Head"
+    head["summary"] = f"{get.get('summary', get['operationId'])} (headers only)"
+    head["description"] = (
+        f"`HEAD`: the answer of `GET` ({get['operationId']}), status and headers (`Content-Length`,"
+        " `ETag`, `Link`…), without its body. Same authentication, scope, rate limit and metrics."
+    )
+    head["responses"] = {}
+    for status, response in get["responses"].items():
+        if "$ref" in response:
+            response = shared[response["$ref"].rpartition("/")[2]]
+        head["responses"][status] = {key: value for key, value in response.items() if key != "content"}
+    return head
 
 
 #: The operations that need the write scope; every other one with security needs the read scope.

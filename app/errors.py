@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app
+from flask import Blueprint, Flask, Response
 from werkzeug.exceptions import (
     BadRequest,
     Forbidden,
@@ -13,6 +13,8 @@ from werkzeug.exceptions import (
     Unauthorized,
     default_exceptions,
 )
+
+from .json_provider import json_response
 
 REALM = "plants"
 
@@ -110,7 +112,7 @@ def error_response(exc: HTTPException) -> Response:
         record["details"] = details
     # Built directly, not through ErrorSchema.dump: a dump costs as much as the rest of the
     # handler, and the tests load every error response through ErrorSchema instead.
-    response = current_app.json.response(record)
+    response = json_response(record)
     response.status_code = exc.code
     # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own
     # get_headers gives only its Content-Type, so most responses need no extending.

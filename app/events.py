@@ -12,6 +12,7 @@ from werkzeug.exceptions import Gone, NotFound
 
 from .cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
 from .errors import InvalidParameters
+from .json_provider import json_response
 from .params import load_events_query
 from .state import EXTENSION, serving_store
 from .store import EVENT_TYPES, Event, FeedExpiredError
@@ -57,7 +58,7 @@ def list_events() -> Response:
         "events": event_records(events),
         "next": encode_cursor(key, position, None, EVENTS),
     }
-    return app.json.response(body)
+    return json_response(body)
 
 
 def event_records(events: list[Event]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import logging
 from flask import Response, current_app, request
 from limits.errors import StorageError
 from redis.exceptions import RedisError
-from werkzeug.exceptions import MethodNotAllowed, ServiceUnavailable
+from werkzeug.exceptions import ServiceUnavailable
 
 from . import docs
 from .errors import error_response
@@ -25,11 +25,12 @@ from .store.redis_connection import unavailable
 log = logging.getLogger(__name__)
 
 #: The methods each route serves, by the view that serves its GET: every other method is a
-#: JSON 405 before authentication. HEAD is not served: the document lists every method there is.
+#: JSON 405 before authentication. HEAD is GET without the body (RFC 9110 §9.3.2), which Werkzeug
+#: routes to the GET view.
 ALLOWED_METHODS = {
-    "list_plants": ("GET", "POST"),
-    "get_plant": ("GET", "PUT", "PATCH", "DELETE"),
-    "list_events": ("GET",),
+    "list_plants": ("GET", "HEAD", "POST"),
+    "get_plant": ("GET", "HEAD", "PUT", "PATCH", "DELETE"),
+    "list_events": ("GET", "HEAD"),
 }
 #: The operations a read-only token (or a JWT without the write scope) may not use.
 WRITES = frozenset({"create_plant", "delete_plant", "replace_plant", "patch_plant"})
@@ -51,8 +52,6 @@ def guard() -> Response | None:
     view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
     if view in PUBLIC_VIEWS:
         return None
-    if req.method == "HEAD" and view in ALLOWED_METHODS:
-        return error_response(MethodNotAllowed(valid_methods=ALLOWED_METHODS[view]))
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
     limits = state.rate_limits
     # A 503 (the provider's keys not loaded yet) is not the client's failure.

@@ -27,6 +27,7 @@ from .errors import (
     register_json_errors,
 )
 from .guard import ALLOWED_METHODS, guard, store_unavailable
+from .json_provider import json_response
 from .metrics import count_event, exposition
 from .params import load_page_query, load_plant_id
 from .rate_limits import add_headers
@@ -102,7 +103,7 @@ def create_plant() -> Response:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     if outcome is Outcome.CREATED:
         count_event(app, CREATED_EVENT)
-    response = app.json.response(_plant_schema.dump(plant))
+    response = json_response(_plant_schema.dump(plant))
     return with_etag(response, Plant(plant["name"], plant.get("tag")))
 
 
@@ -128,7 +129,7 @@ def list_plants() -> Response:
     if page.next is not None:
         body["next"] = cursor = encode_cursor(store.cursor_key(), page.next, tags)
         link = f'<{_next_url(request.args, cursor)}>; rel="next"'
-    response = current_app.json.response(body)
+    response = json_response(body)
     if link:
         response.headers["Link"] = link
     return response
@@ -153,7 +154,7 @@ def get_plant(plant_id: str) -> Response:
     plant = serving_store(current_app, req.environ).get(number)
     if plant is None:
         raise PlantNotFound(number)
-    return not_modified(req, plant) or with_etag(current_app.json.response(plant_record(plant)), plant)
+    return not_modified(req, plant) or with_etag(json_response(plant_record(plant)), plant)
 
 
 @bp.delete("/plants/<plant_id>", provide_automatic_options=False)
@@ -175,8 +176,7 @@ def delete_plant(plant_id: str) -> Response:
 
 
 # Every other method a client may try, answered here, so that an embedded blueprint answers
-# them with its JSON 405 rather than the host's page. (HEAD is refused by the guard, which
-# Werkzeug routes to the GET views.)
+# them with its JSON 405 rather than the host's page. (HEAD is served by the GET views.)
 _OTHER_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
 
 

@@ -32,7 +32,7 @@ def fresh_server(store_settings):
 
 
 # A schema-valid `after` is any short base64url string, and almost none is a cursor this service
-# signed: for listPlants and listEvents a 400 is the right answer to such "positive" data. Every other check,
+# signed: for listPlants and listEvents (and their HEADs) a 400 is the right answer to such "positive" data. Every other check,
 # and the positive check of every other operation, stays as schemathesis has it; test_pages.py
 # asserts that valid `limit` and `tags` are accepted. A request line past gunicorn's limit is
 # refused with 414, which schemathesis's list of rejections lacks. A schema-valid If-Match (or
@@ -52,11 +52,23 @@ include-operation-id = "listPlants"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429", "5xx"]
 
 [[operations]]
+include-operation-id = "listPlantsHead"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429", "5xx"]
+
+[[operations]]
 include-operation-id = "listEvents"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "410", "429", "5xx"]
 
 [[operations]]
+include-operation-id = "listEventsHead"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "410", "429", "5xx"]
+
+[[operations]]
 include-operation-id = "getPlant"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "401", "403", "404", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "getPlantHead"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "401", "403", "404", "429", "5xx"]
 
 [[operations]]

@@ -316,12 +316,6 @@ def test_limit_is_read_as_an_integral_json_number(client, auth, plant, limit):
     assert [item["id"] for item in page["plants"]] == [0, 1, 2]
 
 
-def test_a_page_is_not_served_with_head(client, auth):
-    response = client.head("/plants", headers=auth)
-    assert response.status_code == 405
-    assert response.headers["Allow"] == "GET, POST"
-
-
 @pytest.mark.parametrize("store_settings", ["redis", "cluster"], indirect=True)
 def test_a_page_of_many_tags_costs_redis_about_what_one_tag_costs(make_app, auth, store_settings):
     """A read-only client paging 20 tags must not make Redis read and sort every tag's page: the
