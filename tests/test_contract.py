@@ -32,7 +32,8 @@ def fresh_server(store_settings):
 
 
 # A schema-valid `after` is any short base64url string, and almost none is a cursor this service
-# signed: for listPlants and listEvents (and their HEADs) a 400 is the right answer to such "positive" data. Every other check,
+# signed: for listPlants and listEvents (and their HEADs) a 400 is the right answer to such
+# "positive" data. Every other check,
 # and the positive check of every other operation, stays as schemathesis has it; test_pages.py
 # asserts that valid `limit` and `tags` are accepted. A request line past gunicorn's limit is
 # refused with 414, which schemathesis's list of rejections lacks. A schema-valid If-Match (or
