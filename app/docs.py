@@ -96,11 +96,21 @@ def _head_of(get: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
 WRITE_OPERATIONS = frozenset({"addPlant", "deletePlant", "replacePlant", "patchPlant"})
 
 
+#: The paths the standalone app serves beside the blueprint (app/service.py): a host that embeds
+#: the blueprint does not serve them, so its document leaves them out.
+SERVICE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
 @functools.lru_cache(maxsize=16)
-def document_bytes(base: str, jwt: JwtSettings | None = None) -> bytes:
+def document_bytes(base: str, jwt: JwtSettings | None = None, *, standalone: bool = True) -> bytes:
     """The document as JSON, served from `base` (the mount point's path); with `jwt`, the
-    provider's OpenID Connect scheme and each operation's scope."""
+    provider's OpenID Connect scheme and each operation's scope; embedded (not `standalone`),
+    only the paths the blueprint serves."""
     document = {**_document(), "servers": [{"url": base or "/"}]}
+    if not standalone:
+        document["paths"] = {
+            path: item for path, item in document["paths"].items() if path not in SERVICE_PATHS
+        }
     if jwt is not None:
         document = _with_scopes(document, jwt)
     return json.dumps(document, ensure_ascii=False).encode()
@@ -132,8 +142,10 @@ def _mount_point(suffix: str) -> str:
 
 
 def openapi() -> Response:
+    standalone = "service" in current_app.blueprints  # create_app's own health and readiness
     return Response(
-        document_bytes(_mount_point("/openapi.json"), _jwt_settings()), mimetype="application/json"
+        document_bytes(_mount_point("/openapi.json"), _jwt_settings(), standalone=standalone),
+        mimetype="application/json",
     )
 
 

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from flask import Flask
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest
 
 from app import ConfigurationError
@@ -260,3 +261,33 @@ def test_a_token_in_both_lists_names_the_hosts_config():
         'app.config["PLANTS_READ_TOKENS"] has a token (number 1) that is also in '
         'app.config["PLANTS_API_TOKENS"]'
     )
+
+
+def test_the_embedded_document_lists_only_what_the_blueprint_serves():
+    client = make_host().test_client()
+    paths = client.get("/api/v1/openapi.json").json["paths"]
+    assert "/healthz" not in paths
+    assert "/readyz" not in paths
+    for path in paths:  # every path it lists is served (not the host's 404)
+        response = client.get("/api/v1" + path.replace("{id}", "1"), headers=AUTH)
+        assert response.status_code != 404 or response.json["error"] == 404, path
+
+
+class SortingProvider(DefaultJSONProvider):
+    sort_keys = True
+
+
+def test_embedded_json_keeps_the_services_key_order_under_a_sorting_host_provider():
+    host = make_host()
+    host.json = SortingProvider(host)
+    client = host.test_client()
+    bad = client.post("/api/v1/plants", json={"id": "x", "name": "Fern"}, headers=AUTH)
+    assert list(json.loads(bad.get_data())) == ["error", "message", "details"]
+    client.post("/api/v1/plants", json={"id": 1, "name": "Fern", "tag": "green"}, headers=AUTH)
+    event = json.loads(client.get("/api/v1/events", headers=AUTH).get_data())["events"][0]
+    assert list(event) == ["type", "plant", "time"]
+    assert list(json.loads(client.get("/api/v1/plants", headers=AUTH).get_data())["plants"][0]) == [
+        "id",
+        "name",
+        "tag",
+    ]
