@@ -7,9 +7,10 @@ contains a token or a password.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 #: Every setting the service reads, with its default; the environment variable has the same name.
@@ -87,8 +88,28 @@ class _SettingNames(dict):
         return key if self.environment else f'app.config["{key}"]'
 
 
+def check_names(names: Iterable[str], *, environment: bool) -> None:
+    """ConfigurationError for the first `PLANTS_*` name that is not a setting, with the closest
+    one: a misspelled setting must stop the start, not leave its default in effect unseen."""
+    for name in names:
+        if name.startswith("PLANTS_") and name not in DEFAULTS:
+            closest = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.8)
+            hint = (
+                f"did you mean {{{closest[0]}}}?"
+                if closest
+                else "see the README's Settings for every setting"
+            )
+            raise ConfigurationError(
+                name, f"is not a setting of this service: {hint}", environment=environment
+            )
+
+
 def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """The settings found in `environ`, converted to the types of their defaults."""
+    """The settings found in `environ`, converted to the types of their defaults.
+
+    An unknown `PLANTS_*` variable is a ConfigurationError that names the closest setting.
+    """
+    check_names(sorted(environ), environment=True)
     settings: dict[str, Any] = {}
     for key, default in DEFAULTS.items():
         value = environ.get(key)
@@ -244,6 +265,15 @@ def store_url(config: Mapping[str, Any]) -> str:
     if not isinstance(url, str):
         raise ConfigurationError("PLANTS_STORE_URL", "must be a URL string")
     return url
+
+
+def url_without_password(url: str) -> str:
+    """A store URL fit for a log line: its password, if any, replaced by `***`."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{hosts}"
 
 
 def store_prefix(config: Mapping[str, Any]) -> str:

@@ -17,11 +17,13 @@ from .rate_limits import RateLimits, limits_storage_options, limits_storage_uri
 from .settings import (
     ConfigurationError,
     boolean_setting,
+    check_names,
     integer_setting,
     rate_limit_setting,
     seconds_setting,
     store_prefix,
     store_url,
+    url_without_password,
 )
 from .split_guard import SplitStoreGuard
 from .store import PlantStore, store_from_url
@@ -44,11 +46,14 @@ class PlantsState:
     docs: bool
     #: Whether PUT, PATCH and DELETE need a precondition (PLANTS_REQUIRE_IF_MATCH): else 428.
     require_if_match: bool = False
+    #: What is in effect, in one line for the log at start (no token, no password).
+    summary: str = ""
 
 
 def state_for(app: Flask) -> PlantsState:
     """The blueprint's state for `app`, from its config; ConfigurationError names what is wrong."""
     config = app.config
+    check_names(config, environment=False)
     auth, token_limits = authenticator_for(config)
     url = store_url(config)
     prefix = store_prefix(config)
@@ -79,7 +84,9 @@ def state_for(app: Flask) -> PlantsState:
             token_overrides=token_limits,
             auth_failures=auth_failures,
         )
+    summary = _summary(url, auth, per_token, auth_failures, token_limits)
     return PlantsState(
+        summary=summary,
         auth=auth,
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
@@ -87,6 +94,29 @@ def state_for(app: Flask) -> PlantsState:
         split_guard=None if store.shared else SplitStoreGuard(),
         docs=boolean_setting(config, "PLANTS_DOCS"),
         require_if_match=boolean_setting(config, "PLANTS_REQUIRE_IF_MATCH"),
+    )
+
+
+def _summary(
+    url: str, auth: Authenticator, per_token: str | None, failures: str | None, own: dict[str, str]
+) -> str:
+    tokens = list(auth.static.callers.values())
+    read_only = sum(
+        1 for caller in tokens if caller.read_refusal is None and caller.write_refusal is not None
+    )
+    jwt = auth.access_tokens.settings.issuer if auth.access_tokens is not None else "off"
+    limits = ", ".join(
+        part
+        for part in (
+            per_token and f"{per_token} per token",
+            own and f"{len(own)} tokens with their own",
+            failures and f"{failures} failed logins per address",
+        )
+        if part
+    )
+    return (
+        f"store {url_without_password(url)}; {len(tokens) - read_only} full-access and {read_only}"
+        f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
     )
 
 

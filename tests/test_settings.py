@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from flask import Flask
 
 from app import ConfigurationError, create_app
+from app.plants import bp
 from app.settings import api_tokens, from_environ
+from tests.servers import ROOT, Gunicorn, free_port
 
 SETTINGS = (
     "PLANTS_API_TOKENS",
@@ -186,3 +193,95 @@ def test_a_read_token_may_carry_its_own_rate_limit():
     app = create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader@1/minute"})
     assert [read(app, "reader") for _ in range(2)] == [200, 429]
     assert read(app, "writer") == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "closest"),
+    [
+        ("PLANTS_STORE_ULR", "PLANTS_STORE_URL"),
+        ("PLANTS_RATE_LIMT", "PLANTS_RATE_LIMIT"),
+        ("PLANTS_API_TOKEN", "PLANTS_API_TOKENS"),
+        ("PLANTS_JWT_ISSUR", "PLANTS_JWT_ISSUER"),
+    ],
+)
+def test_a_misspelled_setting_stops_the_start_naming_the_closest(monkeypatch, name, closest):
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv(name, "x")
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    assert str(raised.value) == f"{name} is not a setting of this service: did you mean {closest}?"
+    monkeypatch.delenv(name)
+    host = Flask("host")
+    host.config.update({"PLANTS_API_TOKENS": "t", name: "x"})
+    with pytest.raises(ConfigurationError) as raised:
+        host.register_blueprint(bp)
+    assert str(raised.value) == (
+        f'app.config["{name}"] is not a setting of this service: did you mean app.config["{closest}"]?'
+    )
+
+
+def test_an_unknown_setting_with_no_close_one_points_to_the_readme(monkeypatch):
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("PLANTS_FROBNICATE", "1")
+    with pytest.raises(ConfigurationError, match="PLANTS_FROBNICATE is not a setting of this service: see"):
+        create_app()
+
+
+def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gunicorn"],
+        cwd=ROOT,
+        env={**os.environ, "PLANTS_API_TOKENS": "t", "GUNICORN_BIND": f"127.0.0.1:{free_port()}", **env},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"GUNICORN_THREADS": "abc"}, "GUNICORN_THREADS must be a whole number >= 1, not 'abc'"),
+        ({"GUNICORN_READ_TIMEOUT": "x"}, "GUNICORN_READ_TIMEOUT must be a number of seconds >= 0.1, not 'x'"),
+        (
+            {"GUNICORN_KEEPALIVE": "1.5"},
+            "GUNICORN_KEEPALIVE must be a whole number of seconds >= 0, not '1.5'",
+        ),
+        ({"GUNICORN_GRACEFUL_TIMEOUT": "-1"}, "GUNICORN_GRACEFUL_TIMEOUT must be a whole number of seconds"),
+        (
+            {"GUNICORN_THREAD": "2"},
+            "GUNICORN_THREAD is not a setting of this service: did you mean GUNICORN_THREADS?",
+        ),
+        (
+            {"PLANTS_STORE_ULR": "redis://x"},
+            "PLANTS_STORE_ULR is not a setting of this service: did you mean",
+        ),
+    ],
+)
+def test_every_bad_gunicorn_or_service_setting_is_one_line_without_a_traceback(env, line):
+    result = gunicorn_start(env)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert f"Plant Store: configuration error: {line}" in output
+    assert "Traceback" not in output
+
+
+def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
+    url = redis_server.url.replace("redis://", "redis://:store-secret@")
+    server = Gunicorn(
+        env={
+            "PLANTS_API_TOKENS": "full-secret-1,full-secret-2",
+            "PLANTS_READ_TOKENS": "read-secret",
+            "PLANTS_RATE_LIMIT": "50/second",
+            "PLANTS_STORE_URL": url,
+        }
+    )
+    try:
+        log = server.output()
+    finally:
+        server.stop()
+    line = next(line for line in log.splitlines() if "Plant Store: store " in line)
+    host = url.split("@")[1]
+    assert (
+        f"Plant Store: store redis://:***@{host}; 2 full-access and 1 read-only static tokens;"
+        " JWT issuer off; rate limits 50/second per token; workers 1, request threads 2 each"
+    ) in line
+    assert "secret" not in log

@@ -14,12 +14,52 @@ store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are hon
 
 from __future__ import annotations
 
+import difflib
 import gc
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+#: The environment variables this file reads (gunicorn itself reads GUNICORN_CMD_ARGS and
+#: WEB_CONCURRENCY when it is imported, before this file).
+_GUNICORN_SETTINGS = (
+    "GUNICORN_BIND",
+    "GUNICORN_THREADS",
+    "GUNICORN_READ_TIMEOUT",
+    "GUNICORN_KEEPALIVE",
+    "GUNICORN_GRACEFUL_TIMEOUT",
+    "GUNICORN_CMD_ARGS",
+)
+
+
+def _refuse(name: str, problem: str) -> SystemExit:
+    return SystemExit(f"Plant Store: configuration error: {name} {problem}")
+
+
+def _setting(name: str, default: str, convert: Callable[[str], Any], kind: str, minimum: float) -> Any:
+    """The environment variable `name` as `convert` reads it, or one line that names it."""
+    raw = os.environ.get(name) or default
+    try:
+        value = convert(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise _refuse(name, f"must be {kind} >= {minimum:g}, not {raw!r}")
+    return value
+
+
+def _check_gunicorn_names() -> None:
+    for name in sorted(os.environ):
+        if name.startswith("GUNICORN_") and name not in _GUNICORN_SETTINGS:
+            closest = difflib.get_close_matches(name, _GUNICORN_SETTINGS, n=1, cutoff=0.8)
+            hint = f"did you mean {closest[0]}?" if closest else "see the README's Settings"
+            raise _refuse(name, f"is not a setting of this service: {hint}")
+
+
+_check_gunicorn_names()
 
 
 def _store_is_shared() -> bool:
@@ -48,23 +88,23 @@ wsgi_app = "app:create_app()"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 
 # gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
-workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
+workers = _setting("WEB_CONCURRENCY", "1", int, "a whole number", 1)
 worker_class = "app.server.worker.ThreadWorker"
-threads = int(os.environ.get("GUNICORN_THREADS") or _default_threads())
+threads = _setting("GUNICORN_THREADS", _default_threads(), int, "a whole number", 1)
 # gunicorn's pure-Python HTTP parser, whatever else is installed: the optional C parser
 # (gunicorn_h1c) measured no faster here (bench/README.md) and accepts obsolete header line
 # folding that this one refuses.
 http_parser = "python"
 # A stalled read from a client gives up after this many seconds (see app/server/worker.py).
-read_timeout = float(os.environ.get("GUNICORN_READ_TIMEOUT", "10"))
+read_timeout = _setting("GUNICORN_READ_TIMEOUT", "10", float, "a number of seconds", 0.1)
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
 # does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "75"))
+keepalive = _setting("GUNICORN_KEEPALIVE", "75", int, "a whole number of seconds", 0)
 timeout = 30
 # Never recycle a worker after N requests: with the in-memory store a new worker starts empty.
 max_requests = 0
-graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
+graceful_timeout = _setting("GUNICORN_GRACEFUL_TIMEOUT", "30", int, "a whole number of seconds", 0)
 
 # Which peers may set X-Forwarded-Proto for gunicorn itself: nobody unless set. Client address
 # and scheme behind a proxy come from PLANTS_TRUSTED_PROXIES (ProxyFix, in the app).
@@ -103,7 +143,8 @@ def on_starting(server: Any) -> None:
 
     try:
         # Built to check the settings only: the workers build their own, and load the keys.
-        create_app().extensions["plants"].auth.close()
+        state = create_app().extensions["plants"]
+        state.auth.close()
         shared = _store_is_shared()
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
@@ -113,6 +154,12 @@ def on_starting(server: Any) -> None:
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
+    server.log.info(
+        "Plant Store: %s; workers %s, request threads %s each",
+        state.summary,
+        server.cfg.workers,
+        server.cfg.threads,
+    )
 
 
 def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
