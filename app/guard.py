@@ -97,5 +97,6 @@ def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
             " (a create that did land answers 200 again).",
             retry_after=1,
         )
-    log.warning("The plant store did not answer: %s", exc)
+    address = current_app.extensions[EXTENSION].store_address
+    log.warning("The plant store at %s did not answer: %s", address, exc)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

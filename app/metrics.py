@@ -5,8 +5,9 @@ Per application (in `extensions["plants"]`): its own registry with
 - `plants_http_requests_total{route, method, status}` and
 - `plants_http_request_duration_seconds{route}` (a histogram), for every request the blueprint
   routes, refusals included;
-- `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `connection`,
-  `read_only`, `needs_migration`, `cluster`, `replication`, `other`);
+- `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `refused`,
+  `name_not_resolved`, `auth`, `connection`, `read_only`, `needs_migration`, `cluster`,
+  `replication`, `other`);
 - `plants_auth_refusals_total{reason}`: refused authentications and authorizations, by reason
   (`missing`, `not_bearer`, `malformed`, `not_accepted`, `read_only`, `insufficient_scope`, and
   for JWT access tokens `expired`, `not_yet_valid`, `wrong_issuer`, `wrong_audience`,

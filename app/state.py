@@ -48,6 +48,8 @@ class PlantsState:
     require_if_match: bool = False
     #: What is in effect, in one line for the log at start (no token, no password).
     summary: str = ""
+    #: The store's URL without its password, for the log lines of its failures.
+    store_address: str = ""
 
 
 def state_for(app: Flask) -> PlantsState:
@@ -87,6 +89,7 @@ def state_for(app: Flask) -> PlantsState:
     summary = _summary(url, auth, per_token, auth_failures, token_limits)
     return PlantsState(
         summary=summary,
+        store_address=url_without_password(url),
         auth=auth,
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,

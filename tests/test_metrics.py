@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import http.client
+import logging
+import os
+import subprocess
+import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import create_app
 from tests.conftest import redis_settings
 from tests.helpers import call, error_of
-from tests.servers import TOKEN, Gunicorn, free_port
+from tests.servers import ROOT, TOKEN, Gunicorn, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -67,14 +73,59 @@ def test_metrics_can_be_turned_off(make_app, auth):
     error_of(client.get("/metrics", headers=auth), 404)
 
 
-def test_store_errors_are_counted_by_reason():
-    app = create_app({"PLANTS_API_TOKENS": TOKEN, "PLANTS_STORE_URL": f"redis://127.0.0.1:{free_port()}/0"})
+@pytest.mark.parametrize(
+    ("host", "reason", "cause"),
+    [
+        ("127.0.0.1:{port}", "refused", "connection refused (is Redis running on that port?)"),
+        ("nonexistent.invalid:6379", "name_not_resolved", "the host name did not resolve"),
+    ],
+    ids=["refused", "name-not-resolved"],
+)
+def test_store_errors_name_the_address_and_the_cause_never_the_password(caplog, host, reason, cause):
+    host = host.format(port=free_port())
+    url = f"redis://:store-password@{host}/0"
+    app = create_app({"PLANTS_API_TOKENS": TOKEN, "PLANTS_STORE_URL": url})
     client = app.test_client()
-    for _ in range(2):
-        error_of(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH), 503)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            error_of(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH), 503)
     scrape = samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
-    assert scrape[("plants_store_errors_total", (("reason", "connection"),))] == 2
+    assert scrape[("plants_store_errors_total", (("reason", reason),))] == 2
     assert ("plants_stored", ()) not in scrape  # the store could not say
+    assert f"The plant store at redis://:***@{host}/0 did not answer: {cause}" in caplog.text
+    assert "store-password" not in caplog.text
+
+
+def test_a_wrong_password_is_named_as_such(redis_server, caplog):
+    user = f"plants-{uuid.uuid4().hex[:8]}"
+    redis_server.command("ACL", "SETUSER", user, "on", ">right-password", "~*", "+@all")
+    try:
+        url = redis_server.url.replace("redis://", f"redis://{user}:wrong-password@")
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, "PLANTS_STORE_URL": url}).test_client()
+        with caplog.at_level(logging.WARNING):
+            error_of(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH), 503)
+        assert "did not answer: authentication failed" in caplog.text
+        assert "wrong-password" not in caplog.text
+    finally:
+        redis_server.command("ACL", "DELUSER", user)
+
+
+def test_the_migration_names_the_address_and_the_cause():
+    port = free_port()
+    env = {**os.environ, "PLANTS_STORE_URL": f"redis://:store-password@127.0.0.1:{port}/0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.store.migrate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"Plant Store migrate: Redis at redis://:***@127.0.0.1:{port}/0 failed: connection refused"
+        " (is Redis running on that port?) (Redis: ConnectionError); run it again."
+    )
 
 
 def test_counts_are_exact_across_two_workers(redis_server, tmp_path):

@@ -153,7 +153,8 @@ class PreconditionFailedError(Exception):
 class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 
-    `reason` is one of `timeout`, `connection`, `read_only`, `needs_migration`, `cluster` (a
+    `reason` is one of `timeout`, `refused`, `name_not_resolved`, `auth`, `connection`,
+    `read_only`, `needs_migration`, `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
     than PLANTS_STORE_MIN_REPLICAS) or `other`. The message names what failed, for the log; it
     never contains a password.

@@ -13,8 +13,9 @@ import sys
 import redis
 from redis.exceptions import RedisError
 
-from ..settings import ConfigurationError, from_environ, store_prefix, store_url
+from ..settings import ConfigurationError, from_environ, store_prefix, store_url, url_without_password
 from . import check_url, redis_scripts
+from .redis_connection import unavailable
 from .redis_groups import BUCKETS, member
 
 #: Buckets read per round trip.
@@ -65,7 +66,11 @@ def main() -> int:
     try:
         indexed = migrate(redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5), prefix)
     except RedisError as exc:
-        print(f"Plant Store migrate: Redis failed ({type(exc).__name__}); run it again.", file=sys.stderr)
+        print(
+            f"Plant Store migrate: Redis at {url_without_password(url)} failed: {unavailable(exc)};"
+            " run it again.",
+            file=sys.stderr,
+        )
         return 1
     print(f"Plant Store migrate: indexed {indexed} plants under prefix {prefix!r}; pages are served.")
     return 0

@@ -5,6 +5,7 @@ for replicas (Redis's WAIT on the write's own connection).
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from redis.commands.core import Script
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
+    AuthenticationError,
     ClusterDownError,
     ClusterError,
     MovedError,
@@ -224,18 +226,39 @@ class ScriptRunner:
 
 
 def unavailable(exc: Exception) -> StoreUnavailableError:
-    """The store's error for a Redis failure: its reason, and a message without the URL."""
-    # Only the class: redis-py's messages can name the host, never the password, but a
-    # class name is all an operator needs next to the request's 503.
-    if isinstance(exc, RedisTimeoutError):
-        reason = "timeout"
+    """The store's error for a Redis failure: its reason, and its cause in words, for the log.
+
+    The cause is read from the exception's class and the socket error under it, never from
+    redis-py's message, so no URL or password can reach the log.
+    """
+    if isinstance(exc, AuthenticationError):
+        reason, cause = "auth", "authentication failed (check the user and password in the URL)"
+    elif isinstance(exc, RedisTimeoutError) or _socket_error(exc, TimeoutError):
+        reason, cause = "timeout", "timed out"
     elif isinstance(exc, RedisConnectionError):
-        reason = "connection"
+        if _socket_error(exc, socket.gaierror):
+            reason, cause = "name_not_resolved", "the host name did not resolve"
+        elif _socket_error(exc, ConnectionRefusedError):
+            reason, cause = "refused", "connection refused (is Redis running on that port?)"
+        else:
+            reason, cause = "connection", "the connection failed or was lost"
     elif isinstance(exc, ReadOnlyError):
-        reason = "read_only"
+        reason, cause = "read_only", "it is a read-only replica"
     elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
         # The cluster is failing over, or a slot is moving, or no node serves the slot.
-        reason = "cluster"
+        reason, cause = "cluster", "the cluster is failing over or moving a slot"
     else:
-        reason = "other"
-    return StoreUnavailableError(reason, f"Redis: {type(exc).__name__}")
+        reason, cause = "other", "it answered with an error"
+    return StoreUnavailableError(reason, f"{cause} (Redis: {type(exc).__name__})")
+
+
+def _socket_error(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether a `kind` error lies under `exc` (redis-py raises its own from the socket's)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
