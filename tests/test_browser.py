@@ -189,3 +189,44 @@ def test_the_page_authorizes_with_a_pasted_jwt_access_token(browser):
     finally:
         server.stop()
         issuer.stop()
+
+
+def test_try_it_out_with_the_pages_defaults_succeeds_on_every_operation(browser):
+    """A new user authorizes, then presses Execute on every operation in the page's order,
+    changing nothing: every default the page offers is accepted (2xx)."""
+    server = Gunicorn()
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/docs")
+        visible(browser, ".opblock")
+        visible(browser, ".auth-wrapper button.authorize").click()
+        visible(browser, ".modal-ux input").send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, ".modal-ux .auth-btn-wrapper button.authorize").click()
+        visible(browser, ".modal-ux button.btn-done").click()
+        results = []
+        blocks = browser.find_elements(By.CSS_SELECTOR, ".opblock")
+        assert len(blocks) >= 19  # every operation, HEADs included
+        for block in blocks:
+            results.append(execute_with_defaults(browser, block))
+        failed = [result for result in results if not result[2].startswith("2")]
+        assert failed == [], results
+        # The defaults made the plant of the examples, and the page's PATCH retagged it.
+        status, _, body = call(server.connection(), "GET", "/plants/1", None, AUTH)
+        assert status == 200
+        assert json.loads(body)["name"] == "Boston fern"
+    finally:
+        server.stop()
+
+
+def execute_with_defaults(browser, block) -> tuple[str, str, str]:
+    """Open an operation, press Execute without changing anything: (method, path, status)."""
+    method = block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip()
+    path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+    browser.execute_script("arguments[0].scrollIntoView()", block)
+    block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    WebDriverWait(browser, 20).until(lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")).click()
+    status = WebDriverWait(browser, 20).until(
+        lambda _: block.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
+    )
+    result = (method, path, status.text.strip())
+    block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()  # fold it again
+    return result
