@@ -1,14 +1,15 @@
 """Never serve a per-process store from several processes: one id would get two owners.
 
 The packaged gunicorn configuration refuses more than one worker at start and holds at one on
-SIGTTIN. This guard covers every other way of starting, on every create with the memory store:
+SIGTTIN. This guard covers every other way of starting, on every request that reaches the
+memory store:
 
 - gunicorn started with several workers sets `wsgi.multiprocess`;
 - gunicorn given SIGTTIN without the packaged configuration does not, so under gunicorn the
   guard also asks whether the master has other workers (from /proc). It asks again at most once a
-  second while the answer is "no other", and on every create while it is "others".
+  second while the answer is "no other", and on every request while it is "others".
 
-A refused create is a JSON 500 and one log line that says what to do.
+A refused request is a JSON 500 and one log line that says what to do.
 """
 
 from __future__ import annotations

@@ -174,6 +174,13 @@ def assert_split_refused(port: int, log: Path) -> None:
     for number in range(12):
         record = assert_error(*create_on(port, 77, f"Fern {number}"), 500)
         assert "misconfigured" in record["message"]
+        # Reads too, as the README says: every request that reaches the store.
+        for path in ("/plants/77", "/plants", "/events"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            record = assert_error(*call(conn, "GET", path, None, AUTH), 500)
+            assert "misconfigured" in record["message"]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    assert call(conn, "GET", "/healthz", None, AUTH)[0] == 200
     assert "the in-memory store would be split" in log.read_text()
 
 

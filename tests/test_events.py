@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import random
 import re
 import threading
@@ -310,3 +312,14 @@ def every_plant(client: Any, auth: dict, limit: int) -> dict[int, dict]:
         if "next" not in page:
             return plants
         after = f"&after={page['next']}"
+
+
+def test_a_forged_feed_cursor_is_named_for_the_feed_not_for_tags(client, auth):
+    client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth)
+    cursor = client.get("/events?limit=1", headers=auth).json["next"]
+    raw = bytearray(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    raw[-1] ^= 1  # one bit of the signature
+    forged = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    message = error_of(client.get(f"/events?after={forged}", headers=auth), 400)["details"]["after"][0]
+    assert "feed" in message
+    assert "tags" not in message

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from app import ConfigurationError, create_app
 from tests.helpers import error_of
 from tests.issuer import AUDIENCE, Issuer, SigningKey
-from tests.servers import TOKEN
+from tests.servers import TOKEN, free_port
 
 PLANT = {"id": 7, "name": "Fern", "tag": "green"}
 READ_ONLY_STATIC = "read-only-token"
@@ -586,3 +586,20 @@ def test_through_gunicorn_two_workers(issuer, redis_server):
     assert writer not in output
     assert reader not in output
     assert writer.split(".")[2] not in output
+
+
+def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
+    from app.auth.jwks import KeySet
+
+    port = free_port()  # nothing listens there
+    keys = KeySet(discovery_url=f"http://127.0.0.1:{port}/.well-known/openid-configuration", jwks_url=None,
+                  issuer=f"http://127.0.0.1:{port}")  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        keys.start()
+        deadline = time.monotonic() + 10
+        while "Could not fetch" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+    keys.close()
+    assert "refused the connection (is the provider running at that address?)" in caplog.text
+    assert "did not answer in time" not in caplog.text

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import socket
 import ssl
 import threading
 import time
@@ -221,7 +222,7 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
                 break
             body += chunk
     except (OSError, http.client.HTTPException) as exc:
-        raise FetchError(f"{url} did not answer in time ({type(exc).__name__})") from None
+        raise FetchError(f"{url} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
         connection.close()
     if response.status != 200:
@@ -235,6 +236,19 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     if not isinstance(document, dict):
         raise FetchError(f"{url} did not answer a JSON object")
     return document, _max_age(response.getheader("Cache-Control"))
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong with a fetch, in words: a refused connection is not a slow provider."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused the connection (is the provider running at that address?)"
+    if isinstance(exc, socket.gaierror):
+        return "has a host name that did not resolve"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "has a TLS certificate this service does not trust (a private CA: set SSL_CERT_FILE)"
+    if isinstance(exc, TimeoutError):
+        return "did not answer in time"
+    return "failed before its answer was complete"
 
 
 def _bound(connection: http.client.HTTPConnection, deadline: float) -> None:
