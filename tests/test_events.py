@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-
 import random
 import re
 import threading
