@@ -192,3 +192,20 @@ def test_flask_run_for_local_development():
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_expect_100_continue_is_answered_before_the_body_is_read(gunicorn):
+    """The worker reads bodies on its poller: a client that waits for `100 Continue` (curl does,
+    for large bodies) gets it once the head is in, then its answer once the body is."""
+    body = b'{"id": 100100, "name": "Patient fern"}'
+    with socket.create_connection(("127.0.0.1", gunicorn.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-token-1\r\n"
+            b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        answer = sock.recv(1000)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.endswith(b'{"name":"Patient fern"}\n')
