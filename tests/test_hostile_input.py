@@ -156,6 +156,12 @@ AUTHORIZATION_ABUSE = [
         "control-char-in-header", request(body=b"{}", headers=[("Authorization", "Bearer t\x01t"), JSON]), 400
     ),
     Case("nul-in-header", request(body=b"{}", headers=[("Authorization", "Bearer t\x00t"), JSON]), 400),
+    # Each field under gunicorn's 8190 bytes, but the head over the 64 KiB the worker buffers.
+    Case(
+        "head-over-64-kib",
+        request(body=b"{}", headers=[AUTH, JSON, *[(f"X-Filler-{n}", "a" * 7000) for n in range(10)]]),
+        431,
+    ),
     Case(
         "header-over-limit",
         request(body=b"{}", headers=[("Authorization", "Bearer " + "a" * 9000), JSON]),

@@ -22,13 +22,15 @@ class Extent(NamedTuple):
     `size` is how many bytes make the next request (0: not all there yet). `close` says the
     connection must close after its answer: the request's body is not read in full (it is over
     the limit, or its framing is malformed, which the parser refuses). `head_done` says the head
-    is complete, `expects_continue` that its client waits for `100 Continue` to send the body.
+    is complete, `expects_continue` that its client waits for `100 Continue` to send the body,
+    and `head_too_large` that no end of the head came within the limit (431, and close).
     """
 
     size: int = 0
     close: bool = False
     head_done: bool = False
     expects_continue: bool = False
+    head_too_large: bool = False
 
 
 NEED_HEAD = Extent()
@@ -36,10 +38,11 @@ NEED_HEAD = Extent()
 
 def request_extent(buffer: bytes | bytearray, max_head: int, max_body: int) -> Extent:
     """The extent of the request at the start of `buffer`; see Extent."""
-    head_end = buffer.find(_HEAD_END)
+    head_end = buffer.find(_HEAD_END, 0, max_head + len(_HEAD_END))
     if head_end < 0:
-        # Past the longest head the parser accepts, it refuses what is there (414, 431 or 400).
-        return Extent(len(buffer), close=True) if len(buffer) > max_head else NEED_HEAD
+        if len(buffer) > max_head:
+            return Extent(len(buffer), close=True, head_too_large=True)
+        return NEED_HEAD
     body_start = head_end + len(_HEAD_END)
     lengths, codings, expects_continue = _framing_fields(bytes(buffer[:head_end]))
     refused = Extent(body_start, close=True, head_done=True)

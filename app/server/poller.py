@@ -66,8 +66,9 @@ class Poller:
     """Accepting, reading, writing and closing connections; a mixin for the worker.
 
     The worker provides `cfg`, `log`, `alive`, `sockets`, `worker_connections`, `read_timeout`,
-    `max_head`, `max_body`, `_serve_request(conn, raw, close) -> (answer, keep_alive)`, and
-    `_timed_out(conn) -> bytes` (the 408 to send to a client too slow with its request).
+    `max_head`, `max_body`, `_serve_request(conn, raw, close) -> (answer, keep_alive)`,
+    `_timed_out(conn) -> bytes` (the 408 to send to a client too slow with its request) and
+    `_head_too_large(conn) -> bytes` (the 431 of a head longer than `max_head`).
     """
 
     cfg: Any
@@ -83,6 +84,9 @@ class Poller:
         raise NotImplementedError
 
     def _timed_out(self, conn: Conn) -> bytes:
+        raise NotImplementedError
+
+    def _head_too_large(self, conn: Conn) -> bytes:
         raise NotImplementedError
 
     def init_poller(self) -> None:
@@ -237,7 +241,10 @@ class Poller:
             raw = bytes(conn.inbuf[: extent.size])
             del conn.inbuf[: extent.size]
             conn.head_done = conn.continued = False
-            answer, keep_alive = self._serve_request(conn, raw, extent.close)
+            if extent.head_too_large:
+                answer, keep_alive = self._head_too_large(conn), False
+            else:
+                answer, keep_alive = self._serve_request(conn, raw, extent.close)
             if not keep_alive:
                 conn.inbuf.clear()
             if not self._send(conn, answer, close_after=not keep_alive):

@@ -30,6 +30,15 @@ def _json_error(status_int: int, reason: str, message: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+def head_too_large_answer(limit: int) -> bytes:
+    """The 431 of a request head longer than the worker reads; the connection closes."""
+    return _json_error(
+        431,
+        "Request Header Fields Too Large",
+        f"Request Header Fields Too Large: the request line and headers may take {limit} bytes at most.",
+    )
+
+
 def timed_out_answer() -> bytes:
     """The 408 sent to a client that did not send its whole request in time; the connection closes."""
     return _json_error(408, "Request Timeout", "Request Timeout: the request did not arrive in time.")

@@ -30,11 +30,14 @@ from gunicorn.http import wsgi
 from gunicorn.workers import base
 
 from .poller import Conn, Poller
-from .refusals import timed_out_answer, write_json_error
+from .refusals import head_too_large_answer, timed_out_answer, write_json_error
 from .response import BufferedResponse, ResponseBuffer
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
 DEFAULT_MAX_BODY = 64 * 1024
+#: The longest request head (request line and header fields) the worker reads: nginx's default
+#: `large_client_header_buffers` is 32 KiB in all.
+MAX_HEAD = 64 * 1024
 #: How long a stopping worker keeps an idle connection for a request already on its way.
 _STOP_LINGER = 2.0
 
@@ -50,12 +53,12 @@ class ThreadWorker(Poller, base.Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.worker_connections = self.cfg.worker_connections
-        # The longest head gunicorn's parser accepts: the request line and every header field.
-        self.max_head = (
-            self.cfg.limit_request_line
-            + 2
-            + self.cfg.limit_request_fields * (self.cfg.limit_request_field_size + 2)
-        ) or 1 << 20
+        # A request's head is buffered before a thread reads it, on every connection at once: at
+        # most MAX_HEAD (or what gunicorn's limits allow, if less), so that 1,000 connections
+        # cannot make the worker hold more than a few hundred MB.
+        limits = self.cfg.limit_request_line + 2
+        limits += self.cfg.limit_request_fields * (self.cfg.limit_request_field_size + 2)
+        self.max_head = min(limits, MAX_HEAD) if limits > 0 else MAX_HEAD
 
     def init_process(self) -> None:
         if self.cfg.is_ssl:
@@ -117,6 +120,10 @@ class ThreadWorker(Poller, base.Worker):
             "Answered 408 to a client that did not send its whole request within %ss", self.read_timeout
         )
         return timed_out_answer()
+
+    def _head_too_large(self, conn: Conn) -> bytes:
+        self.log.warning("Answered 431 to a client whose request head passed %s bytes", self.max_head)
+        return head_too_large_answer(self.max_head)
 
     def _serve_request(self, conn: Conn, raw: bytes, close: bool) -> tuple[bytes, bool]:
         """Serve one whole request read from memory: (the answer's bytes, whether to keep the
