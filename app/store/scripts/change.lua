@@ -1,0 +1,32 @@
+-- KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
+-- decimal id, the member, the capacity, '1' to create an absent plant, the name ('' keeps it),
+-- the tag ('k' keeps it, 'n' removes it, 's<tag>' sets it), then the precondition (see
+-- `allows`). Answers {0, plant} created, {1, plant} changed, {2, plant} unchanged (nothing
+-- written), {3} absent, {4} refused by the precondition, {5} full. A change of tag moves the
+-- plant between tag indexes here.
+local id, member = ARGV[4], ARGV[5]
+local stored = redis.call('HGET', KEYS[1], id)
+local new_tag = string.sub(ARGV[9], 2)
+if not stored then
+  if ARGV[7] ~= '1' or ARGV[10] ~= '' then return {3} end
+  if not counted(ARGV[6]) then return {5} end
+  local value = string.len(ARGV[8]) .. ':' .. ARGV[8] .. new_tag
+  redis.call('HSET', KEYS[1], id, value)
+  index_plant(member, value)
+  record(0, id, value)
+  return {0, value}
+end
+if not allows(stored, 10) then return {4} end
+local name, old_tag = ARGV[8], tag_of(stored)
+if name == '' then name = name_of(stored) end
+local mode, tag = string.sub(ARGV[9], 1, 1), new_tag
+if mode == 'k' then tag = old_tag end
+local value = string.len(name) .. ':' .. name .. tag
+if value == stored then return {2, stored} end
+redis.call('HSET', KEYS[1], id, value)
+if tag ~= old_tag then
+  if old_tag ~= '' then index_remove('t' .. old_tag, member) end
+  if tag ~= '' then index_add('t' .. tag, member) end
+end
+record(1, id, value)
+return {1, value}
