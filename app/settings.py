@@ -88,16 +88,20 @@ class _SettingNames(dict):
         return key if self.environment else f'app.config["{key}"]'
 
 
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name `name` most likely misspells, if one is close."""
+    closest = difflib.get_close_matches(name, list(known), n=1, cutoff=0.8)
+    return closest[0] if closest else None
+
+
 def check_names(names: Iterable[str], *, environment: bool) -> None:
     """ConfigurationError for the first `PLANTS_*` name that is not a setting, with the closest
     one: a misspelled setting must stop the start, not leave its default in effect unseen."""
     for name in names:
         if name.startswith("PLANTS_") and name not in DEFAULTS:
-            closest = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.8)
+            closest = closest_name(name, DEFAULTS)
             hint = (
-                f"did you mean {{{closest[0]}}}?"
-                if closest
-                else "see the README's Settings for every setting"
+                f"did you mean {{{closest}}}?" if closest else "see the README's Settings for every setting"
             )
             raise ConfigurationError(
                 name, f"is not a setting of this service: {hint}", environment=environment

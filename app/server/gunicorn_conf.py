@@ -14,7 +14,6 @@ store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are hon
 
 from __future__ import annotations
 
-import difflib
 import gc
 import os
 import shutil
@@ -52,10 +51,12 @@ def _setting(name: str, default: str, convert: Callable[[str], Any], kind: str, 
 
 
 def _check_gunicorn_names() -> None:
+    from app.settings import closest_name
+
     for name in sorted(os.environ):
         if name.startswith("GUNICORN_") and name not in _GUNICORN_SETTINGS:
-            closest = difflib.get_close_matches(name, _GUNICORN_SETTINGS, n=1, cutoff=0.8)
-            hint = f"did you mean {closest[0]}?" if closest else "see the README's Settings"
+            closest = closest_name(name, _GUNICORN_SETTINGS)
+            hint = f"did you mean {closest}?" if closest else "see the README's Settings"
             raise _refuse(name, f"is not a setting of this service: {hint}")
 
 

@@ -274,15 +274,22 @@ class Poller:
 
     # --- writing --------------------------------------------------------------------------------
 
+    def _send_now(self, conn: Conn, view: memoryview) -> int | None:
+        """What the socket takes of `view` without waiting; None when the connection is gone
+        (then closed)."""
+        try:
+            return conn.sock.send(view) if view else 0
+        except BlockingIOError:
+            return 0
+        except OSError:
+            self._close(conn)
+            return None
+
     def _send(self, conn: Conn, data: bytes, *, close_after: bool) -> bool:
         """Send what the socket takes now; True when all of it went. The rest waits on the poller."""
         view = memoryview(data)
-        try:
-            sent = conn.sock.send(view) if view else 0
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._close(conn)
+        sent = self._send_now(conn, view)
+        if sent is None:
             return False
         if sent == len(view):
             return True
@@ -295,12 +302,8 @@ class Poller:
     def _flush(self, conn: Conn) -> None:
         out = conn.out
         assert out is not None
-        try:
-            sent = conn.sock.send(out)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._close(conn)
+        sent = self._send_now(conn, out)
+        if sent is None:
             return
         if sent < len(out):
             conn.out = out[sent:]

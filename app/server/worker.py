@@ -19,7 +19,6 @@ It also answers the requests gunicorn itself refuses with the service's JSON Err
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from datetime import datetime
@@ -179,8 +178,7 @@ class ThreadWorker(Poller, base.Worker):
                 # The head is already in `out`: an error answer cannot follow it. Close after it.
                 self.log.exception("Error handling request")
                 return False
-            util.reraise(*sys.exc_info())
-            raise  # unreachable: reraise raises
+            raise
         finally:
             try:
                 self.cfg.post_request(self, req, environ, resp)
