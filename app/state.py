@@ -86,10 +86,10 @@ def state_for(app: Flask) -> PlantsState:
             token_overrides=token_limits,
             auth_failures=auth_failures,
         )
-    summary = _summary(url, auth, per_token, auth_failures, token_limits)
+    address = url_without_password(url)
     return PlantsState(
-        summary=summary,
-        store_address=url_without_password(url),
+        summary=_summary(address, auth, per_token, auth_failures, token_limits),
+        store_address=address,
         auth=auth,
         store=store,
         metrics=Metrics(store) if boolean_setting(config, "PLANTS_METRICS") else None,
@@ -101,7 +101,7 @@ def state_for(app: Flask) -> PlantsState:
 
 
 def _summary(
-    url: str, auth: Authenticator, per_token: str | None, failures: str | None, own: dict[str, str]
+    address: str, auth: Authenticator, per_token: str | None, failures: str | None, own: dict[str, str]
 ) -> str:
     tokens = list(auth.static.callers.values())
     read_only = sum(
@@ -118,7 +118,7 @@ def _summary(
         if part
     )
     return (
-        f"store {url_without_password(url)}; {len(tokens) - read_only} full-access and {read_only}"
+        f"store {address}; {len(tokens) - read_only} full-access and {read_only}"
         f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
     )
 

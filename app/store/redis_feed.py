@@ -169,11 +169,9 @@ class GroupFeeds:
     def _read(self, per_group: list[tuple[Any, ...]]) -> list[Any]:
         """The EVENTS script's answer for each group. It reads only its declared key (the stream),
         so on a cluster it may run on either node of a moving slot, and runs without the probe."""
-        groups = self._groups
+        if self._groups.count == 1:
+            return [self._read_one(0, per_group[0])]
         try:
-            if groups.count == 1:
-                key = groups.feed_key(0)
-                return [self._run("EVENTS", (key,), (groups.tags[0], "", *per_group[0]))]
             return list(self._pipelined(per_group))
         except FAILURES as exc:
             raise unavailable(exc) from None
