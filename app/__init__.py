@@ -1,7 +1,7 @@
 """Plant Store service: a Flask app for the plant store interface.
 
-`create_app()` builds the standalone service; `app.plants.bp` is the blueprint
-to embed in another Flask app.
+`create_app()` builds the standalone service; `app.plants.bp` is the blueprint to embed in
+another Flask app. CONTRIBUTING.md maps the package.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from . import plants, service
-from .errors import register_json_errors
-from .json_provider import OrjsonProvider
-from .settings import DEFAULTS, ConfigurationError, from_environ, integer_setting
+from app import health, plants
+from app.extension import init_state
+from app.http.error_handler import register_json_errors
+from app.http.json_provider import OrjsonProvider
+from app.settings import DEFAULTS, ConfigurationError, from_environ
 
 __all__ = ["ConfigurationError", "create_app"]
 
@@ -38,13 +39,13 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
     app.config.from_mapping(from_environ())
     if config:
         app.config.from_mapping(config)
-    integer_setting(app.config, "MAX_CONTENT_LENGTH", minimum=1)
+    settings = init_state(app).settings
 
     register_json_errors(app)
     app.register_blueprint(plants.bp)
-    app.register_blueprint(service.bp)
+    app.register_blueprint(health.bp)
 
-    proxies = integer_setting(app.config, "PLANTS_TRUSTED_PROXIES")
+    proxies = settings.trusted_proxies
     if proxies:
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_port=proxies, x_prefix=proxies

@@ -1,20 +1,24 @@
-"""The JSON Error record for every failure, built on Werkzeug's HTTP exceptions."""
+"""Every HTTP error the service answers, in one catalogue, each a Werkzeug `HTTPException`.
+
+The handler that writes them as the JSON Error record is app/http/error_handler.py.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Flask, Response
 from werkzeug.exceptions import (
     BadRequest,
     Forbidden,
+    Gone,
     HTTPException,
+    InternalServerError,
     NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
     Unauthorized,
-    default_exceptions,
+    UnsupportedMediaType,
 )
-
-from .json_provider import json_response
 
 REALM = "plants"
 
@@ -96,50 +100,69 @@ class InsufficientScope(_BearerChallenge, Forbidden):
     oauth_error = "insufficient_scope"
 
 
-def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
-    """The error handler: every HTTP error as the JSON Error record; redirects pass through."""
-    if exc.code is None or exc.code < 400:
-        # Routing redirects are HTTPExceptions too; they are not errors.
-        return exc
-    return error_response(exc)
-
-
-def error_response(exc: HTTPException) -> Response:
-    """The JSON Error record for an HTTP error (code >= 400), keeping its status and headers."""
-    record: dict[str, Any] = {"error": exc.code, "message": exc.description or exc.name}
-    details = getattr(exc, "details", None)
-    if details:
-        record["details"] = details
-    # Built directly, not through ErrorSchema.dump: a dump costs as much as the rest of the
-    # handler, and the tests load every error response through ErrorSchema instead.
-    response = json_response(record)
-    response.status_code = exc.code
-    # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own
-    # get_headers gives only its Content-Type, so most responses need no extending.
-    if type(exc).get_headers is not HTTPException.get_headers:
-        response.headers.extend(
-            [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
-        )
-    return response
-
-
-def register_json_errors(target: Flask | Blueprint) -> None:
-    """Answer every HTTP error raised in `target` with the JSON Error record.
-
-    The handler is registered for each error status Werkzeug knows as well as for
-    HTTPException: Flask prefers a host app's handler for a status (`errorhandler(400)`)
-    to a blueprint's handler for a class, so without these a host's own error pages would
-    replace the blueprint's JSON. Unhandled exceptions reach this too: Flask logs them and
-    passes an InternalServerError, whose generic message reveals nothing.
-    """
-    target.register_error_handler(HTTPException, http_error_to_json)
-    for code in default_exceptions:
-        if code >= 400:
-            target.register_error_handler(code, http_error_to_json)
-
-
 class InsufficientStorage(HTTPException):
     """507: the store is at capacity (Werkzeug has no class for this status)."""
 
     code = 507
     description = "The store is full and cannot take a new plant."
+
+
+class InvalidChange(InvalidFields):
+    """A body that is JSON but not a valid Plant (PUT) or merge patch (PATCH)."""
+
+    def __init__(self, record: str, details: dict[str, list[str]]) -> None:
+        super().__init__(f"The request body is not a valid {record}.", "fields", details)
+
+
+#: The media type of a JSON merge patch (RFC 7396), which PATCH takes.
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class UnsupportedPatch(UnsupportedMediaType):
+    """415 for a PATCH body of another type, saying which one to send (RFC 5789 §2.2)."""
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("Accept-Patch", MERGE_PATCH)]
+
+
+class FeedOff(NotFound):
+    description = "The change feed is turned off (PLANTS_EVENTS_RETAIN=0)."
+
+
+class FeedPositionExpired(Gone):
+    description = (
+        "Some events after this position are no longer kept. List the plants again from the start"
+        " (GET /plants), then follow the feed from a new position (GET /events?after=now, taken"
+        " before the listing)."
+    )
+
+
+class RateLimitExceeded(TooManyRequests):
+    """429, with the limit's headers (Retry-After among them)."""
+
+    def __init__(self, description: str, headers: list[tuple[str, str]]) -> None:
+        super().__init__(description)
+        self.limit_headers = headers
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), *self.limit_headers]
+
+
+class KeysNotLoaded(ServiceUnavailable):
+    reason = "keys_unavailable"
+
+
+KEYS_NOT_LOADED = KeysNotLoaded(
+    "The identity provider's signing keys are not loaded yet; retry shortly.", retry_after=2
+)
+
+
+class SplitStoreRefused(InternalServerError):
+    description = "The service is misconfigured and refuses to serve; its log says why."
+
+
+class SplitMetricsRefused(InternalServerError):
+    description = (
+        "Metrics are not available: this server runs several worker processes without "
+        "PROMETHEUS_MULTIPROC_DIR, so one worker's counts would be reported as the total."
+    )

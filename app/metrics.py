@@ -30,10 +30,9 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, Request, Response, current_app, request
-from werkzeug.exceptions import InternalServerError
+from flask import Request, Response
 
-from .store import EVENT_TYPES, PlantStore, StoreUnavailableError
+from app.store import EVENT_TYPES, PlantStore, StoreUnavailableError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -123,6 +122,10 @@ class Metrics:
         """Count events served (labelled, so that, like every child here, it is made on first use)."""
         self.events_read.labels("/events").inc(events)
 
+    def count_store_error(self, reason: str) -> None:
+        """Count one store call answered 503, by its reason."""
+        self.store_errors.labels(reason).inc()
+
     def count_refusal(self, reason: str) -> None:
         """Count one refused request; the reasons are a fixed set of the auth package's."""
         child = self._refusal_children.get(reason)
@@ -162,43 +165,6 @@ class _StoreCollector:
         return []
 
 
-def _metrics(app: Flask) -> Metrics | None:
-    return app.extensions["plants"].metrics
-
-
 def start_timer(environ: dict[str, Any]) -> None:
     """Called first by the blueprint's guard, so that refusals are timed too."""
     environ[_START] = time.perf_counter()
-
-
-def count_event(app: Flask, kind: int) -> None:
-    """Count a change that the feed recorded, when the app has metrics and a feed."""
-    state = app.extensions["plants"]
-    if state.metrics is not None and state.store.events_retain:
-        state.metrics.count_event(kind)
-
-
-def count_store_error(reason: str) -> None:
-    metrics = _metrics(current_app)
-    if metrics is not None:
-        metrics.store_errors.labels(reason).inc()
-
-
-class SplitMetricsRefused(InternalServerError):
-    description = (
-        "Metrics are not available: this server runs several worker processes without "
-        "PROMETHEUS_MULTIPROC_DIR, so one worker's counts would be reported as the total."
-    )
-
-
-def exposition() -> Response:
-    """The view: the Prometheus text format."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-    from werkzeug.exceptions import NotFound
-
-    metrics = _metrics(current_app)
-    if metrics is None:
-        raise NotFound("Metrics are turned off (PLANTS_METRICS).")
-    if request.environ.get("wsgi.multiprocess") and not metrics.multiprocess:
-        raise SplitMetricsRefused()
-    return Response(generate_latest(metrics.exposition_registry()), content_type=CONTENT_TYPE_LATEST)

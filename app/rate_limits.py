@@ -21,13 +21,18 @@ token, and they never touch a host's own Flask-Limiter.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from flask import Response
-from werkzeug.exceptions import TooManyRequests
+from limits.errors import StorageError
+
+from app.errors import RateLimitExceeded
+from app.settings import Settings
+from app.store import StoreUrl, backend_error
 
 #: Token keys and window ends remembered per process, at most.
 MAX_REMEMBERED_KEYS = 100_000
@@ -41,17 +46,6 @@ class LimitState(NamedTuple):
     reset_seconds: int
 
 
-class RateLimitExceeded(TooManyRequests):
-    """429, with the limit's headers (Retry-After among them)."""
-
-    def __init__(self, description: str, state: LimitState) -> None:
-        super().__init__(description)
-        self.state = state
-
-    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
-        return [*super().get_headers(*args, **kwargs), *limit_headers(self.state, refused=True)]
-
-
 def limit_headers(state: LimitState, *, refused: bool = False) -> list[tuple[str, str]]:
     """RateLimit-Limit, -Remaining and -Reset (seconds, as the IETF draft), and Retry-After on a 429."""
     headers = [
@@ -62,6 +56,19 @@ def limit_headers(state: LimitState, *, refused: bool = False) -> list[tuple[str
     if refused:
         headers.append(("Retry-After", str(max(state.reset_seconds, 1))))
     return headers
+
+
+def _store_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method`, raising the store's StoreUnavailableError for a failure of the limits' storage."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except StorageError as exc:
+            raise backend_error(exc.storage_error, "rate limits") from None
+
+    return call
 
 
 class RateLimits:
@@ -101,6 +108,7 @@ class RateLimits:
         # Each accepted token's key in the limit store, hashed once: the tokens are a fixed set.
         self._token_keys: dict[bytes, str] = {}
 
+    @_store_errors
     def check_token(self, token: bytes) -> LimitState | None:
         """Count a request by `token` (a static token, or a JWT's subject key); raise
         RateLimitExceeded past its limit."""
@@ -117,6 +125,7 @@ class RateLimits:
         message = "Too many requests for this token; retry after Retry-After seconds."
         return self._hit(limits, key, message, self._window_ends)
 
+    @_store_errors
     def check_auth_failure(self, address: str | None) -> LimitState | None:
         """Count a refused authentication from `address`; raise RateLimitExceeded past the limit."""
         if not self._auth_failures:
@@ -145,7 +154,7 @@ class RateLimits:
                 window_ends[window_key] = reset_at
             state = LimitState(limit.amount, max(0, limit.amount - count), max(0, int(reset_at - now) + 1))
             if count > limit.amount:
-                raise RateLimitExceeded(message, state)
+                raise RateLimitExceeded(message, limit_headers(state, refused=True))
             if tightest is None or state.remaining < tightest.remaining:
                 tightest = state
         assert tightest is not None
@@ -167,23 +176,39 @@ def add_headers(environ: Mapping[str, Any], response: Response) -> None:
         response.headers.extend(limit_headers(state))
 
 
-def limits_storage_uri(store_url: str) -> str:
+def rate_limits_for(settings: Settings, url: StoreUrl) -> RateLimits | None:
+    """The app's rate limits, kept beside its plants (memory, or the same Redis); None when off."""
+    per_token, own, failures = settings.rate_limit, settings.tokens.limits, settings.auth_failure_limit
+    if not (per_token or own or failures):
+        return None
+    return RateLimits(
+        storage_uri=_storage_uri(url),
+        storage_options=_storage_options(url, settings),
+        key_prefix=f"{settings.store_prefix}:limits",
+        per_token=per_token,
+        token_overrides=own,
+        auth_failures=failures,
+    )
+
+
+def _storage_uri(url: StoreUrl) -> str:
     """The `limits` storage for a store URL: memory for memory, the same Redis (or cluster) for Redis."""
-    if store_url.startswith("unix:"):
-        return "redis+unix:" + store_url.removeprefix("unix:")
-    if store_url.startswith(("redis:", "rediss:", "redis+cluster:")):
-        return store_url
-    if store_url.startswith("rediss+cluster:"):
-        # `limits` has no TLS scheme for a cluster: its option `ssl` (limits_storage_options).
-        return "redis+cluster:" + store_url.removeprefix("rediss+cluster:")
-    return "memory://"
+    if url.scheme == "unix":
+        return "redis+unix:" + url.url.split(":", 1)[1]
+    if url.scheme == "rediss+cluster":
+        # `limits` has no TLS scheme for a cluster: its option `ssl` (_storage_options).
+        return "redis+cluster:" + url.url.split(":", 1)[1]
+    return url.url if url.shared else "memory://"
 
 
-def limits_storage_options(store_url: str, *, timeout: float, connect_timeout: float) -> dict[str, Any]:
+def _storage_options(url: StoreUrl, settings: Settings) -> dict[str, Any]:
     """The `limits` storage's options for a store URL: the store's timeouts, and TLS."""
-    if store_url.startswith("memory:"):
+    if not url.shared:
         return {}
-    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
-    if store_url.startswith("rediss+cluster:"):
+    options: dict[str, Any] = {
+        "socket_timeout": settings.store_timeout,
+        "socket_connect_timeout": settings.store_connect_timeout,
+    }
+    if url.scheme == "rediss+cluster":
         options["ssl"] = True
     return options

@@ -25,8 +25,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store import MemoryPlantStore
-from app.store.redis_groups import Groups, encode
-from app.store.redis_scripts import CREATE
+from app.store.redis.groups import Groups, encode
+from app.store.redis.lua import CREATE
 from bench.changes import preload
 from bench.run import TOKEN, Server, benchmark_parser, finish, spread, validity, wrk
 from bench.shared_store import (

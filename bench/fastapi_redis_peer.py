@@ -11,8 +11,8 @@ import os
 import redis.asyncio
 from fastapi import Depends, HTTPException
 
-from app.store.redis_groups import Groups, encode
-from app.store.redis_scripts import CREATE
+from app.store.redis.groups import Groups, encode
+from app.store.redis.lua import CREATE
 from bench.fastapi_peer import NewPlant, Plant, app, bearer
 
 client = redis.asyncio.Redis.from_url(os.environ["PLANTS_STORE_URL"])

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from app.store import redis_scripts
-from app.store.redis_groups import BUCKETS, encode, member
+from app.store.redis import lua as redis_scripts
+from app.store.redis.groups import BUCKETS, encode, member
 from bench.ab_direct import random_ids
 from bench.run import benchmark_parser, finish, spread
 from bench.shared_store import start_redis

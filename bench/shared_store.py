@@ -30,8 +30,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.store.redis_groups import Groups, encode
-from app.store.redis_scripts import CREATE
+from app.store.redis.groups import Groups, encode
+from app.store.redis.lua import CREATE
 from bench.run import (
     CLIENT_CPU,
     TICK,

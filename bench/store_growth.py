@@ -40,7 +40,7 @@ def fill(shards: int, plants: int) -> dict:
     """In this process: fill a store of `shards` dict pairs; the slow creates and the RSS."""
     import gc
 
-    from app.store import memory
+    from app.store.memory import store as memory
 
     memory.SHARDS = shards
     gc.freeze()  # as the worker does after loading the app
@@ -76,7 +76,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(fill(args.child, plants)))
         return 0
-    from app.store.memory import SHARDS
+    from app.store.memory.store import SHARDS
 
     variants = {f"shipped ({SHARDS} dict pairs by id)": SHARDS, "one dict pair (the store before)": 1}
     rounds = args.rounds or (1 if args.smoke else 2)

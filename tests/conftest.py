@@ -76,15 +76,40 @@ def store(app):
     return app.extensions["plants"].store
 
 
+@pytest.fixture(scope="session")
+def gunicorns(request):
+    """The session's real gunicorns, started on first use: one per store on the packaged worker
+    (two workers on Redis), and one on gunicorn's stock gthread worker, the packaged
+    configuration's fallback (app/server/worker/compat.py)."""
+    servers: dict[str, Gunicorn] = {}
+
+    def get(kind: str) -> Gunicorn:
+        if kind not in servers:
+            if kind == "redis":
+                env = {**redis_settings(request.getfixturevalue("redis_server")), "WEB_CONCURRENCY": "2"}
+                servers[kind] = Gunicorn(env=env)
+            elif kind == "stock-worker":
+                servers[kind] = Gunicorn(args=("--worker-class", "gthread"))
+            else:
+                servers[kind] = Gunicorn()
+        return servers[kind]
+
+    yield get
+    for server in servers.values():
+        server.stop()
+
+
 @pytest.fixture(scope="session", params=STORES)
-def gunicorn(request):
-    """One real gunicorn per store for the session (two workers on Redis); tests use ids of their own."""
-    env = {}
-    if request.param == "redis":
-        env = {**redis_settings(request.getfixturevalue("redis_server")), "WEB_CONCURRENCY": "2"}
-    server = Gunicorn(env=env)
-    yield server
-    server.stop()
+def gunicorn(request, gunicorns):
+    """One real gunicorn per store for the session; tests use ids of their own."""
+    return gunicorns(request.param)
+
+
+@pytest.fixture(scope="session", params=[*STORES, "stock-worker"])
+def either_worker(request, gunicorns):
+    """`gunicorn`, and the memory store on gunicorn's stock gthread worker too: for the contract
+    tests that hold whichever worker serves the app."""
+    return gunicorns(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from app.schemas import ErrorSchema
+from app.schemas.records import ErrorSchema
 from app.store import Plant
 
 

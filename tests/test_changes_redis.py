@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.store import Plant, plant_etag
-from app.store.redis_groups import encode
+from app.store.redis.groups import encode
 from tests.conftest import redis_settings
 from tests.helpers import call, kill_and_restart
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn

@@ -20,9 +20,9 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from app.cursor import EVENTS, decode_cursor
+from app.http.cursor import EVENTS, decode_cursor
 from app.store import Outcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
-from app.store.redis_groups import CLUSTER_GROUPS
+from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn

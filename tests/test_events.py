@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.store.redis_groups import BUCKETS
+from app.store.redis.groups import BUCKETS
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import apply_events, error_of
 from tests.test_metrics import samples

@@ -23,9 +23,13 @@ from tests.helpers import call
 from tests.servers import TOKEN
 
 
+def url_of(server) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
 @pytest.fixture
-def generated_client(gunicorn, tmp_path, monkeypatch):
-    status, _, body = call(gunicorn.connection(), "GET", "/openapi.json")
+def generated_client(either_worker, tmp_path, monkeypatch):
+    status, _, body = call(either_worker.connection(), "GET", "/openapi.json")
     assert status == 200
     document = tmp_path / "openapi.json"
     document.write_bytes(body)
@@ -45,11 +49,11 @@ def generated_client(gunicorn, tmp_path, monkeypatch):
         del sys.modules[name]
 
 
-def test_a_generated_client_creates_a_plant(gunicorn, generated_client):
+def test_a_generated_client_creates_a_plant(either_worker, generated_client):
     from plant_store_client.api.default import add_plant
     from plant_store_client.models import Error, NewPlant, Plant
 
-    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    client = generated_client.AuthenticatedClient(base_url=url_of(either_worker), token=TOKEN)
     with client:
         created = add_plant.sync_detailed(client=client, body=NewPlant(id=61001, name="Fern", tag="fern"))
         assert created.status_code == 200
@@ -130,13 +134,13 @@ def test_real_pairs_agree_with_the_document(
     openapi.validate_response(api_request, WerkzeugOpenAPIResponse(response))
 
 
-def test_a_generated_client_reads_deletes_and_pages_through_1000_plants(gunicorn, generated_client):
+def test_a_generated_client_reads_deletes_and_pages_through_1000_plants(either_worker, generated_client):
     from plant_store_client.api.default import add_plant, delete_plant, get_plant, list_plants
     from plant_store_client.models import Error, NewPlant, Plant, PlantPage
     from plant_store_client.types import UNSET
 
     base = 62_000_000
-    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    client = generated_client.AuthenticatedClient(base_url=url_of(either_worker), token=TOKEN)
     with client:
         for n in range(1000):
             tag = "generated" if n % 2 else "generated-odd"
@@ -170,11 +174,11 @@ def test_a_generated_client_reads_deletes_and_pages_through_1000_plants(gunicorn
         assert gone.parsed.error == 404
 
 
-def test_a_generated_client_changes_a_plant_under_if_match(gunicorn, generated_client):
+def test_a_generated_client_changes_a_plant_under_if_match(either_worker, generated_client):
     from plant_store_client.api.default import add_plant, get_plant, patch_plant, replace_plant
     from plant_store_client.models import Error, MergePatch, NewPlant, Plant, Replacement
 
-    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    client = generated_client.AuthenticatedClient(base_url=url_of(either_worker), token=TOKEN)
     with client:
         created = add_plant.sync_detailed(client=client, body=NewPlant(id=61002, name="Fern"))
         etag = created.headers["ETag"]
@@ -195,11 +199,11 @@ def test_a_generated_client_changes_a_plant_under_if_match(gunicorn, generated_c
         assert unchanged.status_code == 304
 
 
-def test_a_generated_client_follows_the_change_feed(gunicorn, generated_client):
+def test_a_generated_client_follows_the_change_feed(either_worker, generated_client):
     from plant_store_client.api.default import add_plant, delete_plant, list_events
     from plant_store_client.models import EventPage, EventType, NewPlant
 
-    client = generated_client.AuthenticatedClient(base_url=f"http://127.0.0.1:{gunicorn.port}", token=TOKEN)
+    client = generated_client.AuthenticatedClient(base_url=url_of(either_worker), token=TOKEN)
     with client:
         now = list_events.sync_detailed(client=client, after="now")
         assert now.status_code == 200

@@ -17,24 +17,24 @@ from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def test_create_retry_and_conflict(gunicorn):
+def test_create_retry_and_conflict(either_worker):
     plant = {"id": 1001, "name": "Fern", "tag": "fern"}
-    status, headers, body = call(gunicorn.connection(), "POST", "/plants", plant, AUTH)
+    status, headers, body = call(either_worker.connection(), "POST", "/plants", plant, AUTH)
     assert (status, headers["Content-Type"], json.loads(body)) == (
         200,
         "application/json",
         {"name": "Fern", "tag": "fern"},
     )
-    assert call(gunicorn.connection(), "POST", "/plants", plant, AUTH)[:1] == (200,)
-    assert_error(*call(gunicorn.connection(), "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
+    assert call(either_worker.connection(), "POST", "/plants", plant, AUTH)[:1] == (200,)
+    assert_error(*call(either_worker.connection(), "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
 
 
-def test_authentication_rows(gunicorn):
-    status, headers, body = call(gunicorn.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"})
+def test_authentication_rows(either_worker):
+    status, headers, body = call(either_worker.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"})
     assert_error(status, headers, body, 401)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants"'
     status, headers, body = call(
-        gunicorn.connection(),
+        either_worker.connection(),
         "POST",
         "/plants",
         {"id": 1002, "name": "Fern"},
@@ -43,39 +43,45 @@ def test_authentication_rows(gunicorn):
     assert_error(status, headers, body, 401)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_token"'
     status, headers, body = call(
-        gunicorn.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"}, {"Authorization": "Bearer "}
+        either_worker.connection(),
+        "POST",
+        "/plants",
+        {"id": 1002, "name": "Fern"},
+        {"Authorization": "Bearer "},
     )
     assert_error(status, headers, body, 400)
     assert headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_request"'
 
 
-def test_body_errors(gunicorn):
-    assert_error(*call(gunicorn.connection(), "POST", "/plants", b"{", AUTH), 400)
+def test_body_errors(either_worker):
+    assert_error(*call(either_worker.connection(), "POST", "/plants", b"{", AUTH), 400)
     record = assert_error(
-        *call(gunicorn.connection(), "POST", "/plants", {"id": 1003, "name": "F", "tags": "x"}, AUTH), 400
+        *call(either_worker.connection(), "POST", "/plants", {"id": 1003, "name": "F", "tags": "x"}, AUTH),
+        400,
     )
     assert record["details"] == {"tags": ["Unknown field."]}
     assert_error(
-        *call(gunicorn.connection(), "POST", "/plants", "{}", {**AUTH, "Content-Type": "text/plain"}), 415
+        *call(either_worker.connection(), "POST", "/plants", "{}", {**AUTH, "Content-Type": "text/plain"}),
+        415,
     )
     big = json.dumps({"id": 1003, "name": "x" * 70_000})
-    assert_error(*call(gunicorn.connection(), "POST", "/plants", big, AUTH), 413)
+    assert_error(*call(either_worker.connection(), "POST", "/plants", big, AUTH), 413)
 
 
-def test_unknown_path_and_method_are_json(gunicorn):
-    assert_error(*call(gunicorn.connection(), "GET", "/nowhere"), 404)
-    status, headers, body = call(gunicorn.connection(), "PUT", "/plants", headers=AUTH)
+def test_unknown_path_and_method_are_json(either_worker):
+    assert_error(*call(either_worker.connection(), "GET", "/nowhere"), 404)
+    status, headers, body = call(either_worker.connection(), "PUT", "/plants", headers=AUTH)
     assert_error(status, headers, body, 405)
     assert headers["Allow"] == "GET, HEAD, POST"
-    status, headers, body = call(gunicorn.connection(), "POST", "/plants/1", headers=AUTH)
+    status, headers, body = call(either_worker.connection(), "POST", "/plants/1", headers=AUTH)
     assert_error(status, headers, body, 405)
     assert headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
 
 
-def test_healthz_and_openapi(gunicorn):
-    status, _, body = call(gunicorn.connection(), "GET", "/healthz")
+def test_healthz_and_openapi(either_worker):
+    status, _, body = call(either_worker.connection(), "GET", "/healthz")
     assert (status, json.loads(body)) == (200, {"status": "ok"})
-    status, _, body = call(gunicorn.connection(), "GET", "/openapi.json")
+    status, _, body = call(either_worker.connection(), "GET", "/openapi.json")
     assert (status, json.loads(body)["openapi"]) == (200, "3.1.0")
 
 
@@ -209,3 +215,27 @@ def test_expect_100_continue_is_answered_before_the_body_is_read(gunicorn):
         answer = sock.recv(1000)
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b'{"name":"Patient fern"}\n')
+
+
+def test_a_gunicorn_without_the_workers_internals_falls_back_to_gthread_with_one_warning(tmp_path):
+    """The packaged configuration checks the gunicorn internals its worker overrides; one gone
+    (here removed before the configuration is read) means gunicorn's stock gthread worker, one
+    warning that names it, and the same service."""
+    conf = tmp_path / "changed_gunicorn.py"
+    conf.write_text(
+        "from gunicorn.http import wsgi\n"
+        "del wsgi.Response.can_sendfile  # as if a gunicorn release had renamed it\n"
+        "from app.server.gunicorn_conf import *  # noqa: F403\n"
+    )
+    server = Gunicorn(args=("-c", f"python:{conf.stem}"), env={"PYTHONPATH": str(tmp_path)})
+    try:
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 1090, "name": "Fern"}, AUTH)
+        assert (status, json.loads(body)) == (200, {"name": "Fern"})
+        assert_error(*call(server.connection(), "POST", "/plants", b"{", AUTH), 400)
+    finally:
+        server.stop()
+    log = server.output()
+    warnings = [line for line in log.splitlines() if "lacks what the packaged worker builds on" in line]
+    assert len(warnings) == 1
+    assert "gunicorn.http.wsgi.Response.can_sendfile" in warnings[0]
+    assert "Using worker: gthread" in log

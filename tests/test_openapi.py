@@ -6,7 +6,7 @@ import pytest
 from marshmallow import RAISE, Schema, fields, validate
 from openapi_spec_validator import validate as validate_spec
 
-from app.schemas import ErrorSchema, NewPlantSchema, PlantSchema, StoredPlantSchema
+from app.schemas.records import ErrorSchema, NewPlantSchema, PlantSchema, StoredPlantSchema
 
 JSON_TYPES = {fields.Integer: "integer", fields.String: "string", fields.Dict: "object", fields.List: "array"}
 

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import redis as redis_py
 
-from app.store.redis_groups import CLUSTER_GROUPS, Groups
+from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import error_of
 

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from app import create_app, strict_json
-from app.plants import plant_record, stored_plant
-from app.schemas import (
+from app import create_app
+from app.http import strict_json
+from app.plants.items import stored_plant
+from app.schemas.records import (
     INT64_MAX,
     INT64_MIN,
     NAME_MAX_LENGTH,
@@ -23,6 +24,7 @@ from app.schemas import (
     NewPlantSchema,
     PlantSchema,
     StoredPlantSchema,
+    plant_record,
 )
 from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError
 

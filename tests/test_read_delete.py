@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.store import Plant
-from app.store.redis_groups import CLUSTER_GROUPS
+from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import error_of
 

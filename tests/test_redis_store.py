@@ -18,7 +18,7 @@ import redis
 
 from app import create_app
 from app.store import Outcome, Page, Plant
-from app.store.redis_groups import Groups, encode
+from app.store.redis.groups import Groups, encode
 from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import assert_error, call, walk_pages
 from tests.load import (

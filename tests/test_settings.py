@@ -11,7 +11,7 @@ from flask import Flask
 
 from app import ConfigurationError, create_app
 from app.plants import bp
-from app.settings import api_tokens, from_environ
+from app.settings import from_environ, load_settings
 from tests.servers import ROOT, Gunicorn, free_port
 
 SETTINGS = (
@@ -29,6 +29,11 @@ SETTINGS = (
 def clean_environment(monkeypatch):
     for key in SETTINGS:
         monkeypatch.delenv(key, raising=False)
+
+
+def api_tokens(config):
+    """The full-access tokens that `config` (an app.config) sets."""
+    return load_settings(config).tokens.full
 
 
 def authorized(app, token):
@@ -182,6 +187,22 @@ def test_read_tokens_are_checked_like_full_ones():
         create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": ["bad token"]})
     with pytest.raises(ConfigurationError, match="PLANTS_READ_TOKENS_FILE names a file that cannot be read"):
         create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS_FILE": "/nonexistent/readers"})
+
+
+def test_the_store_url_comes_from_its_file_when_the_url_is_unset(tmp_path, monkeypatch):
+    with pytest.raises(ConfigurationError, match=r"^PLANTS_STORE_URL_FILE names a file that cannot be read"):
+        create_app({"PLANTS_API_TOKENS": "t", "PLANTS_STORE_URL_FILE": str(tmp_path / "missing")})
+    path = tmp_path / "url"
+    path.write_text("mysql://db/plants\n")
+    monkeypatch.setenv("PLANTS_STORE_URL_FILE", str(path))
+    with pytest.raises(ConfigurationError, match=r"^PLANTS_STORE_URL_FILE has scheme 'mysql'"):
+        create_app({"PLANTS_API_TOKENS": "t"})
+    # The URL itself, when set, wins over the file.
+    assert (
+        not create_app({"PLANTS_API_TOKENS": "t", "PLANTS_STORE_URL": "memory://"})
+        .extensions["plants"]
+        .store.shared
+    )
 
 
 def test_read_tokens_alone_do_not_open_the_service():

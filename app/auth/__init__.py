@@ -7,15 +7,11 @@ the static ones and looks like a JWS is verified as an access token.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from ..settings import token_settings
-from .access_tokens import AccessTokens
-from .caller import Caller, Outcome
-from .jwks import KeySet
-from .jwt_settings import JwtSettings, jwt_settings
-from .static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+from app.auth.access_tokens import AccessTokens
+from app.auth.caller import Caller, Outcome
+from app.auth.jwks import KeySet
+from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+from app.settings import JwtSettings, Settings
 
 __all__ = ["READ_ONLY_TOKEN", "Authenticator", "Caller", "JwtSettings", "Outcome", "authenticator_for"]
 
@@ -50,13 +46,12 @@ class Authenticator:
         return self.access_tokens is None or self.access_tokens.keys.loaded
 
 
-def authenticator_for(config: Mapping[str, Any]) -> tuple[Authenticator, dict[str, str]]:
-    """The accepted tokens of `config`, and the static tokens' own rate limits."""
-    jwt = jwt_settings(config)
-    tokens = token_settings(config, required=jwt is None)
+def authenticator_for(settings: Settings) -> Authenticator:
+    """The accepted tokens of `settings`."""
+    jwt, tokens = settings.jwt, settings.tokens
     access_tokens = None
     if jwt is not None:
         keys = KeySet(discovery_url=jwt.discovery_url, jwks_url=jwt.jwks_url, issuer=jwt.issuer)
         keys.start()
         access_tokens = AccessTokens(jwt, keys)
-    return Authenticator(StaticTokens(tokens.full, tokens.read_only), access_tokens), tokens.limits
+    return Authenticator(StaticTokens(tokens.full, tokens.read_only), access_tokens)

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import jwt
-from werkzeug.exceptions import HTTPException, ServiceUnavailable
+from werkzeug.exceptions import HTTPException
 
-from ..errors import InsufficientScope, InvalidToken
-from .caller import Caller, Outcome
-from .jwks import KeySet
-from .jwt_settings import JwtSettings
+from app.auth.caller import Caller, Outcome
+from app.auth.jwks import KeySet
+from app.errors import KEYS_NOT_LOADED, InsufficientScope, InvalidToken
+from app.settings.jwt import JwtSettings
 
 CACHE_SIZE = 10_000
 #: RFC 9068 §4: an access token's `typ`; "JWT" as many providers send; absent is accepted too.
@@ -51,15 +51,6 @@ _DECODE_REFUSALS: list[tuple[type[Exception], InvalidToken]] = [
     (jwt.MissingRequiredClaimError, MISSING_CLAIM),
     (jwt.InvalidSignatureError, BAD_SIGNATURE),
 ]
-
-
-class KeysNotLoaded(ServiceUnavailable):
-    reason = "keys_unavailable"
-
-
-KEYS_NOT_LOADED = KeysNotLoaded(
-    "The identity provider's signing keys are not loaded yet; retry shortly.", retry_after=2
-)
 
 
 class AccessTokens:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from werkzeug.exceptions import HTTPException
 
-from ..errors import InsufficientScope, InvalidToken, MalformedCredentials, MissingCredentials
-from ..settings import TOKEN_SYNTAX
-from .caller import Caller
+from app.auth.caller import Caller
+from app.errors import InsufficientScope, InvalidToken, MalformedCredentials, MissingCredentials
+from app.settings.tokens import TOKEN_SYNTAX
 
 
 def accepted_token(token: str, accepted: Iterable[bytes]) -> bytes | None:

@@ -18,56 +18,33 @@ import gc
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: The environment variables this file reads (gunicorn itself reads GUNICORN_CMD_ARGS and
-#: WEB_CONCURRENCY when it is imported, before this file).
-_GUNICORN_SETTINGS = (
-    "GUNICORN_BIND",
-    "GUNICORN_THREADS",
-    "GUNICORN_READ_TIMEOUT",
-    "GUNICORN_KEEPALIVE",
-    "GUNICORN_GRACEFUL_TIMEOUT",
-    "GUNICORN_CMD_ARGS",
-)
+from app.server.worker.compat import worker_class as _choose_worker_class
+from app.settings import ConfigurationError
+from app.settings.server import check_server_names, server_setting
 
 
-def _refuse(name: str, problem: str) -> SystemExit:
-    return SystemExit(f"Plant Store: configuration error: {name} {problem}")
-
-
-def _setting(name: str, default: str, convert: Callable[[str], Any], kind: str, minimum: float) -> Any:
-    """The environment variable `name` as `convert` reads it, or one line that names it."""
-    raw = os.environ.get(name) or default
+def _setting(name: str, default: str | None = None) -> Any:
+    """The environment variable `name`, as app/settings/server.py declares it, or one line that names it."""
     try:
-        value = convert(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise _refuse(name, f"must be {kind} >= {minimum:g}, not {raw!r}")
-    return value
+        return server_setting(name, default=default)
+    except ConfigurationError as exc:
+        raise SystemExit(f"Plant Store: configuration error: {exc}") from None
 
 
-def _check_gunicorn_names() -> None:
-    from app.settings import closest_name
-
-    for name in sorted(os.environ):
-        if name.startswith("GUNICORN_") and name not in _GUNICORN_SETTINGS:
-            closest = closest_name(name, _GUNICORN_SETTINGS)
-            hint = f"did you mean {closest}?" if closest else "see the README's Settings"
-            raise _refuse(name, f"is not a setting of this service: {hint}")
-
-
-_check_gunicorn_names()
+try:
+    check_server_names()
+except ConfigurationError as exc:
+    raise SystemExit(f"Plant Store: configuration error: {exc}") from None
 
 
 def _store_is_shared() -> bool:
-    from app.settings import from_environ, store_url
-    from app.store import check_url
+    from app.settings import from_environ, store_location
+    from app.store import StoreUrl
 
-    return check_url(store_url(from_environ())) != "memory"
+    return StoreUrl.parse(store_location(from_environ())[0]).shared
 
 
 def _default_threads() -> str:
@@ -86,30 +63,32 @@ def _default_threads() -> str:
 
 
 wsgi_app = "app:create_app()"
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
+bind = _setting("GUNICORN_BIND").split(",")
 
 # gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
-workers = _setting("WEB_CONCURRENCY", "1", int, "a whole number", 1)
-worker_class = "app.server.worker.ThreadWorker"
-threads = _setting("GUNICORN_THREADS", _default_threads(), int, "a whole number", 1)
+workers = _setting("WEB_CONCURRENCY")
+# The packaged worker (app/server/worker/), or gunicorn's stock gthread when this gunicorn lacks
+# an internal the worker builds on (app/server/worker/compat.py; on_starting logs which).
+worker_class, _missing_internals = _choose_worker_class()
+threads = _setting("GUNICORN_THREADS", _default_threads())
 # gunicorn's pure-Python HTTP parser, whatever else is installed: the optional C parser
 # (gunicorn_h1c) measured no faster here (bench/README.md) and accepts obsolete header line
 # folding that this one refuses.
 http_parser = "python"
-# A stalled read from a client gives up after this many seconds (see app/server/worker.py).
-read_timeout = _setting("GUNICORN_READ_TIMEOUT", "10", float, "a number of seconds", 0.1)
+# A stalled read from a client gives up after this many seconds (see app/server/worker/).
+read_timeout = _setting("GUNICORN_READ_TIMEOUT")
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
 # does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
-keepalive = _setting("GUNICORN_KEEPALIVE", "75", int, "a whole number of seconds", 0)
+keepalive = _setting("GUNICORN_KEEPALIVE")
 timeout = 30
 # Never recycle a worker after N requests: with the in-memory store a new worker starts empty.
 max_requests = 0
-graceful_timeout = _setting("GUNICORN_GRACEFUL_TIMEOUT", "30", int, "a whole number of seconds", 0)
+graceful_timeout = _setting("GUNICORN_GRACEFUL_TIMEOUT")
 
 # Which peers may set X-Forwarded-Proto for gunicorn itself: nobody unless set. Client address
 # and scheme behind a proxy come from PLANTS_TRUSTED_PROXIES (ProxyFix, in the app).
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
+forwarded_allow_ips = _setting("FORWARDED_ALLOW_IPS")
 
 # No management socket: nothing here uses it, and its default path is shared per user.
 control_socket_disable = True
@@ -141,12 +120,13 @@ def on_starting(server: Any) -> None:
     """Check every setting by building the app once, as each worker will; refuse a split store."""
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
     from app import ConfigurationError, create_app
+    from app.extension import plants_state
 
     try:
         # Built to check the settings only: the workers build their own, and load the keys.
-        state = create_app().extensions["plants"]
+        state = plants_state(create_app())
         state.auth.close()
-        shared = _store_is_shared()
+        shared = state.store.shared
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     if server.cfg.workers != 1 and not shared:
@@ -154,6 +134,16 @@ def on_starting(server: Any) -> None:
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
+        )
+    if _missing_internals:
+        import gunicorn
+
+        server.log.warning(
+            "Plant Store: gunicorn %s lacks what the packaged worker builds on (%s): serving with"
+            " gunicorn's stock gthread worker instead, on which a slow client can hold a request"
+            " thread. Install the gunicorn of requirements.txt (27.0).",
+            gunicorn.__version__,
+            ", ".join(_missing_internals),
         )
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",

@@ -1,16 +1,17 @@
-"""Plant stores: the interface, the backends, and the one chosen by URL.
+"""Plant stores: the interface (base.py), one class per backend, and the one a URL names.
 
-`memory://` (the default) is `MemoryPlantStore`, in this process. `redis://`, `rediss://` (TLS),
-`unix://`, and for a Redis Cluster `redis+cluster://` and `rediss+cluster://` (the `limits`
-library's notation) are `RedisPlantStore`, shared by every process that uses the same Redis and
-prefix.
+As in the `limits` library's `storage` package, each backend class lists the URL schemes it
+serves (`SCHEMES`), and `store_from_url` picks it: `memory://` (the default) is
+`MemoryPlantStore`, in this process; `redis://`, `rediss://` (TLS), `unix://`, and for a Redis
+Cluster `redis+cluster://` and `rediss+cluster://` are `RedisPlantStore`, shared by every
+process that uses the same Redis and prefix. The store never imports Flask.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from typing import Any
 
-from .base import (
+from app.store.base import (
     ANY_PLANT,
     CREATED_EVENT,
     DELETED_EVENT,
@@ -28,13 +29,15 @@ from .base import (
     PlantStore,
     Precondition,
     PreconditionFailedError,
+    SplitStoreError,
     StoreFullError,
     StoreUnavailableError,
     plant_etag,
 )
-from .memory import MemoryPlantStore
-from .redis import RedisPlantStore
-from .redis_connection import CLUSTER_SCHEMES, cluster_nodes, url_scheme
+from app.store.memory.store import MemoryPlantStore
+from app.store.redis.errors import FAILURES, unavailable
+from app.store.redis.store import RedisPlantStore
+from app.store.url import StoreUrl
 
 __all__ = [
     "ANY_PLANT",
@@ -55,47 +58,24 @@ __all__ = [
     "PlantStore",
     "Precondition",
     "PreconditionFailedError",
+    "RedisPlantStore",
+    "SplitStoreError",
     "StoreFullError",
     "StoreUnavailableError",
+    "StoreUrl",
+    "backend_error",
     "plant_etag",
     "store_from_url",
 ]
 
-SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
-
-
-def check_url(url: str) -> str:
-    """The URL's scheme, or ValueError saying what is wrong. The message never quotes the URL,
-    which can hold a password."""
-    scheme = url_scheme(url)
-    if scheme in CLUSTER_SCHEMES:
-        cluster_nodes(url)  # ValueError saying what is wrong
-        return scheme
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # ValueError when it is not a number in range
-    except ValueError:
-        raise ValueError("is not a valid URL (check the port)") from None
-    scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
-        shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"
-        raise ValueError(
-            f"has scheme {shown}; use memory://, redis://, rediss://, unix:// or redis+cluster://"
-        )
-    if scheme in ("redis", "rediss") and not parts.hostname:
-        raise ValueError(f"names no host: use {scheme}://[user:password@]host:port/db")
-    if scheme == "unix" and not parts.path:
-        raise ValueError("names no socket: use unix:///path/to/redis.sock")
-    if scheme == "memory" and (parts.netloc or parts.path or port):
-        raise ValueError("must be just memory://")
-    db = parts.path.strip("/") if scheme != "unix" else ""
-    if db and not db.isdigit():
-        raise ValueError("names a database that is not a number: use /0 to /15")
-    return scheme
+#: The backend of each URL scheme.
+BACKENDS: dict[str, Any] = {
+    scheme: backend for backend in (MemoryPlantStore, RedisPlantStore) for scheme in backend.SCHEMES
+}
 
 
 def store_from_url(
-    url: str,
+    url: str | StoreUrl,
     *,
     capacity: int,
     prefix: str,
@@ -105,11 +85,9 @@ def store_from_url(
     events_retain: int = 0,
 ) -> PlantStore:
     """The store `url` names. Raises ValueError (without quoting the URL) when it names none."""
-    if check_url(url) == "memory":
-        if min_replicas:
-            raise ValueError("names the memory store, which has no replicas for PLANTS_STORE_MIN_REPLICAS")
-        return MemoryPlantStore(capacity, events_retain)
-    return RedisPlantStore(
+    if isinstance(url, str):
+        url = StoreUrl.parse(url)
+    return BACKENDS[url.scheme].from_url(
         url,
         capacity=capacity,
         prefix=prefix,
@@ -118,3 +96,11 @@ def store_from_url(
         min_replicas=min_replicas,
         events_retain=events_retain,
     )
+
+
+def backend_error(exc: BaseException | None, user: str) -> StoreUnavailableError:
+    """A backend's error met by another `user` of the store's server (the rate limits' `limits`
+    storage on the same Redis), as the store's own: the same 503 and log line."""
+    if isinstance(exc, FAILURES):
+        return unavailable(exc)
+    return StoreUnavailableError("other", user)

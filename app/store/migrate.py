@@ -13,10 +13,11 @@ import sys
 import redis
 from redis.exceptions import RedisError
 
-from ..settings import ConfigurationError, from_environ, store_prefix, store_url, url_without_password
-from . import check_url, redis_scripts
-from .redis_connection import unavailable
-from .redis_groups import BUCKETS, member
+from app.settings import ConfigurationError, from_environ, store_location
+from app.store.redis import lua
+from app.store.redis.errors import unavailable
+from app.store.redis.groups import BUCKETS, member
+from app.store.url import StoreUrl
 
 #: Buckets read per round trip.
 BATCH = 256
@@ -28,7 +29,7 @@ PLANTS_PER_CALL = 128
 def migrate(client: redis.Redis, prefix: str) -> int:
     """Index every plant under `prefix`; mark the store as indexed; return how many were indexed."""
     tag = f"{{{prefix}}}"
-    index = client.register_script(redis_scripts.INDEX)
+    index = client.register_script(lua.INDEX)
     indexed = 0
     for start in range(0, BUCKETS, BATCH):
         pipe = client.pipeline(transaction=False)
@@ -49,26 +50,24 @@ def migrate(client: redis.Redis, prefix: str) -> int:
 
 def main() -> int:
     try:
-        config = from_environ()
-        url, prefix = store_url(config), store_prefix(config)
+        text, key, prefix = store_location(from_environ())
         try:
-            scheme = check_url(url)
+            url = StoreUrl.parse(text)
         except ValueError as exc:
-            raise ConfigurationError("PLANTS_STORE_URL", str(exc)) from None
-        if scheme == "memory":
-            raise ConfigurationError("PLANTS_STORE_URL", "names the memory store, which needs no migration")
-        if scheme.endswith("+cluster"):
+            raise ConfigurationError(key, str(exc)) from None
+        if not url.shared:
+            raise ConfigurationError(key, "names the memory store, which needs no migration")
+        if url.cluster:
             # 1.0.0 never ran on a cluster: its stores are single Redis servers.
-            raise ConfigurationError("PLANTS_STORE_URL", "names a cluster; 1.0.0 stores are on one Redis")
+            raise ConfigurationError(key, "names a cluster; 1.0.0 stores are on one Redis")
     except ConfigurationError as exc:
         print(f"Plant Store migrate: configuration error: {exc.from_environment()}", file=sys.stderr)
         return 2
     try:
-        indexed = migrate(redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5), prefix)
+        indexed = migrate(redis.Redis.from_url(url.url, socket_timeout=30, socket_connect_timeout=5), prefix)
     except RedisError as exc:
         print(
-            f"Plant Store migrate: Redis at {url_without_password(url)} failed: {unavailable(exc)};"
-            " run it again.",
+            f"Plant Store migrate: Redis at {url.redacted} failed: {unavailable(exc)}; run it again.",
             file=sys.stderr,
         )
         return 1

@@ -1,0 +1,111 @@
+"""The plants blueprint's state for one application, built once from that application's settings.
+
+It lives in `app.extensions["plants"]`, reached only through `plants_state`: nothing is
+module-level, so two apps in one process share no tokens, store, metrics or limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, current_app
+
+from app.auth import Authenticator, authenticator_for
+from app.metrics import Metrics
+from app.rate_limits import RateLimits, rate_limits_for
+from app.settings import ConfigurationError, Settings, load_settings
+from app.store import PlantStore, StoreUrl, store_from_url
+from app.store.memory.split_guard import SplitStoreGuard
+
+EXTENSION = "plants"
+
+
+@dataclass(frozen=True)
+class PlantsState:
+    """Everything the blueprint keeps per application."""
+
+    settings: Settings
+    #: The accepted tokens, static and (when an issuer is set) JWT, and what each may do.
+    auth: Authenticator
+    store: PlantStore
+    metrics: Metrics | None
+    rate_limits: RateLimits | None
+    #: For a per-process store: refuses to serve it from several processes.
+    split_guard: SplitStoreGuard | None
+    #: The store's URL without its password, for the log lines of its failures.
+    store_address: str
+
+    def serving_store(self, environ: dict[str, Any]) -> PlantStore:
+        """The store, once its split guard (if any) agrees to serve it from this process."""
+        if self.split_guard is not None:
+            self.split_guard.check(environ)
+        return self.store
+
+    def count_event(self, kind: int) -> None:
+        """Count a change that the feed recorded, when the app has metrics and a feed."""
+        if self.metrics is not None and self.store.events_retain:
+            self.metrics.count_event(kind)
+
+    @property
+    def summary(self) -> str:
+        """What is in effect, in one line for the log at start (no token, no password)."""
+        settings, static = self.settings, self.auth.static
+        read_only = sum(
+            1
+            for caller in static.callers.values()
+            if caller.read_refusal is None and caller.write_refusal is not None
+        )
+        jwt = settings.jwt.issuer if settings.jwt is not None else "off"
+        own = settings.tokens.limits
+        limits = ", ".join(
+            part
+            for part in (
+                settings.rate_limit and f"{settings.rate_limit} per token",
+                own and f"{len(own)} tokens with their own",
+                settings.auth_failure_limit and f"{settings.auth_failure_limit} failed logins per address",
+            )
+            if part
+        )
+        return (
+            f"store {self.store_address}; {len(static.callers) - read_only} full-access and {read_only}"
+            f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
+        )
+
+
+def init_state(app: Flask) -> PlantsState:
+    """`app`'s state, made from its config on first use; ConfigurationError names what is wrong."""
+    state = app.extensions.get(EXTENSION)
+    if state is None:
+        state = app.extensions[EXTENSION] = _state_for(load_settings(app.config))
+    return state
+
+
+def plants_state(app: Flask | None = None) -> PlantsState:
+    """The state of `app` (by default, the current app): the one accessor of the extension."""
+    return (app or current_app).extensions[EXTENSION]
+
+
+def _state_for(settings: Settings) -> PlantsState:
+    try:
+        url = StoreUrl.parse(settings.store_url)
+        store = store_from_url(
+            url,
+            capacity=settings.max_plants,
+            prefix=settings.store_prefix,
+            connect_timeout=settings.store_connect_timeout,
+            timeout=settings.store_timeout,
+            min_replicas=settings.store_min_replicas,
+            events_retain=settings.events_retain,
+        )
+    except ValueError as exc:
+        raise ConfigurationError(settings.store_url_key, str(exc)) from None
+    return PlantsState(
+        settings=settings,
+        auth=authenticator_for(settings),
+        store=store,
+        metrics=Metrics(store) if settings.metrics else None,
+        rate_limits=rate_limits_for(settings, url),
+        split_guard=None if store.shared else SplitStoreGuard(),
+        store_address=url.redacted,
+    )

@@ -1,0 +1,113 @@
+"""Reading a write's body: its content type, its bytes within the limit, and strict JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Request
+from werkzeug.exceptions import (
+    BadRequest,
+    ClientDisconnected,
+    HTTPException,
+    RequestEntityTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
+from werkzeug.wsgi import get_content_length
+
+from app.errors import MERGE_PATCH, UnsupportedPatch
+from app.http import strict_json
+from app.settings import DEFAULTS
+
+# The usual spellings, accepted without parsing the header.
+_JSON_CONTENT_TYPES = frozenset(
+    {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
+)
+
+
+def read_json_object(req: Request, record: str, *, merge_patch: bool = False) -> dict[str, Any]:
+    """The body as one JSON object; 415, 413, 408 or 400 (naming `record`) when it is not one.
+
+    With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
+    """
+    if merge_patch and req.mimetype == MERGE_PATCH:
+        _require_utf8(req, UnsupportedPatch)
+    else:
+        try:
+            _require_json_content_type(req)
+        except UnsupportedMediaType:
+            if not merge_patch:
+                raise
+            raise UnsupportedPatch(
+                f"A merge patch must be sent as 'Content-Type: {MERGE_PATCH}' (or application/json)."
+            ) from None
+    body = _read_body(req)
+    if not body:
+        raise BadRequest(f"The request body is empty; send a {record} JSON object.")
+    try:
+        value = strict_json.loads(body)
+    except strict_json.InvalidJSON as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"The request body must be a JSON object (a {record}).")
+    return value
+
+
+def _require_json_content_type(req: Request) -> None:
+    if req.environ.get("CONTENT_TYPE") in _JSON_CONTENT_TYPES:
+        return
+    if req.mimetype != "application/json":
+        raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
+    _require_utf8(req, UnsupportedMediaType)
+
+
+def _require_utf8(req: Request, refusal: type[UnsupportedMediaType]) -> None:
+    charset = req.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise refusal("JSON must be encoded as UTF-8.")
+
+
+def _read_body(req: Request) -> bytes:
+    """The whole request body, refused with 413 beyond the limit and 400/408 when unreadable."""
+    # A host app without MAX_CONTENT_LENGTH still gets a bounded read here.
+    limit = req.max_content_length or DEFAULTS["MAX_CONTENT_LENGTH"]
+    try:
+        body = _read_at_most(req, limit)
+    except RequestEntityTooLarge:
+        raise _too_large(limit) from None
+    except (ClientDisconnected, OSError):
+        # The body stalled past the server's read timeout, or the client left.
+        raise RequestTimeout(
+            "The request body was not received in full before the client stopped sending."
+        ) from None
+    except HTTPException:
+        raise
+    except Exception:
+        # The WSGI server refused the body's framing (e.g. gunicorn: a bad chunk size).
+        # Its exception types are its own, so they cannot be named here.
+        raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
+    if len(body) > limit:
+        raise _too_large(limit)
+    return body
+
+
+def _read_at_most(req: Request, limit: int) -> bytes:
+    """The body, or RequestEntityTooLarge past `limit` and ClientDisconnected when it ends short."""
+    length = get_content_length(req.environ)
+    if length is None:
+        # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
+        # an error, which would truncate it. Reading one byte more tells the two apart.
+        req.max_content_length = limit + 1
+        return req.get_data(cache=False)
+    # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
+    # allow, without its stream wrapper and read loop (measured: a fifth of the view's time).
+    if length > limit:
+        raise RequestEntityTooLarge()
+    body = req.environ["wsgi.input"].read(length)
+    if len(body) < length:
+        raise ClientDisconnected()
+    return body
+
+
+def _too_large(limit: int) -> RequestEntityTooLarge:
+    return RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")

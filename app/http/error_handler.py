@@ -1,0 +1,52 @@
+"""The one error handler: every HTTP error (app/errors.py) as the JSON Error record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Flask, Response
+from werkzeug.exceptions import HTTPException, default_exceptions
+
+from app.http.json_provider import json_response
+
+
+def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
+    """The error handler: every HTTP error as the JSON Error record; redirects pass through."""
+    if exc.code is None or exc.code < 400:
+        # Routing redirects are HTTPExceptions too; they are not errors.
+        return exc
+    return error_response(exc)
+
+
+def error_response(exc: HTTPException) -> Response:
+    """The JSON Error record for an HTTP error (code >= 400), keeping its status and headers."""
+    record: dict[str, Any] = {"error": exc.code, "message": exc.description or exc.name}
+    details = getattr(exc, "details", None)
+    if details:
+        record["details"] = details
+    # Built directly, not through ErrorSchema.dump: a dump costs as much as the rest of the
+    # handler, and the tests load every error response through ErrorSchema instead.
+    response = json_response(record)
+    response.status_code = exc.code
+    # Allow (405), WWW-Authenticate (401) and the like; the body is ours. Werkzeug's own
+    # get_headers gives only its Content-Type, so most responses need no extending.
+    if type(exc).get_headers is not HTTPException.get_headers:
+        response.headers.extend(
+            [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
+        )
+    return response
+
+
+def register_json_errors(target: Flask | Blueprint) -> None:
+    """Answer every HTTP error raised in `target` with the JSON Error record.
+
+    The handler is registered for each error status Werkzeug knows as well as for
+    HTTPException: Flask prefers a host app's handler for a status (`errorhandler(400)`)
+    to a blueprint's handler for a class, so without these a host's own error pages would
+    replace the blueprint's JSON. Unhandled exceptions reach this too: Flask logs them and
+    passes an InternalServerError, whose generic message reveals nothing.
+    """
+    target.register_error_handler(HTTPException, http_error_to_json)
+    for code in default_exceptions:
+        if code >= 400:
+            target.register_error_handler(code, http_error_to_json)

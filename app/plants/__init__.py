@@ -1,0 +1,58 @@
+"""The plants blueprint: the service's operations, routed by one table (routes.py) behind one
+guard (guard.py), answering every error as the JSON Error record.
+
+Register it in any Flask app: its settings come from that app's config, and its state lives in
+that app's extensions (app/extension.py), so apps never share plants.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
+
+from app.errors import InsufficientStorage, SplitStoreRefused
+from app.extension import init_state, plants_state
+from app.http.error_handler import error_response, register_json_errors
+from app.plants.guard import guard, store_unavailable
+from app.plants.routes import add_routes
+from app.rate_limits import add_headers
+from app.store import SplitStoreError, StoreFullError, StoreUnavailableError
+
+__all__ = ["bp"]
+
+bp = Blueprint("plants", __name__)
+register_json_errors(bp)
+add_routes(bp)
+bp.before_request(guard)
+
+
+@bp.record
+def _init_state(setup: BlueprintSetupState) -> None:
+    """Fail closed at registration: no tokens configured, no service."""
+    init_state(setup.app)
+
+
+@bp.after_request
+def _finish(response: Response) -> Response:
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers."""
+    state = plants_state(current_app._get_current_object())
+    if state.metrics is not None:
+        state.metrics.observe(request._get_current_object(), response)
+    if state.rate_limits is not None:
+        add_headers(request.environ, response)
+    return response
+
+
+@bp.errorhandler(StoreUnavailableError)
+def _store_unavailable(exc: StoreUnavailableError) -> Response:
+    return error_response(store_unavailable(exc))
+
+
+@bp.errorhandler(StoreFullError)
+def _store_full(exc: StoreFullError) -> Response:
+    return error_response(InsufficientStorage())
+
+
+@bp.errorhandler(SplitStoreError)
+def _split_store(exc: SplitStoreError) -> Response:
+    return error_response(SplitStoreRefused())

@@ -1,0 +1,197 @@
+"""The interface document and the interactive API page (Swagger UI), both public.
+
+`GET <prefix>/openapi.json` is app/openapi.yaml with `servers` set to where the blueprint is
+mounted, so "Try it out" calls the right URL behind a host's prefix or a proxy's. `GET
+<prefix>/docs` is Swagger UI, from the swagger-ui-py package's own files, served here: no CDN,
+nothing downloaded at run time. The page holds no token: "Authorize" asks the person for one,
+and Swagger UI keeps it in the page's memory only. `PLANTS_DOCS=false` turns the page off.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from flask import Response, current_app, request, send_from_directory
+from werkzeug.exceptions import NotFound
+
+from app.extension import plants_state
+from app.settings import JwtSettings
+
+#: Only the page's own sources may load: the assets and the document, from this service.
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+#: The Swagger UI files the page uses, out of the package's static folder.
+ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png"})
+
+# Relative URLs throughout: the page works under any prefix without knowing it.
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Plant Store API</title>
+<link rel="stylesheet" href="docs/assets/swagger-ui.css">
+<link rel="icon" type="image/png" href="docs/assets/favicon-32x32.png">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="docs/assets/swagger-ui-bundle.js"></script>
+<script src="docs/init.js"></script>
+</body>
+</html>
+"""
+INIT_SCRIPT = """window.addEventListener("load", function () {
+  window.ui = SwaggerUIBundle({
+    url: "openapi.json",
+    dom_id: "#swagger-ui",
+    presets: [SwaggerUIBundle.presets.apis],
+    layout: "BaseLayout",
+    validatorUrl: null,
+    persistAuthorization: false,
+    tryItOutEnabled: true
+  });
+});
+"""
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    """The shipped openapi.yaml, parsed once (read only), with a HEAD beside every GET."""
+    document = yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
+    for item in document["paths"].values():
+        if "get" in item:
+            item["head"] = _head_of(item["get"], document["components"]["responses"])
+    return document
+
+
+def _head_of(get: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    """The HEAD of a GET operation (RFC 9110 §9.3.2): the same answer without its body."""
+    head = {key: value for key, value in get.items() if key not in ("operationId", "responses", "summary")}
+    head["operationId"] = f"{get['operationId']}Head"
+    head["summary"] = f"{get.get('summary', get['operationId'])} (headers only)"
+    head["description"] = (
+        f"`HEAD`: the answer of `GET` ({get['operationId']}), status and headers (`Content-Length`,"
+        " `ETag`, `Link`…), without its body. Same authentication, scope, rate limit and metrics."
+    )
+    head["responses"] = {}
+    for status, response in get["responses"].items():
+        if "$ref" in response:
+            response = shared[response["$ref"].rpartition("/")[2]]
+        head["responses"][status] = {key: value for key, value in response.items() if key != "content"}
+    return head
+
+
+#: The paths the standalone app serves beside the blueprint (app/health.py): a host that embeds
+#: the blueprint does not serve them, so its document leaves them out.
+SERVICE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+@functools.lru_cache(maxsize=16)
+def document_bytes(
+    base: str,
+    jwt: JwtSettings | None = None,
+    *,
+    standalone: bool = True,
+    writes: frozenset[str] = frozenset(),
+) -> bytes:
+    """The document as JSON, served from `base` (the mount point's path); with `jwt`, the
+    provider's OpenID Connect scheme and each operation's scope (the write scope for the
+    operations in `writes`); embedded (not `standalone`), only the paths the blueprint serves."""
+    document = {**_document(), "servers": [{"url": base or "/"}]}
+    if not standalone:
+        document["paths"] = {
+            path: item for path, item in document["paths"].items() if path not in SERVICE_PATHS
+        }
+    if jwt is not None:
+        document = _with_scopes(document, jwt, writes)
+    return json.dumps(document, ensure_ascii=False).encode()
+
+
+def _with_scopes(document: dict[str, Any], jwt: JwtSettings, writes: frozenset[str]) -> dict[str, Any]:
+    """A copy of `document` that declares JWT bearer tokens and the scope of each operation."""
+    document = copy.deepcopy(document)
+    schemes = document["components"]["securitySchemes"]
+    schemes["bearerAuth"]["bearerFormat"] = "JWT"
+    schemes["openIdConnect"] = {
+        "type": "openIdConnect",
+        "openIdConnectUrl": jwt.discovery_url,
+        "description": f"JWT access tokens of {jwt.issuer} for the audience {jwt.audience}: "
+        f"{jwt.read_scope} lists and reads, {jwt.write_scope} does everything.",
+    }
+    document["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.read_scope]}]
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and operation.get("operationId") in writes:
+                operation["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.write_scope]}]
+    return document
+
+
+def _mount_point(suffix: str) -> str:
+    """The path the blueprint is mounted at, from the rule that routed this request."""
+    assert request.url_rule is not None
+    return request.script_root + request.url_rule.rule.removesuffix(suffix)
+
+
+def openapi() -> Response:
+    # The route table lists this view, so it is read here rather than imported at the top.
+    from app.plants.routes import WRITE_OPERATIONS
+
+    standalone = "health" in current_app.blueprints  # create_app's own health and readiness
+    return Response(
+        document_bytes(
+            _mount_point("/openapi.json"), _jwt_settings(), standalone=standalone, writes=WRITE_OPERATIONS
+        ),
+        mimetype="application/json",
+    )
+
+
+def _require_docs_enabled() -> None:
+    if not plants_state().settings.docs:
+        raise NotFound("The API page is turned off (PLANTS_DOCS).")
+
+
+def page() -> Response:
+    _require_docs_enabled()
+    return Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings()))
+
+
+@functools.lru_cache(maxsize=16)
+def _page_headers(jwt: JwtSettings | None) -> dict[str, str]:
+    """The page's headers; with an identity provider, the page may also read its discovery
+    document (Swagger UI shows the provider's OpenID Connect flows from it)."""
+    if jwt is None:
+        return PAGE_HEADERS
+    parts = urlsplit(jwt.discovery_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    policy = PAGE_POLICY.replace("connect-src 'self'", f"connect-src 'self' {origin}")
+    return {**PAGE_HEADERS, "Content-Security-Policy": policy}
+
+
+def _jwt_settings() -> JwtSettings | None:
+    return plants_state().settings.jwt
+
+
+def init_script() -> Response:
+    _require_docs_enabled()
+    return Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS)
+
+
+def asset(name: str) -> Response:
+    _require_docs_enabled()
+    if name not in ASSETS:
+        raise NotFound()
+    response = send_from_directory(str(resources.files("swagger_ui") / "static"), name, max_age=86400)
+    response.headers.update(PAGE_HEADERS)
+    return response

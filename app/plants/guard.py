@@ -1,0 +1,79 @@
+"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope.
+
+What each view needs comes from the route table (app/plants/routes.py). A refusal is returned,
+not raised: Flask then answers with it and skips the view, without its exception handling. An
+unauthenticated client cannot make the service read anything. One hook, with one look-up of the
+request and the state: it runs on every request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Response, current_app, request
+from werkzeug.exceptions import ServiceUnavailable
+
+from app.errors import RateLimitExceeded
+from app.extension import plants_state
+from app.http.error_handler import error_response
+from app.metrics import start_timer
+from app.plants.routes import ACCESS, LIMITED, Access
+from app.rate_limits import remember
+from app.store import StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+def guard() -> Response | None:
+    """The blueprint's before_request: refuse here, or let the view run."""
+    req = request._get_current_object()
+    environ = req.environ
+    state = plants_state(current_app._get_current_object())
+    if state.metrics is not None:
+        start_timer(environ)  # refusals are timed too
+    rule = req.url_rule
+    view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
+    access = ACCESS.get(view, Access.READ)
+    if access is Access.PUBLIC:
+        return None
+    problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
+    limits = state.rate_limits
+    # A 503 (the provider's keys not loaded yet) is not the client's failure.
+    if limits is not None and (problem is None or problem.code != 503):
+        try:
+            if problem is not None:
+                limits.check_auth_failure(req.remote_addr)
+            elif view in LIMITED:
+                remember(environ, limits.check_token(caller.limit_key))
+        except RateLimitExceeded as exc:
+            return error_response(exc)
+        except StoreUnavailableError as exc:
+            return error_response(store_unavailable(exc))
+    if problem is None:
+        problem = caller.write_refusal if access is Access.WRITE else caller.read_refusal
+        if problem is None:
+            return None
+    if state.metrics is not None:
+        state.metrics.count_refusal(problem.reason)
+    return error_response(problem)
+
+
+def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
+    """The 503 for a store that did not answer in time; the client may retry after a second."""
+    state = plants_state()
+    if state.metrics is not None:
+        state.metrics.count_store_error(exc.reason)
+    if exc.reason == "needs_migration":
+        log.error("The plant store cannot list plants: %s", exc)
+        return ServiceUnavailable(
+            "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
+        )
+    if exc.reason == "replication":
+        log.warning("The plant store's replicas did not confirm a write: %s", exc)
+        return ServiceUnavailable(
+            "The plant store's replicas did not confirm the write in time; retry shortly"
+            " (a create that did land answers 200 again).",
+            retry_after=1,
+        )
+    log.warning("The plant store at %s did not answer: %s", state.store_address, exc)
+    return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

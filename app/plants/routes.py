@@ -1,0 +1,108 @@
+"""The route table: every operation of the plants blueprint, with its rule, method, view and access.
+
+The URL rules, the JSON 405 of every other method (with `Allow`), the guard's sets of writes,
+reads and public views, and the scope of each documented operation are all derived from it:
+adding an operation is one entry here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from flask import Blueprint
+from werkzeug.exceptions import MethodNotAllowed
+
+from app.plants import changes, docs, exposition, feed, items
+
+
+class Access(enum.Enum):
+    #: No token: the document, the page, and the 405s that say only which methods to use.
+    PUBLIC = "public"
+    #: Any accepted token (a JWT with the read scope or the write scope).
+    READ = "read"
+    #: A full-access token (a JWT with the write scope).
+    WRITE = "write"
+
+
+class Route(NamedTuple):
+    rule: str
+    method: str
+    view: Callable[..., Any]
+    access: Access
+    #: The operation's id in openapi.yaml; None for routes outside the interface document.
+    operation_id: str | None = None
+    #: Whether a request counts against its token's rate limit (the plant operations do).
+    limited: bool = True
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("/plants", "POST", items.create_plant, Access.WRITE, "addPlant"),
+    Route("/plants", "GET", items.list_plants, Access.READ, "listPlants"),
+    Route("/plants/<plant_id>", "GET", items.get_plant, Access.READ, "getPlant"),
+    Route("/plants/<plant_id>", "PUT", changes.replace_plant, Access.WRITE, "replacePlant"),
+    Route("/plants/<plant_id>", "PATCH", changes.patch_plant, Access.WRITE, "patchPlant"),
+    Route("/plants/<plant_id>", "DELETE", items.delete_plant, Access.WRITE, "deletePlant"),
+    Route("/events", "GET", feed.list_events, Access.READ, "listEvents"),
+    Route("/metrics", "GET", exposition.metrics, Access.READ, limited=False),
+    Route("/openapi.json", "GET", docs.openapi, Access.PUBLIC, limited=False),
+    Route("/docs", "GET", docs.page, Access.PUBLIC, limited=False),
+    Route("/docs/init.js", "GET", docs.init_script, Access.PUBLIC, limited=False),
+    Route("/docs/assets/<name>", "GET", docs.asset, Access.PUBLIC, limited=False),
+)
+
+#: Every method a client may try on an operation's rule: those it does not serve are a JSON 405
+#: here, so that an embedded blueprint answers them rather than its host's page.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+def allowed_methods(rule: str) -> tuple[str, ...]:
+    """The methods `rule` serves: its routes', and HEAD beside GET (RFC 9110 §9.3.2)."""
+    served = {route.method for route in ROUTES if route.rule == rule}
+    if "GET" in served:
+        served.add("HEAD")
+    return tuple(method for method in METHODS if method in served)
+
+
+def _refusal(number: int, allowed: tuple[str, ...]) -> Callable[..., Any]:
+    def other_method(**_: Any) -> Any:
+        raise MethodNotAllowed(valid_methods=allowed)
+
+    other_method.__name__ = f"other_method_{number}"
+    return other_method
+
+
+#: For each operation's rule, the view of its 405, and the methods it answers.
+REFUSALS: tuple[tuple[str, Callable[..., Any], tuple[str, ...]], ...] = tuple(
+    (
+        rule,
+        _refusal(number, allowed_methods(rule)),
+        tuple(m for m in METHODS if m not in allowed_methods(rule)),
+    )
+    for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES if route.operation_id))
+)
+#: Each view's access, by its name (the endpoint without the blueprint's).
+ACCESS: dict[str, Access] = {
+    **{route.view.__name__: route.access for route in ROUTES},
+    **{view.__name__: Access.PUBLIC for _, view, _ in REFUSALS},
+}
+#: The views whose requests count against their token's rate limit.
+LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
+#: The documented operations that need the write scope.
+WRITE_OPERATIONS = frozenset(
+    route.operation_id for route in ROUTES if route.operation_id and route.access is Access.WRITE
+)
+
+
+def add_routes(bp: Blueprint) -> None:
+    """Route every entry of the table on `bp`, and the other methods of each operation's rule to its 405."""
+    for route in ROUTES:
+        bp.add_url_rule(
+            route.rule,
+            view_func=route.view,
+            methods=[route.method],
+            provide_automatic_options=False if route.operation_id else None,
+        )
+    for rule, view, methods in REFUSALS:
+        bp.add_url_rule(rule, view_func=view, methods=list(methods), provide_automatic_options=False)

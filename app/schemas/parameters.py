@@ -1,0 +1,141 @@
+"""marshmallow schemas for the path and query parameters: a plant's `id`, a page's query, and a
+page of the change feed's query."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+from werkzeug.datastructures import MultiDict
+
+from app.errors import InvalidParameters
+from app.http import strict_json
+from app.schemas.records import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_TAGS = 20
+#: A cursor is 28 base64url characters today; the bound leaves room for another version.
+MAX_CURSOR_LENGTH = 64
+#: A feed cursor is up to 50 characters on one Redis, up to about 400 on a cluster (24 feeds).
+MAX_EVENTS_CURSOR_LENGTH = 1400
+
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+
+
+class IntegralNumber(fields.Integer):
+    """An integer written as a JSON number, read as a NewPlant's `id` is: `100`, `1e2` and `100.0`
+    are 100, exactly; `1.5`, `+1`, ` 1`, `0x10`, `007` and `1_0` are refused (Python's int()
+    would take some of them)."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> int:
+        number = strict_json.integral_number(value) if isinstance(value, str) else None
+        if number is None:
+            raise self.make_error("invalid")
+        return super()._deserialize(number, attr, data, **kwargs)
+
+
+class PlantIdSchema(Schema):
+    """The `{id}` of `/plants/{id}`: an int64."""
+
+    id = IntegralNumber(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
+
+
+class PageQuerySchema(Schema):
+    """The query of `GET /plants`. Unknown parameters are refused, never ignored."""
+
+    class Meta:
+        unknown = RAISE
+
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+
+    limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
+    tags = fields.List(
+        fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
+        validate=validate.Length(min=1, max=MAX_TAGS),
+    )
+
+
+class EventsQuerySchema(Schema):
+    """The query of `GET /events`. Unknown parameters are refused, never ignored."""
+
+    class Meta:
+        unknown = RAISE
+
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+
+    limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    after = fields.String(
+        validate=validate.Regexp(
+            rf"^(?:now|[A-Za-z0-9_-]{{1,{MAX_EVENTS_CURSOR_LENGTH}}})\Z",
+            error="Must be `now` or the `next` of a page of events.",
+        )
+    )
+
+
+_plant_id_schema = PlantIdSchema()
+_page_query_schema = PageQuerySchema()
+_events_query_schema = EventsQuerySchema()
+#: Parameters that may be repeated (`?tags=fern&tags=palm`, the form style of OpenAPI).
+_LISTS = frozenset({"tags"})
+
+
+def _flat(messages: dict[str, Any]) -> dict[str, list[str]]:
+    """marshmallow's messages with a list's per-item messages (`{0: [...]}`) written out."""
+    flat = {}
+    for name, value in messages.items():
+        if isinstance(value, dict):
+            value = [f"Value {index + 1}: {text}" for index, texts in sorted(value.items()) for text in texts]
+        flat[name] = value
+    return flat
+
+
+def load_plant_id(value: str) -> int:
+    """The path's plant id; InvalidParameters naming `id` when it is not an int64."""
+    if _DECIMAL.fullmatch(value):  # plain digits within 19: the common case, without marshmallow's loop
+        plant_id = int(value)
+        if INT64_MIN <= plant_id <= INT64_MAX:
+            return plant_id
+    try:
+        return _plant_id_schema.load({"id": value})["id"]
+    except ValidationError as exc:
+        raise InvalidParameters(exc.normalized_messages()) from None
+
+
+def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
+    """The page query: `limit` (default 100), `after` when given, `tags` (deduplicated) when given.
+
+    Raises InvalidParameters naming every bad parameter: one given twice that may not be, a
+    value out of bounds, or an unknown name.
+    """
+    query = _load_query(_page_query_schema, args)
+    if "tags" in query:
+        query["tags"] = tuple(dict.fromkeys(query["tags"]))
+    return query
+
+
+def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
+    """The feed's query: `limit` (default 100), and `after` (a cursor, or `now`) when given;
+    InvalidParameters as for a page."""
+    return _load_query(_events_query_schema, args)
+
+
+def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for name, values in args.lists():
+        if name in _LISTS:
+            data[name] = values
+        elif len(values) > 1:
+            errors[name] = ["Given more than once."]
+        else:
+            data[name] = values[0]
+    try:
+        query = schema.load(data)
+    except ValidationError as exc:
+        errors.update(_flat(exc.normalized_messages()))
+    if errors:
+        raise InvalidParameters(errors)
+    return query

@@ -1,0 +1,147 @@
+"""Settings: declared once (schema.py), read from the environment or `app.config`, and checked
+into one frozen `Settings`, which is passed down to whatever needs a setting.
+
+The standalone service reads the environment; an embedded blueprint reads only its host's
+`app.config`. A ConfigurationError names the setting the way its reader sets it, and never
+contains a token or a password.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marshmallow import ValidationError
+
+from app.settings.errors import ConfigurationError, closest_name
+from app.settings.jwt import JwtSettings, jwt_settings
+from app.settings.schema import DEFAULTS, FIELDS, SettingsSchema
+from app.settings.tokens import TokenSettings, read_secret_file, token_settings
+
+__all__ = [
+    "DEFAULTS",
+    "ConfigurationError",
+    "JwtSettings",
+    "Settings",
+    "TokenSettings",
+    "check_names",
+    "closest_name",
+    "from_environ",
+    "load_settings",
+    "store_location",
+]
+
+_SCHEMA = SettingsSchema()
+#: The store when neither PLANTS_STORE_URL nor PLANTS_STORE_URL_FILE is set.
+DEFAULT_STORE_URL = "memory://"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the service was configured with, checked. Nothing here is read again from a config."""
+
+    tokens: TokenSettings
+    #: None: JWT access tokens are off.
+    jwt: JwtSettings | None
+    store_url: str
+    #: The setting the store's URL came from (PLANTS_STORE_URL or PLANTS_STORE_URL_FILE).
+    store_url_key: str
+    store_prefix: str
+    store_connect_timeout: float
+    store_timeout: float
+    max_plants: int
+    store_min_replicas: int
+    events_retain: int
+    rate_limit: str | None
+    auth_failure_limit: str | None
+    metrics: bool
+    docs: bool
+    require_if_match: bool
+    max_content_length: int
+    trusted_proxies: int
+
+
+def check_names(names: Iterable[str], *, environment: bool) -> None:
+    """ConfigurationError for the first `PLANTS_*` name that is not a setting, with the closest
+    one: a misspelled setting must stop the start, not leave its default in effect unseen."""
+    for name in names:
+        if name.startswith("PLANTS_") and name not in FIELDS:
+            closest = closest_name(name, FIELDS)
+            hint = (
+                f"did you mean {{{closest}}}?" if closest else "see the README's Settings for every setting"
+            )
+            raise ConfigurationError(
+                name, f"is not a setting of this service: {hint}", environment=environment
+            )
+
+
+def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """The settings set in `environ`, read as their types (for `app.config`); an unknown
+    `PLANTS_*` variable, or a value not of its setting's type, is a ConfigurationError."""
+    check_names(sorted(environ), environment=True)
+    values: dict[str, Any] = {}
+    for key, field in FIELDS.items():
+        text = environ.get(key)
+        if text:
+            try:
+                values[key] = field.from_text(text)
+            except ValueError as exc:
+                raise ConfigurationError(key, str(exc), environment=True) from None
+    return values
+
+
+def load_settings(config: Mapping[str, Any]) -> Settings:
+    """The checked settings of `config` (an `app.config`); ConfigurationError names the first bad one."""
+    check_names(config, environment=False)
+    values = _load(_SCHEMA, config)
+    jwt = jwt_settings(values)
+    tokens = token_settings(values, required=jwt is None)
+    store_url, store_url_key = _store_url(values, config)
+    return Settings(
+        tokens=tokens,
+        jwt=jwt,
+        store_url=store_url,
+        store_url_key=store_url_key,
+        store_prefix=values["PLANTS_STORE_PREFIX"],
+        store_connect_timeout=values["PLANTS_STORE_CONNECT_TIMEOUT"],
+        store_timeout=values["PLANTS_STORE_TIMEOUT"],
+        max_plants=values["PLANTS_MAX_PLANTS"],
+        store_min_replicas=values["PLANTS_STORE_MIN_REPLICAS"],
+        events_retain=values["PLANTS_EVENTS_RETAIN"],
+        rate_limit=values["PLANTS_RATE_LIMIT"],
+        auth_failure_limit=values["PLANTS_AUTH_FAILURE_LIMIT"],
+        metrics=values["PLANTS_METRICS"],
+        docs=values["PLANTS_DOCS"],
+        require_if_match=values["PLANTS_REQUIRE_IF_MATCH"],
+        max_content_length=values["MAX_CONTENT_LENGTH"],
+        trusted_proxies=values["PLANTS_TRUSTED_PROXIES"],
+    )
+
+
+def store_location(config: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The store's URL, the setting it came from, and its key prefix: all that a command on the
+    store (`python -m app.store.migrate`) or the server's configuration needs."""
+    values = _load(_STORE_LOCATION, config)
+    return (*_store_url(values, config), values["PLANTS_STORE_PREFIX"])
+
+
+_STORE_LOCATION = SettingsSchema(only=("PLANTS_STORE_URL", "PLANTS_STORE_URL_FILE", "PLANTS_STORE_PREFIX"))
+
+
+def _load(schema: SettingsSchema, config: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return schema.load({key: config[key] for key in schema.fields if key in config})
+    except ValidationError as exc:
+        errors = exc.normalized_messages()
+        key = next(key for key in FIELDS if key in errors)
+        raise ConfigurationError(key, str(errors[key][0])) from None
+
+
+def _store_url(values: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[str, str]:
+    """PLANTS_STORE_URL, else the content of PLANTS_STORE_URL_FILE, else memory://; and its setting."""
+    if values["PLANTS_STORE_URL_FILE"] and not values["PLANTS_STORE_URL"]:
+        key = "PLANTS_STORE_URL_FILE"
+        return read_secret_file(key, values[key]).strip(), key
+    return values["PLANTS_STORE_URL"] or DEFAULT_STORE_URL, "PLANTS_STORE_URL"

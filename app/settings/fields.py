@@ -1,0 +1,178 @@
+"""The kinds of setting: marshmallow fields that read a setting's text (from the environment) and
+check its value (from `app.config`), each refusal one phrase for ConfigurationError."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from marshmallow import ValidationError, fields
+from marshmallow.utils import missing
+
+_BOOLEANS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+class Setting(fields.Field):
+    """One setting: its default, how its environment text reads, and what values it takes.
+
+    The environment is read first (`from_text`, only the type), into `app.config`; every value is
+    then checked from there (`check`), so both ways of setting it meet the same rules.
+    """
+
+    def __init__(self, default: Any = None, **kwargs: Any) -> None:
+        super().__init__(load_default=default, **kwargs)
+
+    def from_text(self, text: str) -> Any:
+        """The value of an environment variable's text; ValueError says what it must be."""
+        return text
+
+    def check(self, value: Any) -> Any:
+        """The setting's value, or ValidationError saying what is wrong (never quoting a secret)."""
+        return value
+
+    def deserialize(
+        self, value: Any, attr: str | None = None, data: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
+        # None and "" mean "not set" in a config, as in the environment; no marshmallow "null" error.
+        if value is missing or value is None or value == "":
+            value = self.load_default
+            return value if value is None else self.check(value)
+        return self.check(value)
+
+
+class WholeNumber(Setting):
+    def __init__(self, default: int, *, minimum: int = 0, maximum: int | None = None, unit: str = "") -> None:
+        super().__init__(default)
+        self.minimum, self.maximum, self.unit = minimum, maximum, unit
+
+    def from_text(self, text: str) -> Any:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"must be a whole number, not {text!r}") from None
+
+    def check(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            raise ValidationError(f"must be a whole number >= {self.minimum}, not {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value}")
+        return value
+
+
+class Seconds(Setting):
+    """A number of seconds above 0, at most an hour."""
+
+    def from_text(self, text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"must be a number, not {text!r}") from None
+
+    def check(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+            raise ValidationError(f"must be a number of seconds above 0, not {value!r}")
+        return float(value)
+
+
+class Flag(Setting):
+    """true or false; 1/0, yes/no and on/off too."""
+
+    def from_text(self, text: str) -> Any:
+        try:
+            return _BOOLEANS[text.strip().lower()]
+        except KeyError:
+            raise ValueError(f"must be true or false, not {text!r}") from None
+
+    def check(self, value: Any) -> bool:
+        if isinstance(value, str):
+            value = _BOOLEANS.get(value.strip().lower(), value)
+        if not isinstance(value, bool):
+            raise ValidationError(f"must be true or false, not {value!r}")
+        return value
+
+
+class Text(Setting):
+    """A string matching `pattern`; `problem` says what it must be."""
+
+    def __init__(self, default: str | None = None, *, pattern: str = r".+", problem: str = "") -> None:
+        super().__init__(default)
+        self.pattern, self.problem = re.compile(pattern, re.S), problem
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not self.pattern.fullmatch(value):
+            raise ValidationError(self.problem)
+        return value
+
+
+class RateLimit(Setting):
+    """A limit in the `limits` notation ("100/second;10000/hour"); unset is off."""
+
+    def check(self, value: Any) -> str:
+        check_rate_limit(value, "is not")
+        return value
+
+
+def check_rate_limit(value: Any, problem: str) -> None:
+    from limits import parse_many
+
+    try:
+        if not isinstance(value, str) or not parse_many(value):
+            raise ValueError
+    except ValueError:
+        raise ValidationError(
+            f"{problem} a rate limit in the limits notation, e.g. 100/second;10000/hour"
+        ) from None
+
+
+class Entries(Setting):
+    """A comma-separated list (or, in `app.config`, a list): its non-empty entries, stripped."""
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        entries = value.split(",") if isinstance(value, str) else value
+        if not isinstance(entries, (list, tuple, set, frozenset)):
+            raise ValidationError(self.problem)
+        return tuple(str(entry).strip() for entry in entries if str(entry).strip())
+
+    def __init__(self, default: Any = None, *, problem: str = "must be a comma-separated list") -> None:
+        super().__init__(default)
+        self.problem = problem
+
+
+class SecureUrl(Setting):
+    """An https URL; plain http only to this machine (a provider under test or development)."""
+
+    def check(self, value: Any) -> str:
+        parts = urlsplit(value) if isinstance(value, str) else None
+        if parts is None or parts.scheme not in ("https", "http") or not parts.hostname or parts.fragment:
+            raise ValidationError("must be an https:// URL")
+        try:
+            parts.port  # noqa: B018 (a port that is not a number raises)
+        except ValueError:
+            raise ValidationError("must be an https:// URL with a valid port") from None
+        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+            raise ValidationError(
+                "must use https: keys fetched over plain http could be replaced on the way (http is "
+                "allowed only for localhost)"
+            )
+        return value
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

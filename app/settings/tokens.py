@@ -1,0 +1,95 @@
+"""The static bearer tokens: each list from its setting, else from the lines of its `_FILE`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from marshmallow import ValidationError
+
+from app.settings.errors import ConfigurationError
+from app.settings.fields import check_rate_limit
+
+# RFC 6750 §2.1 b64token: the only characters a bearer token can have.
+TOKEN_SYNTAX = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+#: Longest accepted token: "Authorization: Bearer <token>" must fit the 8 KiB header-line limit
+#: of gunicorn (limit_request_field_size, 8190) and of nginx (large_client_header_buffers 8k).
+MAX_TOKEN_LENGTH = 4096
+
+
+class TokenSettings(NamedTuple):
+    #: Tokens that may create and delete as well as read (PLANTS_API_TOKENS).
+    full: tuple[str, ...]
+    #: Tokens that may only read (PLANTS_READ_TOKENS).
+    read_only: tuple[str, ...]
+    #: The tokens given a rate limit of their own (`token@limit`), of either kind.
+    limits: dict[str, str]
+
+
+def token_settings(values: Mapping[str, Any], *, required: bool = True) -> TokenSettings:
+    """The accepted bearer tokens, full and read-only, and the ones with a rate limit of their own.
+
+    Fails closed: raises ConfigurationError when no full-access token is configured (unless not
+    `required`: JWT access tokens are on), and when a token is in both lists.
+    """
+    full, limits = _token_list(values, "PLANTS_API_TOKENS")
+    if not full and required:
+        raise ConfigurationError(
+            "PLANTS_API_TOKENS",
+            "is not set, and no API token is configured: set it (comma-separated tokens) "
+            "or {PLANTS_API_TOKENS_FILE} (a file with one token per line), or turn on JWT access "
+            "tokens with {PLANTS_JWT_ISSUER}. There is no default token.",
+        )
+    read_only, read_limits = _token_list(values, "PLANTS_READ_TOKENS")
+    both = set(full) & set(read_only)
+    if both:
+        number = next(number for number, token in enumerate(read_only, start=1) if token in both)
+        raise ConfigurationError(
+            "PLANTS_READ_TOKENS",
+            f"has a token (number {number}) that is also in {{PLANTS_API_TOKENS}}: a token is either "
+            "full-access or read-only, so remove it from one of the two",
+        )
+    return TokenSettings(full, read_only, {**limits, **read_limits})
+
+
+def read_secret_file(key: str, path: str) -> str:
+    """The content of the file a `_FILE` setting names; ConfigurationError when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            key, f"names a file that cannot be read ({exc.__class__.__name__}): {path!r}"
+        ) from None
+
+
+def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The tokens of `key` (else of `key`_FILE, one per line), and their own rate limits."""
+    entries = values.get(key) or ()
+    if not entries and values.get(f"{key}_FILE"):
+        key = f"{key}_FILE"
+        entries = tuple(line.strip() for line in read_secret_file(key, values[key]).splitlines())
+    pairs = [entry.partition("@")[::2] for entry in entries if entry]
+    limits = {}
+    for number, (token, limit) in enumerate(pairs, start=1):
+        if not TOKEN_SYNTAX.fullmatch(token):
+            raise ConfigurationError(
+                key,
+                f"has a token (number {number}) that is not a valid bearer token: "
+                "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='",
+            )
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise ConfigurationError(
+                key,
+                f"has a token (number {number}) of {len(token)} characters, which no request could "
+                f"carry through the HTTP server's 8 KiB header limit: tokens may have at most "
+                f"{MAX_TOKEN_LENGTH} characters",
+            )
+        if limit:
+            try:
+                check_rate_limit(limit, f"has a rate limit for token number {number} that is not")
+            except ValidationError as exc:
+                raise ConfigurationError(key, str(exc.messages[0])) from None
+            limits[token] = limit
+    return tuple(token for token, _ in pairs), limits

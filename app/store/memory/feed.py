@@ -1,0 +1,54 @@
+"""The memory store's change feed: the latest events in a ring, numbered by a counter that never
+goes back, appended and read under the store's own lock."""
+
+from __future__ import annotations
+
+import time
+
+from app.store.base import Event, EventPage, FeedExpiredError
+
+
+class MemoryFeed:
+    """At most `retain` events; the event numbered `n` (from 1) sits at `(n - 1) % retain`.
+
+    Not thread-safe on its own: the store calls it with its lock held, so that an event is
+    appended in the same step as its change.
+    """
+
+    def __init__(self, retain: int) -> None:
+        if retain < 0:
+            raise ValueError("retain must be >= 0")
+        self.retain = retain
+        self._ring: list[Event] = []
+        self._last = 0
+
+    def append(self, kind: int, plant_id: int, name: str, tag: str | None) -> None:
+        if not self.retain:
+            return
+        event = Event(kind, plant_id, name, tag, time.time_ns() // 1_000_000)
+        self._last += 1
+        if len(self._ring) < self.retain:
+            self._ring.append(event)
+        else:
+            self._ring[(self._last - 1) % self.retain] = event
+
+    def page(self, after: bytes | None, limit: int) -> EventPage:
+        """The events after `after` (the number of the last one read, as 8 bytes)."""
+        dropped = self._last - len(self._ring)
+        if after is None:
+            number = dropped
+        else:
+            if len(after) != 8:
+                raise ValueError("not a position of this store")
+            number = int.from_bytes(after, "big")
+            if number > self._last:
+                raise ValueError("not a position of this store")
+            if number < dropped:
+                raise FeedExpiredError
+        end = min(number + limit, self._last)
+        ring, retain = self._ring, self.retain
+        events = [ring[(n - 1) % retain] for n in range(number + 1, end + 1)]
+        return EventPage(events, end.to_bytes(8, "big"))
+
+    def now(self) -> bytes:
+        return self._last.to_bytes(8, "big")

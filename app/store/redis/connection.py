@@ -1,0 +1,189 @@
+"""The Redis store's client: one Redis, or a Redis Cluster, from the store URL; and writes that wait
+for replicas (Redis's WAIT on the write's own connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.commands.core import Script
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from app.store.base import StoreUnavailableError
+from app.store.redis import lua
+from app.store.redis.errors import FAILURES
+from app.store.redis.held import HeldConnections
+from app.store.url import StoreUrl
+
+
+def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.Redis | RedisCluster:
+    """A client for the store URL: redis-py's Redis, or its RedisCluster for a cluster URL."""
+    # One retry, on a broken connection only: a pooled connection that Redis closed (a restart),
+    # or on a cluster a node that failed (the retry follows the refreshed slot map). Every
+    # script is safe to repeat: a create that landed answers "identical", a delete "absent".
+    options: dict[str, Any] = {
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    }
+    if not url.cluster:
+        return redis.Redis.from_url(url.url, **options)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in url.nodes],
+        username=url.username,
+        password=url.password,
+        ssl=url.scheme == "rediss+cluster",
+        **options,
+    )
+
+
+class LazyClient:
+    """The client, made on first use: a RedisCluster reads the slot map when made, and the service
+    must start (and answer 503) while the cluster is down."""
+
+    def __init__(self, url: StoreUrl, *, connect_timeout: float, timeout: float) -> None:
+        self.cluster = url.cluster
+        self._make = lambda: connect(url, connect_timeout=connect_timeout, timeout=timeout)
+        self._client: redis.Redis | RedisCluster | None = None if self.cluster else self._make()
+        self._lock = threading.Lock()
+        self._nodes: dict[int, redis.Redis] = {}
+        self._held = HeldConnections()
+
+    def get(self) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    def node_for(self, key: str) -> redis.Redis:
+        """The plain client of the node that serves `key`: the client itself on a single Redis.
+
+        RedisCluster's per-command routing costs more CPU than the command's own client work
+        (bench/README.md), so commands on one group go straight to its node, whose client is
+        kept per slot, and are forgotten after a redirect or a failure.
+        """
+        client = self.get()
+        if not self.cluster:
+            return client
+        slot = key_slot(key.encode())
+        node_client = self._nodes.get(slot)
+        if node_client is None:
+            node_client = self._nodes[slot] = client.get_redis_connection(client.get_node_from_key(key))
+        return node_client
+
+    def call(self, node: redis.Redis, *command: Any) -> Any:
+        """`command` on `node` (a plain client), on this thread's held connection (redis_held.py)."""
+        return self._held.call(node, *command)
+
+    def read(self, key: str, *command: Any) -> Any:
+        """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
+        redirect or a failed node, once more through RedisCluster, which follows them (a one-key
+        read is safe on either node of a moving slot)."""
+        try:
+            return self.call(self.node_for(key), *command)
+        except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
+            if not self.cluster:
+                raise
+            self.forget(key)
+            return self.get().execute_command(*command)
+
+    def forget(self, key: str) -> None:
+        self._nodes.pop(key_slot(key.encode()), None)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def refresh_slots(client: RedisCluster) -> None:
+    """Read the slot map again; a failure here leaves it to the next call."""
+    with contextlib.suppress(*FAILURES):
+        client.nodes_manager.initialize()
+
+
+class ScriptRunner:
+    """Runs the store's scripts on the node of their group, and waits for replicas when asked.
+
+    On a cluster a script never follows ASK: while its group's slot moves between nodes, some of
+    the group's keys are on each, and a script (which reaches keys it cannot declare, the index
+    leaves) must not run on either. The scripts refuse to start on the source node (their first
+    command probes the slot, see lua.py), and ASK or TRYAGAIN is waited out here until
+    the move ends in MOVED, which refreshes redis-py's slot map, or until `moving_wait_s`.
+    """
+
+    def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
+        self._nodes = nodes
+        self._scripts: dict[str, Script] = {}
+        self._replicas = replicas
+        self._wait_ms = wait_ms
+        self._moving_wait_s = moving_wait_s
+
+    def __call__(self, name: str, keys: tuple, args: tuple, *, write: bool = False) -> Any:
+        """The answer of the script `name` of lua.py."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._nodes.get().register_script(getattr(lua, name))
+        deadline = time.monotonic() + self._moving_wait_s
+        redirects = 0
+        while True:
+            node = self._nodes.node_for(keys[0])
+            try:
+                return self._once(node, script, keys, args, wait=write and self._replicas > 0)
+            except NoScriptError:
+                node.script_load(script.script)
+            except (MovedError, ClusterDownError, RedisConnectionError) as exc:
+                redirects += 1
+                if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
+                    raise
+                # The slot has another node now (a move or a failover): MOVED names it, as
+                # RedisCluster itself patches its map; otherwise read the whole map again.
+                self._nodes.forget(keys[0])
+                if isinstance(exc, MovedError):
+                    self._nodes.get().nodes_manager.move_slot(exc)
+                else:
+                    refresh_slots(self._nodes.get())
+            except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+            except RedisTimeoutError:
+                if self._nodes.cluster:
+                    self._nodes.forget(keys[0])
+                raise
+
+    def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:
+        if not wait:
+            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args)
+        # WAIT counts the replicas that have this connection's writes, so it must follow the
+        # script on the same connection: one pipeline, one round trip.
+        pipe = node.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", self._replicas, self._wait_ms)
+        answer, confirmed = pipe.execute(raise_on_error=False)
+        for result in (answer, confirmed):
+            if isinstance(result, Exception):
+                raise result
+        if confirmed < self._replicas:
+            raise StoreUnavailableError(
+                "replication", f"Redis: {confirmed} of {self._replicas} replicas confirmed the write in time"
+            )
+        return answer

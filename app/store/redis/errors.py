@@ -1,0 +1,100 @@
+"""Redis's errors, translated once into the store's own (app/store/base.py), as the `limits`
+library's storage classes do: `RedisBacked` wraps every public method of a subclass."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from redis.exceptions import (
+    AuthenticationError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.store.base import StoreFullError, StoreUnavailableError
+
+#: Every failure a Redis call can raise (redis-py's cluster errors are not all RedisErrors).
+FAILURES = (RedisError, RedisClusterException)
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def translated(method: _Method) -> _Method:
+    """`method`, raising StoreFullError and StoreUnavailableError instead of Redis's errors."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OutOfMemoryError:
+            # maxmemory reached with noeviction: Redis refuses every write.
+            raise StoreFullError from None
+        except FAILURES as exc:
+            raise unavailable(exc) from None
+
+    return call  # type: ignore[return-value]
+
+
+class RedisBacked:
+    """A class whose public methods (and `len()`) never raise a Redis error: each is `translated`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if inspect.isfunction(value) and (not name.startswith("_") or name == "__len__"):
+                setattr(cls, name, translated(value))
+
+
+def unavailable(exc: Exception) -> StoreUnavailableError:
+    """The store's error for a Redis failure: its reason, and its cause in words, for the log.
+
+    The cause is read from the exception's class and the socket error under it, never from
+    redis-py's message, so no URL or password can reach the log.
+    """
+    if isinstance(exc, ResponseError) and str(exc).startswith("NEEDSMIGRATION"):
+        return StoreUnavailableError(
+            "needs_migration",
+            "Redis holds plants stored by 1.0.0 without the indexes that pages need: "
+            "run `python -m app.store.migrate` once",
+        )
+    if isinstance(exc, AuthenticationError):
+        reason, cause = "auth", "authentication failed (check the user and password in the URL)"
+    elif isinstance(exc, RedisTimeoutError) or _socket_error(exc, TimeoutError):
+        reason, cause = "timeout", "timed out"
+    elif isinstance(exc, RedisConnectionError):
+        if _socket_error(exc, socket.gaierror):
+            reason, cause = "name_not_resolved", "the host name did not resolve"
+        elif _socket_error(exc, ConnectionRefusedError):
+            reason, cause = "refused", "connection refused (is Redis running on that port?)"
+        else:
+            reason, cause = "connection", "the connection failed or was lost"
+    elif isinstance(exc, ReadOnlyError):
+        reason, cause = "read_only", "it is a read-only replica"
+    elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
+        # The cluster is failing over, or a slot is moving, or no node serves the slot.
+        reason, cause = "cluster", "the cluster is failing over or moving a slot"
+    else:
+        reason, cause = "other", "it answered with an error"
+    return StoreUnavailableError(reason, f"{cause} (Redis: {type(exc).__name__})")
+
+
+def _socket_error(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether a `kind` error lies under `exc` (redis-py raises its own from the socket's)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,0 +1,195 @@
+"""The Redis store's change feed: a stream per bucket group (`P:events`), appended by each write's
+own script (`record` in lua.py), read here a page at a time.
+
+A position holds, for each group, the entry ID of the last event read from its stream and how
+many events that stream had added up to it, as unsigned LEB128 varints. The count tells a reader
+whether a trim dropped an event it has not read (the EVENTS script). On a cluster, a page reads
+every group's stream in one pipeline (a round trip per node) and merges them by entry ID, so
+events come roughly in time order, and in exact order within a group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from app.store.base import Event, EventPage, FeedExpiredError
+from app.store.redis import lua
+from app.store.redis.connection import LazyClient
+from app.store.redis.errors import FAILURES
+from app.store.redis.groups import Groups
+
+#: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
+GroupPosition = tuple[int, int, int]
+
+
+def encode_position(positions: list[GroupPosition]) -> bytes:
+    out = bytearray()
+    for value in (v for position in positions for v in position):
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out)
+
+
+def decode_position(data: bytes, groups: int) -> list[GroupPosition]:
+    """The positions `encode_position` wrote; ValueError for anything else."""
+    values: list[int] = []
+    value = shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            values.append(value)
+            value = shift = 0
+        elif shift > 63:
+            raise ValueError("not a position of this store")
+    if shift or len(values) != 3 * groups:
+        raise ValueError("not a position of this store")
+    return [(values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3)]
+
+
+def _entry_id(raw: bytes) -> tuple[int, int]:
+    ms, _, seq = raw.partition(b"-")
+    return int(ms), int(seq)
+
+
+def _event(raw_id: bytes, value: bytes) -> Event:
+    """An event from its entry ID and its one field, `<kind> <id> <encoded plant>`."""
+    kind, plant_id, plant = value.split(b" ", 2)
+    length, _, rest = plant.partition(b":")
+    size = int(length)
+    tag = rest[size:]
+    return Event(
+        int(kind),
+        int(plant_id),
+        rest[:size].decode(),
+        tag.decode() if tag else None,
+        int(raw_id[: raw_id.index(b"-")]),
+    )
+
+
+def _one_group(answer: list[Any]) -> EventPage:
+    """A page of a single Redis: its events in stream order, without the merge of a cluster's."""
+    events = [_event(answer[i], answer[i + 1]) for i in range(3, len(answer), 2)]
+    last = answer[-2] if events else answer[1]
+    return EventPage(events, encode_position([(*_entry_id(last), int(answer[2]) + len(events))]))
+
+
+class _Merge:
+    """A cluster's page: a k-way merge by entry ID over the groups' streams, each read in chunks
+    (the first about `limit / groups`, doubling for a group that runs out), so that a page of N
+    reads about N events from Redis, not N from every group."""
+
+    def __init__(self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int) -> None:
+        self._feeds, self._limit = feeds, limit
+        groups = len(starts)
+        first = max(8, -(-(limit + 1) // groups))
+        self._size = [first] * groups
+        self._next = list(starts)  # where each group's next read starts
+        self._buffers: list[list[tuple[int, int, int, bytes, bytes]]] = [[] for _ in range(groups)]
+        self._exhausted = [False] * groups
+        self._positions: list[GroupPosition] = []
+        for group, answer in enumerate(feeds._read([(*start, first) for start in starts])):
+            self._take(group, answer, first)
+            self._positions.append((*_entry_id(answer[1]), int(answer[2])))
+
+    def _take(self, group: int, answer: list[Any], asked: int) -> None:
+        if answer[0] == 1:
+            raise FeedExpiredError
+        number = int(answer[2])
+        entries = [
+            (*_entry_id(answer[i]), number + k, answer[i], answer[i + 1])
+            for k, i in enumerate(range(3, len(answer), 2), 1)
+        ]
+        self._buffers[group] = entries[::-1]  # popped from the end
+        self._exhausted[group] = len(entries) < asked
+        if entries:
+            self._next[group] = (entries[-1][3].decode(), entries[-1][2])
+
+    def _refill(self, group: int) -> None:
+        self._size[group] = min(2 * self._size[group], self._limit + 1)
+        asked = self._size[group]
+        answer = self._feeds._read_one(group, (*self._next[group], asked))
+        self._take(group, answer, asked)
+
+    def page(self) -> EventPage:
+        heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
+        heapq.heapify(heap)
+        events = []
+        while heap and len(events) < self._limit:
+            _, group = heapq.heappop(heap)
+            ms, seq, number, raw_id, value = self._buffers[group].pop()
+            self._positions[group] = (ms, seq, number)
+            events.append(_event(raw_id, value))
+            # Every group with more to read keeps one buffered event, so the heap's least is the
+            # least of all.
+            if not self._buffers[group] and not self._exhausted[group]:
+                self._refill(group)
+            if self._buffers[group]:
+                heapq.heappush(heap, (self._buffers[group][-1][:2], group))
+        return EventPage(events, encode_position(self._positions))
+
+
+class GroupFeeds:
+    """Reads the feed of every bucket group of one store."""
+
+    def __init__(self, clients: LazyClient, groups: Groups, run: Callable[..., Any]) -> None:
+        self._clients, self._groups, self._run = clients, groups, run
+        #: The EVENTS script's SHA-1, as every node knows it once the runner has loaded it.
+        self._sha = hashlib.sha1(lua.EVENTS.encode(), usedforsecurity=False).hexdigest()
+
+    def page(self, after: bytes | None, limit: int) -> EventPage:
+        count = self._groups.count
+        positions = None if after is None else decode_position(after, count)
+        if positions is None:
+            args = [("", "")] * count
+        else:
+            args = [(f"{ms}-{seq}", number) for ms, seq, number in positions]
+        if count == 1:
+            answer = self._read([(*args[0], limit)])[0]
+            if answer[0] == 1:
+                raise FeedExpiredError
+            return _one_group(answer)
+        return _Merge(self, args, limit).page()
+
+    def now(self) -> bytes:
+        answers = self._read([("now", "", 0)] * self._groups.count)
+        return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
+
+    def _read_one(self, group: int, args: tuple[Any, ...]) -> Any:
+        groups = self._groups
+        return self._run("EVENTS", (groups.feed_key(group),), (groups.tags[group], "", *args))
+
+    def _read(self, per_group: list[tuple[Any, ...]]) -> list[Any]:
+        """The EVENTS script's answer for each group. It reads only its declared key (the stream),
+        so on a cluster it may run on either node of a moving slot, and runs without the probe."""
+        if self._groups.count == 1:
+            return [self._read_one(0, per_group[0])]
+        return list(self._pipelined(per_group))
+
+    def _pipelined(self, per_group: list[tuple[Any, ...]]) -> Iterator[Any]:
+        """One pipeline per node; a group whose call failed there (its node has no script yet,
+        or its slot moved) is read again through the script runner, which handles both."""
+        groups = self._groups
+        calls = [(groups.feed_key(g), (groups.tags[g], "", *args)) for g, args in enumerate(per_group)]
+        by_node: dict[int, tuple[Any, list[int]]] = {}
+        for g, (key, _) in enumerate(calls):
+            node = self._clients.node_for(key)
+            by_node.setdefault(id(node), (node, []))[1].append(g)
+        answers: list[Any] = [None] * len(calls)
+        for node, members in by_node.values():
+            pipe = node.pipeline(transaction=False)
+            for g in members:
+                pipe.evalsha(self._sha, 1, calls[g][0], *calls[g][1])
+            for g, answer in zip(members, pipe.execute(raise_on_error=False), strict=True):
+                answers[g] = answer
+        for g, answer in enumerate(answers):
+            if isinstance(answer, Exception):
+                if not isinstance(answer, (*FAILURES,)):
+                    raise answer
+                answers[g] = self._run("EVENTS", (calls[g][0],), calls[g][1])
+        return iter(answers)

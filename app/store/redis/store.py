@@ -1,0 +1,154 @@
+"""The shared store: plants in Redis, Valkey or a Redis Cluster, one atomic script per write or page.
+
+The key layout and the scripts are in `lua.py`; how plants spread over bucket groups
+(one on a single Redis, `CLUSTER_GROUPS` on a cluster) in `redis_groups.py`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Collection
+from typing import Any
+
+from app.store.base import (
+    KEEP,
+    UNCONDITIONAL,
+    Change,
+    EventPage,
+    Outcome,
+    Page,
+    Plant,
+    Precondition,
+    PreconditionFailedError,
+    StoreFullError,
+)
+from app.store.redis.connection import LazyClient, ScriptRunner
+from app.store.redis.errors import RedisBacked
+from app.store.redis.feed import GroupFeeds
+from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
+from app.store.redis.hints import GroupHints
+from app.store.redis.pages import GroupPages
+from app.store.url import CLUSTER_SCHEMES, StoreUrl
+
+_OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
+_CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
+#: How long a write waits for a group whose slot is moving between nodes, in all.
+_MOVING_WAIT_S = 1.0
+
+
+class RedisPlantStore(RedisBacked):
+    """A bounded store in Redis, shared by every worker and host that uses the same URL and prefix."""
+
+    SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+    shared = True
+
+    @classmethod
+    def from_url(cls, url: StoreUrl, **options: Any) -> RedisPlantStore:
+        return cls(url, **options)
+
+    def __init__(
+        self,
+        url: StoreUrl,
+        *,
+        capacity: int,
+        prefix: str,
+        connect_timeout: float,
+        timeout: float,
+        min_replicas: int = 0,
+        events_retain: int = 0,
+    ) -> None:
+        self.capacity = capacity
+        self.events_retain = events_retain
+        self._clients = LazyClient(url, connect_timeout=connect_timeout, timeout=timeout)
+        cluster = self._clients.cluster
+        self.groups = Groups(
+            prefix,
+            count=CLUSTER_GROUPS if cluster else 1,
+            capacity=capacity,
+            cluster=cluster,
+            retain=events_retain,
+        )
+        self._hints = GroupHints(prefix, self.groups)
+        self._cursor_key_name = f"{{{prefix}}}:cursor-key"
+        # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
+        self._run = ScriptRunner(
+            self._clients,
+            replicas=min_replicas,
+            wait_ms=max(1, int(timeout * 500)),
+            moving_wait_s=_MOVING_WAIT_S,
+        )
+        self._rewrite = min_replicas > 0
+        self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
+        self._feeds = GroupFeeds(self._clients, self.groups, self._run)
+        self._cursor_key: bytes | None = None
+
+    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
+        keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._rewrite)
+        self._hints.note(self._clients.get(), plant_id, tag)
+        answer = self._run("CREATE", keys, args, write=True)
+        if answer == 3:
+            raise StoreFullError
+        return _OUTCOMES[answer]
+
+    def get(self, plant_id: int) -> Plant | None:
+        key = self.groups.bucket_key(plant_id)
+        value = self._clients.read(key, "HGET", key, str(plant_id))
+        return None if value is None else decode(value)
+
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+        keys, args = self.groups.delete_call(plant_id, precondition)
+        # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
+        answer = self._run("DELETE", keys, args, write=True)
+        if answer == 2:
+            raise PreconditionFailedError
+        return answer == 1
+
+    def change(
+        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+    ) -> tuple[Change, Plant | None]:
+        keys, args = self.groups.change_call(plant_id, name, tag, precondition, create=create)
+        if tag is not KEEP and tag is not None:
+            self._hints.note(self._clients.get(), plant_id, tag)
+        answer = self._run("CHANGE", keys, args, write=True)
+        code = answer[0]
+        if code == 4:
+            raise PreconditionFailedError
+        if code == 5:
+            raise StoreFullError
+        return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
+
+    def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
+        """A page in (group, id) order; on a single Redis (one group) that is id order."""
+        return self._pages.page(after, limit, tags)
+
+    def events(self, after: bytes | None, limit: int) -> EventPage:
+        """Events merged from each group's stream (redis_feed.py)."""
+        return self._feeds.page(after, limit)
+
+    def events_now(self) -> bytes:
+        return self._feeds.now()
+
+    def cursor_key(self) -> bytes:
+        """A random secret kept in Redis beside the plants, made by the first process that asks."""
+        if self._cursor_key is None:
+            client = self._clients.get()
+            # A read first, so that a read-only replica can serve pages; SET NX GET then
+            # answers the key another process made meanwhile, or nil when this call made it.
+            found = client.get(self._cursor_key_name)
+            if found is None:
+                made = secrets.token_bytes(32)
+                found = client.set(self._cursor_key_name, made, nx=True, get=True) or made
+            self._cursor_key = found
+        return self._cursor_key
+
+    def __len__(self) -> int:
+        pipe = self._clients.get().pipeline(transaction=False)
+        for group in range(self.groups.count):
+            pipe.get(self.groups.count_key(group))
+        return sum(int(count or 0) for count in pipe.execute())
+
+    def ping(self) -> None:
+        self._clients.get().ping()
+
+    def close(self) -> None:
+        self._clients.close()

@@ -1,0 +1,88 @@
+"""The store's URL, parsed once into a `StoreUrl`: its scheme says which store, and for a cluster
+its nodes. A malformed URL is a ValueError that never quotes the URL, which can hold a password."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    """`memory://`, `redis://`, `rediss://` (TLS), `unix://`, or for a Redis Cluster
+    `redis+cluster://` and `rediss+cluster://` (the `limits` library's notation)."""
+
+    #: The URL as given, password included: never for a log line (`redacted` is).
+    url: str = field(repr=False)
+    scheme: str
+    #: A cluster's `host:port` list, and the user and password its URL gives.
+    nodes: tuple[tuple[str, int], ...] = ()
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, url: str) -> StoreUrl:
+        """The URL, checked; ValueError saying what is wrong, without quoting it."""
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme in CLUSTER_SCHEMES:
+            return cls(url, scheme, *_cluster_nodes(url))
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # ValueError when it is not a number in range
+        except ValueError:
+            raise ValueError("is not a valid URL (check the port)") from None
+        scheme = parts.scheme.lower()
+        if scheme not in SCHEMES:
+            shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"
+            raise ValueError(
+                f"has scheme {shown}; use memory://, redis://, rediss://, unix:// or redis+cluster://"
+            )
+        if scheme in ("redis", "rediss") and not parts.hostname:
+            raise ValueError(f"names no host: use {scheme}://[user:password@]host:port/db")
+        if scheme == "unix" and not parts.path:
+            raise ValueError("names no socket: use unix:///path/to/redis.sock")
+        if scheme == "memory" and (parts.netloc or parts.path or port):
+            raise ValueError("must be just memory://")
+        db = parts.path.strip("/") if scheme != "unix" else ""
+        if db and not db.isdigit():
+            raise ValueError("names a database that is not a number: use /0 to /15")
+        return cls(url, scheme)
+
+    @property
+    def shared(self) -> bool:
+        """Whether every process that uses this URL shares one store (all but memory://)."""
+        return self.scheme != "memory"
+
+    @property
+    def cluster(self) -> bool:
+        return self.scheme in CLUSTER_SCHEMES
+
+    @property
+    def redacted(self) -> str:
+        """The URL fit for a log line: its password, if any, replaced by `***`."""
+        scheme, sep, rest = self.url.partition("://")
+        userinfo, at, hosts = rest.rpartition("@")
+        if not at or ":" not in userinfo:
+            return self.url
+        return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{hosts}"
+
+
+def _cluster_nodes(url: str) -> tuple[tuple[tuple[str, int], ...], str | None, str | None]:
+    rest = url.split("://", 1)[1]
+    userinfo, _, hosts = rest.rpartition("@")
+    hosts = hosts.rstrip("/")
+    if "/" in hosts or "?" in hosts or "#" in hosts:
+        raise ValueError(
+            "takes no path or options: use redis+cluster://[user:password@]host:port[,host:port...]"
+        )
+    nodes = []
+    for address in hosts.split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("needs host:port for every node: redis+cluster://host:port[,host:port...]")
+        nodes.append((host.strip("[]"), int(port)))
+    user, _, password = userinfo.partition(":")
+    return tuple(nodes), unquote(user) or None, unquote(password) if userinfo and ":" in userinfo else None
