@@ -1,6 +1,6 @@
 """Prometheus metrics for the plants blueprint, served at `<prefix>/metrics` behind the bearer token.
 
-Per application (in `extensions["plants"]`): its own registry with
+Per application (in its state, app/extension.py): its own registry with
 
 - `plants_http_requests_total{route, method, status}` and
 - `plants_http_request_duration_seconds{route}` (a histogram), for every request the blueprint

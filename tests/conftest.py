@@ -15,6 +15,18 @@ from app import create_app
 from tests.servers import TOKEN, Gunicorn, RedisClusterServers, RedisServer
 
 STORES = ["memory", "redis"]
+#: Each directory's marker (registered in setup.cfg): `pytest -m "unit or contract"` is the fast subset.
+KINDS = ("unit", "contract", "integration")
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test with its directory's kind."""
+    for item in items:
+        kind = item.path.parent.name
+        if kind in KINDS:
+            item.add_marker(getattr(pytest.mark, kind))
+
+
 STORES_AND_CLUSTER = [*STORES, "cluster"]
 
 

@@ -86,7 +86,7 @@ class KeySet:
         self._refreshing = False
         self._closed = False
         reference = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())
+        os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
 
     @property
     def loaded(self) -> bool:

@@ -22,8 +22,9 @@ class OrjsonProvider(DefaultJSONProvider):
 
     def response(self, *args: Any, **kwargs: Any) -> Response:
         obj = self._prepare_response_obj(args, kwargs)
-        return self._app.response_class(
-            orjson.dumps(obj, default=self.default, option=orjson.OPT_APPEND_NEWLINE), mimetype=self.mimetype
+        return self._app.response_class(  # type: ignore[return-value]
+            orjson.dumps(obj, default=self.default, option=orjson.OPT_APPEND_NEWLINE),  # type: ignore[arg-type]
+            mimetype=self.mimetype,
         )
 
 

@@ -33,7 +33,7 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
         raise InvalidJSON(f"duplicate key {duplicate!r}")
     return obj
 

@@ -29,15 +29,15 @@ bp.before_request(guard)
 @bp.record
 def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
-    init_state(setup.app)
+    init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
 
 
 @bp.after_request
 def _finish(response: Response) -> Response:
     """Every answer of the blueprint: counted in the metrics, with the rate-limit headers."""
-    state = plants_state(current_app._get_current_object())
+    state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
-        state.metrics.observe(request._get_current_object(), response)
+        state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
     if state.rate_limits is not None:
         add_headers(request.environ, response)
     return response

@@ -26,7 +26,7 @@ _merge_patch_schema = MergePatchSchema()
 def replace_plant(plant_id: str) -> Response:
     """Replace the plant's name and tag (a missing tag removes it), or create it: 200 or 201."""
     number = load_plant_id(plant_id)
-    req = request._get_current_object()
+    req = request._get_current_object()  # type: ignore[attr-defined]
     state = plants_state()
     precondition = write_precondition(req, state.settings.require_if_match)
     plant = _load(_replacement_schema, read_json_object(req, "Plant"), number, "Plant")
@@ -43,6 +43,7 @@ def replace_plant(plant_id: str) -> Response:
     if change is Change.ABSENT:
         raise precondition_failed(number, absent=True)
     _count(state, change)
+    assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
     response = with_etag(json_response(plant_record(stored)), stored)
     if change is Change.CREATED:
         response.status_code = 201
@@ -53,7 +54,7 @@ def replace_plant(plant_id: str) -> Response:
 def patch_plant(plant_id: str) -> Response:
     """Apply a merge patch: `name` changes it, `tag` sets it, `"tag": null` removes it; 404 when absent."""
     number = load_plant_id(plant_id)
-    req = request._get_current_object()
+    req = request._get_current_object()  # type: ignore[attr-defined]
     state = plants_state()
     precondition = write_precondition(req, state.settings.require_if_match)
     body = read_json_object(req, "JSON merge patch", merge_patch=True)
@@ -70,6 +71,7 @@ def patch_plant(plant_id: str) -> Response:
     if change is Change.ABSENT:
         raise PlantNotFound(number)
     _count(state, change)
+    assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
     return with_etag(json_response(plant_record(stored)), stored)
 
 

@@ -28,7 +28,7 @@ def list_events() -> Response:
     after = query.get("after")
     try:
         if after == "now":
-            events, position = [], store.events_now()
+            events, position = [], store.events_now()  # type: ignore[var-annotated]
         else:
             start = None if after is None else decode_cursor(key, after, None, EVENTS)
             events, position = store.events(start, query["limit"])

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 def guard() -> Response | None:
     """The blueprint's before_request: refuse here, or let the view run."""
-    req = request._get_current_object()
+    req = request._get_current_object()  # type: ignore[attr-defined]
     environ = req.environ
-    state = plants_state(current_app._get_current_object())
+    state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         start_timer(environ)  # refusals are timed too
     rule = req.url_rule
@@ -44,17 +44,19 @@ def guard() -> Response | None:
             if problem is not None:
                 limits.check_auth_failure(req.remote_addr)
             elif view in LIMITED:
+                assert caller is not None  # authenticated
                 remember(environ, limits.check_token(caller.limit_key))
         except RateLimitExceeded as exc:
             return error_response(exc)
         except StoreUnavailableError as exc:
             return error_response(store_unavailable(exc))
     if problem is None:
+        assert caller is not None
         problem = caller.write_refusal if access is Access.WRITE else caller.read_refusal
         if problem is None:
             return None
     if state.metrics is not None:
-        state.metrics.count_refusal(problem.reason)
+        state.metrics.count_refusal(problem.reason)  # type: ignore[attr-defined]  # the auth package's refusals
     return error_response(problem)
 
 

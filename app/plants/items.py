@@ -31,8 +31,8 @@ _plant_schema = PlantSchema()
 def create_plant() -> Response:
     """Create a plant; an identical retry answers the same, a conflicting one 409."""
     # One context look-up each, not one per attribute: a proxied look-up costs ~0.8 µs.
-    req = request._get_current_object()
-    state = plants_state(current_app._get_current_object())
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     value = read_json_object(req, "NewPlant")
     try:
         plant = _new_plant_schema.load(value)
@@ -90,7 +90,7 @@ def _next_url(args: Any, cursor: str) -> str:
 def get_plant(plant_id: str) -> Response:
     """The plant with this id, as the create answers it; 404 when there is none."""
     number = load_plant_id(plant_id)
-    req = request._get_current_object()
+    req = request._get_current_object()  # type: ignore[attr-defined]
     plant = plants_state().serving_store(req.environ).get(number)
     if plant is None:
         raise PlantNotFound(number)
@@ -102,7 +102,7 @@ def delete_plant(plant_id: str) -> Response:
     it does not match If-Match."""
     number = load_plant_id(plant_id)
     state = plants_state()
-    precondition = write_precondition(request._get_current_object(), state.settings.require_if_match)
+    precondition = write_precondition(request._get_current_object(), state.settings.require_if_match)  # type: ignore[attr-defined]
     try:
         deleted = state.serving_store(request.environ).delete(number, precondition)
     except PreconditionFailedError:

@@ -48,7 +48,7 @@ class PageQuerySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}  # type: ignore[misc]
 
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
@@ -64,7 +64,7 @@ class EventsQuerySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}
+    error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}  # type: ignore[misc]
 
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     after = fields.String(

@@ -111,7 +111,7 @@ class FlatSchema(Schema):
         result: dict[str, Any] = {}
         for name, field in self._flat_dump:
             value = obj.get(name, missing)
-            if value is missing or not field.is_plain(value):
+            if value is missing or not field.is_plain(value):  # type: ignore[attr-defined]
                 value = field.serialize(name, obj, accessor=self.get_attribute)
                 if value is missing:
                     continue

@@ -8,6 +8,7 @@ contains a token or a password.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,10 +43,11 @@ DEFAULT_STORE_URL = "memory://"
 class Settings:
     """What the service was configured with, checked. Nothing here is read again from a config."""
 
-    tokens: TokenSettings
+    #: Never in a repr: the tokens and the store's URL (its password) must not reach a log.
+    tokens: TokenSettings = dataclasses.field(repr=False)
     #: None: JWT access tokens are off.
     jwt: JwtSettings | None
-    store_url: str
+    store_url: str = dataclasses.field(repr=False)
     #: The setting the store's URL came from (PLANTS_STORE_URL or PLANTS_STORE_URL_FILE).
     store_url_key: str
     store_prefix: str
@@ -61,6 +63,18 @@ class Settings:
     require_if_match: bool
     max_content_length: int
     trusted_proxies: int
+
+
+def _attribute(key: str) -> str:
+    """The Settings attribute of a setting read as it is: its name without PLANTS_, in lower case."""
+    return key.removeprefix("PLANTS_").lower()
+
+
+#: The Settings attributes that hold one setting's checked value as it is (the store's URL may
+#: come from PLANTS_STORE_URL_FILE instead).
+_PLAIN = (frozenset(field.name for field in dataclasses.fields(Settings)) & set(map(_attribute, FIELDS))) - {
+    "store_url"
+}
 
 
 def check_names(names: Iterable[str], *, environment: bool) -> None:
@@ -99,25 +113,8 @@ def load_settings(config: Mapping[str, Any]) -> Settings:
     jwt = jwt_settings(values)
     tokens = token_settings(values, required=jwt is None)
     store_url, store_url_key = _store_url(values, config)
-    return Settings(
-        tokens=tokens,
-        jwt=jwt,
-        store_url=store_url,
-        store_url_key=store_url_key,
-        store_prefix=values["PLANTS_STORE_PREFIX"],
-        store_connect_timeout=values["PLANTS_STORE_CONNECT_TIMEOUT"],
-        store_timeout=values["PLANTS_STORE_TIMEOUT"],
-        max_plants=values["PLANTS_MAX_PLANTS"],
-        store_min_replicas=values["PLANTS_STORE_MIN_REPLICAS"],
-        events_retain=values["PLANTS_EVENTS_RETAIN"],
-        rate_limit=values["PLANTS_RATE_LIMIT"],
-        auth_failure_limit=values["PLANTS_AUTH_FAILURE_LIMIT"],
-        metrics=values["PLANTS_METRICS"],
-        docs=values["PLANTS_DOCS"],
-        require_if_match=values["PLANTS_REQUIRE_IF_MATCH"],
-        max_content_length=values["MAX_CONTENT_LENGTH"],
-        trusted_proxies=values["PLANTS_TRUSTED_PROXIES"],
-    )
+    plain = {name: value for key, value in values.items() if (name := _attribute(key)) in _PLAIN}
+    return Settings(tokens=tokens, jwt=jwt, store_url=store_url, store_url_key=store_url_key, **plain)
 
 
 def store_location(config: Mapping[str, Any]) -> tuple[str, str, str]:

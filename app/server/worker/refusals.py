@@ -8,11 +8,12 @@ client too slow to send its request (408).
 from __future__ import annotations
 
 import json
+import socket
 
 from gunicorn import util
 
 
-def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
+def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     """Stands in for gunicorn.util.write_error in the worker process.
 
     `mesg` is left out: it can quote the request's bytes, headers included.

@@ -119,7 +119,7 @@ class _Merge:
     def page(self) -> EventPage:
         heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
         heapq.heapify(heap)
-        events = []
+        events: list[Event] = []
         while heap and len(events) < self._limit:
             _, group = heapq.heappop(heap)
             ms, seq, number, raw_id, value = self._buffers[group].pop()
@@ -145,6 +145,7 @@ class GroupFeeds:
     def page(self, after: bytes | None, limit: int) -> EventPage:
         count = self._groups.count
         positions = None if after is None else decode_position(after, count)
+        args: list[tuple[str, Any]]
         if positions is None:
             args = [("", "")] * count
         else:

@@ -13,9 +13,9 @@ import pytest
 
 from app.store.redis.groups import BUCKETS
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
+from tests.contract.test_metrics import samples
+from tests.contract.test_pages import forged
 from tests.helpers import apply_events, error_of
-from tests.test_metrics import samples
-from tests.test_pages import forged
 
 MERGE_PATCH = "application/merge-patch+json"
 TIME = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")

@@ -8,8 +8,8 @@ import pytest
 
 from app.store import plant_etag
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
+from tests.contract.test_metrics import request_count, samples
 from tests.helpers import error_of
-from tests.test_metrics import request_count, samples
 
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "app"
+APP = Path(__file__).resolve().parents[2] / "app"
 
 #: Each concern's layer: a module may import its own layer and the ones below (higher numbers).
 LAYERS = {
