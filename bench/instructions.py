@@ -1,7 +1,8 @@
 """Instructions per request, in process: a figure that machine noise does not move.
 
-    python bench/instructions.py                 # floor, create, 400, 401, get and page, under valgrind
+    python bench/instructions.py                 # every path below, under valgrind
     python bench/instructions.py create 400      # some of them
+    python bench/instructions.py --budget        # the paths of bench/instruction-budget.json, against it
 
 Each path runs twice under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`), with
 300 and 1,300 requests through the WSGI app without a server. The difference divided by 1,000 is
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -27,12 +29,16 @@ TOKEN = "bench-token"
 #: Each path: which app, the request body, the token, and the status every response must have.
 #: `get` and `page` are GETs (of a plant, of the first page of 100) of a store preloaded with
 #: PRELOAD plants in every run, so that the preload cancels out of the difference.
+#: `304` is a GET of a plant with its current ETag in If-None-Match; `put` replaces a preloaded
+#: plant, its name changing every time.
 PATHS = {
     "floor": ("floor", None, TOKEN, 200),
     "create": ("service", None, TOKEN, 200),
     "400": ("service", b'{"id": "1", "name": 5, "tags": "x"}', TOKEN, 400),
     "401": ("service", b'{"id": 1, "name": "Boston fern"}', "wrong-token", 401),
     "get": ("service", b"", TOKEN, 200),
+    "304": ("service", b"", TOKEN, 304),
+    "put": ("service", None, TOKEN, 200),
     "page": ("service", b"", TOKEN, 200),
 }
 FEW, MANY = 300, 1300
@@ -76,16 +82,11 @@ def serve(path: str, count: int) -> None:
         statuses.append(status)
         return lambda data: None
 
-    if path in ("get", "page"):
+    if path in ("get", "304", "put", "page"):
         store = app.extensions["plants"].store
         for number in range(PRELOAD):
             store.create(number, f"Snake plant {number:05d}", "vine")
-        requests = [
-            environ(b"", token, "GET", f"/plants/{number % PRELOAD}")
-            if path == "get"
-            else environ(b"", token, "GET", "/plants", "limit=100")
-            for number in range(count)
-        ]
+        requests = [request_of(path, number % PRELOAD, token) for number in range(count)]
     else:
         requests = [environ(body, token) for body in itertools.islice(bodies(fixed), count)]
     for env in requests:
@@ -97,16 +98,52 @@ def serve(path: str, count: int) -> None:
         raise SystemExit(f"{path}: {len(wrong)} responses were not {expected}, e.g. {wrong[0]}")
 
 
+def request_of(path: str, number: int, token: str) -> dict:
+    """The environ of a request of `path` that reads or changes the preloaded plant `number`."""
+    if path == "page":
+        return environ(b"", token, "GET", "/plants", "limit=100")
+    if path == "put":
+        body = b'{"name": "Renamed %05d", "tag": "vine"}' % number
+        return environ(body, token, "PUT", f"/plants/{number}")
+    request = environ(b"", token, "GET", f"/plants/{number}")
+    if path == "304":
+        from app.store import plant_etag
+
+        request["HTTP_IF_NONE_MATCH"] = f'"{plant_etag(f"Snake plant {number:05d}", "vine")}"'
+    return request
+
+
 def instructions(path: str, count: int) -> int:
     result = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
          sys.executable, __file__, "--serve", path, str(count)],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
     )  # fmt: skip
     match = re.search(r"Collected : (\d+)", result.stderr)
     if not match:
         raise SystemExit(f"no instruction count from valgrind: {result.stderr[-2000:]}")
     return int(match.group(1))
+
+
+#: The committed budget of instructions per request (CONTRIBUTING.md says when it moves).
+BUDGET = ROOT / "bench" / "instruction-budget.json"
+#: How far over its budget a path may count before the budget check fails.
+TOLERANCE = 0.03
+
+
+def per_request(path: str) -> int:
+    """The app's instructions per request of `path`: start-up and warm-up cancelled out."""
+    return round((instructions(path, MANY) - instructions(path, FEW)) / (MANY - FEW))
+
+
+def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
+    """Each path whose count passes its budget by more than TOLERANCE, said in one line."""
+    return [
+        f"{path}: {count:,} instructions per request, {count / budget[path] - 1:+.1%} against the budget"
+        f" of {budget[path]:,} (at most {TOLERANCE:.0%} over)"
+        for path, count in counts.items()
+        if count > budget[path] * (1 + TOLERANCE)
+    ]
 
 
 def main() -> int:
@@ -115,17 +152,26 @@ def main() -> int:
     )
     parser.add_argument("paths", nargs="*", help=f"any of {', '.join(PATHS)} (default: all)")
     parser.add_argument("--serve", nargs=2, metavar=("PATH", "COUNT"), help=argparse.SUPPRESS)
+    parser.add_argument("--budget", action="store_true", help=f"count the paths of {BUDGET.name}, against it")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return 0
+    if args.budget:
+        budget = json.loads(BUDGET.read_text())
+        counts = {path: per_request(path) for path in budget}
+        print("| path | instructions per request | budget | ratio |\n|---|---:|---:|---:|")
+        for path, count in counts.items():
+            print(f"| {path} | {count:,} | {budget[path]:,} | {count / budget[path]:.3f} |")
+        problems = over_budget(counts, budget)
+        print("\n".join(problems) or "Every path is within its budget.")
+        return 1 if problems else 0
     unknown = set(args.paths) - set(PATHS)
     if unknown:
         parser.error(f"unknown paths: {', '.join(sorted(unknown))}")
     print("| path | instructions per request |\n|---|---:|")
     for path in args.paths or PATHS:
-        per_request = (instructions(path, MANY) - instructions(path, FEW)) / (MANY - FEW)
-        print(f"| {path} | {per_request:,.0f} |", flush=True)
+        print(f"| {path} | {per_request(path):,} |", flush=True)
     return 0
 
 
