@@ -121,6 +121,11 @@ def page_paths(cursors: list[str], query: str, step: int, wanted: int) -> list[s
     return [first, *(f"{first}&after={quote(cursor)}" for cursor in cursors[::every])]
 
 
+def ratio(value: float, base: float) -> float:
+    """value / base; NaN when a smoke run's second saw no CPU tick of the base (a busy machine)."""
+    return value / base if base else float("nan")
+
+
 def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--plants", type=int, help="plants in each large store (default 1,000,000)")
@@ -243,13 +248,17 @@ def main() -> int:
     for store in ("memory", "redis"):
         cpu = {name: results[f"{store}: {name}"]["server_cpu_us_per_request"]
                for name in ("create", "page, large", "page, small", "rare page, large")}  # fmt: skip
-        ratios[f"{store}: get / create (req/s, large store)"] = (
-            results[f"{store}: get, large"]["rps"] / results[f"{store}: create"]["rps"]
+        ratios[f"{store}: get / create (req/s, large store)"] = ratio(
+            results[f"{store}: get, large"]["rps"], results[f"{store}: create"]["rps"]
         )
-        ratios[f"{store}: page of 100, large / create (server CPU)"] = cpu["page, large"] / cpu["create"]
-        ratios[f"{store}: page of 100, large / small (server CPU)"] = cpu["page, large"] / cpu["page, small"]
-        ratios[f"{store}: 1% tag page / page (server CPU, large)"] = (
-            cpu["rare page, large"] / cpu["page, large"]
+        ratios[f"{store}: page of 100, large / create (server CPU)"] = ratio(
+            cpu["page, large"], cpu["create"]
+        )
+        ratios[f"{store}: page of 100, large / small (server CPU)"] = ratio(
+            cpu["page, large"], cpu["page, small"]
+        )
+        ratios[f"{store}: 1% tag page / page (server CPU, large)"] = ratio(
+            cpu["rare page, large"], cpu["page, large"]
         )
         if f"{store}: create (other tree)" in results:
             ratios[f"{store}: create / other tree's create (req/s)"] = (
