@@ -65,21 +65,20 @@ def allowed_methods(rule: str) -> tuple[str, ...]:
     return tuple(method for method in METHODS if method in served)
 
 
-def _refusal(number: int, allowed: tuple[str, ...]) -> Callable[..., Any]:
+def _refusal(number: int, rule: str) -> tuple[str, Callable[..., Any], tuple[str, ...]]:
+    """The 405 view of an operation's `rule`, and the methods it answers."""
+    allowed = allowed_methods(rule)
+
     def other_method(**_: Any) -> Any:
         raise MethodNotAllowed(valid_methods=allowed)
 
     other_method.__name__ = f"other_method_{number}"
-    return other_method
+    return rule, other_method, tuple(method for method in METHODS if method not in allowed)
 
 
 #: For each operation's rule, the view of its 405, and the methods it answers.
-REFUSALS: tuple[tuple[str, Callable[..., Any], tuple[str, ...]], ...] = tuple(
-    (
-        rule,
-        _refusal(number, allowed_methods(rule)),
-        tuple(m for m in METHODS if m not in allowed_methods(rule)),
-    )
+REFUSALS = tuple(
+    _refusal(number, rule)
     for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES if route.operation_id))
 )
 #: Each view's access, by its name (the endpoint without the blueprint's).

@@ -112,7 +112,7 @@ def load_settings(config: Mapping[str, Any]) -> Settings:
     values = _load(_SCHEMA, config)
     jwt = jwt_settings(values)
     tokens = token_settings(values, required=jwt is None)
-    store_url, store_url_key = _store_url(values, config)
+    store_url, store_url_key = _store_url(values)
     plain = {name: value for key, value in values.items() if (name := _attribute(key)) in _PLAIN}
     return Settings(tokens=tokens, jwt=jwt, store_url=store_url, store_url_key=store_url_key, **plain)
 
@@ -121,7 +121,7 @@ def store_location(config: Mapping[str, Any]) -> tuple[str, str, str]:
     """The store's URL, the setting it came from, and its key prefix: all that a command on the
     store (`python -m app.store.migrate`) or the server's configuration needs."""
     values = _load(_STORE_LOCATION, config)
-    return (*_store_url(values, config), values["PLANTS_STORE_PREFIX"])
+    return (*_store_url(values), values["PLANTS_STORE_PREFIX"])
 
 
 _STORE_LOCATION = SettingsSchema(only=("PLANTS_STORE_URL", "PLANTS_STORE_URL_FILE", "PLANTS_STORE_PREFIX"))
@@ -136,7 +136,7 @@ def _load(schema: SettingsSchema, config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(key, str(errors[key][0])) from None
 
 
-def _store_url(values: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[str, str]:
+def _store_url(values: Mapping[str, Any]) -> tuple[str, str]:
     """PLANTS_STORE_URL, else the content of PLANTS_STORE_URL_FILE, else memory://; and its setting."""
     if values["PLANTS_STORE_URL_FILE"] and not values["PLANTS_STORE_URL"]:
         key = "PLANTS_STORE_URL_FILE"
