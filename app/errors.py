@@ -9,6 +9,7 @@ from typing import Any
 
 from werkzeug.exceptions import (
     BadRequest,
+    Conflict,
     Forbidden,
     Gone,
     HTTPException,
@@ -135,6 +136,37 @@ class FeedPositionExpired(Gone):
         " (GET /plants), then follow the feed from a new position (GET /events?after=now, taken"
         " before the listing)."
     )
+
+
+class InvalidWebhook(InvalidFields):
+    """A webhook endpoint's body that is JSON but not valid (`url`, `events`, `description`,
+    `status`), or a replay's `after`."""
+
+    def __init__(self, record: str, details: dict[str, list[str]]) -> None:
+        super().__init__(f"The request body is not a valid {record}.", "fields", details)
+
+
+class WebhookNotFound(NotFound):
+    def __init__(self, endpoint_id: str) -> None:
+        super().__init__(f"There is no webhook endpoint with id {endpoint_id!r}.")
+
+
+class WebhooksFull(InsufficientStorage):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} webhook endpoints are registered, the most this service keeps"
+            " (PLANTS_WEBHOOKS_MAX): delete one first."
+        )
+
+
+class WebhooksNeedFeed(Conflict):
+    description = (
+        "Webhooks deliver the change feed's events, and the feed is turned off (PLANTS_EVENTS_RETAIN=0)."
+    )
+
+
+class WebhookChanged(Conflict):
+    description = "The webhook endpoint was changed by another request meanwhile; send the change again."
 
 
 class RateLimitExceeded(TooManyRequests):

@@ -17,6 +17,7 @@ from app.rate_limits import RateLimits, rate_limits_for
 from app.settings import ConfigurationError, Settings, load_settings
 from app.store import PlantStore, StoreUrl, store_from_url
 from app.store.memory.split_guard import SplitStoreGuard
+from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"
 
@@ -35,6 +36,9 @@ class PlantsState:
     split_guard: SplitStoreGuard | None
     #: The store's URL without its password, for the log lines of its failures.
     store_address: str
+    #: This process's webhook deliveries (app/webhooks/), started by the gunicorn worker or the
+    #: first change to an endpoint.
+    deliverer: Deliverer
 
     def serving_store(self, environ: dict[str, Any]) -> PlantStore:
         """The store, once its split guard (if any) agrees to serve it from this process."""
@@ -100,12 +104,14 @@ def _state_for(settings: Settings) -> PlantsState:
         )
     except ValueError as exc:
         raise ConfigurationError(settings.store_url_key, str(exc)) from None
+    metrics = Metrics(store) if settings.metrics else None
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),
         store=store,
-        metrics=Metrics(store) if settings.metrics else None,
+        metrics=metrics,
         rate_limits=rate_limits_for(settings, url),
         split_guard=None if store.shared else SplitStoreGuard(),
         store_address=url.redacted,
+        deliverer=Deliverer(store, settings, user_agent=user_agent(), metrics=metrics),
     )

@@ -15,6 +15,8 @@ Per application (in its state, app/extension.py): its own registry with
   `keys_unavailable`);
 - `plants_events_appended_total{type}`: changes this service wrote to the change feed, by event
   type, and `plants_events_read_total`: events it served from `GET /events`;
+- `plants_webhook_attempts_total{outcome}`, `plants_webhook_delivery_seconds` (from a change to its
+  2xx) and `plants_webhook_lag_events{endpoint}` (events each endpoint has yet to be sent);
 - `plants_stored`: how many plants the store holds, read from the store at scrape time.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 
 _START = "plants.started"
 # Request durations in seconds: a create takes about 0.3 ms; Redis faults take up to the timeouts.
+#: From a change to its webhook's 2xx, in seconds: a poll and a round trip, up to the retries' hours.
+WEBHOOK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0, 300.0, 3600.0, 36000.0)
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -46,7 +50,7 @@ class Metrics:
     """One application's metrics and the registry they are exposed from."""
 
     def __init__(self, store: PlantStore) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry(auto_describe=True)
@@ -89,6 +93,26 @@ class Metrics:
         )
         self._refusal_children: dict[str, Any] = {}
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self.webhook_attempts = Counter(
+            "plants_webhook_attempts",
+            "Webhook delivery attempts, by outcome: delivered (2xx), status (another HTTP status), or"
+            " the error (timeout, refused, redirect, tls, address, name_not_resolved, connection).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.webhook_latency = Histogram(
+            "plants_webhook_delivery_seconds",
+            "Time from a change to its webhook's 2xx.",
+            buckets=WEBHOOK_BUCKETS,
+            registry=self.registry,
+        )
+        self.webhook_lag = Gauge(
+            "plants_webhook_lag_events",
+            "Events of the feed each webhook endpoint has yet to be sent.",
+            ["endpoint"],
+            registry=self.registry,
+            multiprocess_mode="livemax",
+        )
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
 
@@ -121,6 +145,16 @@ class Metrics:
     def count_read(self, events: int) -> None:
         """Count events served (labelled, so that, like every child here, it is made on first use)."""
         self.events_read.labels("/events").inc(events)
+
+    def count_webhook_attempt(self, outcome: str) -> None:
+        self.webhook_attempts.labels(outcome).inc()
+
+    def observe_webhook_latency(self, seconds: float) -> None:
+        self.webhook_latency.observe(seconds)
+
+    def set_webhook_lag(self, endpoint_id: str, events: int) -> None:
+        """The endpoints are at most PLANTS_WEBHOOKS_MAX, so the label is bounded."""
+        self.webhook_lag.labels(endpoint_id).set(events)
 
     def count_store_error(self, reason: str) -> None:
         """Count one store call answered 503, by its reason."""

@@ -71,6 +71,11 @@ class AccessTokens:
             reason="insufficient_scope",
             scope=settings.write_scope,
         )
+        self._needs_webhooks = InsufficientScope(
+            f"This token may not manage webhooks: that needs the scope {settings.webhooks_scope}.",
+            reason="insufficient_scope",
+            scope=settings.webhooks_scope,
+        )
 
     def verify(self, token: str) -> Outcome:
         """The caller of a valid token, or why it is refused."""
@@ -137,6 +142,7 @@ class AccessTokens:
             b"jwt:" + hashlib.sha256(subject.encode()).hexdigest().encode(),
             None if read else self._needs_read,
             None if write else self._needs_write,
+            None if self.settings.webhooks_scope in scopes else self._needs_webhooks,
         )
 
 

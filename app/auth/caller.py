@@ -17,6 +17,8 @@ class Caller(NamedTuple):
     read_refusal: HTTPException | None
     #: The refusal of a write (create, delete), or None when the caller may write.
     write_refusal: HTTPException | None
+    #: The refusal of every /webhooks operation, or None when the caller may manage webhooks.
+    webhooks_refusal: HTTPException | None
 
 
 #: An authentication's outcome: the refusal, or None and the caller.

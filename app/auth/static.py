@@ -36,6 +36,12 @@ READ_ONLY_TOKEN = InsufficientScope(
     "This bearer token may only read: creating, changing and deleting need a full-access token.",
     reason="read_only",
 )
+#: Webhook endpoints hold their signing secrets: a read-only token may not even list them.
+READ_ONLY_WEBHOOKS = InsufficientScope(
+    "This bearer token may only read plants: webhook endpoints hold signing secrets, and every"
+    " /webhooks operation needs a full-access token.",
+    reason="read_only",
+)
 
 
 def bearer_token(header: str | None) -> tuple[HTTPException | None, str]:
@@ -58,10 +64,10 @@ class StaticTokens:
         self.callers: dict[bytes, Caller] = {}
         for token in full:
             key = token.encode("ascii")
-            self.callers[key] = Caller(key, None, None)
+            self.callers[key] = Caller(key, None, None, None)
         for token in read_only:
             key = token.encode("ascii")
-            self.callers[key] = Caller(key, None, READ_ONLY_TOKEN)
+            self.callers[key] = Caller(key, None, READ_ONLY_TOKEN, READ_ONLY_WEBHOOKS)
 
     def caller(self, token: str) -> Caller | None:
         """The caller of `token`, compared with every configured token in constant time."""

@@ -28,9 +28,9 @@ class OrjsonProvider(DefaultJSONProvider):
         )
 
 
-def json_response(obj: Any) -> Response:
+def json_response(obj: Any, status: int = 200) -> Response:
     """A JSON answer of the blueprint: compact UTF-8 in the service's own key order (`error`,
     `message`, `details`; `type`, `plant`, `time`), whatever JSON provider a host app uses."""
     return current_app.response_class(
-        orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE), mimetype="application/json"
+        orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE), status=status, mimetype="application/json"
     )

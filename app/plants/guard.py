@@ -52,7 +52,13 @@ def guard() -> Response | None:
             return error_response(store_unavailable(exc))
     if problem is None:
         assert caller is not None
-        problem = caller.write_refusal if access is Access.WRITE else caller.read_refusal
+        problem = (
+            caller.read_refusal
+            if access is Access.READ
+            else caller.write_refusal
+            if access is Access.WRITE
+            else caller.webhooks_refusal
+        )
         if problem is None:
             return None
     if state.metrics is not None:

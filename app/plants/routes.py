@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from flask import Blueprint
 from werkzeug.exceptions import MethodNotAllowed
 
-from app.plants import changes, docs, exposition, feed, items
+from app.plants import changes, docs, exposition, feed, items, webhooks
 
 
 class Access(enum.Enum):
@@ -24,6 +24,8 @@ class Access(enum.Enum):
     READ = "read"
     #: A full-access token (a JWT with the write scope).
     WRITE = "write"
+    #: A full-access static token, or a JWT with the webhooks scope: every /webhooks operation.
+    WEBHOOKS = "webhooks"
 
 
 class Route(NamedTuple):
@@ -45,6 +47,28 @@ ROUTES: tuple[Route, ...] = (
     Route("/plants/<plant_id>", "PATCH", changes.patch_plant, Access.WRITE, "patchPlant"),
     Route("/plants/<plant_id>", "DELETE", items.delete_plant, Access.WRITE, "deletePlant"),
     Route("/events", "GET", feed.list_events, Access.READ, "listEvents"),
+    Route("/webhooks", "POST", webhooks.create_webhook, Access.WEBHOOKS, "createWebhook"),
+    Route("/webhooks", "GET", webhooks.list_webhooks, Access.WEBHOOKS, "listWebhooks"),
+    Route("/webhooks/<endpoint_id>", "GET", webhooks.get_webhook, Access.WEBHOOKS, "getWebhook"),
+    Route("/webhooks/<endpoint_id>", "PATCH", webhooks.patch_webhook, Access.WEBHOOKS, "patchWebhook"),
+    Route("/webhooks/<endpoint_id>", "DELETE", webhooks.delete_webhook, Access.WEBHOOKS, "deleteWebhook"),
+    Route(
+        "/webhooks/<endpoint_id>/rotate",
+        "POST",
+        webhooks.rotate_webhook_secret,
+        Access.WEBHOOKS,
+        "rotateWebhookSecret",
+    ),
+    Route(
+        "/webhooks/<endpoint_id>/attempts",
+        "GET",
+        webhooks.list_webhook_attempts,
+        Access.WEBHOOKS,
+        "listWebhookAttempts",
+    ),
+    Route(
+        "/webhooks/<endpoint_id>/replay", "POST", webhooks.replay_webhook, Access.WEBHOOKS, "replayWebhook"
+    ),
     Route("/metrics", "GET", exposition.metrics, Access.READ, limited=False),
     Route("/openapi.json", "GET", docs.openapi, Access.PUBLIC, limited=False),
     Route("/docs", "GET", docs.page, Access.PUBLIC, limited=False),

@@ -176,6 +176,16 @@ def post_worker_init(worker: Any) -> None:
     """
     worker.read_timeout = read_timeout
     gc.freeze()
+    _start_webhooks(worker)
+
+
+def _start_webhooks(worker: Any) -> None:
+    """Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none)."""
+    from app.extension import plants_state
+
+    app = worker.wsgi
+    if hasattr(app, "extensions") and "plants" in app.extensions:
+        plants_state(app).deliverer.start()
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -56,6 +56,12 @@ class Settings:
     max_plants: int
     store_min_replicas: int
     events_retain: int
+    webhooks_deliver: bool
+    webhooks_max: int
+    webhooks_allow_hosts: tuple[str, ...]
+    webhooks_timeout: float
+    webhooks_retry_scale: float
+    webhooks_rotation_overlap: int
     rate_limit: str | None
     auth_failure_limit: str | None
     metrics: bool

@@ -86,6 +86,25 @@ class Seconds(Setting):
         return float(value)
 
 
+class Scale(Setting):
+    """A factor from `minimum` to 1."""
+
+    def __init__(self, default: float, *, minimum: float) -> None:
+        super().__init__(default)
+        self.minimum = minimum
+
+    def from_text(self, text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"must be a number, not {text!r}") from None
+
+    def check(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.minimum <= value <= 1:
+            raise ValidationError(f"must be a number from {self.minimum} to 1, not {value!r}")
+        return float(value)
+
+
 class Flag(Setting):
     """true or false; 1/0, yes/no and on/off too."""
 
@@ -148,6 +167,35 @@ class Entries(Setting):
     def __init__(self, default: Any = None, *, problem: str = "must be a comma-separated list") -> None:
         super().__init__(default)
         self.problem = problem
+
+
+class Hosts(Entries):
+    """Host names, IP addresses and CIDRs, comma-separated; never a link-local or unspecified one."""
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        hosts = super().check(value)
+        for host in hosts:
+            try:
+                network = ipaddress.ip_network(host, strict=False)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", host):
+                    raise ValidationError(
+                        f"must list host names, IP addresses or CIDRs, and {host!r} is none of them"
+                    ) from None
+                continue
+            if (
+                network.is_link_local
+                or network.is_unspecified
+                or network.overlaps(_LINK_LOCAL[network.version])
+            ):
+                raise ValidationError(
+                    f"may not allow {host}: link-local and unspecified addresses (the cloud metadata"
+                    " endpoint 169.254.169.254 among them) are always refused"
+                )
+        return tuple(host.lower() for host in hosts)
+
+
+_LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
 
 
 class SecureUrl(Setting):

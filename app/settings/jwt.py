@@ -20,6 +20,7 @@ class JwtSettings(NamedTuple):
     leeway: int
     read_scope: str
     write_scope: str
+    webhooks_scope: str
 
     @property
     def discovery_url(self) -> str:
@@ -45,4 +46,5 @@ def jwt_settings(values: Mapping[str, Any]) -> JwtSettings | None:
         leeway=values["PLANTS_JWT_LEEWAY"],
         read_scope=values["PLANTS_JWT_READ_SCOPE"],
         write_scope=values["PLANTS_JWT_WRITE_SCOPE"],
+        webhooks_scope=values["PLANTS_JWT_WEBHOOKS_SCOPE"],
     )

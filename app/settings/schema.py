@@ -10,7 +10,18 @@ from typing import Any
 
 from marshmallow import EXCLUDE, Schema, ValidationError
 
-from app.settings.fields import Entries, Flag, RateLimit, Seconds, SecureUrl, Setting, Text, WholeNumber
+from app.settings.fields import (
+    Entries,
+    Flag,
+    Hosts,
+    RateLimit,
+    Scale,
+    Seconds,
+    SecureUrl,
+    Setting,
+    Text,
+    WholeNumber,
+)
 
 #: The algorithms a provider signs access tokens with: all asymmetric (RFC 8725 §3.1). A shared
 #: secret (HS*) would let every service that verifies tokens also mint them.
@@ -53,6 +64,7 @@ class SettingsSchema(Schema):
     PLANTS_JWT_LEEWAY = WholeNumber(30, maximum=MAX_LEEWAY, unit=" seconds")
     PLANTS_JWT_READ_SCOPE = Text("plants:read", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
     PLANTS_JWT_WRITE_SCOPE = Text("plants:write", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
+    PLANTS_JWT_WEBHOOKS_SCOPE = Text("plants:webhooks", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
     # Static bearer tokens (app/settings/tokens.py reads each list, else the lines of its _FILE).
     PLANTS_API_TOKENS = Entries(problem="must be a comma-separated list of tokens")
     PLANTS_API_TOKENS_FILE = Text(problem="must be a file's path")
@@ -73,6 +85,15 @@ class SettingsSchema(Schema):
     PLANTS_STORE_MIN_REPLICAS = WholeNumber(0)
     #: The change feed keeps at least this many of the latest events; 0 turns it off.
     PLANTS_EVENTS_RETAIN = WholeNumber(100_000)
+    # Webhooks (docs/webhooks.md).
+    PLANTS_WEBHOOKS_DELIVER = Flag(True)
+    PLANTS_WEBHOOKS_MAX = WholeNumber(50)
+    PLANTS_WEBHOOKS_ALLOW_HOSTS = Hosts(
+        (), problem="must be a comma-separated list of host names, addresses or CIDRs"
+    )
+    PLANTS_WEBHOOKS_TIMEOUT = Seconds(15.0)
+    PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.0001)
+    PLANTS_WEBHOOKS_ROTATION_OVERLAP = WholeNumber(86_400, maximum=30 * 86_400, unit=" seconds")
     PLANTS_RATE_LIMIT = RateLimit()
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
     PLANTS_METRICS = Flag(True)

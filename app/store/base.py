@@ -5,7 +5,10 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Collection
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from app.store.endpoints import EndpointStore
 
 
 class Outcome(enum.Enum):
@@ -129,6 +132,15 @@ class Event(NamedTuple):
     time_ms: int
 
 
+class FeedEntry(NamedTuple):
+    """An event as a deliverer reads it: its id (the same each time it is read, different for every
+    event the store ever records) and the position just after it."""
+
+    event: Event
+    id: str
+    position: bytes
+
+
 class EventPage(NamedTuple):
     """Up to `limit` events, and the position after them (the same position when there are none)."""
 
@@ -230,6 +242,17 @@ class PlantStore(Protocol):
     def events_now(self) -> bytes:
         """The position after the latest event: following it yields only later changes."""
         ...
+
+    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        """As `events`, each event with its id and the position after it; and the page's end."""
+        ...
+
+    def feed_count(self, position: bytes) -> int:
+        """How many events the feed had recorded up to `position` (ValueError: not a position)."""
+        ...
+
+    #: The webhook endpoints kept beside the plants (app/store/endpoints.py).
+    endpoints: EndpointStore
 
     def cursor_key(self) -> bytes:
         """The secret that signs page cursors, the same for every process that shares the store."""

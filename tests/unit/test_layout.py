@@ -27,6 +27,7 @@ LAYERS = {
     "app.auth": 2,
     "app.rate_limits": 2,
     "app.metrics": 2,
+    "app.webhooks": 2,
     "app.errors": 3,
     "app.store": 4,
     "app.settings": 5,

@@ -3,9 +3,10 @@ goes back, appended and read under the store's own lock."""
 
 from __future__ import annotations
 
+import secrets
 import time
 
-from app.store.base import Event, EventPage, FeedExpiredError
+from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
 
 
 class MemoryFeed:
@@ -21,6 +22,8 @@ class MemoryFeed:
         self.retain = retain
         self._ring: list[Event] = []
         self._last = 0
+        #: Event ids start with it: the numbers start again with the process, the ids never repeat.
+        self._epoch = secrets.token_hex(6)
 
     def append(self, kind: int, plant_id: int, name: str, tag: str | None) -> None:
         if not self.retain:
@@ -49,6 +52,20 @@ class MemoryFeed:
         ring, retain = self._ring, self.retain
         events = [ring[(n - 1) % retain] for n in range(number + 1, end + 1)]
         return EventPage(events, end.to_bytes(8, "big"))
+
+    def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        events, end = self.page(after, limit)
+        first = int.from_bytes(end, "big") - len(events)
+        return [
+            FeedEntry(event, f"{self._epoch}-{n}", n.to_bytes(8, "big"))
+            for n, event in enumerate(events, first + 1)
+        ], end
+
+    @staticmethod
+    def count(position: bytes) -> int:
+        if len(position) != 8:
+            raise ValueError("not a position of this store")
+        return int.from_bytes(position, "big")
 
     def now(self) -> bytes:
         return self._last.to_bytes(8, "big")

@@ -20,6 +20,7 @@ from app.store.base import (
     UPDATED_EVENT,
     Change,
     EventPage,
+    FeedEntry,
     Outcome,
     Page,
     Plant,
@@ -30,6 +31,7 @@ from app.store.base import (
     plant_etag,
     position_id,
 )
+from app.store.memory.endpoints import MemoryEndpoints
 from app.store.memory.feed import MemoryFeed
 from app.store.url import StoreUrl
 
@@ -73,6 +75,7 @@ class MemoryPlantStore:
         self.capacity = capacity
         self.events_retain = events_retain
         self._feed = MemoryFeed(events_retain)
+        self.endpoints = MemoryEndpoints()
         self._names: list[dict[int, str]] = [{} for _ in range(SHARDS)]
         self._tags: list[dict[int, str]] = [{} for _ in range(SHARDS)]
         self._count = 0
@@ -203,6 +206,13 @@ class MemoryPlantStore:
     def events_now(self) -> bytes:
         with self._lock:
             return self._feed.now()
+
+    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        with self._lock:
+            return self._feed.entries(after, limit)
+
+    def feed_count(self, position: bytes) -> int:
+        return self._feed.count(position)
 
     def cursor_key(self) -> bytes:
         """Random per store: cursors die with the process, as its plants do."""

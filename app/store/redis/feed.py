@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.store.base import Event, EventPage, FeedExpiredError
+from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
 from app.store.redis import lua
 from app.store.redis.connection import LazyClient
 from app.store.redis.errors import FAILURES
@@ -79,6 +79,21 @@ def _one_group(answer: list[Any]) -> EventPage:
     return EventPage(events, encode_position([(*_entry_id(last), int(answer[2]) + len(events))]))
 
 
+def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
+    """`_one_group`'s page, each event with its id (its entry ID) and the position after it."""
+    number = int(answer[2])
+    entries = [
+        FeedEntry(
+            _event(answer[i], answer[i + 1]),
+            answer[i].decode(),
+            encode_position([(*_entry_id(answer[i]), number + k)]),
+        )
+        for k, i in enumerate(range(3, len(answer), 2), 1)
+    ]
+    end = entries[-1].position if entries else encode_position([(*_entry_id(answer[1]), number)])
+    return entries, end
+
+
 class _Merge:
     """A cluster's page: a k-way merge by entry ID over the groups' streams, each read in chunks
     (the first about `limit / groups`, doubling for a group that runs out), so that a page of N
@@ -116,7 +131,9 @@ class _Merge:
         answer = self._feeds._read_one(group, (*self._next[group], asked))
         self._take(group, answer, asked)
 
-    def page(self) -> EventPage:
+    def page(self, entries: list[FeedEntry] | None = None) -> EventPage:
+        """The merged page; with `entries`, each event is also put there with its id (its group and
+        entry ID) and the position after it."""
         heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
         heapq.heapify(heap)
         events: list[Event] = []
@@ -124,7 +141,12 @@ class _Merge:
             _, group = heapq.heappop(heap)
             ms, seq, number, raw_id, value = self._buffers[group].pop()
             self._positions[group] = (ms, seq, number)
-            events.append(_event(raw_id, value))
+            event = _event(raw_id, value)
+            events.append(event)
+            if entries is not None:
+                entries.append(
+                    FeedEntry(event, f"{group}.{raw_id.decode()}", encode_position(self._positions))
+                )
             # Every group with more to read keeps one buffered event, so the heap's least is the
             # least of all.
             if not self._buffers[group] and not self._exhausted[group]:
@@ -143,19 +165,31 @@ class GroupFeeds:
         self._sha = hashlib.sha1(lua.EVENTS.encode(), usedforsecurity=False).hexdigest()
 
     def page(self, after: bytes | None, limit: int) -> EventPage:
-        count = self._groups.count
-        positions = None if after is None else decode_position(after, count)
-        args: list[tuple[str, Any]]
-        if positions is None:
-            args = [("", "")] * count
-        else:
-            args = [(f"{ms}-{seq}", number) for ms, seq, number in positions]
-        if count == 1:
-            answer = self._read([(*args[0], limit)])[0]
-            if answer[0] == 1:
-                raise FeedExpiredError
-            return _one_group(answer)
-        return _Merge(self, args, limit).page()
+        if self._groups.count == 1:
+            return _one_group(self._single(after, limit))
+        return _Merge(self, self._starts(after), limit).page()
+
+    def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        if self._groups.count == 1:
+            return _one_group_entries(self._single(after, limit))
+        entries: list[FeedEntry] = []
+        end = _Merge(self, self._starts(after), limit).page(entries).next
+        return entries, end
+
+    def count(self, position: bytes) -> int:
+        return sum(number for _, _, number in decode_position(position, self._groups.count))
+
+    def _starts(self, after: bytes | None) -> list[tuple[str, Any]]:
+        """Where each group's read starts: after its entry ID and count, or at its oldest kept."""
+        if after is None:
+            return [("", "")] * self._groups.count
+        return [(f"{ms}-{seq}", number) for ms, seq, number in decode_position(after, self._groups.count)]
+
+    def _single(self, after: bytes | None, limit: int) -> list[Any]:
+        answer = self._read([(*self._starts(after)[0], limit)])[0]
+        if answer[0] == 1:
+            raise FeedExpiredError
+        return answer
 
     def now(self) -> bytes:
         answers = self._read([("now", "", 0)] * self._groups.count)

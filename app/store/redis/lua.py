@@ -52,3 +52,14 @@ CHANGE = _LIBRARY + _script("change")
 PAGE = _LIBRARY + _script("page")
 INDEX = _LIBRARY + _script("index")
 EVENTS = _LIBRARY + _script("events")
+
+# Webhook endpoints (redis_endpoints.py): every key starts with the endpoints' own hash tag
+# `{prefix:hooks}` (written `T`), so that all of them sit in one slot: `T:ids`, the set of ids;
+# `T:e:<id>`, an endpoint's fields; `T:a:<id>`, its latest attempts; `T:l:<id>`, its lease.
+HOOK_ADD = _LIBRARY + _script("hook_add")
+HOOK_UPDATE = _LIBRARY + _script("hook_update")
+HOOK_REMOVE = _LIBRARY + _script("hook_remove")
+HOOK_LEASE = _LIBRARY + _script("hook_lease")
+HOOK_RENEW = _LIBRARY + _script("hook_renew")
+HOOK_RELEASE = _LIBRARY + _script("hook_release")
+HOOK_ACK = _LIBRARY + _script("hook_ack")

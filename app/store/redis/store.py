@@ -15,6 +15,7 @@ from app.store.base import (
     UNCONDITIONAL,
     Change,
     EventPage,
+    FeedEntry,
     Outcome,
     Page,
     Plant,
@@ -23,6 +24,7 @@ from app.store.base import (
     StoreFullError,
 )
 from app.store.redis.connection import LazyClient, ScriptRunner
+from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.errors import RedisBacked
 from app.store.redis.feed import GroupFeeds
 from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
@@ -81,6 +83,7 @@ class RedisPlantStore(RedisBacked):
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self._cursor_key: bytes | None = None
+        self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
         keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._rewrite)
@@ -127,6 +130,12 @@ class RedisPlantStore(RedisBacked):
 
     def events_now(self) -> bytes:
         return self._feeds.now()
+
+    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        return self._feeds.entries(after, limit)
+
+    def feed_count(self, position: bytes) -> int:
+        return self._feeds.count(position)
 
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks."""

@@ -1,0 +1,230 @@
+"""Webhook endpoints, managed over the API (`/webhooks`, docs/webhooks.md).
+
+Views of the plants blueprint, routed by its table behind its guard: every operation needs a
+full-access token or a JWT with the webhooks scope, reads included, since the answers hold the
+signing secrets. The deliveries themselves are app/webhooks/, never a request thread.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from flask import Response, request, url_for
+
+from app.errors import InvalidWebhook, WebhookChanged, WebhookNotFound, WebhooksFull, WebhooksNeedFeed
+from app.extension import PlantsState, plants_state
+from app.http.body import read_json_object
+from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
+from app.http.json_provider import json_response
+from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
+from app.store import EVENT_TYPES
+from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
+from app.webhooks.addresses import AddressRefused, target, url_problem
+from app.webhooks.message import new_secret, utc_text
+
+_new_schema = NewWebhookSchema()
+_patch_schema = WebhookPatchSchema()
+_replay_schema = ReplaySchema()
+#: How often a change is tried again when another request changed the endpoint meanwhile.
+_TRIES = 3
+
+
+def create_webhook() -> Response:
+    """Register an endpoint; it gets the events after this moment."""
+    state, endpoints = _endpoints()
+    value = read_json_object(request, "NewWebhook")
+    loaded, problems = load(_new_schema, value)
+    if loaded is None:
+        raise InvalidWebhook("NewWebhook", problems)
+    url = _checked_url(state, loaded["url"])
+    now_ms = time.time_ns() // 1_000_000
+    endpoint = Endpoint(
+        id=f"wh_{secrets.token_hex(8)}",
+        url=url,
+        events=None if loaded.get("events") is None else tuple(loaded["events"]),
+        description=loaded.get("description") or "",
+        created_ms=now_ms,
+        secrets=((new_secret(), None),),
+        position=state.store.events_now(),
+    )
+    limit = state.settings.webhooks_max
+    if not endpoints.add(endpoint, limit):
+        raise WebhooksFull(limit)
+    state.deliverer.start()
+    response = json_response(record(endpoint), status=201)
+    response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id)
+    return response
+
+
+def list_webhooks() -> Response:
+    _, endpoints = _endpoints(need_feed=False)
+    return json_response({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
+
+
+def get_webhook(endpoint_id: str) -> Response:
+    _, endpoints = _endpoints(need_feed=False)
+    return json_response(record(_found(endpoints, endpoint_id)))
+
+
+def patch_webhook(endpoint_id: str) -> Response:
+    """A merge patch of `url`, `events`, `description` or `status`; `enabled` resumes a failing
+    or disabled endpoint from the event it holds."""
+    state, endpoints = _endpoints(need_feed=False)
+    value = read_json_object(request, "WebhookPatch", merge_patch=True)
+    patch, problems = load(_patch_schema, value)
+    if patch is None:
+        raise InvalidWebhook("WebhookPatch", problems)
+    url = _checked_url(state, patch["url"]) if "url" in patch else None
+
+    def change(endpoint: Endpoint) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        config = {
+            "url": url or endpoint.url,
+            "events": patch.get("events", endpoint.events),
+            "description": (patch["description"] or "") if "description" in patch else endpoint.description,
+        }
+        if any(getattr(endpoint, key) != config[key] for key in config):
+            events = config["events"]
+            fields["config"] = Endpoint(
+                **{**_config(endpoint), **config, "events": None if events is None else tuple(events)}
+            ).config_text()
+        status = patch.get("status")
+        if status == ENABLED and endpoint.status != ENABLED:
+            fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1))
+            fields.update(delivery_fields(endpoint.position, 0, 0))
+        elif status == DISABLED and endpoint.status != DISABLED:
+            fields.update(status=DISABLED, reason="Disabled through the API.")
+        return fields
+
+    endpoint = _changed(endpoints, endpoint_id, change)
+    if endpoint.status == ENABLED:
+        state.deliverer.start()
+    return json_response(record(endpoint))
+
+
+def delete_webhook(endpoint_id: str) -> Response:
+    _, endpoints = _endpoints(need_feed=False)
+    if not endpoints.remove(endpoint_id):
+        raise WebhookNotFound(endpoint_id)
+    return Response(status=204)
+
+
+def rotate_webhook_secret(endpoint_id: str) -> Response:
+    """A new secret; the current ones keep signing beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP."""
+    state, endpoints = _endpoints(need_feed=False)
+    now_ms = time.time_ns() // 1_000_000
+    until = now_ms + state.settings.webhooks_rotation_overlap * 1000
+
+    def change(endpoint: Endpoint) -> dict[str, str]:
+        kept = tuple(
+            (secret, until if expires is None else min(expires, until))
+            for secret, expires in endpoint.secrets
+            if expires is None or expires > now_ms
+        )
+        rotated = Endpoint(**{**_config(endpoint), "secrets": ((new_secret(), None), *kept)})
+        return {"config": rotated.config_text()}
+
+    return json_response(record(_changed(endpoints, endpoint_id, change)))
+
+
+def list_webhook_attempts(endpoint_id: str) -> Response:
+    _, endpoints = _endpoints(need_feed=False)
+    _found(endpoints, endpoint_id)
+    return json_response({"attempts": [json.loads(text) for text in endpoints.attempts(endpoint_id)]})
+
+
+def replay_webhook(endpoint_id: str) -> Response:
+    """Deliver again from a feed position (a cursor of GET /events, or `start`): 202."""
+    state, endpoints = _endpoints()
+    value = read_json_object(request, "Replay")
+    loaded, problems = load(_replay_schema, value)
+    if loaded is None:
+        raise InvalidWebhook("Replay", problems)
+    position: bytes | None = None
+    if loaded["after"] != "start":
+        store = state.store
+        try:
+            position = decode_cursor(store.cursor_key(), loaded["after"], None, EVENTS)
+            store.feed_count(position)
+        except (InvalidCursor, ValueError):
+            raise InvalidWebhook(
+                "Replay",
+                {
+                    "after": [
+                        "Must be 'start' or a cursor of this service's feed (the `next` of GET /events)."
+                    ]
+                },
+            ) from None
+
+    def change(endpoint: Endpoint) -> dict[str, str]:
+        return {**delivery_fields(position, 0, 0), "epoch": str(endpoint.epoch + 1)}
+
+    endpoint = _changed(endpoints, endpoint_id, change)
+    state.deliverer.start()
+    return json_response(record(endpoint), status=202)
+
+
+def record(endpoint: Endpoint) -> dict[str, Any]:
+    """The document's Webhook record."""
+    return {
+        "id": endpoint.id,
+        "url": endpoint.url,
+        "events": list(EVENT_TYPES if endpoint.events is None else endpoint.events),
+        "description": endpoint.description,
+        "secret": endpoint.secrets[0][0],
+        "status": endpoint.status,
+        "status_reason": endpoint.reason,
+        "created": utc_text(endpoint.created_ms),
+    }
+
+
+def _endpoints(*, need_feed: bool = True) -> tuple[PlantsState, EndpointStore]:
+    state = plants_state()
+    store = state.serving_store(request.environ)
+    if need_feed and not store.events_retain:
+        raise WebhooksNeedFeed()
+    return state, store.endpoints
+
+
+def _found(endpoints: EndpointStore, endpoint_id: str) -> Endpoint:
+    endpoint = endpoints.get(endpoint_id)
+    if endpoint is None:
+        raise WebhookNotFound(endpoint_id)
+    return endpoint
+
+
+def _config(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        key: getattr(endpoint, key) for key in ("id", "url", "events", "description", "created_ms", "secrets")
+    }
+
+
+def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:
+    """Apply `change` (the endpoint's fields to write, from the endpoint) under the revision
+    check, again when another request changed the endpoint meanwhile; the endpoint after it."""
+    for _ in range(_TRIES):
+        endpoint = _found(endpoints, endpoint_id)
+        fields = change(endpoint)
+        if not fields:
+            return endpoint
+        written = endpoints.update(endpoint_id, endpoint.rev, fields)
+        if written is None:
+            raise WebhookNotFound(endpoint_id)
+        if written:
+            return _found(endpoints, endpoint_id)
+    raise WebhookChanged()
+
+
+def _checked_url(state: PlantsState, url: str) -> str:
+    problem = url_problem(url)
+    if problem is None:
+        try:
+            target(url, state.settings.webhooks_allow_hosts)
+        except AddressRefused as exc:
+            problem = str(exc)
+    if problem is not None:
+        raise InvalidWebhook("webhook endpoint", {"url": [problem]})
+    return url

@@ -1,0 +1,144 @@
+"""Webhook endpoints, kept by the store beside the plants: what each is, and where its delivery stands.
+
+An endpoint is a cursor on the change feed. The API writes its configuration (`update`, under a
+revision check); a deliverer leases it (`lease`), sends the events after its position, and stores
+each outcome with `ack`, which moves the position and records the attempt in one atomic step,
+only while it still holds the lease and nobody has moved the position meanwhile (`epoch`).
+Every backend keeps the same fields, as text: Redis keeps them in a hash.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+#: The attempts kept per endpoint, the latest first.
+ATTEMPTS_KEPT = 100
+
+ENABLED, DISABLED, FAILING = "enabled", "disabled", "failing"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint. `position` None: from the oldest event the feed keeps."""
+
+    id: str
+    url: str
+    events: tuple[str, ...] | None
+    description: str
+    created_ms: int
+    #: The signing secrets, the newest first, each with when it stops signing (None: never).
+    secrets: tuple[tuple[str, int | None], ...]
+    status: str = ENABLED
+    #: Why the status is what it is, or why deliveries skipped ahead; None when nothing to say.
+    reason: str | None = None
+    position: bytes | None = None
+    #: Failed attempts of the event at the position, and when the next is due (ms since the epoch).
+    tries: int = 0
+    due_ms: int = 0
+    #: Bumped by whatever moves the position other than a delivery (a replay, a resume).
+    epoch: int = 0
+    #: Bumped by every change through the API.
+    rev: int = 0
+
+    def config_text(self) -> str:
+        return json.dumps(
+            {
+                "url": self.url,
+                "events": self.events,
+                "description": self.description,
+                "created": self.created_ms,
+                "secrets": self.secrets,
+            },
+            separators=(",", ":"),
+        )
+
+    def fields(self) -> dict[str, str]:
+        """Every field as the stores keep it."""
+        return {
+            "config": self.config_text(),
+            "status": self.status,
+            "reason": self.reason or "",
+            **delivery_fields(self.position, self.tries, self.due_ms),
+            "epoch": str(self.epoch),
+            "rev": str(self.rev),
+        }
+
+    @classmethod
+    def from_fields(cls, endpoint_id: str, fields: dict[str, str]) -> Endpoint:
+        config = json.loads(fields["config"])
+        position = fields["position"]
+        return cls(
+            id=endpoint_id,
+            url=config["url"],
+            events=None if config["events"] is None else tuple(config["events"]),
+            description=config["description"],
+            created_ms=config["created"],
+            secrets=tuple((secret, expires) for secret, expires in config["secrets"]),
+            status=fields["status"],
+            reason=fields["reason"] or None,
+            position=None if position == "-" else bytes.fromhex(position),
+            tries=int(fields["tries"]),
+            due_ms=int(fields["due"]),
+            epoch=int(fields["epoch"]),
+            rev=int(fields["rev"]),
+        )
+
+
+def delivery_fields(position: bytes | None, tries: int, due_ms: int) -> dict[str, str]:
+    """Where a delivery stands, as the stores keep it."""
+    return {"position": "-" if position is None else position.hex(), "tries": str(tries), "due": str(due_ms)}
+
+
+class EndpointStore(Protocol):
+    """What the webhooks need of a store. Thread-safe; on Redis, shared by every process."""
+
+    def add(self, endpoint: Endpoint, limit: int) -> bool:
+        """Keep a new endpoint; False, keeping nothing, when `limit` endpoints are kept already."""
+        ...
+
+    def get(self, endpoint_id: str) -> Endpoint | None: ...
+
+    def all(self) -> list[Endpoint]:
+        """Every endpoint, the oldest first."""
+        ...
+
+    def ids(self) -> list[str]: ...
+
+    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
+        """Write `fields` and bump the revision if it is still `rev`: None when the endpoint is
+        gone, False (writing nothing) when someone changed it since."""
+        ...
+
+    def remove(self, endpoint_id: str) -> bool: ...
+
+    def attempts(self, endpoint_id: str) -> list[str]:
+        """The attempts recorded (JSON texts), the latest first."""
+        ...
+
+    def lease(self, endpoint_id: str, owner: str, ttl_ms: int) -> Endpoint | None:
+        """Take or renew the endpoint's lease for `owner`; the endpoint, or None when another
+        owner holds it or it is gone."""
+        ...
+
+    def renew(self, endpoint_ids: list[str], owner: str, ttl_ms: int) -> list[bool]:
+        """Renew `owner`'s leases, in one step; whether each is still held."""
+        ...
+
+    def release(self, endpoint_id: str, owner: str) -> None: ...
+
+    def ack(
+        self,
+        endpoint_id: str,
+        owner: str,
+        ttl_ms: int,
+        epoch: int,
+        fields: dict[str, str],
+        attempt: str | None,
+    ) -> tuple[str, int] | None:
+        """Store a delivery's outcome (`fields`, and the attempt, if any) in one atomic step and
+        renew the lease; the endpoint's status and revision after it. None, storing nothing,
+        when `owner` lost the lease, the endpoint is gone, or its epoch moved. A `status` or
+        `reason` in `fields` is written only while the endpoint is enabled."""
+        ...

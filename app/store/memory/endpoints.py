@@ -1,0 +1,117 @@
+"""The memory store's webhook endpoints: their fields and attempts in dicts, behind one lock.
+
+The same rules as the Redis scripts (app/store/endpoints.py); leases matter only between the
+threads of this process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from app.store.endpoints import ATTEMPTS_KEPT, ENABLED, Endpoint
+
+
+class MemoryEndpoints:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fields: dict[str, dict[str, str]] = {}
+        self._attempts: dict[str, deque[str]] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
+
+    def add(self, endpoint: Endpoint, limit: int) -> bool:
+        with self._lock:
+            if len(self._fields) >= limit:
+                return False
+            self._fields[endpoint.id] = endpoint.fields()
+            self._attempts[endpoint.id] = deque(maxlen=ATTEMPTS_KEPT)
+            return True
+
+    def get(self, endpoint_id: str) -> Endpoint | None:
+        with self._lock:
+            fields = self._fields.get(endpoint_id)
+            return None if fields is None else Endpoint.from_fields(endpoint_id, dict(fields))
+
+    def all(self) -> list[Endpoint]:
+        with self._lock:
+            found = [Endpoint.from_fields(key, dict(fields)) for key, fields in self._fields.items()]
+        return sorted(found, key=lambda endpoint: (endpoint.created_ms, endpoint.id))
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._fields)
+
+    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
+        with self._lock:
+            kept = self._fields.get(endpoint_id)
+            if kept is None:
+                return None
+            if kept["rev"] != str(rev):
+                return False
+            kept.update(fields)
+            kept["rev"] = str(rev + 1)
+            return True
+
+    def remove(self, endpoint_id: str) -> bool:
+        with self._lock:
+            self._attempts.pop(endpoint_id, None)
+            self._leases.pop(endpoint_id, None)
+            return self._fields.pop(endpoint_id, None) is not None
+
+    def attempts(self, endpoint_id: str) -> list[str]:
+        with self._lock:
+            return list(self._attempts.get(endpoint_id, ()))
+
+    def _holds(self, endpoint_id: str, owner: str, now: float) -> bool:
+        holder = self._leases.get(endpoint_id)
+        return holder is not None and holder[0] == owner and holder[1] > now
+
+    def lease(self, endpoint_id: str, owner: str, ttl_ms: int) -> Endpoint | None:
+        now = time.monotonic()
+        with self._lock:
+            fields = self._fields.get(endpoint_id)
+            holder = self._leases.get(endpoint_id)
+            if fields is None or (holder is not None and holder[0] != owner and holder[1] > now):
+                return None
+            self._leases[endpoint_id] = (owner, now + ttl_ms / 1000)
+            return Endpoint.from_fields(endpoint_id, dict(fields))
+
+    def renew(self, endpoint_ids: list[str], owner: str, ttl_ms: int) -> list[bool]:
+        now = time.monotonic()
+        held = []
+        with self._lock:
+            for endpoint_id in endpoint_ids:
+                holds = self._holds(endpoint_id, owner, now)
+                if holds:
+                    self._leases[endpoint_id] = (owner, now + ttl_ms / 1000)
+                held.append(holds)
+        return held
+
+    def release(self, endpoint_id: str, owner: str) -> None:
+        with self._lock:
+            if self._holds(endpoint_id, owner, time.monotonic()):
+                del self._leases[endpoint_id]
+
+    def ack(
+        self,
+        endpoint_id: str,
+        owner: str,
+        ttl_ms: int,
+        epoch: int,
+        fields: dict[str, str],
+        attempt: str | None,
+    ) -> tuple[str, int] | None:
+        now = time.monotonic()
+        with self._lock:
+            kept = self._fields.get(endpoint_id)
+            if kept is None or not self._holds(endpoint_id, owner, now) or kept["epoch"] != str(epoch):
+                return None
+            enabled = kept["status"] == ENABLED
+            kept.update(
+                (key, value) for key, value in fields.items() if enabled or key not in ("status", "reason")
+            )
+            if attempt is not None:
+                self._attempts[endpoint_id].appendleft(attempt)
+            self._leases[endpoint_id] = (owner, now + ttl_ms / 1000)
+            return kept["status"], int(kept["rev"])

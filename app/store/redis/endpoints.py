@@ -1,0 +1,96 @@
+"""The Redis store's webhook endpoints: each call one script (lua.py), every key in one slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
+from app.store.redis.connection import LazyClient, ScriptRunner
+from app.store.redis.errors import RedisBacked
+
+
+def _text(fields: list[bytes]) -> dict[str, str]:
+    """HGETALL's flat answer, as text."""
+    return {fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields), 2)}
+
+
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [item for pair in fields.items() for item in pair]
+
+
+class RedisEndpoints(RedisBacked):
+    def __init__(self, clients: LazyClient, run: ScriptRunner, prefix: str, *, cluster: bool) -> None:
+        self._clients, self._run = clients, run
+        self._tag = f"{{{prefix}:hooks}}"
+        self._ids = f"{self._tag}:ids"
+        self._head = (self._tag, "1" if cluster else "")
+
+    def _key(self, kind: str, endpoint_id: str) -> str:
+        return f"{self._tag}:{kind}:{endpoint_id}"
+
+    def add(self, endpoint: Endpoint, limit: int) -> bool:
+        keys = (self._ids, self._key("e", endpoint.id))
+        return (
+            self._run(
+                "HOOK_ADD", keys, (*self._head, limit, endpoint.id, *_flat(endpoint.fields())), write=True
+            )
+            == 1
+        )
+
+    def get(self, endpoint_id: str) -> Endpoint | None:
+        key = self._key("e", endpoint_id)
+        fields = self._clients.read(key, "HGETALL", key)
+        if not fields:
+            return None
+        if isinstance(fields, dict):  # RedisCluster answers HGETALL as a dict
+            fields = [item for pair in fields.items() for item in pair]
+        return Endpoint.from_fields(endpoint_id, _text(fields))
+
+    def ids(self) -> list[str]:
+        return sorted(member.decode() for member in self._clients.read(self._ids, "SMEMBERS", self._ids))
+
+    def all(self) -> list[Endpoint]:
+        found = [endpoint for endpoint_id in self.ids() if (endpoint := self.get(endpoint_id)) is not None]
+        return sorted(found, key=lambda endpoint: (endpoint.created_ms, endpoint.id))
+
+    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
+        answer = self._run(
+            "HOOK_UPDATE", (self._key("e", endpoint_id),), (*self._head, rev, *_flat(fields)), write=True
+        )
+        return None if answer == 0 else answer == 1
+
+    def remove(self, endpoint_id: str) -> bool:
+        keys = (self._ids, *(self._key(kind, endpoint_id) for kind in "eal"))
+        return self._run("HOOK_REMOVE", keys, (*self._head, endpoint_id), write=True) == 1
+
+    def attempts(self, endpoint_id: str) -> list[str]:
+        key = self._key("a", endpoint_id)
+        return [text.decode() for text in self._clients.read(key, "LRANGE", key, 0, -1)]
+
+    def lease(self, endpoint_id: str, owner: str, ttl_ms: int) -> Endpoint | None:
+        keys = (self._key("l", endpoint_id), self._key("e", endpoint_id))
+        fields = self._run("HOOK_LEASE", keys, (*self._head, owner, ttl_ms))
+        return Endpoint.from_fields(endpoint_id, _text(fields)) if fields else None
+
+    def renew(self, endpoint_ids: list[str], owner: str, ttl_ms: int) -> list[bool]:
+        if not endpoint_ids:
+            return []
+        keys = tuple(self._key("l", endpoint_id) for endpoint_id in endpoint_ids)
+        return [held == 1 for held in self._run("HOOK_RENEW", keys, (*self._head, owner, ttl_ms))]
+
+    def release(self, endpoint_id: str, owner: str) -> None:
+        self._run("HOOK_RELEASE", (self._key("l", endpoint_id),), (*self._head, owner))
+
+    def ack(
+        self,
+        endpoint_id: str,
+        owner: str,
+        ttl_ms: int,
+        epoch: int,
+        fields: dict[str, str],
+        attempt: str | None,
+    ) -> tuple[str, int] | None:
+        keys: Any = tuple(self._key(kind, endpoint_id) for kind in "lea")
+        args = (*self._head, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT, *_flat(fields))
+        answer = self._run("HOOK_ACK", keys, args, write=True)
+        return None if answer[0] == 0 else (answer[1].decode(), int(answer[2]))

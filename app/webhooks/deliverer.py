@@ -1,0 +1,302 @@
+"""The deliverer: sends each endpoint the feed's events after its position, in order, at least once.
+
+A coordinator thread looks at every endpoint each `POLL_S`: one that is enabled, due, and behind
+the feed is leased and drained in a pool thread, which reads the feed a batch at a time and
+sends its events one by one. Each outcome is stored with the endpoint's `ack` (the position and
+the attempt in one atomic step, which also renews the lease); the coordinator renews the leases
+of the endpoints it drains every `RENEW_S`, so a slow receiver keeps its lease. A process that
+dies holds its leases for at most `LEASE_MS`; then another takes the endpoint over, from the last
+acknowledged event, which is sent again with the same `webhook-id`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from app.settings import Settings
+from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
+from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
+from app.webhooks.message import ATTEMPTS, message_id, payload, retry_delay, signed_headers, utc_text
+from app.webhooks.sender import Outcome, send
+
+if TYPE_CHECKING:
+    from app.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+LEASE_MS = 10_000
+RENEW_S = 3.0
+#: Events read from the feed at once.
+BATCH = 100
+#: Endpoints drained at the same time by one process.
+PARALLEL = 8
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Deliverer:
+    """One process's deliveries for one store. `start` runs it in the background; `stop` ends it."""
+
+    def __init__(
+        self, store: PlantStore, settings: Settings, *, user_agent: str, metrics: Metrics | None = None
+    ) -> None:
+        self.store, self.settings, self.metrics = store, settings, metrics
+        self.user_agent = user_agent
+        self.owner = ""
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._busy: dict[str, Future[None]] = {}
+        self._renewed = 0.0
+        self._failing_store = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.webhooks_deliver and self.store.events_retain > 0
+
+    def start(self) -> bool:
+        """Deliver in a background thread of this process, once; False when delivery is off."""
+        if not self.enabled:
+            return False
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+                return True
+            # A forked process starts its own, under an owner name of its own.
+            self._pid = os.getpid()
+            self.owner = f"{socket.gethostname()}:{self._pid}:{secrets.token_hex(4)}"
+            self._stop.clear()
+            self._busy = {}
+            self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="webhooks-send")
+            self._thread = threading.Thread(target=self._run, name="webhooks", daemon=True)
+            self._thread.start()
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            thread, pool = self._thread, self._pool
+            self._thread = self._pool = None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+                if self._failing_store:
+                    log.info("Webhooks: the store answers again; delivering")
+                    self._failing_store = False
+            except StoreUnavailableError as exc:
+                if not self._failing_store:
+                    log.warning("Webhooks: the store did not answer (%s); deliveries wait for it", exc)
+                    self._failing_store = True
+            except Exception:
+                log.exception("Webhooks: the deliverer failed; it carries on")
+            self._stop.wait(POLL_S)
+
+    def run_once(self) -> None:
+        """One look at every endpoint: lease and drain those with events to send."""
+        for endpoint_id, future in list(self._busy.items()):
+            if future.done():
+                del self._busy[endpoint_id]
+        self._renew()
+        now_position = self.store.events_now()
+        now_count = self.store.feed_count(now_position)
+        now_ms = _now_ms()
+        for endpoint in self.store.endpoints.all():
+            self._observe_lag(endpoint, now_count)
+            if (
+                endpoint.id in self._busy
+                or endpoint.status != ENABLED
+                or endpoint.due_ms > now_ms
+                or endpoint.position == now_position
+                or len(self._busy) >= PARALLEL
+                or self._pool is None
+            ):
+                continue
+            leased = self.store.endpoints.lease(endpoint.id, self.owner, LEASE_MS)
+            if leased is not None:
+                self._busy[endpoint.id] = self._pool.submit(self._drain, leased)
+
+    def _renew(self) -> None:
+        if not self._busy or time.monotonic() - self._renewed < RENEW_S:
+            return
+        self._renewed = time.monotonic()
+        ids = list(self._busy)
+        self.store.endpoints.renew(ids, self.owner, LEASE_MS)
+
+    def _observe_lag(self, endpoint: Endpoint, now_count: int) -> None:
+        if self.metrics is None or endpoint.position is None:
+            return
+        with contextlib.suppress(ValueError):
+            self.metrics.set_webhook_lag(endpoint.id, now_count - self.store.feed_count(endpoint.position))
+
+    def _drain(self, endpoint: Endpoint) -> None:
+        try:
+            Drain(self, endpoint).run()
+        except StoreUnavailableError as exc:
+            log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
+        except Exception:
+            log.exception("Webhooks: delivering to %s failed", endpoint.id)
+        finally:
+            with contextlib.suppress(StoreUnavailableError):
+                self.store.endpoints.release(endpoint.id, self.owner)
+
+    def count(self, outcome: Outcome, event_time_ms: int) -> None:
+        if self.metrics is None:
+            return
+        kind = "delivered" if outcome.delivered else outcome.error or "status"
+        self.metrics.count_webhook_attempt(kind)
+        if outcome.delivered:
+            self.metrics.observe_webhook_latency(max(0.0, (_now_ms() - event_time_ms) / 1000))
+
+
+class Drain:
+    """One endpoint's deliveries while its lease is held: until it has caught up with the feed, an
+    attempt failed (the next is scheduled), or the endpoint changed under it."""
+
+    def __init__(self, deliverer: Deliverer, endpoint: Endpoint) -> None:
+        self.deliverer = deliverer
+        self.endpoint = endpoint
+        self.position = endpoint.position
+        self.tries = endpoint.tries
+
+    def run(self) -> None:
+        store = self.deliverer.store
+        while not self.deliverer.stopping:
+            try:
+                entries, end = store.feed_entries(self.position, BATCH)
+            except (FeedExpiredError, ValueError):
+                if not self._expired():
+                    return
+                continue
+            skipped = False
+            for entry in entries:
+                if self.deliverer.stopping:
+                    return
+                if not self._subscribed(entry):
+                    self.position, skipped = entry.position, True
+                    continue
+                if not self._deliver(entry):
+                    return
+                skipped = False
+            if (skipped or (not entries and self.position != end)) and not self._ack(
+                delivery_fields(end, 0, 0), None
+            ):
+                return
+            self.position = end
+            if len(entries) < BATCH:
+                return
+
+    def _subscribed(self, entry: FeedEntry) -> bool:
+        events = self.endpoint.events
+        return events is None or EVENT_TYPES[entry.event.kind] in events
+
+    def _signing(self) -> list[str]:
+        now_ms = _now_ms()
+        return [secret for secret, until in self.endpoint.secrets if until is None or until > now_ms]
+
+    def _deliver(self, entry: FeedEntry) -> bool:
+        """Send one event; True when it was delivered and the drain may go on."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        settings = deliverer.settings
+        body = payload(entry.event)
+        msg_id = message_id(entry)
+        headers = signed_headers(msg_id, body, self._signing(), deliverer.user_agent)
+        outcome = send(
+            endpoint.url,
+            body,
+            headers,
+            timeout=settings.webhooks_timeout,
+            allowed=settings.webhooks_allow_hosts,
+        )
+        deliverer.count(outcome, entry.event.time_ms)
+        attempt = _attempt(msg_id, outcome)
+        if outcome.delivered:
+            self.position, self.tries = entry.position, 0
+            return self._ack(delivery_fields(entry.position, 0, 0), attempt)
+        self.tries += 1
+        fields = delivery_fields(self.position, self.tries, 0)
+        if outcome.status == 410:
+            fields.update(status=DISABLED, reason=f"The receiver answered 410 Gone to {msg_id}.")
+        elif self.tries >= ATTEMPTS:
+            fields.update(
+                status=FAILING,
+                reason=f"{ATTEMPTS} attempts to deliver {msg_id} failed; deliveries wait at it until"
+                ' PATCH {"status": "enabled"}.',
+            )
+        else:
+            delay = retry_delay(
+                self.tries, settings.webhooks_retry_scale, outcome.status, outcome.retry_after
+            )
+            fields["due"] = str(_now_ms() + int(delay * 1000))
+        self._ack(fields, attempt)
+        return False
+
+    def _expired(self) -> bool:
+        """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
+        self.position, self.tries = None, 0
+        attempt = json.dumps(
+            {
+                "webhook_id": None,
+                "time": utc_text(_now_ms()),
+                "status": None,
+                "error": "expired",
+                "duration_ms": 0,
+            }
+        )
+        reason = (
+            "Events were lost: the endpoint fell behind the feed's retention, and resumed from the"
+            " oldest event kept."
+        )
+        return self._ack({**delivery_fields(None, 0, 0), "reason": reason}, attempt)
+
+    def _ack(self, fields: dict[str, str], attempt: str | None) -> bool:
+        """Store an outcome; True when the drain may go on (the lease held, the endpoint enabled)."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        answer = deliverer.store.endpoints.ack(
+            endpoint.id, deliverer.owner, LEASE_MS, endpoint.epoch, fields, attempt
+        )
+        if answer is None:
+            return False
+        status, rev = answer
+        if status != ENABLED:
+            return False
+        if rev != endpoint.rev:  # changed through the API meanwhile: its URL, events or secrets
+            fresh = deliverer.store.endpoints.get(endpoint.id)
+            if fresh is None or fresh.epoch != endpoint.epoch:
+                return False
+            self.endpoint = fresh
+        return True
+
+
+def _attempt(msg_id: str, outcome: Outcome) -> str:
+    return json.dumps(
+        {
+            "webhook_id": msg_id,
+            "time": utc_text(_now_ms()),
+            "status": outcome.status,
+            "error": outcome.error,
+            "duration_ms": outcome.duration_ms,
+        }
+    )

@@ -1,0 +1,69 @@
+"""What a delivery sends (Standard Webhooks 1.0.0): the payload of one feed event, its headers and
+signatures (made by the `standardwebhooks` package), and when a failed attempt is tried again."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import orjson
+from standardwebhooks import Webhook
+
+from app.store import EVENT_TYPES, Event, FeedEntry
+
+#: The wait after each failed attempt, in seconds: the specification's example schedule. The
+#: first attempt goes at once; after the 8th failure the endpoint is `failing`.
+RETRY_DELAYS_S = (5, 300, 1800, 7200, 18000, 36000, 36000)
+ATTEMPTS = len(RETRY_DELAYS_S) + 1
+#: The statuses whose Retry-After lengthens the wait.
+_BACKOFF_STATUSES = (429, 503)
+
+
+def new_secret() -> str:
+    """A signing secret as the specification writes it: `whsec_` and the base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def utc_text(time_ms: int) -> str:
+    """RFC 3339 in UTC with milliseconds, as the feed writes its times."""
+    seconds, millis = divmod(time_ms, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
+
+
+def message_id(entry: FeedEntry) -> str:
+    """The `webhook-id`: the event's own id in the feed, so every attempt and replay repeats it."""
+    return f"msg_{entry.id}"
+
+
+def payload(event: Event) -> bytes:
+    """The body: the feed's event, with the plant as `data` and its time as `timestamp`."""
+    kind, plant_id, name, tag, time_ms = event
+    data = {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
+    return orjson.dumps({"type": EVENT_TYPES[kind], "timestamp": utc_text(time_ms), "data": data})
+
+
+def signed_headers(msg_id: str, body: bytes, signing: Iterable[str], user_agent: str) -> dict[str, str]:
+    """The headers of one attempt, signed now with each of the endpoint's current secrets."""
+    now = datetime.now(tz=UTC).replace(microsecond=0)
+    text = body.decode()
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": user_agent,
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": " ".join(
+            Webhook(secret).sign(msg_id=msg_id, timestamp=now, data=text) for secret in signing
+        ),
+    }
+
+
+def retry_delay(failures: int, scale: float, status: int | None, retry_after: float | None) -> float:
+    """Seconds to wait after the `failures`-th failed attempt (1 to 7), scaled; a 429 or 503's
+    Retry-After lengthens it, up to the schedule's longest wait."""
+    delay = RETRY_DELAYS_S[failures - 1] * scale
+    if retry_after is not None and status in _BACKOFF_STATUSES:
+        delay = max(delay, min(retry_after, RETRY_DELAYS_S[-1] * scale))
+    return delay
