@@ -63,6 +63,7 @@ def make_app(store_settings):
 
     yield make
     for app in apps:
+        app.extensions["plants"].deliverer.stop()
         close = getattr(app.extensions["plants"].store, "close", None)
         if close:
             close()

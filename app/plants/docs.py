@@ -105,6 +105,7 @@ def document_bytes(
     *,
     standalone: bool = True,
     writes: frozenset[str] = frozenset(),
+    webhooks: frozenset[str] = frozenset(),
 ) -> bytes:
     """The document as JSON, served from `base` (the mount point's path); with `jwt`, the
     provider's OpenID Connect scheme and each operation's scope (the write scope for the
@@ -115,11 +116,13 @@ def document_bytes(
             path: item for path, item in document["paths"].items() if path not in SERVICE_PATHS
         }
     if jwt is not None:
-        document = _with_scopes(document, jwt, writes)
+        document = _with_scopes(document, jwt, writes, webhooks)
     return json.dumps(document, ensure_ascii=False).encode()
 
 
-def _with_scopes(document: dict[str, Any], jwt: JwtSettings, writes: frozenset[str]) -> dict[str, Any]:
+def _with_scopes(
+    document: dict[str, Any], jwt: JwtSettings, writes: frozenset[str], webhooks: frozenset[str]
+) -> dict[str, Any]:
     """A copy of `document` that declares JWT bearer tokens and the scope of each operation."""
     document = copy.deepcopy(document)
     schemes = document["components"]["securitySchemes"]
@@ -128,13 +131,19 @@ def _with_scopes(document: dict[str, Any], jwt: JwtSettings, writes: frozenset[s
         "type": "openIdConnect",
         "openIdConnectUrl": jwt.discovery_url,
         "description": f"JWT access tokens of {jwt.issuer} for the audience {jwt.audience}: "
-        f"{jwt.read_scope} lists and reads, {jwt.write_scope} does everything.",
+        f"{jwt.read_scope} lists and reads, {jwt.write_scope} changes plants, and"
+        f" {jwt.webhooks_scope} manages webhooks.",
     }
     document["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.read_scope]}]
     for operations in document["paths"].values():
         for operation in operations.values():
-            if isinstance(operation, dict) and operation.get("operationId") in writes:
+            if not isinstance(operation, dict):
+                continue
+            operation_id = operation.get("operationId")
+            if operation_id in writes:
                 operation["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.write_scope]}]
+            elif operation_id in webhooks:
+                operation["security"] = [{"bearerAuth": []}, {"openIdConnect": [jwt.webhooks_scope]}]
     return document
 
 
@@ -146,12 +155,16 @@ def _mount_point(suffix: str) -> str:
 
 def openapi() -> Response:
     # The route table lists this view, so it is read here rather than imported at the top.
-    from app.plants.routes import WRITE_OPERATIONS
+    from app.plants.routes import WEBHOOK_OPERATIONS, WRITE_OPERATIONS
 
     standalone = "health" in current_app.blueprints  # create_app's own health and readiness
     return Response(
         document_bytes(
-            _mount_point("/openapi.json"), _jwt_settings(), standalone=standalone, writes=WRITE_OPERATIONS
+            _mount_point("/openapi.json"),
+            _jwt_settings(),
+            standalone=standalone,
+            writes=WRITE_OPERATIONS,
+            webhooks=WEBHOOK_OPERATIONS,
         ),
         mimetype="application/json",
     )

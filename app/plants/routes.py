@@ -116,6 +116,10 @@ LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
 WRITE_OPERATIONS = frozenset(
     route.operation_id for route in ROUTES if route.operation_id and route.access is Access.WRITE
 )
+#: The documented operations that need the webhooks scope.
+WEBHOOK_OPERATIONS = frozenset(
+    route.operation_id for route in ROUTES if route.operation_id and route.access is Access.WEBHOOKS
+)
 
 
 def add_routes(bp: Blueprint) -> None:

@@ -603,3 +603,40 @@ def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
     keys.close()
     assert "refused the connection (is the provider running at that address?)" in caplog.text
     assert "did not answer in time" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("scope", "allowed"),
+    [
+        ("plants:webhooks", True),
+        ("plants:write", False),
+        ("plants:read plants:write", False),
+        ("plants:read", False),
+    ],
+)
+def test_webhooks_need_their_own_scope(issuer, make_jwt_app, scope, allowed):
+    """Endpoints hold signing secrets: the write scope does not reach them, the webhooks scope does."""
+    client = make_jwt_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_DELIVER=False
+    ).test_client()
+    headers = bearer(issuer.token(scope=scope))
+    for method, path, body, ok in [
+        ("POST", "/webhooks", {"url": "http://127.0.0.1:9/hook"}, 201),
+        ("GET", "/webhooks", None, 200),
+    ]:
+        response = client.open(path, method=method, json=body, headers=headers)
+        if allowed:
+            assert response.status_code == ok, response.json
+        else:
+            assert "plants:webhooks" in error_of(response, 403)["message"]
+            assert response.headers["WWW-Authenticate"] == (
+                'Bearer realm="plants", error="insufficient_scope", scope="plants:webhooks"'
+            )
+
+
+def test_the_document_names_the_webhooks_scope_on_the_webhooks_operations(issuer, client):
+    document = client.get("/openapi.json").json
+    scheme = {"openIdConnect": ["plants:webhooks"]}
+    assert scheme in document["paths"]["/webhooks"]["post"]["security"]
+    assert scheme in document["paths"]["/webhooks/{endpoint_id}"]["get"]["security"]
+    assert {"openIdConnect": ["plants:write"]} in document["paths"]["/plants"]["post"]["security"]

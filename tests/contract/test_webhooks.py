@@ -1,0 +1,313 @@
+"""The /webhooks operations (docs/webhooks.md): registering, reading, changing, rotating, replaying
+and deleting endpoints, and every refusal: scopes, the SSRF rules, the limit, bad bodies. On the
+memory store and a real Redis; deliveries themselves are tests/integration/test_webhook_delivery.py."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from tests.helpers import error_of
+
+TIME = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+ALL_TYPES = ["plant.created", "plant.updated", "plant.deleted"]
+HOOK = "http://127.0.0.1:9/hook"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@pytest.fixture
+def app(make_app):
+    # Deliveries are not under test here: nothing listens on HOOK's port.
+    return make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_DELIVER=False)
+
+
+def register(client, auth, **body):
+    response = client.post("/webhooks", json={"url": HOOK, **body}, headers=auth)
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def test_register_answers_201_with_the_endpoint_and_its_secret(client, auth):
+    response = client.post("/webhooks", json={"url": HOOK, "description": "mine"}, headers=auth)
+    assert response.status_code == 201
+    hook = response.json
+    assert set(hook) == {"id", "url", "events", "description", "secret", "status", "status_reason", "created"}
+    assert isinstance(hook["id"], str)
+    assert hook["id"]
+    assert response.headers["Location"] == f"/webhooks/{hook['id']}"
+    assert hook["url"] == HOOK
+    assert hook["description"] == "mine"
+    assert hook["events"] == ALL_TYPES
+    assert hook["status"] == "enabled"
+    assert hook["status_reason"] is None
+    assert TIME.match(hook["created"])
+    assert hook["secret"].startswith("whsec_")
+    assert 24 <= len(base64.b64decode(hook["secret"].removeprefix("whsec_"), validate=True)) <= 64
+    assert client.get(response.headers["Location"], headers=auth).json == hook
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": [hook]}
+
+
+def test_each_endpoint_has_its_own_id_and_secret_and_the_list_is_oldest_first(client, auth):
+    first, second = register(client, auth), register(client, auth, events=["plant.deleted"])
+    assert first["id"] != second["id"]
+    assert first["secret"] != second["secret"]
+    assert second["events"] == ["plant.deleted"]
+    assert [hook["id"] for hook in client.get("/webhooks", headers=auth).json["webhooks"]] == [
+        first["id"],
+        second["id"],
+    ]
+
+
+def test_events_are_kept_in_the_feeds_order_whatever_order_they_are_sent_in(client, auth):
+    hook = register(client, auth, events=["plant.deleted", "plant.created"])
+    assert hook["events"] == ["plant.created", "plant.deleted"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"url": HOOK, "events": ["plant.eaten"]}, "events"),
+        ({"url": HOOK, "events": []}, "events"),
+        ({"url": HOOK, "events": ["plant.created", "plant.created"]}, "events"),
+        ({"url": HOOK, "events": "plant.created"}, "events"),
+        ({"url": "ftp://127.0.0.1/x"}, "url"),
+        ({"url": "127.0.0.1:9/x"}, "url"),
+        ({"url": "http://127.0.0.1:9/x#part"}, "url"),
+        ({"url": "http://127.0.0.1:99999/x"}, "url"),
+        ({"url": 7}, "url"),
+        ({}, "url"),
+        ({"url": HOOK, "secret": "whsec_mine"}, "secret"),
+        ({"url": HOOK, "description": "x" * 501}, "description"),
+    ],
+)
+def test_an_invalid_endpoint_is_400_naming_the_field(client, auth, body, field):
+    response = client.post("/webhooks", json=body, headers=auth)
+    assert field in error_of(response, 400)["details"]
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": []}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1/hook",  # private
+        "http://192.168.1.10/hook",
+        "http://172.16.0.1/hook",
+        "http://169.254.169.254/latest/meta-data/",  # cloud metadata (link-local)
+        "http://[fe80::1]/hook",
+        "http://[::1]/hook",  # loopback
+        "http://127.0.0.2/hook",  # loopback, not the allowed address
+        "http://0.0.0.0/hook",  # unspecified
+        "http://224.0.0.1/hook",  # multicast
+        "http://[::ffff:10.0.0.1]/hook",  # private, mapped into IPv6
+        "http://localhost:9/hook",  # a name that resolves to 127.0.0.1: only the address is allowed
+    ],
+)
+def test_urls_of_refused_addresses_are_400_naming_url(client, auth, url):
+    message = error_of(client.post("/webhooks", json={"url": url}, headers=auth), 400)["details"]["url"][0]
+    assert "loopback, private, link-local, multicast or unspecified" in message
+
+
+def test_a_host_that_does_not_resolve_is_400_naming_url(client, auth):
+    response = client.post("/webhooks", json={"url": "http://no-such-host.invalid/hook"}, headers=auth)
+    assert "does not resolve" in error_of(response, 400)["details"]["url"][0]
+
+
+def test_without_the_allowance_even_127_0_0_1_is_refused(make_app, auth):
+    client = make_app(PLANTS_WEBHOOKS_DELIVER=False).test_client()
+    error_of(client.post("/webhooks", json={"url": HOOK}, headers=auth), 400)
+
+
+def test_the_allowance_takes_cidrs_and_names(make_app, auth):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="10.0.0.0/8,localhost", PLANTS_WEBHOOKS_DELIVER=False
+    ).test_client()
+    for url in ("http://10.1.2.3/hook", "http://localhost:9/hook"):
+        assert client.post("/webhooks", json={"url": url}, headers=auth).status_code == 201
+    # A name allows only itself: 127.0.0.1 written as an address is not "localhost".
+    error_of(client.post("/webhooks", json={"url": HOOK}, headers=auth), 400)
+
+
+def test_a_read_only_token_gets_403_on_every_webhooks_operation(make_app, auth):
+    app = make_app(
+        PLANTS_READ_TOKENS="reader-token",
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_DELIVER=False,
+    )
+    client = app.test_client()
+    hook = register(client, auth)
+    reader = {"Authorization": "Bearer reader-token"}
+    for method, path, body in [
+        ("POST", "/webhooks", {"url": HOOK}),
+        ("GET", "/webhooks", None),
+        ("GET", f"/webhooks/{hook['id']}", None),
+        ("PATCH", f"/webhooks/{hook['id']}", {"description": "x"}),
+        ("DELETE", f"/webhooks/{hook['id']}", None),
+        ("POST", f"/webhooks/{hook['id']}/rotate", None),
+        ("GET", f"/webhooks/{hook['id']}/attempts", None),
+        ("POST", f"/webhooks/{hook['id']}/replay", {"after": "start"}),
+    ]:
+        response = client.open(path, method=method, json=body, headers=reader)
+        assert "webhook" in error_of(response, 403)["message"]
+        assert hook["secret"] not in response.get_data(as_text=True)
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="insufficient_scope"'
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
+    # The read-only token still reads plants.
+    assert client.get("/plants", headers=reader).status_code == 200
+
+
+def test_without_a_token_every_webhooks_operation_is_401(client):
+    for method, path in [("POST", "/webhooks"), ("GET", "/webhooks"), ("GET", "/webhooks/x")]:
+        error_of(client.open(path, method=method), 401)
+
+
+def test_at_most_plants_webhooks_max_endpoints_then_507(make_app, auth):
+    client = make_app(
+        PLANTS_WEBHOOKS_MAX=2, PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_DELIVER=False
+    ).test_client()
+    first = register(client, auth)
+    register(client, auth)
+    client.patch(f"/webhooks/{first['id']}", json={"status": "disabled"}, headers=auth)
+    assert (
+        "PLANTS_WEBHOOKS_MAX"
+        in error_of(client.post("/webhooks", json={"url": HOOK}, headers=auth), 507)["message"]
+    )
+    assert client.delete(f"/webhooks/{first['id']}", headers=auth).status_code == 204
+    register(client, auth)
+
+
+def test_patch_changes_what_it_names_and_keeps_the_rest(client, auth):
+    hook = register(client, auth, description="first")
+    path = f"/webhooks/{hook['id']}"
+    response = client.patch(
+        path,
+        json={"events": ["plant.updated"], "url": "http://127.0.0.1:10/new"},
+        headers=auth,
+        content_type=MERGE_PATCH,
+    )
+    assert response.status_code == 200
+    changed = response.json
+    assert changed == {**hook, "events": ["plant.updated"], "url": "http://127.0.0.1:10/new"}
+    assert client.get(path, headers=auth).json == changed
+    assert client.patch(path, json={"events": None, "description": None}, headers=auth).json == {
+        **changed,
+        "events": ALL_TYPES,
+        "description": "",
+    }
+
+
+def test_patch_status_disables_and_enables(client, auth):
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}"
+    disabled = client.patch(path, json={"status": "disabled"}, headers=auth).json
+    assert disabled["status"] == "disabled"
+    assert disabled["status_reason"]
+    enabled = client.patch(path, json={"status": "enabled"}, headers=auth).json
+    assert enabled["status"] == "enabled"
+    assert enabled["status_reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"status": "failing"}, "status"),
+        ({"status": "paused"}, "status"),
+        ({"url": "http://10.0.0.1/x"}, "url"),
+        ({"url": None}, "url"),
+        ({"events": ["plant.eaten"]}, "events"),
+        ({"secret": "whsec_x"}, "secret"),
+    ],
+)
+def test_an_invalid_patch_is_400_naming_the_field_and_changes_nothing(client, auth, body, field):
+    hook = register(client, auth)
+    response = client.patch(f"/webhooks/{hook['id']}", json=body, headers=auth)
+    assert field in error_of(response, 400)["details"]
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
+
+
+def test_an_unknown_endpoint_is_404_on_every_operation(client, auth):
+    for method, suffix, body in [
+        ("GET", "", None),
+        ("PATCH", "", {"description": "x"}),
+        ("DELETE", "", None),
+        ("POST", "/rotate", None),
+        ("GET", "/attempts", None),
+        ("POST", "/replay", {"after": "start"}),
+    ]:
+        response = client.open(f"/webhooks/wh_none{suffix}", method=method, json=body, headers=auth)
+        assert "wh_none" in error_of(response, 404)["message"]
+
+
+def test_delete_is_204_then_404(client, auth):
+    hook = register(client, auth)
+    response = client.delete(f"/webhooks/{hook['id']}", headers=auth)
+    assert response.status_code == 204
+    assert response.get_data() == b""
+    error_of(client.get(f"/webhooks/{hook['id']}", headers=auth), 404)
+    error_of(client.delete(f"/webhooks/{hook['id']}", headers=auth), 404)
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": []}
+
+
+def test_rotate_gives_a_new_secret(client, auth):
+    hook = register(client, auth)
+    response = client.post(f"/webhooks/{hook['id']}/rotate", headers=auth)
+    assert response.status_code == 200
+    rotated = response.json
+    assert rotated["secret"] != hook["secret"]
+    assert rotated["secret"].startswith("whsec_")
+    assert rotated == {**hook, "secret": rotated["secret"]}
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == rotated
+
+
+def test_a_new_endpoint_has_no_attempts(client, auth):
+    hook = register(client, auth)
+    assert client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json == {"attempts": []}
+
+
+def test_replay_takes_start_or_a_cursor_of_the_feed(client, auth):
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}/replay"
+    response = client.post(path, json={"after": "start"}, headers=auth)
+    assert response.status_code == 202
+    assert response.json == hook
+    cursor = client.get("/events?after=now", headers=auth).json["next"]
+    assert client.post(path, json={"after": cursor}, headers=auth).status_code == 202
+
+
+@pytest.mark.parametrize("after", ["", "now", "bm90IGEgY3Vyc29y", 7, None])
+def test_replay_of_a_cursor_the_service_did_not_make_is_400_naming_after(client, auth, after):
+    hook = register(client, auth)
+    response = client.post(f"/webhooks/{hook['id']}/replay", json={"after": after}, headers=auth)
+    assert "after" in error_of(response, 400)["details"]
+
+
+def test_a_page_cursor_is_not_a_feed_cursor(client, auth):
+    for plant_id in range(3):
+        client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth)
+    page_cursor = client.get("/plants?limit=1", headers=auth).json["next"]
+    hook = register(client, auth)
+    response = client.post(f"/webhooks/{hook['id']}/replay", json={"after": page_cursor}, headers=auth)
+    assert "after" in error_of(response, 400)["details"]
+
+
+def test_with_the_feed_off_registering_is_409(make_app, auth):
+    client = make_app(PLANTS_EVENTS_RETAIN=0, PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+    assert (
+        "PLANTS_EVENTS_RETAIN"
+        in error_of(client.post("/webhooks", json={"url": HOOK}, headers=auth), 409)["message"]
+    )
+
+
+def test_other_methods_are_405_with_allow(client, auth):
+    response = client.put("/webhooks", headers=auth)
+    error_of(response, 405)
+    assert response.headers["Allow"] == "GET, HEAD, POST"
+    response = client.post("/webhooks/x", headers=auth)
+    assert response.headers["Allow"] == "GET, HEAD, PATCH, DELETE"
+
+
+def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):
+    error_of(client.post("/webhooks", data="url=x", headers={**auth, "Content-Type": "text/plain"}), 415)
+    error_of(client.post("/webhooks", data="{", headers={**auth, "Content-Type": "application/json"}), 400)
+    error_of(client.post("/webhooks", json=[HOOK], headers=auth), 400)

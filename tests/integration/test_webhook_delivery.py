@@ -1,0 +1,389 @@
+"""Webhook deliveries to a real receiver on 127.0.0.1, verified with `standardwebhooks`: on the
+memory store, a real Redis and a real Redis Cluster. Order, retries and their schedule,
+Retry-After, 410, failing and resuming, rotation, redirects, timeouts, the address checked again
+at each delivery, the feed's retention, replay, metrics, and the deliverer on its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import STORES_AND_CLUSTER, redis_settings, settings_for_store
+from tests.contract.test_metrics import samples
+from tests.receiver import Receiver
+from tests.servers import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: The schedule at a thousandth: 5 ms, 0.3 s, 1.8 s, 7.2 s, 18 s, 36 s, 36 s.
+SCALE = 0.001
+
+
+@pytest.fixture(params=STORES_AND_CLUSTER)
+def store_settings(request):
+    return settings_for_store(request, request.param)
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def service(make_app):
+    """The service under test, delivering from this process, to 127.0.0.1 only."""
+    return make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_RETRY_SCALE=SCALE)
+
+
+@pytest.fixture
+def client(service):
+    return service.test_client()
+
+
+def register(client, url: str, **body) -> dict:
+    response = client.post("/webhooks", json={"url": url, **body}, headers=AUTH)
+    assert response.status_code == 201, response.json
+    return response.json
+
+
+def create(client, *ids: int) -> None:
+    for plant_id in ids:
+        assert (
+            client.post(
+                "/plants", json={"id": plant_id, "name": f"Fern {plant_id}"}, headers=AUTH
+            ).status_code
+            == 200
+        )
+
+
+def endpoint(client, hook: dict) -> dict:
+    return client.get(f"/webhooks/{hook['id']}", headers=AUTH).json
+
+
+def attempts(client, hook: dict) -> list[dict]:
+    return client.get(f"/webhooks/{hook['id']}/attempts", headers=AUTH).json["attempts"]
+
+
+def wait_until(condition, timeout: float = 20.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not hold within {timeout} s")
+
+
+def test_each_change_is_delivered_signed_once_and_in_order(client, receiver):
+    hook = register(client, receiver.url)
+    create(client, 1, 2)
+    client.put("/plants/1", json={"name": "Fern 1", "tag": "green"}, headers=AUTH)
+    client.delete("/plants/2", headers=AUTH)
+    deliveries = receiver.wait_for(4)
+    events = [delivery.verified(hook["secret"]) for delivery in deliveries]
+    assert [(event["type"], event["data"]) for event in events] == [
+        ("plant.created", {"id": 1, "name": "Fern 1"}),
+        ("plant.created", {"id": 2, "name": "Fern 2"}),
+        ("plant.updated", {"id": 1, "name": "Fern 1", "tag": "green"}),
+        ("plant.deleted", {"id": 2, "name": "Fern 2"}),
+    ]
+    feed = client.get("/events", headers=AUTH).json["events"]
+    assert [event["timestamp"] for event in events] == [event["time"] for event in feed]
+    assert len({delivery.id for delivery in deliveries}) == 4
+    first = deliveries[0]
+    assert first.path == "/hook"
+    assert first.headers["content-type"] == "application/json"
+    assert first.headers["user-agent"].startswith("plant-store/")
+    assert abs(int(first.headers["webhook-timestamp"]) - time.time()) < 30
+    assert first.headers["webhook-signature"].startswith("v1,")
+    time.sleep(0.5)
+    assert len(receiver.deliveries) == 4  # no duplicate without a cause
+    recorded = wait_until(lambda: len(attempts(client, hook)) == 4 and attempts(client, hook))
+    assert [attempt["webhook_id"] for attempt in recorded] == [d.id for d in reversed(deliveries)]
+    assert all(attempt["status"] == 204 and attempt["error"] is None for attempt in recorded)
+
+
+def test_a_new_endpoint_gets_only_later_events(client, receiver):
+    create(client, 1)
+    hook = register(client, receiver.url)
+    create(client, 2)
+    (delivery,) = receiver.wait_for(1)
+    assert delivery.verified(hook["secret"])["data"]["id"] == 2
+
+
+def test_an_endpoint_gets_only_the_types_it_lists(client, receiver):
+    hook = register(client, receiver.url, events=["plant.deleted"])
+    create(client, 1, 2)
+    client.delete("/plants/1", headers=AUTH)
+    (delivery,) = receiver.wait_for(1)
+    assert delivery.verified(hook["secret"]) == {**delivery.event, "type": "plant.deleted"}
+    time.sleep(0.3)
+    assert len(receiver.deliveries) == 1
+
+
+def test_a_failing_receiver_gets_the_same_event_again_until_it_recovers_and_order_holds(client):
+    receiver = Receiver(lambda delivery, number: (500, {}, 0) if number <= 2 else (200, {}, 0))
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1, 2)
+        deliveries = receiver.wait_for(4)
+        ids = [delivery.id for delivery in deliveries]
+        assert ids[0] == ids[1] == ids[2] != ids[3]
+        assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 1, 1, 2]
+        # 5 ms after the first failure, 0.3 s after the second (the schedule at a thousandth).
+        assert deliveries[2].at - deliveries[1].at >= 0.28
+        recorded = wait_until(lambda: len(attempts(client, hook)) == 4 and attempts(client, hook))
+        assert [attempt["status"] for attempt in reversed(recorded)] == [500, 500, 200, 200]
+        assert endpoint(client, hook)["status"] == "enabled"
+    finally:
+        receiver.stop()
+
+
+def test_retry_after_of_a_503_lengthens_the_wait(client):
+    receiver = Receiver(
+        lambda delivery, number: (503, {"Retry-After": "1"}, 0) if number == 1 else (204, {}, 0)
+    )
+    try:
+        register(client, receiver.url)
+        create(client, 1)
+        first, second = receiver.wait_for(2)
+        assert first.id == second.id
+        assert second.at - first.at >= 0.95  # not the 5 ms of the schedule
+    finally:
+        receiver.stop()
+
+
+def test_a_410_disables_the_endpoint_and_enabling_resumes_from_that_event(client):
+    receiver = Receiver(lambda delivery, number: (410, {}, 0) if number == 1 else (204, {}, 0))
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1, 2)
+        wait_until(lambda: endpoint(client, hook)["status"] == "disabled", what="disabled")
+        assert "410" in endpoint(client, hook)["status_reason"]
+        time.sleep(0.3)
+        assert len(receiver.deliveries) == 1
+        client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=AUTH)
+        deliveries = receiver.wait_for(3)
+        assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 1, 2]
+        assert deliveries[0].id == deliveries[1].id
+    finally:
+        receiver.stop()
+
+
+def test_after_the_last_retry_the_endpoint_is_failing_and_holds_the_event(make_app):
+    # At a ten-thousandth the 8 attempts take about 10 s in all.
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_RETRY_SCALE=0.0001
+    ).test_client()
+    failing = [True]
+    receiver = Receiver(lambda delivery, number: (500, {}, 0) if failing[0] else (204, {}, 0))
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1, 2)
+        wait_until(lambda: endpoint(client, hook)["status"] == "failing", timeout=30, what="failing")
+        assert len(receiver.deliveries) == 8
+        assert {delivery.id for delivery in receiver.deliveries} == {receiver.deliveries[0].id}
+        assert "8 attempts" in endpoint(client, hook)["status_reason"]
+        time.sleep(0.3)
+        assert len(receiver.deliveries) == 8
+        failing[0] = False
+        client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=AUTH)
+        deliveries = receiver.wait_for(10)
+        assert [delivery.event["data"]["id"] for delivery in deliveries[8:]] == [1, 2]
+        assert deliveries[8].id == deliveries[0].id
+    finally:
+        receiver.stop()
+
+
+def test_after_rotation_both_secrets_sign_and_both_verify(client, receiver):
+    hook = register(client, receiver.url)
+    rotated = client.post(f"/webhooks/{hook['id']}/rotate", headers=AUTH).json
+    create(client, 1)
+    (delivery,) = receiver.wait_for(1)
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 2
+    assert delivery.verified(hook["secret"]) == delivery.verified(rotated["secret"])
+
+
+def test_the_old_secret_stops_signing_after_the_overlap(make_app, receiver):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_ROTATION_OVERLAP=0
+    ).test_client()
+    hook = register(client, receiver.url)
+    rotated = client.post(f"/webhooks/{hook['id']}/rotate", headers=AUTH).json
+    create(client, 1)
+    (delivery,) = receiver.wait_for(1)
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 1
+    delivery.verified(rotated["secret"])
+    with pytest.raises(Exception, match="No matching signature"):
+        delivery.verified(hook["secret"])
+
+
+def test_a_redirect_is_a_failed_attempt_and_is_not_followed(client):
+    target = Receiver()
+    receiver = Receiver(
+        lambda delivery, number: (302, {"Location": target.url}, 0) if number == 1 else (204, {}, 0)
+    )
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        receiver.wait_for(2)
+        recorded = wait_until(lambda: len(attempts(client, hook)) == 2 and attempts(client, hook))
+        assert (recorded[-1]["status"], recorded[-1]["error"]) == (302, "redirect")
+        assert target.deliveries == []
+    finally:
+        receiver.stop()
+        target.stop()
+
+
+def test_a_receiver_slower_than_the_timeout_is_a_timeout(make_app):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_TIMEOUT=0.3,
+        PLANTS_WEBHOOKS_RETRY_SCALE=SCALE,
+    ).test_client()
+    receiver = Receiver(lambda delivery, number: (204, {}, 1.0) if number == 1 else (204, {}, 0))
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        receiver.wait_for(2)
+        recorded = wait_until(lambda: len(attempts(client, hook)) == 2 and attempts(client, hook))
+        assert recorded[-1]["error"] == "timeout"
+        assert recorded[-1]["status"] is None
+        assert recorded[0]["status"] == 204
+    finally:
+        receiver.stop()
+
+
+def test_a_refused_connection_is_retried(client):
+    hook = register(client, "http://127.0.0.1:9/nobody")
+    create(client, 1)
+    recorded = wait_until(lambda: attempts(client, hook), what="an attempt")
+    assert recorded[-1]["error"] == "refused"
+    assert recorded[-1]["status"] is None
+
+
+@pytest.mark.parametrize("store_settings", ["redis", "cluster"], indirect=True)
+def test_the_address_is_checked_again_at_each_delivery(make_app, receiver):
+    """Two services on one shared store: the one that delivers does not allow 127.0.0.1."""
+    registrar = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_DELIVER=False).test_client()
+    hook = register(registrar, receiver.url)
+    # Another service on the same store, which does not allow 127.0.0.1, delivers.
+    deliverer = make_app(PLANTS_WEBHOOKS_RETRY_SCALE=SCALE)
+    deliverer.extensions["plants"].deliverer.start()
+    create(registrar, 1)
+    recorded = wait_until(lambda: attempts(registrar, hook), what="an attempt")
+    assert recorded[-1]["error"] == "address"
+    assert receiver.deliveries == []
+
+
+def test_replay_from_the_start_sends_the_events_again_with_their_ids(client, receiver):
+    hook = register(client, receiver.url)
+    create(client, 1, 2)
+    first = receiver.wait_for(2)
+    assert (
+        client.post(f"/webhooks/{hook['id']}/replay", json={"after": "start"}, headers=AUTH).status_code
+        == 202
+    )
+    again = receiver.wait_for(4)[2:]
+    assert [d.id for d in again] == [d.id for d in first]
+    assert [d.body for d in again] == [d.body for d in first]
+
+
+def test_replay_from_a_feed_cursor_sends_what_follows_it(client, receiver):
+    hook = register(client, receiver.url)
+    create(client, 1)
+    cursor = client.get("/events?after=now", headers=AUTH).json["next"]
+    create(client, 2)
+    receiver.wait_for(2)
+    client.post(f"/webhooks/{hook['id']}/replay", json={"after": cursor}, headers=AUTH)
+    third = receiver.wait_for(3)[2]
+    assert third.event["data"]["id"] == 2
+    assert third.id == receiver.deliveries[1].id
+
+
+def test_a_position_that_left_the_feed_says_so_and_resumes_from_the_oldest_kept(make_app, receiver):
+    client = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_EVENTS_RETAIN=5).test_client()
+    hook = register(client, receiver.url)
+    client.patch(f"/webhooks/{hook['id']}", json={"status": "disabled"}, headers=AUTH)
+    # Redis trims a stream by whole nodes of 100 entries: 250 events leave some behind. The ids
+    # are multiples of 24, so that on a cluster they all fall in one bucket group, one stream.
+    create(client, *range(24, 24 * 251, 24))
+    client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=AUTH)
+    recorded = wait_until(
+        lambda: [a for a in attempts(client, hook) if a["error"] == "expired"], what="a note"
+    )
+    assert recorded[0]["webhook_id"] is None
+    assert "lost" in endpoint(client, hook)["status_reason"]
+    receiver.wait_for(5)
+    wait_until(lambda: receiver.deliveries[-1].event["data"]["id"] == 24 * 250, what="the last event")
+    ids = [delivery.event["data"]["id"] for delivery in receiver.deliveries]
+    assert ids == sorted(ids)
+    assert ids[0] > 24
+
+
+def test_deliveries_are_counted_in_the_metrics(client, receiver):
+    hook = register(client, receiver.url)
+    create(client, 1, 2)
+    receiver.wait_for(2)
+    wait_until(lambda: len(attempts(client, hook)) == 2)
+    lag = ("plants_webhook_lag_events", (("endpoint", hook["id"]),))
+    client.patch(f"/webhooks/{hook['id']}", json={"status": "disabled"}, headers=AUTH)
+    create(client, 3)
+    # The lag is the events not yet sent: 1 while the endpoint is paused, 0 once it caught up.
+    wait_until(lambda: scrape(client).get(lag) == 1.0, what="a lag of 1")
+    client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=AUTH)
+    receiver.wait_for(3)
+    wait_until(lambda: scrape(client).get(lag) == 0.0, what="a lag of 0")
+    counted = scrape(client)
+    assert counted[("plants_webhook_attempts_total", (("outcome", "delivered"),))] == 3.0
+    assert counted[("plants_webhook_delivery_seconds_count", ())] == 3.0
+
+
+def scrape(client) -> dict:
+    return samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
+
+
+def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
+    settings = {
+        **redis_settings(redis_server),
+        "PLANTS_API_TOKENS": TOKEN,
+        "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+    }
+    from app import create_app
+
+    app = create_app({**settings, "PLANTS_WEBHOOKS_DELIVER": False})
+    client = app.test_client()
+    hook = register(client, receiver.url)
+    env = {**os.environ, **settings}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.webhooks"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        create(client, 1, 2)
+        deliveries = receiver.wait_for(2)
+        assert [d.verified(hook["secret"])["data"]["id"] for d in deliveries] == [1, 2]
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, output
+    assert "delivering webhooks" in output
+    assert TOKEN not in output
+
+
+def test_a_deliverer_on_its_own_refuses_the_memory_store():
+    env = {**os.environ, "PLANTS_API_TOKENS": TOKEN}
+    env.pop("PLANTS_STORE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.webhooks"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert "needs a shared store" in done.stderr
