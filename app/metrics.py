@@ -113,6 +113,7 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livemax",
         )
+        self._lagging: set[str] = set()
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
 
@@ -154,7 +155,14 @@ class Metrics:
 
     def set_webhook_lag(self, endpoint_id: str, events: int) -> None:
         """The endpoints are at most PLANTS_WEBHOOKS_MAX, so the label is bounded."""
+        self._lagging.add(endpoint_id)
         self.webhook_lag.labels(endpoint_id).set(events)
+
+    def forget_webhooks(self, kept: set[str]) -> None:
+        """Drop the lag of the endpoints deleted since (all but `kept`)."""
+        for endpoint_id in self._lagging - kept:
+            self.webhook_lag.remove(endpoint_id)
+        self._lagging &= kept
 
     def count_store_error(self, reason: str) -> None:
         """Count one store call answered 503, by its reason."""

@@ -30,10 +30,13 @@ TOKEN = "bench-token"
 #: `get` and `page` are GETs (of a plant, of the first page of 100) of a store preloaded with
 #: PRELOAD plants in every run, so that the preload cancels out of the difference.
 #: `304` is a GET of a plant with its current ETag in If-None-Match; `put` replaces a preloaded
-#: plant, its name changing every time.
+#: plant, its name changing every time. `create-hooked` is a create with HOOKED webhook endpoints
+#: registered (deliveries are not started: they run apart from the request path, in the worker's
+#: own thread, and this counts the request path).
 PATHS = {
     "floor": ("floor", None, TOKEN, 200),
     "create": ("service", None, TOKEN, 200),
+    "create-hooked": ("service", None, TOKEN, 200),
     "400": ("service", b'{"id": "1", "name": 5, "tags": "x"}', TOKEN, 400),
     "401": ("service", b'{"id": 1, "name": "Boston fern"}', "wrong-token", 401),
     "get": ("service", b"", TOKEN, 200),
@@ -43,6 +46,7 @@ PATHS = {
 }
 FEW, MANY = 300, 1300
 PRELOAD = 2000
+HOOKED = 10
 
 
 def environ(body: bytes, token: str, method: str = "POST", path: str = "/plants", query: str = "") -> dict:
@@ -75,7 +79,9 @@ def serve(path: str, count: int) -> None:
     else:
         from app import create_app
 
-        app = create_app({"PLANTS_MAX_PLANTS": 10**7})
+        app = create_app({"PLANTS_MAX_PLANTS": 10**7, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"})
+        if path == "create-hooked":
+            register_endpoints(app, HOOKED)
     statuses: list[str] = []
 
     def start_response(status: str, headers: list, exc_info: object = None) -> Callable:
@@ -96,6 +102,16 @@ def serve(path: str, count: int) -> None:
     wrong = [status for status in statuses if not status.startswith(str(expected))]
     if wrong:
         raise SystemExit(f"{path}: {len(wrong)} responses were not {expected}, e.g. {wrong[0]}")
+
+
+def register_endpoints(app: object, count: int) -> None:
+    """`count` webhook endpoints, registered through the API as a user would."""
+    client = app.test_client()  # type: ignore[attr-defined]
+    for number in range(count):
+        url = f"http://127.0.0.1:{9000 + number}/hook"
+        response = client.post("/webhooks", json={"url": url}, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status_code == 201, response.get_data()
+    app.extensions["plants"].deliverer.stop()  # type: ignore[attr-defined]
 
 
 def request_of(path: str, number: int, token: str) -> dict:

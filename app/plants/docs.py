@@ -68,11 +68,17 @@ INIT_SCRIPT = """window.addEventListener("load", function () {
 
 @functools.cache
 def _document() -> dict[str, Any]:
-    """The shipped openapi.yaml, parsed once (read only), with a HEAD beside every GET."""
+    """The shipped openapi.yaml, parsed once (read only), with a HEAD beside every GET: right
+    after it, so that the page lists it before the path's changes and its DELETE."""
     document = yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
-    for item in document["paths"].values():
+    shared = document["components"]["responses"]
+    for path, item in document["paths"].items():
         if "get" in item:
-            item["head"] = _head_of(item["get"], document["components"]["responses"])
+            head = _head_of(item["get"], shared)
+            document["paths"][path] = {
+                key: value for method, operation in item.items()
+                for key, value in ((method, operation), *((("head", head),) if method == "get" else ()))
+            }  # fmt: skip
     return document
 
 

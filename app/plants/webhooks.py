@@ -30,6 +30,8 @@ _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
 #: How often a change is tried again when another request changed the endpoint meanwhile.
 _TRIES = 3
+#: The rotated-out secrets that keep signing during their overlap, at most (the newest).
+_OLD_SECRETS = 4
 
 
 def create_webhook() -> Response:
@@ -124,7 +126,7 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
             for secret, expires in endpoint.secrets
             if expires is None or expires > now_ms
         )
-        rotated = Endpoint(**{**_config(endpoint), "secrets": ((new_secret(), None), *kept)})
+        rotated = Endpoint(**{**_config(endpoint), "secrets": ((new_secret(), None), *kept[:_OLD_SECRETS])})
         return {"config": rotated.config_text()}
 
     return json_response(record(_changed(endpoints, endpoint_id, change)))
@@ -219,12 +221,15 @@ def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoin
 
 
 def _checked_url(state: PlantsState, url: str) -> str:
+    """The URL, unless it is malformed or its host resolves to a refused address (400 naming
+    `url`). A name that does not resolve (yet) is accepted: each delivery checks it again."""
     problem = url_problem(url)
     if problem is None:
         try:
             target(url, state.settings.webhooks_allow_hosts)
         except AddressRefused as exc:
-            problem = str(exc)
+            if exc.reason != "name_not_resolved":
+                problem = str(exc)
     if problem is not None:
         raise InvalidWebhook("webhook endpoint", {"url": [problem]})
     return url

@@ -176,16 +176,25 @@ def post_worker_init(worker: Any) -> None:
     """
     worker.read_timeout = read_timeout
     gc.freeze()
-    _start_webhooks(worker)
+    # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
+    deliverer = _deliverer_of(worker)
+    if deliverer is not None:
+        deliverer.start()
 
 
-def _start_webhooks(worker: Any) -> None:
-    """Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none)."""
-    from app.extension import plants_state
+def _deliverer_of(worker: Any) -> Any:
+    """The webhook deliverer of the app the worker serves (None for another app)."""
+    from app.extension import EXTENSION, plants_state
 
     app = worker.wsgi
-    if hasattr(app, "extensions") and "plants" in app.extensions:
-        plants_state(app).deliverer.start()
+    return plants_state(app).deliverer if EXTENSION in getattr(app, "extensions", {}) else None
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """A worker that stops gives up its webhook leases, so that another delivers at once."""
+    deliverer = _deliverer_of(worker)
+    if deliverer is not None:
+        deliverer.stop(timeout=2.0)
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -1,6 +1,8 @@
-"""`python -m app.webhooks`: a deliverer on its own, for operators who run it apart from the web
-workers (then set PLANTS_WEBHOOKS_DELIVER=false there). It reads the same settings as the
-service, needs a shared store (Redis), and stops on SIGTERM or Ctrl-C, giving up its leases."""
+"""`python -m app.webhooks` (the console script `plant-store-webhooks`): a deliverer on its own, for
+operators who run it apart from the web workers (then set PLANTS_WEBHOOKS_DELIVER=false there).
+
+It reads the same settings as the service, needs a shared store (Redis), and stops on SIGTERM or
+Ctrl-C, giving up its leases once the attempts in flight end."""
 
 from __future__ import annotations
 

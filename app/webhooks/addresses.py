@@ -11,6 +11,7 @@ it checked, so a name cannot change between the check and the connection.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -56,19 +57,28 @@ def _refused(address: IPAddress) -> bool:
     )
 
 
+#: A webhook URL, as the document's pattern says: a host name or an IP address (IPv6 in brackets),
+#: a port up to 65535, no credentials, no fragment, no space.
+URL_PATTERN = re.compile(
+    r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?([/?][^\s#\x00-\x1f\x7f]*)?"
+)
+
+
 def url_problem(url: object) -> str | None:
     """What is wrong with `url` as a webhook URL, without resolving it; None when nothing."""
     if not isinstance(url, str) or len(url) > 2048:
         return "Must be an http or https URL of at most 2,048 characters."
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "Must be an http or https URL with a host."
-    if parts.fragment or any(ch.isspace() or ord(ch) < 0x20 for ch in url):
-        return "Must be an http or https URL without a fragment or spaces."
     try:
-        parts.port  # noqa: B018 (a port that is not a number raises)
+        parts = urlsplit(url)
     except ValueError:
-        return "Must be an http or https URL with a valid port."
+        parts = None
+    if parts is not None and (parts.username is not None or parts.password is not None):
+        return "Must not hold credentials: receivers authenticate the service by its signature."
+    if parts is None or not URL_PATTERN.fullmatch(url):
+        return (
+            "Must be an http or https URL: a host name or an IP address, an optional port up to"
+            " 65535, then a path; no fragment, spaces or control characters."
+        )
     return None
 
 

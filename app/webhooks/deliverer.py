@@ -19,6 +19,7 @@ import secrets
 import socket
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,9 @@ class Deliverer:
         return True
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop, giving up the leases of the drains that end within `timeout` (an attempt in flight
+        ends by its own timeout; a lease not given up lapses in LEASE_MS)."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             thread, pool = self._thread, self._pool
             self._thread = self._pool = None
@@ -93,7 +97,8 @@ class Deliverer:
         if thread is not None:
             thread.join(timeout)
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+            futures.wait(list(self._busy.values()), timeout=max(0.0, deadline - time.monotonic()))
 
     @property
     def stopping(self) -> bool:
@@ -123,7 +128,10 @@ class Deliverer:
         now_position = self.store.events_now()
         now_count = self.store.feed_count(now_position)
         now_ms = _now_ms()
-        for endpoint in self.store.endpoints.all():
+        endpoints = self.store.endpoints.all()
+        if self.metrics is not None:
+            self.metrics.forget_webhooks({endpoint.id for endpoint in endpoints})
+        for endpoint in endpoints:
             self._observe_lag(endpoint, now_count)
             if (
                 endpoint.id in self._busy

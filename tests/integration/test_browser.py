@@ -193,7 +193,9 @@ def test_the_page_authorizes_with_a_pasted_jwt_access_token(browser):
 
 def test_try_it_out_with_the_pages_defaults_succeeds_on_every_operation(browser):
     """A new user authorizes, then presses Execute on every operation in the page's order,
-    changing nothing: every default the page offers is accepted (2xx)."""
+    changing nothing: every default the page offers is accepted (2xx). The one thing typed is
+    what no default can hold: the id the service gave the webhook endpoint the page's own
+    `POST /webhooks` registered (ids are random), pasted into `endpoint_id`."""
     server = Gunicorn()
     try:
         browser.get(f"http://127.0.0.1:{server.port}/docs")
@@ -206,7 +208,16 @@ def test_try_it_out_with_the_pages_defaults_succeeds_on_every_operation(browser)
         blocks = browser.find_elements(By.CSS_SELECTOR, ".opblock")
         assert len(blocks) >= 19  # every operation, HEADs included
         for block in blocks:
-            results.append(execute_with_defaults(browser, block))
+            path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+            if not path.startswith("/"):
+                # The document's `webhooks` (plantEvent): what the service sends, nothing to execute.
+                assert path == "plantEvent", path
+                continue
+            fill = {}
+            if "{endpoint_id}" in path:
+                status, _, body = call(server.connection(), "GET", "/webhooks", None, AUTH)
+                fill["endpoint_id"] = json.loads(body)["webhooks"][0]["id"]
+            results.append(execute_with_defaults(browser, block, fill))
         failed = [result for result in results if not result[2].startswith("2")]
         assert failed == [], results
         # The defaults made the plant of the examples, and the page's PATCH retagged it.
@@ -217,13 +228,23 @@ def test_try_it_out_with_the_pages_defaults_succeeds_on_every_operation(browser)
         server.stop()
 
 
-def execute_with_defaults(browser, block) -> tuple[str, str, str]:
-    """Open an operation, press Execute without changing anything: (method, path, status)."""
+def execute_with_defaults(browser, block, fill: dict[str, str] | None = None) -> tuple[str, str, str]:
+    """Open an operation, press Execute without changing anything but the parameters in `fill`:
+    (method, path, status)."""
     method = block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip()
     path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
     browser.execute_script("arguments[0].scrollIntoView()", block)
     block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    WebDriverWait(browser, 20).until(lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")).click()
+    execute = WebDriverWait(browser, 20).until(
+        lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")
+    )
+    for name, value in (fill or {}).items():
+        field = WebDriverWait(browser, 20).until(
+            lambda _, name=name: block.find_element(By.CSS_SELECTOR, f'tr[data-param-name="{name}"] input')
+        )
+        field.clear()
+        field.send_keys(value)
+    execute.click()
     status = WebDriverWait(browser, 20).until(
         lambda _: block.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
     )

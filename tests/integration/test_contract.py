@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
+from tests.helpers import call
 from tests.servers import ROOT, TOKEN, Gunicorn
 
 SEED = 20261121
@@ -25,14 +27,17 @@ def store_settings(request):
 
 @pytest.fixture
 def fresh_server(store_settings):
-    """A new service on each store (two workers on Redis), so that generated ids meet no others."""
-    server = Gunicorn(env={**store_settings, "WEB_CONCURRENCY": "2"} if store_settings else None)
+    """A new service on each store (two workers on Redis), so that generated ids meet no others.
+    It keeps as many webhook endpoints as schemathesis registers (a 507 past PLANTS_WEBHOOKS_MAX is
+    tested in test_webhooks.py), and sends them nothing: deliveries are not the HTTP contract."""
+    env = {"PLANTS_WEBHOOKS_MAX": "1000000", "PLANTS_WEBHOOKS_DELIVER": "false"}
+    server = Gunicorn(env={**env, **store_settings, "WEB_CONCURRENCY": "2"} if store_settings else env)
     yield server
     server.stop()
 
 
 # A schema-valid `after` is any short base64url string, and almost none is a cursor this service
-# signed: for listPlants and listEvents (and their HEADs) a 400 is the right answer to such
+# signed: for listPlants, listEvents (and their HEADs) and replayWebhook a 400 is the right answer to such
 # "positive" data. Every other check,
 # and the positive check of every other operation, stays as schemathesis has it; test_pages.py
 # asserts that valid `limit` and `tags` are accepted. A request line past gunicorn's limit is
@@ -41,7 +46,13 @@ def fresh_server(store_settings):
 # right answer to it. A body's `id` must equal the path's, which a schema cannot say: a
 # generated one rarely does, and 400 is the answer (test_changes.py asserts the rest). The
 # conditional headers are never refused (a member that is not an entity-tag names no plant), so
-# a read or a delete of a plant never answers a valid request with 400.
+# a read or a delete of a plant never answers a valid request with 400. A webhook URL whose host
+# resolves to a refused address (`http://0` is 0.0.0.0) is 400, which a schema cannot say. The
+# operations on one webhook endpoint name one the test registered first (ids are random), and
+# its DELETE another, so that the others still find theirs. That DELETE stays out of the
+# stateful phase: there schemathesis 4.32 flags the 404 of an endpoint that its own DELETE
+# removed earlier in the run (204, then 404 on every later use, as it should be) as a lost
+# resource. test_webhooks.py asserts the DELETE's 204 and the 404s after it.
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = [
@@ -63,6 +74,45 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 [[operations]]
 include-operation-id = "listEventsHead"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "410", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "replayWebhook"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "createWebhook"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "patchWebhook"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+[[operations]]
+include-operation-id = "deleteWebhook"
+phases.stateful.enabled = false
+parameters = { endpoint_id = "${DELETE_ID}" }
+
+[[operations]]
+include-operation-id = "getWebhook"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+
+[[operations]]
+include-operation-id = "getWebhookHead"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+
+[[operations]]
+include-operation-id = "rotateWebhookSecret"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+
+[[operations]]
+include-operation-id = "listWebhookAttempts"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
+
+[[operations]]
+include-operation-id = "listWebhookAttemptsHead"
+parameters = { endpoint_id = "${ENDPOINT_ID}" }
 
 [[operations]]
 include-operation-id = "getPlant"
@@ -90,6 +140,13 @@ def test_service_conforms_to_its_document(fresh_server, tmp_path):
     (tmp_path / "schemathesis.toml").write_text(CONFIG)
     st = Path(sys.executable).with_name("st")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("ENDPOINT_ID", "DELETE_ID"):
+        status, _, body = call(
+            fresh_server.connection(), "POST", "/webhooks", {"url": "http://no-such-host.invalid/hook"},
+            {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert status == 201, body
+        env[name] = json.loads(body)["id"]
     result = subprocess.run(
         [
             str(st), "run", f"http://127.0.0.1:{fresh_server.port}/openapi.json",

@@ -138,7 +138,8 @@ def check(example: Example, base: str) -> bytes:
 
 @pytest.fixture
 def readme_server():
-    server = Gunicorn(env={"PLANTS_API_TOKENS": "change-me"})
+    # As the README's webhooks section says its examples ran.
+    server = Gunicorn(env={"PLANTS_API_TOKENS": "change-me", "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"})
     yield server
     server.stop()
 

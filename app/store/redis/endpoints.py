@@ -6,12 +6,19 @@ from typing import Any
 
 from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
 from app.store.redis.connection import LazyClient, ScriptRunner
-from app.store.redis.errors import RedisBacked
+from app.store.redis.errors import FAILURES, RedisBacked
 
 
 def _text(fields: list[bytes]) -> dict[str, str]:
     """HGETALL's flat answer, as text."""
     return {fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields), 2)}
+
+
+def _fields(answer: Any) -> dict[str, str]:
+    """HGETALL's answer as text: a flat list raw, a dict through redis-py's parsing."""
+    if isinstance(answer, dict):
+        return {key.decode(): value.decode() for key, value in answer.items()}
+    return _text(answer)
 
 
 def _flat(fields: dict[str, str]) -> list[str]:
@@ -28,6 +35,9 @@ class RedisEndpoints(RedisBacked):
     def _key(self, kind: str, endpoint_id: str) -> str:
         return f"{self._tag}:{kind}:{endpoint_id}"
 
+    def _hash_key(self, endpoint_id: str) -> str:
+        return self._key("e", endpoint_id)
+
     def add(self, endpoint: Endpoint, limit: int) -> bool:
         keys = (self._ids, self._key("e", endpoint.id))
         return (
@@ -40,17 +50,31 @@ class RedisEndpoints(RedisBacked):
     def get(self, endpoint_id: str) -> Endpoint | None:
         key = self._key("e", endpoint_id)
         fields = self._clients.read(key, "HGETALL", key)
-        if not fields:
-            return None
-        if isinstance(fields, dict):  # RedisCluster answers HGETALL as a dict
-            fields = [item for pair in fields.items() for item in pair]
-        return Endpoint.from_fields(endpoint_id, _text(fields))
+        return Endpoint.from_fields(endpoint_id, _fields(fields)) if fields else None
 
     def ids(self) -> list[str]:
         return sorted(member.decode() for member in self._clients.read(self._ids, "SMEMBERS", self._ids))
 
     def all(self) -> list[Endpoint]:
-        found = [endpoint for endpoint_id in self.ids() if (endpoint := self.get(endpoint_id)) is not None]
+        """Two round trips whatever the number: the ids, then every endpoint's fields in one
+        pipeline (all on one node: the keys share the tag's slot)."""
+        ids = self.ids()
+        if not ids:
+            return []
+        pipe = self._clients.node_for(self._ids).pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.execute_command("HGETALL", self._hash_key(endpoint_id))
+        try:
+            answers = pipe.execute()
+        except FAILURES:
+            # The slot moved, or its node failed: read one by one, following redirects.
+            self._clients.forget(self._ids)
+            answers = [self._clients.read(key, "HGETALL", key) for key in map(self._hash_key, ids)]
+        found = [
+            Endpoint.from_fields(endpoint_id, _fields(fields))
+            for endpoint_id, fields in zip(ids, answers, strict=True)
+            if fields
+        ]
         return sorted(found, key=lambda endpoint: (endpoint.created_ms, endpoint.id))
 
     def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
