@@ -39,7 +39,7 @@ def test_benchmark_smoke_run(tmp_path):
     assert "VALID" in result.stdout
 
 
-@pytest.mark.parametrize("path", ["floor", "create", "400", "401"])
+@pytest.mark.parametrize("path", ["floor", "create", "create-hooked", "400", "401"])
 def test_instruction_count_requests_have_their_status(path):
     # The in-process loop that bench/instructions.py counts checks every status itself.
     result = subprocess.run(
@@ -158,3 +158,15 @@ def test_layouts_parts_smoke_run(tmp_path):
     for name in ("shipped", "shipped, as a Function (FCALL)", "the two fence look-ups only"):
         assert parts[name]["sequential: script_us"]["median"] > 0
     assert "| shipped, as a Function (FCALL) |" in result.stdout
+
+
+def test_webhooks_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("bench/webhooks.py", tmp_path)
+    assert results["valid"] is True
+    deliveries = results["deliveries"]
+    assert deliveries["per_second"] > 0
+    assert deliveries["acks_per_delivery"] == 1.0  # one acknowledgement per delivery, no more
+    assert deliveries["leases_per_delivery"] <= 1.0
+    for kind in ("none", "apart", "in-worker"):
+        assert results["creates"][kind]["rps"]["median"] > 0
+    assert "a second** from one deliverer" in result.stdout
