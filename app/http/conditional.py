@@ -71,10 +71,15 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
     etag = etag_of(plant)
     if ANY_PLANT not in tags and etag not in tags:  # (an empty tag `""` never equals a plant's)
         return None
-    # No body, so no Content-Type (the class's default mimetype is dropped).
-    response = Response(status=304, headers={"ETag": f'"{etag}"'})
-    del response.headers["Content-Type"]
+    response = _NotModified(status=304)
+    response.headers.add("ETag", f'"{etag}"')
     return response
+
+
+class _NotModified(Response):
+    """A 304: no body, so no Content-Type, never set rather than set and then deleted."""
+
+    default_mimetype = None
 
 
 def write_precondition(req: Request, required: bool) -> Precondition:

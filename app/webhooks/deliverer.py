@@ -27,7 +27,7 @@ from app.settings import Settings
 from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
 from app.webhooks.message import ATTEMPTS, message_id, payload, retry_delay, signed_headers, utc_text
-from app.webhooks.sender import Outcome, send
+from app.webhooks.sender import Outcome, Watchdog, send
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -64,6 +64,7 @@ class Deliverer:
         self._busy: dict[str, Future[None]] = {}
         self._renewed = 0.0
         self._failing_store = False
+        self.watchdog = Watchdog()
 
     @property
     def enabled(self) -> bool:
@@ -121,6 +122,7 @@ class Deliverer:
 
     def run_once(self) -> None:
         """One look at every endpoint: lease and drain those with events to send."""
+        self.watchdog.expire()
         for endpoint_id, future in list(self._busy.items()):
             if future.done():
                 del self._busy[endpoint_id]
@@ -237,6 +239,7 @@ class Drain:
             headers,
             timeout=settings.webhooks_timeout,
             allowed=settings.webhooks_allow_hosts,
+            watchdog=deliverer.watchdog,
         )
         deliverer.count(outcome, entry.event.time_ms)
         attempt = _attempt(msg_id, outcome)

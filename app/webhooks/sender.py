@@ -3,10 +3,12 @@ not followed, the answer's body read up to a small limit and dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -32,17 +34,80 @@ class Outcome(NamedTuple):
         return self.status is not None and 200 <= self.status < 300
 
 
-class _PinnedHTTPS(http.client.HTTPSConnection):
+class Watchdog:
+    """Ends the attempts that pass their deadline. A socket timeout bounds each read, not the
+    attempt: a receiver that trickles its answer a byte at a time would hold a delivery thread
+    for as long as it likes. The deliverer calls `expire` every poll; it shuts such a socket down,
+    and the attempt ends as a timeout."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[float, socket.socket]] = {}
+        self._expired: set[int] = set()
+
+    def watch(self, sock: socket.socket, deadline: float) -> None:
+        with self._lock:
+            self._watched[id(sock)] = (deadline, sock)
+
+    def forget(self, sock: socket.socket | None) -> bool:
+        """Stop watching `sock`; whether it was ended for passing its deadline."""
+        if sock is None:
+            return False
+        with self._lock:
+            self._watched.pop(id(sock), None)
+            expired = id(sock) in self._expired
+            self._expired.discard(id(sock))
+            return expired
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            overdue = [(key, sock) for key, (deadline, sock) in self._watched.items() if deadline <= now]
+            for key, _ in overdue:
+                del self._watched[key]
+                self._expired.add(key)
+        for _, sock in overdue:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watched(http.client.HTTPConnection):
+    """HTTP to the checked address, its socket watched from the moment it connects."""
+
+    def __init__(self, where: Target, timeout: float, deadline: float, watchdog: Watchdog | None) -> None:
+        super().__init__(where.address, where.port, timeout=timeout)
+        self._deadline, self._watchdog = deadline, watchdog
+        self.raw_sock: socket.socket | None = None
+
+    def _open(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), self.timeout)
+        self.raw_sock = sock
+        if self._watchdog is not None:
+            self._watchdog.watch(sock, self._deadline)
+        return sock
+
+    def connect(self) -> None:
+        self.sock = self._open()
+
+
+class _PinnedHTTPS(_Watched):
     """HTTPS to the checked address, verifying the certificate of the URL's host name."""
 
-    def __init__(self, where: Target, timeout: float, context: ssl.SSLContext) -> None:
-        super().__init__(where.address, where.port, timeout=timeout, context=context)
+    def __init__(
+        self,
+        where: Target,
+        timeout: float,
+        deadline: float,
+        watchdog: Watchdog | None,
+        context: ssl.SSLContext,
+    ) -> None:
+        super().__init__(where, timeout, deadline, watchdog)
+        self.default_port = 443
         self._server_name = where.host
         self._ssl_context = context
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), self.timeout)
-        self.sock = self._ssl_context.wrap_socket(sock, server_hostname=self._server_name)
+        self.sock = self._ssl_context.wrap_socket(self._open(), server_hostname=self._server_name)
 
 
 def send(
@@ -53,8 +118,10 @@ def send(
     timeout: float,
     allowed: Iterable[str],
     context: ssl.SSLContext | None = None,
+    watchdog: Watchdog | None = None,
 ) -> Outcome:
-    """POST `body` to `url`, checking its address first (addresses.py)."""
+    """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
+    timeout, however the receiver trickles."""
     started = time.monotonic()
 
     def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Outcome:
@@ -64,12 +131,12 @@ def send(
         where = target(url, allowed)
     except AddressRefused as exc:
         return outcome(None, exc.reason)
-    connection: http.client.HTTPConnection
-    if where.https:
-        connection = _PinnedHTTPS(where, timeout, context or ssl.create_default_context())
-    else:
-        connection = http.client.HTTPConnection(where.address, where.port, timeout=timeout)
     deadline = started + timeout
+    connection: _Watched
+    if where.https:
+        connection = _PinnedHTTPS(where, timeout, deadline, watchdog, context or ssl.create_default_context())
+    else:
+        connection = _Watched(where, timeout, deadline, watchdog)
     try:
         connection.putrequest("POST", where.path, skip_host=True, skip_accept_encoding=True)
         connection.putheader("Host", where.authority)
@@ -86,6 +153,8 @@ def send(
             if not chunk:
                 break
             read += len(chunk)
+        if watchdog is not None and watchdog.forget(connection.raw_sock):
+            return outcome(None, "timeout")  # cut off: whatever was parsed is not an answer
         status = response.status
         if 300 <= status < 400:
             return outcome(status, "redirect")
@@ -94,11 +163,13 @@ def send(
         return outcome(None, "timeout")
     except ConnectionRefusedError:
         return outcome(None, "refused")
-    except (ssl.SSLError, ssl.CertificateError):
-        return outcome(None, "tls")
-    except (OSError, http.client.HTTPException):
-        return outcome(None, "connection")
+    except (ssl.SSLError, ssl.CertificateError, OSError, http.client.HTTPException) as exc:
+        if watchdog is not None and watchdog.forget(connection.raw_sock):
+            return outcome(None, "timeout")
+        return outcome(None, "tls" if isinstance(exc, (ssl.SSLError, ssl.CertificateError)) else "connection")
     finally:
+        if watchdog is not None:
+            watchdog.forget(connection.raw_sock)
         connection.close()
 
 

@@ -422,3 +422,40 @@ def test_a_deliverer_on_its_own_refuses_the_memory_store():
     )
     assert done.returncode == 2
     assert "needs a shared store" in done.stderr
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(make_app):
+    """Each read waits anew, so a byte a while would hold a delivery thread for ever: the
+    deliverer's watchdog ends the attempt at PLANTS_WEBHOOKS_TIMEOUT."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"HTTP/1.1 200 OK\r\n")
+        while not stop.is_set():
+            try:
+                connection.sendall(b"X")  # one header byte every 0.1 s, never a line's end
+            except OSError:
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_TIMEOUT=0.5,
+        PLANTS_WEBHOOKS_RETRY_SCALE=SCALE,
+    ).test_client()
+    try:
+        hook = register(client, f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        create(client, 1)
+        recorded = wait_until(lambda: attempts(client, hook), timeout=10, what="an attempt")
+        assert recorded[-1]["error"] == "timeout"
+        assert recorded[-1]["duration_ms"] < 1500
+    finally:
+        stop.set()
+        listener.close()
