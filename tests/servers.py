@@ -58,9 +58,9 @@ class Gunicorn:
         )
         try:
             wait_until_serving(self.port, self.process)
-        except Exception:
+        except Exception as exc:
             self.stop()
-            raise
+            raise RuntimeError(f"{exc}; gunicorn said:\n{self.output()[-3000:]}") from exc
 
     def connection(self, timeout: float = 10) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)

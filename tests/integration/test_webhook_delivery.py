@@ -152,6 +152,7 @@ def test_a_failing_receiver_gets_the_same_event_again_until_it_recovers_and_orde
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_retry_after_of_a_503_lengthens_the_wait(client):
     receiver = Receiver(
         lambda delivery, number: (503, {"Retry-After": "1"}, 0) if number == 1 else (204, {}, 0)
@@ -183,6 +184,7 @@ def test_a_410_disables_the_endpoint_and_enabling_resumes_from_that_event(client
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
 def test_after_the_last_retry_the_endpoint_is_failing_and_holds_the_event(make_app):
     # At a ten-thousandth the 8 attempts take about 10 s in all.
     client = make_app(
@@ -208,6 +210,7 @@ def test_after_the_last_retry_the_endpoint_is_failing_and_holds_the_event(make_a
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_after_rotation_both_secrets_sign_and_both_verify(client, receiver):
     hook = register(client, receiver.url)
     rotated = client.post(f"/webhooks/{hook['id']}/rotate", headers=AUTH).json
@@ -217,6 +220,7 @@ def test_after_rotation_both_secrets_sign_and_both_verify(client, receiver):
     assert delivery.verified(hook["secret"]) == delivery.verified(rotated["secret"])
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_the_old_secret_stops_signing_after_the_overlap(make_app, receiver):
     client = make_app(
         PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_ROTATION_OVERLAP=0
@@ -231,6 +235,7 @@ def test_the_old_secret_stops_signing_after_the_overlap(make_app, receiver):
         delivery.verified(hook["secret"])
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_a_redirect_is_a_failed_attempt_and_is_not_followed(client):
     target = Receiver()
     receiver = Receiver(
@@ -248,6 +253,7 @@ def test_a_redirect_is_a_failed_attempt_and_is_not_followed(client):
         target.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_a_receiver_slower_than_the_timeout_is_a_timeout(make_app):
     client = make_app(
         PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
@@ -267,6 +273,7 @@ def test_a_receiver_slower_than_the_timeout_is_a_timeout(make_app):
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_https_to_a_receiver_that_speaks_no_tls_is_a_tls_failure(client, receiver):
     hook = register(client, receiver.url.replace("http://", "https://"))
     create(client, 1)
@@ -274,6 +281,7 @@ def test_https_to_a_receiver_that_speaks_no_tls_is_a_tls_failure(client, receive
     assert recorded[-1]["error"] == "tls"
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_rotation_keeps_at_most_the_four_newest_old_secrets_signing(client, receiver):
     hook = register(client, receiver.url)
     secrets = [hook["secret"]]
@@ -286,6 +294,7 @@ def test_rotation_keeps_at_most_the_four_newest_old_secrets_signing(client, rece
         delivery.verified(secret)
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_a_host_that_does_not_resolve_is_a_failed_attempt(client):
     hook = register(client, "http://no-such-host.invalid/hook")
     create(client, 1)
@@ -294,6 +303,7 @@ def test_a_host_that_does_not_resolve_is_a_failed_attempt(client):
     assert recorded[-1]["status"] is None
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_a_refused_connection_is_retried(client):
     hook = register(client, "http://127.0.0.1:9/nobody")
     create(client, 1)
@@ -424,6 +434,7 @@ def test_a_deliverer_on_its_own_refuses_the_memory_store():
     assert "needs a shared store" in done.stderr
 
 
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
 def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(make_app):
     """Each read waits anew, so a byte a while would hold a delivery thread for ever: the
     deliverer's watchdog ends the attempt at PLANTS_WEBHOOKS_TIMEOUT."""
