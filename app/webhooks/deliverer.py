@@ -127,12 +127,14 @@ class Deliverer:
             if future.done():
                 del self._busy[endpoint_id]
         self._renew()
-        now_position = self.store.events_now()
-        now_count = self.store.feed_count(now_position)
-        now_ms = _now_ms()
         endpoints = self.store.endpoints.all()
         if self.metrics is not None:
             self.metrics.forget_webhooks({endpoint.id for endpoint in endpoints})
+        if not endpoints:
+            return  # no endpoint, no look at the feed: an idle worker costs the store one call
+        now_position = self.store.events_now()
+        now_count = self.store.feed_count(now_position)
+        now_ms = _now_ms()
         for endpoint in endpoints:
             self._observe_lag(endpoint, now_count)
             if (

@@ -304,10 +304,11 @@ def test_a_host_that_does_not_resolve_is_a_failed_attempt(client):
 
 
 @pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
-def test_a_refused_connection_is_retried(client):
+def test_a_refused_connection_is_retried_and_readiness_does_not_depend_on_it(client):
     hook = register(client, "http://127.0.0.1:9/nobody")
     create(client, 1)
     recorded = wait_until(lambda: attempts(client, hook), what="an attempt")
+    assert client.get("/readyz").status_code == 200
     assert recorded[-1]["error"] == "refused"
     assert recorded[-1]["status"] is None
 
