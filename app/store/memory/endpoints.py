@@ -34,9 +34,8 @@ class MemoryEndpoints:
             return None if fields is None else Endpoint.from_fields(endpoint_id, dict(fields))
 
     def all(self) -> list[Endpoint]:
-        with self._lock:
-            found = [Endpoint.from_fields(key, dict(fields)) for key, fields in self._fields.items()]
-        return sorted(found, key=lambda endpoint: (endpoint.created_ms, endpoint.id))
+        with self._lock:  # a dict keeps the order in which they were added
+            return [Endpoint.from_fields(key, dict(fields)) for key, fields in self._fields.items()]
 
     def ids(self) -> list[str]:
         with self._lock:

@@ -39,7 +39,7 @@ class RedisEndpoints(RedisBacked):
         return self._key("e", endpoint_id)
 
     def add(self, endpoint: Endpoint, limit: int) -> bool:
-        keys = (self._ids, self._key("e", endpoint.id))
+        keys = (self._ids, self._key("e", endpoint.id), f"{self._tag}:seq")
         return (
             self._run(
                 "HOOK_ADD", keys, (*self._head, limit, endpoint.id, *_flat(endpoint.fields())), write=True
@@ -53,11 +53,12 @@ class RedisEndpoints(RedisBacked):
         return Endpoint.from_fields(endpoint_id, _fields(fields)) if fields else None
 
     def ids(self) -> list[str]:
-        return sorted(member.decode() for member in self._clients.read(self._ids, "SMEMBERS", self._ids))
+        """The ids, the oldest first (the set is scored by a sequence)."""
+        return [member.decode() for member in self._clients.read(self._ids, "ZRANGE", self._ids, 0, -1)]
 
     def all(self) -> list[Endpoint]:
-        """Two round trips whatever the number: the ids, then every endpoint's fields in one
-        pipeline (all on one node: the keys share the tag's slot)."""
+        """The oldest first, in two round trips whatever their number: the ids, then every
+        endpoint's fields in one pipeline (all on one node: the keys share the tag's slot)."""
         ids = self.ids()
         if not ids:
             return []
@@ -70,12 +71,11 @@ class RedisEndpoints(RedisBacked):
             # The slot moved, or its node failed: read one by one, following redirects.
             self._clients.forget(self._ids)
             answers = [self._clients.read(key, "HGETALL", key) for key in map(self._hash_key, ids)]
-        found = [
+        return [
             Endpoint.from_fields(endpoint_id, _fields(fields))
             for endpoint_id, fields in zip(ids, answers, strict=True)
             if fields
         ]
-        return sorted(found, key=lambda endpoint: (endpoint.created_ms, endpoint.id))
 
     def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
         answer = self._run(

@@ -53,8 +53,9 @@ PAGE = _LIBRARY + _script("page")
 INDEX = _LIBRARY + _script("index")
 EVENTS = _LIBRARY + _script("events")
 
-# Webhook endpoints (redis_endpoints.py): every key starts with the endpoints' own hash tag
-# `{prefix:hooks}` (written `T`), so that all of them sit in one slot: `T:ids`, the set of ids;
+# Webhook endpoints (endpoints.py): every key starts with the endpoints' own hash tag
+# `{prefix:hooks}` (written `T`), so that all of them sit in one slot: `T:ids`, the ids in a sorted
+# set scored by `T:seq` (the order they were added in);
 # `T:e:<id>`, an endpoint's fields; `T:a:<id>`, its latest attempts; `T:l:<id>`, its lease.
 HOOK_ADD = _LIBRARY + _script("hook_add")
 HOOK_UPDATE = _LIBRARY + _script("hook_update")
