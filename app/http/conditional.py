@@ -9,11 +9,17 @@ the same from every worker and host of one store and costs no stored byte.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from flask import Request, Response
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import HTTPException, PreconditionFailed, PreconditionRequired
+from werkzeug.http import remove_entity_headers
 
 from app.store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
 
 # RFC 9110 §8.8.3: an entity-tag, optionally weak (W/), whose opaque value is visible ASCII but
 # the double quote (obsolete non-ASCII tag characters are not taken).
@@ -65,21 +71,31 @@ def _etags(req: Request, header: str, *, strong: bool) -> frozenset[str] | None:
 
 def not_modified(req: Request, plant: Plant) -> Response | None:
     """The 304 of a GET whose If-None-Match matches the plant's ETag (weak comparison)."""
-    tags = _etags(req, "If-None-Match", strong=False)
-    if tags is None:
+    value = req.environ.get("HTTP_IF_NONE_MATCH")
+    if value is None:
         return None
     etag = etag_of(plant)
-    if ANY_PLANT not in tags and etag not in tags:  # (an empty tag `""` never equals a plant's)
-        return None
+    # The common revalidation sends back the one tag it was given: matched without parsing.
+    if value != f'"{etag}"' and value != f'W/"{etag}"':
+        tags = parse_entity_tags(value, strong=False)
+        if ANY_PLANT not in tags and etag not in tags:  # (an empty tag `""` never equals a plant's)
+            return None
     response = _NotModified(status=304)
     response.headers.add("ETag", f'"{etag}"')
     return response
 
 
 class _NotModified(Response):
-    """A 304: no body, so no Content-Type, never set rather than set and then deleted."""
+    """A 304: no body, so no Content-Type, never set rather than set and then deleted; and none
+    of Werkzeug's corrections of a response's headers (no Location, no body to measure), but
+    the removal of entity headers a host app's hook may have added (RFC 9110 §15.4.5)."""
 
     default_mimetype = None
+
+    def get_wsgi_headers(self, environ: WSGIEnvironment) -> Headers:
+        headers = Headers(self.headers)
+        remove_entity_headers(headers)
+        return headers
 
 
 def write_precondition(req: Request, required: bool) -> Precondition:
