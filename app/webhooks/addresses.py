@@ -82,7 +82,7 @@ def url_problem(url: object) -> str | None:
     return None
 
 
-def target(url: str, allowed: Iterable[str], *, timeout: float = 5.0) -> Target:
+def target(url: str, allowed: Iterable[str]) -> Target:
     """Resolve `url`'s host and check every address it resolves to; the one to connect to.
     Raises AddressRefused."""
     parts = urlsplit(url)
