@@ -15,7 +15,7 @@ from app.auth import Authenticator, authenticator_for
 from app.metrics import Metrics
 from app.rate_limits import RateLimits, rate_limits_for
 from app.settings import ConfigurationError, Settings, load_settings
-from app.store import PlantStore, StoreUrl, store_from_url
+from app.store import PlantStore, StoreUrl, store_for
 from app.store.memory.split_guard import SplitStoreGuard
 from app.webhooks import Deliverer, user_agent
 
@@ -93,15 +93,7 @@ def plants_state(app: Flask | None = None) -> PlantsState:
 def _state_for(settings: Settings) -> PlantsState:
     try:
         url = StoreUrl.parse(settings.store_url)
-        store = store_from_url(
-            url,
-            capacity=settings.max_plants,
-            prefix=settings.store_prefix,
-            connect_timeout=settings.store_connect_timeout,
-            timeout=settings.store_timeout,
-            min_replicas=settings.store_min_replicas,
-            events_retain=settings.events_retain,
-        )
+        store = store_for(settings, url)
     except ValueError as exc:
         raise ConfigurationError(settings.store_url_key, str(exc)) from None
     metrics = Metrics(store) if settings.metrics else None

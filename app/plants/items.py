@@ -21,7 +21,7 @@ from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_page_query, load_plant_id
-from app.schemas.records import NewPlantSchema, PlantSchema, plant_record
+from app.schemas.records import NewPlantSchema, PlantSchema, plant_record, stored_plant
 from app.store import CREATED_EVENT, DELETED_EVENT, Outcome, Plant, PreconditionFailedError
 
 _new_plant_schema = NewPlantSchema()
@@ -74,11 +74,6 @@ def list_plants() -> Response:
     if link:
         response.headers["Link"] = link
     return response
-
-
-def stored_plant(plant_id: int, name: str, tag: str | None) -> dict[str, Any]:
-    """A page's item: the StoredPlant record, as StoredPlantSchema dumps it."""
-    return {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
 
 
 def _next_url(args: Any, cursor: str) -> str:

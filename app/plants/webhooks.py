@@ -7,6 +7,7 @@ signing secrets. The deliveries themselves are app/webhooks/, never a request th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -83,16 +84,15 @@ def patch_webhook(endpoint_id: str) -> Response:
 
     def change(endpoint: Endpoint) -> dict[str, str]:
         fields: dict[str, str] = {}
-        config = {
-            "url": url or endpoint.url,
-            "events": patch.get("events", endpoint.events),
-            "description": (patch["description"] or "") if "description" in patch else endpoint.description,
-        }
-        if any(getattr(endpoint, key) != config[key] for key in config):
-            events = config["events"]
-            fields["config"] = Endpoint(
-                **{**_config(endpoint), **config, "events": None if events is None else tuple(events)}
-            ).config_text()
+        events = patch.get("events", endpoint.events)
+        changed = dataclasses.replace(
+            endpoint,
+            url=url or endpoint.url,
+            events=None if events is None else tuple(events),
+            description=(patch["description"] or "") if "description" in patch else endpoint.description,
+        )
+        if changed != endpoint:
+            fields["config"] = changed.config_text()
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:
             fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1))
@@ -126,7 +126,7 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
             for secret, expires in endpoint.secrets
             if expires is None or expires > now_ms
         )
-        rotated = Endpoint(**{**_config(endpoint), "secrets": ((new_secret(), None), *kept[:_OLD_SECRETS])})
+        rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept[:_OLD_SECRETS]))
         return {"config": rotated.config_text()}
 
     return json_response(record(_changed(endpoints, endpoint_id, change)))
@@ -196,12 +196,6 @@ def _found(endpoints: EndpointStore, endpoint_id: str) -> Endpoint:
     if endpoint is None:
         raise WebhookNotFound(endpoint_id)
     return endpoint
-
-
-def _config(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        key: getattr(endpoint, key) for key in ("id", "url", "events", "description", "created_ms", "secrets")
-    }
 
 
 def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:

@@ -175,3 +175,8 @@ def plant_record(plant: Plant) -> dict[str, Any]:
     """The Plant record, as PlantSchema dumps it: the tag only when there is one."""
     name, tag = plant
     return {"name": name} if tag is None else {"name": name, "tag": tag}
+
+
+def stored_plant(plant_id: int, name: str, tag: str | None) -> dict[str, Any]:
+    """The StoredPlant record, as StoredPlantSchema dumps it: a page's item, a webhook's `data`."""
+    return {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}

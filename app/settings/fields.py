@@ -71,14 +71,18 @@ class WholeNumber(Setting):
         return value
 
 
-class Seconds(Setting):
-    """A number of seconds above 0, at most an hour."""
+class _Number(Setting):
+    """A setting written as a decimal number."""
 
     def from_text(self, text: str) -> Any:
         try:
             return float(text)
         except ValueError:
             raise ValueError(f"must be a number, not {text!r}") from None
+
+
+class Seconds(_Number):
+    """A number of seconds above 0, at most an hour."""
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
@@ -86,18 +90,12 @@ class Seconds(Setting):
         return float(value)
 
 
-class Scale(Setting):
+class Scale(_Number):
     """A factor from `minimum` to 1."""
 
     def __init__(self, default: float, *, minimum: float) -> None:
         super().__init__(default)
         self.minimum = minimum
-
-    def from_text(self, text: str) -> Any:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"must be a number, not {text!r}") from None
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.minimum <= value <= 1:

@@ -9,7 +9,7 @@ process that uses the same Redis and prefix. The store never imports Flask.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.store.base import (
     ANY_PLANT,
@@ -40,6 +40,9 @@ from app.store.redis.errors import FAILURES, unavailable
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
 
+if TYPE_CHECKING:
+    from app.settings import Settings
+
 __all__ = [
     "ANY_PLANT",
     "CREATED_EVENT",
@@ -67,6 +70,7 @@ __all__ = [
     "StoreUrl",
     "backend_error",
     "plant_etag",
+    "store_for",
     "store_from_url",
 ]
 
@@ -97,6 +101,20 @@ def store_from_url(
         timeout=timeout,
         min_replicas=min_replicas,
         events_retain=events_retain,
+    )
+
+
+def store_for(settings: Settings, url: StoreUrl) -> PlantStore:
+    """The store `url` (the settings' store URL, parsed) names, sized and timed by the settings.
+    Raises ValueError (without quoting the URL) when it names none."""
+    return store_from_url(
+        url,
+        capacity=settings.max_plants,
+        prefix=settings.store_prefix,
+        connect_timeout=settings.store_connect_timeout,
+        timeout=settings.store_timeout,
+        min_replicas=settings.store_min_replicas,
+        events_retain=settings.events_retain,
     )
 
 

@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from app.settings import DEFAULTS, ConfigurationError, from_environ, load_settings
-from app.store import StoreUrl, store_from_url
+from app.store import StoreUrl, store_for
 from app.webhooks import Deliverer, user_agent
 
 
@@ -36,15 +36,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    store = store_from_url(
-        url,
-        capacity=settings.max_plants,
-        prefix=settings.store_prefix,
-        connect_timeout=settings.store_connect_timeout,
-        timeout=settings.store_timeout,
-        min_replicas=settings.store_min_replicas,
-        events_retain=settings.events_retain,
-    )
+    store = store_for(settings, url)
     # PLANTS_WEBHOOKS_DELIVER=false is for the web workers, when this process delivers instead.
     deliverer = Deliverer(
         store, dataclasses.replace(settings, webhooks_deliver=True), user_agent=user_agent()

@@ -133,10 +133,10 @@ class Deliverer:
         if not endpoints:
             return  # no endpoint, no look at the feed: an idle worker costs the store one call
         now_position = self.store.events_now()
-        now_count = self.store.feed_count(now_position)
+        if self.metrics is not None:
+            self._observe_lag(endpoints, self.store.feed_count(now_position))
         now_ms = _now_ms()
         for endpoint in endpoints:
-            self._observe_lag(endpoint, now_count)
             if (
                 endpoint.id in self._busy
                 or endpoint.status != ENABLED
@@ -157,11 +157,14 @@ class Deliverer:
         ids = list(self._busy)
         self.store.endpoints.renew(ids, self.owner, LEASE_MS)
 
-    def _observe_lag(self, endpoint: Endpoint, now_count: int) -> None:
-        if self.metrics is None or endpoint.position is None:
-            return
-        with contextlib.suppress(ValueError):
-            self.metrics.set_webhook_lag(endpoint.id, now_count - self.store.feed_count(endpoint.position))
+    def _observe_lag(self, endpoints: list[Endpoint], now_count: int) -> None:
+        """Each endpoint's events yet to send (one from the oldest kept has no count yet)."""
+        assert self.metrics is not None
+        for endpoint in endpoints:
+            if endpoint.position is not None:
+                with contextlib.suppress(ValueError):
+                    lag = now_count - self.store.feed_count(endpoint.position)
+                    self.metrics.set_webhook_lag(endpoint.id, lag)
 
     def _drain(self, endpoint: Endpoint) -> None:
         try:

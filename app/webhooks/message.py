@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import orjson
 from standardwebhooks import Webhook
 
+from app.schemas.records import stored_plant
 from app.store import EVENT_TYPES, Event, FeedEntry
 
 #: The wait after each failed attempt, in seconds: the specification's example schedule. The
@@ -41,7 +42,7 @@ def message_id(entry: FeedEntry) -> str:
 def payload(event: Event) -> bytes:
     """The body: the feed's event, with the plant as `data` and its time as `timestamp`."""
     kind, plant_id, name, tag, time_ms = event
-    data = {"id": plant_id, "name": name} if tag is None else {"id": plant_id, "name": name, "tag": tag}
+    data = stored_plant(plant_id, name, tag)
     return orjson.dumps({"type": EVENT_TYPES[kind], "timestamp": utc_text(time_ms), "data": data})
 
 
