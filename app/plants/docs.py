@@ -74,11 +74,12 @@ def _document() -> dict[str, Any]:
     shared = document["components"]["responses"]
     for path, item in document["paths"].items():
         if "get" in item:
-            head = _head_of(item["get"], shared)
-            document["paths"][path] = {
-                key: value for method, operation in item.items()
-                for key, value in ((method, operation), *((("head", head),) if method == "get" else ()))
-            }  # fmt: skip
+            ordered: dict[str, Any] = {}
+            for method, operation in item.items():
+                ordered[method] = operation
+                if method == "get":
+                    ordered["head"] = _head_of(operation, shared)
+            document["paths"][path] = ordered
     return document
 
 

@@ -194,6 +194,8 @@ class Drain:
         self.deliverer = deliverer
         self.endpoint = endpoint
         self.position = endpoint.position
+        #: The position last stored: `position` may run ahead of it over events not subscribed to.
+        self.acked = endpoint.position
         self.tries = endpoint.tries
 
     def run(self) -> None:
@@ -205,21 +207,18 @@ class Drain:
                 if not self._expired():
                     return
                 continue
-            skipped = False
             for entry in entries:
                 if self.deliverer.stopping:
                     return
                 if not self._subscribed(entry):
-                    self.position, skipped = entry.position, True
+                    self.position = entry.position
                     continue
                 if not self._deliver(entry):
                     return
-                skipped = False
-            if (skipped or (not entries and self.position != end)) and not self._ack(
-                delivery_fields(end, 0, 0), None
-            ):
-                return
+            # Events it is not subscribed to, or none at all from the oldest kept: store where it is.
             self.position = end
+            if self.position != self.acked and not self._ack(delivery_fields(end, 0, 0), None):
+                return
             if len(entries) < BATCH:
                 return
 
@@ -295,6 +294,7 @@ class Drain:
         )
         if answer is None:
             return False
+        self.acked = self.position
         status, rev = answer
         if status != ENABLED:
             return False
