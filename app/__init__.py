@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask
+from flask import Flask, Request
+from flask.sessions import NullSession, SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import health, plants
@@ -21,8 +22,20 @@ from app.settings import DEFAULTS, ConfigurationError, from_environ
 __all__ = ["ConfigurationError", "create_app"]
 
 
+class _SharedNullSession(SecureCookieSessionInterface):
+    """Flask's cookie sessions, but without a secret key (the service's case) every request
+    shares one null session instead of a new one: it refuses every write, so it holds nothing."""
+
+    def __init__(self) -> None:
+        self._null = NullSession()
+
+    def open_session(self, app: Flask, request: Request) -> Any:
+        return super().open_session(app, request) if app.secret_key else self._null
+
+
 class PlantsApp(Flask):
-    """Flask, asking once per function whether it is a coroutine function.
+    """Flask, asking once per function whether it is a coroutine function, and opening no
+    session per request (see _SharedNullSession).
 
     Flask's `ensure_sync` asks `inspect.iscoroutinefunction` on every call of every hook and view,
     three times per request here; the answer never changes for a function.
@@ -31,6 +44,7 @@ class PlantsApp(Flask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
+        self.session_interface = _SharedNullSession()
 
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
         sync = self._sync.get(func)

@@ -31,6 +31,7 @@ class OrjsonProvider(DefaultJSONProvider):
 def json_response(obj: Any, status: int = 200) -> Response:
     """A JSON answer of the blueprint: compact UTF-8 in the service's own key order (`error`,
     `message`, `details`; `type`, `plant`, `time`), whatever JSON provider a host app uses."""
+    # content_type, not mimetype: the type is final as it stands, and Werkzeug would only work it out.
     return current_app.response_class(
-        orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE), status=status, mimetype="application/json"
+        orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE), status=status, content_type="application/json"
     )

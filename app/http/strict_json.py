@@ -17,6 +17,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 # A \uD800-\uDFFF escape; only a body containing one needs the surrogate check.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -116,8 +118,34 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+#: The values a flat object may hold for orjson's answer to be this module's answer too.
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def loads(body: bytes) -> Any:
     """Decode one JSON value from UTF-8 bytes, or raise InvalidJSON."""
+    # The common body, a flat object of strings, integers, booleans and nulls, decoded by
+    # orjson (an RFC 8259 parser that refuses bad UTF-8, lone surrogates and NaN as this module
+    # does) in a fifth of the time. Only where its answer is provably this module's own:
+    # - no float: orjson makes one of `1.0`, `1e2` and of integers past 64 bits, read exactly here;
+    # - as many `:` in the body as keys in the object: every member has one outside its strings,
+    #   so one more member (a duplicate key, which orjson would let the last of win) is one more.
+    # Anything else, refusals included, is decoded below, which words the refusal.
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if (
+            type(value) is dict
+            and body.count(b":") == len(value)
+            and all(type(member) in _PLAIN for member in value.values())
+        ):
+            return value
+    return _strict_loads(body)
+
+
+def _strict_loads(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -9,6 +9,7 @@ import json
 import math
 import threading
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
@@ -243,3 +244,64 @@ def test_page_items_and_plants_are_what_the_schemas_dump(plant_id, name, tag):
     assert stored_plant(plant_id, name, tag) == stored_plant_schema.dump(record)
     assert stored_plant_schema.load(stored_plant(plant_id, name, tag)) == record
     assert plant_record(Plant(name, tag)) == plant_schema.dump({k: v for k, v in record.items() if k != "id"})
+
+
+json_members = st.dictionaries(st.text(max_size=5), json_scalars, max_size=4)
+json_documents = st.recursive(
+    json_members | json_scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _strict_answer(body: bytes) -> object:
+    try:
+        return ("value", strict_json._strict_loads(body))
+    except strict_json.InvalidJSON as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=500)
+@given(
+    document=json_documents,
+    spacing=st.sampled_from([(",", ":"), (", ", ": "), (" ,", " : ")]),
+    duplicate=st.booleans(),
+    ensure_ascii=st.booleans(),
+)
+def test_the_fast_decoder_answers_as_the_strict_one(document, spacing, duplicate, ensure_ascii):
+    """orjson decodes the common body: its answer (or refusal) is always the strict decoder's own."""
+    body = json.dumps(document, separators=spacing, ensure_ascii=ensure_ascii).encode("utf-8")
+    if duplicate and isinstance(document, dict) and document:
+        key, value = next(iter(document.items()))
+        # The same key again, spaced as a client might: the fast path must not let it through.
+        body = body[:-1] + b", " + json.dumps(key).encode() + b" :" + json.dumps(value).encode() + b"}"
+    assert _strict_answer(body) == _strict_answer_of_loads(body)
+
+
+def _strict_answer_of_loads(body: bytes) -> object:
+    try:
+        return ("value", strict_json.loads(body))
+    except strict_json.InvalidJSON as exc:
+        return ("refused", str(exc))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": 1, "id": 2}',
+        b'{"id": 1, "id" : 2}',
+        b'{"id": 1,"name":"a:b", "id" : 2}',
+        b'{"id": 1.0}',
+        b'{"id": 1e2}',
+        b'{"id": 18446744073709551616}',
+        b'{"id": -9223372036854775809}',
+        b'{"a": "\\ud800"}',
+        b'{"a": NaN}',
+        b'\xef\xbb\xbf{"a": 1}',
+        b'{"a": {"b": 1, "b": 2}}',
+    ],
+)
+def test_bodies_the_fast_decoder_leaves_to_the_strict_one(body):
+    assert _strict_answer_of_loads(body) == _strict_answer(body)

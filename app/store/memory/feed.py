@@ -20,7 +20,7 @@ class MemoryFeed:
         if retain < 0:
             raise ValueError("retain must be >= 0")
         self.retain = retain
-        self._ring: list[Event] = []
+        self._ring: list[tuple[int, int, str, str | None, int]] = []
         self._last = 0
         #: Event ids start with it: the numbers start again with the process, the ids never repeat.
         self._epoch = secrets.token_hex(6)
@@ -28,7 +28,8 @@ class MemoryFeed:
     def append(self, kind: int, plant_id: int, name: str, tag: str | None) -> None:
         if not self.retain:
             return
-        event = Event(kind, plant_id, name, tag, time.time_ns() // 1_000_000)
+        # A plain tuple, made an Event only when read: every change pays for the append.
+        event = (kind, plant_id, name, tag, time.time_ns() // 1_000_000)
         self._last += 1
         if len(self._ring) < self.retain:
             self._ring.append(event)
@@ -50,7 +51,7 @@ class MemoryFeed:
                 raise FeedExpiredError
         end = min(number + limit, self._last)
         ring, retain = self._ring, self.retain
-        events = [ring[(n - 1) % retain] for n in range(number + 1, end + 1)]
+        events = [Event._make(ring[(n - 1) % retain]) for n in range(number + 1, end + 1)]
         return EventPage(events, end.to_bytes(8, "big"))
 
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
