@@ -33,13 +33,29 @@ class _SharedNullSession(SecureCookieSessionInterface):
         return super().open_session(app, request) if app.secret_key else self._null
 
 
+class _PlantsRequest(Request):
+    """Flask's request, working out its blueprints once (Flask asks three times a request:
+    before it, after it and at its teardown), once its URL has matched a rule."""
+
+    @property
+    def blueprints(self) -> list[str]:
+        names: list[str] | None = self.__dict__.get("_plants_blueprints")
+        if names is None:
+            names = super().blueprints
+            if self.url_rule is not None:
+                self.__dict__["_plants_blueprints"] = names
+        return names
+
+
 class PlantsApp(Flask):
-    """Flask, asking once per function whether it is a coroutine function, and opening no
-    session per request (see _SharedNullSession).
+    """Flask, asking once per function whether it is a coroutine function, opening no session
+    per request (see _SharedNullSession) and working out a request's blueprints once.
 
     Flask's `ensure_sync` asks `inspect.iscoroutinefunction` on every call of every hook and view,
     three times per request here; the answer never changes for a function.
     """
+
+    request_class = _PlantsRequest
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
