@@ -22,7 +22,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_serving(port: int, process: subprocess.Popen, deadline_s: float = 20.0) -> None:
+def wait_until_serving(port: int, process: subprocess.Popen, deadline_s: float = 40.0) -> None:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
