@@ -103,12 +103,10 @@ class KeySet:
         threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
 
     def _load_until_loaded(self) -> None:
-        # One attempt even when closed meanwhile: gunicorn's master closes the app it builds to
-        # check the settings at once, and whether it had asked the provider must not be a race.
-        if self.refresh():
-            return
         delay = 0.5
-        while self._keys is None and not self._closed and not self.refresh():
+        # The first attempt is made even when closed meanwhile: gunicorn's master closes the app
+        # it builds to check the settings at once, and whether it asked must not be a race.
+        while not self.refresh() and self._keys is None and not self._closed:
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
 

@@ -553,8 +553,8 @@ def test_through_gunicorn_two_workers(issuer, redis_server):
     }
     server = Gunicorn(env=env)
     try:
-        # Each worker loads the keys at its first request, so both must be reached; on a loaded
-        # machine (the suite on both cores) that has taken more than 10 s.
+        # Each worker loads the keys when it starts; on a loaded machine (the suite on both
+        # cores) that has taken more than 10 s.
         deadline = time.monotonic() + 60
         # The master checks the settings (one attempt, always), then each worker loads the keys.
         while call(server.connection(), "GET", "/readyz")[0] != 200 or issuer.fetches["jwks"] < 3:

@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -256,9 +257,10 @@ json_documents = st.recursive(
 )
 
 
-def _strict_answer(body: bytes) -> object:
+def _answer(decode: Callable[[bytes], object], body: bytes) -> object:
+    """What `decode` makes of `body`: its value, or its refusal in words."""
     try:
-        return ("value", strict_json._strict_loads(body))
+        return ("value", decode(body))
     except strict_json.InvalidJSON as exc:
         return ("refused", str(exc))
 
@@ -277,14 +279,7 @@ def test_the_fast_decoder_answers_as_the_strict_one(document, spacing, duplicate
         key, value = next(iter(document.items()))
         # The same key again, spaced as a client might: the fast path must not let it through.
         body = body[:-1] + b", " + json.dumps(key).encode() + b" :" + json.dumps(value).encode() + b"}"
-    assert _strict_answer(body) == _strict_answer_of_loads(body)
-
-
-def _strict_answer_of_loads(body: bytes) -> object:
-    try:
-        return ("value", strict_json.loads(body))
-    except strict_json.InvalidJSON as exc:
-        return ("refused", str(exc))
+    assert _answer(strict_json.loads, body) == _answer(strict_json._strict_loads, body)
 
 
 @pytest.mark.parametrize(
@@ -304,4 +299,4 @@ def _strict_answer_of_loads(body: bytes) -> object:
     ],
 )
 def test_bodies_the_fast_decoder_leaves_to_the_strict_one(body):
-    assert _strict_answer_of_loads(body) == _strict_answer(body)
+    assert _answer(strict_json.loads, body) == _answer(strict_json._strict_loads, body)
