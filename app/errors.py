@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from werkzeug.exceptions import (
+    BadHost,
     BadRequest,
     Conflict,
     Forbidden,
@@ -44,6 +45,14 @@ class InvalidParameters(InvalidFields):
 
     def __init__(self, details: dict[str, list[str]]) -> None:
         super().__init__("The request's parameters are not valid.", "parameters", details)
+
+
+class InvalidHost(BadHost):
+    """Werkzeug's BadHost (a Host header that is no host name: `a..b`), saying which header."""
+
+    description = (
+        "The Host header does not name a valid host: each dot-separated label has 1 to 63 characters."
+    )
 
 
 class PlantNotFound(NotFound):

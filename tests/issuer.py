@@ -53,6 +53,8 @@ class Issuer:
         self.fetches: Counter[str] = Counter()
         self.cache_control: str | None = None
         self.hanging = False
+        #: The discovery document's jwks_uri, when not the issuer's own /jwks.
+        self.jwks_uri: str | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -69,7 +71,7 @@ class Issuer:
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
                     issuer.fetches["discovery"] += 1
-                    document = {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/jwks"}
+                    document = {"issuer": issuer.url, "jwks_uri": issuer.jwks_uri or f"{issuer.url}/jwks"}
                 elif self.path == "/jwks":
                     issuer.fetches["jwks"] += 1
                     document = {"keys": [key.jwk for key in issuer.keys]}

@@ -83,6 +83,7 @@ class KeySet:
         self._fetch_lock = threading.Lock()
         self._refetch_lock = threading.Lock()
         self._loader_pid: int | None = None
+        self._loader: threading.Thread | None = None
         self._refreshing = False
         self._closed = False
         reference = weakref.ref(self)
@@ -100,7 +101,8 @@ class KeySet:
         if self._loader_pid == os.getpid():
             return
         self._loader_pid = os.getpid()
-        threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
+        self._loader = threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True)
+        self._loader.start()
 
     def _load_until_loaded(self) -> None:
         delay = 0.5
@@ -110,9 +112,18 @@ class KeySet:
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
 
-    def close(self) -> None:
-        """Stop loading in the background (an app built only to check the settings)."""
+    def close(self, wait: float = 0.0) -> None:
+        """Stop loading in the background (an app built only to check the settings), after
+        waiting up to `wait` seconds for the attempt in flight.
+
+        gunicorn's master forks its workers next: a thread still fetching at the fork can hold a
+        lock or be halfway through an import, which the worker then inherits half done (its first
+        use of the IDNA codec once left a worker answering every request with a 500).
+        """
         self._closed = True
+        loader = self._loader
+        if loader is not None and loader is not threading.current_thread():
+            loader.join(wait)
 
     def _after_fork(self) -> None:
         # A lock held by another thread at the fork would stay held in the child for ever.
@@ -178,21 +189,22 @@ class KeySet:
 
     def _fetch(self) -> tuple[list[PyJWK], float]:
         deadline = time.monotonic() + FETCH_TIMEOUT
-        if self._jwks_url is None:
+        jwks_url = self._jwks_url
+        if jwks_url is None:
             discovery, _ = fetch_json(self._discovery_url, deadline)
             if discovery.get("issuer") != self._issuer:
                 raise FetchError(f"the discovery document at {self._discovery_url} names another issuer")
-            jwks_uri = discovery.get("jwks_uri")
-            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("https", "http"):
+            jwks_url = discovery.get("jwks_uri")
+            if not isinstance(jwks_url, str) or urlsplit(jwks_url).scheme not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
-            self._jwks_url = jwks_uri
-        document, max_age = fetch_json(self._jwks_url, deadline)
+        document, max_age = fetch_json(jwks_url, deadline)
         try:
             keys = PyJWKSet.from_dict(document).keys
         except (PyJWKSetError, TypeError, ValueError, AttributeError) as exc:
-            raise FetchError(
-                f"the JWKS at {self._jwks_url} has no usable key ({type(exc).__name__})"
-            ) from None
+            raise FetchError(f"the JWKS at {jwks_url} has no usable key ({type(exc).__name__})") from None
+        # Kept once it served keys: until then each attempt reads the discovery document again,
+        # so a provider that mends a bad jwks_uri is followed.
+        self._jwks_url = jwks_url
         return keys, max_age
 
 
@@ -223,7 +235,7 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
             if not chunk:
                 break
             body += chunk
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException, UnicodeError) as exc:
         raise FetchError(f"{url} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
         connection.close()
@@ -246,6 +258,8 @@ def _failure(exc: BaseException) -> str:
         return "refused the connection (is the provider running at that address?)"
     if isinstance(exc, socket.gaierror):
         return "has a host name that did not resolve"
+    if isinstance(exc, UnicodeError):
+        return "has a host name that is not a valid DNS name"
     if isinstance(exc, ssl.SSLCertVerificationError):
         return "has a TLS certificate this service does not trust (a private CA: set SSL_CERT_FILE)"
     if isinstance(exc, TimeoutError):

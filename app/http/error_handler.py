@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Flask, Response
-from werkzeug.exceptions import HTTPException, default_exceptions
+from werkzeug.exceptions import BadHost, HTTPException, default_exceptions
 
+from app.errors import InvalidHost
 from app.http.json_provider import json_response
 
 
@@ -15,6 +16,8 @@ def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
     if exc.code is None or exc.code < 400:
         # Routing redirects are HTTPExceptions too; they are not errors.
         return exc
+    if type(exc) is BadHost:
+        exc = InvalidHost()
     return error_response(exc)
 
 

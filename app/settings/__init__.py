@@ -17,6 +17,7 @@ from typing import Any
 from marshmallow import ValidationError
 
 from app.settings.errors import ConfigurationError, closest_name
+from app.settings.fields import is_dns_name
 from app.settings.jwt import JwtSettings, jwt_settings
 from app.settings.schema import DEFAULTS, FIELDS, SettingsSchema
 from app.settings.tokens import TokenSettings, read_secret_file, token_settings
@@ -30,6 +31,7 @@ __all__ = [
     "check_names",
     "closest_name",
     "from_environ",
+    "is_dns_name",
     "load_settings",
     "store_location",
 ]

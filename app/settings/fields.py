@@ -207,6 +207,8 @@ class SecureUrl(Setting):
             parts.port  # noqa: B018 (a port that is not a number raises)
         except ValueError:
             raise ValidationError("must be an https:// URL with a valid port") from None
+        if not is_dns_name(parts.hostname):
+            raise ValidationError(f"must be an https:// URL, and {parts.hostname!r} is not a valid host name")
         if parts.scheme == "http" and not _is_loopback(parts.hostname):
             raise ValidationError(
                 "must use https: keys fetched over plain http could be replaced on the way (http is "
@@ -222,3 +224,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_dns_name(host: str) -> bool:
+    """Whether `host` can be looked up at all: IDNA encodes it, so each of its dot-separated
+    labels has 1 to 63 characters (one trailing dot allowed). A name that fails here makes the
+    resolver raise UnicodeError, not a lookup error."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True

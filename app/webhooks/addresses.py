@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from app.settings import is_dns_name
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -78,6 +80,11 @@ def url_problem(url: object) -> str | None:
         return (
             "Must be an http or https URL: a host name or an IP address, an optional port up to"
             " 65535, then a path; no fragment, spaces or control characters."
+        )
+    if not is_dns_name(parts.hostname or ""):
+        return (
+            f"The host {parts.hostname} is not a valid host name: each of its dot-separated labels"
+            " has 1 to 63 characters."
         )
     return None
 

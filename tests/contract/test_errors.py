@@ -23,6 +23,14 @@ def test_unknown_path_is_json_404(client, auth, path):
     error_of(response, 404)
 
 
+@pytest.mark.parametrize("host", ["hooks..example", ".example", f"{'a' * 64}.example", "a..b:8000"])
+def test_a_host_header_that_names_no_host_is_json_400_saying_so(client, auth, host):
+    response = client.get("/plants", headers={**auth, "Host": host})
+    assert error_of(response, 400)["message"] == (
+        "The Host header does not name a valid host: each dot-separated label has 1 to 63 characters."
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "method", "allow"),
     [

@@ -423,6 +423,11 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
         ({"PLANTS_JWT_ISSUER": "http://idp.example"}, "must use https"),
         ({"PLANTS_JWT_ISSUER": "idp.example"}, "must be an https:// URL"),
         (
+            {"PLANTS_JWT_ISSUER": f"https://{'a' * 64}.example"},
+            f"PLANTS_JWT_ISSUER must be an https:// URL, and '{'a' * 64}.example' is not a valid host name",
+        ),
+        ({"PLANTS_JWKS_URL": "https://idp..example/keys"}, "'idp..example' is not a valid host name"),
+        (
             {"PLANTS_JWKS_URL": "ftp://idp.example/keys"},
             "PLANTS_JWKS_URL must be an https:// URL",
         ),
@@ -590,21 +595,60 @@ def test_through_gunicorn_two_workers(issuer, redis_server):
     assert writer.split(".")[2] not in output
 
 
-def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
+def _loading_keys(issuer_url: str):
+    """The keys of `issuer_url`, loading in the background as a worker's do."""
     from app.auth.jwks import KeySet
 
-    port = free_port()  # nothing listens there
-    keys = KeySet(discovery_url=f"http://127.0.0.1:{port}/.well-known/openid-configuration", jwks_url=None,
-                  issuer=f"http://127.0.0.1:{port}")  # fmt: skip
+    keys = KeySet(discovery_url=f"{issuer_url}/.well-known/openid-configuration", jwks_url=None,
+                  issuer=issuer_url)  # fmt: skip
+    keys.start()
+    return keys
+
+
+def _wait_until(condition, explain, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, explain()
+        time.sleep(0.02)
+
+
+def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
     with caplog.at_level(logging.WARNING):
-        keys.start()
-        deadline = time.monotonic() + 10
-        while "Could not fetch" not in caplog.text:
-            assert time.monotonic() < deadline, caplog.text
-            time.sleep(0.05)
+        keys = _loading_keys(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
     keys.close()
     assert "refused the connection (is the provider running at that address?)" in caplog.text
     assert "did not answer in time" not in caplog.text
+
+
+def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_on(issuer, caplog):
+    """A provider's discovery document can name any jwks_uri: one that no resolver can be asked for
+    is a fetch that failed, and the keys load once the provider mends its document."""
+    issuer.jwks_uri = f"https://{'a' * 64}.example/jwks"
+    with caplog.at_level(logging.WARNING):
+        keys = _loading_keys(issuer.url)
+        _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
+        assert "has a host name that is not a valid DNS name (UnicodeError)" in caplog.text
+        issuer.jwks_uri = None
+        _wait_until(lambda: keys.loaded, lambda: caplog.text)
+    keys.close()
+
+
+def test_closing_waits_for_the_fetch_in_flight(issuer, caplog):
+    """gunicorn's master closes the app it checked the settings with, then forks: no fetch of
+    that app may still be running at the fork (a worker would inherit it half done)."""
+    from app.auth.jwks import FETCH_TIMEOUT
+
+    issuer.hanging = True
+    with caplog.at_level(logging.WARNING):
+        keys = _loading_keys(issuer.url)
+        _wait_until(lambda: issuer.fetches["discovery"] > 0, lambda: issuer.fetches)
+        started = time.monotonic()
+        keys.close(wait=FETCH_TIMEOUT + 1.0)
+        waited = time.monotonic() - started
+        # The attempt had ended, and said so, when close returned.
+        assert "did not answer in time" in caplog.text
+    assert waited < FETCH_TIMEOUT + 1.0
 
 
 @pytest.mark.parametrize(

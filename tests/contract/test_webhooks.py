@@ -77,6 +77,10 @@ def test_events_are_kept_in_the_feeds_order_whatever_order_they_are_sent_in(clie
         ({"url": "http://127.0.0.1:9/x#part"}, "url"),
         ({"url": "http://127.0.0.1:99999/x"}, "url"),
         ({"url": "http://user:password@127.0.0.1:9/x"}, "url"),
+        # Host names no resolver can be asked for: an empty label, a label over 63 characters.
+        ({"url": "https://hooks..example/x"}, "url"),
+        ({"url": "https://.example/x"}, "url"),
+        ({"url": f"https://{'a' * 64}.example/x"}, "url"),
         ({"url": 7}, "url"),
         ({}, "url"),
         ({"url": HOOK, "secret": "whsec_mine"}, "secret"),
