@@ -3,12 +3,15 @@
     python bench/instructions.py                 # every path below, under valgrind
     python bench/instructions.py create 400      # some of them
     python bench/instructions.py --budget        # the paths of bench/instruction-budget.json, against it
+    python bench/instructions.py --budget put    # one of them, against it
 
-Each path runs twice under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`), with
-300 and 1,300 requests through the WSGI app without a server. The difference divided by 1,000 is
-the app's instructions per request, start-up and warm-up cancelled out. The same code gives the
-same count on a busy machine, so a lever of 2% can be seen, where wrk's req/s swing by ±10%.
-It counts the app only: the server's share is measured by bench/run.py.
+Each path runs once under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`):
+300 requests through the WSGI app without a server to warm it up, then 1,000 more, counted on
+their own (callgrind dumps its counts when the process calls `os.getppid()`, once before them
+and once after). Their count divided by 1,000 is the app's instructions per request, without
+start-up, warm-up or exit. The same code gives the same count on a busy machine, so a lever of
+2% can be seen, where wrk's req/s swing by ±10%. It counts the app only: the server's share is
+measured by bench/run.py.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -44,7 +48,9 @@ PATHS = {
     "put": ("service", None, TOKEN, 200),
     "page": ("service", b"", TOKEN, 200),
 }
-FEW, MANY = 300, 1300
+WARMUP, MEASURED = 300, 1000
+#: The C function of `os.getppid`, before which callgrind dumps its counts: the window's marker.
+MARKER = "os_getppid"
 PRELOAD = 2000
 HOOKED = 10
 
@@ -70,7 +76,8 @@ def bodies(fixed: bytes | None) -> Iterable[bytes]:
 
 
 def serve(path: str, count: int) -> None:
-    """Send `count` requests of `path` through the app in this process; check every status."""
+    """Send WARMUP requests of `path` through the app in this process, then `count` more between
+    two calls of the MARKER; check every status."""
     which, fixed, token, expected = PATHS[path]
     os.environ["PLANTS_API_TOKENS"] = TOKEN
     sys.path.insert(0, str(ROOT))
@@ -92,13 +99,16 @@ def serve(path: str, count: int) -> None:
         store = app.extensions["plants"].store
         for number in range(PRELOAD):
             store.create(number, f"Snake plant {number:05d}", "vine")
-        requests = [request_of(path, number % PRELOAD, token) for number in range(count)]
+        requests = [request_of(path, number % PRELOAD, token) for number in range(WARMUP + count)]
     else:
-        requests = [environ(body, token) for body in itertools.islice(bodies(fixed), count)]
-    for env in requests:
+        requests = [environ(body, token) for body in itertools.islice(bodies(fixed), WARMUP + count)]
+    for number, env in enumerate(requests):
+        if number == WARMUP:
+            os.getppid()
         response = app(env, start_response)
         b"".join(response)
         response.close()
+    os.getppid()
     wrong = [status for status in statuses if not status.startswith(str(expected))]
     if wrong:
         raise SystemExit(f"{path}: {len(wrong)} responses were not {expected}, e.g. {wrong[0]}")
@@ -130,14 +140,25 @@ def request_of(path: str, number: int, token: str) -> dict:
 
 
 def instructions(path: str, count: int) -> int:
-    result = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, __file__, "--serve", path, str(count)],
-        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-    )  # fmt: skip
-    match = re.search(r"Collected : (\d+)", result.stderr)
+    """The instructions of `count` requests of `path`, after the warm-up: the second of the
+    dumps the MARKER makes (the first holds start-up and warm-up)."""
+    with tempfile.TemporaryDirectory(prefix="plants-callgrind-") as directory:
+        out = Path(directory) / "callgrind.out"
+        result = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--dump-before={MARKER}",
+             sys.executable, __file__, "--serve", path, str(count)],
+            capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise SystemExit(f"{path}: the requests under valgrind failed: {result.stderr[-2000:]}")
+        window = out.with_name(f"{out.name}.2")
+        if not window.exists():
+            raise SystemExit(
+                f"callgrind made no dump at {MARKER}: this Python's symbols are not visible to it"
+            )
+        match = re.search(r"^(?:summary|totals): (\d+)", window.read_text(), re.MULTILINE)
     if not match:
-        raise SystemExit(f"no instruction count from valgrind: {result.stderr[-2000:]}")
+        raise SystemExit(f"no instruction count in callgrind's dump {window.name}")
     return int(match.group(1))
 
 
@@ -149,7 +170,7 @@ TOLERANCE = 0.03
 
 def per_request(path: str) -> int:
     """The app's instructions per request of `path`: start-up and warm-up cancelled out."""
-    return round((instructions(path, MANY) - instructions(path, FEW)) / (MANY - FEW))
+    return round(instructions(path, MEASURED) / MEASURED)
 
 
 def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
@@ -168,23 +189,28 @@ def main() -> int:
     )
     parser.add_argument("paths", nargs="*", help=f"any of {', '.join(PATHS)} (default: all)")
     parser.add_argument("--serve", nargs=2, metavar=("PATH", "COUNT"), help=argparse.SUPPRESS)
-    parser.add_argument("--budget", action="store_true", help=f"count the paths of {BUDGET.name}, against it")
+    parser.add_argument(
+        "--budget", action="store_true", help=f"count the paths of {BUDGET.name} (or those given), against it"
+    )
     args = parser.parse_args()
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return 0
+    unknown = set(args.paths) - set(PATHS)
+    if unknown:
+        parser.error(f"unknown paths: {', '.join(sorted(unknown))}")
     if args.budget:
         budget = json.loads(BUDGET.read_text())
-        counts = {path: per_request(path) for path in budget}
+        unbudgeted = set(args.paths) - set(budget)
+        if unbudgeted:
+            parser.error(f"no budget for: {', '.join(sorted(unbudgeted))}")
+        counts = {path: per_request(path) for path in args.paths or budget}
         print("| path | instructions per request | budget | ratio |\n|---|---:|---:|---:|")
         for path, count in counts.items():
             print(f"| {path} | {count:,} | {budget[path]:,} | {count / budget[path]:.3f} |")
         problems = over_budget(counts, budget)
         print("\n".join(problems) or "Every path is within its budget.")
         return 1 if problems else 0
-    unknown = set(args.paths) - set(PATHS)
-    if unknown:
-        parser.error(f"unknown paths: {', '.join(sorted(unknown))}")
     print("| path | instructions per request |\n|---|---:|")
     for path in args.paths or PATHS:
         print(f"| {path} | {per_request(path):,} |", flush=True)

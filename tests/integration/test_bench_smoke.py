@@ -49,16 +49,6 @@ def test_instruction_count_requests_have_their_status(path):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_instruction_count_runs_under_valgrind():
-    result = subprocess.run(
-        [sys.executable, "bench/instructions.py", "401"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 401 |")]
-    assert int(row.split("|")[2].strip().replace(",", "")) > 1000
-
-
 def test_shared_store_benchmark_smoke_run(tmp_path):
     result, results = smoke_run("bench/shared_store.py", tmp_path)
     assert results["valid"] is True
