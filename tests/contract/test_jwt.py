@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import jwt
@@ -14,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from app import ConfigurationError, create_app
 from tests.helpers import error_of
 from tests.issuer import AUDIENCE, Issuer, SigningKey
-from tests.servers import TOKEN, free_port
+from tests.servers import ROOT, TOKEN, free_port
 
 PLANT = {"id": 7, "name": "Fern", "tag": "green"}
 READ_ONLY_STATIC = "read-only-token"
@@ -632,6 +635,34 @@ def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_o
         issuer.jwks_uri = None
         _wait_until(lambda: keys.loaded, lambda: caplog.text)
     keys.close()
+
+
+def test_the_masters_settings_check_forks_with_no_fetch_running(issuer, tmp_path):
+    """gunicorn's master builds the app once to check the settings, then forks the workers. A
+    fetch of the keys still running at the fork once left a worker answering every request with
+    500 ("unknown encoding: idna": the fork caught the codec's import half done)."""
+    issuer.hanging = True  # the provider answers after the fetch's deadline
+    script = (
+        "import logging, threading, types\n"
+        "from app.server import gunicorn_conf\n"
+        "cfg = types.SimpleNamespace(workers=1, threads=1)\n"
+        "gunicorn_conf.on_starting(types.SimpleNamespace(cfg=cfg, log=logging.getLogger('master')))\n"
+        "print(sorted(thread.name for thread in threading.enumerate()))\n"
+    )
+    env = {**os.environ, "PLANTS_API_TOKENS": TOKEN, "PLANTS_JWT_ISSUER": issuer.url,
+           "PLANTS_JWT_AUDIENCE": AUDIENCE, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "['MainThread']"
+    assert issuer.fetches["discovery"] == 1
 
 
 def test_closing_waits_for_the_fetch_in_flight(issuer, caplog):
