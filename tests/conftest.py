@@ -19,12 +19,21 @@ STORES = ["memory", "redis"]
 KINDS = ("unit", "contract", "integration")
 
 
+#: The modules whose tests take half a minute or more each (schemathesis, valgrind, the benchmarks'
+#: smoke runs, chromium). They run first: pytest-xdist hands out tests in order, so these are
+#: spread over both workers from the start, and the short ones fill in at the end instead of
+#: one worker finishing a two-minute test alone.
+SLOW_MODULES = ("test_contract.py", "test_instruction_budget.py", "test_bench_smoke.py", "test_browser.py")
+
+
 def pytest_collection_modifyitems(items):
-    """Mark every test with its directory's kind."""
+    """Mark every test with its directory's kind; the slow modules' tests first."""
     for item in items:
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(getattr(pytest.mark, kind))
+    order = {name: number for number, name in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: order.get(item.path.name, len(order)))
 
 
 STORES_AND_CLUSTER = [*STORES, "cluster"]
