@@ -247,8 +247,13 @@ def test_connections_redis_closed_are_made_again_without_an_error(own_redis):
     them (a restart, its idle `timeout`, CLIENT KILL), the next write and read on every thread
     reconnect and answer: nothing is lost and nothing is refused."""
     store = open_store(redis_settings(own_redis))
+    # The first four creates wait for each other, so that each of the four threads makes one and
+    # holds a connection (without it, a busy machine can let one thread take two of them).
+    together = threading.Barrier(4)
 
     def fern(plant_id: int) -> Outcome:
+        if plant_id < 4:
+            together.wait(timeout=10)
         return store.create(plant_id, "Fern", "green")
 
     try:
