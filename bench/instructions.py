@@ -169,7 +169,7 @@ TOLERANCE = 0.03
 
 
 def per_request(path: str) -> int:
-    """The app's instructions per request of `path`: start-up and warm-up cancelled out."""
+    """The app's instructions per request of `path`: start-up, warm-up and exit left out."""
     return round(instructions(path, MEASURED) / MEASURED)
 
 

@@ -121,9 +121,8 @@ class KeySet:
         use of the IDNA codec once left a worker answering every request with a 500).
         """
         self._closed = True
-        loader = self._loader
-        if loader is not None and loader is not threading.current_thread():
-            loader.join(wait)
+        if self._loader is not None:
+            self._loader.join(wait)
 
     def _after_fork(self) -> None:
         # A lock held by another thread at the fork would stay held in the child for ever.
