@@ -23,8 +23,9 @@ from app.http.json_provider import json_response
 from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
 from app.store import EVENT_TYPES
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
-from app.webhooks.addresses import AddressRefused, target, url_problem
+from app.webhooks.addresses import AddressRefused, target
 from app.webhooks.message import new_secret, utc_text
+from app.webhooks.urls import encoded, url_problem
 
 _new_schema = NewWebhookSchema()
 _patch_schema = WebhookPatchSchema()
@@ -215,10 +216,12 @@ def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoin
 
 
 def _checked_url(state: PlantsState, url: str) -> str:
-    """The URL, unless it is malformed or its host resolves to a refused address (400 naming
-    `url`). A name that does not resolve (yet) is accepted: each delivery checks it again."""
+    """The URL as it is kept, its non-ASCII characters percent-encoded; 400 naming `url` when it
+    is malformed or its host resolves to a refused address. A name that does not resolve (yet)
+    is accepted: each delivery checks it again."""
     problem = url_problem(url)
     if problem is None:
+        url = encoded(url)
         try:
             target(url, state.settings.webhooks_allow_hosts)
         except AddressRefused as exc:

@@ -1,25 +1,24 @@
 """Where a webhook may be sent: the SSRF rules (docs/webhooks.md, "The URL").
 
-A URL's host must resolve only to public addresses: never to a loopback, private, link-local,
-multicast or unspecified one (cloud metadata endpoints, the service's own Redis), unless
-PLANTS_WEBHOOKS_ALLOW_HOSTS allows it. A name there allows that name; an address or CIDR allows a
-URL whose host is such an address, written as one. Link-local and unspecified addresses are
-refused whatever it says. Each delivery resolves and checks again, and connects to the address
-it checked, so a name cannot change between the check and the connection.
+A URL's host must resolve only to globally reachable addresses (reachable.py: the IANA registries,
+looking inside the IPv6 forms that wrap an IPv4 address), never to a loopback, private, shared,
+link-local or cloud metadata one, unless PLANTS_WEBHOOKS_ALLOW_HOSTS allows it. A name there
+allows that name; an address or CIDR allows a URL whose host is such an address, written as one.
+Link-local and unspecified addresses, wrapped or not, are refused whatever it says. Each delivery
+resolves and checks again, and connects to the address it checked, so a name cannot change
+between the check and the connection.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from app.settings import is_dns_name
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+from app.webhooks.reachable import IPAddress, block_of, globally_reachable, never_allowed, unwrapped
+from app.webhooks.urls import encoded
 
 
 class AddressRefused(Exception):
@@ -44,58 +43,15 @@ class Target(NamedTuple):
     authority: str
 
 
-def _refused_always(address: IPAddress) -> bool:
-    return address.is_link_local or address.is_unspecified
-
-
-def _refused(address: IPAddress) -> bool:
-    return (
-        address.is_loopback
-        or address.is_private
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_unspecified
-        or address.is_reserved
-    )
-
-
-#: A webhook URL, as the document's pattern says: a host name or an IP address (IPv6 in brackets),
-#: a port up to 65535, no credentials, no fragment, no space.
-URL_PATTERN = re.compile(
-    r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?([/?][^\s#\x00-\x1f\x7f]*)?"
-)
-
-
-def url_problem(url: object) -> str | None:
-    """What is wrong with `url` as a webhook URL, without resolving it; None when nothing."""
-    if not isinstance(url, str) or len(url) > 2048:
-        return "Must be an http or https URL of at most 2,048 characters."
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    if parts is not None and (parts.username is not None or parts.password is not None):
-        return "Must not hold credentials: receivers authenticate the service by its signature."
-    if parts is None or not URL_PATTERN.fullmatch(url):
-        return (
-            "Must be an http or https URL: a host name or an IP address, an optional port up to"
-            " 65535, then a path; no fragment, spaces or control characters."
-        )
-    if not is_dns_name(parts.hostname or ""):
-        return (
-            f"The host {parts.hostname} is not a valid host name: each of its dot-separated labels"
-            " has 1 to 63 characters."
-        )
-    return None
-
-
 def target(url: str, allowed: Iterable[str]) -> Target:
     """Resolve `url`'s host and check every address it resolves to; the one to connect to.
     Raises AddressRefused."""
-    parts = urlsplit(url)
+    parts = urlsplit(encoded(url))
     host = (parts.hostname or "").lower()
     https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
+    port = (443 if https else 80) if parts.port is None else parts.port
+    if port == 0:
+        raise AddressRefused("Port 0 is no port a connection can go to.")
     allow = {entry.lower() for entry in allowed}
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
@@ -112,18 +68,32 @@ def target(url: str, allowed: Iterable[str]) -> Target:
     if not addresses:
         raise AddressRefused(f"The host {host} does not resolve.", reason="name_not_resolved")
     for address in addresses:
-        checked = address.ipv4_mapped or address if isinstance(address, ipaddress.IPv6Address) else address
-        if _refused_always(checked) or (_refused(checked) and not _allows(allow, host, literal)):
+        if never_allowed(address):
             raise AddressRefused(
-                f"The host {host} resolves to {address}, a loopback, private, link-local, multicast"
-                " or unspecified address, which webhooks are not sent to (PLANTS_WEBHOOKS_ALLOW_HOSTS"
-                " lists the hosts allowed anyway)."
+                f"The host {host} resolves to {address}, {_named(address)}: link-local and unspecified"
+                " addresses are never sent to, whatever PLANTS_WEBHOOKS_ALLOW_HOSTS says."
+            )
+        if not globally_reachable(address) and not _allows(allow, host, literal):
+            raise AddressRefused(
+                f"The host {host} resolves to {address}, {_named(address)}: not a globally reachable"
+                " address, and webhooks are sent only to those (PLANTS_WEBHOOKS_ALLOW_HOSTS lists the"
+                " hosts allowed anyway)."
             )
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
     authority = parts.netloc.rpartition("@")[2]
     return Target(str(addresses[0]), port, host, https, path, authority)
+
+
+def _named(address: IPAddress) -> str:
+    """The registry rows `address`, and each address inside it, fall in: "in 6to4 (RFC 3056),
+    holding 127.0.0.1 in Loopback (RFC 1122)"."""
+    outer, *inner = unwrapped(address)
+    named = f"in {block_of(outer).name}"
+    for each in inner:
+        named += f", holding {each} in {block_of(each).name}"
+    return named
 
 
 def _allows(allow: set[str], host: str, literal: IPAddress | None) -> bool:

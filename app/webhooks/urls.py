@@ -1,0 +1,70 @@
+"""A webhook URL as written: its syntax, its port, and its non-ASCII characters percent-encoded once
+(RFC 3986 §2.1), so that every attempt can send it as stored (docs/webhooks.md, "The URL")."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from app.settings import is_dns_name
+
+MAX_LENGTH = 2048
+
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+#: A webhook URL, as the document's pattern says: a host name or an IP address (IPv6 in brackets),
+#: a port from 1 to 65535, no credentials, no fragment, no space or control character.
+URL_PATTERN = re.compile(
+    r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:" + _PORT + r")?([/?][^\s#\x00-\x1f\x7f]*)?"
+)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def url_problem(url: object) -> str | None:
+    """What is wrong with `url` as a webhook URL, without resolving it; None when nothing."""
+    if not isinstance(url, str) or len(url) > MAX_LENGTH:
+        return f"Must be an http or https URL of at most {MAX_LENGTH:,} characters."
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        url.encode()
+    except ValueError:
+        return _port_problem() if _has_port_out_of_range(url) else _syntax_problem()
+    if parts.username is not None or parts.password is not None:
+        return "Must not hold credentials: receivers authenticate the service by its signature."
+    if port == 0:
+        return _port_problem()
+    if not URL_PATTERN.fullmatch(url):
+        return _syntax_problem()
+    if not is_dns_name(parts.hostname or ""):
+        return (
+            f"The host {parts.hostname} is not a valid host name: each of its dot-separated labels"
+            " has 1 to 63 characters."
+        )
+    if len(encoded(url)) > MAX_LENGTH:
+        return f"Must be at most {MAX_LENGTH:,} characters once its non-ASCII characters are percent-encoded."
+    return None
+
+
+def encoded(url: str) -> str:
+    """`url` with each non-ASCII character percent-encoded as its UTF-8 bytes (RFC 3986 §2.1).
+    What is ASCII already, a `%XX` included, stays as it is: encoding twice changes nothing."""
+    return _NON_ASCII.sub(lambda found: "".join(f"%{byte:02X}" for byte in found.group().encode()), url)
+
+
+def _has_port_out_of_range(url: str) -> bool:
+    """Whether the authority ends in a port of digits that is no TCP port (urlsplit refuses it)."""
+    authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
+    host_and_port = authority.rpartition("]")[2]
+    port = host_and_port.rpartition(":")[2] if ":" in host_and_port else ""
+    return port.isascii() and port.isdigit() and not 0 < int(port) <= 65535
+
+
+def _port_problem() -> str:
+    return "The port must be a number from 1 to 65535."
+
+
+def _syntax_problem() -> str:
+    return (
+        "Must be an http or https URL: a host name or an IP address, an optional port from 1 to"
+        " 65535, then a path; no fragment, spaces or control characters."
+    )

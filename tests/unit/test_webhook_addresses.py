@@ -1,0 +1,216 @@
+"""The addresses a webhook may go to: a row for each entry of the IANA special-purpose address
+registries (IPv4 and IPv6), and for each IPv6 form that wraps an IPv4 address, through the same
+check a registration and every delivery make (app/webhooks/addresses.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from app.webhooks.addresses import AddressRefused, target
+from app.webhooks.reachable import IPV4_BLOCKS, IPV6_BLOCKS, globally_reachable, never_allowed
+
+#: (an address in the entry, whether a webhook may go there); the first and the last address
+#: of each entry are tried too.
+IPV4_ROWS = [
+    ("0.0.0.1", False),  # "This network"
+    ("0.0.0.0", False),  # noqa: S104 ("This host on this network": an address, not a bind)
+    ("10.20.30.40", False),  # Private-Use
+    ("100.64.0.1", False),  # Shared Address Space (carrier NAT, Tailscale)
+    ("100.100.100.200", False),  # Shared Address Space: Alibaba Cloud's metadata service
+    ("127.0.0.1", False),  # Loopback
+    ("169.254.169.254", False),  # Link Local: cloud metadata
+    ("172.16.0.1", False),  # Private-Use
+    ("192.0.0.192", False),  # IETF Protocol Assignments: Oracle Cloud's legacy metadata
+    ("192.0.0.1", False),  # IPv4 Service Continuity Prefix
+    ("192.0.0.8", False),  # IPv4 dummy address
+    ("192.0.0.9", True),  # Port Control Protocol Anycast
+    ("192.0.0.10", True),  # Traversal Using Relays around NAT Anycast
+    ("192.0.0.170", False),  # NAT64/DNS64 Discovery
+    ("192.0.0.171", False),  # NAT64/DNS64 Discovery
+    ("192.0.2.1", False),  # Documentation (TEST-NET-1)
+    ("192.31.196.1", True),  # AS112-v4
+    ("192.52.193.1", True),  # AMT
+    ("192.88.99.1", False),  # Deprecated 6to4 Relay Anycast
+    ("192.168.1.1", False),  # Private-Use
+    ("192.175.48.1", True),  # Direct Delegation AS112 Service
+    ("198.18.0.1", False),  # Benchmarking
+    ("198.19.255.255", False),  # Benchmarking (its last address)
+    ("198.51.100.1", False),  # Documentation (TEST-NET-2)
+    ("203.0.113.1", False),  # Documentation (TEST-NET-3)
+    ("224.0.0.1", False),  # Multicast
+    ("240.0.0.1", False),  # Reserved
+    ("255.255.255.255", False),  # Limited Broadcast
+    ("8.8.8.8", True),  # in no entry: global
+    ("100.63.255.255", True),  # just below Shared Address Space
+    ("100.128.0.0", True),  # just above it
+    ("198.20.0.0", True),  # just above Benchmarking
+]
+
+IPV6_ROWS = [
+    ("::1", False),  # Loopback
+    ("::", False),  # Unspecified
+    ("::ffff:10.0.0.1", False),  # IPv4-mapped: its IPv4 address decides
+    ("64:ff9b::808:808", True),  # IPv4-IPv6 Translation, of a global address
+    ("64:ff9b:1::1", False),  # Local-use IPv4/IPv6 Translation
+    ("100::1", False),  # Discard-Only
+    ("100:0:0:1::1", False),  # Dummy IPv6 Prefix
+    ("2001:4::1", False),  # IETF Protocol Assignments
+    ("2001:2::1", False),  # Benchmarking
+    ("2001:10::1", False),  # Deprecated ORCHID
+    ("2001:db8::1", False),  # Documentation
+    ("3fff::1", False),  # Documentation
+    ("5f00::1", False),  # Segment Routing SIDs
+    ("fc00::1", False),  # Unique-Local
+    ("fd12:3456::1", False),  # Unique-Local
+    ("fe80::1", False),  # Link-Local Unicast
+    ("fec0::1", False),  # outside 2000::/3 (site-local, deprecated)
+    ("ff02::1", False),  # Multicast
+    ("4000::1", False),  # outside 2000::/3 (unassigned)
+    ("2620:4f:8000::1", True),  # Direct Delegation AS112 Service
+    ("2606:4700:4700::1111", True),  # Global Unicast
+    ("2a00:1450:4001::1", True),  # Global Unicast
+]
+
+#: Rows the registries call globally reachable and Python 3.11.7's `is_global` does not (3.11.10
+#: and 3.12.4 follow the registries): the service refuses where either says no.
+PYTHON_DISAGREES = [
+    "2001:1::1",  # Port Control Protocol Anycast
+    "2001:1::2",  # Traversal Using Relays around NAT Anycast
+    "2001:1::3",  # DNS-SD Service Registration Protocol Anycast
+    "2001:3::1",  # AMT
+    "2001:4:112::1",  # AS112-v6
+    "2001:20::1",  # ORCHIDv2
+    "2001:30::1",  # Drone Remote ID Protocol Entity Tags
+]
+
+#: Each IPv6 form that wraps an IPv4 address, with a global address inside and with refused ones.
+WRAPPED_ROWS = [
+    ("::ffff:8.8.8.8", True),  # IPv4-mapped
+    ("::ffff:127.0.0.1", False),
+    ("::ffff:100.100.100.200", False),
+    ("::ffff:192.0.0.192", False),
+    ("::8.8.8.8", False),  # IPv4-compatible: deprecated (RFC 4291 §2.5.5.1), outside 2000::/3
+    ("::127.0.0.1", False),
+    ("2002:808:808::", True),  # 6to4 of 8.8.8.8
+    ("2002:a9fe:a9fe::", False),  # 6to4 of 169.254.169.254
+    ("2002:7f00:1::", False),  # 6to4 of 127.0.0.1
+    ("2002:6464:64c8::1", False),  # 6to4 of 100.100.100.200
+    ("2002:c000:c0::", False),  # 6to4 of 192.0.0.192
+    # Teredo: server 65.54.227.120 (global), client 8.8.8.8 written inverted (f7f7:f7f7).
+    ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", True),
+    ("2001:0:a00:1::f7f7:f7f7", False),  # server 10.0.0.1
+    ("2001:0:4136:e378::80ff:fffe", False),  # client 127.0.0.1
+    ("2001:0:4136:e378::5601:5601", False),  # client 169.254.169.254 (0xa9fe inverted)
+    ("64:ff9b::808:808", True),  # NAT64 of 8.8.8.8
+    ("64:ff9b::a9fe:a9fe", False),  # NAT64 of 169.254.169.254
+    ("64:ff9b::7f00:1", False),  # NAT64 of 127.0.0.1
+    ("64:ff9b::c0a8:101", False),  # NAT64 of 192.168.1.1
+    ("64:ff9b:1:808:8:800::", False),  # Local-use NAT64 of 8.8.8.8: the prefix is not global
+    ("64:ff9b:1:a9fe:a9:fe00::", False),  # Local-use NAT64 of 169.254.169.254
+]
+
+ALL_ROWS = IPV4_ROWS + IPV6_ROWS + WRAPPED_ROWS
+
+
+def verdict(address: str, allowed: tuple[str, ...] = ()) -> bool:
+    """Whether a webhook may go to `address` written in its URL."""
+    host = f"[{address}]" if ":" in address else address
+    try:
+        target(f"http://{host}:8080/hook", allowed)
+    except AddressRefused:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("address", "allowed"), ALL_ROWS)
+def test_each_registry_entry_and_wrapped_form(address, allowed):
+    assert verdict(address) is allowed
+    assert globally_reachable(ipaddress.ip_address(address)) is allowed
+
+
+@pytest.mark.parametrize("address", PYTHON_DISAGREES)
+def test_where_the_registries_and_python_disagree_the_service_refuses_only_if_python_does(address):
+    parsed = ipaddress.ip_address(address)
+    assert verdict(address) is parsed.is_global
+
+
+@pytest.mark.parametrize("block", IPV4_BLOCKS + IPV6_BLOCKS, ids=lambda block: str(block.network))
+def test_every_table_entry_has_a_row_and_its_edges_follow_it(block):
+    rows = {ipaddress.ip_address(address) for address, _ in ALL_ROWS}
+    rows |= {ipaddress.ip_address(address) for address in PYTHON_DISAGREES}
+    assert any(row in block.network for row in rows), f"no row for {block.network} ({block.name})"
+    if not block.reachable:
+        # Refused from its first address to its last, unless a more specific entry says otherwise.
+        for edge in (block.network[0], block.network[-1]):
+            if edge.version == 4 and not str(edge).startswith("192.0.0."):
+                assert not globally_reachable(edge), edge
+
+
+#: What Python 3.11.7's `is_global` calls global and the table refuses: ranges it does not know
+#: (192.0.0.0/24's, 192.88.99.0/24, newer IPv6 entries, outside 2000::/3) and every wrapped form.
+#: A later Python may agree with the table about more of them, never about fewer.
+TABLE_STRICTER = {
+    *("192.0.0.192", "192.0.0.8", "192.88.99.1", "224.0.0.1"),
+    *("64:ff9b:1::1", "100:0:0:1::1", "3fff::1", "5f00::1", "fec0::1", "ff02::1", "4000::1"),
+    *("::ffff:100.100.100.200", "::ffff:192.0.0.192", "::8.8.8.8", "::127.0.0.1"),
+    *("2002:a9fe:a9fe::", "2002:7f00:1::", "2002:6464:64c8::1", "2002:c000:c0::"),
+    *("64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::c0a8:101"),
+    *("64:ff9b:1:808:8:800::", "64:ff9b:1:a9fe:a9:fe00::"),
+}
+
+
+def test_python_is_global_is_a_second_opinion_the_table_overrules_only_to_refuse():
+    rows = [(address, allowed, ipaddress.ip_address(address).is_global) for address, allowed in ALL_ROWS]
+    lenient = {address for address, allowed, python in rows if python and not allowed}
+    assert lenient <= TABLE_STRICTER
+    # The one row the table allows and Python does not: Teredo, whose two ends decide.
+    stricter = {address for address, allowed, python in rows if allowed and not python}
+    assert stricter <= {"2001:0:4136:e378:8000:63bf:f7f7:f7f7"}
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://127.0.0.1:9/x", ("127.0.0.1",)),
+        ("http://10.1.2.3/x", ("10.0.0.0/8",)),
+        ("http://100.100.100.200/x", ("100.64.0.0/10",)),
+        ("http://[fd00::1]/x", ("fd00::/8",)),
+    ],
+)
+def test_the_allowance_allows_what_it_names(url, allowed):
+    target(url, allowed)
+    with pytest.raises(AddressRefused):
+        target(url, ())
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("169.254.169.254", ("169.254.0.0/16",)),
+        ("0.0.0.0", ("0.0.0.0/0",)),  # noqa: S104 (an address to refuse, not a bind)
+        ("fe80::1", ("::/0",)),
+        ("::", ("::/0",)),
+        ("::ffff:169.254.169.254", ("::/0",)),
+        ("2002:a9fe:a9fe::", ("2002::/16",)),
+        ("64:ff9b::a9fe:a9fe", ("64:ff9b::/96",)),
+        ("2001:0:4136:e378::5601:5601", ("2001::/32",)),
+        ("2002::", ("2002::/16",)),  # 6to4 of 0.0.0.0
+    ],
+)
+def test_link_local_and_unspecified_stay_refused_whatever_the_allowance(address, allowed):
+    assert never_allowed(ipaddress.ip_address(address))
+    assert not verdict(address, allowed)
+
+
+def test_a_name_is_checked_by_every_address_it_resolves_to():
+    with pytest.raises(AddressRefused, match="Loopback"):
+        target("http://localhost:9/x", ())
+    target("http://localhost:9/x", ("localhost",))
+
+
+def test_port_0_is_never_connected_to():
+    """A URL stored before port 0 was refused at registration goes nowhere, not to port 80."""
+    with pytest.raises(AddressRefused, match="Port 0"):
+        target("http://8.8.8.8:0/x", ())
