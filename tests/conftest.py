@@ -101,8 +101,8 @@ def store(app):
 @pytest.fixture(scope="session")
 def gunicorns(request):
     """The session's real gunicorns, started on first use: one per store on the packaged worker
-    (two workers on Redis), and one on gunicorn's stock gthread worker, the packaged
-    configuration's fallback (app/server/worker/compat.py)."""
+    (two workers on Redis), and one on gunicorn's stock gthread worker, which
+    GUNICORN_WORKER_CLASS=gthread chooses."""
     servers: dict[str, Gunicorn] = {}
 
     def get(kind: str) -> Gunicorn:

@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.server.worker.compat import worker_class as _choose_worker_class
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
 
@@ -67,16 +66,13 @@ bind = _setting("GUNICORN_BIND").split(",")
 
 # gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
 workers = _setting("WEB_CONCURRENCY")
-# The packaged worker (app/server/worker/), or gunicorn's stock gthread when this gunicorn lacks
-# an internal the worker builds on (app/server/worker/compat.py; on_starting logs which).
-worker_class, _missing_internals = _choose_worker_class()
+# The packaged worker (app/server/worker/): httptools frames every request, and no slow client
+# holds a thread. GUNICORN_WORKER_CLASS=gthread runs gunicorn's stock threaded worker instead.
+worker_class = _setting("GUNICORN_WORKER_CLASS")
 threads = _setting("GUNICORN_THREADS", _default_threads())
-# gunicorn's pure-Python HTTP parser, whatever else is installed: the optional C parser
-# (gunicorn_h1c) measured no faster here (bench/README.md) and accepts obsolete header line
-# folding that this one refuses.
-http_parser = "python"
 # A stalled read from a client gives up after this many seconds (see app/server/worker/).
-read_timeout = _setting("GUNICORN_READ_TIMEOUT")
+# (Not a gunicorn setting: post_worker_init hands it to the packaged worker.)
+_read_timeout = _setting("GUNICORN_READ_TIMEOUT")
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
 # does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
@@ -135,16 +131,6 @@ def on_starting(server: Any) -> None:
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
-    if _missing_internals:
-        import gunicorn
-
-        server.log.warning(
-            "Plant Store: gunicorn %s lacks what the packaged worker builds on (%s): serving with"
-            " gunicorn's stock gthread worker instead, on which a slow client can hold a request"
-            " thread. Install the gunicorn of requirements.txt (27.0).",
-            gunicorn.__version__,
-            ", ".join(_missing_internals),
-        )
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
         state.summary,
@@ -174,7 +160,7 @@ def post_worker_init(worker: Any) -> None:
     2.4 ms (bench/README.md, "Where the tail came from"). Objects made later, per request, are
     collected as before.
     """
-    worker.read_timeout = read_timeout
+    worker.read_timeout = _read_timeout
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)

@@ -35,6 +35,8 @@ class ServerSettingsSchema(Schema):
     WEB_CONCURRENCY = ServerNumber("1", int, "a whole number", 1)
     GUNICORN_BIND = Setting("127.0.0.1:8000")
     #: Unset: 1 with the in-memory store, 2 with a shared one (gunicorn_conf.py says why).
+    #: The packaged worker; `gthread` (gunicorn's stock threaded worker) or any worker class name.
+    GUNICORN_WORKER_CLASS = Setting("app.server.worker.ThreadWorker")
     GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1)
     GUNICORN_READ_TIMEOUT = ServerNumber("10", float, "a number of seconds", 0.1)
     GUNICORN_KEEPALIVE = ServerNumber("75", int, "a whole number of seconds", 0)

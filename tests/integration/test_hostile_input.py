@@ -216,7 +216,7 @@ PROTOCOL = [
     Case("invalid-version", b"POST /plants HTTP/9.9\r\nHost: x\r\n\r\n", 400),
     Case("http-0.9", b"GET /\r\n\r\n", 400),
     Case("tls-handshake-on-plain-port", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400),
-    # RFC 9112 §5.2: reject obs-fold or unfold it; the shipped parser (http_parser = "python") rejects.
+    # RFC 9112 §5.2: reject obs-fold or unfold it; llhttp rejects it.
     Case("obsolete-line-folding", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
     Case(
         "http-1.0",

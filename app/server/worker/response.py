@@ -1,41 +1,88 @@
-"""The worker's response writer: the whole answer is collected in memory, then sent at once.
+"""A WSGI answer collected in memory, then written as one buffer: head and body in one send.
 
-A request thread never writes to a client's socket itself: gunicorn's Response writes into a
-ResponseBuffer, and the poller sends what it holds (app/server/poller.py). So the status line
-and headers go out with the first body bytes, and a small JSON answer is one TCP segment.
+The app's `start_response` and `write` fill an `Answer`; `encode()` makes the bytes the poller
+sends. The worker owns the framing headers: `Content-Length` (worked out when the app gives
+none, since the whole body is here), `Date` and `Connection`; hop-by-hop fields from the app are
+dropped (PEP 3333 forbids them), and a body is never sent for HEAD, 1xx, 204 or 304.
 """
 
 from __future__ import annotations
 
-from gunicorn.http import wsgi
+import time
+from email.utils import formatdate
+from typing import Any
+
+_HOP_BY_HOP = frozenset(
+    [
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ]
+)
 
 
-class ResponseBuffer:
-    """Stands in for the client's socket while the app answers: it keeps what is written."""
+class HttpDate:
+    """The Date field's value, made once a second."""
 
     def __init__(self) -> None:
-        self._chunks: list[bytes] = []
+        self._second = 0
+        self._value = ""
 
-    def sendall(self, data: bytes) -> None:
-        self._chunks.append(bytes(data))
-
-    def send(self, data: bytes) -> int:
-        # gunicorn's wsgi.create sends "100 Continue" this way; the poller has already sent it,
-        # before it read the body.
-        return len(data)
-
-    def gettimeout(self) -> float:
-        return 0.0
-
-    def setblocking(self, flag: bool) -> None:
-        pass
-
-    def getvalue(self) -> bytes:
-        return b"".join(self._chunks)
+    def now(self) -> str:
+        second = int(time.time())
+        if second != self._second:
+            self._value, self._second = formatdate(second, usegmt=True), second
+        return self._value
 
 
-class BufferedResponse(wsgi.Response):
-    """gunicorn's Response, written into a ResponseBuffer (never by sendfile)."""
+class Answer:
+    """What the app answers. `status`, `headers` and `sent` are what gunicorn's access log reads."""
 
-    def can_sendfile(self) -> bool:
-        return False
+    __slots__ = ("chunks", "headers", "sent", "status")
+
+    def __init__(self) -> None:
+        self.status = ""
+        self.headers: list[tuple[str, str]] = []
+        self.chunks: list[bytes] = []
+        self.sent: int | None = None
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if self.status and exc_info is None:
+            raise AssertionError("start_response was already called")
+        # Nothing is sent before the app returns, so an error page may always replace an answer.
+        self.status, self.headers = status, headers
+        return self.chunks.append
+
+    def encode(self, method: str, keep_alive: bool, date: str) -> tuple[bytes, bool]:
+        """The answer's bytes, and whether the connection stays open after it."""
+        status = self.status
+        code = int(status[:3])
+        body = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
+        bodyless = code < 200 or code in (204, 304)
+        lines = [f"HTTP/1.1 {status}\r\n"]
+        declared = None
+        for name, value in self.headers:
+            lower = name.lower()
+            if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+                raise ValueError(f"the header field {name!r} has a line break")
+            if lower in _HOP_BY_HOP:
+                if lower == "connection" and "close" in value.lower():
+                    keep_alive = False
+                continue
+            if lower == "content-length":
+                declared = int(value)
+            lines.append(f"{name}: {value}\r\n")
+        if declared is None and not bodyless:
+            lines.append(f"Content-Length: {len(body)}\r\n")
+        elif declared is not None and declared != len(body) and method != "HEAD" and not bodyless:
+            raise ValueError(f"the app declared Content-Length {declared} for a body of {len(body)} bytes")
+        if method == "HEAD" or bodyless:
+            body = b""
+        lines.append(f"Date: {date}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
+        self.sent = len(body)
+        return "".join(lines).encode("latin-1") + body, keep_alive

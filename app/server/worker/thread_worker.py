@@ -1,19 +1,20 @@
 """The gunicorn worker for the Plant Store service: request threads that never wait on a client.
 
-`worker_class = "app.server.worker.ThreadWorker"` (app/server/gunicorn_conf.py). It is a
-gunicorn `Worker` with its own connection handling (app/server/poller.py), and gunicorn's own
-HTTP parser and WSGI environ for each request:
+`worker_class = "app.server.worker.ThreadWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
+worker class on gunicorn's public worker API only, as uvicorn's `UvicornWorker` is: it uses the
+settings (`cfg`), the listening `sockets`, `log`, `notify()`, `alive`, the loaded `wsgi` app, and
+gunicorn's server hooks and signal handling as the base class sets them up. Everything between
+the socket and the app is its own, on httptools:
 
-- **No slow client holds a thread.** Sockets are non-blocking. A request thread takes a request
-  only once all of it has arrived, reads it from memory, and leaves an answer that the client
-  does not take at once to the poller. Heads, bodies and answers have deadlines (408 and close).
-- **No hand-offs.** Request threads wait on one shared epoll themselves. The main thread only
-  sends the heartbeat, closes connections past their deadlines and runs the graceful stop.
-- **One send per response.** The status line, headers and body go out in one write, so a small
-  JSON answer is one TCP segment, not two.
+- **One parser.** llhttp frames every request, once, as its bytes arrive (connection.py); the
+  WSGI environ is built from that reading (environ.py). Framing errors are a JSON 400 and close.
+- **No slow client holds a thread.** Sockets are non-blocking; a request thread takes a request
+  only once all of it has arrived, and leaves an answer that the client does not take at once
+  to the epoll (poller.py). Heads, bodies and answers have deadlines (408 and close).
+- **Fair.** One request per connection per turn; a pipelining client waits its turn.
+- **One send per answer.** Status line, headers and body go out in one write (response.py).
 
-It also answers the requests gunicorn itself refuses with the service's JSON Error record
-(app/server/refusals.py). It serves plain HTTP/1.1: TLS ends at the reverse proxy.
+It serves plain HTTP/1.1: TLS ends at the reverse proxy.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import datetime
-from typing import Any
+from datetime import timedelta
 
-from gunicorn import http, util
-from gunicorn.http import wsgi
 from gunicorn.workers import base
 
-from app.server.worker.poller import Conn, Poller
-from app.server.worker.refusals import head_too_large_answer, timed_out_answer, write_json_error
-from app.server.worker.response import BufferedResponse, ResponseBuffer
+from app.server.worker import refusals
+from app.server.worker.connection import Conn, Limits, Refusal, Request
+from app.server.worker.environ import EnvironBuilder
+from app.server.worker.poller import Poller
+from app.server.worker.response import Answer, HttpDate
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
 DEFAULT_MAX_BODY = 64 * 1024
@@ -44,44 +44,21 @@ _STOP_LINGER = 2.0
 class ThreadWorker(Poller, base.Worker):
     """`threads` request threads sharing one epoll; see the module docstring."""
 
-    #: Seconds a client has to send a request's head, its body, or to take its answer.
+    #: Seconds a client has to send a request's head, its body, or to take its answer
+    #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
     read_timeout: float = 10.0
-    #: The longest body read before the request is served (the app's MAX_CONTENT_LENGTH).
-    max_body: int = DEFAULT_MAX_BODY
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.worker_connections = self.cfg.worker_connections
-        # A request's head is buffered before a thread reads it, on every connection at once: at
-        # most MAX_HEAD (or what gunicorn's limits allow, if less), so that 1,000 connections
-        # cannot make the worker hold more than a few hundred MB.
-        limits = self.cfg.limit_request_line + 2
-        limits += self.cfg.limit_request_fields * (self.cfg.limit_request_field_size + 2)
-        self.max_head = min(limits, MAX_HEAD) if limits > 0 else MAX_HEAD
 
     def init_process(self) -> None:
         if self.cfg.is_ssl:
             raise SystemExit("Plant Store: this worker serves plain HTTP; end TLS at the reverse proxy.")
-        util.write_error = write_json_error  # used by Worker.handle_error; this process only
-        self.init_poller()
         super().init_process()
 
-    def load_wsgi(self) -> None:
-        super().load_wsgi()
-        config = getattr(self.wsgi, "config", None)  # a Flask app says how large a body it takes
-        if config is not None and config.get("MAX_CONTENT_LENGTH"):
-            self.max_body = int(config["MAX_CONTENT_LENGTH"])
-
-    def handle_exit(self, sig, frame) -> None:  # type: ignore[no-untyped-def]
-        self.alive = False
-
-    def is_parent_alive(self) -> bool:
-        if self.ppid != os.getppid():
-            self.log.info("Parent changed, shutting down: %s", self)
-            return False
-        return True
-
     def run(self) -> None:
+        self.limits = self._limits()
+        self.environs = EnvironBuilder(self.cfg, multithread=self.cfg.threads > 1)
+        self.date = HttpDate()
+        self.requests_served = 0
+        self.init_connections()
         for listener in self.sockets:
             listener.setblocking(False)
         with self._lock:
@@ -89,11 +66,31 @@ class ThreadWorker(Poller, base.Worker):
         for number in range(self.cfg.threads):
             threading.Thread(target=self._serve, name=f"request-{number}", daemon=True).start()
 
-        while self.alive and self.is_parent_alive():
+        while self.alive and self.ppid == os.getppid():
             self.notify()
             self._expire()
             time.sleep(0.25)
+        if self.alive:
+            self.log.info("Parent changed, shutting down: %s", self)
+        self._stop()
 
+    def _limits(self) -> Limits:
+        cfg = self.cfg
+        # A request's head is buffered before a thread reads it, on every connection at once: at
+        # most MAX_HEAD (or what gunicorn's limits allow, if less), so that 1,000 connections
+        # cannot make the worker hold more than a few hundred MB.
+        head = cfg.limit_request_line + 2 + cfg.limit_request_fields * (cfg.limit_request_field_size + 2)
+        config = getattr(self.wsgi, "config", None)  # a Flask app says how large a body it takes
+        body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) if config else DEFAULT_MAX_BODY
+        return Limits(
+            cfg.limit_request_line,
+            cfg.limit_request_fields,
+            cfg.limit_request_field_size,
+            min(head, MAX_HEAD) if head > 0 else MAX_HEAD,
+            body,
+        )
+
+    def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
         # stays open briefly for a request its client may already be sending, which is then
         # answered with "Connection: close".
@@ -114,73 +111,40 @@ class ThreadWorker(Poller, base.Worker):
         for listener in self.sockets:
             listener.close()
 
-    def _timed_out(self, conn: Conn) -> bytes:
-        self.log.warning(
-            "Answered 408 to a client that did not send its whole request within %ss", self.read_timeout
-        )
-        return timed_out_answer()
-
-    def _head_too_large(self, conn: Conn) -> bytes:
-        self.log.warning("Answered 431 to a client whose request head passed %s bytes", self.max_head)
-        return head_too_large_answer(self.max_head)
-
-    def _serve_request(self, conn: Conn, raw: bytes, close: bool) -> tuple[bytes, bool]:
-        """Serve one whole request read from memory: (the answer's bytes, whether to keep the
-        connection). `close`: its body was not all read, so the connection closes after it."""
-        out = ResponseBuffer()
-        parser = http.get_parser(self.cfg, [raw], conn.client)
-        req = None
+    def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool]:
+        """Run the app for one whole request: the answer's bytes, and whether to keep the connection."""
         try:
-            req = next(parser)
-            keep_alive = self.handle_request(req, conn, out, close)
-        except (http.errors.NoMoreData, StopIteration):
-            keep_alive = False
-        except Exception as e:
-            self.handle_error(req, out, conn.client, e)
-            keep_alive = False
-        return out.getvalue(), keep_alive and self.alive
-
-    def handle_request(self, req: Any, conn: Conn, out: ResponseBuffer, close: bool) -> bool:
-        # As gthread.ThreadWorker.handle_request, writing into `out`.
-        environ: dict = {}
-        resp = None
+            environ = self.environs.build(conn, request)
+        except Refusal as refusal:
+            return refusals.encode(refusal), False
+        cfg = self.cfg
+        answer = Answer()
+        started = time.perf_counter()
+        cfg.pre_request(self, request)
+        self.requests_served += 1
+        if self.requests_served >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        keep_alive = request.keep_alive and self.alive and cfg.keepalive > 0
+        keep_alive = keep_alive and len(self._conns) < cfg.worker_connections
         try:
-            self.cfg.pre_request(self, req)
-            request_start = datetime.now()
-            resp, environ = wsgi.create(
-                req, out, conn.client, conn.server, self.cfg, response_class=BufferedResponse
-            )
-            environ["wsgi.multithread"] = True
-            self.nr += 1
-            if self.nr >= self.max_requests and self.alive:
-                self.log.info("Autorestarting worker after current request.")
-                self.alive = False
-            if (
-                close
-                or not self.alive
-                or not self.cfg.keepalive
-                or len(self._conns) >= self.worker_connections
-            ):
-                resp.force_close()
-
-            respiter = self.wsgi(environ, resp.start_response)
+            result = self.wsgi(environ, answer.start_response)
             try:
-                for item in respiter:
-                    resp.write(item)
-                resp.close()
+                for chunk in result:
+                    if chunk:
+                        answer.chunks.append(chunk)
             finally:
-                self.log.access(resp, req, environ, datetime.now() - request_start)
-                if hasattr(respiter, "close"):
-                    respiter.close()
-            return not resp.should_close()
-        except (Exception, SystemExit):
-            if resp and resp.headers_sent:
-                # The head is already in `out`: an error answer cannot follow it. Close after it.
-                self.log.exception("Error handling request")
-                return False
-            raise
-        finally:
-            try:
-                self.cfg.post_request(self, req, environ, resp)
-            except Exception:
-                self.log.exception("Exception in post_request hook")
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+            data, keep_alive = answer.encode(request.method, keep_alive, self.date.now())
+        except Exception:
+            self.log.exception("Error handling request %s %s", request.method, request.path)
+            answer.status, answer.headers, answer.sent = "500 Internal Server Error", [], None
+            data, keep_alive = refusals.encode(refusals.APP_ERROR), False
+        self.log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
+        try:
+            cfg.post_request(self, request, environ, answer)
+        except Exception:
+            self.log.exception("Exception in post_request hook")
+        return data, keep_alive
