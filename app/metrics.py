@@ -96,7 +96,7 @@ class Metrics:
         self.webhook_attempts = Counter(
             "plants_webhook_attempts",
             "Webhook delivery attempts, by outcome: delivered (2xx), status (another HTTP status), or"
-            " the error (timeout, refused, redirect, tls, address, name_not_resolved, connection).",
+            " the error (timeout, refused, redirect, tls, address, name_not_resolved, connection, internal).",
             ["outcome"],
             registry=self.registry,
         )

@@ -4,6 +4,8 @@ request, answers each as its `answer` function says, and verifies with `standard
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -85,3 +87,51 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class RawReceiver:
+    """A receiver on 127.0.0.1 that answers every request with the bytes `answer` gives, as they
+    are (a status line and headers no HTTP server would write), then closes the connection."""
+
+    def __init__(self, answer: Callable[[], bytes]) -> None:
+        self.answer = answer
+        self.requests = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                try:
+                    self._read_request(connection)
+                    self.requests += 1
+                    connection.sendall(self.answer())
+                    connection.shutdown(socket.SHUT_WR)
+                except OSError:
+                    continue
+
+    @staticmethod
+    def _read_request(connection: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *([0-9]+)", head)[1])  # type: ignore[index]
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+
+    def stop(self) -> None:
+        self._listener.close()

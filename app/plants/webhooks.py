@@ -181,6 +181,7 @@ def record(endpoint: Endpoint) -> dict[str, Any]:
         "status": endpoint.status,
         "status_reason": endpoint.reason,
         "created": utc_text(endpoint.created_ms),
+        "next_attempt": utc_text(endpoint.due_ms) if endpoint.status == ENABLED and endpoint.tries else None,
     }
 
 

@@ -92,7 +92,7 @@ class SettingsSchema(Schema):
         (), problem="must be a comma-separated list of host names, addresses or CIDRs"
     )
     PLANTS_WEBHOOKS_TIMEOUT = Seconds(15.0)
-    PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.0001)
+    PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.00001)
     PLANTS_WEBHOOKS_ROTATION_OVERLAP = WholeNumber(86_400, maximum=30 * 86_400, unit=" seconds")
     PLANTS_RATE_LIMIT = RateLimit()
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()

@@ -41,6 +41,8 @@ RENEW_S = 3.0
 BATCH = 100
 #: Endpoints drained at the same time by one process.
 PARALLEL = 8
+#: How long a process leaves an endpoint alone after its drain failed other than by an attempt.
+HOLD_S = 5.0
 
 
 def _now_ms() -> int:
@@ -62,6 +64,8 @@ class Deliverer:
         self._pid = 0
         self._pool: ThreadPoolExecutor | None = None
         self._busy: dict[str, Future[None]] = {}
+        #: Endpoints this process does not lease until the monotonic time given.
+        self._held: dict[str, float] = {}
         self._renewed = 0.0
         self._failing_store = False
         self.watchdog = Watchdog()
@@ -81,7 +85,7 @@ class Deliverer:
             self._pid = os.getpid()
             self.owner = f"{socket.gethostname()}:{self._pid}:{secrets.token_hex(4)}"
             self._stop.clear()
-            self._busy = {}
+            self._busy, self._held = {}, {}
             self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="webhooks-send")
             self._thread = threading.Thread(target=self._run, name="webhooks", daemon=True)
             self._thread.start()
@@ -136,9 +140,13 @@ class Deliverer:
         if self.metrics is not None:
             self._observe_lag(endpoints, self.store.feed_count(now_position))
         now_ms = _now_ms()
+        now = time.monotonic()
+        if self._held:
+            self._held = {endpoint_id: until for endpoint_id, until in self._held.items() if until > now}
         for endpoint in endpoints:
             if (
                 endpoint.id in self._busy
+                or self._held.get(endpoint.id, 0.0) > now
                 or endpoint.status != ENABLED
                 or endpoint.due_ms > now_ms
                 or endpoint.position == now_position
@@ -172,7 +180,10 @@ class Deliverer:
         except StoreUnavailableError as exc:
             log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
         except Exception:
-            log.exception("Webhooks: delivering to %s failed", endpoint.id)
+            # Not an attempt's failure (those are outcomes): a fault here would repeat at every
+            # look, so this process leaves the endpoint alone for a while.
+            self._held[endpoint.id] = time.monotonic() + HOLD_S
+            log.exception("Webhooks: delivering to %s failed; it waits %.0f s", endpoint.id, HOLD_S)
         finally:
             with contextlib.suppress(StoreUnavailableError):
                 self.store.endpoints.release(endpoint.id, self.owner)
@@ -234,17 +245,23 @@ class Drain:
         """Send one event; True when it was delivered and the drain may go on."""
         deliverer, endpoint = self.deliverer, self.endpoint
         settings = deliverer.settings
-        body = payload(entry.event)
         msg_id = message_id(entry)
-        headers = signed_headers(msg_id, body, self._signing(), deliverer.user_agent)
-        outcome = send(
-            endpoint.url,
-            body,
-            headers,
-            timeout=settings.webhooks_timeout,
-            allowed=settings.webhooks_allow_hosts,
-            watchdog=deliverer.watchdog,
-        )
+        try:
+            body = payload(entry.event)
+            headers = signed_headers(msg_id, body, self._signing(), deliverer.user_agent)
+        except Exception as exc:
+            # A stored secret the signer refuses, say: a failed attempt, retried on schedule.
+            log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
+            outcome = Outcome(None, "internal", None, 0)
+        else:
+            outcome = send(
+                endpoint.url,
+                body,
+                headers,
+                timeout=settings.webhooks_timeout,
+                allowed=settings.webhooks_allow_hosts,
+                watchdog=deliverer.watchdog,
+            )
         deliverer.count(outcome, entry.event.time_ms)
         attempt = _attempt(msg_id, outcome)
         if outcome.delivered:
@@ -261,9 +278,7 @@ class Drain:
                 ' PATCH {"status": "enabled"}.',
             )
         else:
-            delay = retry_delay(
-                self.tries, settings.webhooks_retry_scale, outcome.status, outcome.retry_after
-            )
+            delay = retry_delay(self.tries, settings.webhooks_retry_scale, outcome.retry_after)
             fields["due"] = str(_now_ms() + int(delay * 1000))
         self._ack(fields, attempt)
         return False

@@ -4,6 +4,7 @@ signatures (made by the `standardwebhooks` package), and when a failed attempt i
 from __future__ import annotations
 
 import base64
+import random
 import secrets
 import time
 from collections.abc import Iterable
@@ -15,12 +16,14 @@ from standardwebhooks import Webhook
 from app.schemas.records import stored_plant
 from app.store import EVENT_TYPES, Event, FeedEntry
 
-#: The wait after each failed attempt, in seconds: the specification's example schedule. The
-#: first attempt goes at once; after the 8th failure the endpoint is `failing`.
-RETRY_DELAYS_S = (5, 300, 1800, 7200, 18000, 36000, 36000)
+#: The wait after each failed attempt, in seconds: Standard Webhooks 1.0's example schedule (at
+#: once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h). After the 10th failure the
+#: endpoint is `failing`.
+RETRY_DELAYS_S = (5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
 ATTEMPTS = len(RETRY_DELAYS_S) + 1
-#: The statuses whose Retry-After lengthens the wait.
-_BACKOFF_STATUSES = (429, 503)
+#: Each wait is drawn within this fraction of the schedule's either way, as the specification
+#: recommends: receivers that failed together are not all retried at the same instant.
+JITTER = 0.2
 
 
 def new_secret() -> str:
@@ -61,10 +64,10 @@ def signed_headers(msg_id: str, body: bytes, signing: Iterable[str], user_agent:
     }
 
 
-def retry_delay(failures: int, scale: float, status: int | None, retry_after: float | None) -> float:
-    """Seconds to wait after the `failures`-th failed attempt (1 to 7), scaled; a 429 or 503's
-    Retry-After lengthens it, up to the schedule's longest wait."""
-    delay = RETRY_DELAYS_S[failures - 1] * scale
-    if retry_after is not None and status in _BACKOFF_STATUSES:
+def retry_delay(failures: int, scale: float, retry_after: float | None) -> float:
+    """Seconds to wait after the `failures`-th failed attempt (1 to 9): the schedule's wait, scaled,
+    within ±20%; a Retry-After (of a 429 or 503) lengthens it, up to the schedule's longest."""
+    delay = RETRY_DELAYS_S[failures - 1] * scale * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
+    if retry_after is not None:
         delay = max(delay, min(retry_after, RETRY_DELAYS_S[-1] * scale))
     return delay

@@ -4,8 +4,8 @@ not followed, the answer's body read up to a small limit and dropped."""
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import http.client
+import logging
 import socket
 import ssl
 import threading
@@ -14,15 +14,21 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from app.webhooks.addresses import AddressRefused, Target, target
+from app.webhooks.retry_after import seconds_from_now
 
+log = logging.getLogger(__name__)
+
+#: The statuses whose Retry-After is read (RFC 9110 §10.2.3 and §15.5.1, §15.6.4).
+BACKOFF_STATUSES = (429, 503)
 #: The most of a receiver's answer read (and dropped): enough to reuse nothing, bound the time.
 _MOST_READ = 64 * 1024
 
 
 class Outcome(NamedTuple):
     """An attempt: the receiver's HTTP status (None when there was no answer), the error
-    (`timeout`, `refused`, `redirect`, `tls`, `address`, `name_not_resolved`, `connection`, or
-    None), its Retry-After in seconds (None when absent), and how long it took."""
+    (`timeout`, `refused`, `redirect`, `tls`, `address`, `name_not_resolved`, `connection`,
+    `internal`, or None), the Retry-After of a 429 or 503 in seconds (None when absent, invalid,
+    or of another status), and how long it took."""
 
     status: int | None
     error: str | None
@@ -121,9 +127,32 @@ def send(
     watchdog: Watchdog | None = None,
 ) -> Outcome:
     """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
-    timeout, however the receiver trickles."""
+    timeout, however the receiver trickles. Never raises: whatever goes wrong is an outcome."""
     started = time.monotonic()
+    try:
+        return _attempt(url, body, headers, started, timeout, allowed, context, watchdog)
+    except Exception as exc:
+        # Raised by no documented failure: a failed attempt all the same, retried on schedule.
+        # One line, no traceback: a receiver can make this happen at every attempt.
+        log.warning(
+            "Webhooks: the attempt to send %s failed unexpectedly (%s: %r); it counts as failed",
+            headers.get("webhook-id"),
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        return Outcome(None, "internal", None, int((time.monotonic() - started) * 1000))
 
+
+def _attempt(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    started: float,
+    timeout: float,
+    allowed: Iterable[str],
+    context: ssl.SSLContext | None,
+    watchdog: Watchdog | None,
+) -> Outcome:
     def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Outcome:
         return Outcome(status, error, retry_after, int((time.monotonic() - started) * 1000))
 
@@ -158,7 +187,8 @@ def send(
         status = response.status
         if 300 <= status < 400:
             return outcome(status, "redirect")
-        return outcome(status, None, retry_after(response.getheader("Retry-After")))
+        wait = seconds_from_now(response.getheader("Retry-After")) if status in BACKOFF_STATUSES else None
+        return outcome(status, None, wait)
     except TimeoutError:
         return outcome(None, "timeout")
     except ConnectionRefusedError:
@@ -171,19 +201,3 @@ def send(
         if watchdog is not None:
             watchdog.forget(connection.raw_sock)
         connection.close()
-
-
-def retry_after(value: str | None) -> float | None:
-    """Retry-After (RFC 9110 §10.2.3) in seconds from now: delay-seconds or an HTTP-date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())

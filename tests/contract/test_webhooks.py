@@ -48,7 +48,11 @@ def test_register_answers_201_with_the_endpoint_and_its_secret(client, auth):
     response = client.post("/webhooks", json={"url": HOOK, "description": "mine"}, headers=auth)
     assert response.status_code == 201
     hook = response.json
-    assert set(hook) == {"id", "url", "events", "description", "secret", "status", "status_reason", "created"}
+    assert set(hook) == {
+        *("id", "url", "events", "description", "secret", "status", "status_reason", "created"),
+        "next_attempt",
+    }
+    assert hook["next_attempt"] is None
     assert isinstance(hook["id"], str)
     assert hook["id"]
     assert response.headers["Location"] == f"/webhooks/{hook['id']}"
