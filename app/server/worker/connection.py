@@ -99,6 +99,7 @@ class Conn:
         self.lingering = False
         self.lingered = 0
         self.deadline = 0.0
+        self.idle_since = 0.0
         self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
         self._request = Request()

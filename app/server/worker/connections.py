@@ -1,8 +1,9 @@
 """The worker's connections: accepting them, the cap, their deadlines, and closing them.
 
-- at `worker_connections`, a new client displaces the oldest idle connection; with none idle, the
-  one whose request is arriving slowest (fewest bytes a second since it began). A connection
-  whose request is being served or answered is never displaced;
+- at `worker_connections`, a new client displaces the oldest idle connection; with none idle
+  (or only some idle for less than a second), the one whose request is arriving slowest (fewest
+  bytes a second since it began). A connection whose request is being served or answered is
+  never displaced;
 - an idle connection (between requests) is closed after the keep-alive time;
 - a request's head must arrive within `read_timeout` of its first byte, and its body within
   `read_timeout` of the head (plus a second per 64 KiB): past either, 408 and close;
@@ -22,13 +23,18 @@ from typing import Any
 from app.server.worker import refusals
 from app.server.worker.connection import Conn, Limits
 
-READ = select.EPOLLIN | select.EPOLLONESHOT
+#: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
+READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
 #: How long, and for how many bytes, a connection closed after its answer lingers for the client
 #: to close its side (as gunicorn's util.close_graceful).
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
 BYTES_PER_SECOND = 65536
+#: How long a connection that has just connected, or been answered, is spared at the cap.
+IDLE_GRACE = 1.0
+#: The most connections one wake-up of a listener accepts (each displacing another at the cap).
+ACCEPT_BATCH = 64
 
 
 class Connections:
@@ -73,19 +79,16 @@ class Connections:
                     self._epoll.modify(listener.fileno(), READ)
 
     def _accept_all(self, listener: socket.socket) -> None:
-        first = True
-        while True:
+        for _ in range(ACCEPT_BATCH):
             evicted = None
             with self._lock:
                 if len(self._conns) >= self.cfg.worker_connections:
                     # At the cap, a waiting client (the listener woke us) takes another's place;
                     # with none to spare, accepting stops until a connection closes.
-                    evicted = self._evict() if first else None
+                    evicted = self._evict()
                     if evicted is None:
-                        if first:
-                            self._set_accepting(False)
+                        self._set_accepting(False)
                         return
-            first = False
             if evicted is not None:
                 self._close(evicted)
             try:
@@ -98,18 +101,24 @@ class Connections:
             conn = Conn(client_sock, client_addr, listener.getsockname(), self.limits)
             conn.deadline = time.monotonic() + max(self.cfg.keepalive, self.read_timeout)
             with self._lock:
+                conn.idle_since = time.monotonic()
                 self._conns[conn.fd] = conn
                 self._idle[conn.fd] = conn
             self._epoll.register(conn.fd, READ)
 
     def _evict(self) -> Conn | None:
         """Called with the lock held at the cap: the connection to close for a new one, taken up
-        (busy), or None when every one has a whole request."""
-        victim = next(iter(self._idle.values()), None)
+        (busy), or None when every one has a whole request.
+
+        The oldest idle one, unless it became idle within `IDLE_GRACE` (a client that has just
+        connected has had no turn to send its request yet); then the one whose request arrives
+        slowest; then the oldest idle one all the same."""
+        now = time.monotonic()
+        oldest = next(iter(self._idle.values()), None)
+        victim = oldest if oldest is not None and oldest.idle_since + IDLE_GRACE <= now else None
         if victim is None:
-            now = time.monotonic()
             reading = [c for c in self._conns.values() if not c.busy and c.reading_request]
-            victim = min(reading, key=lambda c: c.received / max(now - c.started, 0.001), default=None)
+            victim = min(reading, key=lambda c: c.received / max(now - c.started, 0.001), default=oldest)
         if victim is not None:
             victim.busy = True
             self._idle.pop(victim.fd, None)
@@ -128,6 +137,7 @@ class Connections:
             if not self.alive:
                 deadline = min(deadline, time.monotonic() + 2.0)
             conn.deadline = deadline
+            conn.idle_since = time.monotonic()
             self._idle[conn.fd] = conn
         self._rearm(conn, READ)
 

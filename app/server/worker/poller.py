@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from select import EPOLLRDHUP
 
 from app.server.worker import refusals
 from app.server.worker.connection import BODY, IDLE, Conn, Refusal, Request
@@ -46,17 +47,17 @@ class Poller(Connections):
                 return
             except InterruptedError:
                 continue
-            for fd, _ in events:
+            for fd, mask in events:
                 listener = self._listeners.get(fd)
                 try:
                     if listener is None:
-                        self._turn(fd)
+                        self._turn(fd, mask)
                     else:
                         self._accept(listener)
                 except Exception:  # a request thread must outlive any one connection
                     self.log.exception("Error serving a connection")
 
-    def _turn(self, fd: int) -> None:
+    def _turn(self, fd: int, mask: int) -> None:
         with self._lock:
             conn = self._conns.get(fd)
             if conn is None or conn.busy:
@@ -68,7 +69,7 @@ class Poller(Connections):
                 self._drain(conn)
             elif conn.out is not None:
                 self._flush(conn)
-            elif conn.has_work or self._receive(conn):
+            elif conn.has_work or self._receive(conn, mask & EPOLLRDHUP):
                 self._answer_next(conn)
         except Exception:
             with contextlib.suppress(Exception):
@@ -77,8 +78,9 @@ class Poller(Connections):
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _receive(self, conn: Conn) -> bool:
-        """Read once and parse; False when there is nothing to do (closed, or re-armed)."""
+    def _receive(self, conn: Conn, closed: int) -> bool:
+        """Read once and parse; False when there is nothing to do (closed, or re-armed).
+        `closed`: the client has closed its side, so what it sent is all there will be."""
         try:
             data = conn.sock.recv(_RECV_BYTES)
         except BlockingIOError:
@@ -94,6 +96,9 @@ class Poller(Connections):
             conn.deadline = now + self.read_timeout
         had_head = conn.phase == BODY
         conn.feed(data)
+        if closed and not conn.has_work:
+            self._close(conn)
+            return False
         if conn.phase == BODY and not had_head and not conn.ready:
             conn.deadline = now + self.read_timeout + self.limits.body / BYTES_PER_SECOND
         return True

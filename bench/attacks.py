@@ -1,0 +1,226 @@
+"""The HTTP-framing attacks on the worker, each held while an honest client probes `/healthz`.
+
+    .venv/bin/python bench/attacks.py                          # every attack, memory store, 10 s each
+    .venv/bin/python bench/attacks.py --store redis --workers 2 --attack chunk-extensions
+
+- `half-open`: connections that send part of a request and close, over and over: 1,000 a round
+  (`POST /healthz`, `Content-Length: 100`, 3 body bytes), and one that sends only a request line;
+- `dribble`: 1,000 connections each dribbling a body at 1 byte a second (the worker's cap);
+- `chunk-extensions`: 40 connections each sending `1;e=<100 a>\\r\\nx\\r\\n` 5,000 times, no last chunk;
+- `pipeline`: one client pipelining 2,500 `HEAD /plants` with a wrong token, reading promptly.
+
+The probe opens a new connection for each `GET /healthz`, every 50 ms. After the attack ends,
+the workers' CPU is measured over the next second: the goal is idle (bench/README.md).
+tests/integration/test_attacks.py runs each attack, shorter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.slow_clients import Result, _attack, attackers  # noqa: E402
+
+TOKEN = "bench-token"
+HALF_OPEN = b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
+REQUEST_LINE_ONLY = b"GET /healthz HTTP/1.1\r\n"
+CHUNK_HEAD = b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+CHUNKS = (b"1;e=" + b"a" * 100 + b"\r\nx\r\n") * 5000
+PIPELINED = b"HEAD /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n" * 2500
+
+
+@dataclass
+class Outcome:
+    attack: str
+    probe: Result
+    idle_cpu_share: float  # of one core, the workers' CPU in the second after the attack ended
+    rounds: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {
+            "attack": self.attack,
+            **self.probe.summary(),
+            "idle_cpu_share": round(self.idle_cpu_share, 3),
+            "rounds": self.rounds,
+        }
+
+
+def half_open(port: int, stop: threading.Event, connections: int = 1000) -> int:
+    rounds = 0
+    while not stop.is_set():
+        socks = []
+        for _ in range(connections):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+                sock.sendall(HALF_OPEN)
+                socks.append(sock)
+            except OSError:
+                break
+        try:
+            line_only = socket.create_connection(("127.0.0.1", port), timeout=2)
+            line_only.sendall(REQUEST_LINE_ONLY)
+            socks.append(line_only)
+        except OSError:
+            pass
+        for sock in socks:
+            sock.close()
+        rounds += 1
+    return rounds
+
+
+def dribble(port: int, stop: threading.Event, connections: int = 1000) -> int:
+    crowd = attackers(TOKEN, 0, connections, 0)
+    _attack(port, crowd, 0, stop, Result())
+    return 1
+
+
+def chunk_extensions(port: int, stop: threading.Event, connections: int = 40) -> int:
+    rounds = 0
+
+    def one() -> None:
+        nonlocal rounds
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    sock.sendall(CHUNK_HEAD + CHUNKS)
+                    sock.settimeout(1)
+                    while not stop.is_set() and sock.recv(65536):
+                        pass
+            except OSError:
+                pass
+            rounds += 1
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return rounds
+
+
+def pipeline(port: int, stop: threading.Event) -> int:
+    rounds = 0
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                reader = threading.Thread(target=_read_answers, args=(sock, PIPELINED.count(b"HEAD")))
+                reader.start()
+                sock.sendall(PIPELINED)
+                reader.join()
+        except OSError:
+            pass
+        rounds += 1
+    return rounds
+
+
+def _read_answers(sock: socket.socket, count: int) -> None:
+    seen = 0
+    try:
+        while seen < count:
+            data = sock.recv(65536)
+            if not data:
+                return
+            seen += data.count(b"HTTP/1.1 ")
+    except OSError:
+        return
+
+
+ATTACKS: dict[str, Callable[..., int]] = {
+    "half-open": half_open,
+    "dribble": dribble,
+    "chunk-extensions": chunk_extensions,
+    "pipeline": pipeline,
+}
+
+
+def probe(port: int, result: Result) -> None:
+    started = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while data := sock.recv(65536):
+                answer += data
+        if not answer.startswith(b"HTTP/1.1 200 "):
+            result.failures.append(repr(answer[:40]))
+    except OSError as exc:
+        result.failures.append(type(exc).__name__)
+    result.latencies_ms.append((time.monotonic() - started) * 1000)
+
+
+def workers_cpu_seconds(master_pid: int) -> float:
+    """The CPU time (user and system) the master's worker processes have spent so far."""
+    total = 0
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    for pid in children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / 100  # clock ticks (USER_HZ is 100 on Linux)
+
+
+def run(name: str, port: int, master_pid: int, seconds: float, **options: int) -> Outcome:
+    """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
+    stop = threading.Event()
+    rounds: list[int] = []
+    attack = threading.Thread(target=lambda: rounds.append(ATTACKS[name](port, stop, **options)), daemon=True)
+    attack.start()
+    time.sleep(1.0)  # the attack under way
+    result = Result()
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        probe(port, result)
+        time.sleep(0.05)
+    stop.set()
+    attack.join(timeout=15)
+    time.sleep(1.0)  # the attack has ended: within a second the workers are to be idle
+    before = workers_cpu_seconds(master_pid)
+    time.sleep(1.0)
+    idle_share = workers_cpu_seconds(master_pid) - before
+    return Outcome(name, result, idle_share, rounds[0] if rounds else 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=["memory", "redis"], default="memory")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--attack", choices=sorted(ATTACKS), action="append")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    import tempfile
+
+    from tests.servers import Gunicorn, RedisServer
+
+    env = {"PLANTS_API_TOKENS": TOKEN, "WEB_CONCURRENCY": str(args.workers)}
+    redis = None
+    if args.store == "redis":
+        redis = RedisServer(Path(tempfile.mkdtemp(prefix="attacks-")))
+        env["PLANTS_STORE_URL"] = redis.unix_url
+    server = Gunicorn(env=env)
+    outcomes = []
+    try:
+        for name in args.attack or list(ATTACKS):
+            outcome = run(name, server.port, server.process.pid, args.seconds)
+            outcomes.append({"store": args.store, "workers": args.workers, **outcome.summary()})
+            print(json.dumps(outcomes[-1]), flush=True)
+    finally:
+        server.stop()
+        if redis is not None:
+            redis.stop()
+    if args.json:
+        args.json.write_text(json.dumps(outcomes, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""RFC 9112 framing on a real gunicorn: a request that cannot be framed is a JSON 400 and the
+connection closes, so the bytes after it never run as a request of their own (request
+smuggling, RFC 9112 section 11.2)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from tests.rawhttp import exchange, request
+from tests.servers import TOKEN, Gunicorn
+
+AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
+CHUNKED_CREATE = (
+    b"POST /plants HTTP/1.1\r\nHost: x\r\n" + AUTH + b"Content-Type: application/json\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+# Each a body whose chunk framing gunicorn refuses; a lenient reading would take `{}` or more.
+BAD_CHUNKS = {
+    "hex-prefix": b"0x2\r\n{}\r\n0\r\n\r\n",
+    "underscore": b"1_0\r\n" + b" " * 16 + b"\r\n0\r\n\r\n",
+    "plus-sign": b"+2\r\n{}\r\n0\r\n\r\n",
+    "spaces-around-size": b" 2 \r\n{}\r\n0\r\n\r\n",
+    "bare-lf-in-extension": b"2;a\nb\r\n{}\r\n0\r\n\r\n",
+    "no-crlf-after-data": b"2\r\n{}XX0\r\n\r\n",
+    "size-overflow": b"fffffffffffffffff\r\n{}\r\n0\r\n\r\n",
+}
+OTHER_FRAMING = {
+    "content-length-and-chunked": b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "chunked-not-last": b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+    "conflicting-content-lengths": b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 20\r\n\r\n{}",
+    "http-1.0-chunked": b"POST /plants HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "space-before-colon": b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length : 2\r\n\r\n{}",
+    "bare-lf-line-ends": b"POST /plants HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}",
+}
+DELETE = b"DELETE /plants/%d HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = Gunicorn(env={"GUNICORN_READ_TIMEOUT": "2"})
+    yield server
+    server.stop()
+
+
+def create(server: Gunicorn, plant_id: int) -> None:
+    body = json.dumps({"id": plant_id, "name": "kept"}).encode()
+    sent = request(
+        body=body, headers=[("Authorization", f"Bearer {TOKEN}"), ("Content-Type", "application/json")]
+    )
+    assert exchange(server.port, sent).status == 200
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    sock.settimeout(5)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def assert_refused_then_closed(answer: bytes) -> None:
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"\r\nConnection: close" in head
+    assert b"\r\nContent-Type: application/json" in head
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    record = json.loads(rest[:length])
+    assert record["error"] == 400
+    assert "framing is malformed" in record["message"]
+    assert rest[length:] == b"", "a second answer followed the refusal"
+
+
+@pytest.mark.parametrize("body", list(BAD_CHUNKS.values()), ids=list(BAD_CHUNKS))
+def test_a_bad_chunk_is_400_and_close_and_the_next_request_never_runs(server, body):
+    plant_id = 555_000 + list(BAD_CHUNKS.values()).index(body)
+    create(server, plant_id)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(CHUNKED_CREATE + body + DELETE % plant_id)
+        assert_refused_then_closed(read_until_closed(sock))
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200  # not deleted
+
+
+@pytest.mark.parametrize("data", list(OTHER_FRAMING.values()), ids=list(OTHER_FRAMING))
+def test_other_framing_errors_are_400_and_close(server, data):
+    plant_id = 556_000 + list(OTHER_FRAMING.values()).index(data)
+    create(server, plant_id)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(data + DELETE % plant_id)
+        assert_refused_then_closed(read_until_closed(sock))
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200
+
+
+def test_a_chunk_framing_past_the_body_limit_plus_its_allowance_is_413_and_close(server):
+    # Tiny chunks with long extensions: the body stays small, its framing does not.
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        try:
+            sock.sendall(CHUNKED_CREATE + (b"1;e=" + b"a" * 100 + b"\r\nx\r\n") * 5000)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert b"Connection: close" in head
+    assert json.loads(body)["error"] == 413
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
+    create(server, 557_000)
+    get = b"GET /plants/557000 HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
+    last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(get * 3 + b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + last)
+        answer = read_until_closed(sock)
+    heads = [part.split(b"\r\n", 1)[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+    assert heads == [b"200 OK"] * 5
+    assert answer.count(b'{"name":"kept"}') == 3
+    assert answer.endswith(b'\r\n\r\n{"status":"ok"}\n')  # the HEAD's answer had no body; the last closed
