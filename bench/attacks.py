@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.slow_clients import Result, _attack, attackers  # noqa: E402
+from bench.slow_clients import Result, _attack, attackers
 
 TOKEN = "bench-token"
 HALF_OPEN = b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
