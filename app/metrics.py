@@ -16,7 +16,9 @@ Per application (in its state, app/extension.py): its own registry with
 - `plants_events_appended_total{type}`: changes this service wrote to the change feed, by event
   type, and `plants_events_read_total`: events it served from `GET /events`;
 - `plants_webhook_attempts_total{outcome}`, `plants_webhook_delivery_seconds` (from a change to its
-  2xx) and `plants_webhook_lag_events{endpoint}` (events each endpoint has yet to be sent);
+  2xx), and, read from the store at scrape time, `plants_webhook_max_lag_events` (the most events
+  any endpoint has yet to be sent) and `plants_webhook_lag_events{endpoint}` (each endpoint's),
+  the latter only for callers that may manage webhooks: an endpoint id is theirs to see;
 - `plants_stored`: how many plants the store holds, read from the store at scrape time.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
@@ -27,6 +29,7 @@ when an app is built, after the configuration has set the directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -50,7 +53,7 @@ class Metrics:
     """One application's metrics and the registry they are exposed from."""
 
     def __init__(self, store: PlantStore) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry(auto_describe=True)
@@ -106,14 +109,7 @@ class Metrics:
             buckets=WEBHOOK_BUCKETS,
             registry=self.registry,
         )
-        self.webhook_lag = Gauge(
-            "plants_webhook_lag_events",
-            "Events of the feed each webhook endpoint has yet to be sent.",
-            ["endpoint"],
-            registry=self.registry,
-            multiprocess_mode="livemax",
-        )
-        self._lagging: set[str] = set()
+        self._store = store
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
 
@@ -153,17 +149,6 @@ class Metrics:
     def observe_webhook_latency(self, seconds: float) -> None:
         self.webhook_latency.observe(seconds)
 
-    def set_webhook_lag(self, endpoint_id: str, events: int) -> None:
-        """The endpoints are at most PLANTS_WEBHOOKS_MAX, so the label is bounded."""
-        self._lagging.add(endpoint_id)
-        self.webhook_lag.labels(endpoint_id).set(events)
-
-    def forget_webhooks(self, kept: set[str]) -> None:
-        """Drop the lag of the endpoints deleted since (all but `kept`)."""
-        for endpoint_id in self._lagging - kept:
-            self.webhook_lag.remove(endpoint_id)
-        self._lagging &= kept
-
     def count_store_error(self, reason: str) -> None:
         """Count one store call answered 503, by its reason."""
         self.store_errors.labels(reason).inc()
@@ -174,6 +159,15 @@ class Metrics:
         if child is None:
             child = self._refusal_children[reason] = self.auth_refusals.labels(reason)
         child.inc()
+
+    def exposition(self, *, per_endpoint: bool) -> bytes:
+        """The scrape's text: every metric, and the webhook endpoints' lag (each endpoint's only
+        when `per_endpoint`)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        lag = CollectorRegistry(auto_describe=False)
+        lag.register(_WebhookLag(self._store, per_endpoint))
+        return generate_latest(self.exposition_registry()) + generate_latest(lag)
 
     def exposition_registry(self) -> CollectorRegistry:
         """This process's registry, or, in multiprocess mode, one that sums every worker's files."""
@@ -202,6 +196,56 @@ class _StoreCollector:
         except StoreUnavailableError:
             return
         yield GaugeMetricFamily("plants_stored", "Plants in the store.", value=stored)
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _WebhookLag:
+    """The endpoints' lag, asked of the store at scrape time rather than kept in gauges: an endpoint
+    deleted is gone from the next scrape whichever worker answers it, and no worker's multiprocess
+    file holds a series for it. At most PLANTS_WEBHOOKS_MAX endpoints, one feed count each."""
+
+    def __init__(self, store: PlantStore, per_endpoint: bool) -> None:
+        self._store, self._per_endpoint = store, per_endpoint
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            lags = self._lags()
+        except StoreUnavailableError:
+            return
+        yield GaugeMetricFamily(
+            "plants_webhook_max_lag_events",
+            "The most events of the feed any webhook endpoint has yet to be sent (0 without endpoints).",
+            value=max(lags.values(), default=0),
+        )
+        if self._per_endpoint:
+            family = GaugeMetricFamily(
+                "plants_webhook_lag_events",
+                "Events of the feed each webhook endpoint has yet to be sent.",
+                labels=["endpoint"],
+            )
+            for endpoint_id, lag in lags.items():
+                family.add_metric([endpoint_id], lag)
+            yield family
+
+    def _lags(self) -> dict[str, int]:
+        store = self._store
+        if not store.events_retain:
+            return {}
+        endpoints = store.endpoints.all()
+        if not endpoints:
+            return {}
+        now_count = store.feed_count(store.events_now())
+        lags = {}
+        for endpoint in endpoints:
+            if endpoint.position is not None:
+                # A position the feed no longer keeps has no count: its endpoint is left out.
+                with contextlib.suppress(ValueError):
+                    lags[endpoint.id] = now_count - store.feed_count(endpoint.position)
+        return lags
 
     def describe(self) -> list[Any]:
         return []

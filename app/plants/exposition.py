@@ -1,4 +1,5 @@
-"""`GET <prefix>/metrics`: the app's Prometheus metrics (app/metrics.py), behind the bearer token."""
+"""`GET <prefix>/metrics`: the app's Prometheus metrics (app/metrics.py), behind the bearer token.
+Each webhook endpoint's own series only for a caller that may manage webhooks (its id is theirs)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from app.extension import plants_state
 
 def metrics() -> Response:
     """The view: the Prometheus text format."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST
 
-    collected = plants_state().metrics
+    state = plants_state()
+    collected = state.metrics
     if collected is None:
         raise NotFound("Metrics are turned off (PLANTS_METRICS).")
     if request.environ.get("wsgi.multiprocess") and not collected.multiprocess:
         raise SplitMetricsRefused()
-    return Response(generate_latest(collected.exposition_registry()), content_type=CONTENT_TYPE_LATEST)
+    # The guard let the token in with read access; asked again here for the webhooks one.
+    problem, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
+    per_endpoint = problem is None and caller is not None and caller.webhooks_refusal is None
+    return Response(collected.exposition(per_endpoint=per_endpoint), content_type=CONTENT_TYPE_LATEST)

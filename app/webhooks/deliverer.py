@@ -132,13 +132,9 @@ class Deliverer:
                 del self._busy[endpoint_id]
         self._renew()
         endpoints = self.store.endpoints.all()
-        if self.metrics is not None:
-            self.metrics.forget_webhooks({endpoint.id for endpoint in endpoints})
         if not endpoints:
             return  # no endpoint, no look at the feed: an idle worker costs the store one call
         now_position = self.store.events_now()
-        if self.metrics is not None:
-            self._observe_lag(endpoints, self.store.feed_count(now_position))
         now_ms = _now_ms()
         now = time.monotonic()
         if self._held:
@@ -164,15 +160,6 @@ class Deliverer:
         self._renewed = time.monotonic()
         ids = list(self._busy)
         self.store.endpoints.renew(ids, self.owner, LEASE_MS)
-
-    def _observe_lag(self, endpoints: list[Endpoint], now_count: int) -> None:
-        """Each endpoint's events yet to send (one from the oldest kept has no count yet)."""
-        assert self.metrics is not None
-        for endpoint in endpoints:
-            if endpoint.position is not None:
-                with contextlib.suppress(ValueError):
-                    lag = now_count - self.store.feed_count(endpoint.position)
-                    self.metrics.set_webhook_lag(endpoint.id, lag)
 
     def _drain(self, endpoint: Endpoint) -> None:
         try:
