@@ -174,6 +174,17 @@ class WebhooksNeedFeed(Conflict):
     )
 
 
+class WebhookSecretsFull(Conflict):
+    """A rotation that would make one more rotated-out secret sign than the setting allows."""
+
+    def __init__(self, limit: int, oldest_until: str) -> None:
+        super().__init__(
+            f"{limit} rotated-out secrets of this endpoint still sign, the most kept"
+            f" (PLANTS_WEBHOOKS_OLD_SECRETS_MAX); nothing changed. The oldest stops signing at"
+            f" {oldest_until}: rotate again after that."
+        )
+
+
 class WebhookChanged(Conflict):
     description = "The webhook endpoint was changed by another request meanwhile; send the change again."
 

@@ -15,7 +15,14 @@ from typing import Any
 
 from flask import Response, request, url_for
 
-from app.errors import InvalidWebhook, WebhookChanged, WebhookNotFound, WebhooksFull, WebhooksNeedFeed
+from app.errors import (
+    InvalidWebhook,
+    WebhookChanged,
+    WebhookNotFound,
+    WebhookSecretsFull,
+    WebhooksFull,
+    WebhooksNeedFeed,
+)
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
@@ -32,8 +39,6 @@ _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
 #: How often a change is tried again when another request changed the endpoint meanwhile.
 _TRIES = 3
-#: The rotated-out secrets that keep signing during their overlap, at most (the newest).
-_OLD_SECRETS = 4
 
 
 def create_webhook() -> Response:
@@ -116,18 +121,21 @@ def delete_webhook(endpoint_id: str) -> Response:
 
 
 def rotate_webhook_secret(endpoint_id: str) -> Response:
-    """A new secret; the current ones keep signing beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP."""
+    """A new secret. The current one keeps signing beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP,
+    and each rotated out before until its own overlap ends; 409 rather than one more of those than
+    PLANTS_WEBHOOKS_OLD_SECRETS_MAX."""
     state, endpoints = _endpoints(need_feed=False)
+    settings = state.settings
     now_ms = time.time_ns() // 1_000_000
-    until = now_ms + state.settings.webhooks_rotation_overlap * 1000
+    until = now_ms + settings.webhooks_rotation_overlap * 1000
 
     def change(endpoint: Endpoint) -> dict[str, str]:
-        kept = tuple(
-            (secret, until if expires is None else min(expires, until))
-            for secret, expires in endpoint.secrets
-            if expires is None or expires > now_ms
-        )
-        rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept[:_OLD_SECRETS]))
+        # Every secret rotated out, the current one included, each with when it stops signing.
+        old = [(secret, until if expires is None else expires) for secret, expires in endpoint.secrets]
+        kept = tuple((secret, expires) for secret, expires in old if expires > now_ms)
+        if len(kept) > settings.webhooks_old_secrets_max:
+            raise WebhookSecretsFull(settings.webhooks_old_secrets_max, utc_text(min(e for _, e in kept)))
+        rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept))
         return {"config": rotated.config_text()}
 
     return json_response(record(_changed(endpoints, endpoint_id, change)))

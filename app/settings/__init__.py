@@ -64,6 +64,7 @@ class Settings:
     webhooks_timeout: float
     webhooks_retry_scale: float
     webhooks_rotation_overlap: int
+    webhooks_old_secrets_max: int
     rate_limit: str | None
     auth_failure_limit: str | None
     metrics: bool

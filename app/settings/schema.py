@@ -94,6 +94,8 @@ class SettingsSchema(Schema):
     PLANTS_WEBHOOKS_TIMEOUT = Seconds(15.0)
     PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.00001)
     PLANTS_WEBHOOKS_ROTATION_OVERLAP = WholeNumber(86_400, maximum=30 * 86_400, unit=" seconds")
+    #: Rotated-out secrets that sign at once, each until its own overlap ends: one more is a 409.
+    PLANTS_WEBHOOKS_OLD_SECRETS_MAX = WholeNumber(10, minimum=1, maximum=100)
     PLANTS_RATE_LIMIT = RateLimit()
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
     PLANTS_METRICS = Flag(True)

@@ -332,6 +332,44 @@ def test_rotate_gives_a_new_secret(client, auth):
     assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == rotated
 
 
+def test_ten_rotations_within_the_overlap_then_409_and_nothing_changes(client, auth):
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}/rotate"
+    for _ in range(10):
+        assert client.post(path, headers=auth).status_code == 200
+    current = client.get(f"/webhooks/{hook['id']}", headers=auth).json
+    response = client.post(path, headers=auth)
+    message = error_of(response, 409)["message"]
+    assert "PLANTS_WEBHOOKS_OLD_SECRETS_MAX" in message
+    assert re.search(r"The oldest stops signing at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message)
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == current
+
+
+def test_the_bound_on_old_secrets_is_a_setting(make_app, auth):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_DELIVER=False,
+        PLANTS_WEBHOOKS_OLD_SECRETS_MAX=2,
+    ).test_client()
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}/rotate"
+    assert client.post(path, headers=auth).status_code == 200
+    assert client.post(path, headers=auth).status_code == 200
+    error_of(client.post(path, headers=auth), 409)
+
+
+def test_without_an_overlap_rotations_are_not_bounded(make_app, auth):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_DELIVER=False,
+        PLANTS_WEBHOOKS_ROTATION_OVERLAP=0,
+        PLANTS_WEBHOOKS_OLD_SECRETS_MAX=1,
+    ).test_client()
+    hook = register(client, auth)
+    for _ in range(5):
+        assert client.post(f"/webhooks/{hook['id']}/rotate", headers=auth).status_code == 200
+
+
 def test_a_new_endpoint_has_no_attempts(client, auth):
     hook = register(client, auth)
     assert client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json == {"attempts": []}

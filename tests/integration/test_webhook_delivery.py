@@ -283,17 +283,40 @@ def test_https_to_a_receiver_that_speaks_no_tls_is_a_tls_failure(client, receive
     assert recorded[-1]["error"] == "tls"
 
 
-@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
-def test_rotation_keeps_at_most_the_four_newest_old_secrets_signing(client, receiver):
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_every_secret_rotated_out_within_the_overlap_keeps_signing(client, receiver):
+    """Five rotations within the overlap: the first secret still verifies (it was dropped once
+    four newer ones signed)."""
     hook = register(client, receiver.url)
     secrets = [hook["secret"]]
-    for _ in range(6):
+    for _ in range(5):
         secrets.append(client.post(f"/webhooks/{hook['id']}/rotate", headers=AUTH).json["secret"])
     create(client, 1)
     (delivery,) = receiver.wait_for(1)
-    assert len(delivery.headers["webhook-signature"].split(" ")) == 5
-    for secret in secrets[-5:]:
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 6
+    for secret in secrets:
         delivery.verified(secret)
+
+
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
+def test_each_rotated_out_secret_stops_signing_when_its_own_overlap_ends(make_app, receiver):
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_ROTATION_OVERLAP=2
+    ).test_client()
+    first = register(client, receiver.url)
+    started = time.monotonic()
+    second = client.post(f"/webhooks/{first['id']}/rotate", headers=AUTH).json  # first: 2 s more
+    time.sleep(1.2)
+    third = client.post(f"/webhooks/{first['id']}/rotate", headers=AUTH).json  # second: 2 s more
+    time.sleep(max(0.0, 2.4 - (time.monotonic() - started)))
+    create(client, 1)
+    (delivery,) = receiver.wait_for(1)
+    assert time.monotonic() - started < 3.1, "too slow to tell the overlaps apart"
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 2
+    delivery.verified(third["secret"])
+    delivery.verified(second["secret"])
+    with pytest.raises(Exception, match="No matching signature"):
+        delivery.verified(first["secret"])
 
 
 @pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # the sender alone: no store in it
