@@ -47,9 +47,12 @@ class PlantsState:
         return self.store
 
     def count_event(self, kind: int) -> None:
-        """Count a change that the feed recorded, when the app has metrics and a feed."""
-        if self.metrics is not None and self.store.events_retain:
-            self.metrics.count_event(kind)
+        """A change that the feed recorded: wake this process's deliverer, and count it when the
+        app has metrics."""
+        if self.store.events_retain:
+            self.deliverer.wake()
+            if self.metrics is not None:
+                self.metrics.count_event(kind)
 
     @property
     def summary(self) -> str:

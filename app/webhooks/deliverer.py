@@ -1,7 +1,10 @@
 """The deliverer: sends each endpoint the feed's events after its position, in order, at least once.
 
-A coordinator thread looks at every endpoint each `POLL_S`: one that is enabled, due, and behind
-the feed is leased and drained in a pool thread, which reads the feed a batch at a time and
+A coordinator thread looks at the endpoints when something changed: a change this process made
+(`wake`, called by every write and every change to an endpoint), a drain that ended, a retry
+that fell due, or the feed moved by another process (seen by one look at the feed's position
+every `IDLE_S`). One that is enabled, due, and behind the feed is leased and drained in a pool
+thread, which reads the feed a batch at a time and
 sends its events one by one. Each outcome is stored with the endpoint's `ack` (the position and
 the attempt in one atomic step, which also renews the lease); the coordinator renews the leases
 of the endpoints it drains every `RENEW_S`, so a slow receiver keeps its lease. A process that
@@ -34,7 +37,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often the coordinator looks while drains are in flight (the watchdog, the leases).
 POLL_S = 0.1
+#: How often an idle coordinator asks the store for the feed's position alone: the most a change
+#: made by another process (one that does not deliver) waits before this one sees it.
+IDLE_S = 2.0
+#: How often the endpoints are read again while the feed does not move and nothing woke it.
+REFRESH_S = 30.0
 LEASE_MS = 10_000
 RENEW_S = 3.0
 #: Events read from the feed at once.
@@ -68,6 +77,13 @@ class Deliverer:
         self._held: dict[str, float] = {}
         self._renewed = 0.0
         self._failing_store = False
+        self._wake = threading.Event()
+        #: Set by `wake`: the endpoints are read again at the next look.
+        self._changed = True
+        self._seen_position: bytes | None = None
+        self._refresh_at = 0.0
+        #: When the earliest retry falls due (ms since the epoch), 0 when none is pending.
+        self._next_due_ms = 0
         self.watchdog = Watchdog()
 
     @property
@@ -80,6 +96,7 @@ class Deliverer:
             return False
         with self._lock:
             if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+                self.wake()  # an endpoint changed: look at once
                 return True
             # A forked process starts its own, under an owner name of its own.
             self._pid = os.getpid()
@@ -99,6 +116,7 @@ class Deliverer:
             thread, pool = self._thread, self._pool
             self._thread = self._pool = None
         self._stop.set()
+        self._wake.set()
         if thread is not None:
             thread.join(timeout)
         if pool is not None:
@@ -109,10 +127,19 @@ class Deliverer:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    def wake(self) -> None:
+        """Something changed in this process (a write, an endpoint): look at once. Cheap enough
+        for every write: a flag and an Event."""
+        self._changed = True
+        if not self._wake.is_set():
+            self._wake.set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()
+            wait = POLL_S
             try:
-                self.run_once()
+                wait = self.run_once()
                 if self._failing_store:
                     log.info("Webhooks: the store answers again; delivering")
                     self._failing_store = False
@@ -122,21 +149,33 @@ class Deliverer:
                     self._failing_store = True
             except Exception:
                 log.exception("Webhooks: the deliverer failed; it carries on")
-            self._stop.wait(POLL_S)
+            self._wake.wait(wait)
 
-    def run_once(self) -> None:
-        """One look at every endpoint: lease and drain those with events to send."""
+    def run_once(self) -> float:
+        """One look: lease and drain the endpoints with events to send; the seconds until the
+        next look, unless something wakes it first."""
         self.watchdog.expire()
         for endpoint_id, future in list(self._busy.items()):
             if future.done():
                 del self._busy[endpoint_id]
         self._renew()
-        endpoints = self.store.endpoints.all()
-        if not endpoints:
-            return  # no endpoint, no look at the feed: an idle worker costs the store one call
         now_position = self.store.events_now()
         now_ms = _now_ms()
         now = time.monotonic()
+        changed, self._changed = self._changed, False
+        if not (
+            changed
+            or self._busy
+            or now_position != self._seen_position
+            or now >= self._refresh_at
+            or (self._next_due_ms and now_ms >= self._next_due_ms)
+        ):
+            return self._pause(now_ms)  # idle: one call to the store
+        endpoints = self.store.endpoints.all()
+        self._seen_position, self._refresh_at = now_position, now + REFRESH_S
+        self._next_due_ms = min(
+            (e.due_ms for e in endpoints if e.status == ENABLED and e.due_ms > now_ms), default=0
+        )
         if self._held:
             self._held = {endpoint_id: until for endpoint_id, until in self._held.items() if until > now}
         for endpoint in endpoints:
@@ -153,6 +192,17 @@ class Deliverer:
             leased = self.store.endpoints.lease(endpoint.id, self.owner, LEASE_MS)
             if leased is not None:
                 self._busy[endpoint.id] = self._pool.submit(self._drain, leased)
+            else:
+                # Another process drains it; look again once it may have let go.
+                self._refresh_at = min(self._refresh_at, now + IDLE_S)
+        return self._pause(_now_ms())
+
+    def _pause(self, now_ms: int) -> float:
+        if self._busy:
+            return POLL_S
+        if self._next_due_ms:
+            return min(IDLE_S, max(0.001, (self._next_due_ms - now_ms) / 1000))
+        return IDLE_S
 
     def _renew(self) -> None:
         if not self._busy or time.monotonic() - self._renewed < RENEW_S:
@@ -174,6 +224,8 @@ class Deliverer:
         finally:
             with contextlib.suppress(StoreUnavailableError):
                 self.store.endpoints.release(endpoint.id, self.owner)
+            # A change another process made while this one held the lease is this one's to send.
+            self.wake()
 
     def count(self, outcome: Outcome, event_time_ms: int) -> None:
         if self.metrics is None:

@@ -1,0 +1,65 @@
+"""The deliverer wakes on a change instead of polling: a write's delivery leaves at once, and an
+idle deliverer with endpoints costs the store about one call a second (app/webhooks/deliverer.py).
+On the memory store and a real Redis."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import redis
+
+from tests.conftest import STORES, settings_for_store
+from tests.integration.test_webhook_delivery import AUTH, register
+from tests.receiver import Receiver
+
+
+@pytest.fixture(params=STORES)
+def store_settings(request):
+    return settings_for_store(request, request.param)
+
+
+def test_a_write_is_delivered_within_milliseconds_not_a_poll(make_app):
+    client = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+    receiver = Receiver()
+    try:
+        register(client, receiver.url)
+        time.sleep(0.3)  # the deliverer idle: nothing but a wake-up can make it look soon
+        delays = []
+        for plant_id in range(40):
+            response = client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
+            answered = time.monotonic()
+            assert response.status_code == 200
+            delivery = receiver.wait_for(plant_id + 1)[-1]
+            delays.append(delivery.at - answered)
+            time.sleep(0.05)
+        delays.sort()
+        # A poll every 2 s would show as a median of about a second.
+        assert statistics.median(delays) < 0.05, delays
+        assert delays[int(len(delays) * 0.9)] < 0.25, delays
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_an_idle_deliverer_with_ten_endpoints_makes_about_one_redis_call_a_second(make_app, redis_server):
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    client = service.test_client()
+    for _ in range(10):
+        register(client, "http://127.0.0.1:9/hook")
+    time.sleep(1.0)  # the look the registrations asked for, done
+    admin = redis.Redis(unix_socket_path=str(redis_server.socket))
+    try:
+        admin.config_resetstat()
+        time.sleep(6.0)
+        stats = admin.info("commandstats")
+    finally:
+        admin.close()
+    calls = sum(
+        value["calls"]
+        for name, value in stats.items()
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+    )
+    # One look at the feed's position every 2 s (two commands); it was about 150 commands a second.
+    assert calls <= 8, stats
