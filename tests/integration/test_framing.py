@@ -38,6 +38,27 @@ OTHER_FRAMING = {
     "space-before-colon": b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length : 2\r\n\r\n{}",
     "bare-lf-line-ends": b"POST /plants HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}",
 }
+# RFC 9112 section 3.2: exactly one Host in HTTP/1.1; section 6.1: an unknown coding is a 501.
+OTHER_REFUSALS = {
+    "no-host": (b"POST /plants HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, "one Host field"),
+    "two-hosts": (
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nHost: y\r\nContent-Length: 2\r\n\r\n{}",
+        400,
+        "one Host",
+    ),
+    "gzip-then-chunked": (
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        501,
+        "only transfer coding served is chunked",
+    ),
+    # Chunked twice is framing llhttp refuses before the coding is looked at.
+    "chunked-twice": (
+        b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+        "framing is malformed",
+    ),
+}
 DELETE = b"DELETE /plants/%d HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
 
 
@@ -64,15 +85,15 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-def assert_refused_then_closed(answer: bytes) -> None:
+def assert_refused_then_closed(answer: bytes, status: int = 400, words: str = "framing is malformed") -> None:
     head, _, rest = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert head.startswith(b"HTTP/1.1 %d " % status), answer[:200]
     assert b"\r\nConnection: close" in head
     assert b"\r\nContent-Type: application/json" in head
     length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
     record = json.loads(rest[:length])
-    assert record["error"] == 400
-    assert "framing is malformed" in record["message"]
+    assert record["error"] == status
+    assert words in record["message"]
     assert rest[length:] == b"", "a second answer followed the refusal"
 
 
@@ -123,3 +144,16 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     assert heads == [b"200 OK"] * 5
     assert answer.count(b'{"name":"kept"}') == 3
     assert answer.endswith(b'\r\n\r\n{"status":"ok"}\n')  # the HEAD's answer had no body; the last closed
+
+
+@pytest.mark.parametrize("case", list(OTHER_REFUSALS.values()), ids=list(OTHER_REFUSALS))
+def test_host_and_transfer_coding_refusals_close_the_connection(server, case):
+    data, status, words = case
+    plant_id = 558_000 + list(OTHER_REFUSALS.values()).index(case)
+    create(server, plant_id)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(data + DELETE % plant_id)
+        assert_refused_then_closed(read_until_closed(sock), status, words)
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200

@@ -220,10 +220,28 @@ class Conn:
         if request.method == "CONNECT":
             raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."))
         fields = request.fields
-        transfer_coded = any(name.lower() == b"transfer-encoding" for name, _ in fields)
+        hosts = sum(1 for name, _ in fields if name.lower() == b"host")
+        if hosts > 1 or (hosts == 0 and request.version == "1.1"):
+            # RFC 9112 section 3.2: exactly one Host in HTTP/1.1, else 400.
+            raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."))
+        codings = [
+            coding.strip().lower()
+            for name, value in fields
+            if name.lower() == b"transfer-encoding"
+            for coding in value.split(b",")
+        ]
+        transfer_coded = bool(codings)
         if transfer_coded and request.version == "1.0":
             # RFC 9112 section 6.1: HTTP/1.0 has no Transfer-Encoding; its framing is faulty.
             raise _refuse(self, _malformed("Transfer-Encoding in an HTTP/1.0 request"))
+        if transfer_coded and codings != [b"chunked"]:
+            # RFC 9112 section 6.1: a transfer coding the server does not understand is a 501.
+            raise _refuse(
+                self,
+                Refusal(
+                    501, "Not Implemented", "Not Implemented: the only transfer coding served is chunked."
+                ),
+            )
         if self._content_length > self.limits.body:
             raise _refuse(self, _too_large(self.limits.body))
         self.wants_continue = (
