@@ -4,6 +4,8 @@ for every write. Run it for every change to a write path (CONTRIBUTING.md).
     python bench/ab.py                     # against main: 3 rounds of 5 s per workload
     python bench/ab.py --ref HEAD~1 --rounds 5 --seconds 10
     python bench/ab.py --smoke             # a second per workload; what CI runs
+    python bench/ab.py --gthread --floor   # also gunicorn's stock gthread worker, and the bare
+                                           # Flask floor (bench/floor.py) on each tree's worker
 
 For each tree (the ref checked out in a temporary `git worktree`), the order of the trees turned
 each round:
@@ -69,6 +71,8 @@ def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--ref", default="main", help="the git ref to compare with (default main)")
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--gthread", action="store_true", help="also the working tree on stock gthread")
+    parser.add_argument("--floor", action="store_true", help="also bench/floor.py on each tree's worker")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 3)
     seconds = args.seconds or (1 if args.smoke else 5)
@@ -80,23 +84,30 @@ def main() -> int:
     subprocess.run(["git", "worktree", "add", "--detach", str(ref_tree), args.ref], cwd=ROOT, check=True,
                    capture_output=True)  # fmt: skip
     trees = {"working tree": ROOT, args.ref: ref_tree}
+    contestants = [(label, tree, {}) for label, tree in trees.items()]
+    if args.gthread:
+        contestants.append(("gthread", ROOT, {"GUNICORN_WORKER_CLASS": "gthread"}))
     gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
     redis_process, sock = start_redis(directory)
     servers = {}
-    for label, tree in trees.items():
-        servers[(label, "memory")] = Server(f"{label} memory", gunicorn, cwd=tree)
-        on_redis = {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}
+    for label, tree, env in contestants:
+        servers[(label, "memory")] = Server(f"{label} memory", gunicorn, env, cwd=tree)
+        on_redis = {**env, "PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}
         on_redis["PLANTS_STORE_PREFIX"] = f"ab{len(servers)}"
         servers[(label, "redis")] = Server(f"{label} redis", gunicorn, on_redis, cwd=tree)
+        if args.floor:
+            floor = [*gunicorn[:-1], "bench.floor:app"]
+            servers[(label, "floor")] = Server(f"{label} floor", floor, env, cwd=tree)
     problems: list[str] = []
     runs: dict[str, list[dict]] = {}
     directs: dict[str, list[dict]] = {label: [] for label in trees}
     id_base = 0
     try:
         changes = True
-        for server in servers.values():
+        for (_, store), server in servers.items():
             server.start()
-            changes = preload(server, plants) and changes
+            if store != "floor":  # the floor answers any POST, and nothing else
+                changes = preload(server, plants) and changes
         workloads = [("create", "create.lua", {})]
         if changes:
             workloads += [(mode, "changes.lua", {"BENCH_MODE": mode}) for mode in ("put", "patch")]
@@ -105,7 +116,7 @@ def main() -> int:
             # Redis the other has just filled and emptied.
             turn = -1 if round_number % 2 else 1
             for (label, store), server in list(servers.items())[::turn]:
-                for work, script, env in workloads:
+                for work, script, env in workloads if store != "floor" else workloads[:1]:
                     id_base += 10**13
                     env = {
                         **env,
@@ -139,11 +150,12 @@ def main() -> int:
     for section in ("http", "redis"):
         for name in list(results[section]):
             if name.endswith(": working tree"):
-                other = name.replace(": working tree", f": {args.ref}")
-                if other in results[section] and results[section][other]["median"]:
-                    results["ratios"][f"{section}: {name[: -len(': working tree')]}"] = (
-                        results[section][name]["median"] / results[section][other]["median"]
-                    )
+                for other_label, suffix in ((args.ref, ""), ("gthread", " (against gthread)")):
+                    other = name.replace(": working tree", f": {other_label}")
+                    if other in results[section] and results[section][other]["median"]:
+                        results["ratios"][f"{section}: {name[: -len(': working tree')]}{suffix}"] = (
+                            results[section][name]["median"] / results[section][other]["median"]
+                        )
     return finish(results, problems, report, args.json)
 
 
@@ -166,6 +178,13 @@ def report(results: dict) -> str:
                 lines.append(
                     f"| {section}: {base} ({unit}) | {found['median']:.1f} | {shown} | {ratio:.3f} |"
                 )
+                stock = results[section].get(f"{base}: gthread")
+                if stock:
+                    ratio = results["ratios"].get(f"{section}: {base} (against gthread)", float("nan"))
+                    lines.append(
+                        f"| {section}: {base} ({unit}), against gthread | {found['median']:.1f} "
+                        f"| {stock['median']:.1f} | {ratio:.3f} |"
+                    )
     lines += ["", validity(results, "VALID: every answer had its status.")]
     return "\n".join(lines)
 

@@ -9,8 +9,9 @@
 - `chunk-extensions`: 40 connections each sending `1;e=<100 a>\\r\\nx\\r\\n` 5,000 times, no last chunk;
 - `pipeline`: one client pipelining 2,500 `HEAD /plants` with a wrong token, reading promptly.
 
-The probe opens a new connection for each `GET /healthz`, every 50 ms. After the attack ends,
-the workers' CPU is measured over the next second: the goal is idle (bench/README.md).
+First, the workers' CPU while 1,000 idle connections are held. Then the probe opens a new
+connection for each `GET /healthz`, every 50 ms. After each attack ends, the workers' CPU is
+measured over the next second: the goal is idle (bench/README.md).
 tests/integration/test_attacks.py runs each attack, shorter.
 """
 
@@ -189,6 +190,19 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: int) -
     return Outcome(name, result, idle_share, rounds[0] if rounds else 0)
 
 
+def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds: float = 3.0) -> float:
+    """The workers' CPU, as a share of one core, while `connections` idle connections are held."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(connections)]
+    try:
+        time.sleep(1.0)
+        before = workers_cpu_seconds(master_pid)
+        time.sleep(seconds)
+        return (workers_cpu_seconds(master_pid) - before) / seconds
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["memory", "redis"], default="memory")
@@ -210,6 +224,8 @@ def main() -> None:
     server = Gunicorn(env=env)
     outcomes = []
     try:
+        idle = idle_cpu_share(server.port, server.process.pid)
+        print(json.dumps({"store": args.store, "idle_connections": 1000, "idle_cpu_share": round(idle, 4)}))
         for name in args.attack or list(ATTACKS):
             outcome = run(name, server.port, server.process.pid, args.seconds)
             outcomes.append({"store": args.store, "workers": args.workers, **outcome.summary()})

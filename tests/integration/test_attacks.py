@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.attacks import ATTACKS, run
+from bench.attacks import ATTACKS, idle_cpu_share, run
 from tests.conftest import redis_settings
 from tests.servers import TOKEN, Gunicorn
 
@@ -44,3 +44,8 @@ def test_an_honest_client_is_answered_promptly_and_the_worker_idles_after(attack
     assert summary["p99_ms"] < P99_BOUND_MS, summary
     assert outcome.idle_cpu_share < IDLE_CPU_SHARE, summary
     assert "Traceback" not in server.output()
+
+
+def test_a_thousand_idle_connections_cost_the_workers_no_cpu(attacked):
+    server, _ = attacked
+    assert idle_cpu_share(server.port, server.process.pid, connections=1000, seconds=2.0) < IDLE_CPU_SHARE
