@@ -22,6 +22,7 @@ from werkzeug.exceptions import NotFound
 
 from app.extension import plants_state
 from app.settings import JwtSettings
+from app.version import VERSION
 
 #: Only the page's own sources may load: the assets and the document, from this service.
 PAGE_POLICY = (
@@ -68,9 +69,11 @@ INIT_SCRIPT = """window.addEventListener("load", function () {
 
 @functools.cache
 def _document() -> dict[str, Any]:
-    """The shipped openapi.yaml, parsed once (read only), with a HEAD beside every GET: right
-    after it, so that the page lists it before the path's changes and its DELETE."""
+    """The shipped openapi.yaml, parsed once (read only), with the package's version and a HEAD
+    beside every GET: right after it, so that the page lists it before the path's changes and its
+    DELETE."""
     document = yaml.safe_load(resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8"))
+    document["info"]["version"] = VERSION
     shared = document["components"]["responses"]
     for path, item in document["paths"].items():
         if "get" in item:

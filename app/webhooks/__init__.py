@@ -9,8 +9,7 @@ and signing with the `standardwebhooks` package (message.py). docs/webhooks.md h
 
 from __future__ import annotations
 
-from importlib import metadata
-
+from app.version import VERSION
 from app.webhooks.deliverer import Deliverer
 
 __all__ = ["Deliverer", "user_agent"]
@@ -18,8 +17,4 @@ __all__ = ["Deliverer", "user_agent"]
 
 def user_agent() -> str:
     """`plant-store/<version>`, the User-Agent of every delivery."""
-    try:
-        version = metadata.version("plant-store")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"plant-store/{version}"
+    return f"plant-store/{VERSION}"

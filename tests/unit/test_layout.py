@@ -31,6 +31,7 @@ LAYERS = {
     "app.errors": 3,
     "app.store": 4,
     "app.settings": 5,
+    "app.version": 6,
 }
 WORKER = "app.server.worker"
 
