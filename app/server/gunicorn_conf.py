@@ -62,7 +62,7 @@ def _default_threads() -> str:
 
 
 wsgi_app = "app:create_app()"
-bind = _setting("GUNICORN_BIND").split(",")
+bind = _setting("GUNICORN_BIND")
 
 # gunicorn's own convention; the in-memory store allows only 1 (see on_starting).
 workers = _setting("WEB_CONCURRENCY")

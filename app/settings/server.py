@@ -30,10 +30,57 @@ class ServerNumber(Setting):
         return value
 
 
+class Bind(Setting):
+    """Addresses to listen on, comma-separated, as gunicorn's `--bind` takes them (`HOST:PORT`,
+    `[IPv6]:PORT`, `unix:PATH`, `fd://N`), checked here so that a wrong one is one line rather than
+    gunicorn's five attempts to bind it. A port alone is `127.0.0.1:PORT`: gunicorn would read it
+    as a host (an IPv4 address written as one number) on its default port."""
+
+    def from_text(self, text: str) -> list[str]:
+        parts = [part.strip() for part in text.split(",")]
+        if "" in parts:
+            raise ValueError(f"must be addresses such as 127.0.0.1:8000, comma-separated, not {text!r}")
+        return [_address(part) for part in parts]
+
+
+def _address(text: str) -> str:
+    if text.isdigit():
+        return f"127.0.0.1:{_port(text, text)}"
+    if text.startswith("unix:"):
+        if not text.removeprefix("unix:").lstrip("/"):
+            raise ValueError(f"names no socket path in {text!r}")
+        return text
+    if text.startswith("fd://"):
+        if not text[5:].isdigit():
+            raise ValueError(f"names no file descriptor in {text!r}")
+        return text
+    netloc = text.removeprefix("tcp://")
+    if netloc.startswith("["):
+        host, _, rest = netloc[1:].partition("]")
+        port = rest.removeprefix(":") if rest.startswith(":") else None
+        if rest and port is None:
+            raise ValueError(f"must be [IPv6]:PORT, not {text!r}")
+    else:
+        host, colon, port_text = netloc.partition(":")
+        port = port_text if colon else None
+    if not host:
+        raise ValueError(f"names no host in {text!r} (127.0.0.1:PORT listens on this machine only)")
+    if port is not None:
+        _port(port, text)
+    return text
+
+
+def _port(port: str, text: str) -> int:
+    number = int(port) if port.isdigit() else -1
+    if not 0 <= number <= 65535:
+        raise ValueError(f"has no valid port (0-65535) in {text!r}")
+    return number
+
+
 class ServerSettingsSchema(Schema):
     #: gunicorn's own convention; the in-memory store allows only 1.
     WEB_CONCURRENCY = ServerNumber("1", int, "a whole number", 1)
-    GUNICORN_BIND = Setting("127.0.0.1:8000")
+    GUNICORN_BIND = Bind("127.0.0.1:8000")
     #: Unset: 1 with the in-memory store, 2 with a shared one (gunicorn_conf.py says why).
     #: The packaged worker; `gthread` (gunicorn's stock threaded worker) or any worker class name.
     GUNICORN_WORKER_CLASS = Setting("app.server.worker.ThreadWorker")

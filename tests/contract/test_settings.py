@@ -12,7 +12,7 @@ from flask import Flask
 from app import ConfigurationError, create_app
 from app.plants import bp
 from app.settings import from_environ, load_settings
-from tests.servers import ROOT, Gunicorn, free_port
+from tests.servers import ROOT, Gunicorn, free_port, wait_until_serving
 
 SETTINGS = (
     "PLANTS_API_TOKENS",
@@ -275,6 +275,13 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
             {"PLANTS_STORE_ULR": "redis://x"},
             "PLANTS_STORE_ULR is not a setting of this service: did you mean",
         ),
+        (
+            {"GUNICORN_BIND": "127.0.0.1:http"},
+            "GUNICORN_BIND has no valid port (0-65535) in '127.0.0.1:http'",
+        ),
+        ({"GUNICORN_BIND": "80000"}, "GUNICORN_BIND has no valid port (0-65535) in '80000'"),
+        ({"GUNICORN_BIND": ":9000"}, "GUNICORN_BIND names no host in ':9000'"),
+        ({"GUNICORN_BIND": "127.0.0.1:9000,"}, "GUNICORN_BIND must be addresses such as 127.0.0.1:8000"),
     ],
 )
 def test_every_bad_gunicorn_or_service_setting_is_one_line_without_a_traceback(env, line):
@@ -283,6 +290,26 @@ def test_every_bad_gunicorn_or_service_setting_is_one_line_without_a_traceback(e
     output = result.stdout + result.stderr
     assert f"Plant Store: configuration error: {line}" in output
     assert "Traceback" not in output
+
+
+def test_a_port_alone_in_gunicorn_bind_listens_on_127_0_0_1():
+    """`GUNICORN_BIND=18001` is 127.0.0.1:18001, not gunicorn's five attempts to bind a host
+    named 18001 on its default port."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn"],
+        cwd=ROOT,
+        env={**os.environ, "PLANTS_API_TOKENS": "t", "GUNICORN_BIND": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until_serving(port, process)
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=40)[0]
+    assert f"Listening at: http://127.0.0.1:{port}" in output
 
 
 def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
