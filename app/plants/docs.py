@@ -61,7 +61,7 @@ INIT_SCRIPT = """window.addEventListener("load", function () {
     layout: "BaseLayout",
     validatorUrl: null,
     persistAuthorization: false,
-    tryItOutEnabled: true
+    tryItOutEnabled: false
   });
 });
 """

@@ -47,6 +47,20 @@ def visible(driver, css: str, timeout: float = 20):
     return WebDriverWait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def try_it_out(block):
+    """Open an operation and press its "Try it out": the page opens every operation read-only,
+    so the button reads "Try it out", never "Cancel"."""
+    block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    button = WebDriverWait(block.parent, 20).until(
+        lambda _: block.find_element(By.CSS_SELECTOR, "button.try-out__btn")
+    )
+    assert button.text.strip() == "Try it out"
+    button.click()
+    return WebDriverWait(block.parent, 20).until(
+        lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")
+    )
+
+
 def get_operation(browser, path: str):
     """The page's block of the GET operation on `path`."""
     return next(
@@ -69,7 +83,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     browser.find_element(By.CSS_SELECTOR, ".modal-ux .auth-btn-wrapper button.authorize").click()
     visible(browser, ".modal-ux button.btn-done").click()
 
-    operation.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    try_it_out(operation)
     body = visible(browser, ".opblock-post textarea.body-param__text")
     body.clear()
     body.send_keys(json.dumps({"id": 424242, "name": "Browser fern", "tag": "fern"}))
@@ -81,11 +95,12 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     assert json.loads(shown) == {"name": "Browser fern", "tag": "fern"}
 
     # The page lists plants too: GET /plants, tried with its defaults, shows the plant just made.
+    # Its tags filter starts empty: Execute lists every plant.
     listing = get_operation(browser, "/plants")
-    listing.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    WebDriverWait(browser, 20).until(
-        lambda _: listing.find_element(By.CSS_SELECTOR, "button.execute")
-    ).click()
+    execute = try_it_out(listing)
+    tags = listing.find_elements(By.CSS_SELECTOR, 'tr[data-param-name="tags"] input')
+    assert [field.get_attribute("value") for field in tags] in ([], [""])
+    execute.click()
     listed = WebDriverWait(browser, 20).until(
         lambda _: listing.find_element(
             By.CSS_SELECTOR, ".live-responses-table .response .response-col_status"
@@ -99,11 +114,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
 
     # The page edits a plant too: PUT /plants/{id}, tried with the id and a new body.
     replace = visible(browser, ".opblock-put")
-    replace.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    WebDriverWait(browser, 20).until(lambda _: replace.find_element(By.CSS_SELECTOR, "button.try-out__btn"))
-    buttons = replace.find_elements(By.CSS_SELECTOR, "button.try-out__btn")
-    if buttons and buttons[0].text.strip() == "Try it out":
-        buttons[0].click()
+    try_it_out(replace)
     id_input = WebDriverWait(browser, 20).until(
         lambda _: replace.find_element(By.CSS_SELECTOR, 'tr[data-param-name="id"] input')
     )
@@ -127,8 +138,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     # The page follows the change feed too: GET /events, tried with its defaults, shows the
     # creation and the edit just made.
     feed = get_operation(browser, "/events")
-    feed.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    WebDriverWait(browser, 20).until(lambda _: feed.find_element(By.CSS_SELECTOR, "button.execute")).click()
+    try_it_out(feed).click()
     followed = WebDriverWait(browser, 20).until(
         lambda _: feed.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
     )
@@ -170,7 +180,7 @@ def test_the_page_authorizes_with_a_pasted_jwt_access_token(browser):
         bearer_box.find_element(By.CSS_SELECTOR, "button.authorize").click()
         visible(browser, ".modal-ux button.btn-done").click()
 
-        operation.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+        try_it_out(operation)
         body = visible(browser, ".opblock-post textarea.body-param__text")
         body.clear()
         body.send_keys(json.dumps({"id": 434343, "name": "Token fern"}))
@@ -234,10 +244,7 @@ def execute_with_defaults(browser, block, fill: dict[str, str] | None = None) ->
     method = block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip()
     path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
     browser.execute_script("arguments[0].scrollIntoView()", block)
-    block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    execute = WebDriverWait(browser, 20).until(
-        lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")
-    )
+    execute = try_it_out(block)
     for name, value in (fill or {}).items():
         field = WebDriverWait(browser, 20).until(
             lambda _, name=name: block.find_element(By.CSS_SELECTOR, f'tr[data-param-name="{name}"] input')
