@@ -7,6 +7,8 @@ that app's extensions (app/extension.py), so apps never share plants.
 
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
@@ -19,6 +21,8 @@ from app.rate_limits import add_headers
 from app.store import SplitStoreError, StoreFullError, StoreUnavailableError
 
 __all__ = ["bp"]
+
+log = logging.getLogger(__name__)
 
 bp = Blueprint("plants", __name__)
 register_json_errors(bp)
@@ -55,4 +59,12 @@ def _store_full(exc: StoreFullError) -> Response:
 
 @bp.errorhandler(SplitStoreError)
 def _split_store(exc: SplitStoreError) -> Response:
+    rule = request.url_rule.rule if request.url_rule is not None else request.path
+    log.error(
+        "Refusing %s %s: this server runs several worker processes, and the in-memory store would"
+        " be split between them. Run one worker, or set PLANTS_STORE_URL to a shared store"
+        " (redis://...).",
+        request.method,
+        rule,
+    )
     return error_response(SplitStoreRefused())

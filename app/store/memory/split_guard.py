@@ -9,13 +9,12 @@ memory store:
   guard also asks whether the master has other workers (from /proc). It asks again at most once a
   second while the answer is "no other", and on every request while it is "others".
 
-A refused request is a JSON 500 (app/errors.py's SplitStoreRefused) and one log line that says
-what to do.
+A refused request is a JSON 500 (app/errors.py's SplitStoreRefused) and one log line that names
+the operation refused and says what to do (app/plants/__init__.py).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Mapping
@@ -24,7 +23,6 @@ from typing import Any
 
 from app.store.base import SplitStoreError
 
-log = logging.getLogger(__name__)
 RECHECK_SECONDS = 1.0
 
 
@@ -37,11 +35,6 @@ class SplitStoreGuard:
     def check(self, environ: Mapping[str, Any]) -> None:
         """Raise SplitStoreError when another process may be serving another store."""
         if environ.get("wsgi.multiprocess") or self._gunicorn_has_other_workers(environ):
-            log.error(
-                "Refusing creates: this server runs several worker processes, and the in-memory "
-                "store would be split between them. Run one worker, or set PLANTS_STORE_URL to a "
-                "shared store (redis://...)."
-            )
             raise SplitStoreError()
 
     def _gunicorn_has_other_workers(self, environ: Mapping[str, Any]) -> bool:
