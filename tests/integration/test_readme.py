@@ -3,7 +3,8 @@
 Every `$ curl …` line of a `sh` block (with its `\\` continuations) is sent as curl would send it,
 and its answer is compared with the lines below it: the status line and each header shown (for
 `-i`), and the body. `…` stands for text the README leaves out, and a line `...` for headers or
-lines left out. `$ NEXT='…'` takes the `next` of the answer before. Examples that need what a
+lines left out. `$ NEXT=$(…)` runs in bash as written, and must take the `next` of the answer
+before. Examples that need what a
 reader must bring (a JWT: `$READ_SCOPED_JWT`) are not run; everything else is.
 """
 
@@ -13,6 +14,7 @@ import http.client
 import json
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -152,7 +154,12 @@ def test_the_readme_runs_as_written(readme_server):
         if not example.command.startswith(("curl ", "NEXT=")):
             continue
         if example.command.startswith("NEXT="):
-            next_cursor = json.loads(last_body)["next"]
+            # Run as written, by bash and curl: the cursor comes from the command, not from us.
+            script = example.command.replace(DOCUMENTED, base) + '\nprintf %s "$NEXT"'
+            next_cursor = subprocess.run(
+                ["bash", "-ec", script], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+            assert next_cursor == json.loads(last_body)["next"], (example.line, next_cursor)
             continue
         command = (
             example.command.replace("$NEXT", next_cursor) if "$NEXT" in example.command else example.command
