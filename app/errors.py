@@ -147,6 +147,27 @@ class FeedPositionExpired(Gone):
     )
 
 
+class TooManyWatchers(ServiceUnavailable):
+    """This process holds as many watchers of the feed as it may (PLANTS_EVENTS_MAX_WATCHERS)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This server holds as many watchers of the feed as it may; retry shortly, or poll.",
+            retry_after=5,
+        )
+
+
+class TooManyWatchersForToken(TooManyRequests):
+    """The token has as many watches open here as it may (PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This token already has {limit} watches of the feed open here, the most allowed"
+            " (PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN): close one first.",
+            retry_after=5,
+        )
+
+
 class InvalidWebhook(InvalidFields):
     """A webhook endpoint's body that is JSON but not valid (`url`, `events`, `description`,
     `status`), or a replay's `after`."""

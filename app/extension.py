@@ -17,6 +17,7 @@ from app.rate_limits import RateLimits, rate_limits_for
 from app.settings import ConfigurationError, Settings, load_settings
 from app.store import PlantStore, StoreUrl, store_for
 from app.store.memory.split_guard import SplitStoreGuard
+from app.store.signal import FeedSignal
 from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"
@@ -39,6 +40,8 @@ class PlantsState:
     #: This process's webhook deliveries (app/webhooks/), started by the gunicorn worker or the
     #: first change to an endpoint.
     deliverer: Deliverer
+    #: This process's watchers of the feed (long-polls and streams), woken by every change.
+    feed_signal: FeedSignal
 
     def serving_store(self, environ: dict[str, Any]) -> PlantStore:
         """The store, once its split guard (if any) agrees to serve it from this process."""
@@ -51,6 +54,7 @@ class PlantsState:
         app has metrics."""
         if self.store.events_retain:
             self.deliverer.wake()
+            self.feed_signal.notify()
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
@@ -109,4 +113,9 @@ def _state_for(settings: Settings) -> PlantsState:
         split_guard=None if store.shared else SplitStoreGuard(),
         store_address=url.redacted,
         deliverer=Deliverer(store, settings, user_agent=user_agent(), metrics=metrics),
+        feed_signal=FeedSignal(
+            store.feed_listener,
+            max_watchers=settings.events_max_watchers,
+            max_per_caller=settings.events_max_watchers_per_token,
+        ),
     )

@@ -9,35 +9,56 @@ from typing import Any
 
 from flask import Response, request
 
-from app.errors import FeedOff, FeedPositionExpired, InvalidParameters
-from app.extension import plants_state
+from app.errors import (
+    FeedOff,
+    FeedPositionExpired,
+    InvalidParameters,
+    TooManyWatchers,
+    TooManyWatchersForToken,
+)
+from app.extension import PlantsState, plants_state
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
 from app.http.json_provider import json_response
+from app.plants.watch import EventStream, LongPoll, Watch
 from app.schemas.parameters import load_events_query
-from app.store import EVENT_TYPES, Event, FeedExpiredError
+from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
+
+JSON, STREAM = "application/json", "text/event-stream"
+#: The environ key by which the packaged worker (app/server/worker/parking.py) offers to park an
+#: answer that waits, so that it holds no thread.
+PARKING = "plants.worker.parking"
 
 
 def list_events() -> Response:
-    """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept), and `next`."""
+    """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept), and `next`; or,
+    asked to, a long-poll (`wait`) or a stream of server-sent events (watch.py)."""
     query = load_events_query(request.args)
     state = plants_state()
     store = state.serving_store(request.environ)
     if not store.events_retain:
         raise FeedOff()
     key = store.cursor_key()
+    streaming = request.method == "GET" and _wants_stream()
     after = query.get("after")
+    field = "after"
+    if streaming and request.headers.get("Last-Event-ID"):
+        after, field = request.headers["Last-Event-ID"].strip(), "Last-Event-ID"
     try:
         if after == "now":
             events, position = [], store.events_now()  # type: ignore[var-annotated]
         else:
             start = None if after is None else decode_cursor(key, after, None, EVENTS)
-            events, position = store.events(start, query["limit"])
+            events, position = store.events(start, 1 if streaming else query["limit"])
+            if streaming:
+                position = start  # type: ignore[assignment]  # the stream reads from here, its first event included
     except InvalidCursor as exc:
-        raise InvalidParameters({"after": [str(exc)]}) from None
+        raise InvalidParameters({field: [str(exc)]}) from None
     except ValueError:
-        raise InvalidParameters({"after": ["Not a cursor of this feed: follow it again from now."]}) from None
+        raise InvalidParameters({field: ["Not a cursor of this feed: follow it again from now."]}) from None
     except FeedExpiredError:
         raise FeedPositionExpired() from None
+    if streaming or (query.get("wait") and not events and request.method == "GET"):
+        return _watch(state, store, key, position, query, streaming)
     metrics = state.metrics
     if metrics is not None and events:
         metrics.count_read(len(events))
@@ -46,6 +67,46 @@ def list_events() -> Response:
         "next": encode_cursor(key, position, None, EVENTS),
     }
     return json_response(body)
+
+
+def _wants_stream() -> bool:
+    accepted = request.accept_mimetypes
+    return accepted.best_match((JSON, STREAM), default=JSON) == STREAM and accepted[STREAM] > 0
+
+
+def _watch(
+    state: PlantsState, store: PlantStore, key: bytes, position: Any, query: dict[str, Any], streaming: bool
+) -> Response:
+    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
+    signal = state.feed_signal
+    _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
+    caller_key = caller.limit_key if caller is not None else b""
+    refused = signal.admit(caller_key)
+    if refused == "caller":
+        raise TooManyWatchersForToken(signal.max_per_caller)
+    if refused is not None:
+        raise TooManyWatchers()
+    settings = state.settings
+    common: dict[str, Any] = {
+        "cursor_key": key,
+        "caller": caller_key,
+        "parks": bool(request.environ.get(PARKING)),
+        "records": event_records,
+    }
+    if streaming:
+        watch: Watch = EventStream(
+            store,
+            signal,
+            position,
+            heartbeat=settings.events_heartbeat,
+            stream_max=settings.events_stream_max,
+            **common,
+        )
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return Response(watch, mimetype=STREAM, headers=headers, direct_passthrough=True)
+    after = encode_cursor(key, position, None, EVENTS)
+    watch = LongPoll(store, signal, position, wait=query["wait"], limit=query["limit"], after=after, **common)
+    return Response(watch, mimetype=JSON, direct_passthrough=True)
 
 
 def event_records(events: list[Event]) -> list[dict[str, Any]]:

@@ -58,6 +58,10 @@ class PageQuerySchema(Schema):
     )
 
 
+#: The longest long-poll, in seconds.
+MAX_WAIT = 55
+
+
 class EventsQuerySchema(Schema):
     """The query of `GET /events`. Unknown parameters are refused, never ignored."""
 
@@ -67,6 +71,8 @@ class EventsQuerySchema(Schema):
     error_messages: ClassVar[dict[str, str]] = {"unknown": "Unknown parameter."}  # type: ignore[misc]
 
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
+    #: A long-poll: seconds to wait for an event when none is there (under nginx's 60 s timeout).
+    wait = IntegralNumber(validate=validate.Range(min=1, max=MAX_WAIT))
     after = fields.String(
         validate=validate.Regexp(
             rf"^(?:now|[A-Za-z0-9_-]{{1,{MAX_EVENTS_CURSOR_LENGTH}}})\Z",
@@ -117,7 +123,7 @@ def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
 
 
 def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
-    """The feed's query: `limit` (default 100), and `after` (a cursor, or `now`) when given;
+    """The feed's query: `limit` (default 100), `after` (a cursor, or `now`) and `wait` when given;
     InvalidParameters as for a page."""
     return _load_query(_events_query_schema, args)
 

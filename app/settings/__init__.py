@@ -58,6 +58,10 @@ class Settings:
     max_plants: int
     store_min_replicas: int
     events_retain: int
+    events_heartbeat: int
+    events_stream_max: int
+    events_max_watchers: int
+    events_max_watchers_per_token: int
     webhooks_deliver: bool
     webhooks_max: int
     webhooks_allow_hosts: tuple[str, ...]

@@ -85,6 +85,11 @@ class SettingsSchema(Schema):
     PLANTS_STORE_MIN_REPLICAS = WholeNumber(0)
     #: The change feed keeps at least this many of the latest events; 0 turns it off.
     PLANTS_EVENTS_RETAIN = WholeNumber(100_000)
+    # Watching the feed (docs/change-feed.md): server-sent events and long-polls.
+    PLANTS_EVENTS_HEARTBEAT = WholeNumber(15, minimum=1, maximum=3600, unit=" seconds")
+    PLANTS_EVENTS_STREAM_MAX = WholeNumber(300, minimum=1, maximum=86_400, unit=" seconds")
+    PLANTS_EVENTS_MAX_WATCHERS = WholeNumber(10_000, minimum=1)
+    PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN = WholeNumber(100, minimum=1)
     # Webhooks (docs/webhooks.md).
     PLANTS_WEBHOOKS_DELIVER = Flag(True)
     PLANTS_WEBHOOKS_MAX = WholeNumber(50)

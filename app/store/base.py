@@ -243,6 +243,11 @@ class PlantStore(Protocol):
         """The position after the latest event: following it yields only later changes."""
         ...
 
+    def feed_listener(self) -> Any:
+        """What hears other processes' writes to the feed (app/store/signal.py), or None when
+        no other process writes to this store."""
+        ...
+
     def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         """As `events`, each event with its id and the position after it; and the page's end."""
         ...

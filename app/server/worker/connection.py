@@ -102,6 +102,8 @@ class Conn:
         self.idle_since = 0.0
         self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
+        self.parked: Any = None  # an answer that waits (parking.py), and whether it was woken
+        self.woken = False
         self._request = Request()
         self._head_bytes = 0
         self._head_count = 0

@@ -18,7 +18,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.server.worker import refusals
 from app.server.worker.connection import Conn, Limits
@@ -26,6 +26,8 @@ from app.server.worker.connection import Conn, Limits
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
+#: A parked answer's connection: woken by its client leaving (or, armed WRITE, by its `wake`).
+PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 #: How long, and for how many bytes, a connection closed after its answer lingers for the client
 #: to close its side (as gunicorn's util.close_graceful).
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
@@ -49,6 +51,11 @@ class Connections:
     sockets: list[socket.socket]
     read_timeout: float
     limits: Limits
+
+    if TYPE_CHECKING:  # the worker's own, through its other bases
+
+        def _wake(self, conn: Conn) -> None:
+            raise NotImplementedError
 
     def init_connections(self) -> None:
         self._epoll = select.epoll()
@@ -144,13 +151,18 @@ class Connections:
     def _expire(self) -> None:
         """Run by the main thread: act on every connection past its deadline."""
         now = time.monotonic()
-        expired = []
+        expired, due = [], []
         with self._lock:
             for conn in self._conns.values():
                 if not conn.busy and conn.deadline <= now:
+                    if conn.parked is not None:  # a waiting answer's deadline: ask it again
+                        due.append(conn)
+                        continue
                     conn.busy = True
                     self._idle.pop(conn.fd, None)
                     expired.append(conn)
+        for conn in due:
+            self._wake(conn)
         for conn in expired:
             try:
                 if conn.reading_request:

@@ -22,6 +22,7 @@ import gunicorn
 import httptools
 
 from app.server.worker.connection import Conn, Refusal, Request
+from app.server.worker.parking import PARKING
 
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 _SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
@@ -41,6 +42,7 @@ class EnvironBuilder:
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
+            PARKING: True,
         }
         self.trusted = _trusted_peers(cfg.forwarded_allow_ips)
         # gunicorn's secure_scheme_headers, as environ keys: from a trusted peer, they set the scheme.

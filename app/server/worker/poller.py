@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 from select import EPOLLRDHUP
+from typing import TYPE_CHECKING
 
 from app.server.worker import refusals
 from app.server.worker.connection import BODY, IDLE, Conn, Refusal, Request
@@ -32,10 +33,19 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 class Poller(Connections):
     """Turns on connections; a mixin for the worker, which serves each whole request with
-    `_serve_request(conn, request) -> (answer bytes, keep the connection)`."""
+    `_serve_request(conn, request)`: (the answer's bytes, whether to keep the connection), or
+    None when the answer waits (parking.py)."""
 
-    def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool]:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the worker's own, through its other bases
+
+        def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool] | None:
+            raise NotImplementedError
+
+        def _park(self, conn: Conn) -> None:
+            raise NotImplementedError
+
+        def _resume(self, conn: Conn) -> None:
+            raise NotImplementedError
 
     def _serve(self) -> None:
         """A request thread's loop."""
@@ -69,6 +79,8 @@ class Poller(Connections):
                 self._drain(conn)
             elif conn.out is not None:
                 self._flush(conn)
+            elif conn.parked is not None:
+                self._resume(conn)
             elif conn.has_work or self._receive(conn, mask & EPOLLRDHUP):
                 self._answer_next(conn)
         except Exception:
@@ -112,8 +124,9 @@ class Poller(Connections):
                 conn.deadline = time.monotonic() + self.read_timeout
         if conn.ready:
             request = conn.ready.popleft()
-            data, keep_alive = self._serve_request(conn, request)
-            self.answer(conn, data, keep_alive)
+            served = self._serve_request(conn, request)
+            if served is not None:  # else a waiting answer has the connection (parking.py)
+                self.answer(conn, *served)
         elif conn.refusal is not None:
             self._refuse(conn, conn.refusal)
         else:
@@ -129,7 +142,9 @@ class Poller(Connections):
             self._after_answer(conn, keep_alive)
 
     def _after_answer(self, conn: Conn, keep_alive: bool) -> None:
-        if not keep_alive:
+        if conn.parked is not None:  # a stream's chunks went out: wait for its next
+            self._park(conn)
+        elif not keep_alive:
             self._close_gracefully(conn)
         elif conn.has_work:
             self._rearm(conn, WRITE)  # the socket is writable: back of the queue, not a spin

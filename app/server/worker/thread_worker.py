@@ -29,6 +29,7 @@ from gunicorn.workers import base
 from app.server.worker import refusals
 from app.server.worker.connection import Conn, Limits, Refusal, Request
 from app.server.worker.environ import EnvironBuilder
+from app.server.worker.parking import Parked, Parking, parkable
 from app.server.worker.poller import Poller
 from app.server.worker.response import Answer, HttpDate
 
@@ -41,7 +42,7 @@ MAX_HEAD = 64 * 1024
 _STOP_LINGER = 2.0
 
 
-class ThreadWorker(Poller, base.Worker):
+class ThreadWorker(Parking, Poller, base.Worker):
     """`threads` request threads sharing one epoll; see the module docstring."""
 
     #: Seconds a client has to send a request's head, its body, or to take its answer
@@ -90,6 +91,10 @@ class ThreadWorker(Poller, base.Worker):
             body,
         )
 
+    def _encode(self, parked: Parked) -> tuple[bytes, bool]:
+        keep_alive = parked.keep_alive and self.alive
+        return parked.answer.encode(parked.request.method, keep_alive, self.date.now())
+
     def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
         # stays open briefly for a request its client may already be sending, which is then
@@ -98,8 +103,11 @@ class ThreadWorker(Poller, base.Worker):
         linger = time.monotonic() + _STOP_LINGER
         with self._lock:
             self._set_accepting(False)
+            waiting = [conn for conn in self._conns.values() if conn.parked is not None]
             for conn in self._conns.values():
-                conn.deadline = min(conn.deadline, linger)
+                if conn.parked is None:
+                    conn.deadline = min(conn.deadline, linger)
+        self._stop_parked(waiting)  # each ends its answer now: a long-poll's page, a stream's end
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while self._conns and time.monotonic() < stop_by:
             self.notify()
@@ -111,8 +119,9 @@ class ThreadWorker(Poller, base.Worker):
         for listener in self.sockets:
             listener.close()
 
-    def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool]:
-        """Run the app for one whole request: the answer's bytes, and whether to keep the connection."""
+    def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool] | None:
+        """Run the app for one whole request: the answer's bytes, and whether to keep the
+        connection; None when the answer waits in the loop (parking.py)."""
         try:
             environ = self.environs.build(conn, request)
         except Refusal as refusal:
@@ -129,6 +138,10 @@ class ThreadWorker(Poller, base.Worker):
         keep_alive = keep_alive and len(self._conns) < cfg.worker_connections
         try:
             result = self.wsgi(environ, answer.start_response)
+            if parkable(result):
+                conn.parked = Parked(result, answer, request, environ, keep_alive, started)
+                self._step(conn)
+                return None
             try:
                 for chunk in result:
                     if chunk:
@@ -139,6 +152,7 @@ class ThreadWorker(Poller, base.Worker):
                     close()
             data, keep_alive = answer.encode(request.method, keep_alive, self.date.now())
         except Exception:
+            conn.parked = None
             self.log.exception("Error handling request %s %s", request.method, request.path)
             answer.status, answer.headers, answer.sent = "500 Internal Server Error", [], None
             data, keep_alive = refusals.encode(refusals.APP_ERROR), False

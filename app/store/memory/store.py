@@ -203,6 +203,10 @@ class MemoryPlantStore:
         with self._lock:
             return self._feed.page(after, limit)
 
+    def feed_listener(self) -> None:
+        """None: only this process writes to its store, and its writes notify their watchers."""
+        return None
+
     def events_now(self) -> bytes:
         with self._lock:
             return self._feed.now()

@@ -29,7 +29,9 @@ from app.store.redis.errors import RedisBacked
 from app.store.redis.feed import GroupFeeds
 from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
+from app.store.redis.listener import PositionListener, StreamListener
 from app.store.redis.pages import GroupPages
+from app.store.signal import LISTEN_SECONDS
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
@@ -62,6 +64,7 @@ class RedisPlantStore(RedisBacked):
         self.capacity = capacity
         self.events_retain = events_retain
         self._clients = LazyClient(url, connect_timeout=connect_timeout, timeout=timeout)
+        self._url, self._connect_timeout = url, connect_timeout
         cluster = self._clients.cluster
         self.groups = Groups(
             prefix,
@@ -130,6 +133,13 @@ class RedisPlantStore(RedisBacked):
 
     def events_now(self) -> bytes:
         return self._feeds.now()
+
+    def feed_listener(self) -> StreamListener | PositionListener:
+        """What hears the other processes' writes to the feed (listener.py)."""
+        if self._clients.cluster:
+            return PositionListener(self.events_now)
+        key = self.groups.feed_key(0)
+        return StreamListener(self._url, key, connect_timeout=self._connect_timeout, block=LISTEN_SECONDS)
 
     def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         return self._feeds.entries(after, limit)

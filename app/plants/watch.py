@@ -1,0 +1,190 @@
+"""Watching the change feed: a long-poll (`GET /events?wait=S`) and server-sent events
+(`GET /events` with `Accept: text/event-stream`), both read from the feed with its cursors.
+
+Each is a WSGI iterable that the packaged worker parks while nothing happens, holding no thread
+(app/server/worker/parking.py): `__next__` answers `b""` for "nothing yet", `subscribe` hands
+over the worker's wake-up, `deadline` says when to ask again anyway. Under another server (stock
+gthread, `flask run`, a host app), the same iterable waits in its thread instead.
+
+Everything it needs is taken from the request before the view returns: it runs after Flask has
+left the request's context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.http.cursor import EVENTS, encode_cursor
+from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
+from app.store.signal import FeedSignal
+
+#: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
+RETRY_MS = 3000
+#: The most events one read takes, for a stream.
+STREAM_PAGE = 100
+
+
+class Watch:
+    """What a long-poll and a stream share: the feed, the position, waking and the caps."""
+
+    streaming = False
+
+    def __init__(
+        self,
+        store: PlantStore,
+        signal: FeedSignal,
+        position: bytes | None,
+        *,
+        cursor_key: bytes,
+        caller: bytes,
+        parks: bool,
+        records: Callable[[list[Any]], list[dict[str, Any]]],
+    ) -> None:
+        self.store, self.signal, self.position = store, signal, position
+        self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
+        self.seen = signal.version
+        self.stopping = self.done = False
+        self._released = False
+        self._wake: Callable[[], None] | None = None
+
+    def __iter__(self) -> Watch:
+        return self
+
+    def __next__(self) -> bytes:
+        while True:
+            if self.done:
+                raise StopIteration
+            chunk = self.step(time.monotonic())
+            if chunk or self.parks:
+                return chunk
+            self._block()
+
+    def step(self, now: float) -> bytes:
+        raise NotImplementedError
+
+    def deadline(self) -> float:
+        raise NotImplementedError
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self.signal.subscribe(self.seen, wake)
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def close(self) -> None:
+        if self._wake is not None:
+            self.signal.unsubscribe(self._wake)
+        if not self._released:
+            self._released = True
+            self.signal.release(self.caller)
+
+    def cursor(self, position: bytes) -> str:
+        return encode_cursor(self.cursor_key, position, None, EVENTS)
+
+    def read(self, limit: int) -> tuple[list[Any], bytes]:
+        """The feed's entries after the position; watchers at the same position share one read."""
+        seen, position = self.signal.version, self.position
+        self.seen = seen
+        answer: tuple[list[Any], bytes] = self.signal.read(
+            (position, limit), lambda: self.store.feed_entries(position, limit), seen
+        )
+        return answer
+
+    def _block(self) -> None:
+        """Not parked by the server: wait in this thread for a change or the deadline."""
+        woken = threading.Event()
+        self.subscribe(woken.set)
+        woken.wait(max(0.0, self.deadline() - time.monotonic()))
+        if self._wake is not None:
+            self.signal.unsubscribe(self._wake)
+
+
+class LongPoll(Watch):
+    """The page of events after the position, as soon as there is one, or empty at `until`."""
+
+    def __init__(self, *args: Any, wait: float, limit: int, after: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.until = time.monotonic() + wait
+        self.limit, self.after = limit, after
+
+    def deadline(self) -> float:
+        return self.until
+
+    def step(self, now: float) -> bytes:
+        entries: list[Any] = []
+        end = None
+        # A failure answers the empty page from where the client stands: its next request gets
+        # the 410 or the 503, with a body of its own.
+        with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
+            entries, end = self.read(self.limit)
+        if not entries and now < self.until and not self.stopping:
+            return b""
+        self.done = True
+        page = {
+            "events": self.records([entry.event for entry in entries]),
+            "next": self.cursor(end) if entries and end is not None else self.after,
+        }
+        return json.dumps(page, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+class EventStream(Watch):
+    """Server-sent events (WHATWG HTML §9.2): each event with its cursor as `id`, heartbeats, and
+    an end after `stream_max` seconds, or at once (with `retry:`) when the server stops."""
+
+    streaming = True
+
+    def __init__(self, *args: Any, heartbeat: float, stream_max: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        now = time.monotonic()
+        self.heartbeat = heartbeat
+        self.next_beat = now + heartbeat
+        self.ends = now + stream_max
+        self.started = False
+
+    def deadline(self) -> float:
+        return min(self.next_beat, self.ends)
+
+    def step(self, now: float) -> bytes:
+        if not self.started:
+            self.started = True
+            return b"retry: %d\n\n" % RETRY_MS + self._events(now)
+        if self.stopping:
+            self.done = True
+            return b"retry: 1000\n\n"
+        if now >= self.ends:
+            self.done = True
+            return b""
+        chunk = self._events(now)
+        if chunk:
+            return chunk
+        if now >= self.next_beat:
+            self.next_beat = now + self.heartbeat
+            return b": keep-alive\n\n"
+        return b""
+
+    def _events(self, now: float) -> bytes:
+        try:
+            entries, _ = self.read(STREAM_PAGE)
+        except FeedExpiredError:
+            self.done = True
+            gone = {"error": 410, "message": "Events after this position are no longer kept."}
+            return b"event: gone\ndata: %s\n\n" % json.dumps(gone).encode()
+        except StoreUnavailableError:
+            self.done = True
+            return b"retry: %d\n\n" % RETRY_MS
+        if not entries:
+            return b""
+        records = self.records([entry.event for entry in entries])
+        frames = []
+        for entry, record in zip(entries, records, strict=True):
+            data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+            frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
+        self.position = entries[-1].position
+        self.next_beat = now + self.heartbeat
+        return "".join(frames).encode()

@@ -1,0 +1,198 @@
+"""Requests that wait without a thread: a WSGI answer that can be parked in the worker's loop.
+
+The worker offers parking to the app through the environ (`PARKING` is true). An app's iterable
+that can wait has, besides `__next__` and `close`:
+
+- `subscribe(wake)`: before it parks, the worker hands over a callable; the iterable calls it
+  once, from any thread, when it has something to give (at once if it already has);
+- `deadline()`: the `time.monotonic()` by which the worker asks again anyway (a heartbeat, the
+  end of a wait);
+- `stop()`: the worker is stopping: the next `__next__` ends the answer promptly;
+- `streaming`: True to send each chunk as it comes (chunked, then close), False to collect the
+  whole answer and send it at its end (with its Content-Length).
+
+`__next__` returning `b""` means "nothing yet": the worker parks the connection. It holds no
+thread while parked: it waits on the epoll for `wake`, its deadline, or its client leaving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from app.server.worker import refusals
+from app.server.worker.connection import Conn, Request
+from app.server.worker.connections import PARKED
+from app.server.worker.connections import WRITE as WAKE
+from app.server.worker.response import Answer
+
+#: The environ key that tells an app the server can park its answer.
+PARKING = "plants.worker.parking"
+
+
+@dataclass
+class Parked:
+    """An answer in progress on a connection."""
+
+    iterable: Any
+    answer: Answer
+    request: Request
+    environ: dict[str, Any]
+    keep_alive: bool
+    started: float
+    head_sent: bool = False
+
+
+def parkable(result: Any) -> bool:
+    return hasattr(result, "subscribe") and hasattr(result, "deadline")
+
+
+class Parking:
+    """The worker's side of parking; a mixin for the worker (which provides the poller)."""
+
+    log: Any
+    _lock: Any
+    _epoll: Any
+
+    if TYPE_CHECKING:  # the worker's own, through its other bases
+
+        def answer(self, conn: Conn, data: bytes, keep_alive: bool) -> None:
+            raise NotImplementedError
+
+        def _send(self, conn: Conn, data: bytes, *, close_after: bool) -> bool:
+            raise NotImplementedError
+
+        def _close(self, conn: Conn) -> None:
+            raise NotImplementedError
+
+        def _encode(self, parked: Parked) -> tuple[bytes, bool]:
+            raise NotImplementedError
+
+    def _step(self, conn: Conn) -> None:
+        """Ask the parked iterable for what it has, on a connection this thread holds."""
+        parked = conn.parked
+        assert parked is not None
+        streaming = parked.iterable.streaming
+        out: list[bytes] = []
+        try:
+            while True:
+                chunk = next(parked.iterable)
+                if not chunk:
+                    break
+                if streaming:
+                    out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                else:
+                    parked.answer.chunks.append(chunk)
+        except StopIteration:
+            self._finish(conn, out)
+            return
+        except Exception:
+            self.log.exception("Error in a waiting answer %s %s", parked.request.method, parked.request.path)
+            self._finish(conn, out, failed=True)
+            return
+        if streaming and not self._send_stream(conn, out):
+            return  # the rest waits for the socket; the park follows the flush
+        self._park(conn)
+
+    def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
+        parked = conn.parked
+        assert parked is not None
+        if not parked.head_sent:
+            parked.head_sent = True
+            out.insert(0, self._stream_head(parked))
+        return not out or self._send(conn, b"".join(out), close_after=False)
+
+    def _stream_head(self, parked: Parked) -> bytes:
+        lines = [f"HTTP/1.1 {parked.answer.status}\r\n"]
+        lines += [
+            f"{name}: {value}\r\n"
+            for name, value in parked.answer.headers
+            if name.lower() != "content-length"
+        ]
+        lines.append("Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        return "".join(lines).encode("latin-1")
+
+    def _park(self, conn: Conn) -> None:
+        parked = conn.parked
+        assert parked is not None
+        conn.woken = False
+        parked.iterable.subscribe(lambda: self._wake(conn))
+        with self._lock:
+            conn.deadline = parked.iterable.deadline()
+            conn.busy = False
+            # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
+            events = WAKE if conn.woken else PARKED
+            self._epoll_modify(conn, events)
+
+    def _wake(self, conn: Conn) -> None:
+        """From any thread: hand the parked connection to a request thread."""
+        with self._lock:
+            if conn.woken:
+                return
+            conn.woken = True
+            if not conn.busy and conn.parked is not None:
+                self._epoll_modify(conn, WAKE)
+
+    def _epoll_modify(self, conn: Conn, events: int) -> None:
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+            self._epoll.modify(conn.fd, events)
+
+    def _resume(self, conn: Conn) -> None:
+        """A turn on a parked connection: woken, or its client left."""
+        if conn.woken:
+            self._step(conn)
+        else:
+            self._drop(conn)
+
+    def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
+        parked = conn.parked
+        assert parked is not None
+        conn.parked = None
+        self._close_iterable(parked)
+        keep_alive = False
+        if failed and not parked.head_sent:
+            parked.answer.status = "500 Internal Server Error"
+            data = refusals.encode(refusals.APP_ERROR)
+        elif parked.iterable.streaming:
+            if not parked.head_sent:
+                out.insert(0, self._stream_head(parked))
+            if not failed:  # a stream cut by an error ends without its last chunk: the client can tell
+                out.append(b"0\r\n\r\n")
+            data = b"".join(out)
+        else:
+            data, keep_alive = self._encode(parked)
+        self._log_access(parked)
+        self.answer(conn, data, keep_alive)
+
+    def _drop(self, conn: Conn) -> None:
+        parked = conn.parked
+        conn.parked = None
+        if parked is not None:
+            self._close_iterable(parked)
+        self._close(conn)
+
+    def _close_iterable(self, parked: Parked) -> None:
+        close = getattr(parked.iterable, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                self.log.exception("Error closing a waiting answer")
+
+    def _log_access(self, parked: Parked) -> None:
+        elapsed = timedelta(seconds=time.perf_counter() - parked.started)
+        self.log.access(parked.answer, parked.request, parked.environ, elapsed)
+
+    def _stop_parked(self, conns: list[Conn]) -> None:
+        """The worker stops: every parked answer is asked to end now."""
+        for conn in conns:
+            parked = conn.parked
+            if parked is not None:
+                try:
+                    parked.iterable.stop()
+                except Exception:
+                    self.log.exception("Error stopping a waiting answer")
+                self._wake(conn)

@@ -1,0 +1,159 @@
+"""This process's watchers of the change feed: woken together when it changes.
+
+A write of this process notifies at once (`notify`). On a shared store, a listener thread hears
+every other process's writes too (`store.feed_listener()`): a blocking read of the stream on one
+Redis, a look at the feed's position every 0.2 s on a cluster. It runs only while someone
+watches, so an idle process asks nothing of the store.
+
+Watchers woken by one change mostly read the same page from the same position: `read` makes
+that read once per change and hands the others the same answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+#: Seconds a listener blocks in one call; it checks for watchers between calls.
+LISTEN_SECONDS = 5.0
+
+
+class FeedListener(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """Block until the feed changes (True) or `timeout` passes (False)."""
+
+    def close(self) -> None: ...
+
+
+class FeedSignal:
+    """The process's watchers, their caps, and the listener that wakes them."""
+
+    def __init__(
+        self,
+        listener: Callable[[], FeedListener | None],
+        *,
+        max_watchers: int,
+        max_per_caller: int,
+    ) -> None:
+        self._make_listener = listener
+        self.max_watchers, self.max_per_caller = max_watchers, max_per_caller
+        self._lock = threading.Lock()
+        self._version = 0
+        self._wakes: dict[int, Callable[[], None]] = {}
+        self._reads: dict[Any, Any] = {}
+        self._reads_version = -1
+        self._watchers: Counter[bytes] = Counter()
+        self._someone_waits = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    # --- who watches -----------------------------------------------------------------------------
+
+    def admit(self, caller: bytes) -> str | None:
+        """Count a new watcher of `caller`; else which cap refused it ('process' or 'caller')."""
+        with self._lock:
+            if sum(self._watchers.values()) >= self.max_watchers:
+                return "process"
+            if self._watchers[caller] >= self.max_per_caller:
+                return "caller"
+            self._watchers[caller] += 1
+        return None
+
+    def release(self, caller: bytes) -> None:
+        with self._lock:
+            self._watchers[caller] -= 1
+            if self._watchers[caller] <= 0:
+                del self._watchers[caller]
+
+    @property
+    def watchers(self) -> int:
+        return sum(self._watchers.values())
+
+    # --- waking ----------------------------------------------------------------------------------
+
+    def subscribe(self, seen: int, wake: Callable[[], None]) -> None:
+        """Call `wake` once when the feed has changed since version `seen` (at once if it has)."""
+        with self._lock:
+            changed = self._version != seen
+            if not changed:
+                self._wakes[id(wake)] = wake
+                self._someone_waits.set()
+        if changed:
+            wake()
+        else:
+            self._start_listener()
+
+    def unsubscribe(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wakes.pop(id(wake), None)
+
+    def notify(self) -> None:
+        """The feed changed: wake every watcher."""
+        with self._lock:
+            self._version += 1
+            wakes, self._wakes = self._wakes, {}
+            self._someone_waits.clear()
+        for wake in wakes.values():
+            try:
+                wake()
+            except Exception:
+                log.exception("A feed watcher's wake-up failed")
+
+    def read(self, key: Any, fetch: Callable[[], Any], seen: int) -> Any:
+        """`fetch()`, or what it answered to another watcher for the same `key` since version `seen`."""
+        with self._lock:
+            if self._reads_version != seen:
+                self._reads, self._reads_version = {}, seen
+            elif key in self._reads:
+                return self._reads[key]
+        answer = fetch()
+        with self._lock:
+            if self._reads_version == seen:
+                self._reads[key] = answer
+        return answer
+
+    # --- hearing other processes -------------------------------------------------------------------
+
+    def _start_listener(self) -> None:
+        if self._thread is not None or self._closed:
+            return
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._listen, name="feed-listener", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        listener = None
+        try:
+            listener = self._make_listener()
+            if listener is None:  # a per-process store: this process's writes are all there are
+                return
+            while not self._closed:
+                self._someone_waits.wait(LISTEN_SECONDS)
+                if self._closed or not self._someone_waits.is_set():
+                    continue
+                try:
+                    changed = listener.wait(LISTEN_SECONDS)
+                except Exception as exc:  # the store is down: wake everyone to find out
+                    log.warning("The change feed's listener failed (%s); retrying in 1 s", type(exc).__name__)
+                    changed = True
+                    time.sleep(1.0)
+                if changed:
+                    self.notify()
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._someone_waits.set()

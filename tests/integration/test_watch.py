@@ -1,0 +1,346 @@
+"""Watching the change feed on a real gunicorn: long-polls (`wait`) and server-sent events,
+with the same cursors as a page; on memory (one worker, one request thread) and on Redis (two
+workers, so that a write reaches a watcher of the other worker through Redis)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import redis_settings
+from tests.servers import TOKEN, Gunicorn, Nginx
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SETTINGS = {
+    "PLANTS_EVENTS_HEARTBEAT": "1",
+    "PLANTS_EVENTS_STREAM_MAX": "4",
+    "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "300",
+}
+
+
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def server(request):
+    env = dict(SETTINGS)
+    if request.param == "redis":
+        env.update(redis_settings(request.getfixturevalue("redis_server")), WEB_CONCURRENCY="2")
+    else:
+        env["GUNICORN_THREADS"] = "1"
+    server = Gunicorn(env=env)
+    yield server
+    server.stop()
+
+
+def get(server: Gunicorn, path: str, headers: dict | None = None, method: str = "GET"):
+    conn = server.connection(timeout=70)
+    conn.request(method, path, headers={**AUTH, **(headers or {})})
+    response = conn.getresponse()
+    return response.status, response.headers, response.read()
+
+
+def create(server: Gunicorn, plant_id: int, name: str = "watched") -> None:
+    conn = server.connection()
+    body = json.dumps({"id": plant_id, "name": name})
+    conn.request("POST", "/plants", body, {**AUTH, "Content-Type": "application/json"})
+    assert conn.getresponse().status == 200
+
+
+def now_cursor(server: Gunicorn) -> str:
+    status, _, body = get(server, "/events?after=now")
+    assert status == 200
+    return json.loads(body)["next"]
+
+
+def in_background(function, *args):
+    result: dict = {}
+
+    def run():
+        started = time.monotonic()
+        result["answer"] = function(*args)
+        result["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+# --- long-poll -----------------------------------------------------------------------------------
+
+
+def test_a_long_poll_answers_at_once_when_events_are_there(server):
+    cursor = now_cursor(server)
+    create(server, 710_001)
+    started = time.monotonic()
+    status, headers, body = get(server, f"/events?after={cursor}&wait=30")
+    assert time.monotonic() - started < 2
+    assert status == 200
+    assert headers["Content-Type"] == "application/json"
+    page = json.loads(body)
+    assert [event["plant"]["id"] for event in page["events"]] == [710_001]
+
+
+def test_a_long_poll_waits_for_the_next_write_and_answers_it(server):
+    cursor = now_cursor(server)
+    thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
+    time.sleep(1.0)
+    assert thread.is_alive()  # waiting: nothing was written yet
+    create(server, 710_002)
+    thread.join(5)
+    assert not thread.is_alive()
+    status, headers, body = result["answer"]
+    assert status == 200
+    assert result["seconds"] < 3
+    assert int(headers["Content-Length"]) == len(body)
+    page = json.loads(body)
+    assert [event["plant"]["id"] for event in page["events"]] == [710_002]
+    status, _, body = get(server, f"/events?after={page['next']}")
+    assert json.loads(body)["events"] == []  # the page's next follows on after it
+
+
+def test_a_long_poll_with_nothing_written_answers_an_empty_page_at_its_end(server):
+    cursor = now_cursor(server)
+    started = time.monotonic()
+    status, _, body = get(server, f"/events?after={cursor}&wait=1")
+    assert 0.9 < time.monotonic() - started < 3
+    assert status == 200
+    assert json.loads(body) == {"events": [], "next": cursor}
+
+
+@pytest.mark.parametrize("wait", ["0", "56", "1.5", "soon"])
+def test_a_wait_out_of_range_is_400_naming_it(server, wait):
+    status, _, body = get(server, f"/events?after=now&wait={wait}")
+    assert status == 400
+    record = json.loads(body)
+    assert record["error"] == 400
+    assert "wait" in json.dumps(record)
+
+
+def test_head_with_wait_answers_at_once(server):
+    started = time.monotonic()
+    status, headers, body = get(server, "/events?after=now&wait=30", method="HEAD")
+    assert time.monotonic() - started < 2
+    assert (status, body) == (200, b"")
+    assert headers["Content-Type"] == "application/json"
+
+
+# --- server-sent events --------------------------------------------------------------------------
+
+
+def open_stream(server: Gunicorn, headers: dict | None = None, path: str = "/events") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    lines = [f"GET {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}", "Accept: text/event-stream"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    return sock
+
+
+def read_stream(sock: socket.socket, until: bytes = b"\r\n0\r\n\r\n", seconds: float = 10) -> bytes:
+    data = b""
+    deadline = time.monotonic() + seconds
+    while until not in data and time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def dechunk(data: bytes) -> tuple[bytes, bytes]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    text = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        text, body = text + rest[:size], rest[size + 2 :]
+    return head, text
+
+
+def frames(text: bytes) -> list[dict[str, str]]:
+    parsed = []
+    for block in text.decode().split("\n\n"):
+        if block:
+            fields: dict[str, str] = {}
+            for line in block.split("\n"):
+                name, _, value = line.partition(": ") if not line.startswith(":") else ("", "", line)
+                fields[name or "comment"] = value
+            parsed.append(fields)
+    return parsed
+
+
+def test_a_stream_sends_each_event_with_its_cursor_then_heartbeats_and_ends(server):
+    cursor = now_cursor(server)
+    sock = open_stream(server, path=f"/events?after={cursor}")
+    time.sleep(0.5)
+    create(server, 710_010, "streamed")
+    data = read_stream(sock)
+    sock.close()
+    head, text = dechunk(data)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"Content-Type: text/event-stream" in head
+    assert b"Cache-Control: no-cache" in head
+    assert b"X-Accel-Buffering: no" in head
+    assert data.endswith(b"\r\n0\r\n\r\n")  # it ended cleanly, after PLANTS_EVENTS_STREAM_MAX
+    parsed = frames(text)
+    assert parsed[0] == {"retry": "3000"}
+    events = [frame for frame in parsed if "event" in frame]
+    assert [json.loads(frame["data"])["plant"] for frame in events] == [{"id": 710_010, "name": "streamed"}]
+    assert events[0]["event"] == "plant.created"
+    assert any(frame.get("comment") == ": keep-alive" for frame in parsed)
+    # The event's id is the cursor after it: a page from there is empty.
+    status, _, body = get(server, f"/events?after={events[0]['id']}")
+    assert (status, json.loads(body)["events"]) == (200, [])
+
+
+def test_last_event_id_resumes_after_it_and_wins_over_after(server):
+    cursor = now_cursor(server)
+    create(server, 710_020)
+    create(server, 710_021)
+    _, _, body = get(server, f"/events?after={cursor}&limit=1")
+    first = json.loads(body)["next"]
+    sock = open_stream(server, {"Last-Event-ID": first}, path=f"/events?after={cursor}")
+    _, text = dechunk(read_stream(sock))
+    sock.close()
+    ids = [json.loads(frame["data"])["plant"]["id"] for frame in frames(text) if "event" in frame]
+    assert ids == [710_021]
+
+
+def test_a_stream_from_a_position_no_longer_kept_is_410_before_it_starts(tmp_path):
+    server = Gunicorn(env={"PLANTS_EVENTS_RETAIN": "3"})
+    try:
+        cursor = now_cursor(server)
+        for plant_id in range(710_030, 710_036):
+            create(server, plant_id)
+        sock = open_stream(server, path=f"/events?after={cursor}")
+        data = read_stream(sock, until=b"}", seconds=5)
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 410 ")
+        assert b"Content-Type: application/json" in head
+        assert json.loads(body)["error"] == 410
+    finally:
+        server.stop()
+
+
+# --- caps, threads, stopping ---------------------------------------------------------------------
+
+
+def test_watches_past_the_tokens_cap_are_429_with_retry_after(tmp_path):
+    server = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "2", "PLANTS_EVENTS_MAX_WATCHERS": "3"})
+    try:
+        waiting = [in_background(get, server, "/events?after=now&wait=4") for _ in range(2)]
+        time.sleep(1.0)
+        status, headers, body = get(server, "/events?after=now&wait=4")
+        assert status == 429
+        assert headers["Retry-After"] == "5"
+        assert "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN" in json.loads(body)["message"]
+        for thread, _ in waiting:
+            thread.join(10)
+        assert get(server, "/events?after=now&wait=1")[0] == 200  # the places were given back
+    finally:
+        server.stop()
+
+
+def worker_threads(master_pid: int) -> list[int]:
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    counts = []
+    for pid in children:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                counts.append(int(line.split()[1]))
+    return counts
+
+
+def test_two_hundred_waiting_clients_hold_no_thread_and_an_honest_client_is_served(server):
+    before = worker_threads(server.process.pid)
+    socks = []
+    for _ in range(100):
+        socks.append(open_stream(server))
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        poll = f"GET /events?after=now&wait=20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        sock.sendall(poll.encode())
+        socks.append(sock)
+    time.sleep(1.5)
+    started = time.monotonic()
+    status, _, _ = get(server, "/healthz")
+    assert status == 200
+    assert time.monotonic() - started < 0.5
+    # The feed listener may have started (one thread a worker); no thread per watcher.
+    assert all(
+        after <= was + 1 for after, was in zip(worker_threads(server.process.pid), before, strict=True)
+    )
+    cursor = now_cursor(server)
+    create(server, 710_040)
+    answered = 0
+    for sock in socks[1::2]:
+        answer = read_stream(sock, until=b"710040", seconds=5)
+        answered += b"710040" in answer
+    assert answered == 100
+    for sock in socks:
+        sock.close()
+    assert cursor
+
+
+def test_on_sigterm_a_long_poll_answers_its_empty_page_at_once():
+    server = Gunicorn(env={"GUNICORN_GRACEFUL_TIMEOUT": "20"})
+    try:
+        cursor = now_cursor(server)
+        thread, result = in_background(get, server, f"/events?after={cursor}&wait=30")
+        time.sleep(1.0)
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        thread.join(10)
+        assert not thread.is_alive()
+        assert time.monotonic() - started < 5
+        status, _, body = result["answer"]
+        assert (status, json.loads(body)) == (200, {"events": [], "next": cursor})
+        assert server.process.wait(20) == 0
+    finally:
+        server.stop()
+
+
+def test_on_stock_gthread_a_long_poll_waits_in_its_thread():
+    server = Gunicorn(env={"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "4"})
+    try:
+        cursor = now_cursor(server)
+        thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
+        time.sleep(1.0)
+        create(server, 710_050)
+        thread.join(5)
+        status, _, body = result["answer"]
+        assert status == 200
+        assert [event["plant"]["id"] for event in json.loads(body)["events"]] == [710_050]
+    finally:
+        server.stop()
+
+
+def test_through_the_shipped_nginx_a_stream_is_not_buffered(tmp_path):
+    app = Gunicorn(env={"PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_TRUSTED_PROXIES": "1"})
+    proxy = Nginx(app.port, tmp_path)
+    try:
+        cursor = now_cursor(app)
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+        sock.sendall(
+            f"GET /events?after={cursor} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Accept: text/event-stream\r\nAccept-Encoding: gzip\r\n\r\n".encode()
+        )
+        time.sleep(0.5)
+        started = time.monotonic()
+        create(app, 710_060)
+        data = read_stream(sock, until=b"710060", seconds=5)
+        assert b"710060" in data
+        assert time.monotonic() - started < 2  # not held in nginx's buffer
+        assert b"Content-Encoding" not in data.partition(b"\r\n\r\n")[0]
+        sock.close()
+    finally:
+        proxy.stop()
+        app.stop()
