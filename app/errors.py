@@ -230,6 +230,13 @@ KEYS_NOT_LOADED = KeysNotLoaded(
 )
 
 
+class NotReady(ServiceUnavailable):
+    """`/readyz` when no plant operation can succeed, with the reason (no address, no password)."""
+
+    def __init__(self, why: str, retry_after: int = 1) -> None:
+        super().__init__(f"Not ready: {why}.", retry_after=retry_after)
+
+
 class SplitStoreRefused(InternalServerError):
     description = "The service is misconfigured and refuses to serve; its log says why."
 

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response
 
-from app.errors import KEYS_NOT_LOADED
+from app.errors import KEYS_NOT_LOADED, NotReady
 from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.plants.guard import store_unavailable
@@ -22,14 +24,26 @@ def healthz() -> dict[str, str]:
 
 
 @bp.get("/readyz")
-def readyz() -> Response | dict[str, str]:
-    """Ready when the plant store answers a PING within its timeout (memory always does), and,
-    with JWT access tokens on, once the identity provider's keys were loaded."""
+def readyz() -> Response | dict[str, Any]:
+    """503 when no plant operation can succeed: the store down or refusing (of the wrong kind, a
+    replica, a wrong password), or the identity provider's keys not loaded yet. 200 `degraded`,
+    naming the failing nodes and their bucket groups, when only some plants' operations can fail:
+    a shared store's partial outage must not take every instance out of its load balancer."""
     state = plants_state()
     try:
-        state.store.ping()
+        readiness = state.store.readiness()
     except StoreUnavailableError as exc:
-        return error_response(store_unavailable(exc))
+        store_unavailable(exc)  # its log line and its count
+        return error_response(NotReady(f"the plant store cannot serve: {exc}"))
     if not state.auth.ready:
         return error_response(KEYS_NOT_LOADED)
-    return {"status": "ok"}
+    if not readiness.degraded:
+        return {"status": "ok"}
+    return {
+        "status": "degraded",
+        "message": "Some plants' operations fail: those whose bucket groups are on the failing nodes.",
+        "failing": [
+            {"node": failed.node, "groups": list(failed.groups), "cause": failed.cause}
+            for failed in readiness.failing
+        ],
+    }

@@ -123,6 +123,7 @@ def on_starting(server: Any) -> None:
         state = plants_state(create_app())
         state.auth.close()
         shared = state.store.shared
+        _check_store_kind(state)
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     if server.cfg.workers != 1 and not shared:
@@ -137,6 +138,23 @@ def on_starting(server: Any) -> None:
         server.cfg.workers,
         server.cfg.threads,
     )
+
+
+def _check_store_kind(state: Any) -> None:
+    """A store of the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as
+    `redis+cluster://`) is a configuration error. A store that does not answer is not: the service
+    starts while Redis is down, and /readyz says so."""
+    from app.settings import ConfigurationError
+    from app.store import StoreUnavailableError
+
+    try:
+        state.store.readiness()
+    except StoreUnavailableError as exc:
+        if exc.reason == "wrong_kind":
+            key = state.settings.store_url_key
+            raise ConfigurationError(
+                key, f"names the wrong kind of store: {exc}"
+            ).from_environment() from None
 
 
 def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:

@@ -36,6 +36,7 @@ from app.store.base import (
     plant_etag,
 )
 from app.store.memory.store import MemoryPlantStore
+from app.store.readiness import FailingNode, Readiness
 from app.store.redis.errors import FAILURES, unavailable
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
@@ -54,6 +55,7 @@ __all__ = [
     "Change",
     "Event",
     "EventPage",
+    "FailingNode",
     "FeedEntry",
     "FeedExpiredError",
     "MemoryPlantStore",
@@ -63,6 +65,7 @@ __all__ = [
     "PlantStore",
     "Precondition",
     "PreconditionFailedError",
+    "Readiness",
     "RedisPlantStore",
     "SplitStoreError",
     "StoreFullError",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from app.store.endpoints import EndpointStore
+    from app.store.readiness import Readiness
 
 
 class Outcome(enum.Enum):
@@ -170,7 +171,8 @@ class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 
     `reason` is one of `timeout`, `refused`, `name_not_resolved`, `auth`, `connection`,
-    `read_only`, `needs_migration`, `cluster` (a
+    `read_only`, `wrong_kind` (a Redis Cluster node named as a single Redis, or the reverse),
+    `needs_migration`, `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
     than PLANTS_STORE_MIN_REPLICAS) or `other`. The message names what failed, for the log; it
     never contains a password.
@@ -267,4 +269,9 @@ class PlantStore(Protocol):
 
     def ping(self) -> None:
         """Return when the store answers; raise StoreUnavailableError otherwise."""
+        ...
+
+    def readiness(self) -> Readiness:
+        """What the store can serve now (app/store/readiness.py); StoreUnavailableError, with the
+        cause, when it can serve no plant operation (down, of the wrong kind, a replica...)."""
         ...

@@ -33,6 +33,7 @@ from app.store.base import (
 )
 from app.store.memory.endpoints import MemoryEndpoints
 from app.store.memory.feed import MemoryFeed
+from app.store.readiness import READY, Readiness
 from app.store.url import StoreUrl
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
@@ -224,6 +225,9 @@ class MemoryPlantStore:
 
     def __len__(self) -> int:
         return self._count
+
+    def readiness(self) -> Readiness:
+        return READY
 
     def ping(self) -> None:
         """Memory always answers."""

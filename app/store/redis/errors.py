@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from redis.exceptions import (
     AuthenticationError,
     ClusterError,
+    MovedError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -26,6 +27,17 @@ from app.store.base import StoreFullError, StoreUnavailableError
 
 #: Every failure a Redis call can raise (redis-py's cluster errors are not all RedisErrors).
 FAILURES = (RedisError, RedisClusterException)
+#: The causes of a store URL of the wrong kind, each naming the scheme to use.
+CLUSTER_NODE_AS_PLAIN = (
+    "it is a node of a Redis Cluster, which serves only its own slots: set PLANTS_STORE_URL to"
+    " redis+cluster://host:port (rediss+cluster:// for TLS)"
+)
+PLAIN_AS_CLUSTER = (
+    "it is a Redis without cluster mode (Redis: cluster_enabled:0): set PLANTS_STORE_URL to"
+    " redis://host:port/db (rediss:// for TLS)"
+)
+#: The most of a message of Redis's own that the log repeats.
+_MESSAGE_MAX = 200
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
@@ -59,8 +71,13 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
     """The store's error for a Redis failure: its reason, and its cause in words, for the log.
 
     The cause is read from the exception's class and the socket error under it, never from
-    redis-py's message, so no URL or password can reach the log.
+    redis-py's message, so no URL or password can reach the log; an error Redis itself answered
+    (`-ERR DB index is out of range`) is repeated, as it holds neither.
     """
+    if isinstance(exc, RedisClusterException) and "Cluster mode is not enabled" in str(exc):
+        return StoreUnavailableError("wrong_kind", PLAIN_AS_CLUSTER)
+    if isinstance(exc, MovedError):
+        return StoreUnavailableError("wrong_kind", f"{CLUSTER_NODE_AS_PLAIN} (Redis: MOVED)")
     if isinstance(exc, ResponseError) and str(exc).startswith("NEEDSMIGRATION"):
         return StoreUnavailableError(
             "needs_migration",
@@ -80,12 +97,22 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
             reason, cause = "connection", "the connection failed or was lost"
     elif isinstance(exc, ReadOnlyError):
         reason, cause = "read_only", "it is a read-only replica"
-    elif isinstance(exc, (ClusterError, RedisClusterException, TryAgainError)):
+    elif isinstance(exc, RedisClusterException):
+        reason, cause = "cluster", "no node given in the URL answered with the cluster's slot map"
+    elif isinstance(exc, (ClusterError, TryAgainError)):
         # The cluster is failing over, or a slot is moving, or no node serves the slot.
         reason, cause = "cluster", "the cluster is failing over or moving a slot"
     else:
         reason, cause = "other", "it answered with an error"
-    return StoreUnavailableError(reason, f"{cause} (Redis: {type(exc).__name__})")
+    return StoreUnavailableError(reason, f"{cause} (Redis: {_redis_said(exc)})")
+
+
+def _redis_said(exc: Exception) -> str:
+    """The error's class, and for an error that Redis answered, its message (no URL in it)."""
+    if not isinstance(exc, ResponseError) or not str(exc):
+        return type(exc).__name__
+    message = str(exc)
+    return f"{type(exc).__name__}: {message[:_MESSAGE_MAX]}{'…' if len(message) > _MESSAGE_MAX else ''}"
 
 
 def _socket_error(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -23,6 +23,7 @@ from app.store.base import (
     PreconditionFailedError,
     StoreFullError,
 )
+from app.store.readiness import Readiness
 from app.store.redis.connection import LazyClient, ScriptRunner
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.errors import RedisBacked
@@ -31,6 +32,7 @@ from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import PositionListener, StreamListener
 from app.store.redis.pages import GroupPages
+from app.store.redis.readiness import probe
 from app.store.signal import LISTEN_SECONDS
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
@@ -168,6 +170,9 @@ class RedisPlantStore(RedisBacked):
 
     def ping(self) -> None:
         self._clients.get().ping()
+
+    def readiness(self) -> Readiness:
+        return probe(self._clients, self.groups)
 
     def close(self) -> None:
         self._clients.close()

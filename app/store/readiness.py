@@ -1,0 +1,25 @@
+"""What a store can serve right now, for `/readyz`: everything, or everything but the bucket
+groups of some failing nodes. A store that can serve nothing raises StoreUnavailableError instead."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class FailingNode(NamedTuple):
+    """A node whose groups' plants cannot be served now, and why (for people: no password)."""
+
+    node: str
+    groups: tuple[int, ...]
+    cause: str
+
+
+class Readiness(NamedTuple):
+    failing: tuple[FailingNode, ...] = ()
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.failing)
+
+
+READY = Readiness()
