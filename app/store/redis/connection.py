@@ -27,13 +27,17 @@ from redis.retry import Retry
 
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
-from app.store.redis.errors import FAILURES
+from app.store.redis.abortive import AbortiveConnection, AbortiveSSLConnection
+from app.store.redis.deadline import Deadline
+from app.store.redis.errors import FAILURES, settled
 from app.store.redis.held import HeldConnections
+from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
 
 
 def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.Redis | RedisCluster:
-    """A client for the store URL: redis-py's Redis, or its RedisCluster for a cluster URL."""
+    """A client for the store URL: redis-py's Redis, or its RedisCluster for a cluster URL. Its TCP
+    connections close abortively (abortive.py)."""
     # One retry, on a broken connection only: a pooled connection that Redis closed (a restart),
     # or on a cluster a node that failed (the retry follows the refreshed slot map). Every
     # script is safe to repeat: a create that landed answers "identical", a delete "absent".
@@ -42,13 +46,20 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
         "socket_timeout": timeout,
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
+    tls = url.scheme in ("rediss", "rediss+cluster")
+    if url.scheme != "unix":  # a unix socket has no send queue: a write is in Redis's buffer at once
+        options["connection_class"] = AbortiveSSLConnection if tls else AbortiveConnection
     if not url.cluster:
         return redis.Redis.from_url(url.url, **options)
+    # Given a `url`, RedisCluster builds each node's pool from these options, connection_class
+    # included (given only startup nodes, it does not take one). The URL names the first node
+    # alone, so that the TLS, user and password come from the options.
+    (host, port), *others = url.nodes
     return RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in url.nodes],
+        url=f"redis://{f'[{host}]' if ':' in host else host}:{port}",
+        startup_nodes=[ClusterNode(other_host, other_port) for other_host, other_port in others],
         username=url.username,
         password=url.password,
-        ssl=url.scheme == "rediss+cluster",
         **options,
     )
 
@@ -62,8 +73,10 @@ class LazyClient:
         self._make = lambda: connect(url, connect_timeout=connect_timeout, timeout=timeout)
         self._client: redis.Redis | RedisCluster | None = None if self.cluster else self._make()
         self._lock = threading.Lock()
-        self._nodes: dict[int, redis.Redis] = {}
+        #: Per slot, the name and the plain client of the node that serves it.
+        self._nodes: dict[int, tuple[str, redis.Redis]] = {}
         self._held = HeldConnections()
+        self._slot_map = SlotMapRefresh()
 
     def get(self) -> Any:
         client = self._client
@@ -85,10 +98,11 @@ class LazyClient:
         if not self.cluster:
             return client
         slot = key_slot(key.encode())
-        node_client = self._nodes.get(slot)
-        if node_client is None:
-            node_client = self._nodes[slot] = client.get_redis_connection(client.get_node_from_key(key))
-        return node_client
+        entry = self._nodes.get(slot)
+        if entry is None:
+            node = client.get_node_from_key(key)
+            entry = self._nodes[slot] = (node.name, client.get_redis_connection(node))
+        return entry[1]
 
     def call(self, node: redis.Redis, *command: Any) -> Any:
         """`command` on `node` (a plain client), on this thread's held connection (redis_held.py)."""
@@ -105,9 +119,24 @@ class LazyClient:
                 raise
             self.forget(key)
             return self.get().execute_command(*command)
+        except RedisTimeoutError:
+            self.suspect(key)
+            raise
 
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
+
+    def suspect(self, key: str) -> None:
+        """The node that serves `key` did not answer in time: on a cluster, it may be cut off and
+        its replica promoted, which only a fresh slot map tells (redis-py reads the map again
+        after an error or a redirect, never after a timeout). So forget it, and read the map again
+        from another node, at most once a second."""
+        if not self.cluster:
+            return
+        entry = self._nodes.pop(key_slot(key.encode()), None)
+        if self._slot_map.refresh(self.get(), entry[0] if entry else None):
+            # Every slot of that node may have moved: ask the new map for each.
+            self._nodes.clear()
 
     def close(self) -> None:
         if self._client is not None:
@@ -128,6 +157,10 @@ class ScriptRunner:
     leaves) must not run on either. The scripts refuse to start on the source node (their first
     command probes the slot, see lua.py), and ASK or TRYAGAIN is waited out here until
     the move ends in MOVED, which refreshes redis-py's slot map, or until `moving_wait_s`.
+
+    A plant's write carries a `Deadline` (deadline.py): when its outcome is unknown (a timeout,
+    or a connection lost once it may have been sent) its error is raised only once the deadline
+    has passed, after which Redis refuses it; so it can never land after the 503 it answered.
     """
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
@@ -137,12 +170,24 @@ class ScriptRunner:
         self._wait_ms = wait_ms
         self._moving_wait_s = moving_wait_s
 
-    def __call__(self, name: str, keys: tuple, args: tuple, *, write: bool = False) -> Any:
-        """The answer of the script `name` of lua.py."""
+    def __call__(
+        self, name: str, keys: tuple, args: tuple, *, write: bool = False, deadline: Deadline | None = None
+    ) -> Any:
+        """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked."""
+        if deadline is None:
+            return self._run(name, keys, args, write=write)
+        try:
+            return self._run(name, keys, args, write=write)
+        except (RedisTimeoutError, RedisConnectionError) as exc:
+            if not settled(exc):
+                deadline.wait_until_settled()
+            raise
+
+    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self._nodes.get().register_script(getattr(lua, name))
-        deadline = time.monotonic() + self._moving_wait_s
+        moving_deadline = time.monotonic() + self._moving_wait_s
         redirects = 0
         while True:
             node = self._nodes.node_for(keys[0])
@@ -162,12 +207,11 @@ class ScriptRunner:
                 else:
                     refresh_slots(self._nodes.get())
             except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
-                if time.monotonic() > deadline:
+                if time.monotonic() > moving_deadline:
                     raise
                 time.sleep(0.02)
             except RedisTimeoutError:
-                if self._nodes.cluster:
-                    self._nodes.forget(keys[0])
+                self._nodes.suspect(keys[0])
                 raise
 
     def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:

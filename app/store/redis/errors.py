@@ -84,6 +84,9 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
             "Redis holds plants stored by 1.0.0 without the indexes that pages need: "
             "run `python -m app.store.migrate` once",
         )
+    if isinstance(exc, ResponseError) and str(exc).startswith("LATE"):
+        # A write's own refusal (deadline.py): it reached Redis too late, and did nothing.
+        return StoreUnavailableError("timeout", "the write reached Redis after its deadline (Redis: LATE)")
     if isinstance(exc, AuthenticationError):
         reason, cause = "auth", "authentication failed (check the user and password in the URL)"
     elif isinstance(exc, RedisTimeoutError) or _socket_error(exc, TimeoutError):
@@ -113,6 +116,13 @@ def _redis_said(exc: Exception) -> str:
         return type(exc).__name__
     message = str(exc)
     return f"{type(exc).__name__}: {message[:_MESSAGE_MAX]}{'…' if len(message) > _MESSAGE_MAX else ''}"
+
+
+def settled(exc: BaseException) -> bool:
+    """Whether a failed call certainly had no effect and never will: nothing listens at the
+    address, or the name did not resolve. After a timeout or a lost connection, a command
+    may have been sent, and may still be on its way."""
+    return _socket_error(exc, ConnectionRefusedError) or _socket_error(exc, socket.gaierror)
 
 
 def _socket_error(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -84,29 +84,42 @@ class Groups:
     def _write_keys(self, plant_id: int, g: int) -> tuple[str, str, str]:
         return self.bucket_key(plant_id), self.count_key(g), self.feed_key(g)
 
-    def _write_args(self, g: int) -> tuple[str, str, str]:
-        return self.tags[g], self.cluster_arg, self.retain_arg
+    def _write_args(self, g: int, deadline_ms: int | None) -> tuple[str, str, str, int | str]:
+        """Every write's first arguments; its deadline (deadline.py) '' for none, as the
+        benchmarks' direct loads pass."""
+        return self.tags[g], self.cluster_arg, self.retain_arg, "" if deadline_ms is None else deadline_ms
 
-    def create_call(self, plant_id: int, value: bytes, *, rewrite: bool = False) -> tuple[tuple, tuple]:
+    def create_call(
+        self, plant_id: int, value: bytes, *, rewrite: bool = False, deadline_ms: int | None = None
+    ) -> tuple[tuple, tuple]:
         """The CREATE script's keys and arguments (`rewrite`: see the script)."""
         g = self.of(plant_id)
-        return self._write_keys(plant_id, g), (*self._write_args(g), plant_id, value, self.quotas[g],
-                                               member(plant_id), "1" if rewrite else "")  # fmt: skip
+        args = (plant_id, value, self.quotas[g], member(plant_id), "1" if rewrite else "")
+        return self._write_keys(plant_id, g), (*self._write_args(g, deadline_ms), *args)
 
-    def delete_call(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> tuple[tuple, tuple]:
+    def delete_call(
+        self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, deadline_ms: int | None = None
+    ) -> tuple[tuple, tuple]:
         g = self.of(plant_id)
         keys = self._write_keys(plant_id, g)
-        args = (*self._write_args(g), plant_id, member(plant_id))
+        args = (*self._write_args(g, deadline_ms), plant_id, member(plant_id))
         return keys, args if precondition is UNCONDITIONAL else (*args, *precondition_args(precondition))
 
     def change_call(
-        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+        self,
+        plant_id: int,
+        name: Any,
+        tag: Any,
+        precondition: Precondition,
+        *,
+        create: bool,
+        deadline_ms: int | None = None,
     ) -> tuple[tuple, tuple]:
         """The CHANGE script's keys and arguments (KEEP: see the script)."""
         g = self.of(plant_id)
         keys = self._write_keys(plant_id, g)
         tag_arg = "k" if tag is KEEP else "n" if tag is None else "s" + tag
-        return keys, (*self._write_args(g), plant_id, member(plant_id), self.quotas[g],
+        return keys, (*self._write_args(g, deadline_ms), plant_id, member(plant_id), self.quotas[g],
                       "1" if create else "", "" if name is KEEP else name, tag_arg,
                       *precondition_args(precondition))  # fmt: skip
 

@@ -25,6 +25,7 @@ from app.store.base import (
 )
 from app.store.readiness import Readiness
 from app.store.redis.connection import LazyClient, ScriptRunner
+from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.errors import RedisBacked
 from app.store.redis.feed import GroupFeeds
@@ -85,15 +86,20 @@ class RedisPlantStore(RedisBacked):
             moving_wait_s=_MOVING_WAIT_S,
         )
         self._rewrite = min_replicas > 0
+        # A plant's write takes effect within the store timeout of its start, or never.
+        self._window_s = timeout
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self._cursor_key: bytes | None = None
         self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
     def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
-        keys, args = self.groups.create_call(plant_id, encode(name, tag), rewrite=self._rewrite)
         self._hints.note(self._clients.get(), plant_id, tag)
-        answer = self._run("CREATE", keys, args, write=True)
+        deadline = Deadline.after(self._window_s)
+        keys, args = self.groups.create_call(
+            plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms
+        )
+        answer = self._run("CREATE", keys, args, write=True, deadline=deadline)
         if answer == 3:
             raise StoreFullError
         return _OUTCOMES[answer]
@@ -104,9 +110,10 @@ class RedisPlantStore(RedisBacked):
         return None if value is None else decode(value)
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
-        keys, args = self.groups.delete_call(plant_id, precondition)
+        deadline = Deadline.after(self._window_s)
+        keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-        answer = self._run("DELETE", keys, args, write=True)
+        answer = self._run("DELETE", keys, args, write=True, deadline=deadline)
         if answer == 2:
             raise PreconditionFailedError
         return answer == 1
@@ -114,10 +121,13 @@ class RedisPlantStore(RedisBacked):
     def change(
         self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
     ) -> tuple[Change, Plant | None]:
-        keys, args = self.groups.change_call(plant_id, name, tag, precondition, create=create)
         if tag is not KEEP and tag is not None:
             self._hints.note(self._clients.get(), plant_id, tag)
-        answer = self._run("CHANGE", keys, args, write=True)
+        deadline = Deadline.after(self._window_s)
+        keys, args = self.groups.change_call(
+            plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms
+        )
+        answer = self._run("CHANGE", keys, args, write=True, deadline=deadline)
         code = answer[0]
         if code == 4:
             raise PreconditionFailedError

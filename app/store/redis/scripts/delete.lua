@@ -1,10 +1,12 @@
 -- KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
--- decimal id, the member, and the precondition (see `allows`; none for an unconditional delete).
--- Answers 1 deleted, 0 absent, 2 refused by the precondition.
-local id, member = ARGV[4], ARGV[5]
+-- deadline (see `past`), the decimal id, the member, and the precondition (see `allows`; none for
+-- an unconditional delete). Answers 1 deleted, 0 absent, 2 refused by the precondition; LATE past
+-- the deadline.
+if past(ARGV[4]) then return redis.error_reply(LATE) end
+local id, member = ARGV[5], ARGV[6]
 local stored = redis.call('HGET', KEYS[1], id)
 if not stored then return 0 end
-if #ARGV > 5 and not allows(stored, 6) then return 2 end
+if #ARGV > 6 and not allows(stored, 7) then return 2 end
 redis.call('HDEL', KEYS[1], id)
 redis.call('DECR', KEYS[2])
 index_remove('a', member)

@@ -98,6 +98,18 @@ local function record(kind, id, value)
   end
 end
 
+-- Whether a write is past its deadline (ARGV[4] of every write: ms since the epoch by the
+-- service's clock, '' for none) by Redis's clock. A write that reaches Redis later (held in a
+-- send queue, a proxy, or the buffer of a stalled server) answers LATE, having written nothing:
+-- the service has answered 503 by then (app/store/redis/deadline.py). Redis 7 replicates a
+-- script's effects, not the script, so reading TIME here is allowed and a replica never judges it.
+local function past(deadline)
+  if deadline == '' then return false end
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(deadline)
+end
+local LATE = 'LATE the write reached Redis after its deadline'
+
 -- Counts a new plant in the group (KEYS[2]) unless the group holds `capacity` already: one INCR,
 -- taken back when over, rather than a GET before an INCR (one call fewer on every create). The
 -- first plant of an empty store marks it as indexed (`P:layout`).

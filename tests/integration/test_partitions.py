@@ -1,0 +1,99 @@
+"""Writes whose bytes arrive late, and a cluster partitioned for real.
+
+README ("Running with Redis") and docs/redis-cluster.md: a write that answered 503 took effect
+within PLANTS_STORE_TIMEOUT of its start, or never; so it never lands after a later write that
+answered 200. Here a proxy between the service and Redis holds one write's bytes until after a
+later write of the same plant succeeded, then delivers them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from redis.cluster import RedisCluster
+
+from app.store.redis.groups import CLUSTER_GROUPS, Groups
+from tests.conftest import cluster_settings, redis_settings
+from tests.proxy import HoldingProxy
+from tests.servers import RedisClusterServers
+
+TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
+PLANT = 7
+
+
+@pytest.fixture
+def store_settings():
+    """Each test gives its own store through a proxy (make_app's settings)."""
+    return {}
+
+
+def put(client, auth, name: str) -> int:
+    return client.put(f"/plants/{PLANT}", json={"id": PLANT, "name": name}, headers=auth).status_code
+
+
+def assert_held_write_never_lands_after_a_later_one(client, auth, proxy: HoldingProxy) -> None:
+    assert put(client, auth, "version 1") in (200, 201)
+    proxy.hold()
+    assert put(client, auth, "version 2") == 503
+    assert proxy.held_bytes > 0  # version 2 is on its way, held
+    proxy.stop_holding()
+    assert put(client, auth, "version 3") == 200
+    proxy.release()
+    # Redis answers the late bytes to a client that has gone.
+    wait_until(lambda: proxy.orphan_replies)
+    answer = client.get(f"/plants/{PLANT}", headers=auth)
+    assert answer.status_code == 200
+    assert answer.get_json()["name"] == "version 3"
+    assert b"LATE" in b"".join(proxy.orphan_replies)  # the write refused itself
+
+
+def test_a_write_held_in_the_network_never_lands_after_a_later_write_on_one_redis(
+    redis_server, make_app, auth
+):
+    proxy = HoldingProxy(redis_server.port)
+    try:
+        settings = redis_settings(redis_server)
+        settings["PLANTS_STORE_URL"] = f"redis://127.0.0.1:{proxy.port}/0"
+        client = make_app(**settings, **TIMEOUTS).test_client()
+        assert_held_write_never_lands_after_a_later_one(client, auth, proxy)
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    cluster = RedisClusterServers(tmp_path, nodes=3, replicas=0)
+    yield cluster
+    cluster.stop()
+
+
+def test_a_write_held_in_the_network_never_lands_after_a_later_write_on_a_cluster(
+    small_cluster, make_app, auth
+):
+    settings = cluster_settings(small_cluster)
+    groups = Groups(settings["PLANTS_STORE_PREFIX"], count=CLUSTER_GROUPS, capacity=1, cluster=True)
+    probe = RedisCluster(host="127.0.0.1", port=small_cluster.nodes[0].port)
+    try:
+        port = probe.get_node_from_key(groups.bucket_key(PLANT)).port
+    finally:
+        probe.close()
+    node = next(node for node in small_cluster.nodes if node.port == port)
+    proxy = HoldingProxy(port)
+    try:
+        # The node tells clients to reach it through the proxy; the other nodes learn it by gossip.
+        node.command("CONFIG", "SET", "cluster-announce-port", str(proxy.port))
+        wait_until(
+            lambda: all(str(proxy.port) in other.command("CLUSTER", "SLOTS") for other in small_cluster.nodes)
+        )
+        client = make_app(**settings, **TIMEOUTS).test_client()
+        assert_held_write_never_lands_after_a_later_one(client, auth, proxy)
+    finally:
+        proxy.close()
+
+
+def wait_until(condition, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

@@ -1,0 +1,107 @@
+"""A TCP proxy on 127.0.0.1 that can hold what clients send and deliver it later: a network that
+queues a command (a send queue, a retransmit, a middlebox) and delivers it after its sender gave up.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class HoldingProxy:
+    """Forwards each client connection to 127.0.0.1:`upstream_port` on a connection of its own.
+
+    While `hold()` is on, what clients send is kept instead of forwarded. `release()` delivers it
+    on the upstream connection it came for, even when its client has gone (reset or closed): the
+    upstream connection stays open for it. What upstream answers to a client that has gone is
+    kept in `orphan_replies`.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream_port = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._holding = False
+        self._held: list[tuple[socket.socket, bytes]] = []
+        self._sockets: list[socket.socket] = [self._listener]
+        self.orphan_replies: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holding = True
+
+    def stop_holding(self) -> None:
+        """Forward again from now on; what was held stays held."""
+        with self._lock:
+            self._holding = False
+
+    def release(self) -> None:
+        """Deliver what was held, in the order it came."""
+        with self._lock:
+            held, self._held = self._held, []
+        for upstream, data in held:
+            upstream.sendall(data)
+
+    @property
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(len(data) for _, data in self._held)
+
+    def close(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
+            except OSError:
+                return
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            gone = threading.Event()
+            threading.Thread(target=self._to_upstream, args=(client, upstream, gone), daemon=True).start()
+            threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
+
+    def _to_upstream(self, client: socket.socket, upstream: socket.socket, gone: threading.Event) -> None:
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                gone.set()  # the upstream connection stays open for what is held
+                return
+            with self._lock:
+                if self._holding:
+                    self._held.append((upstream, data))
+                    continue
+            try:
+                upstream.sendall(data)
+            except OSError:
+                return
+
+    def _to_client(self, upstream: socket.socket, client: socket.socket, gone: threading.Event) -> None:
+        while True:
+            try:
+                data = upstream.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if gone.is_set():
+                with self._lock:
+                    self.orphan_replies.append(data)
+                continue
+            try:
+                client.sendall(data)
+            except OSError:
+                gone.set()
+                with self._lock:
+                    self.orphan_replies.append(data)
