@@ -191,8 +191,9 @@ class KeySet:
         jwks_url = self._jwks_url
         if jwks_url is None:
             discovery, _ = fetch_json(self._discovery_url, deadline)
-            if discovery.get("issuer") != self._issuer:
-                raise FetchError(f"the discovery document at {self._discovery_url} names another issuer")
+            named = discovery.get("issuer")
+            if named != self._issuer:
+                raise FetchError(_another_issuer(self._discovery_url, self._issuer, named))
             jwks_url = discovery.get("jwks_uri")
             if not isinstance(jwks_url, str) or urlsplit(jwks_url).scheme not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
@@ -284,3 +285,15 @@ def _max_age(cache_control: str | None) -> float:
     if match is None:
         return DEFAULT_MAX_AGE
     return min(max(float(match.group(1)), MIN_MAX_AGE), MAX_MAX_AGE)
+
+
+def _another_issuer(discovery_url: str, configured: str, named: Any) -> str:
+    """Both issuers, as written (the provider's cut short: it is what a stranger's server says)."""
+    shown = repr(named)[:200]
+    hint = ""
+    if isinstance(named, str) and named.rstrip("/") == configured.rstrip("/"):
+        hint = ": they must be equal character for character, trailing slash included"
+    return (
+        f"the discovery document at {discovery_url} names the issuer {shown}, not PLANTS_JWT_ISSUER"
+        f" {configured!r}{hint}"
+    )

@@ -717,3 +717,15 @@ def test_the_document_names_the_webhooks_scope_on_the_webhooks_operations(issuer
     assert scheme in document["paths"]["/webhooks"]["post"]["security"]
     assert scheme in document["paths"]["/webhooks/{endpoint_id}"]["get"]["security"]
     assert {"openIdConnect": ["plants:write"]} in document["paths"]["/plants"]["post"]["security"]
+
+
+def test_an_issuer_with_a_trailing_slash_is_logged_with_both_values(issuer, make_jwt_app, caplog):
+    """PLANTS_JWT_ISSUER with a slash the provider's `issuer` lacks: the line names both."""
+    with caplog.at_level(logging.WARNING):
+        app = make_jwt_app(wait=False, PLANTS_JWT_ISSUER=issuer.url + "/")
+        _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
+    app.extensions["plants"].auth.close()
+    assert (
+        f"names the issuer {issuer.url!r}, not PLANTS_JWT_ISSUER {issuer.url + '/'!r}: they must be"
+        " equal character for character, trailing slash included"
+    ) in caplog.text
