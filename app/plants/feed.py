@@ -105,7 +105,8 @@ def _watch(
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return Response(watch, mimetype=STREAM, headers=headers, direct_passthrough=True)
     after = encode_cursor(key, position, None, EVENTS)
-    watch = LongPoll(store, signal, position, wait=query["wait"], limit=query["limit"], after=after, **common)
+    wait = min(query["wait"], settings.events_max_wait)
+    watch = LongPoll(store, signal, position, wait=wait, limit=query["limit"], after=after, **common)
     return Response(watch, mimetype=JSON, direct_passthrough=True)
 
 

@@ -59,6 +59,7 @@ class Settings:
     store_min_replicas: int
     events_retain: int
     events_heartbeat: int
+    events_max_wait: float
     events_stream_max: int
     events_max_watchers: int
     events_max_watchers_per_token: int
@@ -76,6 +77,7 @@ class Settings:
     require_if_match: bool
     max_content_length: int
     trusted_proxies: int
+    log_format: str
 
 
 def _attribute(key: str) -> str:

@@ -87,6 +87,9 @@ class SettingsSchema(Schema):
     PLANTS_EVENTS_RETAIN = WholeNumber(100_000)
     # Watching the feed (docs/change-feed.md): server-sent events and long-polls.
     PLANTS_EVENTS_HEARTBEAT = WholeNumber(15, minimum=1, maximum=3600, unit=" seconds")
+    #: The longest a long-poll waits, whatever its `wait` asks: lower it behind a proxy whose
+    #: read timeout is shorter than 60 s.
+    PLANTS_EVENTS_MAX_WAIT = Seconds(55.0)
     PLANTS_EVENTS_STREAM_MAX = WholeNumber(300, minimum=1, maximum=86_400, unit=" seconds")
     PLANTS_EVENTS_MAX_WATCHERS = WholeNumber(10_000, minimum=1)
     PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN = WholeNumber(100, minimum=1)
@@ -109,6 +112,8 @@ class SettingsSchema(Schema):
     # The HTTP layer (Flask's own name for the body limit).
     MAX_CONTENT_LENGTH = WholeNumber(64 * 1024, minimum=1)
     PLANTS_TRUSTED_PROXIES = WholeNumber(0)
+    # What the service says about itself (app/telemetry/).
+    PLANTS_LOG_FORMAT = Text("text", pattern="text|json", problem="must be text or json")
 
 
 #: The declared settings, by name, in checking order.

@@ -32,8 +32,15 @@ def store_settings(request):
 def fresh_server(store_settings):
     """A new service on each store (two workers on Redis), so that generated ids meet no others.
     It keeps as many webhook endpoints as schemathesis registers (a 507 past PLANTS_WEBHOOKS_MAX is
-    tested in test_webhooks.py), and sends them nothing: deliveries are not the HTTP contract."""
-    env = {"PLANTS_WEBHOOKS_MAX": "1000000", "PLANTS_WEBHOOKS_DELIVER": "false"}
+    tested in test_webhooks.py), and sends them nothing: deliveries are not the HTTP contract.
+    A long-poll waits at most 10 ms (PLANTS_EVENTS_MAX_WAIT) and a stream lasts a second, so that
+    generated `wait`s keep the run's time bounded (test_watch.py holds the waits themselves)."""
+    env = {
+        "PLANTS_WEBHOOKS_MAX": "1000000",
+        "PLANTS_WEBHOOKS_DELIVER": "false",
+        "PLANTS_EVENTS_MAX_WAIT": "0.01",
+        "PLANTS_EVENTS_STREAM_MAX": "1",
+    }
     server = Gunicorn(env={**env, **store_settings, "WEB_CONCURRENCY": "2"} if store_settings else env)
     yield server
     server.stop()
