@@ -344,3 +344,27 @@ def test_through_the_shipped_nginx_a_stream_is_not_buffered(tmp_path):
     finally:
         proxy.stop()
         app.stop()
+
+
+def test_the_documented_python_client_receives_each_event_and_resumes(server):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text()
+    code = text.split("**A Python client**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/change-feed.md", "exec"), namespace)  # noqa: S102  # the page's own code
+    received: list[dict] = []
+    stream = namespace["watch"]("127.0.0.1", server.port, TOKEN)
+
+    def consume():
+        for event in stream:
+            received.append(event)
+            if len(received) == 2:
+                return
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    create(server, 710_070, "first")
+    time.sleep(5.0)  # past PLANTS_EVENTS_STREAM_MAX (4 s): the client reconnects with Last-Event-ID
+    create(server, 710_071, "second")
+    thread.join(10)
+    assert [event["plant"]["id"] for event in received] == [710_070, 710_071]
