@@ -18,6 +18,7 @@ from app.extension import init_state
 from app.http.error_handler import register_json_errors
 from app.http.json_provider import OrjsonProvider
 from app.settings import DEFAULTS, ConfigurationError, from_environ
+from app.telemetry.request_ids import RequestIds
 
 __all__ = ["ConfigurationError", "create_app"]
 
@@ -104,4 +105,5 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_port=proxies, x_prefix=proxies
         )
+    app.wsgi_app = RequestIds(app.wsgi_app, trusted_proxies=proxies)  # type: ignore[method-assign]
     return app

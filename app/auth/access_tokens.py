@@ -143,6 +143,7 @@ class AccessTokens:
             None if read else self._needs_read,
             None if write else self._needs_write,
             None if self.settings.webhooks_scope in scopes else self._needs_webhooks,
+            "jwt",
         )
 
 

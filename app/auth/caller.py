@@ -19,6 +19,8 @@ class Caller(NamedTuple):
     write_refusal: HTTPException | None
     #: The refusal of every /webhooks operation, or None when the caller may manage webhooks.
     webhooks_refusal: HTTPException | None
+    #: The kind of token, for the log: `full-access`, `read-only` (static tokens) or `jwt`.
+    kind: str = "full-access"
 
 
 #: An authentication's outcome: the refusal, or None and the caller.

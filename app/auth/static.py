@@ -67,7 +67,7 @@ class StaticTokens:
             self.callers[key] = Caller(key, None, None, None)
         for token in read_only:
             key = token.encode("ascii")
-            self.callers[key] = Caller(key, None, READ_ONLY_TOKEN, READ_ONLY_WEBHOOKS)
+            self.callers[key] = Caller(key, None, READ_ONLY_TOKEN, READ_ONLY_WEBHOOKS, "read-only")
 
     def caller(self, token: str) -> Caller | None:
         """The caller of `token`, compared with every configured token in constant time."""

@@ -20,6 +20,7 @@ from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, Access
 from app.rate_limits import remember
 from app.store import StoreUnavailableError
+from app.telemetry.context import CALLER_KIND, ROUTE
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,14 @@ def guard() -> Response | None:
         start_timer(environ)  # refusals are timed too
     rule = req.url_rule
     view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
+    if rule is not None:
+        environ[ROUTE] = rule.rule
     access = ACCESS.get(view, Access.READ)
     if access is Access.PUBLIC:
         return None
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
+    if caller is not None:
+        environ[CALLER_KIND] = caller.kind
     limits = state.rate_limits
     # A 503 (the provider's keys not loaded yet) is not the client's failure.
     if limits is not None and (problem is None or problem.code != 503):

@@ -7,7 +7,8 @@ time per request. Here the atoms the shipped format uses are computed directly, 
 atom comes from gunicorn's own `atoms()`, so every format still logs what gunicorn would.
 
 One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 3339 with
-milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time.
+milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line also carries the
+request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gunicorn import glogging
+
+from app.telemetry.logs import request_fields
 
 
 class _Atoms(dict):
@@ -61,6 +64,12 @@ class AccessLogger(glogging.Logger):
         if not self.access_log_enabled:
             return
         try:
-            self.access_log.info(self.cfg.access_log_format, _Atoms(self, resp, req, environ, request_time))
+            atoms = _Atoms(self, resp, req, environ, request_time)
+            fields = {
+                **request_fields(environ),
+                "status": int(atoms["s"]),
+                "duration_ms": round(request_time.total_seconds() * 1000, 3),
+            }
+            self.access_log.info(self.cfg.access_log_format, atoms, extra=fields)
         except Exception:
             self.error(traceback.format_exc())

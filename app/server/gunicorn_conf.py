@@ -23,6 +23,7 @@ from typing import Any
 
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
+from app.telemetry.logs import logging_config
 
 
 def _setting(name: str, default: str | None = None) -> Any:
@@ -89,13 +90,27 @@ forwarded_allow_ips = _setting("FORWARDED_ALLOW_IPS")
 # No management socket: nothing here uses it, and its default path is shared per user.
 control_socket_disable = True
 
-accesslog = "-"
-errorlog = "-"
+
+def _log_format() -> str:
+    try:
+        from app.settings import from_environ
+
+        return from_environ().get("PLANTS_LOG_FORMAT", "text")
+    except Exception:  # a bad setting: on_starting reports it in one line
+        return "text"
+
+
+# Every line of every logger, gunicorn's own included, in one format on stdout (PLANTS_LOG_FORMAT,
+# app/telemetry/logs.py), through gunicorn's documented logconfig_dict: no handler of gunicorn's own.
+logconfig_dict = logging_config(_log_format())
+accesslog = None
+errorlog = None
 # gunicorn's logger, computing only the atoms the access line uses (app/server/access_log.py).
 logger_class = "app.server.access_log.AccessLogger"
-# When (UTC, RFC 3339), REMOTE_ADDR and the scheme as the app saw them (after ProxyFix). No
-# request headers are logged, so Authorization never reaches the log.
-access_log_format = '%(time)s %(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
+# REMOTE_ADDR and the scheme as the app saw them (after ProxyFix); the time, the request's id and
+# (in JSON) its fields come with the log format. No request headers are logged, so Authorization
+# never reaches the log.
+access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 
 
 def _prepare_metrics_directory(server: Any) -> None:

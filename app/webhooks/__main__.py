@@ -15,13 +15,14 @@ from typing import Any
 
 from app.settings import DEFAULTS, ConfigurationError, from_environ, load_settings
 from app.store import StoreUrl, store_for
+from app.telemetry.logs import configure
 from app.webhooks import Deliverer, user_agent
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings({**DEFAULTS, **from_environ()})
+        configure(settings.log_format)  # the web workers' format (app/telemetry/logs.py)
         url = StoreUrl.parse(settings.store_url)
     except ConfigurationError as exc:
         print(f"Plant Store: configuration error: {exc.from_environment()}", file=sys.stderr)

@@ -280,6 +280,7 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
             "GUNICORN_BIND has no valid port (0-65535) in '127.0.0.1:http'",
         ),
         ({"GUNICORN_BIND": "80000"}, "GUNICORN_BIND has no valid port (0-65535) in '80000'"),
+        ({"PLANTS_LOG_FORMAT": "xml"}, "PLANTS_LOG_FORMAT must be text or json"),
         ({"GUNICORN_BIND": ":9000"}, "GUNICORN_BIND names no host in ':9000'"),
         ({"GUNICORN_BIND": "127.0.0.1:9000,"}, "GUNICORN_BIND must be addresses such as 127.0.0.1:8000"),
     ],

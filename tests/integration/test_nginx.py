@@ -55,18 +55,45 @@ def connect(port: int, tls: bool = False) -> http.client.HTTPConnection:
 
 
 def access_log_line(app: Gunicorn, marker: str) -> str:
-    """The access line with `marker`, after its timestamp (UTC, RFC 3339, milliseconds)."""
+    """The access line with `marker`, after its timestamp (UTC, RFC 3339, milliseconds), process
+    id, level and logger."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        lines = [line for line in app.output().splitlines() if marker in line]
+        lines = [line for line in app.output().splitlines() if marker in line and "gunicorn.access" in line]
         if lines:
             timestamp, _, rest = lines[0].partition(" ")
             assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", timestamp), lines[0]
             when = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%f%z")
             assert abs((datetime.now(UTC) - when).total_seconds()) < 60
+            prefix, _, rest = rest.partition(" gunicorn.access: ")
+            assert re.fullmatch(r"\[\d+\] \[INFO\]", prefix), lines[0]
             return rest
         time.sleep(0.05)
     raise AssertionError(f"no access log line for {marker}")
+
+
+def test_nginx_request_id_is_answered_and_logged_and_a_clients_own_is_replaced(trusted):
+    """The shipped configuration sends nginx's $request_id; the app answers it and logs it, and
+    a client cannot choose it (nginx replaces the client's X-Request-Id)."""
+    app, proxy = trusted
+    marker = uuid.uuid4().hex
+    _, headers, _ = call(
+        connect(proxy.port), "GET", f"/healthz?{marker}", headers={"X-Request-Id": "chosen-by-client"}
+    )
+    request_id = headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", request_id)
+    assert access_log_line(app, marker).endswith(f" request_id={request_id}")
+
+
+def test_an_untrusted_proxys_forwarding_headers_are_warned_of_once(untrusted):
+    app, proxy = untrusted
+    for _ in range(3):
+        assert call(connect(proxy.port), "GET", "/healthz")[0] == 200
+    time.sleep(0.2)
+    warnings = [line for line in app.output().splitlines() if "PLANTS_TRUSTED_PROXIES is 0" in line]
+    assert len(warnings) == 1, warnings
+    assert "[WARNING] app.telemetry.request_ids: A request came with X-Forwarded-For" in warnings[0]
+    assert "set PLANTS_TRUSTED_PROXIES=1" in warnings[0]
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])

@@ -1,0 +1,108 @@
+"""One log format for everything a process writes: gunicorn's error log, its access log, the
+service's own lines and the standalone deliverer's. PLANTS_LOG_FORMAT chooses it:
+
+- `text` (the default): `<time> [<pid>] [<LEVEL>] <logger>: <message>`, and ` request_id=<id>` on
+  a request's lines;
+- `json`: one object a line, with `time`, `level`, `logger`, `message` and, on a request's lines,
+  `request_id`, `method`, `route` (the rule, not the path) and `token` (its kind, never its value);
+  the access line adds `status` and `duration_ms`.
+
+Times are RFC 3339 in UTC with milliseconds. The JSON is python-json-logger's (with orjson).
+gunicorn takes the configuration as its documented `logconfig_dict` (logging_config).
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+from datetime import UTC, datetime
+from typing import Any
+
+from pythonjsonlogger.orjson import OrjsonFormatter
+
+from app.telemetry.context import CALLER_KIND, CURRENT_ENVIRON, REQUEST_ID, ROUTE
+
+FORMATS = ("text", "json")
+
+
+def rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class RequestFilter(logging.Filter):
+    """Adds the fields of the request being served, if any, to a record that lacks them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        environ = CURRENT_ENVIRON.get()
+        if environ is not None and not hasattr(record, "request_id"):
+            for name, value in request_fields(environ).items():
+                setattr(record, name, value)
+        return True
+
+
+def request_fields(environ: dict[str, Any]) -> dict[str, Any]:
+    """A request's own log fields, from its environ."""
+    fields: dict[str, Any] = {"request_id": environ.get(REQUEST_ID), "method": environ.get("REQUEST_METHOD")}
+    route = environ.get(ROUTE)
+    if route is not None:
+        fields["route"] = route
+    kind = environ.get(CALLER_KIND)
+    if kind is not None:
+        fields["token"] = kind
+    return fields
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("[%(process)d] [%(levelname)s] %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{rfc3339(record.created)} {super().format(record)}"
+        request_id = getattr(record, "request_id", None)
+        return f"{line} request_id={request_id}" if request_id else line
+
+
+class JsonFormatter(OrjsonFormatter):
+    def __init__(self) -> None:
+        super().__init__(
+            "levelname,name,message", style=",", rename_fields={"levelname": "level", "name": "logger"}
+        )
+
+    def add_fields(
+        self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]
+    ) -> None:
+        log_data["time"] = rfc3339(record.created)
+        super().add_fields(log_data, record, message_dict)
+
+
+def logging_config(log_format: str) -> dict[str, Any]:
+    """A `logging.config.dictConfig` (and gunicorn `logconfig_dict`) of one handler on stdout for
+    every logger, gunicorn's included, in `log_format`."""
+    formatter = (
+        "app.telemetry.logs.JsonFormatter" if log_format == "json" else "app.telemetry.logs.TextFormatter"
+    )
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request": {"()": "app.telemetry.logs.RequestFilter"}},
+        "formatters": {"plants": {"()": formatter}},
+        "handlers": {
+            "plants": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stdout",
+                "formatter": "plants",
+                "filters": ["request"],
+            }
+        },
+        "root": {"level": "INFO", "handlers": ["plants"]},
+        # gunicorn's own loggers reach the root's handler, and only it.
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": [], "propagate": True},
+            "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
+        },
+    }
+
+
+def configure(log_format: str) -> None:
+    """The format for a process that gunicorn does not start (the standalone deliverer)."""
+    logging.config.dictConfig(logging_config(log_format))
