@@ -169,8 +169,11 @@ class EventStream(Watch):
         return b""
 
     def _events(self, now: float) -> bytes:
+        seen, position = self.signal.version, self.position
+        self.seen = seen
         try:
-            entries, _ = self.read(STREAM_PAGE)
+            # Streams at the same position send the same bytes: made once per change.
+            frames, end = self.signal.read(("stream", position), lambda: self._frames(position), seen)
         except FeedExpiredError:
             self.done = True
             gone = {"error": 410, "message": "Events after this position are no longer kept."}
@@ -178,13 +181,19 @@ class EventStream(Watch):
         except StoreUnavailableError:
             self.done = True
             return b"retry: %d\n\n" % RETRY_MS
+        if frames:
+            self.position = end
+            self.next_beat = now + self.heartbeat
+        return frames
+
+    def _frames(self, position: bytes | None) -> tuple[bytes, bytes | None]:
+        """The events after `position` as server-sent events, and the position after them."""
+        entries, _ = self.store.feed_entries(position, STREAM_PAGE)
         if not entries:
-            return b""
+            return b"", position
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
             data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
-        self.position = entries[-1].position
-        self.next_beat = now + self.heartbeat
-        return "".join(frames).encode()
+        return "".join(frames).encode(), entries[-1].position

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.watch import hold, wake
 from tests.conftest import redis_settings
 from tests.servers import TOKEN, Gunicorn, Nginx
 
@@ -368,3 +369,14 @@ def test_the_documented_python_client_receives_each_event_and_resumes(server):
     create(server, 710_071, "second")
     thread.join(10)
     assert [event["plant"]["id"] for event in received] == [710_070, 710_071]
+
+
+def test_the_watch_benchmark_in_small(server):
+    """bench/watch.py's two scenarios, small: holding watchers adds no thread, and every stream
+    gets every event of an open-loop writer, in the feed's order."""
+    held = hold(server.port, server.process.pid, 200, 1.0, token=TOKEN)
+    assert held["threads_after"] <= held["threads_before"] + 1  # at most the feed's listener
+    assert held["rss_kib_per_watcher"] < 40
+    woken = wake(server.port, 50, 20.0, 2.0, token=TOKEN)
+    assert woken["creates"] >= 30
+    assert woken["streams_with_every_event_in_order"] == 50

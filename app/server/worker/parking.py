@@ -45,6 +45,10 @@ class Parked:
     started: float
     head_sent: bool = False
 
+    @property
+    def chunked(self) -> bool:
+        return self.request.version == "1.1"
+
 
 def parkable(result: Any) -> bool:
     return hasattr(result, "subscribe") and hasattr(result, "deadline")
@@ -83,7 +87,7 @@ class Parking:
                 if not chunk:
                     break
                 if streaming:
-                    out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
                 else:
                     parked.answer.chunks.append(chunk)
         except StopIteration:
@@ -112,7 +116,9 @@ class Parking:
             for name, value in parked.answer.headers
             if name.lower() != "content-length"
         ]
-        lines.append("Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
+        lines.append("Transfer-Encoding: chunked\r\n" if parked.chunked else "")
+        lines.append("Connection: close\r\n\r\n")
         return "".join(lines).encode("latin-1")
 
     def _park(self, conn: Conn) -> None:
@@ -159,7 +165,7 @@ class Parking:
         elif parked.iterable.streaming:
             if not parked.head_sent:
                 out.insert(0, self._stream_head(parked))
-            if not failed:  # a stream cut by an error ends without its last chunk: the client can tell
+            if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
         else:
