@@ -53,8 +53,7 @@ class PlantsState:
         """A change that the feed recorded: wake this process's deliverer, and count it when the
         app has metrics."""
         if self.store.events_retain:
-            self.deliverer.wake()
-            self.feed_signal.notify()
+            self.feed_signal.notify()  # wakes the watchers and the deliverer
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
@@ -104,6 +103,14 @@ def _state_for(settings: Settings) -> PlantsState:
     except ValueError as exc:
         raise ConfigurationError(settings.store_url_key, str(exc)) from None
     metrics = Metrics(store) if settings.metrics else None
+    deliverer = Deliverer(store, settings, user_agent=user_agent(), metrics=metrics)
+    feed_signal = FeedSignal(
+        store.feed_listener,
+        max_watchers=settings.events_max_watchers,
+        max_per_caller=settings.events_max_watchers_per_token,
+        cheap_to_listen=store.shared and not url.cluster,
+    )
+    feed_signal.observe(deliverer.wake)
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),
@@ -112,10 +119,6 @@ def _state_for(settings: Settings) -> PlantsState:
         rate_limits=rate_limits_for(settings, url),
         split_guard=None if store.shared else SplitStoreGuard(),
         store_address=url.redacted,
-        deliverer=Deliverer(store, settings, user_agent=user_agent(), metrics=metrics),
-        feed_signal=FeedSignal(
-            store.feed_listener,
-            max_watchers=settings.events_max_watchers,
-            max_per_caller=settings.events_max_watchers_per_token,
-        ),
+        deliverer=deliverer,
+        feed_signal=feed_signal,
     )

@@ -199,6 +199,10 @@ def post_worker_init(worker: Any) -> None:
     deliverer = _deliverer_of(worker)
     if deliverer is not None:
         deliverer.start()
+        from app.extension import plants_state
+
+        # The deliverer wakes on the feed's listener, which hears every process's writes.
+        plants_state(worker.wsgi).feed_signal.listen()
 
 
 def _deliverer_of(worker: Any) -> Any:

@@ -39,8 +39,13 @@ class FeedSignal:
         *,
         max_watchers: int,
         max_per_caller: int,
+        cheap_to_listen: bool = False,
     ) -> None:
         self._make_listener = listener
+        #: The listener costs nothing while idle (a blocking read), so `listen` may keep it on.
+        self._cheap_to_listen = cheap_to_listen
+        self._always = False
+        self._observers: list[Callable[[], None]] = []
         self.max_watchers, self.max_per_caller = max_watchers, max_per_caller
         self._lock = threading.Lock()
         self._version = 0
@@ -96,13 +101,26 @@ class FeedSignal:
         with self._lock:
             self._wakes.pop(id(wake), None)
 
+    def observe(self, callback: Callable[[], None]) -> None:
+        """Call `callback` at every change (this process's webhook deliverer)."""
+        self._observers.append(callback)
+
+    def listen(self) -> None:
+        """Hear other processes' writes from now on, even with no watcher, where that costs
+        nothing while idle. Called after the fork: the listener is a thread."""
+        if self._cheap_to_listen:
+            self._always = True
+            self._someone_waits.set()
+            self._start_listener()
+
     def notify(self) -> None:
-        """The feed changed: wake every watcher."""
+        """The feed changed: wake every watcher and observer."""
         with self._lock:
             self._version += 1
             wakes, self._wakes = self._wakes, {}
-            self._someone_waits.clear()
-        for wake in wakes.values():
+            if not self._always:
+                self._someone_waits.clear()
+        for wake in [*self._observers, *wakes.values()]:
             try:
                 wake()
             except Exception:

@@ -15,6 +15,7 @@ import pytest
 
 from bench.watch import hold, wake
 from tests.conftest import redis_settings
+from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, Nginx
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -380,3 +381,32 @@ def test_the_watch_benchmark_in_small(server):
     woken = wake(server.port, 50, 20.0, 2.0, token=TOKEN)
     assert woken["creates"] >= 30
     assert woken["streams_with_every_event_in_order"] == 50
+
+
+def test_a_webhook_leaves_within_a_fraction_of_a_second_whichever_host_took_the_write(redis_server):
+    """Two hosts on one Redis, and only the first delivers: it hears the second's writes through
+    the feed's listener (the one the watchers use), not at its next look (2 s)."""
+    receiver = Receiver()
+    shared = redis_settings(redis_server)
+    delivering = Gunicorn(env={**shared, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"})
+    writing = Gunicorn(
+        env={**shared, "PLANTS_WEBHOOKS_DELIVER": "false", "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"}
+    )
+    try:
+        conn = writing.connection()
+        body = json.dumps({"url": receiver.url})
+        conn.request("POST", "/webhooks", body, {**AUTH, "Content-Type": "application/json"})
+        assert conn.getresponse().status == 201
+        time.sleep(2.5)  # the delivering host has seen the endpoint
+        delays = []
+        for number in range(8):
+            create(writing, 730_000 + number)
+            written = time.monotonic()
+            delivery = receiver.wait_for(number + 1, timeout=10)[number]
+            delays.append(delivery.at - written)
+            time.sleep(0.3 * (number % 3))  # writes at several points of the look's period
+        assert max(delays) < 0.5, delays
+    finally:
+        writing.stop()
+        delivering.stop()
+        receiver.stop()
