@@ -81,17 +81,20 @@ def server(request):
 
 
 def write(port: int, first: int, stop: threading.Event, written: list[int]) -> None:
+    """Creates until `stop`; one whose connection broke is sent again (a replay answers 200 and
+    records nothing), as a client would."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {**AUTH, "Content-Type": "application/json"}
     plant_id = first
     while not stop.is_set():
-        conn.request(
-            "POST",
-            "/plants",
-            json.dumps({"id": plant_id, "name": "r"}),
-            {**AUTH, "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        response.read()
+        try:
+            conn.request("POST", "/plants", json.dumps({"id": plant_id, "name": "r"}), headers)
+            response = conn.getresponse()
+            response.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            continue
         assert response.status == 200
         written.append(plant_id)
         plant_id += 1
