@@ -1,18 +1,11 @@
-"""The request a thread is serving, for its log lines.
-
-A context variable, as structlog and OpenTelemetry keep theirs: each request thread (and each
-context) sees only its own request, with no lock and nothing kept once the request ends.
-"""
+"""The keys the service adds to a request's WSGI environ, for its log lines: they outlive the
+request's Flask context, so the access line, written after it, reads them too."""
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-from typing import Any
-
-#: The WSGI environ of the request being served, or None outside a request.
-CURRENT_ENVIRON: ContextVar[dict[str, Any] | None] = ContextVar("plants_environ", default=None)
-#: The environ keys the service adds: the request's id, and the kind of token its caller sent.
+#: The request's id (request_ids.py).
 REQUEST_ID = "plants.request_id"
+#: The kind of token its caller sent (app/auth/caller.py's Caller.kind).
 CALLER_KIND = "plants.caller_kind"
-#: The rule that routed the request (`/plants/<plant_id>`), kept past the request's context.
+#: The rule that routed the request (`/plants/<plant_id>`).
 ROUTE = "plants.route"

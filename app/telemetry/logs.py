@@ -18,9 +18,10 @@ import logging.config
 from datetime import UTC, datetime
 from typing import Any
 
+from flask import has_request_context, request
 from pythonjsonlogger.orjson import OrjsonFormatter
 
-from app.telemetry.context import CALLER_KIND, CURRENT_ENVIRON, REQUEST_ID, ROUTE
+from app.telemetry.context import CALLER_KIND, REQUEST_ID, ROUTE
 
 FORMATS = ("text", "json")
 
@@ -30,12 +31,17 @@ def rfc3339(timestamp: float) -> str:
 
 
 class RequestFilter(logging.Filter):
-    """Adds the fields of the request being served, if any, to a record that lacks them."""
+    """Adds the fields of the request this thread serves, if any, to a record that lacks them.
+
+    The request is Flask's (its context is a context variable of Flask's own), so a request pays
+    for its fields only when one of its lines is logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        environ = CURRENT_ENVIRON.get()
-        if environ is not None and not hasattr(record, "request_id"):
-            for name, value in request_fields(environ).items():
+        if not hasattr(record, "request_id") and has_request_context():
+            fields = request_fields(request.environ)
+            if "route" not in fields and request.url_rule is not None:
+                fields["route"] = request.url_rule.rule
+            for name, value in fields.items():
                 setattr(record, name, value)
         return True
 

@@ -10,12 +10,13 @@ client addresses would be the proxy's.
 from __future__ import annotations
 
 import logging
-import os
+import random
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from app.telemetry.context import CURRENT_ENVIRON, REQUEST_ID
+from app.telemetry.context import REQUEST_ID
+from app.telemetry.logs import request_fields
 
 log = logging.getLogger(__name__)
 
@@ -40,28 +41,27 @@ class RequestIds:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request_id = environ.get("HTTP_X_REQUEST_ID") if self.trusted else None
         if request_id is None or not _VALID(request_id):
-            request_id = os.urandom(16).hex()
+            # Unique, not secret: the random module's generator (reseeded in each forked
+            # process) costs a request less than os.urandom.
+            request_id = f"{random.getrandbits(128):032x}"
         environ[REQUEST_ID] = request_id
+        # A proxy sets X-Forwarded-For, or at least -Proto: two look-ups while the warning is due.
+        if self._warn and ("HTTP_X_FORWARDED_FOR" in environ or "HTTP_X_FORWARDED_PROTO" in environ):
+            self._warn_once(environ)
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-Id", request_id))
             return start_response(status, headers, exc_info)
 
-        token = CURRENT_ENVIRON.set(environ)
-        try:
-            if self._warn:
-                self._warn_once(environ)
-            return self.app(environ, start)
-        finally:
-            CURRENT_ENVIRON.reset(token)
+        return self.app(environ, start)
 
     def _warn_once(self, environ: dict[str, Any]) -> None:
+        self._warn = False
         sent = [name[5:].replace("_", "-").title() for name in _FORWARDED if name in environ]
-        if sent:
-            self._warn = False
-            log.warning(
-                "A request came with %s, but PLANTS_TRUSTED_PROXIES is 0, so they are ignored: links"
-                " (Link, Location) and client addresses are the proxy's. Behind one proxy (the shipped"
-                " nginx configuration), set PLANTS_TRUSTED_PROXIES=1. (Said once per worker.)",
-                ", ".join(sent),
-            )
+        log.warning(
+            "A request came with %s, but PLANTS_TRUSTED_PROXIES is 0, so they are ignored: links"
+            " (Link, Location) and client addresses are the proxy's. Behind one proxy (the shipped"
+            " nginx configuration), set PLANTS_TRUSTED_PROXIES=1. (Said once per worker.)",
+            ", ".join(sent),
+            extra=request_fields(environ),
+        )
