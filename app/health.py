@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Flask, Response, current_app
+from flask.blueprints import BlueprintSetupState
 
 from app.errors import KEYS_NOT_LOADED, NotReady
 from app.extension import plants_state
@@ -16,6 +18,33 @@ from app.plants.guard import store_unavailable
 from app.store import StoreUnavailableError
 
 bp = Blueprint("health", __name__)
+#: The app.extensions key of the app's Drain.
+DRAIN = "plants.drain"
+
+
+class Drain:
+    """Whether the process serving the app was asked to stop (SIGTERM, app/server/gunicorn_conf.py):
+    from then on /readyz is 503, so that a load balancer sends it nothing new while the requests
+    in flight finish."""
+
+    def __init__(self) -> None:
+        self._started = threading.Event()
+
+    def start(self) -> None:
+        self._started.set()
+
+    @property
+    def started(self) -> bool:
+        return self._started.is_set()
+
+
+@bp.record_once
+def _init_drain(setup: BlueprintSetupState) -> None:
+    setup.app.extensions[DRAIN] = Drain()
+
+
+def drain_of(app: Flask) -> Drain | None:
+    return app.extensions.get(DRAIN)
 
 
 @bp.get("/healthz")
@@ -25,10 +54,16 @@ def healthz() -> dict[str, str]:
 
 @bp.get("/readyz")
 def readyz() -> Response | dict[str, Any]:
-    """503 when no plant operation can succeed: the store down or refusing (of the wrong kind, a
-    replica, a wrong password), or the identity provider's keys not loaded yet. 200 `degraded`,
+    """503 once the server is stopping, and when no plant operation can succeed: the store down or
+    refusing (of the wrong kind, a replica, a wrong password), or the identity provider's keys not
+    loaded yet. 200 `degraded`,
     naming the failing nodes and their bucket groups, when only some plants' operations can fail:
     a shared store's partial outage must not take every instance out of its load balancer."""
+    drain = drain_of(current_app)
+    if drain is not None and drain.started:
+        return error_response(
+            NotReady("the server is stopping; its requests in flight finish", retry_after=5)
+        )
     state = plants_state()
     try:
         readiness = state.store.readiness()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,7 @@ def post_worker_init(worker: Any) -> None:
     collected as before.
     """
     worker.read_timeout = _read_timeout
+    _drain_on_sigterm(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -203,6 +205,26 @@ def post_worker_init(worker: Any) -> None:
 
         # The deliverer wakes on the feed's listener, which hears every process's writes.
         plants_state(worker.wsgi).feed_signal.listen()
+
+
+def _drain_on_sigterm(worker: Any) -> None:
+    """SIGTERM makes /readyz 503 at once (app/health.py), then gunicorn's own handler stops the
+    worker gracefully: no new connection, the requests in flight finish within
+    GUNICORN_GRACEFUL_TIMEOUT, a kept-alive connection closes after its answer."""
+    from app.health import drain_of
+
+    app = worker.wsgi
+    drain = drain_of(app) if isinstance(getattr(app, "extensions", None), dict) else None
+    if drain is None:
+        return
+    stop = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        drain.start()
+        if callable(stop):
+            stop(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _deliverer_of(worker: Any) -> Any:

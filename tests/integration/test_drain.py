@@ -1,0 +1,118 @@
+"""A graceful drain on SIGTERM, through a real gunicorn on memory and on a real Redis: /readyz is
+503 at once, requests in flight finish with their answers, a kept-alive connection closes after
+its answer, a webhook mid-delivery is not lost, and (on Redis) nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.helpers import call
+from tests.receiver import Receiver
+from tests.servers import TOKEN, Gunicorn
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def creator(
+    port: int, first: int, acknowledged: list[int], failures: list[str], stop: threading.Event
+) -> None:
+    """Creates one plant per connection until the server refuses connections: every request that
+    was accepted must get its whole answer."""
+    plant_id = first
+    while not stop.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            conn.connect()
+        except OSError:
+            return  # the server no longer accepts: the drain began
+        try:
+            conn.request("POST", "/plants", body=json.dumps({"id": plant_id, "name": "Fern"}), headers=AUTH)
+            response = conn.getresponse()
+            response.read()
+            if response.status == 200:
+                acknowledged.append(plant_id)
+            else:
+                failures.append(f"{plant_id}: {response.status}")
+        except (ConnectionError, http.client.HTTPException) as exc:
+            # Sent before the listener closed, or after: only a request the server read must be answered.
+            failures.append(f"{plant_id}: {exc!r}")
+        finally:
+            conn.close()
+        plant_id += 1
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_sigterm_drains(request, store):
+    env = {
+        "GUNICORN_THREADS": "4",
+        "GUNICORN_GRACEFUL_TIMEOUT": "10",
+        "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+    }
+    if store == "redis":
+        redis_server = request.getfixturevalue("redis_server")
+        env |= {"PLANTS_STORE_URL": redis_server.url, "PLANTS_STORE_PREFIX": uuid.uuid4().hex}
+    # The receiver holds the first delivery for 1.5 s: it is mid-delivery when SIGTERM comes.
+    receiver = Receiver(lambda delivery, number: (204, {}, 1.5) if number == 1 else (204, {}, 0))
+    server = Gunicorn(env=env)
+    try:
+        kept = server.connection()
+        kept.request("GET", "/readyz")
+        answer = kept.getresponse()
+        assert (answer.status, json.loads(answer.read())) == (200, {"status": "ok"})
+        status, _, body = call(server.connection(), "POST", "/webhooks", {"url": receiver.url}, AUTH)
+        assert status == 201, body
+        assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Hooked"}, AUTH)[0] == 200
+        receiver.wait_for(1)  # the delivery is in flight
+
+        acknowledged: list[int] = []
+        failures: list[str] = []
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=creator, args=(server.port, 1000 * (n + 1), acknowledged, failures, stop))
+            for n in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        # The kept-alive connection's next request: not ready, and the connection closes after it.
+        kept.request("GET", "/readyz")
+        answer = kept.getresponse()
+        body = json.loads(answer.read())
+        assert answer.status == 503
+        assert body["message"] == "Not ready: the server is stopping; its requests in flight finish."
+        assert answer.getheader("Connection") == "close"
+        for thread in threads:
+            thread.join(20)
+        stop.set()
+        assert server.process.wait(20) == 0
+        assert len(acknowledged) > 10
+        assert [failure for failure in failures if "Refused" not in failure and "Reset" not in failure] == [], failures
+        print(f"{len(acknowledged)} acknowledged, {len(failures)} refused or reset at the listener")
+    finally:
+        server.stop()
+
+    output = server.output()
+    assert "Traceback" not in output
+    if store == "memory":
+        receiver.stop()
+        return
+    # On Redis, after a restart: every acknowledged create is there, and the webhook that was
+    # mid-delivery was sent (at least once), so its event was not lost either.
+    again = Gunicorn(env=env)
+    try:
+        for plant_id in acknowledged:
+            assert call(again.connection(), "GET", f"/plants/{plant_id}", None, AUTH)[0] == 200, plant_id
+        deliveries = receiver.wait_for(1)
+        assert {d.event["data"]["id"] for d in deliveries if d.event["type"] == "plant.created"} >= {1}
+    finally:
+        again.stop()
+        receiver.stop()
