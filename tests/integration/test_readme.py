@@ -223,3 +223,24 @@ def test_the_redis_section_runs_as_written_and_redis_stops_as_it_says(tmp_path):
         assert time.monotonic() < deadline, "Redis did not stop"
         time.sleep(0.05)
     assert any(home.glob("appendonlydir/*")), "no append-only file kept"
+
+
+def github_anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_stays_short_and_its_links_lead_somewhere():
+    """At most 450 lines: detail goes to docs/ (operations.md for operators). Every relative link
+    of the README and docs/ names a file that exists, and a heading of it when it names one."""
+    assert len(README.read_text().splitlines()) <= 450
+    assert "(docs/operations.md)" in README.read_text()
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), (page.name, target)
+            if anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
+                assert anchor in {github_anchor(heading) for heading in headings}, (page.name, target)
