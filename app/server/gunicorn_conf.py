@@ -131,6 +131,11 @@ def _prepare_metrics_directory(server: Any) -> None:
 def on_starting(server: Any) -> None:
     """Check every setting by building the app once, as each worker will; refuse a split store."""
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
+    from app.telemetry import tracing
+
+    asked = tracing.requested()
+    if asked and not tracing.available():
+        raise SystemExit(f"Plant Store: configuration error: {tracing.MISSING_EXTRA.format(asked)}")
     from app import ConfigurationError, create_app
     from app.extension import plants_state
 
@@ -196,6 +201,7 @@ def post_worker_init(worker: Any) -> None:
     """
     worker.read_timeout = _read_timeout
     _drain_on_sigterm(worker)
+    _start_tracing(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -205,6 +211,20 @@ def post_worker_init(worker: Any) -> None:
 
         # The deliverer wakes on the feed's listener, which hears every process's writes.
         plants_state(worker.wsgi).feed_signal.listen()
+
+
+def _start_tracing(worker: Any) -> None:
+    """OpenTelemetry, when asked for (app/telemetry/tracing.py): started here, after the fork, so
+    that each worker's exporter thread is its own."""
+    from app.telemetry import tracing
+
+    app = worker.wsgi
+    if not tracing.requested() or not isinstance(getattr(app, "extensions", None), dict):
+        return
+    from app.extension import plants_state
+
+    state = plants_state(app)
+    worker.plants_tracing = tracing.start(app, state.store, trusted_proxies=state.settings.trusted_proxies)
 
 
 def _drain_on_sigterm(worker: Any) -> None:
@@ -240,6 +260,9 @@ def worker_exit(server: Any, worker: Any) -> None:
     deliverer = _deliverer_of(worker)
     if deliverer is not None:
         deliverer.stop(timeout=2.0)
+    tracing = getattr(worker, "plants_tracing", None)
+    if tracing is not None:
+        tracing.shutdown()  # the spans still batched are exported
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -1,0 +1,112 @@
+"""Traces with OpenTelemetry, when asked for: `pip install '.[otel]'`, then set
+OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_TRACES_EXPORTER).
+
+Each gunicorn worker starts its own tracing after the fork (gunicorn_conf.py's post_worker_init):
+the batch exporter's thread must be the worker's. Spans: one server span per request (the Flask
+instrumentation: its route template, method and status), continuing a W3C `traceparent` only from
+a trusted proxy (PLANTS_TRUSTED_PROXIES); and one span per store call (`plants.store.<operation>`),
+the service's own, because the Redis store talks to Redis on held connections, past redis-py's
+instrumented methods. Off, none of this is imported: a request pays nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from app.version import VERSION
+
+#: What asks for traces (the SDK's own variables).
+TRIGGERS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
+#: The store's operations that get a span.
+STORE_OPERATIONS = ("create", "get", "delete", "change", "page", "events")
+#: What the `otel` extra installs.
+EXTRA_MODULES = (
+    "opentelemetry.sdk.trace",
+    "opentelemetry.instrumentation.flask",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+)
+MISSING_EXTRA = (
+    "tracing is asked for ({}) but OpenTelemetry is not installed: pip install 'plant-store[otel]'"
+    " (or '.[otel]' from a clone)"
+)
+
+
+def requested(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The variable that asks for traces, or None (OTEL_TRACES_EXPORTER=none asks for none)."""
+    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return None
+    return next((name for name in TRIGGERS if environ.get(name, "").strip()), None)
+
+
+def available() -> bool:
+    """Whether the `otel` extra is installed."""
+    try:
+        return all(importlib.util.find_spec(name) for name in EXTRA_MODULES)
+    except ImportError:  # a parent package missing
+        return False
+
+
+def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) -> Any:
+    """Trace `app` and its `store`: the TracerProvider, to shut down when the process stops.
+    `processor` replaces the OTLP batch exporter (the tests' in-memory one)."""
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    attributes = {"service.version": VERSION}
+    if not os.environ.get("OTEL_SERVICE_NAME"):
+        attributes["service.name"] = "plant-store"
+    provider = TracerProvider(resource=Resource.create(attributes))
+    provider.add_span_processor(processor or _exporting_processor())
+    FlaskInstrumentor.instrument_app(app, tracer_provider=provider)
+    if not trusted_proxies:
+        app.wsgi_app = _without_trace_context(app.wsgi_app)
+    _trace_store(store, provider.get_tracer("app.store", VERSION))
+    return provider
+
+
+def _exporting_processor() -> Any:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "console":
+        return BatchSpanProcessor(ConsoleSpanExporter())
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def _without_trace_context(wsgi_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """A client's own `traceparent` starts no trace of ours: only a trusted proxy's is continued."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        environ.pop("HTTP_TRACEPARENT", None)
+        environ.pop("HTTP_TRACESTATE", None)
+        environ.pop("HTTP_BAGGAGE", None)
+        return wsgi_app(environ, start_response)
+
+    return app
+
+
+def _trace_store(store: Any, tracer: Any) -> None:
+    """Each store operation in a span of its own, under the request's."""
+    from opentelemetry.trace import SpanKind
+
+    system = "redis" if store.shared else "memory"
+    kind = SpanKind.CLIENT if store.shared else SpanKind.INTERNAL
+    for name in STORE_OPERATIONS:
+        method = getattr(store, name, None)
+        if method is not None:
+            setattr(store, name, _traced(method, f"plants.store.{name}", tracer, kind, system))
+
+
+def _traced(
+    method: Callable[..., Any], span_name: str, tracer: Any, kind: Any, system: str
+) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with tracer.start_as_current_span(span_name, kind=kind, attributes={"db.system": system}):
+            return method(*args, **kwargs)
+
+    return call

@@ -1,0 +1,152 @@
+"""Traces with OpenTelemetry: a server span per request with its route template and status, the
+store's calls as its children, a trusted proxy's traceparent continued and a client's ignored
+(the SDK's in-memory exporter, on memory and Redis); and one OTLP/HTTP export from a real gunicorn
+to a receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from app import create_app
+from app.extension import plants_state
+from app.telemetry import tracing
+from app.version import VERSION
+from tests.helpers import call
+from tests.servers import TOKEN, Gunicorn
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def traced_client(store_settings: dict[str, str], **settings: object):
+    app = create_app({"PLANTS_API_TOKENS": TOKEN, **store_settings, **settings})
+    exporter = InMemorySpanExporter()
+    state = plants_state(app)
+    provider = tracing.start(
+        app,
+        state.store,
+        trusted_proxies=state.settings.trusted_proxies,
+        processor=SimpleSpanProcessor(exporter),
+    )
+    return app.test_client(), exporter, provider
+
+
+def attribute(span, *names):
+    return next(span.attributes[name] for name in names if name in span.attributes)
+
+
+def test_a_request_is_a_server_span_with_its_store_calls_inside(store_settings):
+    client, exporter, provider = traced_client(store_settings, PLANTS_TRUSTED_PROXIES=1)
+    try:
+        answer = client.post(
+            "/plants", json={"id": 7, "name": "Fern"}, headers={**AUTH, "traceparent": PARENT}
+        )
+        assert answer.status_code == 200
+        assert client.get("/plants/7", headers=AUTH).status_code == 200
+    finally:
+        provider.shutdown()
+    spans = exporter.get_finished_spans()
+    servers = [span for span in spans if span.kind is SpanKind.SERVER]
+    assert [span.name for span in servers] == ["POST /plants", "GET /plants/<plant_id>"]
+    create, read = servers
+    assert attribute(create, "http.route") == "/plants"
+    assert attribute(create, "http.response.status_code", "http.status_code") == 200
+    # The trusted proxy's trace goes on; the next request starts its own.
+    assert format(create.context.trace_id, "032x") == TRACE_ID
+    assert format(read.context.trace_id, "032x") != TRACE_ID
+    (stored,) = [span for span in spans if span.name == "plants.store.create"]
+    assert stored.parent.span_id == create.context.span_id
+    assert stored.attributes["db.system"] == ("memory" if not store_settings else "redis")
+    assert create.resource.attributes["service.name"] == "plant-store"
+    assert create.resource.attributes["service.version"] == VERSION
+
+
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)
+def test_a_clients_own_traceparent_is_not_continued_without_a_trusted_proxy(store_settings):
+    client, exporter, provider = traced_client(store_settings)
+    try:
+        assert client.get("/plants/7", headers={**AUTH, "traceparent": PARENT}).status_code == 404
+    finally:
+        provider.shutdown()
+    (server,) = [span for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    assert format(server.context.trace_id, "032x") != TRACE_ID
+    assert server.parent is None
+
+
+class Collector:
+    """An OTLP/HTTP receiver: every ExportTraceServiceRequest POSTed to /v1/traces."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.arrived = threading.Event()
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/traces":
+                    collector.requests.append(ExportTraceServiceRequest.FromString(body))
+                    collector.arrived.set()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def spans(self) -> list:
+        return [
+            span
+            for request in self.requests
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        ]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_real_gunicorn_exports_its_spans_over_otlp_http():
+    collector = Collector()
+    server = Gunicorn(env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        assert (
+            call(
+                server.connection(),
+                "POST",
+                "/plants",
+                {"id": 1, "name": "Fern"},
+                {**AUTH, "Content-Type": "application/json"},
+            )[0]
+            == 200
+        )
+        assert collector.arrived.wait(10)
+    finally:
+        server.stop()
+        collector.stop()
+    names = {span.name for span in collector.spans()}
+    assert {"POST /plants", "plants.store.create"} <= names
+    (resource,) = {
+        tuple(
+            (kv.key, kv.value.string_value) for kv in rs.resource.attributes if kv.key.startswith("service.")
+        )
+        for request in collector.requests
+        for rs in request.resource_spans
+    }
+    assert ("service.name", "plant-store") in resource
+    assert ("service.version", VERSION) in resource
