@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app
+from flask import Blueprint, Flask, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
 from app.errors import KEYS_NOT_LOADED, NotReady
@@ -16,6 +16,7 @@ from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.plants.guard import store_unavailable
 from app.store import StoreUnavailableError
+from app.telemetry.context import ROUTE
 
 bp = Blueprint("health", __name__)
 #: The app.extensions key of the app's Drain.
@@ -36,6 +37,13 @@ class Drain:
     @property
     def started(self) -> bool:
         return self._started.is_set()
+
+
+@bp.before_request
+def _route() -> None:
+    """The probes' log lines name their route too (the plants blueprint's guard names its own)."""
+    if request.url_rule is not None:
+        request.environ[ROUTE] = request.url_rule.rule
 
 
 @bp.record_once

@@ -109,7 +109,8 @@ def test_json_puts_every_line_of_every_logger_in_one_object(tmp_path):
         status, headers, _ = call(server.connection(), "GET", "/plants/7", None, read)
         assert status == 503
         fetched = headers["X-Request-Id"]
-        lines_with(server, fetched)
+        assert call(server.connection(), "GET", "/readyz")[0] == 503
+        lines_with(server, '/readyz HTTP/1.1\\" 503')
     finally:
         server.stop()
     records = [json.loads(line) for line in server.output().splitlines() if line.strip()]
@@ -124,6 +125,8 @@ def test_json_puts_every_line_of_every_logger_in_one_object(tmp_path):
     assert access["status"] == 503
     assert access["token"] == "full-access"
     assert isinstance(access["duration_ms"], float)
+    probe = next(r for r in records if r["logger"] == "gunicorn.access" and "/readyz" in r["message"])
+    assert (probe["route"], probe["status"]) == ("/readyz", 503)
     warning = next(r for r in records if r["logger"] == "app.plants.guard" and r["request_id"] == fetched)
     assert warning["level"] == "WARNING"
     assert (warning["method"], warning["route"], warning["token"]) == (
