@@ -41,6 +41,7 @@ class Gunicorn:
     """`gunicorn` started from the project root, as deployed, with its output in a file."""
 
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.env = dict(env or {})
         self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
         full_env = {

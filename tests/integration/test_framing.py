@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 
 import pytest
 
@@ -157,3 +158,28 @@ def test_host_and_transfer_coding_refusals_close_the_connection(server, case):
     conn = server.connection()
     conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
     assert conn.getresponse().status == 200
+
+
+def test_empty_lines_do_not_keep_an_idle_connection_open():
+    # RFC 9112 section 2.2 lets a server skip CRLFs before a request; they start no request, so
+    # the keep-alive time runs on.
+    server = Gunicorn(env={"GUNICORN_KEEPALIVE": "2"})
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()  # idle from here: closed after 2 s, whatever CRLFs come
+            closed = False
+            while time.monotonic() - started < 8 and not closed:
+                try:
+                    sock.sendall(b"\r\n")
+                    sock.settimeout(0.5)
+                    closed = sock.recv(1) == b""
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+            assert closed
+            assert time.monotonic() - started < 4
+    finally:
+        server.stop()

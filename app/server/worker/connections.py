@@ -57,6 +57,9 @@ class Connections:
         def _wake(self, conn: Conn) -> None:
             raise NotImplementedError
 
+        def _drop(self, conn: Conn) -> None:
+            raise NotImplementedError
+
     def init_connections(self) -> None:
         self._epoll = select.epoll()
         self._lock = threading.Lock()
@@ -148,6 +151,12 @@ class Connections:
             self._idle[conn.fd] = conn
         self._rearm(conn, READ)
 
+    def _rest_idle(self, conn: Conn) -> None:
+        """Back to the idle connections, its deadline and place unchanged."""
+        with self._lock:
+            self._idle[conn.fd] = conn
+        self._rearm(conn, READ)
+
     def _expire(self) -> None:
         """Run by the main thread: act on every connection past its deadline."""
         now = time.monotonic()
@@ -155,8 +164,8 @@ class Connections:
         with self._lock:
             for conn in self._conns.values():
                 if not conn.busy and conn.deadline <= now:
-                    if conn.parked is not None:  # a waiting answer's deadline: ask it again
-                        due.append(conn)
+                    if conn.parked is not None and conn.out is None and not conn.woken:
+                        due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
                     conn.busy = True
                     self._idle.pop(conn.fd, None)
@@ -174,6 +183,8 @@ class Connections:
                     with contextlib.suppress(OSError):
                         conn.sock.send(refusals.encode(refusals.TIMED_OUT))
                     self._close_gracefully(conn)
+                elif conn.parked is not None:  # a stream whose client takes nothing
+                    self._drop(conn)
                 else:  # idle, lingering, or not taking its answer
                     self._close(conn)
             except Exception:

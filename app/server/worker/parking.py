@@ -21,6 +21,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker import refusals
@@ -44,6 +45,7 @@ class Parked:
     keep_alive: bool
     started: float
     head_sent: bool = False
+    wake: Any = None
 
     @property
     def chunked(self) -> bool:
@@ -58,6 +60,7 @@ class Parking:
     """The worker's side of parking; a mixin for the worker (which provides the poller)."""
 
     log: Any
+    read_timeout: float
     _lock: Any
     _epoll: Any
 
@@ -86,10 +89,15 @@ class Parking:
                 chunk = next(parked.iterable)
                 if not chunk:
                     break
-                if streaming:
-                    out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
-                else:
+                if not streaming:
                     parked.answer.chunks.append(chunk)
+                    continue
+                # One chunk a turn: it goes out before the next is asked for, so a stream holds
+                # at most one chunk here, and a long one waits its turn behind other connections.
+                out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
+                if self._send_stream(conn, out):
+                    self._yield_turn(conn)
+                return  # else the rest waits for the socket, and the next step follows the flush
         except StopIteration:
             self._finish(conn, out)
             return
@@ -98,8 +106,18 @@ class Parking:
             self._finish(conn, out, failed=True)
             return
         if streaming and not self._send_stream(conn, out):
-            return  # the rest waits for the socket; the park follows the flush
+            return
         self._park(conn)
+
+    def _yield_turn(self, conn: Conn) -> None:
+        """Hand the connection back with its next step due at once, after the others' turns."""
+        with self._lock:
+            conn.woken = True
+            conn.busy = False
+            # The step comes when the socket is writable: a client that takes nothing within the
+            # read timeout is closed (connections.py), to reconnect from its last id.
+            conn.deadline = time.monotonic() + self.read_timeout
+            self._epoll_modify(conn, WAKE)
 
     def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
         parked = conn.parked
@@ -125,9 +143,13 @@ class Parking:
         parked = conn.parked
         assert parked is not None
         conn.woken = False
-        parked.iterable.subscribe(lambda: self._wake(conn))
+        if parked.wake is None:  # one callable for every park: the signal keeps one entry
+            parked.wake = partial(self._wake, conn)
+        parked.iterable.subscribe(parked.wake)
         with self._lock:
             conn.deadline = parked.iterable.deadline()
+            if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
+                conn.deadline = time.monotonic() + self.read_timeout
             conn.busy = False
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
             events = WAKE if conn.woken else PARKED
@@ -140,6 +162,7 @@ class Parking:
                 return
             conn.woken = True
             if not conn.busy and conn.parked is not None:
+                conn.deadline = time.monotonic() + self.read_timeout  # as in _yield_turn
                 self._epoll_modify(conn, WAKE)
 
     def _epoll_modify(self, conn: Conn, events: int) -> None:

@@ -41,7 +41,7 @@ class Poller(Connections):
         def _serve_request(self, conn: Conn, request: Request) -> tuple[bytes, bool] | None:
             raise NotImplementedError
 
-        def _park(self, conn: Conn) -> None:
+        def _step(self, conn: Conn) -> None:
             raise NotImplementedError
 
         def _resume(self, conn: Conn) -> None:
@@ -104,10 +104,15 @@ class Poller(Connections):
             self._close(conn)
             return False
         now = time.monotonic()
+        idle_deadline = conn.deadline
         if conn.phase == IDLE:  # a new request's first bytes: its head's deadline starts
             conn.deadline = now + self.read_timeout
         had_head = conn.phase == BODY
         conn.feed(data)
+        if conn.phase == IDLE and not conn.has_work:  # only the empty lines llhttp skips
+            conn.deadline = idle_deadline
+            self._rest_idle(conn)
+            return False
         if closed and not conn.has_work:
             self._close(conn)
             return False
@@ -142,8 +147,8 @@ class Poller(Connections):
             self._after_answer(conn, keep_alive)
 
     def _after_answer(self, conn: Conn, keep_alive: bool) -> None:
-        if conn.parked is not None:  # a stream's chunks went out: wait for its next
-            self._park(conn)
+        if conn.parked is not None:  # a stream's chunk went out: ask for the next
+            self._step(conn)
         elif not keep_alive:
             self._close_gracefully(conn)
         elif conn.has_work:

@@ -140,6 +140,8 @@ class ThreadWorker(Parking, Poller, base.Worker):
             result = self.wsgi(environ, answer.start_response)
             if parkable(result):
                 conn.parked = Parked(result, answer, request, environ, keep_alive, started)
+                if not self.alive:  # arrived during the graceful stop: it ends at once
+                    result.stop()
                 self._step(conn)
                 return None
             try:
