@@ -100,6 +100,8 @@ class FeedSignal:
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
             self._wakes.pop(id(wake), None)
+            if not self._wakes and not self._always:
+                self._someone_waits.clear()  # the listener rests until the next watcher
 
     def observe(self, callback: Callable[[], None]) -> None:
         """Call `callback` at every change (this process's webhook deliverer)."""

@@ -95,7 +95,9 @@ def test_sigterm_drains(request, store):
         stop.set()
         assert server.process.wait(20) == 0
         assert len(acknowledged) > 10
-        assert [failure for failure in failures if "Refused" not in failure and "Reset" not in failure] == [], failures
+        assert [
+            failure for failure in failures if "Refused" not in failure and "Reset" not in failure
+        ] == [], failures
         print(f"{len(acknowledged)} acknowledged, {len(failures)} refused or reset at the listener")
     finally:
         server.stop()
