@@ -60,8 +60,20 @@ def _escape(value: Any) -> Any:
 
 
 class AccessLogger(glogging.Logger):
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        # When gunicorn itself logs access lines, from its documented settings: the condition of
+        # every gunicorn the project supports (27 names it `access_log_enabled`; 23 has no name).
+        self._logs_access = bool(
+            cfg.accesslog
+            or cfg.logconfig
+            or cfg.logconfig_dict
+            or cfg.logconfig_json
+            or (cfg.syslog and not cfg.disable_redirect_access_to_syslog)
+        )
+
     def access(self, resp, req, environ, request_time) -> None:  # type: ignore[no-untyped-def]
-        if not self.access_log_enabled:
+        if not self._logs_access:
             return
         try:
             atoms = _Atoms(self, resp, req, environ, request_time)
