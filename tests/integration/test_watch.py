@@ -463,3 +463,18 @@ def test_a_long_poll_that_arrives_during_the_graceful_stop_is_answered_at_once()
         assert server.process.wait(20) == 0
     finally:
         server.stop()
+
+
+def test_a_watch_counts_once_against_the_rate_limit():
+    server = Gunicorn(env={"PLANTS_RATE_LIMIT": "3/minute"})
+    try:
+        cursor = now_cursor(server)  # 1
+        thread, result = in_background(get, server, f"/events?after={cursor}&wait=3")  # 2, however long
+        thread.join(10)
+        assert result["answer"][0] == 200
+        assert get(server, f"/events?after={cursor}")[0] == 200  # 3
+        status, headers, _ = get(server, f"/events?after={cursor}")
+        assert status == 429
+        assert "Retry-After" in headers
+    finally:
+        server.stop()
