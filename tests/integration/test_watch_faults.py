@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import redis_settings
-from tests.integration.test_watch_reconnects import Client, write
+from tests.integration.test_watch_reconnects import Client, pump, write
 from tests.servers import TOKEN, Gunicorn, RedisServer
 
 
@@ -45,21 +45,7 @@ def test_a_killed_workers_watchers_reconnect_and_miss_nothing(redis_server):
                 killed = True
             if time.monotonic() - started > 5:
                 stop.set()
-            for key, _ in selector.select(0.05):
-                client = key.data
-                try:
-                    data = key.fileobj.recv(65536)
-                except BlockingIOError:
-                    continue
-                except ConnectionResetError:
-                    data = b""
-                if data:
-                    client.feed(data)
-                else:
-                    selector.unregister(key.fileobj)
-                    key.fileobj.close()
-                    client.reconnects += 1
-                    selector.register(client.connect(), selectors.EVENT_READ, client)
+            pump(selector)
             if stop.is_set() and not writer.is_alive() and all(len(c.ids) >= len(written) for c in clients):
                 break
         writer.join(10)
