@@ -41,13 +41,13 @@ from bench.run import benchmark_parser, finish, spread
 from bench.shared_store import start_redis
 
 _UNINDEXED = """
-local id, value = ARGV[4], ARGV[5]
+local id, value = ARGV[5], ARGV[6]
 local stored = redis.call('HGET', KEYS[1], id)
 if stored then
   if stored == value then return 1 end
   return 2
 end
-if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[6]) then return 3 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[7]) then return 3 end
 redis.call('HSET', KEYS[1], id, value)
 redis.call('INCR', KEYS[2])
 return 0
@@ -61,10 +61,10 @@ def _leaves(size: int) -> str:
 
 def _one_set_per_index() -> str:
     return redis_scripts.CREATE.replace(
-        "index_plant(ARGV[7], value)",
-        "redis.call('ZADD', P .. ':z:a', 0, ARGV[7])\n"
+        "index_plant(ARGV[8], value)",
+        "redis.call('ZADD', P .. ':z:a', 0, ARGV[8])\n"
         "local tag = tag_of(value)\n"
-        "if tag ~= '' then redis.call('ZADD', P .. ':z:t' .. tag, 0, ARGV[7]) end",
+        "if tag ~= '' then redis.call('ZADD', P .. ':z:t' .. tag, 0, ARGV[8]) end",
     )
 
 
@@ -78,7 +78,7 @@ LAYOUTS = {
     "one sorted set per index": (_one_set_per_index(), False),
 }
 #: With --parts: the shipped CREATE script with parts of its work taken out, to price each part.
-_INDEXING = "index_plant(ARGV[7], value)"
+_INDEXING = "index_plant(ARGV[8], value)"
 PARTS = {
     "no index (c341a06)": (_UNINDEXED, False),
     "shipped, no index and no event": (
@@ -87,7 +87,7 @@ PARTS = {
     ),
     "the two fence look-ups only": (
         redis_scripts.CREATE.replace(
-            _INDEXING, "fence_of('a', ARGV[7]); fence_of('t' .. tag_of(value), ARGV[7])"
+            _INDEXING, "fence_of('a', ARGV[8]); fence_of('t' .. tag_of(value), ARGV[8])"
         ),
         False,
     ),
@@ -96,13 +96,13 @@ PARTS = {
             _INDEXING,
             """
 for _, leaf in ipairs({P .. ':k:a', P .. ':k:t' .. tag_of(value)}) do
-  redis.call('ZADD', leaf, 0, ARGV[7])
+  redis.call('ZADD', leaf, 0, ARGV[8])
   if redis.call('ZCARD', leaf) >= LEAF_SIZE then redis.call('DEL', leaf) end
 end""",
         ),
         False,
     ),
-    "index a only": (redis_scripts.CREATE.replace(_INDEXING, "index_add('a', ARGV[7])"), False),
+    "index a only": (redis_scripts.CREATE.replace(_INDEXING, "index_add('a', ARGV[8])"), False),
     "shipped": (redis_scripts.CREATE, False),
     # The same code as a Redis 7 Function: FUNCTION LOAD once, then FCALL instead of EVALSHA.
     "shipped, as a Function (FCALL)": (
@@ -124,7 +124,7 @@ def creates(client: redis.Redis, sha: str | None, prefix: str, ids: list[int], s
         index_member = member(plant_id)[:8] if short else member(plant_id)
         value = encode(f"Plant {plant_id % 10**6:06d}", TAGS[plant_id % 4])
         call = (f"{tag}:b:{bucket}", f"{tag}:count", f"{tag}:events",
-                tag, "", 100_000, plant_id, value, 10**9, index_member, "")  # fmt: skip
+                tag, "", 100_000, "", plant_id, value, 10**9, index_member, "")  # fmt: skip
         if sha is None:
             pipe.fcall("create", 3, *call)
         else:

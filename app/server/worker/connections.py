@@ -57,9 +57,6 @@ class Connections:
         def _wake(self, conn: Conn) -> None:
             raise NotImplementedError
 
-        def _drop(self, conn: Conn) -> None:
-            raise NotImplementedError
-
     def init_connections(self) -> None:
         self._epoll = select.epoll()
         self._lock = threading.Lock()
@@ -183,9 +180,7 @@ class Connections:
                     with contextlib.suppress(OSError):
                         conn.sock.send(refusals.encode(refusals.TIMED_OUT))
                     self._close_gracefully(conn)
-                elif conn.parked is not None:  # a stream whose client takes nothing
-                    self._drop(conn)
-                else:  # idle, lingering, or not taking its answer
+                else:  # idle, lingering, not taking its answer (a stream's included)
                     self._close(conn)
             except Exception:
                 self.log.exception("Error closing a connection")

@@ -72,9 +72,6 @@ class Parking:
         def _send(self, conn: Conn, data: bytes, *, close_after: bool) -> bool:
             raise NotImplementedError
 
-        def _close(self, conn: Conn) -> None:
-            raise NotImplementedError
-
         def _encode(self, parked: Parked) -> tuple[bytes, bool]:
             raise NotImplementedError
 
@@ -174,7 +171,7 @@ class Parking:
         if conn.woken:
             self._step(conn)
         else:
-            self._drop(conn)
+            self._close(conn)
 
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
         parked = conn.parked
@@ -196,12 +193,15 @@ class Parking:
         self._log_access(parked)
         self.answer(conn, data, keep_alive)
 
-    def _drop(self, conn: Conn) -> None:
+    def _close(self, conn: Conn) -> None:
+        """Close the connection, and end its waiting answer if it has one (its watch's place is
+        given back), whichever way the connection ends: its client left, a send failed, or a
+        deadline passed."""
         parked = conn.parked
         conn.parked = None
         if parked is not None:
             self._close_iterable(parked)
-        self._close(conn)
+        super()._close(conn)  # type: ignore[misc]
 
     def _close_iterable(self, parked: Parked) -> None:
         close = getattr(parked.iterable, "close", None)
