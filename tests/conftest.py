@@ -73,6 +73,7 @@ def make_app(store_settings):
     yield make
     for app in apps:
         app.extensions["plants"].deliverer.stop()
+        app.extensions["plants"].feed_signal.close()
         close = getattr(app.extensions["plants"].store, "close", None)
         if close:
             close()
