@@ -108,7 +108,7 @@ def _state_for(settings: Settings) -> PlantsState:
         store.feed_listener,
         max_watchers=settings.events_max_watchers,
         max_per_caller=settings.events_max_watchers_per_token,
-        cheap_to_listen=store.shared and not url.cluster,
+        cheap_to_listen=store.shared,
     )
     feed_signal.observe(deliverer.wake)
     return PlantsState(

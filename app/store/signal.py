@@ -1,9 +1,8 @@
 """This process's watchers of the change feed: woken together when it changes.
 
 A write of this process notifies at once (`notify`). On a shared store, a listener thread hears
-every other process's writes too (`store.feed_listener()`): a blocking read of the stream on one
-Redis, a look at the feed's position every 0.2 s on a cluster. It runs only while someone
-watches, so an idle process asks nothing of the store.
+every other process's writes too (`store.feed_listener()`: blocking reads of the feed's streams).
+It runs while someone watches, or for good where the process delivers webhooks (`listen`).
 
 Watchers woken by one change mostly read the same page from the same position: `read` makes
 that read once per change and hands the others the same answer.

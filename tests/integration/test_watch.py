@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.watch import hold, wake
-from tests.conftest import redis_settings
+from tests.conftest import redis_settings, settings_for_store
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, Nginx
 
@@ -64,7 +64,8 @@ def in_background(function, *args):
     def run():
         started = time.monotonic()
         result["answer"] = function(*args)
-        result["seconds"] = time.monotonic() - started
+        result["done"] = time.monotonic()
+        result["seconds"] = result["done"] - started
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -478,3 +479,28 @@ def test_a_watch_counts_once_against_the_rate_limit():
         assert "Retry-After" in headers
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("store", ["redis", "cluster"])
+def test_a_write_by_another_host_wakes_a_long_poll_within_milliseconds(request, store):
+    """Two hosts on one store: a long-poll on the first is answered as soon as the second writes
+    (the first's listener blocks on the feed's streams, one per bucket group on a cluster)."""
+    shared = settings_for_store(request, store)
+    watching, writing = Gunicorn(env=shared), Gunicorn(env=shared)
+    try:
+        delays = []
+        for number in range(8):
+            cursor = now_cursor(watching)
+            thread, result = in_background(get, watching, f"/events?after={cursor}&wait=10")
+            time.sleep(0.3)
+            create(writing, 760_000 + number)
+            written = time.monotonic()
+            thread.join(10)
+            delays.append(result["done"] - written)
+            assert [event["plant"]["id"] for event in json.loads(result["answer"][2])["events"]] == [
+                760_000 + number
+            ]
+        assert max(delays) < 0.15, delays
+    finally:
+        writing.stop()
+        watching.stop()

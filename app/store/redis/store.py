@@ -24,17 +24,16 @@ from app.store.base import (
     StoreFullError,
 )
 from app.store.readiness import Readiness
-from app.store.redis.connection import LazyClient, ScriptRunner
+from app.store.redis.connection import LazyClient, ScriptRunner, connect
 from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.errors import RedisBacked
 from app.store.redis.feed import GroupFeeds
 from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
-from app.store.redis.listener import PositionListener, StreamListener
+from app.store.redis.listener import BLOCK_MS, StreamsListener
 from app.store.redis.pages import GroupPages
 from app.store.redis.readiness import probe
-from app.store.signal import LISTEN_SECONDS
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
 _OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
@@ -146,12 +145,12 @@ class RedisPlantStore(RedisBacked):
     def events_now(self) -> bytes:
         return self._feeds.now()
 
-    def feed_listener(self) -> StreamListener | PositionListener:
-        """What hears the other processes' writes to the feed (listener.py)."""
-        if self._clients.cluster:
-            return PositionListener(self.events_now)
-        key = self.groups.feed_key(0)
-        return StreamListener(self._url, key, connect_timeout=self._connect_timeout, block=LISTEN_SECONDS)
+    def feed_listener(self) -> StreamsListener:
+        """What hears the other processes' writes to the feed (listener.py): a client of its own,
+        whose timeout outlasts a blocking read."""
+        timeout = BLOCK_MS / 1000 + self._connect_timeout + 1
+        client = connect(self._url, connect_timeout=self._connect_timeout, timeout=timeout)
+        return StreamsListener(client, [self.groups.feed_key(g) for g in range(self.groups.count)])
 
     def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         return self._feeds.entries(after, limit)
