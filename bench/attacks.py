@@ -60,19 +60,13 @@ def half_open(port: int, stop: threading.Event, connections: int = 1000) -> int:
     rounds = 0
     while not stop.is_set():
         socks = []
-        for _ in range(connections):
+        for part in [HALF_OPEN] * connections + [REQUEST_LINE_ONLY]:
             try:
                 sock = socket.create_connection(("127.0.0.1", port), timeout=2)
-                sock.sendall(HALF_OPEN)
+                sock.sendall(part)
                 socks.append(sock)
             except OSError:
-                break
-        try:
-            line_only = socket.create_connection(("127.0.0.1", port), timeout=2)
-            line_only.sendall(REQUEST_LINE_ONLY)
-            socks.append(line_only)
-        except OSError:
-            pass
+                continue
         for sock in socks:
             sock.close()
         rounds += 1
