@@ -66,7 +66,7 @@ def half_open(port: int, stop: threading.Event, connections: int = 1000) -> int:
                 sock.sendall(part)
                 socks.append(sock)
             except OSError:
-                continue
+                break  # the listener's queue is full: close what is open, then go again
         for sock in socks:
             sock.close()
         rounds += 1
