@@ -14,6 +14,10 @@ from typing import Any
 
 #: How long one `XREAD` blocks, in milliseconds.
 BLOCK_MS = 5000
+#: After a read that found entries, a stream's thread rests this long: under a stream of writes
+#: it wakes the process at most this often instead of once per write, each wake-up costing the
+#: worker's core a look (its watchers', its deliverer's) and Redis two commands.
+REST_SECONDS = 0.02
 
 
 class StreamsListener:
@@ -47,6 +51,7 @@ class StreamsListener:
                     # Skip to the newest: one wake-up covers a burst, and nothing after it is missed.
                     last = self._newest(key)
                     self._changed.set()
+                    time.sleep(REST_SECONDS)
             except Exception:  # the store is away: wake everyone to find out, then try again
                 last = None
                 self._changed.set()
