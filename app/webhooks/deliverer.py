@@ -158,6 +158,9 @@ class Deliverer:
         for endpoint_id, future in list(self._busy.items()):
             if future.done():
                 del self._busy[endpoint_id]
+                # The drain's own wake-up may have come before its future was done, and found it
+                # still busy: a change it did not send would then wait for REFRESH_S.
+                self._changed = True
         self._renew()
         now_position = self.store.events_now()
         now_ms = _now_ms()

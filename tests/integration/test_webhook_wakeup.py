@@ -68,3 +68,37 @@ def test_an_idle_deliverer_with_ten_endpoints_makes_about_one_redis_call_a_secon
     )
     # One look at the feed's position every 2 s (two commands); it was about 150 commands a second.
     assert calls <= 8, stats
+
+
+def test_a_write_made_as_a_drain_ends_is_not_left_for_the_next_refresh(make_app):
+    """The drain's last wake-up can reach the coordinator before the drain's future is done: the
+    coordinator then sees the endpoint still busy and the feed already moved. The write must still
+    go out at the next look, not at the 30 s refresh."""
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    plants = service.extensions["plants"]
+    deliverer, endpoints = plants.deliverer, plants.store.endpoints
+    client = service.test_client()
+    receiver = Receiver()
+    release, drain = endpoints.release, deliverer._drain
+    written = []
+
+    def release_after_a_write(endpoint_id, owner):
+        if not written:  # event 2 lands after the drain read the feed, before it lets go
+            written.append(plants.store.create(2, "Fern 2", None))
+            plants.count_event(0)
+        return release(endpoint_id, owner)
+
+    def drain_that_ends_late(endpoint):
+        drain(endpoint)
+        time.sleep(0.3)  # the future is done only after the coordinator looked
+
+    endpoints.release = release_after_a_write
+    deliverer._drain = drain_that_ends_late
+    try:
+        register(client, receiver.url)
+        assert client.post("/plants", json={"id": 1, "name": "Fern 1"}, headers=AUTH).status_code == 200
+        deliveries = receiver.wait_for(2, timeout=3.0)
+        assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 2]
+    finally:
+        deliverer.stop()
+        receiver.stop()
