@@ -82,7 +82,7 @@ _INDEXING = "index_plant(ARGV[8], value)"
 PARTS = {
     "no index (c341a06)": (_UNINDEXED, False),
     "shipped, no index and no event": (
-        redis_scripts.CREATE.replace(_INDEXING, "").replace("record(0, id, value)", ""),
+        redis_scripts.CREATE.replace(_INDEXING, "").replace("record(0, id, value, ARGV[10])", ""),
         False,
     ),
     "the two fence look-ups only": (

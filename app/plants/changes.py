@@ -18,6 +18,7 @@ from app.http.json_provider import json_response
 from app.schemas.parameters import load_plant_id
 from app.schemas.records import MergePatchSchema, ReplacementSchema, plant_record
 from app.store import CREATED_EVENT, KEEP, UPDATED_EVENT, Change, PreconditionFailedError
+from app.telemetry.context import REQUEST_ID
 
 _replacement_schema = ReplacementSchema()
 _merge_patch_schema = MergePatchSchema()
@@ -36,7 +37,12 @@ def replace_plant(plant_id: str) -> Response:
     try:
         # Under If-Match the plant must exist: an absent one is 412, never created.
         change, stored = store.change(
-            number, plant["name"], plant.get("tag"), precondition, create=precondition.if_match is None
+            number,
+            plant["name"],
+            plant.get("tag"),
+            precondition,
+            create=precondition.if_match is None,
+            origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
         raise precondition_failed(number) from None
@@ -64,7 +70,12 @@ def patch_plant(plant_id: str) -> Response:
     store = state.serving_store(req.environ)
     try:
         change, stored = store.change(
-            number, patch.get("name", KEEP), patch.get("tag", KEEP), precondition, create=False
+            number,
+            patch.get("name", KEEP),
+            patch.get("tag", KEEP),
+            precondition,
+            create=False,
+            origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
         raise precondition_failed(number) from None

@@ -23,6 +23,7 @@ from app.http.json_provider import json_response
 from app.schemas.parameters import load_page_query, load_plant_id
 from app.schemas.records import NewPlantSchema, PlantSchema, plant_record, stored_plant
 from app.store import CREATED_EVENT, DELETED_EVENT, Outcome, Plant, PreconditionFailedError
+from app.telemetry.context import REQUEST_ID
 
 _new_plant_schema = NewPlantSchema()
 _plant_schema = PlantSchema()
@@ -40,7 +41,10 @@ def create_plant() -> Response:
         # Answered here rather than raised through Flask's error handling, which is 6% of
         # this path's instructions: an invalid NewPlant is the common refusal of a client.
         return error_response(InvalidPlant(exc.normalized_messages()))
-    outcome = state.serving_store(req.environ).create(plant["id"], plant["name"], plant.get("tag"))
+    # The request's id goes with the event, to the webhook attempts it causes.
+    outcome = state.serving_store(req.environ).create(
+        plant["id"], plant["name"], plant.get("tag"), origin=req.environ.get(REQUEST_ID, "")
+    )
     if outcome is Outcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     if outcome is Outcome.CREATED:
@@ -99,7 +103,9 @@ def delete_plant(plant_id: str) -> Response:
     state = plants_state()
     precondition = write_precondition(request._get_current_object(), state.settings.require_if_match)  # type: ignore[attr-defined]
     try:
-        deleted = state.serving_store(request.environ).delete(number, precondition)
+        deleted = state.serving_store(request.environ).delete(
+            number, precondition, origin=request.environ.get(REQUEST_ID, "")
+        )
     except PreconditionFailedError:
         raise precondition_failed(number) from None
     if not deleted:

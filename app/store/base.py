@@ -135,11 +135,14 @@ class Event(NamedTuple):
 
 class FeedEntry(NamedTuple):
     """An event as a deliverer reads it: its id (the same each time it is read, different for every
-    event the store ever records) and the position just after it."""
+    event the store ever records), the position just after it, and its origin."""
 
     event: Event
     id: str
     position: bytes
+    #: What the write that made the event was given as `origin` ('' for none): the request's id,
+    #: then, when the write was traced, a space and its W3C `traceparent` (app/telemetry/).
+    origin: str = ""
 
 
 class EventPage(NamedTuple):
@@ -175,12 +178,14 @@ class StoreUnavailableError(Exception):
     `needs_migration`, `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
     than PLANTS_STORE_MIN_REPLICAS) or `other`. The message names what failed, for the log; it
-    never contains a password.
+    never contains a password. `node` is the host:port of the one node of a cluster that failed,
+    when one did: the log names it rather than the whole cluster.
     """
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, node: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.node = node
 
 
 class PlantStore(Protocol):
@@ -189,8 +194,9 @@ class PlantStore(Protocol):
     #: True when every process that uses the same settings sees the same plants.
     shared: bool
 
-    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
-        """Store the plant unless its id is taken, atomically.
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
+        """Store the plant unless its id is taken, atomically. `origin`, here and in every write,
+        is kept with the write's event (FeedEntry.origin), never shown in the feed's pages.
 
         Raises StoreFullError at capacity, StoreUnavailableError when the store cannot answer.
         """
@@ -198,7 +204,7 @@ class PlantStore(Protocol):
 
     def get(self, plant_id: int) -> Plant | None: ...
 
-    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         """Remove the plant and free its place under the capacity, atomically; False when absent.
 
         Raises PreconditionFailedError, having removed nothing, when the plant exists and its
@@ -207,7 +213,14 @@ class PlantStore(Protocol):
         ...
 
     def change(
-        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+        self,
+        plant_id: int,
+        name: Any,
+        tag: Any,
+        precondition: Precondition,
+        *,
+        create: bool,
+        origin: str = "",
     ) -> tuple[Change, Plant | None]:
         """Check the precondition and change the plant, in one atomic step; the plant after it.
 

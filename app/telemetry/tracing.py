@@ -6,7 +6,8 @@ the batch exporter's thread must be the worker's. Spans: one server span per req
 instrumentation: its route template, method and status), continuing a W3C `traceparent` only from
 a trusted proxy (PLANTS_TRUSTED_PROXIES); and one span per store call (`plants.store.<operation>`),
 the service's own, because the Redis store talks to Redis on held connections, past redis-py's
-instrumented methods. Off, none of this is imported: a request pays nothing.
+instrumented methods. A write's span context is stored with its event, so that each webhook
+attempt's span (app/webhooks/) links to it. Off, none of this is imported: a request pays nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from app.version import VERSION
 TRIGGERS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
 #: The store's operations that get a span.
 STORE_OPERATIONS = ("create", "get", "delete", "change", "page", "events")
+#: Those that write an event: their span's context goes with it (the `origin` of base.py).
+STORE_WRITES = ("create", "delete", "change")
 #: What the `otel` extra installs.
 EXTRA_MODULES = (
     "opentelemetry.sdk.trace",
@@ -99,7 +102,8 @@ def _trace_store(store: Any, tracer: Any) -> None:
     for name in STORE_OPERATIONS:
         method = getattr(store, name, None)
         if method is not None:
-            setattr(store, name, _traced(method, f"plants.store.{name}", tracer, kind, system))
+            wrap = _traced_write if name in STORE_WRITES else _traced
+            setattr(store, name, wrap(method, f"plants.store.{name}", tracer, kind, system))
 
 
 def _traced(
@@ -108,5 +112,23 @@ def _traced(
     def call(*args: Any, **kwargs: Any) -> Any:
         with tracer.start_as_current_span(span_name, kind=kind, attributes={"db.system": system}):
             return method(*args, **kwargs)
+
+    return call
+
+
+def _traced_write(
+    method: Callable[..., Any], span_name: str, tracer: Any, kind: Any, system: str
+) -> Callable[..., Any]:
+    """As `_traced`, and the span's `traceparent` appended to the write's origin."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = TraceContextTextMapPropagator()
+
+    def call(*args: Any, origin: str = "", **kwargs: Any) -> Any:
+        with tracer.start_as_current_span(span_name, kind=kind, attributes={"db.system": system}):
+            carrier: dict[str, str] = {}
+            propagator.inject(carrier)
+            parent = carrier.get("traceparent")
+            return method(*args, origin=f"{origin} {parent}" if parent else origin, **kwargs)
 
     return call

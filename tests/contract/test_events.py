@@ -322,3 +322,19 @@ def test_a_forged_feed_cursor_is_named_for_the_feed_not_for_tags(client, auth):
     message = error_of(client.get(f"/events?after={forged}", headers=auth), 400)["details"]["after"][0]
     assert "feed" in message
     assert "tags" not in message
+
+
+def test_each_write_keeps_its_request_id_with_its_event_and_the_feed_does_not_show_it(client, auth, store):
+    start = client.get("/events?after=now", headers=auth).json["next"]
+    writes = [
+        client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth),
+        client.put("/plants/2", json={"name": "Palm"}, headers=auth),
+        client.patch("/plants/1", json={"tag": "green"}, headers=auth, content_type=MERGE_PATCH),
+        client.delete("/plants/2", headers=auth),
+    ]
+    assert [response.status_code for response in writes] == [200, 201, 200, 204]
+    entries, _ = store.feed_entries(None, 100)
+    assert [entry.origin for entry in entries[-4:]] == [w.headers["X-Request-Id"] for w in writes]
+    events, _ = follow(client, auth, start)
+    assert len(events) == 4
+    assert all(set(event) == {"type", "time", "plant"} for event in events), events

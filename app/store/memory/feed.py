@@ -21,11 +21,14 @@ class MemoryFeed:
             raise ValueError("retain must be >= 0")
         self.retain = retain
         self._ring: list[tuple[int, int, str, str | None, int]] = []
+        #: Each event's origin, beside it: apart, so that a page makes its Events straight from the
+        #: ring's tuples.
+        self._origins: list[str] = []
         self._last = 0
         #: Event ids start with it: the numbers start again with the process, the ids never repeat.
         self._epoch = secrets.token_hex(6)
 
-    def append(self, kind: int, plant_id: int, name: str, tag: str | None) -> None:
+    def append(self, kind: int, plant_id: int, name: str, tag: str | None, origin: str = "") -> None:
         if not self.retain:
             return
         # A plain tuple, made an Event only when read: every change pays for the append.
@@ -33,8 +36,11 @@ class MemoryFeed:
         self._last += 1
         if len(self._ring) < self.retain:
             self._ring.append(event)
+            self._origins.append(origin)
         else:
-            self._ring[(self._last - 1) % self.retain] = event
+            at = (self._last - 1) % self.retain
+            self._ring[at] = event
+            self._origins[at] = origin
 
     def page(self, after: bytes | None, limit: int) -> EventPage:
         """The events after `after` (the number of the last one read, as 8 bytes)."""
@@ -57,8 +63,9 @@ class MemoryFeed:
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         events, end = self.page(after, limit)
         first = int.from_bytes(end, "big") - len(events)
+        origins, retain = self._origins, self.retain
         return [
-            FeedEntry(event, f"{self._epoch}-{n}", n.to_bytes(8, "big"))
+            FeedEntry(event, f"{self._epoch}-{n}", n.to_bytes(8, "big"), origins[(n - 1) % retain])
             for n, event in enumerate(events, first + 1)
         ], end
 

@@ -85,7 +85,7 @@ class MemoryPlantStore:
         self._lock = threading.Lock()
         self._cursor_key = secrets.token_bytes(32)
 
-    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
         """Store the plant unless its id is taken; atomic under concurrent callers.
 
         Raises StoreFullError when the id is new and the store is at capacity.
@@ -98,10 +98,10 @@ class MemoryPlantStore:
                 if stored_name == name and tags.get(plant_id) == tag:
                     return Outcome.IDENTICAL
                 return Outcome.CONFLICT
-            self._insert(plant_id, name, tag)
+            self._insert(plant_id, name, tag, origin)
             return Outcome.CREATED
 
-    def _insert(self, plant_id: int, name: str, tag: str | None) -> None:
+    def _insert(self, plant_id: int, name: str, tag: str | None, origin: str) -> None:
         """Add a new plant and its created event (the lock held), or StoreFullError at capacity."""
         if self._count >= self.capacity:
             raise StoreFullError
@@ -109,7 +109,7 @@ class MemoryPlantStore:
         self._count += 1
         self._ids.add(plant_id)
         self._tag(plant_id, tag)
-        self._feed.append(CREATED_EVENT, plant_id, name, tag)
+        self._feed.append(CREATED_EVENT, plant_id, name, tag, origin)
 
     def _tag(self, plant_id: int, tag: str | None) -> None:
         if tag is not None:
@@ -128,7 +128,14 @@ class MemoryPlantStore:
                 del self._ids_by_tag[tag]
 
     def change(
-        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+        self,
+        plant_id: int,
+        name: Any,
+        tag: Any,
+        precondition: Precondition,
+        *,
+        create: bool,
+        origin: str = "",
     ) -> tuple[Change, Plant | None]:
         """Check the precondition and change the plant under the lock that guards every write."""
         shard = plant_id % SHARDS
@@ -139,7 +146,7 @@ class MemoryPlantStore:
                 if not create or precondition.if_match is not None:
                     return Change.ABSENT, None
                 tag = None if tag is KEEP else tag
-                self._insert(plant_id, name, tag)
+                self._insert(plant_id, name, tag, origin)
                 return Change.CREATED, Plant(name, tag)
             stored_tag = tags.get(plant_id)
             _require(precondition, stored_name, stored_tag)
@@ -151,7 +158,7 @@ class MemoryPlantStore:
             if tag != stored_tag:
                 self._untag(plant_id)
                 self._tag(plant_id, tag)
-            self._feed.append(UPDATED_EVENT, plant_id, name, tag)
+            self._feed.append(UPDATED_EVENT, plant_id, name, tag, origin)
             return Change.CHANGED, Plant(name, tag)
 
     def get(self, plant_id: int) -> Plant | None:
@@ -162,7 +169,7 @@ class MemoryPlantStore:
                 return None
             return Plant(name, self._tags[shard].get(plant_id))
 
-    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         shard = plant_id % SHARDS
         names = self._names[shard]
         with self._lock:
@@ -175,7 +182,7 @@ class MemoryPlantStore:
             self._count -= 1
             self._ids.remove(plant_id)
             self._untag(plant_id)
-            self._feed.append(DELETED_EVENT, plant_id, name, tag)
+            self._feed.append(DELETED_EVENT, plant_id, name, tag, origin)
             return True
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:

@@ -80,15 +80,17 @@ def _one_group(answer: list[Any]) -> EventPage:
 
 
 def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
-    """`_one_group`'s page, each event with its id (its entry ID) and the position after it."""
+    """`_one_group`'s page read with origins, each event with its id (its entry ID), the position
+    after it and its origin."""
     number = int(answer[2])
     entries = [
         FeedEntry(
             _event(answer[i], answer[i + 1]),
             answer[i].decode(),
             encode_position([(*_entry_id(answer[i]), number + k)]),
+            answer[i + 2].decode(),
         )
-        for k, i in enumerate(range(3, len(answer), 2), 1)
+        for k, i in enumerate(range(3, len(answer), 3), 1)
     ]
     end = entries[-1].position if entries else encode_position([(*_entry_id(answer[1]), number)])
     return entries, end
@@ -97,28 +99,38 @@ def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
 class _Merge:
     """A cluster's page: a k-way merge by entry ID over the groups' streams, each read in chunks
     (the first about `limit / groups`, doubling for a group that runs out), so that a page of N
-    reads about N events from Redis, not N from every group."""
+    reads about N events from Redis, not N from every group. With `origins`, each event's origin
+    is read too."""
 
-    def __init__(self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int) -> None:
+    def __init__(
+        self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int, *, origins: bool = False
+    ) -> None:
         self._feeds, self._limit = feeds, limit
+        self._flag, self._stride = ("1", 3) if origins else ("", 2)
         groups = len(starts)
         first = max(8, -(-(limit + 1) // groups))
         self._size = [first] * groups
         self._next = list(starts)  # where each group's next read starts
-        self._buffers: list[list[tuple[int, int, int, bytes, bytes]]] = [[] for _ in range(groups)]
+        self._buffers: list[list[tuple[int, int, int, bytes, bytes, bytes]]] = [[] for _ in range(groups)]
         self._exhausted = [False] * groups
         self._positions: list[GroupPosition] = []
-        for group, answer in enumerate(feeds._read([(*start, first) for start in starts])):
+        for group, answer in enumerate(feeds._read([(*start, first, self._flag) for start in starts])):
             self._take(group, answer, first)
             self._positions.append((*_entry_id(answer[1]), int(answer[2])))
 
     def _take(self, group: int, answer: list[Any], asked: int) -> None:
         if answer[0] == 1:
             raise FeedExpiredError
-        number = int(answer[2])
+        number, stride = int(answer[2]), self._stride
         entries = [
-            (*_entry_id(answer[i]), number + k, answer[i], answer[i + 1])
-            for k, i in enumerate(range(3, len(answer), 2), 1)
+            (
+                *_entry_id(answer[i]),
+                number + k,
+                answer[i],
+                answer[i + 1],
+                answer[i + 2] if stride == 3 else b"",
+            )
+            for k, i in enumerate(range(3, len(answer), stride), 1)
         ]
         self._buffers[group] = entries[::-1]  # popped from the end
         self._exhausted[group] = len(entries) < asked
@@ -128,7 +140,7 @@ class _Merge:
     def _refill(self, group: int) -> None:
         self._size[group] = min(2 * self._size[group], self._limit + 1)
         asked = self._size[group]
-        answer = self._feeds._read_one(group, (*self._next[group], asked))
+        answer = self._feeds._read_one(group, (*self._next[group], asked, self._flag))
         self._take(group, answer, asked)
 
     def page(self, entries: list[FeedEntry] | None = None) -> EventPage:
@@ -139,13 +151,15 @@ class _Merge:
         events: list[Event] = []
         while heap and len(events) < self._limit:
             _, group = heapq.heappop(heap)
-            ms, seq, number, raw_id, value = self._buffers[group].pop()
+            ms, seq, number, raw_id, value, origin = self._buffers[group].pop()
             self._positions[group] = (ms, seq, number)
             event = _event(raw_id, value)
             events.append(event)
             if entries is not None:
                 entries.append(
-                    FeedEntry(event, f"{group}.{raw_id.decode()}", encode_position(self._positions))
+                    FeedEntry(
+                        event, f"{group}.{raw_id.decode()}", encode_position(self._positions), origin.decode()
+                    )
                 )
             # Every group with more to read keeps one buffered event, so the heap's least is the
             # least of all.
@@ -171,9 +185,9 @@ class GroupFeeds:
 
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         if self._groups.count == 1:
-            return _one_group_entries(self._single(after, limit))
+            return _one_group_entries(self._single(after, limit, origins=True))
         entries: list[FeedEntry] = []
-        end = _Merge(self, self._starts(after), limit).page(entries).next
+        end = _Merge(self, self._starts(after), limit, origins=True).page(entries).next
         return entries, end
 
     def count(self, position: bytes) -> int:
@@ -185,8 +199,8 @@ class GroupFeeds:
             return [("", "")] * self._groups.count
         return [(f"{ms}-{seq}", number) for ms, seq, number in decode_position(after, self._groups.count)]
 
-    def _single(self, after: bytes | None, limit: int) -> list[Any]:
-        answer = self._read([(*self._starts(after)[0], limit)])[0]
+    def _single(self, after: bytes | None, limit: int, *, origins: bool = False) -> list[Any]:
+        answer = self._read([(*self._starts(after)[0], limit, "1" if origins else "")])[0]
         if answer[0] == 1:
             raise FeedExpiredError
         return answer

@@ -90,19 +90,30 @@ class Groups:
         return self.tags[g], self.cluster_arg, self.retain_arg, "" if deadline_ms is None else deadline_ms
 
     def create_call(
-        self, plant_id: int, value: bytes, *, rewrite: bool = False, deadline_ms: int | None = None
+        self,
+        plant_id: int,
+        value: bytes,
+        *,
+        rewrite: bool = False,
+        deadline_ms: int | None = None,
+        origin: str = "",
     ) -> tuple[tuple, tuple]:
         """The CREATE script's keys and arguments (`rewrite`: see the script)."""
         g = self.of(plant_id)
-        args = (plant_id, value, self.quotas[g], member(plant_id), "1" if rewrite else "")
+        args = (plant_id, value, self.quotas[g], member(plant_id), "1" if rewrite else "", origin)
         return self._write_keys(plant_id, g), (*self._write_args(g, deadline_ms), *args)
 
     def delete_call(
-        self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, deadline_ms: int | None = None
+        self,
+        plant_id: int,
+        precondition: Precondition = UNCONDITIONAL,
+        *,
+        deadline_ms: int | None = None,
+        origin: str = "",
     ) -> tuple[tuple, tuple]:
         g = self.of(plant_id)
         keys = self._write_keys(plant_id, g)
-        args = (*self._write_args(g, deadline_ms), plant_id, member(plant_id))
+        args = (*self._write_args(g, deadline_ms), plant_id, member(plant_id), origin)
         return keys, args if precondition is UNCONDITIONAL else (*args, *precondition_args(precondition))
 
     def change_call(
@@ -114,13 +125,14 @@ class Groups:
         *,
         create: bool,
         deadline_ms: int | None = None,
+        origin: str = "",
     ) -> tuple[tuple, tuple]:
         """The CHANGE script's keys and arguments (KEEP: see the script)."""
         g = self.of(plant_id)
         keys = self._write_keys(plant_id, g)
         tag_arg = "k" if tag is KEEP else "n" if tag is None else "s" + tag
         return keys, (*self._write_args(g, deadline_ms), plant_id, member(plant_id), self.quotas[g],
-                      "1" if create else "", "" if name is KEEP else name, tag_arg,
+                      "1" if create else "", "" if name is KEEP else name, tag_arg, origin,
                       *precondition_args(precondition))  # fmt: skip
 
     def position(self, group: int, after: int | None) -> bytes:

@@ -92,11 +92,11 @@ class RedisPlantStore(RedisBacked):
         self._cursor_key: bytes | None = None
         self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
-    def create(self, plant_id: int, name: str, tag: str | None) -> Outcome:
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
         self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
         keys, args = self.groups.create_call(
-            plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms
+            plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms, origin=origin
         )
         answer = self._run("CREATE", keys, args, write=True, deadline=deadline)
         if answer == 3:
@@ -108,9 +108,9 @@ class RedisPlantStore(RedisBacked):
         value = self._clients.read(key, "HGET", key, str(plant_id))
         return None if value is None else decode(value)
 
-    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL) -> bool:
+    def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         deadline = Deadline.after(self._window_s)
-        keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms)
+        keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
         answer = self._run("DELETE", keys, args, write=True, deadline=deadline)
         if answer == 2:
@@ -118,13 +118,20 @@ class RedisPlantStore(RedisBacked):
         return answer == 1
 
     def change(
-        self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool
+        self,
+        plant_id: int,
+        name: Any,
+        tag: Any,
+        precondition: Precondition,
+        *,
+        create: bool,
+        origin: str = "",
     ) -> tuple[Change, Plant | None]:
         if tag is not KEEP and tag is not None:
             self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
         keys, args = self.groups.change_call(
-            plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms
+            plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
         )
         answer = self._run("CHANGE", keys, args, write=True, deadline=deadline)
         code = answer[0]

@@ -1,8 +1,9 @@
 -- KEYS: a group's feed. ARGV: P, '1' on a cluster, the position to read after: an entry ID and
 -- the number of events added up to it ('' and '' for the oldest kept, 'now' for the latest),
--- and how many to read. Answers {0, id, number, entry ID, event, entry ID, event, ...} (the
--- position the entries follow, then the entries, flat), {0, id, number} for 'now', or {1} when
--- some events after the position are no longer kept. Redis counts every entry ever added
+-- how many to read, and '1' for each event's origin too. Answers {0, id, number, entry ID,
+-- event, entry ID, event, ...} (the position the entries follow, then the entries, flat; with
+-- origins, entry ID, event, origin, ...), {0, id, number} for 'now', or {1} when some events
+-- after the position are no longer kept. Redis counts every entry ever added
 -- (`entries-added`), so the entries a trim dropped are that count less the stream's length.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if ARGV[3] ~= '' and ARGV[3] ~= 'now' and tonumber(ARGV[4]) > 0 then return {1} end
@@ -24,8 +25,11 @@ elseif number < added - length or number > added then
   return {1}
 end
 local answer = {0, after, number}
+local origins = ARGV[6] == '1'
 for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', ARGV[5])) do
   answer[#answer + 1] = entry[1]
   answer[#answer + 1] = entry[2][2]
+  -- An entry recorded before origins were has no `o`.
+  if origins then answer[#answer + 1] = entry[2][4] or '' end
 end
 return answer

@@ -90,11 +90,13 @@ end
 
 -- Appends a change to the group's feed (KEYS[3], a stream) in the write's own step, unless the
 -- feed is off (ARGV[3], the retention, is '0'). Its entry ID, given by Redis, is when it took
--- effect. One field, `e`: `<kind> <decimal id> <encoded plant>`; every entry has the same field,
--- so the stream stores its name once per node, and a page answers three strings per event.
-local function record(kind, id, value)
+-- effect. Two fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
+-- (FeedEntry.origin; '' for none, and absent from entries written before it existed). Every
+-- entry has the same fields, so the stream stores their names once per node.
+local function record(kind, id, value, origin)
   if ARGV[3] ~= '0' then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'e', kind .. ' ' .. id .. ' ' .. value)
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'e', kind .. ' ' .. id .. ' ' .. value,
+      'o', origin or '')
   end
 end
 
