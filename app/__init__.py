@@ -22,12 +22,6 @@ from app.telemetry.request_ids import RequestIds
 
 __all__ = ["ConfigurationError", "create_app"]
 
-# The IDNA codec, used once at import, before any thread or fork. Python imports it on first use
-# (Werkzeug's URL matching, every socket lookup); a process whose first use meets a half-done
-# import (another thread's, or across a fork the parent's) caches "unknown encoding: idna" for
-# good: every request of that worker then fails (bpo-29288).
-"".encode("idna")
-
 
 class _SharedNullSession(SecureCookieSessionInterface):
     """Flask's cookie sessions, but without a secret key (the service's case) every request

@@ -14,8 +14,8 @@ from flask import Flask, current_app
 from app.auth import Authenticator, authenticator_for
 from app.metrics import Metrics
 from app.rate_limits import RateLimits, rate_limits_for
-from app.settings import ConfigurationError, Settings, load_settings
-from app.store import PlantStore, StoreUrl, store_for
+from app.settings import Settings, load_settings
+from app.store import PlantStore, store_for
 from app.store.memory.split_guard import SplitStoreGuard
 from app.store.signal import FeedSignal
 from app.webhooks import Deliverer, user_agent
@@ -57,31 +57,6 @@ class PlantsState:
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
-    @property
-    def summary(self) -> str:
-        """What is in effect, in one line for the log at start (no token, no password)."""
-        settings, static = self.settings, self.auth.static
-        read_only = sum(
-            1
-            for caller in static.callers.values()
-            if caller.read_refusal is None and caller.write_refusal is not None
-        )
-        jwt = settings.jwt.issuer if settings.jwt is not None else "off"
-        own = settings.tokens.limits
-        limits = ", ".join(
-            part
-            for part in (
-                settings.rate_limit and f"{settings.rate_limit} per token",
-                own and f"{len(own)} tokens with their own",
-                settings.auth_failure_limit and f"{settings.auth_failure_limit} failed logins per address",
-            )
-            if part
-        )
-        return (
-            f"store {self.store_address}; {len(static.callers) - read_only} full-access and {read_only}"
-            f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
-        )
-
 
 def init_state(app: Flask) -> PlantsState:
     """`app`'s state, made from its config on first use; ConfigurationError names what is wrong."""
@@ -97,11 +72,7 @@ def plants_state(app: Flask | None = None) -> PlantsState:
 
 
 def _state_for(settings: Settings) -> PlantsState:
-    try:
-        url = StoreUrl.parse(settings.store_url)
-        store = store_for(settings, url)
-    except ValueError as exc:
-        raise ConfigurationError(settings.store_url_key, str(exc)) from None
+    url, store = store_for(settings)
     metrics = Metrics(store) if settings.metrics else None
     deliverer = Deliverer(store, settings, user_agent=user_agent(), metrics=metrics)
     feed_signal = FeedSignal(

@@ -88,8 +88,8 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
-        # Made on first use: in multiprocess mode a child writes a file, and the gunicorn
-        # master, which builds an app to check the settings, must write none.
+        # Made on first use: in multiprocess mode a child writes a file, and a process that
+        # never counts an event type writes none for it.
         self._appended_children: list[Any] = [None] * len(EVENT_TYPES)
         self.events_read = Counter(
             "plants_events_read", "Events served from GET /events.", ["route"], registry=self.registry

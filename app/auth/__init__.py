@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from app.auth.access_tokens import AccessTokens
 from app.auth.caller import Caller, Outcome
-from app.auth.jwks import FETCH_TIMEOUT, KeySet
+from app.auth.jwks import KeySet
 from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
 from app.settings import JwtSettings, Settings
 
@@ -36,11 +36,9 @@ class Authenticator:
         return TOKEN_NOT_ACCEPTED, None
 
     def close(self) -> None:
-        """Stop the background work (the provider's keys): an app built only to check settings.
-        Returns once no fetch is in flight (at most the fetch's deadline), so that a process may
-        fork safely next."""
+        """Stop loading the provider's keys in the background (an app that is done with)."""
         if self.access_tokens is not None:
-            self.access_tokens.keys.close(wait=FETCH_TIMEOUT + 1.0)
+            self.access_tokens.keys.close()
 
     @property
     def ready(self) -> bool:

@@ -24,11 +24,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from jwt import PyJWK, PyJWKSet
-from jwt.exceptions import PyJWKSetError
+from jwt import PyJWK
+from jwt.exceptions import MissingCryptographyError, PyJWTError
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,18 @@ class FetchError(Exception):
     """The provider did not give a usable document; the message never holds a secret."""
 
 
-def fits(key: PyJWK, algorithm: str) -> bool:
+class SigningKey(NamedTuple):
+    """One usable key of the provider's JWKS, and its JWK as published (PyJWK keeps that only
+    privately, and `fits` reads its `crv` and whether it names an `alg`)."""
+
+    jwk: PyJWK
+    data: dict[str, Any]
+
+
+def fits(key: SigningKey, algorithm: str) -> bool:
     """Whether `key` may verify a signature made with `algorithm`."""
     kty, crv = KEY_FAMILIES.get(algorithm, (None, None))
-    data = key._jwk_data
+    data = key.data
     if kty is None or data.get("kty") != kty or (crv is not None and data.get("crv") != crv):
         return False
     return data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
@@ -75,7 +83,7 @@ class KeySet:
     ) -> None:
         self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
         self._clock = clock
-        self._keys: list[PyJWK] | None = None
+        self._keys: list[SigningKey] | None = None
         #: Bumped whenever the keys change: tokens verified under older keys are checked again.
         self.generation = 0
         self._fresh_until = 0.0
@@ -83,7 +91,6 @@ class KeySet:
         self._fetch_lock = threading.Lock()
         self._refetch_lock = threading.Lock()
         self._loader_pid: int | None = None
-        self._loader: threading.Thread | None = None
         self._refreshing = False
         self._closed = False
         reference = weakref.ref(self)
@@ -101,28 +108,17 @@ class KeySet:
         if self._loader_pid == os.getpid():
             return
         self._loader_pid = os.getpid()
-        self._loader = threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True)
-        self._loader.start()
+        threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
 
     def _load_until_loaded(self) -> None:
         delay = 0.5
-        # The first attempt is made even when closed meanwhile: gunicorn's master closes the app
-        # it builds to check the settings at once, and whether it asked must not be a race.
-        while not self.refresh() and self._keys is None and not self._closed:
+        while not self._closed and not self.refresh() and self._keys is None:
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
 
-    def close(self, wait: float = 0.0) -> None:
-        """Stop loading in the background (an app built only to check the settings), after
-        waiting up to `wait` seconds for the attempt in flight.
-
-        gunicorn's master forks its workers next: a thread still fetching at the fork can hold a
-        lock or be halfway through an import, which the worker then inherits half done (its first
-        use of the IDNA codec once left a worker answering every request with a 500).
-        """
+    def close(self) -> None:
+        """Stop loading in the background; a fetch in flight ends within its deadline."""
         self._closed = True
-        if self._loader is not None:
-            self._loader.join(wait)
 
     def _after_fork(self) -> None:
         # A lock held by another thread at the fork would stay held in the child for ever.
@@ -154,10 +150,10 @@ class KeySet:
     def _match(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
         keys = self._keys or []
         if kid is None:
-            fitting = [key for key in keys if fits(key, algorithm)]
+            fitting = [key.jwk for key in keys if fits(key, algorithm)]
             return (fitting[0] if len(fitting) == 1 else None), bool(fitting)
-        named = [key for key in keys if key.key_id == kid]
-        return next((key for key in named if fits(key, algorithm)), None), bool(named)
+        named = [key for key in keys if key.jwk.key_id == kid]
+        return next((key.jwk for key in named if fits(key, algorithm)), None), bool(named)
 
     def _refresh_in_background(self) -> None:
         if self._refreshing or self._keys is None:
@@ -186,7 +182,7 @@ class KeySet:
         self._fresh_until = self._clock() + max_age
         return True
 
-    def _fetch(self) -> tuple[list[PyJWK], float]:
+    def _fetch(self) -> tuple[list[SigningKey], float]:
         deadline = time.monotonic() + FETCH_TIMEOUT
         jwks_url = self._jwks_url
         if jwks_url is None:
@@ -198,18 +194,34 @@ class KeySet:
             if not isinstance(jwks_url, str) or urlsplit(jwks_url).scheme not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
         document, max_age = fetch_json(jwks_url, deadline)
-        try:
-            keys = PyJWKSet.from_dict(document).keys
-        except (PyJWKSetError, TypeError, ValueError, AttributeError) as exc:
-            raise FetchError(f"the JWKS at {jwks_url} has no usable key ({type(exc).__name__})") from None
+        keys = usable_keys(document)
+        if not keys:
+            raise FetchError(f"the JWKS at {jwks_url} has no usable key")
         # Kept once it served keys: until then each attempt reads the discovery document again,
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
 
 
-def _fingerprint(keys: list[PyJWK]) -> list[str]:
-    return sorted(json.dumps(key._jwk_data, sort_keys=True) for key in keys)
+def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
+    """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
+    malformed member) are left out, as PyJWKSet leaves them."""
+    members = document.get("keys")
+    keys = []
+    for member in members if isinstance(members, list) else []:
+        if not isinstance(member, dict):
+            continue
+        try:
+            keys.append(SigningKey(PyJWK(member), member))
+        except MissingCryptographyError:
+            raise
+        except (PyJWTError, TypeError, ValueError, AttributeError):
+            continue
+    return keys
+
+
+def _fingerprint(keys: list[SigningKey]) -> list[str]:
+    return sorted(json.dumps(key.data, sort_keys=True) for key in keys)
 
 
 def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:

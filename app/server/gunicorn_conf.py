@@ -129,25 +129,21 @@ def _prepare_metrics_directory(server: Any) -> None:
 
 
 def on_starting(server: Any) -> None:
-    """Check every setting by building the app once, as each worker will; refuse a split store."""
+    """Check every setting, as each worker's app will, without building the app (no thread may
+    run in the master when it forks); refuse a split store."""
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
     from app.telemetry import tracing
 
     asked = tracing.requested()
     if asked and not tracing.available():
         raise SystemExit(f"Plant Store: configuration error: {tracing.MISSING_EXTRA.format(asked)}")
-    from app import ConfigurationError, create_app
-    from app.extension import plants_state
+    from app.server.settings_check import checked_settings, summary
 
     try:
-        # Built to check the settings only: the workers build their own, and load the keys.
-        state = plants_state(create_app())
-        state.auth.close()
-        shared = state.store.shared
-        _check_store_kind(state)
+        settings, url = checked_settings()
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
-    if server.cfg.workers != 1 and not shared:
+    if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
@@ -155,27 +151,10 @@ def on_starting(server: Any) -> None:
         )
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
-        state.summary,
+        summary(settings, url),
         server.cfg.workers,
         server.cfg.threads,
     )
-
-
-def _check_store_kind(state: Any) -> None:
-    """A store of the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as
-    `redis+cluster://`) is a configuration error. A store that does not answer is not: the service
-    starts while Redis is down, and /readyz says so."""
-    from app.settings import ConfigurationError
-    from app.store import StoreUnavailableError
-
-    try:
-        state.store.readiness()
-    except StoreUnavailableError as exc:
-        if exc.reason == "wrong_kind":
-            key = state.settings.store_url_key
-            raise ConfigurationError(
-                key, f"names the wrong kind of store: {exc}"
-            ).from_environment() from None
 
 
 def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:

@@ -9,8 +9,9 @@ process that uses the same Redis and prefix. The store never imports Flask.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.settings import ConfigurationError, Settings
 from app.store.base import (
     ANY_PLANT,
     CREATED_EVENT,
@@ -40,9 +41,6 @@ from app.store.readiness import FailingNode, Readiness
 from app.store.redis.errors import FAILURES, unavailable
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
-
-if TYPE_CHECKING:
-    from app.settings import Settings
 
 __all__ = [
     "ANY_PLANT",
@@ -107,18 +105,23 @@ def store_from_url(
     )
 
 
-def store_for(settings: Settings, url: StoreUrl) -> PlantStore:
-    """The store `url` (the settings' store URL, parsed) names, sized and timed by the settings.
-    Raises ValueError (without quoting the URL) when it names none."""
-    return store_from_url(
-        url,
-        capacity=settings.max_plants,
-        prefix=settings.store_prefix,
-        connect_timeout=settings.store_connect_timeout,
-        timeout=settings.store_timeout,
-        min_replicas=settings.store_min_replicas,
-        events_retain=settings.events_retain,
-    )
+def store_for(settings: Settings) -> tuple[StoreUrl, PlantStore]:
+    """The settings' store URL, parsed, and the store it names, sized and timed by the settings.
+    Raises ConfigurationError, naming the store's setting but never quoting its URL, when the URL
+    names no store."""
+    try:
+        url = StoreUrl.parse(settings.store_url)
+        return url, store_from_url(
+            url,
+            capacity=settings.max_plants,
+            prefix=settings.store_prefix,
+            connect_timeout=settings.store_connect_timeout,
+            timeout=settings.store_timeout,
+            min_replicas=settings.store_min_replicas,
+            events_retain=settings.events_retain,
+        )
+    except ValueError as exc:
+        raise ConfigurationError(settings.store_url_key, str(exc)) from None
 
 
 def backend_error(exc: BaseException | None, user: str) -> StoreUnavailableError:

@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from app.settings import DEFAULTS, ConfigurationError, from_environ, load_settings
-from app.store import StoreUrl, store_for
+from app.store import store_for
 from app.telemetry.logs import configure
 from app.webhooks import Deliverer, user_agent
 
@@ -23,12 +23,9 @@ def main() -> int:
     try:
         settings = load_settings({**DEFAULTS, **from_environ()})
         configure(settings.log_format)  # the web workers' format (app/telemetry/logs.py)
-        url = StoreUrl.parse(settings.store_url)
+        url, store = store_for(settings)
     except ConfigurationError as exc:
         print(f"Plant Store: configuration error: {exc.from_environment()}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"Plant Store: configuration error: {settings.store_url_key} {exc}", file=sys.stderr)
         return 2
     if not url.shared:
         print(
@@ -37,7 +34,6 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    store = store_for(settings, url)
     # PLANTS_WEBHOOKS_DELIVER=false is for the web workers, when this process delivers instead.
     deliverer = Deliverer(
         store, dataclasses.replace(settings, webhooks_deliver=True), user_agent=user_agent()

@@ -1,0 +1,59 @@
+"""What gunicorn's master checks before it forks: every setting, and the store's kind.
+
+The master checks without building the app: building it would start the app's background work
+(the provider's keys, the feed's listener) in a process that forks next, and a thread running at
+a fork leaves the child its locks and imports half done. Each worker builds its own app.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from app.settings import DEFAULTS, ConfigurationError, Settings, from_environ, load_settings
+from app.store import StoreUnavailableError, StoreUrl, store_for
+
+
+def checked_settings(environ: Mapping[str, str] = os.environ) -> tuple[Settings, StoreUrl]:
+    """The settings of `environ` and their store's URL, checked as a worker's app will check them.
+
+    Raises ConfigurationError, naming the environment variable, for a bad setting or a store of
+    the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as `redis+cluster://`). A
+    store that does not answer is no error: the service starts while Redis is down, and /readyz
+    says so.
+    """
+    try:
+        settings = load_settings({**DEFAULTS, **from_environ(environ)})
+        url, store = store_for(settings)
+        try:
+            store.readiness()
+        except StoreUnavailableError as exc:
+            if exc.reason == "wrong_kind":
+                problem = f"names the wrong kind of store: {exc}"
+                raise ConfigurationError(settings.store_url_key, problem) from None
+        finally:
+            close = getattr(store, "close", None)  # a Redis store's connections
+            if close is not None:
+                close()
+    except ConfigurationError as exc:
+        raise exc.from_environment() from None
+    return settings, url
+
+
+def summary(settings: Settings, url: StoreUrl) -> str:
+    """What is in effect, in one line for the log at start (no token, no password)."""
+    tokens = settings.tokens
+    jwt = settings.jwt.issuer if settings.jwt is not None else "off"
+    limits = ", ".join(
+        part
+        for part in (
+            settings.rate_limit and f"{settings.rate_limit} per token",
+            tokens.limits and f"{len(tokens.limits)} tokens with their own",
+            settings.auth_failure_limit and f"{settings.auth_failure_limit} failed logins per address",
+        )
+        if part
+    )
+    return (
+        f"store {url.redacted}; {len(set(tokens.full))} full-access and {len(set(tokens.read_only))}"
+        f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
+    )
