@@ -166,10 +166,6 @@ class PreconditionFailedError(Exception):
     changed."""
 
 
-class SplitStoreError(Exception):
-    """A per-process store asked to serve from one of several processes (memory/split_guard.py)."""
-
-
 class StoreUnavailableError(Exception):
     """The store did not answer in time, or cannot write now; the request may be retried.
 

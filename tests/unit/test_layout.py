@@ -2,8 +2,8 @@
 
 Imports go one way: the views, then the extension's state, then the helpers (schemas, HTTP,
 auth, rate limits, metrics), then the catalogue of errors, the store, and the settings. The
-store never imports Flask; the worker imports nothing of the service; no module reaches into
-another concern's private names.
+store never imports Flask nor reads a request's WSGI details; the worker imports nothing of the
+service; no module reaches into another concern's private names.
 """
 
 from __future__ import annotations
@@ -96,6 +96,19 @@ def test_imports_go_one_way(module):
             private = [name for name in names if name.startswith("_")]
             assert not private, f"{where}: private names of another concern: {private}"
             assert not any(part.startswith("_") and part != "__init__" for part in imported.split(".")), where
+
+
+#: What only the serving side knows: the WSGI environ's keys and the server that runs the app.
+SERVING_DETAILS = ("wsgi.", "SERVER_SOFTWARE", "REMOTE_ADDR", "gunicorn")
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if concern(name) == "app.store"))
+def test_the_store_knows_nothing_of_how_it_is_served(module):
+    """A store serves whatever process holds it: whether that process may serve it (the memory
+    store from one process only) is the serving side's question (app/http/split_guard.py)."""
+    text = MODULES[module].read_text("utf-8")
+    found = [detail for detail in SERVING_DETAILS if detail in text]
+    assert not found, f"{MODULES[module]}: {found}"
 
 
 def test_the_check_sees_a_wrong_way_import(tmp_path):

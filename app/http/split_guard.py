@@ -1,4 +1,6 @@
-"""Never serve a per-process store from several processes: one id would get two owners.
+"""Never serve a per-process store (the memory store) from several processes: one id would get
+two owners. The guard reads the WSGI environ and gunicorn's process tree, which the store never
+sees; the app holds one for a store that is not `shared` (app/extension.py).
 
 The packaged gunicorn configuration refuses more than one worker at start and holds at one on
 SIGTTIN. This guard covers every other way of starting, on every request that reaches the
@@ -21,9 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.store.base import SplitStoreError
-
 RECHECK_SECONDS = 1.0
+
+
+class SplitStoreError(Exception):
+    """A per-process store asked to serve from one of several processes."""
 
 
 class SplitStoreGuard:
