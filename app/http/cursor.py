@@ -4,7 +4,7 @@ A cursor is base64url (no padding) of a kind byte, the store's position and the 
 an HMAC-SHA256 over both and the page's filter (`scope()`).
 A page of plants (kind 1) has a position of 1 to 16
 bytes: the last id as 8 bytes, and on a cluster a group byte. A page of the change feed (kind 2)
-has one of up to 1,024 bytes: where each bucket group's feed was left (app/store/redis_feed.py).
+has one of up to 1,024 bytes: where each bucket group's feed was left (app/store/redis/feed.py).
 The key is the store's own (`cursor_key()`), so a cursor from one worker or host is good on every
 other that shares the store, and a cursor of one `tags` filter is refused on another.
 """

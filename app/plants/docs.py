@@ -1,6 +1,6 @@
 """The interface document and the interactive API page (Swagger UI), both public.
 
-`GET <prefix>/openapi.json` is app/openapi.yaml with `servers` set to where the blueprint is
+`GET <prefix>/openapi.json` is app/plants/openapi.yaml with `servers` set to where the blueprint is
 mounted, so "Try it out" calls the right URL behind a host's prefix or a proxy's. `GET
 <prefix>/docs` is Swagger UI, from the swagger-ui-py package's own files, served here: no CDN,
 nothing downloaded at run time. The page holds no token: "Authorize" asks the person for one,

@@ -62,7 +62,7 @@ class FlatSchema(Schema):
     here by calling each field's own `deserialize` (marshmallow's required, type and
     validator checks and messages), collecting errors as marshmallow does; it dumps a plain
     value as itself. A schema or a call that uses any of them takes marshmallow's own path.
-    tests/test_properties.py checks that both paths give the same answers.
+    tests/unit/test_properties.py checks that both paths give the same answers.
     """
 
     def __init__(self, **kwargs: Any) -> None:
