@@ -8,12 +8,12 @@ the static ones and looks like a JWS is verified as an access token.
 from __future__ import annotations
 
 from app.auth.access_tokens import AccessTokens
-from app.auth.caller import Caller, Outcome
+from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
 from app.settings import JwtSettings, Settings
 
-__all__ = ["READ_ONLY_TOKEN", "Authenticator", "Caller", "JwtSettings", "Outcome", "authenticator_for"]
+__all__ = ["READ_ONLY_TOKEN", "Authentication", "Authenticator", "Caller", "JwtSettings", "authenticator_for"]
 
 
 class Authenticator:
@@ -23,7 +23,7 @@ class Authenticator:
         self.static = static
         self.access_tokens = access_tokens
 
-    def authenticate(self, header: str | None) -> Outcome:
+    def authenticate(self, header: str | None) -> Authentication:
         """The caller of an Authorization header value, or why it is refused."""
         problem, token = bearer_token(header)
         if problem is not None:

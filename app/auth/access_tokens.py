@@ -16,7 +16,7 @@ from typing import Any
 import jwt
 from werkzeug.exceptions import HTTPException
 
-from app.auth.caller import Caller, Outcome
+from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.errors import KEYS_NOT_LOADED, InsufficientScope, InvalidToken
 from app.settings.jwt import JwtSettings
@@ -77,7 +77,7 @@ class AccessTokens:
             scope=settings.webhooks_scope,
         )
 
-    def verify(self, token: str) -> Outcome:
+    def verify(self, token: str) -> Authentication:
         """The caller of a valid token, or why it is refused."""
         digest = hashlib.sha256(token.encode("ascii")).digest()
         now = self._clock()

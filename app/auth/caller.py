@@ -24,4 +24,4 @@ class Caller(NamedTuple):
 
 
 #: An authentication's outcome: the refusal, or None and the caller.
-Outcome = tuple[HTTPException | None, Caller | None]
+Authentication = tuple[HTTPException | None, Caller | None]

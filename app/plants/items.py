@@ -22,7 +22,7 @@ from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_page_query, load_plant_id
 from app.schemas.records import NewPlantSchema, PlantSchema, plant_record, stored_plant
-from app.store import CREATED_EVENT, DELETED_EVENT, Outcome, Plant, PreconditionFailedError
+from app.store import CREATED_EVENT, DELETED_EVENT, CreateOutcome, Plant, PreconditionFailedError
 from app.telemetry.context import REQUEST_ID
 
 _new_plant_schema = NewPlantSchema()
@@ -45,9 +45,9 @@ def create_plant() -> Response:
     outcome = state.serving_store(req.environ).create(
         plant["id"], plant["name"], plant.get("tag"), origin=req.environ.get(REQUEST_ID, "")
     )
-    if outcome is Outcome.CONFLICT:
+    if outcome is CreateOutcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
-    if outcome is Outcome.CREATED:
+    if outcome is CreateOutcome.CREATED:
         state.count_event(CREATED_EVENT)
     response = json_response(_plant_schema.dump(plant))
     return with_etag(response, Plant(plant["name"], plant.get("tag")))

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from app.store.readiness import Readiness
 
 
-class Outcome(enum.Enum):
+class CreateOutcome(enum.Enum):
     """What a create did."""
 
     CREATED = "created"
@@ -190,7 +190,7 @@ class PlantStore(Protocol):
     #: True when every process that uses the same settings sees the same plants.
     shared: bool
 
-    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         """Store the plant unless its id is taken, atomically. `origin`, here and in every write,
         is kept with the write's event (FeedEntry.origin), never shown in the feed's pages.
 

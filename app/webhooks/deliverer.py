@@ -30,7 +30,7 @@ from app.settings import Settings
 from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
 from app.webhooks.message import ATTEMPTS, message_id, payload, retry_delay, signed_headers, utc_text
-from app.webhooks.sender import Outcome, Watchdog, send
+from app.webhooks.sender import Attempt, Watchdog, send
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -230,7 +230,7 @@ class Deliverer:
             # A change another process made while this one held the lease is this one's to send.
             self.wake()
 
-    def count(self, outcome: Outcome, event_time_ms: int) -> None:
+    def count(self, outcome: Attempt, event_time_ms: int) -> None:
         if self.metrics is None:
             return
         kind = "delivered" if outcome.delivered else outcome.error or "status"
@@ -294,7 +294,7 @@ class Drain:
         except Exception as exc:
             # A stored secret the signer refuses, say: a failed attempt, retried on schedule.
             log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
-            outcome = Outcome(None, "internal", None, 0)
+            outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = send(
                 endpoint.url,
@@ -363,7 +363,7 @@ class Drain:
         return True
 
 
-def _attempt(msg_id: str, outcome: Outcome) -> str:
+def _attempt(msg_id: str, outcome: Attempt) -> str:
     return json.dumps(
         {
             "webhook_id": msg_id,

@@ -24,7 +24,7 @@ BACKOFF_STATUSES = (429, 503)
 _MOST_READ = 64 * 1024
 
 
-class Outcome(NamedTuple):
+class Attempt(NamedTuple):
     """An attempt: the receiver's HTTP status (None when there was no answer), the error
     (`timeout`, `refused`, `redirect`, `tls`, `address`, `name_not_resolved`, `connection`,
     `internal`, or None), the Retry-After of a 429 or 503 in seconds (None when absent, invalid,
@@ -125,7 +125,7 @@ def send(
     allowed: Iterable[str],
     context: ssl.SSLContext | None = None,
     watchdog: Watchdog | None = None,
-) -> Outcome:
+) -> Attempt:
     """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
     timeout, however the receiver trickles. Never raises: whatever goes wrong is an outcome."""
     started = time.monotonic()
@@ -140,7 +140,7 @@ def send(
             type(exc).__name__,
             str(exc)[:200],
         )
-        return Outcome(None, "internal", None, int((time.monotonic() - started) * 1000))
+        return Attempt(None, "internal", None, int((time.monotonic() - started) * 1000))
 
 
 def _attempt(
@@ -152,9 +152,9 @@ def _attempt(
     allowed: Iterable[str],
     context: ssl.SSLContext | None,
     watchdog: Watchdog | None,
-) -> Outcome:
-    def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Outcome:
-        return Outcome(status, error, retry_after, int((time.monotonic() - started) * 1000))
+) -> Attempt:
+    def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Attempt:
+        return Attempt(status, error, retry_after, int((time.monotonic() - started) * 1000))
 
     try:
         where = target(url, allowed)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import MemoryPlantStore, Outcome, Page, Plant, StoreFullError, store_from_url
+from app.store import CreateOutcome, MemoryPlantStore, Page, Plant, StoreFullError, store_from_url
 from app.store.base import id_position
 from tests.helpers import walk_pages
 
@@ -38,8 +38,8 @@ def make_store(store_settings):
 
 def test_create_get_len(make_store):
     store = make_store(10)
-    assert store.create(1, "Fern", "fern") is Outcome.CREATED
-    assert store.create(2, "Cactus", None) is Outcome.CREATED
+    assert store.create(1, "Fern", "fern") is CreateOutcome.CREATED
+    assert store.create(2, "Cactus", None) is CreateOutcome.CREATED
     assert store.get(1) == Plant("Fern", "fern")
     assert store.get(2) == Plant("Cactus", None)
     assert store.get(3) is None
@@ -49,10 +49,10 @@ def test_create_get_len(make_store):
 def test_identical_and_conflicting_creates(make_store):
     store = make_store(10)
     store.create(1, "Fern", "fern")
-    assert store.create(1, "Fern", "fern") is Outcome.IDENTICAL
-    assert store.create(1, "Fern", None) is Outcome.CONFLICT
-    assert store.create(1, "Fern", "other") is Outcome.CONFLICT
-    assert store.create(1, "Other", "fern") is Outcome.CONFLICT
+    assert store.create(1, "Fern", "fern") is CreateOutcome.IDENTICAL
+    assert store.create(1, "Fern", None) is CreateOutcome.CONFLICT
+    assert store.create(1, "Fern", "other") is CreateOutcome.CONFLICT
+    assert store.create(1, "Other", "fern") is CreateOutcome.CONFLICT
     assert store.get(1) == Plant("Fern", "fern")
     assert len(store) == 1
 
@@ -62,7 +62,7 @@ def test_capacity_refuses_only_new_ids(make_store):
     store.create(1, "Fern", None)
     with pytest.raises(StoreFullError):
         store.create(2, "Cactus", None)
-    assert store.create(1, "Fern", None) is Outcome.IDENTICAL
+    assert store.create(1, "Fern", None) is CreateOutcome.IDENTICAL
     assert len(store) == 1
 
 
@@ -78,7 +78,7 @@ def test_concurrent_creates_of_one_id_have_exactly_one_winner(make_store):
     ids = list(range(50))
     barrier = threading.Barrier(8)
 
-    def contender(worker: int) -> list[Outcome]:
+    def contender(worker: int) -> list[CreateOutcome]:
         barrier.wait()
         # Workers 0-3 send the same data (winners or replays); 4-7 send their own name (conflicts).
         name = "same" if worker < 4 else f"name-{worker}"
@@ -88,8 +88,13 @@ def test_concurrent_creates_of_one_id_have_exactly_one_winner(make_store):
         results = list(pool.map(contender, range(8)))
     for index in range(len(ids)):
         outcomes = Counter(result[index] for result in results)
-        assert outcomes[Outcome.CREATED] == 1
-        assert outcomes[Outcome.CREATED] + outcomes[Outcome.IDENTICAL] + outcomes[Outcome.CONFLICT] == 8
+        assert outcomes[CreateOutcome.CREATED] == 1
+        assert (
+            outcomes[CreateOutcome.CREATED]
+            + outcomes[CreateOutcome.IDENTICAL]
+            + outcomes[CreateOutcome.CONFLICT]
+            == 8
+        )
     assert len(store) == len(ids)
 
 
@@ -108,10 +113,10 @@ def test_concurrent_creates_of_one_id_have_exactly_one_winner(make_store):
 )
 def test_every_plant_comes_back_exactly(make_store, plant_id, name, tag):
     store = make_store(10)
-    assert store.create(plant_id, name, tag) is Outcome.CREATED
+    assert store.create(plant_id, name, tag) is CreateOutcome.CREATED
     assert store.get(plant_id) == Plant(name, tag)
-    assert store.create(plant_id, name, tag) is Outcome.IDENTICAL
-    assert store.create(plant_id, name, None if tag else "t") is Outcome.CONFLICT
+    assert store.create(plant_id, name, tag) is CreateOutcome.IDENTICAL
+    assert store.create(plant_id, name, None if tag else "t") is CreateOutcome.CONFLICT
     assert len(store) == 1
 
 
@@ -119,7 +124,7 @@ def test_ids_that_share_a_bucket_stay_apart(make_store):
     # 65536 apart: one Redis leaf bucket, and one of the memory store's dict shards.
     store = make_store(10)
     for plant_id in (7, 7 + 65536, 7 - 65536):
-        assert store.create(plant_id, f"plant {plant_id}", None) is Outcome.CREATED
+        assert store.create(plant_id, f"plant {plant_id}", None) is CreateOutcome.CREATED
     for plant_id in (7, 7 + 65536, 7 - 65536):
         assert store.get(plant_id) == Plant(f"plant {plant_id}")
     assert store.get(7 + 2 * 65536) is None
@@ -156,9 +161,11 @@ def test_any_creates_and_deletes_then_a_walk_equals_a_sorted_dict(store_settings
             if operation == "create":
                 outcome = store.create(plant_id, f"p{plant_id}", tag)
                 if plant_id in model:
-                    assert outcome is (Outcome.IDENTICAL if model[plant_id].tag == tag else Outcome.CONFLICT)
+                    assert outcome is (
+                        CreateOutcome.IDENTICAL if model[plant_id].tag == tag else CreateOutcome.CONFLICT
+                    )
                 else:
-                    assert outcome is Outcome.CREATED
+                    assert outcome is CreateOutcome.CREATED
                     model[plant_id] = Plant(f"p{plant_id}", tag)
             else:
                 assert store.delete(plant_id) is (model.pop(plant_id, None) is not None)
@@ -190,7 +197,7 @@ def test_a_delete_frees_capacity_and_reports_absence(make_store):
         store.create(3, "c", None)
     assert store.delete(1) is True
     assert store.delete(1) is False
-    assert store.create(3, "c", None) is Outcome.CREATED
+    assert store.create(3, "c", None) is CreateOutcome.CREATED
     assert len(store) == 2
     assert store.page(None, 10, ["t"]) == Page([], None)
 

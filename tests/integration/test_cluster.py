@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from app.http.cursor import EVENTS, decode_cursor
-from app.store import Outcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
+from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
 from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call
@@ -58,7 +58,8 @@ def test_random_ids_spread_over_the_primaries_within_20_percent(redis_cluster):
     store = open_cluster_store(cluster_settings(redis_cluster))
     ids = random_ids(18, 10_000)
     with ThreadPoolExecutor(8) as pool:
-        assert set(pool.map(lambda plant_id: store.create(plant_id, "Fern", None), ids)) == {Outcome.CREATED}
+        outcomes = set(pool.map(lambda plant_id: store.create(plant_id, "Fern", None), ids))
+        assert outcomes == {CreateOutcome.CREATED}
     per_primary = plants_per_primary(redis_cluster, store)
     assert len(per_primary) == 3
     assert sum(per_primary.values()) == len(ids) == len(store)
@@ -233,7 +234,7 @@ def test_a_full_shard_answers_507(fault_cluster):
             store.create(on_primary, "Fern", None)
     finally:
         primary.command("CONFIG", "SET", "maxmemory", "0")
-    assert store.create(on_primary, "Fern", None) is Outcome.CREATED
+    assert store.create(on_primary, "Fern", None) is CreateOutcome.CREATED
     store.close()
 
 
@@ -327,7 +328,7 @@ def test_a_script_never_runs_while_its_groups_slot_migrates(fault_cluster):
     answers 503 after a second) having written nothing on either node; once the slot is stable it
     lands."""
     store = open_cluster_store(cluster_settings(fault_cluster))
-    assert store.create(0, "Fern", "fern") is Outcome.CREATED  # group 0 has keys on its node
+    assert store.create(0, "Fern", "fern") is CreateOutcome.CREATED  # group 0 has keys on its node
     slot = key_slot(store.groups.tags[0].encode())
     client = RedisCluster(host="127.0.0.1", port=fault_cluster.primaries()[0].port)
     port = client.get_node_from_key(store.groups.tags[0]).port
@@ -356,7 +357,7 @@ def test_a_script_never_runs_while_its_groups_slot_migrates(fault_cluster):
     finally:
         for node in (source, target):
             node.command("CLUSTER", "SETSLOT", str(slot), "STABLE")
-    assert store.create(24, "Palm", "palm") is Outcome.CREATED
+    assert store.create(24, "Palm", "palm") is CreateOutcome.CREATED
     assert sorted(plant_id for plant_id, _, _ in store.page(None, 10).plants) == [0, 24]
     store.close()
 
@@ -376,7 +377,7 @@ def test_a_create_answered_503_for_want_of_a_replica_answers_200_when_retried(fa
         assert raised.value.reason == "replication"
     finally:
         replica.signal(signal.SIGCONT)
-    assert store.create(7, "Fern", None) is Outcome.IDENTICAL  # it had landed on the primary
-    assert store.create(7, "Palm", None) is Outcome.CONFLICT
+    assert store.create(7, "Fern", None) is CreateOutcome.IDENTICAL  # it had landed on the primary
+    assert store.create(7, "Palm", None) is CreateOutcome.CONFLICT
     assert store.get(7) == Plant("Fern")
     store.close()

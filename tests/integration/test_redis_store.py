@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from app import create_app
-from app.store import Outcome, Page, Plant
+from app.store import CreateOutcome, Page, Plant
 from app.store.redis.groups import Groups, encode
 from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import assert_error, call, walk_pages
@@ -231,12 +231,12 @@ def test_the_script_is_loaded_again_after_script_flush(redis_server):
         return int(line.split("calls=")[1].split(",")[0]) if line else 0
 
     try:
-        assert store.create(1, "Fern", None) is Outcome.CREATED
+        assert store.create(1, "Fern", None) is CreateOutcome.CREATED
         assert redis_server.command("SCRIPT", "FLUSH") == "OK"
         loads = script_loads()
-        assert store.create(2, "Fern", None) is Outcome.CREATED
+        assert store.create(2, "Fern", None) is CreateOutcome.CREATED
         assert script_loads() == loads + 1
-        assert store.create(1, "Other", None) is Outcome.CONFLICT
+        assert store.create(1, "Other", None) is CreateOutcome.CONFLICT
         assert script_loads() == loads + 1  # loaded once, then EVALSHA again
     finally:
         store.close()
@@ -251,17 +251,17 @@ def test_connections_redis_closed_are_made_again_without_an_error(own_redis):
     # holds a connection (without it, a busy machine can let one thread take two of them).
     together = threading.Barrier(4)
 
-    def fern(plant_id: int) -> Outcome:
+    def fern(plant_id: int) -> CreateOutcome:
         if plant_id < 4:
             together.wait(timeout=10)
         return store.create(plant_id, "Fern", "green")
 
     try:
         with ThreadPoolExecutor(4) as pool:
-            assert set(pool.map(fern, range(8))) == {Outcome.CREATED}
+            assert set(pool.map(fern, range(8))) == {CreateOutcome.CREATED}
             killed = int(own_redis.command("CLIENT", "KILL", "TYPE", "normal"))
             assert killed >= 4
-            assert set(pool.map(fern, range(8, 16))) == {Outcome.CREATED}
+            assert set(pool.map(fern, range(8, 16))) == {CreateOutcome.CREATED}
             own_redis.command("CLIENT", "KILL", "TYPE", "normal")
             found = list(pool.map(store.get, range(16)))
         assert found == [Plant("Fern", "green")] * 16
@@ -307,7 +307,7 @@ def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server
                 plant_id = rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-2000, 2000)])
                 tag = rng.choice([None, "fern", "palm", "a:b {c}"])
                 if plant_id not in model:
-                    assert store.create(plant_id, f"n{plant_id}", tag) is Outcome.CREATED
+                    assert store.create(plant_id, f"n{plant_id}", tag) is CreateOutcome.CREATED
                     model[plant_id] = Plant(f"n{plant_id}", tag)
             if step % 1500 == 1499:
                 assert walk_pages(store, 37) == sorted(model.items())

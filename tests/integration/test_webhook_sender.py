@@ -10,7 +10,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.webhooks.sender import Outcome, Watchdog, send
+from app.webhooks.sender import Attempt, Watchdog, send
 from tests.receiver import RawReceiver
 
 ERRORS = {"timeout", "refused", "redirect", "tls", "address", "name_not_resolved", "connection", "internal"}
@@ -38,7 +38,7 @@ def answer_bytes(status: int | bytes, retry_after: bytes | None, lines: list[tup
     return head + b"Content-Length: 0\r\n\r\n"
 
 
-def check(outcome: Outcome, status: object) -> None:
+def check(outcome: Attempt, status: object) -> None:
     assert outcome.error in ERRORS or outcome.error is None
     if outcome.error is None:
         assert outcome.status is not None

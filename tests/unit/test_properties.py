@@ -28,7 +28,7 @@ from app.schemas.records import (
     StoredPlantSchema,
     plant_record,
 )
-from app.store import MemoryPlantStore, Outcome, Plant, StoreFullError
+from app.store import CreateOutcome, MemoryPlantStore, Plant, StoreFullError
 
 # Reproducible in CI; no deadline, since these machines are shared and noisy.
 settings.register_profile("plants", derandomize=True, deadline=None, max_examples=300)
@@ -214,7 +214,7 @@ def test_store_invariants_under_concurrent_creates(per_thread, capacity):
     created_ids = set()
     for plant_id in {op[0] for op, _ in outcomes}:
         mine = [(op, outcome) for op, outcome in outcomes if op[0] == plant_id]
-        winners = [op for op, outcome in mine if outcome is Outcome.CREATED]
+        winners = [op for op, outcome in mine if outcome is CreateOutcome.CREATED]
         assert len(winners) <= 1  # one winner per id
         if not winners:
             assert all(isinstance(outcome, StoreFullError) for _, outcome in mine)
@@ -224,12 +224,12 @@ def test_store_invariants_under_concurrent_creates(per_thread, capacity):
         (winner,) = winners
         assert store.get(plant_id) == winner[1:]
         for op, outcome in mine:
-            if outcome is Outcome.IDENTICAL:
+            if outcome is CreateOutcome.IDENTICAL:
                 assert op == winner  # replays are idempotent
-            elif outcome is Outcome.CONFLICT:
+            elif outcome is CreateOutcome.CONFLICT:
                 assert op != winner  # conflicts are refused
             else:
-                assert outcome is Outcome.CREATED
+                assert outcome is CreateOutcome.CREATED
     assert len(store) == len(created_ids) <= capacity
     if any(isinstance(outcome, StoreFullError) for _, outcome in outcomes):
         assert len(store) == capacity  # refused only when full

@@ -19,9 +19,9 @@ from app.store.base import (
     UNCONDITIONAL,
     UPDATED_EVENT,
     Change,
+    CreateOutcome,
     EventPage,
     FeedEntry,
-    Outcome,
     Page,
     Plant,
     Precondition,
@@ -85,7 +85,7 @@ class MemoryPlantStore:
         self._lock = threading.Lock()
         self._cursor_key = secrets.token_bytes(32)
 
-    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         """Store the plant unless its id is taken; atomic under concurrent callers.
 
         Raises StoreFullError when the id is new and the store is at capacity.
@@ -96,10 +96,10 @@ class MemoryPlantStore:
             stored_name = names.get(plant_id)
             if stored_name is not None:
                 if stored_name == name and tags.get(plant_id) == tag:
-                    return Outcome.IDENTICAL
-                return Outcome.CONFLICT
+                    return CreateOutcome.IDENTICAL
+                return CreateOutcome.CONFLICT
             self._insert(plant_id, name, tag, origin)
-            return Outcome.CREATED
+            return CreateOutcome.CREATED
 
     def _insert(self, plant_id: int, name: str, tag: str | None, origin: str) -> None:
         """Add a new plant and its created event (the lock held), or StoreFullError at capacity."""

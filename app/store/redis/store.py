@@ -14,9 +14,9 @@ from app.store.base import (
     KEEP,
     UNCONDITIONAL,
     Change,
+    CreateOutcome,
     EventPage,
     FeedEntry,
-    Outcome,
     Page,
     Plant,
     Precondition,
@@ -36,7 +36,7 @@ from app.store.redis.pages import GroupPages
 from app.store.redis.readiness import probe
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
-_OUTCOMES = (Outcome.CREATED, Outcome.IDENTICAL, Outcome.CONFLICT)
+_OUTCOMES = (CreateOutcome.CREATED, CreateOutcome.IDENTICAL, CreateOutcome.CONFLICT)
 _CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
 #: How long a write waits for a group whose slot is moving between nodes, in all.
 _MOVING_WAIT_S = 1.0
@@ -92,7 +92,7 @@ class RedisPlantStore(RedisBacked):
         self._cursor_key: bytes | None = None
         self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
-    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> Outcome:
+    def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
         keys, args = self.groups.create_call(
