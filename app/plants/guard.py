@@ -88,5 +88,8 @@ def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
             " (a create that did land answers 200 again).",
             retry_after=1,
         )
-    log.warning("The plant store at %s did not answer: %s", state.store_address, exc)
+    if exc.node is not None:  # one node of a cluster: the others serve their plants
+        log.warning("The plant store's node %s did not answer: %s", exc.node, exc)
+    else:
+        log.warning("The plant store at %s did not answer: %s", state.store_address, exc)
     return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

@@ -177,6 +177,12 @@ def test_a_cluster_with_a_primary_down_is_degraded_naming_the_node_and_its_group
             ]
         }
         assert statuses == {(False, 200), (True, 503)}, server.output()[-3000:]
+        # Each 503's log line names the node that failed and why, not the whole cluster's URL.
+        lines = [line for line in server.output().splitlines() if "The plant store" in line]
+        assert lines
+        for line in lines:
+            assert f"The plant store's node 127.0.0.1:{down.port} did not answer: connection refused" in line
+            assert partial_cluster.url not in line
         for node in partial_cluster.nodes:
             if node is not down:
                 node.kill()

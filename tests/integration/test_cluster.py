@@ -381,3 +381,39 @@ def test_a_create_answered_503_for_want_of_a_replica_answers_200_when_retried(fa
     assert store.create(7, "Palm", None) is CreateOutcome.CONFLICT
     assert store.get(7) == Plant("Fern")
     store.close()
+
+
+def test_a_request_failing_on_a_stopped_primary_is_logged_naming_that_node(fault_cluster):
+    """A primary stopped (SIGSTOP, shorter than a failover takes): a create of a plant it serves
+    answers 503, and the log line says which node timed out, not the whole cluster's URL."""
+    settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}
+    server = redis_gunicorn(settings, workers=1)
+    victim = fault_cluster.primaries()[0]
+    client = RedisCluster(host="127.0.0.1", port=victim.port)
+    store = open_cluster_store(settings)
+    groups = store.groups
+    store.close()
+    plant_id = next(
+        plant_id
+        for plant_id in range(CLUSTER_GROUPS)
+        if client.get_node_from_key(groups.bucket_key(plant_id)).port == victim.port
+    )
+    client.close()
+    try:
+        # A plant on each node first, so that the worker knows the slot map before the stop.
+        for first in range(CLUSTER_GROUPS):
+            assert call(server.connection(), "POST", "/plants", {"id": first, "name": "Fern"}, AUTH)[0] == 200
+        victim.signal(signal.SIGSTOP)
+        try:
+            # The same bucket group as `plant_id`: the group is the id's low 16 bits modulo 24.
+            status, _, _ = call(
+                server.connection(), "POST", "/plants", {"id": plant_id + 24_000, "name": "Fern"}, AUTH
+            )
+        finally:
+            victim.signal(signal.SIGCONT)
+        assert status == 503
+    finally:
+        server.stop()
+    (line,) = [line for line in server.output().splitlines() if "The plant store" in line]
+    assert f"The plant store's node 127.0.0.1:{victim.port} did not answer: timed out" in line
+    assert fault_cluster.url not in line

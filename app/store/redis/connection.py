@@ -29,7 +29,7 @@ from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.abortive import AbortiveConnection, AbortiveSSLConnection
 from app.store.redis.deadline import Deadline
-from app.store.redis.errors import FAILURES, settled
+from app.store.redis.errors import FAILURES, settled, translate
 from app.store.redis.held import HeldConnections
 from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
@@ -111,17 +111,32 @@ class LazyClient:
     def read(self, key: str, *command: Any) -> Any:
         """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
         redirect or a failed node, once more through RedisCluster, which follows them (a one-key
-        read is safe on either node of a moving slot)."""
+        read is safe on either node of a moving slot). A failure raises the store's error, which
+        names the cluster's node that failed."""
         try:
-            return self.call(self.node_for(key), *command)
-        except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
-            if not self.cluster:
+            try:
+                return self.call(self.node_for(key), *command)
+            except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
+                if not self.cluster:
+                    raise
+                self.forget(key)
+                return self.get().execute_command(*command)
+            except RedisTimeoutError:
+                self.suspect(key)
                 raise
-            self.forget(key)
-            return self.get().execute_command(*command)
-        except RedisTimeoutError:
-            self.suspect(key)
-            raise
+        except FAILURES as exc:
+            raise translate(exc, self.serving(key)) from None
+
+    def serving(self, key: str) -> str | None:
+        """The host:port of the cluster's node that serves `key` by the slot map, as RedisCluster
+        names its nodes; None on a single Redis (the store URL names it), or when no node does."""
+        client = self._client  # never made here: a cluster that did not answer is asked once
+        if not isinstance(client, RedisCluster):
+            return None
+        try:
+            return str(client.get_node_from_key(key).name)
+        except FAILURES:
+            return None
 
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
@@ -173,15 +188,15 @@ class ScriptRunner:
     def __call__(
         self, name: str, keys: tuple, args: tuple, *, write: bool = False, deadline: Deadline | None = None
     ) -> Any:
-        """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked."""
-        if deadline is None:
-            return self._run(name, keys, args, write=write)
+        """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked. A
+        failure raises the store's error, which names the cluster's node that failed."""
         try:
             return self._run(name, keys, args, write=write)
-        except (RedisTimeoutError, RedisConnectionError) as exc:
-            if not settled(exc):
+        except FAILURES as exc:
+            unknown = isinstance(exc, (RedisTimeoutError, RedisConnectionError)) and not settled(exc)
+            if deadline is not None and unknown:
                 deadline.wait_until_settled()
-            raise
+            raise translate(exc, self._nodes.serving(keys[0])) from None
 
     def _run(self, name: str, keys: tuple, args: tuple, *, write: bool) -> Any:
         script = self._scripts.get(name)

@@ -48,13 +48,20 @@ def translated(method: _Method) -> _Method:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except OutOfMemoryError:
-            # maxmemory reached with noeviction: Redis refuses every write.
-            raise StoreFullError from None
         except FAILURES as exc:
-            raise unavailable(exc) from None
+            raise translate(exc) from None
 
     return call  # type: ignore[return-value]
+
+
+def translate(exc: Exception, node: str | None = None) -> StoreFullError | StoreUnavailableError:
+    """The store's error for a Redis failure; `node`: the cluster's node that failed, if known."""
+    if isinstance(exc, OutOfMemoryError):
+        # maxmemory reached with noeviction: Redis refuses every write.
+        return StoreFullError()
+    error = unavailable(exc)
+    error.node = node
+    return error
 
 
 class RedisBacked:

@@ -12,7 +12,7 @@ from typing import Any
 from app.store.base import StoreUnavailableError
 from app.store.readiness import READY, FailingNode, Readiness
 from app.store.redis.connection import LazyClient
-from app.store.redis.errors import CLUSTER_NODE_AS_PLAIN, FAILURES, unavailable
+from app.store.redis.errors import CLUSTER_NODE_AS_PLAIN
 from app.store.redis.groups import Groups
 
 
@@ -28,8 +28,8 @@ def probe(clients: LazyClient, groups: Groups) -> Readiness:
         key = groups.count_key(members[0])
         try:
             clients.read(key, "EXISTS", key)
-        except FAILURES as exc:
-            failing.append(FailingNode(node, tuple(members), str(unavailable(exc))))
+        except StoreUnavailableError as exc:
+            failing.append(FailingNode(node, tuple(members), str(exc)))
     if len(failing) == len(by_node):
         causes = "; ".join(f"{failed.node}: {failed.cause}" for failed in failing)
         raise StoreUnavailableError("cluster", f"no node of the cluster serves its plants ({causes})")
