@@ -17,15 +17,10 @@ class OrjsonProvider(DefaultJSONProvider):
     a careful API must (duplicate keys, NaN, lone surrogates).
     """
 
+    # Flask's `response` (jsonify, a view's dict) calls `dumps` with its indent or separators,
+    # which orjson's one compact form stands in for.
     def dumps(self, obj: Any, **kwargs: Any) -> str:
         return orjson.dumps(obj, default=self.default).decode("utf-8")
-
-    def response(self, *args: Any, **kwargs: Any) -> Response:
-        obj = self._prepare_response_obj(args, kwargs)
-        return self._app.response_class(  # type: ignore[return-value]
-            orjson.dumps(obj, default=self.default, option=orjson.OPT_APPEND_NEWLINE),  # type: ignore[arg-type]
-            mimetype=self.mimetype,
-        )
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
