@@ -1,5 +1,5 @@
 """A Redis Cluster whose nodes each live in a network namespace of their own, on a bridge, so that
-a test can cut a node's link or drop the packets between two nodes: a real partition.
+a test can cut a node's link, or drop its packets or those between two nodes: a real partition.
 
 Addresses are in 198.18.0.0/24 (RFC 2544's benchmarking range). Before anything is made, an
 `unreachable 198.18.0.0/24` route with a high metric goes into the root namespace, so that with
@@ -10,6 +10,7 @@ is made. `close()` removes every namespace, link and route made here, and stops 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,6 +29,8 @@ def available() -> str | None:
     """Why namespaces cannot be used here, or None when they can."""
     if os.geteuid() != 0:
         return "needs root"
+    if shutil.which("tc") is None:
+        return "no tc (iproute2) to drop packets"
     probe = f"p45probe{os.getpid()}"
     made = ip("netns", "add", probe, check=False)
     if made.returncode != 0:
@@ -132,6 +135,18 @@ class NamespacedCluster:
                 out[n] = info[0]
         return out
 
+    def primaries(self) -> list[int]:
+        return sorted(n for n, role in self.roles().items() if role == "master")
+
+    def replicas_of(self, n: int) -> list[int]:
+        """The nodes replicating node n, as it lists them."""
+        listed = [
+            line.split("ip=")[1].split(",")[0]
+            for line in self.command(n, "INFO", "replication").splitlines()
+            if line.startswith("slave") and "ip=" in line
+        ]
+        return sorted(m for m in range(self.count) if self.address(m) in listed)
+
     def wait_until_healthy(self, primaries: int, timeout: float = 40) -> None:
         def healthy() -> bool:
             if any(
@@ -156,6 +171,23 @@ class NamespacedCluster:
     def heal(self, n: int) -> None:
         ip("link", "set", self.link(n), "up")
 
+    def drop(self, n: int) -> None:
+        """Every packet to or from node n dropped, its link up: TCP queues and retransmits, as
+        across a real partition (a link that is down fails a send at once instead)."""
+        drop_packets(self.namespace(n), "eth0", None)  # what it sends
+        drop_packets(None, self.link(n), None)  # what is sent to it, at the bridge's port
+
+    def drop_between(self, n: int, m: int) -> None:
+        """The packets between nodes n and m dropped, both ways; each still reaches the others."""
+        drop_packets(self.namespace(n), "eth0", self.address(m))
+        drop_packets(self.namespace(m), "eth0", self.address(n))
+
+    def undrop(self, *nodes: int) -> None:
+        """Every drop made on these nodes' links removed."""
+        for n in nodes:
+            pass_packets(self.namespace(n), "eth0")
+            pass_packets(None, self.link(n))
+
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -168,6 +200,34 @@ class NamespacedCluster:
         if self._guard:
             ip("route", "del", "unreachable", SUBNET, "metric", "4000", check=False)
         self._namespaces, self._links, self._guard = [], [], False
+
+
+def tc(namespace: str | None, commands: list[str], check: bool = True) -> None:
+    """Traffic-control commands, one process: a fault starts or ends in one step."""
+    where = ["-n", namespace] if namespace else []
+    subprocess.run(
+        ["tc", *where, "-force", "-batch", "-"], input="\n".join(commands) + "\n", capture_output=True,
+        text=True, timeout=10, check=check,
+    )  # fmt: skip
+
+
+def drop_packets(namespace: str | None, device: str, destination: str | None) -> None:
+    """Drop the IP packets `device` sends (to `destination` only, when given). This kernel has no
+    netem: an htb root passes everything through class 1:1, and a u32 filter sends the chosen
+    packets to class 1:2, whose leaf is a pfifo of length 0, which drops all it is given."""
+    match = f"match ip dst {destination}/32" if destination else "match u32 0 0"
+    tc(namespace, [
+        f"qdisc add dev {device} root handle 1: htb default 1 r2q 100000",
+        f"class add dev {device} parent 1: classid 1:1 htb rate 10gbit",
+        f"class add dev {device} parent 1: classid 1:2 htb rate 10gbit",
+        f"qdisc add dev {device} parent 1:2 handle 2: pfifo limit 0",
+        f"filter add dev {device} parent 1: protocol ip prio 1 u32 {match} flowid 1:2",
+    ])  # fmt: skip
+
+
+def pass_packets(namespace: str | None, device: str) -> None:
+    """Remove `device`'s drops, if it has any."""
+    tc(namespace, [f"qdisc del dev {device} root"], check=False)
 
 
 def wait_until(condition: Callable[[], object], timeout: float) -> None:
