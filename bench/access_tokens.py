@@ -1,7 +1,7 @@
 """Benchmark: creates with a repeated JWT access token against creates with a static token.
 
-    python bench/access_tokens.py            # 5 interleaved rounds of 10 s per contestant
-    python bench/access_tokens.py --smoke    # a second per contestant; what CI runs
+    python -m bench access-tokens            # 5 interleaved rounds of 10 s per contestant
+    python -m bench access-tokens --smoke    # a second per contestant
 
 Three contestants, each a gunicorn with the shipped configuration on the memory store, driven by
 wrk with the same create script, interleaved round by round:
@@ -17,22 +17,11 @@ verifier, each token new) and a repeated token's use (the verified-token cache),
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.run import (
-    TOKEN,
-    Server,
-    benchmark_parser,
-    finish,
-    show_spread,
-    spread,
-    validity,
-    wrk,
-)
+from bench.harness.load import failed, wrk
+from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
+from bench.harness.servers import TOKEN, gunicorn
 from tests.issuer import AUDIENCE, Issuer
 
 
@@ -79,11 +68,10 @@ def main() -> int:
     issuer = Issuer()
     issuer.cache_control = "max-age=86400"
     jwt_env = {"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE}
-    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
     servers = {
-        "static": Server("static", gunicorn),
-        "static, JWT on": Server("static, JWT on", gunicorn, jwt_env),
-        "JWT": Server("JWT", gunicorn, jwt_env),
+        "static": gunicorn("static"),
+        "static, JWT on": gunicorn("static, JWT on", jwt_env),
+        "JWT": gunicorn("JWT", jwt_env),
     }
     # A token for the whole run (the cache keeps it until its exp).
     tokens = {"static": TOKEN, "static, JWT on": TOKEN, "JWT": issuer.token(exp=int(time.time()) + 7200)}
@@ -99,7 +87,7 @@ def main() -> int:
                 id_base += 10**13
                 env = {"BENCH_ID_BASE": str(id_base), "BENCH_TOKEN": tokens[name]}
                 run = wrk(server, "create.lua", 1 if round_number == 0 else seconds, args.connections, env)
-                if run["non2xx"] or run["socket_errors"]:
+                if failed(run):
                     problems.append(f"{name}: {run}")
                 if round_number:
                     runs[name].append(run)
@@ -133,7 +121,3 @@ def report(results: dict) -> str:
     lines += [f"| {name} | {value:.1f} |" for name, value in results["verify_us"].items()]
     lines += ["", validity(results)]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

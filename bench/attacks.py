@@ -1,7 +1,8 @@
 """The HTTP-framing attacks on the worker, each held while an honest client probes `/healthz`.
 
-    .venv/bin/python bench/attacks.py                          # every attack, memory store, 10 s each
-    .venv/bin/python bench/attacks.py --store redis --workers 2 --attack chunk-extensions
+    python -m bench attacks                          # every attack, memory store, 10 s each
+    python -m bench attacks --store redis --workers 2 --attack chunk-extensions
+    python -m bench attacks --smoke                  # 2 s each
 
 - `half-open`: connections that send part of a request and close: 1,000 a second (`POST
   /healthz`, `Content-Length: 100`, 3 body bytes), and one that sends only a request line;
@@ -11,27 +12,23 @@
 
 First, the workers' CPU while 1,000 idle connections are held. Then the probe opens a new
 connection for each `GET /healthz`, every 50 ms. After each attack ends, the workers' CPU is
-measured over the next second: the goal is idle (bench/README.md).
+measured over the next second: the goal is idle.
 tests/integration/test_attacks.py runs each attack, shorter.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness.load import Probes, attack, attackers
+from bench.harness.report import benchmark_parser, save
+from bench.harness.servers import TOKEN, RedisServer, children_cpu_seconds, gunicorn, scratch
 
-from bench.slow_clients import Result, _attack, attackers
-
-TOKEN = "bench-token"
 HALF_OPEN = b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
 REQUEST_LINE_ONLY = b"GET /healthz HTTP/1.1\r\n"
 CHUNK_HEAD = b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -42,7 +39,7 @@ PIPELINED = b"HEAD /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\
 @dataclass
 class Outcome:
     attack: str
-    probe: Result
+    probe: Probes
     idle_cpu_share: float  # of one core, the workers' CPU in the second after the attack ended
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
@@ -78,8 +75,7 @@ def half_open(port: int, stop: threading.Event, connections: int = 1000) -> int:
 
 
 def dribble(port: int, stop: threading.Event, connections: int = 1000) -> int:
-    crowd = attackers(TOKEN, 0, connections, 0)
-    _attack(port, crowd, 0, stop, Result())
+    attack(port, attackers(TOKEN, 0, connections, 0), 0, stop, Probes())
     return 1
 
 
@@ -142,7 +138,7 @@ ATTACKS: dict[str, Callable[..., int]] = {
 }
 
 
-def probe(port: int, result: Result) -> None:
+def probe(port: int, result: Probes) -> None:
     started = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -157,34 +153,26 @@ def probe(port: int, result: Result) -> None:
     result.latencies_ms.append((time.monotonic() - started) * 1000)
 
 
-def workers_cpu_seconds(master_pid: int) -> float:
-    """The CPU time (user and system) the master's worker processes have spent so far."""
-    total = 0
-    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
-    for pid in children:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-    return total / 100  # clock ticks (USER_HZ is 100 on Linux)
-
-
 def run(name: str, port: int, master_pid: int, seconds: float, **options: int) -> Outcome:
     """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
     stop = threading.Event()
     rounds: list[int] = []
-    attack = threading.Thread(target=lambda: rounds.append(ATTACKS[name](port, stop, **options)), daemon=True)
-    attack.start()
+    attacking = threading.Thread(
+        target=lambda: rounds.append(ATTACKS[name](port, stop, **options)), daemon=True
+    )
+    attacking.start()
     time.sleep(1.0)  # the attack under way
-    result = Result()
+    result = Probes()
     ends = time.monotonic() + seconds
     while time.monotonic() < ends:
         probe(port, result)
         time.sleep(0.05)
     stop.set()
-    attack.join(timeout=15)
+    attacking.join(timeout=15)
     time.sleep(1.0)  # the attack has ended: within a second the workers are to be idle
-    before = workers_cpu_seconds(master_pid)
+    before = children_cpu_seconds(master_pid)
     time.sleep(1.0)
-    idle_share = workers_cpu_seconds(master_pid) - before
+    idle_share = children_cpu_seconds(master_pid) - before
     return Outcome(name, result, idle_share, rounds[0] if rounds else 0)
 
 
@@ -193,48 +181,39 @@ def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds:
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(connections)]
     try:
         time.sleep(1.0)
-        before = workers_cpu_seconds(master_pid)
+        before = children_cpu_seconds(master_pid)
         time.sleep(seconds)
-        return (workers_cpu_seconds(master_pid) - before) / seconds
+        return (children_cpu_seconds(master_pid) - before) / seconds
     finally:
         for sock in socks:
             sock.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--store", choices=["memory", "redis"], default="memory")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--attack", choices=sorted(ATTACKS), action="append")
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-
-    import tempfile
-
-    from tests.servers import Gunicorn, RedisServer
-
-    env = {"PLANTS_API_TOKENS": TOKEN, "WEB_CONCURRENCY": str(args.workers)}
+    seconds = args.seconds or (2.0 if args.smoke else 10.0)
+    env = {"WEB_CONCURRENCY": str(args.workers)}
     redis = None
     if args.store == "redis":
-        redis = RedisServer(Path(tempfile.mkdtemp(prefix="attacks-")))
+        redis = RedisServer(scratch("attacks"))
         env["PLANTS_STORE_URL"] = redis.unix_url
-    server = Gunicorn(env=env)
-    outcomes = []
+    server = gunicorn("attacked", env, pin=False).start()
+    outcomes: list[dict] = []
     try:
-        idle = idle_cpu_share(server.port, server.process.pid)
-        print(json.dumps({"store": args.store, "idle_connections": 1000, "idle_cpu_share": round(idle, 4)}))
+        idle = idle_cpu_share(server.port, server.pid)
+        outcomes.append({"store": args.store, "idle_connections": 1000, "idle_cpu_share": round(idle, 4)})
+        print(json.dumps(outcomes[-1]), flush=True)
         for name in args.attack or list(ATTACKS):
-            outcome = run(name, server.port, server.process.pid, args.seconds)
+            outcome = run(name, server.port, server.pid, seconds)
             outcomes.append({"store": args.store, "workers": args.workers, **outcome.summary()})
             print(json.dumps(outcomes[-1]), flush=True)
     finally:
         server.stop()
         if redis is not None:
             redis.stop()
-    if args.json:
-        args.json.write_text(json.dumps(outcomes, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    save(outcomes, "attacks", args.json)
+    return 0

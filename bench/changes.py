@@ -1,8 +1,8 @@
 """Benchmark: changing a plant (PUT, a tag-moving PUT, PATCH) and the 304 of a conditional GET,
 against the create and the plain GET, side by side on each store.
 
-    python bench/changes.py            # 5 interleaved rounds of 10 s per workload
-    python bench/changes.py --smoke    # a second per workload; what CI runs
+    python -m bench changes            # 5 interleaved rounds of 10 s per workload
+    python -m bench changes --smoke    # a second per workload
 
 One gunicorn worker per store, pinned to CPU 0 with wrk on CPU 1, redis-server beside wrk (its
 CPU per request is read from /proc, so Redis's own cost of each write is counted too). The
@@ -11,39 +11,12 @@ changes pick plants at random among PLANTS preloaded ones; creates make new ids.
 
 from __future__ import annotations
 
-import http.client
-import json
-import sys
-import tempfile
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.run import TOKEN, Server, benchmark_parser, finish, spread, validity
-from bench.shared_store import (
-    SIDE_BY_SIDE,
-    SIDE_BY_SIDE_HEADER,
-    side_by_side_rows,
-    start_redis,
-    wrk_beside_redis,
-)
+from bench.harness.load import failed, put_plants, wrk
+from bench.harness.report import SIDE_BY_SIDE, benchmark_parser, finish, side_by_side_table, spread, validity
+from bench.harness.servers import gunicorn, scratch, start_redis
 
 FIRST = 7 * 10**12
 WORKLOADS = ("create", "put", "retag", "patch", "get", "get304")
-
-
-def preload(server: Server, plants: int) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    for plant_id in range(FIRST, FIRST + plants):
-        connection.request(
-            "PUT", f"/plants/{plant_id}", json.dumps({"name": "Plant", "tag": "fern"}), headers
-        )
-        response = connection.getresponse()
-        response.read()
-        if response.status not in (200, 201):
-            raise RuntimeError(f"preload answered {response.status}")
-    connection.close()
 
 
 def main() -> int:
@@ -54,11 +27,10 @@ def main() -> int:
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (1 if args.smoke else 10)
     plants = args.plants or (500 if args.smoke else 10_000)
-    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
-    redis_process, sock = start_redis(Path(tempfile.mkdtemp(prefix="bench-changes-")))
+    redis_process, sock = start_redis(scratch("changes"))
     stores = {
-        "memory": Server("memory", gunicorn),
-        "redis": Server("redis", gunicorn, {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}),
+        "memory": gunicorn("memory"),
+        "redis": gunicorn("redis", {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}),
     }
     problems: list[str] = []
     runs: dict[str, list[dict]] = {f"{store}: {work}": [] for store in stores for work in WORKLOADS}
@@ -66,7 +38,7 @@ def main() -> int:
     try:
         for server in stores.values():
             server.start()
-            preload(server, plants)
+            put_plants(server.port, FIRST, plants)
         for round_number in range(rounds + 1):  # the first round warms up
             for store, server in stores.items():
                 for work in WORKLOADS:
@@ -74,7 +46,7 @@ def main() -> int:
                     env = {"BENCH_ID_BASE": str(id_base), "BENCH_MODE": work, "BENCH_FIRST": str(FIRST),
                            "BENCH_COUNT": str(plants)}  # fmt: skip
                     script = "create.lua" if work == "create" else "changes.lua"
-                    run = wrk_beside_redis(
+                    run = wrk(
                         server,
                         script,
                         1 if round_number == 0 else seconds,
@@ -82,7 +54,7 @@ def main() -> int:
                         env,
                         redis_process.pid,
                     )
-                    if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
+                    if failed(run):
                         problems.append(f"{store}: {work}: {run}")
                     if round_number:
                         runs[f"{store}: {work}"].append(run)
@@ -114,14 +86,9 @@ def report(results: dict) -> str:
         f"-c{results['connections']}, one worker; changes over {results['plants']:,} plants; "
         "median (min to max).",
         "",
-        *SIDE_BY_SIDE_HEADER,
-        *side_by_side_rows(results),
+        *side_by_side_table(results),
     ]
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
     lines += ["", validity(results, "VALID: every answer had its status.")]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

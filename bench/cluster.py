@@ -1,7 +1,7 @@
 """Benchmark of the store on a Redis Cluster against one Redis, side by side in one run.
 
-    python bench/cluster.py            # full run (about ten minutes)
-    python bench/cluster.py --smoke    # about a second per contestant; what CI runs
+    python -m bench cluster            # full run (about ten minutes)
+    python -m bench cluster --smoke    # about a second per contestant
 
 Servers are the tests' own (tests/servers.py): one redis-server, a cluster of 3 primaries with a
 replica each, and for the scaling model a cluster of 6 primaries; every redis-server is moved to
@@ -21,27 +21,23 @@ machines of their own in production, are reported apart.)
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+from bench.harness.load import failed, wrk
+from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
+from bench.harness.servers import (
+    CLIENT_CPU,
+    GUNICORN,
+    RedisClusterServers,
+    RedisServer,
+    Server,
+    cpu_seconds,
+    peer,
+    pin_to_client_cpu,
+    scratch,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import CLIENT_CPU, TICK, Server, benchmark_parser, finish, show_spread, spread, validity, wrk
-from tests.servers import RedisClusterServers, RedisServer
-
-
-def pin(pid: int) -> None:
-    subprocess.run(["taskset", "-p", "-c", CLIENT_CPU, str(pid)], check=True, capture_output=True)
-
-
-def cpu_seconds(nodes: list[RedisServer]) -> float:
-    total = 0
-    for node in nodes:
-        fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
+def nodes_cpu_seconds(nodes: list[RedisServer]) -> float:
+    return cpu_seconds(*(node.process.pid for node in nodes if node.process))
 
 
 def main() -> int:
@@ -50,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 3)
     seconds = args.seconds or (1 if args.smoke else 10)
-    directory = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    directory = scratch("cluster")
     for name in ("one", "three", "six"):
         (directory / name).mkdir()
     single = RedisServer(directory / "one", "--appendonly", "no")
@@ -60,19 +56,17 @@ def main() -> int:
     tiers = {"one": [single], "three": three.primaries(), "six": six.nodes}
     replicas = [node for node in three.nodes if node not in tiers["three"]]
     for node in [single, *three.nodes, *six.nodes]:
-        pin(node.process.pid)
-    python = sys.executable
-    gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
+        pin_to_client_cpu(node.process.pid)  # type: ignore[union-attr]
     common = {"GUNICORN_THREADS": "4", "PLANTS_MAX_PLANTS": str(10**9)}
     urls = {"one": single.url, "three": three.url, "six": six.url}
 
     def service(name: str, tier: str, workers: int = 1) -> tuple[Server, str]:
-        argv = ["taskset", "-c", "0,1", *gunicorn] if workers > 1 else gunicorn
+        argv = [*GUNICORN, "wsgi:app"]
+        if workers > 1:
+            argv = ["taskset", "-c", f"0,{CLIENT_CPU}", *argv]
         env = {**common, "PLANTS_STORE_URL": urls[tier], "WEB_CONCURRENCY": str(workers)}
         return Server(name, argv, env), tier
 
-    peer = [python, "-m", "uvicorn", "bench.fastapi_redis_peer:app", "--workers", "2", "--host", "127.0.0.1",
-            "--port", "{port}", "--log-level", "warning"]  # fmt: skip
     peer_env = {
         "PLANTS_STORE_URL": urls["one"],
         "PLANTS_STORE_PREFIX": "peer",
@@ -84,7 +78,7 @@ def main() -> int:
         "1 worker, 6 shards": service("six", "six"),
         "2 workers, one Redis": service("one x2", "one", 2),
         "2 workers, 3 shards": service("three x2", "three", 2),
-        "peer, 2 workers, one Redis": (Server("peer", ["taskset", "-c", "0,1", *peer], peer_env), "one"),
+        "peer, 2 workers, one Redis": (peer("peer", True, peer_env, workers=2), "one"),
     }
     results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds,
                      "connections": args.connections}  # fmt: skip
@@ -97,11 +91,11 @@ def main() -> int:
         def run(server: Server, tier: str, run_seconds: float = seconds) -> dict:
             nonlocal id_base
             id_base += 10**13
-            before, replicas_before = cpu_seconds(tiers[tier]), cpu_seconds(replicas)
+            before, replicas_before = nodes_cpu_seconds(tiers[tier]), nodes_cpu_seconds(replicas)
             stats = wrk(server, "create.lua", run_seconds, args.connections, {"BENCH_ID_BASE": str(id_base)})
             requests = max(stats["requests"], 1)
-            stats["redis_cpu_us_per_request"] = (cpu_seconds(tiers[tier]) - before) * 1e6 / requests
-            replica_seconds = cpu_seconds(replicas) - replicas_before if tier == "three" else 0
+            stats["redis_cpu_us_per_request"] = (nodes_cpu_seconds(tiers[tier]) - before) * 1e6 / requests
+            replica_seconds = nodes_cpu_seconds(replicas) - replicas_before if tier == "three" else 0
             stats["replica_cpu_us_per_request"] = replica_seconds * 1e6 / requests
             return stats
 
@@ -113,7 +107,7 @@ def main() -> int:
                 runs[name].append(run(server, tier))
         for name, name_runs in runs.items():
             for one in name_runs:
-                if one.get("non2xx") or one["socket_errors"]:
+                if failed(one):
                     problems.append(f"{name}: {one}")
             results[name] = {
                 key: spread(name_runs, key)
@@ -203,7 +197,3 @@ def report(results: dict) -> str:
             validity(results),
         ]
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 with PLANTS_EVENTS_RETAIN=0, a page of 100 events against a page of 100 plants, the bytes each
 retained event takes, and how far a follower lags behind creates at full speed.
 
-    python bench/events.py            # 5 interleaved rounds of 10 s per workload
-    python bench/events.py --smoke    # a second per workload; what CI runs
+    python -m bench events            # 5 interleaved rounds of 10 s per workload
+    python -m bench events --smoke    # a second per workload
 
 One gunicorn worker per server, pinned to CPU 0 with wrk on CPU 1, redis-server beside wrk (its
 CPU per request is read from /proc, so Redis's own cost of each XADD is counted too).
@@ -11,10 +11,6 @@ CPU per request is read from /proc, so Redis's own cost of each XADD is counted 
 
 from __future__ import annotations
 
-import http.client
-import json
-import sys
-import tempfile
 import threading
 import time
 import tracemalloc
@@ -22,34 +18,13 @@ from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from app.store import MemoryPlantStore
-from app.store.redis.groups import Groups, encode
-from app.store.redis.lua import CREATE
-from bench.changes import preload
-from bench.run import TOKEN, Server, benchmark_parser, finish, spread, validity, wrk
-from bench.shared_store import (
-    SIDE_BY_SIDE,
-    SIDE_BY_SIDE_HEADER,
-    side_by_side_rows,
-    start_redis,
-    wrk_beside_redis,
-)
+from bench.harness.load import failed, fill_store, get_json, put_plants, wrk
+from bench.harness.redis_cpu import RedisCPU
+from bench.harness.report import SIDE_BY_SIDE, benchmark_parser, finish, side_by_side_table, spread, validity
+from bench.harness.servers import Server, gunicorn, scratch, start_redis
 
 RETAIN = 100_000
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def get(server: Server, path: str) -> dict:
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    connection.request("GET", path, headers=HEADERS)
-    response = connection.getresponse()
-    body = json.loads(response.read())
-    connection.close()
-    if response.status != 200:
-        raise RuntimeError(f"{path} answered {response.status}: {body}")
-    return body
 
 
 def page_paths(server: Server, directory: Path) -> dict[str, Path]:
@@ -62,7 +37,7 @@ def page_paths(server: Server, directory: Path) -> dict[str, Path]:
     ):
         lines, after = [path], None
         while True:
-            page = get(server, path + (f"&after={after}" if after else ""))
+            page = get_json(server.port, path + (f"&after={after}" if after else ""))
             if not page[key] or "next" not in page:
                 break
             after = page["next"]
@@ -75,14 +50,14 @@ def page_paths(server: Server, directory: Path) -> dict[str, Path]:
 def follower_lag(server: Server, seconds: float, connections: int, id_base: int) -> dict:
     """Creates at full speed while a follower pages through the feed (1,000 at a time, at once
     while pages are full, 0.2 s after an empty one): its lag behind each event's time."""
-    position = get(server, "/events?after=now")["next"]
+    position = get_json(server.port, "/events?after=now")["next"]
     lags: list[float] = []
     stop = threading.Event()
 
     def follow() -> None:
         nonlocal position
         while not stop.is_set():
-            page = get(server, f"/events?limit=1000&after={position}")
+            page = get_json(server.port, f"/events?limit=1000&after={position}")
             position = page["next"]
             if page["events"]:
                 newest = page["events"][-1]["time"]
@@ -106,29 +81,20 @@ def follower_lag(server: Server, seconds: float, connections: int, id_base: int)
 
 
 def redis_direct(sock: Path, plants: int) -> dict[str, float]:
-    """`plants` creates through the service's script, pipelined so that Redis is busy, with the
-    feed off then on: `used_memory` per event, and Redis's CPU per create (all of it, from
-    `INFO cpu`, and the script's own, from `INFO commandstats`)."""
+    """`plants` creates through the service's store, from 16 threads so that Redis is busy, with
+    the feed off then on: `used_memory` per event, and Redis's CPU per create (all of it, and the
+    script's own)."""
     client = redis.Redis(unix_socket_path=str(sock))
-    client.script_load(CREATE)  # the script cache is not the feed's
-    script = client.register_script(CREATE)
     found: dict[str, list[float]] = {"used_memory": [], "cpu_us": [], "script_us": []}
     for retain in (0, RETAIN):
         client.flushall()
-        client.config_resetstat()
         before = client.info("memory")["used_memory"]
-        cpu = client.info("cpu")
-        cpu_before = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
-        groups = Groups("bytes", count=1, capacity=10**9, cluster=False, retain=retain)
-        for start in range(0, plants, 1_000):
-            with client.pipeline(transaction=False) as pipe:
-                for n in range(start, min(start + 1_000, plants)):
-                    keys, args = groups.create_call(10**11 + n, encode(f"Plant {n:06d}", "fern"))
-                    script(keys=keys, args=args, client=pipe)
-                pipe.execute()
-        cpu = client.info("cpu")
-        found["cpu_us"].append((cpu["used_cpu_user"] + cpu["used_cpu_sys"] - cpu_before) * 1e6 / plants)
-        found["script_us"].append(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
+        window = RedisCPU(client).start()
+        fill_store(f"unix://{sock}", "bytes", ((10**11 + n, f"Plant {n:06d}", "fern") for n in range(plants)),
+                   events_retain=retain)  # fmt: skip
+        cost = window.per_call(plants)
+        found["cpu_us"].append(cost["redis_cpu_us"])
+        found["script_us"].append(cost["script_us"])
         found["used_memory"].append(client.info("memory")["used_memory"] - before)
     client.flushall()
     return {
@@ -162,16 +128,15 @@ def main() -> int:
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (1 if args.smoke else 10)
     plants = 500 if args.smoke else 10_000
-    directory = Path(tempfile.mkdtemp(prefix="bench-events-"))
-    gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+    directory = scratch("events")
     redis_process, sock = start_redis(directory)
     on_redis = {"PLANTS_STORE_URL": f"unix://{sock}", "WEB_CONCURRENCY": "1"}
     servers = {
-        "memory, feed on": Server("memory-on", gunicorn),
-        "memory, feed off": Server("memory-off", gunicorn, {"PLANTS_EVENTS_RETAIN": "0"}),
-        "redis, feed on": Server("redis-on", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "on"}),
-        "redis, feed off": Server(
-            "redis-off", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "off", "PLANTS_EVENTS_RETAIN": "0"}
+        "memory, feed on": gunicorn("memory-on"),
+        "memory, feed off": gunicorn("memory-off", {"PLANTS_EVENTS_RETAIN": "0"}),
+        "redis, feed on": gunicorn("redis-on", {**on_redis, "PLANTS_STORE_PREFIX": "on"}),
+        "redis, feed off": gunicorn(
+            "redis-off", {**on_redis, "PLANTS_STORE_PREFIX": "off", "PLANTS_EVENTS_RETAIN": "0"}
         ),
     }
     problems: list[str] = []
@@ -182,7 +147,7 @@ def main() -> int:
         paths = {}
         for name, server in servers.items():
             server.start()
-            preload(server, plants)
+            put_plants(server.port, 7 * 10**12, plants)
             if "feed on" in name:
                 paths[name] = page_paths(server, directory)
         for round_number in range(rounds + 1):  # the first round warms up
@@ -195,11 +160,11 @@ def main() -> int:
                     ]
                 for work, script, env in workloads:
                     id_base += 10**13
-                    run = wrk_beside_redis(
+                    run = wrk(
                         server, script, 1 if round_number == 0 else seconds, args.connections,
                         {"BENCH_ID_BASE": str(id_base), **env}, redis_process.pid,
                     )  # fmt: skip
-                    if run.get("non2xx") or run.get("unexpected") or run["socket_errors"]:
+                    if failed(run):
                         problems.append(f"{name}: {work}: {run}")
                     if round_number:
                         runs.setdefault(f"{name}: {work}", []).append(run)
@@ -239,8 +204,7 @@ def report(results: dict) -> str:
         f"-c{results['connections']}, one worker per server; {results['plants']:,} plants preloaded; "
         "median (min to max).",
         "",
-        *SIDE_BY_SIDE_HEADER,
-        *side_by_side_rows(results),
+        *side_by_side_table(results),
     ]
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.3f} |" for name, value in results["ratios"].items()]
@@ -261,7 +225,7 @@ def report(results: dict) -> str:
     direct = results["redis direct"]
     lines += [
         "",
-        "Redis driven directly (pipelined creates, so that it is busy), feed off / on: all CPU per "
+        "Redis driven directly (creates from 16 threads, so that it is busy), feed off / on: all CPU per "
         f"create {direct['cpu per create, off (us)']:.1f} / {direct['cpu per create, on (us)']:.1f} µs "
         f"({direct['cpu per create, on (us)'] / direct['cpu per create, off (us)']:.3f}x); the script's "
         f"{direct['script per create, off (us)']:.1f} / {direct['script per create, on (us)']:.1f} µs "
@@ -273,7 +237,3 @@ def report(results: dict) -> str:
         validity(results, "VALID: every answer had its status."),
     ]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """How many acknowledged creates a Redis Cluster failover loses, measured: with and without
 PLANTS_STORE_MIN_REPLICAS.
 
-    python bench/failover.py            # 3 runs of each scenario (a few minutes)
-    python bench/failover.py --smoke    # 1 run of each
+    python -m bench failover            # 3 runs of each scenario (a few minutes)
+    python -m bench failover --smoke    # 1 run of each
 
 Each run starts a fresh cluster of the tests' own (3 primaries, a replica each, no persistence, a
 1 s cluster-node-timeout) and gunicorn with 2 workers, sends creates of new ids from 4 threads,
@@ -20,22 +20,16 @@ answered 200 is read back through the store; the ones not found were lost.
 from __future__ import annotations
 
 import signal
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.run import benchmark_parser, finish, validity
+from bench.harness.report import benchmark_parser, finish, validity
+from bench.harness.servers import RedisClusterServers, scratch
 from tests.conftest import cluster_settings
 from tests.load import SHORT_TIMEOUTS, CreateLoad, open_store, redis_gunicorn
-from tests.servers import RedisClusterServers
 
 
 def one_run(scenario: str, min_replicas: int) -> dict:
-    directory = Path(tempfile.mkdtemp(prefix="bench-failover-"))
-    cluster = RedisClusterServers(directory)
+    cluster = RedisClusterServers(scratch("failover"))
     settings = {**cluster_settings(cluster), **SHORT_TIMEOUTS, "PLANTS_STORE_MIN_REPLICAS": str(min_replicas)}
     server = redis_gunicorn(settings)
     load = CreateLoad(server.port, limit=10**9)
@@ -107,7 +101,3 @@ def report(results: dict) -> str:
             validity(results, "VALID: only 200 and 503, and nothing lost with PLANTS_STORE_MIN_REPLICAS=1."),
         ]
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

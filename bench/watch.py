@@ -1,9 +1,9 @@
 """Watchers of the change feed against one gunicorn worker: what holding them costs, and how fast
 a write reaches them.
 
-    .venv/bin/python bench/watch.py                        # memory: both scenarios, full size
-    .venv/bin/python bench/watch.py --store redis
-    .venv/bin/python bench/watch.py --smoke                # a small run of each (the tests' mode)
+    python -m bench watch                        # memory: both scenarios, full size
+    python -m bench watch --store redis
+    python -m bench watch --smoke                # a small run of each
 
 - `hold`: N watchers (half long-polls with `wait=55`, half server-sent-event streams), then ten
   seconds with no write: the worker's threads before and after, its RSS per watcher, and its CPU
@@ -17,24 +17,28 @@ One worker with 2 request threads, pinned to CPU 0; the watchers and the writer 
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
 import re
 import selectors
 import socket
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness.report import benchmark_parser, save
+from bench.harness.servers import (
+    CLIENT_CPU,
+    TOKEN,
+    RedisServer,
+    Server,
+    children,
+    children_cpu_seconds,
+    gunicorn,
+    scratch,
+    status_field,
+)
 
-from bench.attacks import workers_cpu_seconds
-
-TOKEN = "bench-token"
 _ID = re.compile(rb'"id":(\d+)')
 
 
@@ -54,28 +58,17 @@ def open_watchers(port: int, count: int, streams_share: float, token: str = TOKE
     return socks
 
 
-def worker_pid(master_pid: int) -> int:
-    return int(Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()[0])
-
-
-def status_field(pid: int, name: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(name + ":"):
-            return int(line.split()[1])
-    raise LookupError(name)
-
-
 def hold(port: int, master_pid: int, count: int, quiet_seconds: float, token: str = TOKEN) -> dict:
-    pid = worker_pid(master_pid)
+    (pid,) = children(master_pid)
     threads_before, rss_before = status_field(pid, "Threads"), status_field(pid, "VmRSS")
     started = time.monotonic()
     socks = open_watchers(port, count, 0.5, token)
     opened = time.monotonic() - started
     time.sleep(2.0)
     threads_after, rss_after = status_field(pid, "Threads"), status_field(pid, "VmRSS")
-    before = workers_cpu_seconds(master_pid)
+    before = children_cpu_seconds(master_pid)
     time.sleep(quiet_seconds)
-    cpu = (workers_cpu_seconds(master_pid) - before) / quiet_seconds
+    cpu = (children_cpu_seconds(master_pid) - before) / quiet_seconds
     for sock in socks:
         sock.close()
     return {
@@ -186,60 +179,48 @@ def _write(
         n += 1
 
 
-def serve(store: str, watchers: int) -> tuple:
-    from tests.servers import Gunicorn, RedisServer
-
+def serve(store: str, watchers: int) -> tuple[Server, RedisServer | None]:
+    """One worker with 2 request threads, room for `watchers`, pinned to SERVER_CPU; this process
+    moves to CLIENT_CPU (BENCH_PIN=0: neither is pinned)."""
     env = {
-        "PLANTS_API_TOKENS": TOKEN,
         "GUNICORN_THREADS": "2",
         "PLANTS_EVENTS_MAX_WATCHERS": str(watchers + 100),
         "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": str(watchers + 100),
     }
     redis = None
     if store == "redis":
-        redis = RedisServer(Path(tempfile.mkdtemp(prefix="bench-watch-")))
+        redis = RedisServer(scratch("watch"))
         env["PLANTS_STORE_URL"] = redis.unix_url
-    server = Gunicorn(env=env, args=("--worker-connections", str(watchers + 200)))
-    if os.environ.get("BENCH_PIN", "1") == "1":
-        os.system(f"taskset -a -p -c 0 {server.process.pid} >/dev/null 2>&1")  # noqa: S605
-        os.system(f"taskset -a -p -c 0 {worker_pid(server.process.pid)} >/dev/null 2>&1")  # noqa: S605
-        os.sched_setaffinity(0, {1})
+    pin = os.environ.get("BENCH_PIN", "1") == "1"
+    server = gunicorn("watched", env, args=("--worker-connections", str(watchers + 200)), pin=pin).start()
+    if pin:
+        os.sched_setaffinity(0, {int(CLIENT_CPU)})
     return server, redis
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--store", choices=["memory", "redis"], default="memory")
-    parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--watchers", type=int, default=10_000)
     parser.add_argument("--streams", type=int, nargs="+", default=[2000, 100])
     parser.add_argument("--rate", type=float, default=50.0)
-    parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     watchers = 200 if args.smoke else args.watchers
     streams = [50] if args.smoke else args.streams
-    seconds = 2.0 if args.smoke else args.seconds
+    seconds = args.seconds or (2.0 if args.smoke else 10.0)
     server, redis = serve(args.store, max(watchers, *streams))
     results = []
     try:
-        results.append(
-            {
-                "store": args.store,
-                "scenario": "hold",
-                **hold(server.port, server.process.pid, watchers, seconds),
-            }
-        )
+        held = hold(server.port, server.pid, watchers, seconds)
+        results.append({"store": args.store, "scenario": "hold", **held})
         print(json.dumps(results[-1]), flush=True)
         for count in streams:
-            results.append(
-                {"store": args.store, "scenario": "wake", **wake(server.port, count, args.rate, seconds)}
-            )
+            woken = wake(server.port, count, args.rate, seconds)
+            results.append({"store": args.store, "scenario": "wake", **woken})
             print(json.dumps(results[-1]), flush=True)
     finally:
         server.stop()
         if redis is not None:
             redis.stop()
-
-
-if __name__ == "__main__":
-    main()
+    save(results, "watch", args.json)
+    return 0

@@ -54,7 +54,7 @@ def _default_threads() -> str:
     The in-memory store's work is all CPU under one GIL, so a second thread adds no throughput.
     It does make the GIL's hand-off unfair: a thread woken for a request can wait while the other
     serves request after request, up to the 5 ms switch interval, and that wait was the worker's
-    p99 under open-loop load (bench/README.md, "The second lever"). With a shared store, threads
+    p99 under open-loop load (bench/README.md, "Tail latency"). With a shared store, threads
     overlap the round trips.
     """
     try:
@@ -175,7 +175,7 @@ def post_worker_init(worker: Any) -> None:
     A full (generation 2) collection walks every tracked object, and the worker holds about
     56,000 from its imports and the app, which live as long as it does. Walking them cost one
     request in a few thousand 50 to 70 ms under load; frozen, the full collections took at most
-    2.4 ms (bench/README.md, "Where the tail came from"). Objects made later, per request, are
+    2.4 ms (bench/README.md, "Tail latency"). Objects made later, per request, are
     collected as before.
     """
     worker.read_timeout = _read_timeout

@@ -13,7 +13,7 @@ from fastapi import Depends, HTTPException
 
 from app.store.redis.groups import Groups, encode
 from app.store.redis.lua import CREATE
-from bench.fastapi_peer import NewPlant, Plant, app, bearer
+from bench.apps.fastapi_peer import NewPlant, Plant, app, bearer
 
 client = redis.asyncio.Redis.from_url(os.environ["PLANTS_STORE_URL"])
 create_script = client.register_script(CREATE)

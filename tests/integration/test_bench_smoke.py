@@ -1,4 +1,5 @@
-"""The benchmark's smoke mode: it runs end to end and its output parses. Speed is not asserted."""
+"""The benchmarks' smoke mode (`python -m bench NAME --smoke`): each runs end to end and its output
+parses. Speed is not asserted."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ import pytest
 from tests.servers import ROOT
 
 
-def smoke_run(script: str, tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """A benchmark script's smoke mode: its output and its JSON results."""
+def smoke_run(name: str, tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """A benchmark's smoke mode: its output and its JSON results."""
     out = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, script, "--smoke", "--json", str(out), *extra],
+        [sys.executable, "-m", "bench", name, "--smoke", "--json", str(out), *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, json.loads(out.read_text())
 
 
-def test_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/run.py", tmp_path)
+def test_floor_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("floor", tmp_path)
     assert results["valid"] is True
     assert results["problems"] == []
     for name in ("service", "floor", "peer", "loaded", "refused_401", "refused_400"):
@@ -49,8 +50,8 @@ def test_instruction_count_requests_have_their_status(path):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_shared_store_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/shared_store.py", tmp_path)
+def test_create_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("create", tmp_path)
     assert results["valid"] is True
     for name in ("memory", "memory, metrics off", "memory, limits on", "redis", "redis, metrics off",
                  "redis, limits on", "redis, 2 workers", "peer"):  # fmt: skip
@@ -62,7 +63,7 @@ def test_shared_store_benchmark_smoke_run(tmp_path):
 
 
 def test_readable_store_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/reads.py", tmp_path)
+    result, results = smoke_run("reads", tmp_path)
     assert results["valid"] is True  # every GET answered 200, every create 2xx
     for store in ("memory", "redis"):
         for workload in (
@@ -84,7 +85,7 @@ def test_readable_store_benchmark_smoke_run(tmp_path):
 
 
 def test_access_tokens_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/access_tokens.py", tmp_path)
+    result, results = smoke_run("access-tokens", tmp_path)
     assert results["valid"] is True  # every create answered 2xx, with either token
     assert set(results["ratios"]) == {"static", "static, JWT on", "JWT"}
     for name in results["ratios"]:
@@ -95,7 +96,7 @@ def test_access_tokens_benchmark_smoke_run(tmp_path):
 
 
 def test_changes_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/changes.py", tmp_path)
+    result, results = smoke_run("changes", tmp_path)
     assert results["valid"] is True  # every PUT and PATCH 200, every conditional GET 304
     for store in ("memory", "redis"):
         for work in ("create", "put", "retag", "patch", "get", "get304"):
@@ -105,7 +106,7 @@ def test_changes_benchmark_smoke_run(tmp_path):
 
 
 def test_events_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/events.py", tmp_path)
+    result, results = smoke_run("events", tmp_path)
     assert results["valid"] is True  # every create and page 200
     for name in ("memory, feed on", "memory, feed off", "redis, feed on", "redis, feed off"):
         assert results[f"{name}: create"]["rps"]["median"] > 0
@@ -117,7 +118,7 @@ def test_events_benchmark_smoke_run(tmp_path):
 
 def test_ab_benchmark_smoke_run(tmp_path):
     """The working tree against its own HEAD: every figure for both trees, ratios near 1."""
-    result, results = smoke_run("bench/ab.py", tmp_path, "--ref", "HEAD")
+    result, results = smoke_run("ab", tmp_path, "--ref", "HEAD")
     assert results["valid"] is True
     for store in ("memory", "redis"):
         assert results["ratios"][f"http: {store}: create"] > 0
@@ -130,7 +131,7 @@ def test_ab_benchmark_smoke_run(tmp_path):
 
 def test_layouts_benchmark_smoke_run(tmp_path):
     """Every layout creates every plant, and costs Redis more than the index-free create it is put beside."""
-    result, results = smoke_run("bench/layouts.py", tmp_path)
+    result, results = smoke_run("layouts", tmp_path)
     layouts = results["layouts"]
     assert len(layouts) == 6
     unindexed = layouts["no index (c341a06)"]
@@ -143,7 +144,7 @@ def test_layouts_benchmark_smoke_run(tmp_path):
 
 def test_layouts_parts_smoke_run(tmp_path):
     """Each part of the shipped create is priced, the same code as a Redis Function (FCALL) too."""
-    result, results = smoke_run("bench/layouts.py", tmp_path, "--parts")
+    result, results = smoke_run("layouts", tmp_path, "--parts")
     parts = results["layouts"]
     for name in ("shipped", "shipped, as a Function (FCALL)", "the two fence look-ups only"):
         assert parts[name]["sequential: script_us"]["median"] > 0
@@ -151,7 +152,7 @@ def test_layouts_parts_smoke_run(tmp_path):
 
 
 def test_webhooks_benchmark_smoke_run(tmp_path):
-    result, results = smoke_run("bench/webhooks.py", tmp_path)
+    result, results = smoke_run("webhooks", tmp_path)
     assert results["valid"] is True
     deliveries = results["deliveries"]
     assert deliveries["per_second"] > 0

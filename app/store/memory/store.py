@@ -38,7 +38,7 @@ from app.store.url import StoreUrl
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
 #: copied whole, under the lock and the GIL: one pair took 64 to 96 ms to grow at 699,050 plants,
-#: a pause for every request (bench/store_growth.py). Spread, a growth copies a thousandth of it.
+#: a pause for every request (bench/README.md, "Tail latency"). Spread, a growth copies a thousandth.
 SHARDS = 1024
 
 
