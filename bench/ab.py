@@ -1,5 +1,6 @@
-"""A/B: the working tree against a git revision, side by side, interleaved round by round, for
-every write. Run it for every change to a write path (CONTRIBUTING.md).
+"""A/B: the working tree against a git revision, every write, side by side in interleaved rounds.
+
+Run it for every change to a write path (CONTRIBUTING.md).
 
     python -m bench ab                     # against main: 3 rounds of 5 s per workload
     python -m bench ab --ref HEAD~1 --rounds 5 --seconds 10

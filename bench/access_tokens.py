@@ -1,4 +1,4 @@
-"""Benchmark: creates with a repeated JWT access token against creates with a static token.
+"""Creates with a repeated JWT access token against a static token; a token's first check.
 
     python -m bench access-tokens            # 5 interleaved rounds of 10 s per contestant
     python -m bench access-tokens --smoke    # a second per contestant

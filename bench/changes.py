@@ -1,5 +1,6 @@
-"""Benchmark: changing a plant (PUT, a tag-moving PUT, PATCH) and the 304 of a conditional GET,
-against the create and the plain GET, side by side on each store.
+"""Changing a plant (PUT, a tag-moving PUT, PATCH) and a conditional GET's 304, against creates.
+
+Side by side on each store, against the create and the plain GET.
 
     python -m bench changes            # 5 interleaved rounds of 10 s per workload
     python -m bench changes --smoke    # a second per workload

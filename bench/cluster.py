@@ -1,4 +1,4 @@
-"""Benchmark of the store on a Redis Cluster against one Redis, side by side in one run.
+"""The store on a Redis Cluster against one Redis, per worker, and the shard scaling model.
 
     python -m bench cluster            # full run (about ten minutes)
     python -m bench cluster --smoke    # about a second per contestant

@@ -1,6 +1,8 @@
-"""Benchmark: what the change feed costs. Creates with the feed on (the default) against creates
-with PLANTS_EVENTS_RETAIN=0, a page of 100 events against a page of 100 plants, the bytes each
-retained event takes, and how far a follower lags behind creates at full speed.
+"""What the change feed costs: creates with it on and off, pages of events, bytes per event.
+
+Creates with the feed on (the default) against creates with PLANTS_EVENTS_RETAIN=0, a page of
+100 events against a page of 100 plants, the bytes each retained event takes, and how far a
+follower lags behind creates at full speed.
 
     python -m bench events            # 5 interleaved rounds of 10 s per workload
     python -m bench events --smoke    # a second per workload

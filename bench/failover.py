@@ -1,5 +1,4 @@
-"""How many acknowledged creates a Redis Cluster failover loses, measured: with and without
-PLANTS_STORE_MIN_REPLICAS.
+"""Acknowledged creates a Redis Cluster failover loses, with and without PLANTS_STORE_MIN_REPLICAS.
 
     python -m bench failover            # 3 runs of each scenario (a few minutes)
     python -m bench failover --smoke    # 1 run of each

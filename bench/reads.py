@@ -1,4 +1,4 @@
-"""Benchmark of the readable store (get, pages, tags) against creates, side by side in one run.
+"""Reads (get, pages, a rare tag's pages) on a small and a large store, against creates.
 
     python -m bench reads                 # full run: 1,000,000 plants per store
     python -m bench reads --ref main      # and the creates of another revision beside

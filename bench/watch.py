@@ -1,5 +1,4 @@
-"""Watchers of the change feed against one gunicorn worker: what holding them costs, and how fast
-a write reaches them.
+"""Watchers of the change feed on one worker: what holding them costs, how fast a write reaches them.
 
     python -m bench watch                        # memory: both scenarios, full size
     python -m bench watch --store redis
