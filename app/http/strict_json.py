@@ -119,7 +119,7 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 
 #: The values a flat object may hold for orjson's answer to be this module's answer too.
-_PLAIN = frozenset({str, int, bool, type(None)})
+_FLAT_MEMBER_TYPES = frozenset({str, int, bool, type(None)})
 
 
 def loads(body: bytes) -> Any:
@@ -139,7 +139,7 @@ def loads(body: bytes) -> Any:
         if (
             type(value) is dict
             and body.count(b":") == len(value)
-            and all(type(member) in _PLAIN for member in value.values())
+            and all(type(member) in _FLAT_MEMBER_TYPES for member in value.values())
         ):
             return value
     return _strict_loads(body)

@@ -72,9 +72,10 @@ workers = _setting("WEB_CONCURRENCY")
 # holds a thread. GUNICORN_WORKER_CLASS=gthread runs gunicorn's stock threaded worker instead.
 worker_class = _setting("GUNICORN_WORKER_CLASS")
 threads = _setting("GUNICORN_THREADS", _default_threads())
-# A stalled read from a client gives up after this many seconds (see app/server/worker/).
-# (Not a gunicorn setting: post_worker_init hands it to the packaged worker.)
-_read_timeout = _setting("GUNICORN_READ_TIMEOUT")
+# A stalled read from a client gives up after this many seconds (see app/server/worker/). Not a
+# gunicorn setting, and so not a name gunicorn reads here (it drops names it does not know, in
+# silence): post_worker_init hands it to the packaged worker.
+PACKAGED_WORKER_READ_TIMEOUT = _setting("GUNICORN_READ_TIMEOUT")
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
 # does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
@@ -178,7 +179,7 @@ def post_worker_init(worker: Any) -> None:
     2.4 ms (bench/README.md, "Tail latency"). Objects made later, per request, are
     collected as before.
     """
-    worker.read_timeout = _read_timeout
+    worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
     _drain_on_sigterm(worker)
     _start_tracing(worker)
     gc.freeze()

@@ -87,9 +87,9 @@ def _attribute(key: str) -> str:
 
 #: The Settings attributes that hold one setting's checked value as it is (the store's URL may
 #: come from PLANTS_STORE_URL_FILE instead).
-_PLAIN = (frozenset(field.name for field in dataclasses.fields(Settings)) & set(map(_attribute, FIELDS))) - {
-    "store_url"
-}
+_READ_AS_IS = (
+    frozenset(field.name for field in dataclasses.fields(Settings)) & set(map(_attribute, FIELDS))
+) - {"store_url"}
 
 
 def check_names(names: Iterable[str], *, environment: bool) -> None:
@@ -128,7 +128,7 @@ def load_settings(config: Mapping[str, Any]) -> Settings:
     jwt = jwt_settings(values)
     tokens = token_settings(values, required=jwt is None)
     store_url, store_url_key = _store_url(values)
-    plain = {name: value for key, value in values.items() if (name := _attribute(key)) in _PLAIN}
+    plain = {name: value for key, value in values.items() if (name := _attribute(key)) in _READ_AS_IS}
     return Settings(tokens=tokens, jwt=jwt, store_url=store_url, store_url_key=store_url_key, **plain)
 
 
