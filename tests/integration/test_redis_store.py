@@ -243,7 +243,7 @@ def test_the_script_is_loaded_again_after_script_flush(redis_server):
 
 
 def test_connections_redis_closed_are_made_again_without_an_error(own_redis):
-    """Each request thread holds its connection between calls (app/store/redis/held.py). When Redis closes
+    """Each request thread holds its connection between calls (app/compat/redis.py). When Redis closes
     them (a restart, its idle `timeout`, CLIENT KILL), the next write and read on every thread
     reconnect and answer: nothing is lost and nothing is refused."""
     store = open_store(redis_settings(own_redis))

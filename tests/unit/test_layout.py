@@ -33,6 +33,8 @@ LAYERS = {
     "app.settings": 5,
     "app.telemetry": 6,
     "app.version": 7,
+    #: Libraries beyond their public interface: imports nothing of the service.
+    "app.compat": 8,
 }
 WORKER = "app.server.worker"
 
@@ -73,7 +75,7 @@ def test_every_top_level_entry_has_a_layer():
         for entry in APP.iterdir()
         if not entry.name.startswith(("_", ".")) or entry.name == "__init__.py"
     ]
-    assert 12 <= len(top_level) <= 16, sorted(entry.name for entry in top_level)
+    assert 12 <= len(top_level) <= 17, sorted(entry.name for entry in top_level)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

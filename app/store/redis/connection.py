@@ -25,19 +25,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from app.compat.redis import HeldConnections, connection_class
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
-from app.store.redis.abortive import AbortiveConnection, AbortiveSSLConnection
 from app.store.redis.deadline import Deadline
 from app.store.redis.errors import FAILURES, settled, translate
-from app.store.redis.held import HeldConnections
 from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
 
 
 def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.Redis | RedisCluster:
     """A client for the store URL: redis-py's Redis, or its RedisCluster for a cluster URL. Its TCP
-    connections close abortively (abortive.py)."""
+    connections close abortively (app/compat/redis.py)."""
     # One retry, on a broken connection only: a pooled connection that Redis closed (a restart),
     # or on a cluster a node that failed (the retry follows the refreshed slot map). Every
     # script is safe to repeat: a create that landed answers "identical", a delete "absent".
@@ -48,7 +47,7 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
     }
     tls = url.scheme in ("rediss", "rediss+cluster")
     if url.scheme != "unix":  # a unix socket has no send queue: a write is in Redis's buffer at once
-        options["connection_class"] = AbortiveSSLConnection if tls else AbortiveConnection
+        options["connection_class"] = connection_class(tls=tls)
     if not url.cluster:
         return redis.Redis.from_url(url.url, **options)
     # Given a `url`, RedisCluster builds each node's pool from these options, connection_class
@@ -105,7 +104,7 @@ class LazyClient:
         return entry[1]
 
     def call(self, node: redis.Redis, *command: Any) -> Any:
-        """`command` on `node` (a plain client), on this thread's held connection (redis_held.py)."""
+        """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py)."""
         return self._held.call(node, *command)
 
     def read(self, key: str, *command: Any) -> Any:

@@ -1,0 +1,149 @@
+"""redis-py past its documented interface: abortive closes, and a request thread's held connections.
+
+**Abortive close.** A call that timed out may leave its command in this host's TCP send queue,
+unsent or being retransmitted to a node that is cut off. A graceful close keeps sending that
+queue, so a link that comes back would deliver the command after the service had answered 503
+and served later writes on new connections. With SO_LINGER 0, closing the socket discards the
+queue and sends a reset: what was not delivered by then never is. redis-py has no public way to
+set a SOL_SOCKET option on its sockets (`socket_keepalive_options` are TCP-level), so the
+connection classes override `_connect`, its per-transport hook that makes the socket. When that
+hook has changed, plain connections are used: the plant writes stay safe (each carries a
+deadline after which Redis refuses it, app/store/redis/deadline.py), the webhook endpoints'
+changes lose the reset.
+
+**Held connections.** `Redis.execute_command` checks a connection out of the pool and back in
+on every call, through its argument-deprecation wrappers and observability hooks. A request
+thread makes one call at a time, so it keeps one connection of each client it uses, taken from
+that client's pool (so closing the pool still closes it), and sends and reads on it with
+redis-py's own `Connection`: the same commands, replies, parser and errors. When the pool's or
+the connection's methods are not as expected, each call goes through `execute_command`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import struct
+import threading
+import weakref
+from typing import Any
+
+import redis
+from redis.connection import Connection, ConnectionPool, SSLConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+log = logging.getLogger(__name__)
+
+
+def _takes(function: Any, *arguments: Any) -> bool:
+    """Whether `function` exists and accepts these arguments (after `self`)."""
+    try:
+        inspect.signature(function).bind(None, *arguments)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+#: Whether `_connect` is the hook this module overrides: made, connects and returns the socket.
+ABORTIVE_CLOSE = all(_takes(getattr(cls, "_connect", None)) for cls in (Connection, SSLConnection))
+#: Whether the pool lends connections and a connection sends and reads as held connections use them.
+HELD_CONNECTIONS = (
+    _takes(getattr(ConnectionPool, "get_connection", None))
+    and _takes(getattr(ConnectionPool, "release", None), object())
+    and _takes(getattr(Connection, "send_command", None), "PING")
+    and _takes(getattr(Connection, "read_response", None))
+    and _takes(getattr(Connection, "disconnect", None))
+)
+if not ABORTIVE_CLOSE:
+    log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
+if not HELD_CONNECTIONS:
+    log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
+
+#: struct linger {int l_onoff; int l_linger;}: on, with no time: the close resets.
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
+def _abortive(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+    return sock
+
+
+class AbortiveConnection(Connection):
+    """redis-py's TCP connection, with SO_LINGER 0 from the moment it connects."""
+
+    def _connect(self) -> Any:
+        return _abortive(super()._connect())
+
+
+class AbortiveSSLConnection(SSLConnection):
+    """redis-py's TLS connection, with SO_LINGER 0 on its socket (the TLS socket wraps the same
+    descriptor, so the option is the TCP socket's)."""
+
+    def _connect(self) -> Any:
+        return _abortive(super()._connect())
+
+
+def connection_class(*, tls: bool) -> type[Connection]:
+    """The `connection_class` of a TCP store's pools: abortive when redis-py allows it."""
+    if not ABORTIVE_CLOSE:
+        return SSLConnection if tls else Connection
+    return AbortiveSSLConnection if tls else AbortiveConnection
+
+
+#: Clients one thread may hold a connection of: on a cluster, one per node it has written to.
+_MOST_HELD = 64
+
+
+class _ThreadEnd:
+    """Held in a thread's locals beside its connections, and collected when the thread ends."""
+
+
+def _release(held: dict[int, tuple[redis.Redis, Any]]) -> None:
+    """Connections back to their pools."""
+    for client, connection in held.values():
+        client.connection_pool.release(connection)
+    held.clear()
+
+
+class HeldConnections:
+    """Each thread's connection of each client; they go back to their pools when the thread ends,
+    so a server that starts a thread per request (`flask run`) reuses them."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def call(self, client: redis.Redis, *command: Any) -> Any:
+        """The reply to `command` on this thread's connection of `client`; raises what redis-py
+        raises. As the client does: one retry on a broken connection (one Redis closed, say after
+        a restart; redis-py reconnects on the next send), none on a timeout, after which redis-py
+        has closed the connection. Any other error came with a whole reply: the connection is in
+        step."""
+        if not HELD_CONNECTIONS:
+            return client.execute_command(*command)
+        held = self._held()
+        entry = held.get(id(client))
+        if entry is None or entry[0] is not client:
+            if len(held) >= _MOST_HELD:
+                _release(held)
+            entry = held[id(client)] = (client, client.connection_pool.get_connection())
+        connection = entry[1]
+        try:
+            connection.send_command(*command)
+            return connection.read_response()
+        except RedisConnectionError:
+            connection.disconnect()
+            connection.send_command(*command)
+            return connection.read_response()
+
+    def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
+        """This thread's connections, by the id of their client: (client, connection)."""
+        local = self._local
+        # A forked worker must not share its parent's sockets: it makes its own.
+        if getattr(local, "pid", None) != os.getpid():
+            held: dict[int, tuple[redis.Redis, Any]] = {}
+            local.pid, local.held, local.end = os.getpid(), held, _ThreadEnd()
+            # When the thread ends its locals go, and with `end` the connections go back.
+            weakref.finalize(local.end, _release, held)
+        return local.held

@@ -1,0 +1,58 @@
+"""app/compat/redis.py: where redis-py's internals are not as it expects, the store takes redis-py's
+public path (plain connections, `execute_command`) and answers as before."""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+
+import pytest
+from redis.connection import Connection, ConnectionPool
+
+import app.compat.redis
+
+PLANT = {"id": 7, "name": "Boston fern", "tag": "fern"}
+
+
+@pytest.fixture
+def store_settings(redis_server):
+    # Over TCP: a unix socket's connections are not made abortive.
+    return {"PLANTS_STORE_URL": redis_server.url, "PLANTS_STORE_PREFIX": f"test-{uuid.uuid4().hex}"}
+
+
+@pytest.fixture
+def public_path(monkeypatch):
+    """app.compat.redis as imported beside a redis-py whose internals changed; redis-py itself is
+    put back at once, so only the module's checks saw the change."""
+    monkeypatch.setattr(Connection, "_connect", lambda self, timeout: None)
+    monkeypatch.setattr(ConnectionPool, "get_connection", lambda self, command_name, *keys: None)
+    compat = importlib.reload(app.compat.redis)
+    monkeypatch.undo()
+    yield compat
+    importlib.reload(app.compat.redis)
+
+
+def test_the_checks_accept_the_installed_redis_py():
+    assert app.compat.redis.ABORTIVE_CLOSE
+    assert app.compat.redis.HELD_CONNECTIONS
+
+
+def test_the_store_answers_on_redis_pys_public_path(public_path, make_app, auth):
+    assert not public_path.ABORTIVE_CLOSE
+    assert not public_path.HELD_CONNECTIONS
+    assert public_path.connection_class(tls=False) is Connection
+    client = make_app().test_client()
+    created = client.post("/plants", json=PLANT, headers=auth)
+    assert created.status_code == 200, created.get_data()
+    read = client.get(f"/plants/{PLANT['id']}", headers=auth)
+    assert read.status_code == 200
+    assert read.get_json() == {"name": PLANT["name"], "tag": PLANT["tag"]}
+    changed = client.put(
+        f"/plants/{PLANT['id']}", json={"name": "Renamed"}, headers={**auth, "If-Match": read.headers["ETag"]}
+    )
+    assert changed.status_code == 200
+    assert client.get("/plants?limit=10", headers=auth).get_json()["plants"] == [
+        {"id": PLANT["id"], "name": "Renamed"}
+    ]
+    assert client.delete(f"/plants/{PLANT['id']}", headers=auth).status_code == 204
+    assert client.get(f"/plants/{PLANT['id']}", headers=auth).status_code == 404
