@@ -23,7 +23,7 @@ def accepted_token(token: str, accepted: Iterable[bytes]) -> bytes | None:
 
 
 # The refusals, built once: they are only read (by error_response), never raised, so
-# requests can share them. Building one per refusal was a third of the 401 path's own work.
+# requests can share them: building one per refusal would be a large part of the 401 path's work.
 NO_CREDENTIALS = MissingCredentials(
     "This operation needs an 'Authorization: Bearer <token>' header.", reason="missing"
 )

@@ -126,7 +126,7 @@ def loads(body: bytes) -> Any:
     """Decode one JSON value from UTF-8 bytes, or raise InvalidJSON."""
     # The common body, a flat object of strings, integers, booleans and nulls, decoded by
     # orjson (an RFC 8259 parser that refuses bad UTF-8, lone surrogates and NaN as this module
-    # does) in a fifth of the time. Only where its answer is provably this module's own:
+    # does) in a fraction of the time. Only where its answer is provably this module's own:
     # - no float: orjson makes one of `1.0`, `1e2` and of integers past 64 bits, read exactly here;
     # - as many `:` in the body as keys in the object: every member has one outside its strings,
     #   so one more member (a duplicate key, which orjson would let the last of win) is one more.

@@ -53,9 +53,9 @@ def _default_threads() -> str:
 
     The in-memory store's work is all CPU under one GIL, so a second thread adds no throughput.
     It does make the GIL's hand-off unfair: a thread woken for a request can wait while the other
-    serves request after request, up to the 5 ms switch interval, and that wait was the worker's
-    p99 under open-loop load (bench/README.md, "Tail latency"). With a shared store, threads
-    overlap the round trips.
+    serves request after request, up to the 5 ms switch interval, and under open-loop load that
+    wait makes the worker's tail latency (bench/README.md). With a shared store, threads overlap
+    the round trips.
     """
     try:
         return "2" if _store_is_shared() else "1"
@@ -173,11 +173,10 @@ def post_worker_init(worker: Any) -> None:
     """The app is loaded: set the worker's read timeout, and move every object made so far out
     of the cyclic GC's reach.
 
-    A full (generation 2) collection walks every tracked object, and the worker holds about
-    56,000 from its imports and the app, which live as long as it does. Walking them cost one
-    request in a few thousand 50 to 70 ms under load; frozen, the full collections took at most
-    2.4 ms (bench/README.md, "Tail latency"). Objects made later, per request, are
-    collected as before.
+    A full (generation 2) collection walks every tracked object, and most of a worker's are its
+    imports and its app, which live as long as it does: walking them all now and then paused a
+    request under load for tens of milliseconds, which frozen they no longer do (bench/README.md).
+    Objects made later, per request, are collected as before.
     """
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
     _drain_on_sigterm(worker)

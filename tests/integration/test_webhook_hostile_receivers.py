@@ -1,4 +1,4 @@
-"""Receivers and stored URLs that once made the sender spin, end to end on the memory store and a
+"""Receivers and stored URLs that could make a sender spin, end to end on the memory store and a
 real Redis: each attempt ends recorded in the attempts log and is retried on the schedule, never
 at once, and later events are not held behind it for ever."""
 

@@ -37,8 +37,9 @@ from app.store.readiness import READY, Readiness
 from app.store.url import StoreUrl
 
 #: The plants are spread over this many pairs of dicts, by id. A dict that outgrows its table is
-#: copied whole, under the lock and the GIL: one pair took 64 to 96 ms to grow at 699,050 plants,
-#: a pause for every request (bench/README.md, "Tail latency"). Spread, a growth copies a thousandth.
+#: copied whole, under the lock and the GIL: with hundreds of thousands of plants in one pair, a
+#: growth paused every request for tens of milliseconds (bench/README.md). Spread, a growth
+#: copies a thousandth.
 SHARDS = 1024
 
 
