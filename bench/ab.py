@@ -30,19 +30,10 @@ import os
 import subprocess
 from pathlib import Path
 
+from bench.harness import BENCH, ROOT, SERVER_CPU
 from bench.harness.load import failed, put_plants, wrk
 from bench.harness.report import benchmark_parser, finish, spread, validity
-from bench.harness.servers import (
-    BENCH,
-    PYTHON,
-    ROOT,
-    SERVER_CPU,
-    floor,
-    gunicorn,
-    scratch,
-    start_redis,
-    worktree,
-)
+from bench.harness.servers import PYTHON, floor, gunicorn, scratch, start_redis, worktree
 
 FIRST = 7 * 10**12
 

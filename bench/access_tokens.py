@@ -19,9 +19,10 @@ from __future__ import annotations
 import statistics
 import time
 
+from bench.harness import TOKEN
 from bench.harness.load import failed, wrk
 from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
-from bench.harness.servers import TOKEN, gunicorn
+from bench.harness.servers import gunicorn
 from tests.issuer import AUDIENCE, Issuer
 
 

@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.harness import TOKEN
 from bench.harness.load import Probes, attack, attackers
 from bench.harness.report import benchmark_parser, save
-from bench.harness.servers import TOKEN, RedisServer, children_cpu_seconds, gunicorn, scratch
+from bench.harness.servers import RedisServer, children_cpu_seconds, gunicorn, scratch
 
 HALF_OPEN = b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
 REQUEST_LINE_ONLY = b"GET /healthz HTTP/1.1\r\n"

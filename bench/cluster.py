@@ -21,10 +21,10 @@ machines of their own in production, are reported apart.)
 
 from __future__ import annotations
 
+from bench.harness import CLIENT_CPU
 from bench.harness.load import failed, wrk
 from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
 from bench.harness.servers import (
-    CLIENT_CPU,
     GUNICORN,
     RedisClusterServers,
     RedisServer,

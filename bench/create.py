@@ -25,9 +25,10 @@ import random
 
 import redis
 
+from bench.harness import CLIENT_CPU
 from bench.harness.load import failed, fill_store, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, validity
-from bench.harness.servers import CLIENT_CPU, GUNICORN, Server, gunicorn, peer, scratch, start_redis, worktree
+from bench.harness.servers import GUNICORN, Server, gunicorn, peer, scratch, start_redis, worktree
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import platform
 
+from bench.harness import CLIENT_CPU, SERVER_CPU
 from bench.harness.load import failed, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, validity
-from bench.harness.servers import CLIENT_CPU, SERVER_CPU, Server, floor, gunicorn, peer
+from bench.harness.servers import Server, floor, gunicorn, peer
 
 
 def main() -> int:

@@ -21,9 +21,10 @@ import json
 import threading
 import time
 
+from bench.harness import TOKEN
 from bench.harness.load import Probes, attack, attackers
 from bench.harness.report import benchmark_parser, save
-from bench.harness.servers import TOKEN, RedisServer, gunicorn, scratch
+from bench.harness.servers import RedisServer, gunicorn, scratch
 
 
 def _probe_once(port: int, token: str, plant_id: int) -> list[tuple[str, float, int]]:

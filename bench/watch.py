@@ -25,10 +25,9 @@ import socket
 import threading
 import time
 
+from bench.harness import CLIENT_CPU, TOKEN
 from bench.harness.report import benchmark_parser, save
 from bench.harness.servers import (
-    CLIENT_CPU,
-    TOKEN,
     RedisServer,
     Server,
     children,

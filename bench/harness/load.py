@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from app.store import store_from_url
-from bench.harness.servers import BENCH, CLIENT_CPU, PYTHON, TOKEN, Server, cpu_seconds
+from bench.harness import BENCH, CLIENT_CPU, TOKEN
+from bench.harness.servers import PYTHON, Server, cpu_seconds
 
 LUA = BENCH / "lua"
 K6 = Path(PYTHON).with_name("k6")

@@ -24,10 +24,10 @@ from pathlib import Path
 import redis
 
 from bench.harness import BENCH, CLIENT_CPU, ROOT, SERVER_CPU, TOKEN
-from tests.servers import RedisClusterServers, RedisServer
 
-# The tests' own Redis servers, for the cluster benchmarks; the constants, for one import line.
-__all__ = ["BENCH", "CLIENT_CPU", "ROOT", "SERVER_CPU", "TOKEN", "RedisClusterServers", "RedisServer"]
+# The tests' own redis-server and Redis Cluster, for the benchmarks that need a cluster or a fault.
+from tests.servers import RedisClusterServers as RedisClusterServers
+from tests.servers import RedisServer as RedisServer
 
 TICK = os.sysconf("SC_CLK_TCK")
 PYTHON = sys.executable
