@@ -1,11 +1,13 @@
 """A real webhook receiver on 127.0.0.1 (http.server), for the delivery tests: it records every
-request, answers each as its `answer` function says, and verifies with `standardwebhooks`."""
+request and the connection it came on, answers each as its `answer` function says, and verifies
+with `standardwebhooks`."""
 
 from __future__ import annotations
 
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,11 @@ class Delivery(NamedTuple):
     headers: dict[str, str]
     body: bytes
     at: float
+    #: The sender's end of the connection it came on (address, port): the same for two requests
+    #: on one kept-alive connection.
+    peer: tuple[str, int] = ("", 0)
+    #: The receiver's address it was sent to.
+    local: str = ""
 
     @property
     def id(self) -> str:
@@ -39,7 +46,17 @@ Answer = tuple[int, dict[str, str], float]
 
 
 class Receiver:
-    def __init__(self, answer: Callable[[Delivery, int], Answer] | None = None) -> None:
+    """`hosts`: the loopback addresses it listens on, all on one port (a host name that moves
+    between them moves between two listeners of one receiver). `idle_timeout`: how long it keeps
+    a connection with no request before it closes it (None: as long as the sender does). An
+    answer with `Connection: close` closes its connection."""
+
+    def __init__(
+        self,
+        answer: Callable[[Delivery, int], Answer] | None = None,
+        hosts: tuple[str, ...] = ("127.0.0.1",),
+        idle_timeout: float | None = None,
+    ) -> None:
         self.deliveries: list[Delivery] = []
         self.answer = answer or (lambda delivery, number: (204, {}, 0.0))
         self._lock = threading.Lock()
@@ -47,11 +64,17 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = idle_timeout
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 delivery = Delivery(
-                    self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    time.monotonic(),
+                    self.client_address[:2],
+                    self.connection.getsockname()[0],
                 )
                 with receiver._lock:
                     receiver.deliveries.append(delivery)
@@ -68,11 +91,22 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.servers: list[ThreadingHTTPServer] = []
+        for host in hosts:
+            server = ThreadingHTTPServer(
+                (host, self.servers[0].server_address[1] if self.servers else 0), Handler
+            )
+            server.daemon_threads = True
+            self.servers.append(server)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.server = self.servers[0]
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def connections(self) -> list[tuple[str, int]]:
+        """The connection each delivery came on, in order of arrival."""
+        with self._lock:
+            return [delivery.peer for delivery in self.deliveries]
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[Delivery]:
         """The first `count` deliveries, once they came; AssertionError after `timeout`."""
@@ -85,16 +119,16 @@ class Receiver:
         raise AssertionError(f"{len(self.deliveries)} deliveries of {count} came in {timeout} s")
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
 
 
-class RawReceiver:
-    """A receiver on 127.0.0.1 that answers every request with the bytes `answer` gives, as they
-    are (a status line and headers no HTTP server would write), then closes the connection."""
+class _SocketReceiver:
+    """A listener on 127.0.0.1 that hands each connection it accepts to `_handle`, and counts them."""
 
-    def __init__(self, answer: Callable[[], bytes]) -> None:
-        self.answer = answer
+    def __init__(self) -> None:
+        self.connections = 0
         self.requests = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -107,31 +141,79 @@ class RawReceiver:
                 connection, _ = self._listener.accept()
             except OSError:
                 return
-            with connection:
-                connection.settimeout(5)
-                try:
-                    self._read_request(connection)
-                    self.requests += 1
-                    connection.sendall(self.answer())
-                    connection.shutdown(socket.SHUT_WR)
-                except OSError:
-                    continue
+            self.connections += 1
+            self._handle(connection)
+
+    def _handle(self, connection: socket.socket) -> None:
+        raise NotImplementedError
 
     @staticmethod
-    def _read_request(connection: socket.socket) -> None:
+    def _read_request(connection: socket.socket) -> bool:
+        """Read one request; False when the connection ended first."""
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = connection.recv(65536)
             if not chunk:
-                return
+                return False
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
         length = int(re.search(rb"(?i)content-length: *([0-9]+)", head)[1])  # type: ignore[index]
         while len(body) < length:
             chunk = connection.recv(65536)
             if not chunk:
-                return
+                return False
             body += chunk
+        return True
 
     def stop(self) -> None:
         self._listener.close()
+
+
+class RawReceiver(_SocketReceiver):
+    """A receiver on 127.0.0.1 that answers every request with the bytes `answer` gives, as they
+    are (a status line and headers no HTTP server would write), then closes the connection."""
+
+    def __init__(self, answer: Callable[[], bytes]) -> None:
+        self.answer = answer
+        super().__init__()
+
+    def _handle(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(5)
+            try:
+                self._read_request(connection)
+                self.requests += 1
+                connection.sendall(self.answer())
+                connection.shutdown(socket.SHUT_WR)
+            except OSError:
+                return
+
+
+class ClosingReceiver(_SocketReceiver):
+    """A receiver on 127.0.0.1 that answers the first request on each connection 204, keeping it
+    alive as far as HTTP says, then closes it: after `after` seconds with a RST (`reset`), or, by
+    default, once it has read a second request whole, without answering it. It counts the
+    connections it accepted and the requests it read."""
+
+    def __init__(self, *, after: float = 0.05, reset: bool = False) -> None:
+        self.after, self.reset = after, reset
+        super().__init__()
+
+    def _handle(self, connection: socket.socket) -> None:
+        threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(5)
+            try:
+                if not self._read_request(connection):
+                    return
+                self.requests += 1
+                connection.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                if self.reset:
+                    time.sleep(self.after)
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                elif self._read_request(connection):
+                    self.requests += 1
+            except OSError:
+                return

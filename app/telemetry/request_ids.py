@@ -20,7 +20,7 @@ from app.telemetry.logs import request_fields
 
 log = logging.getLogger(__name__)
 
-_VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}").fullmatch
+VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}").fullmatch
 _FORWARDED = (
     "HTTP_X_FORWARDED_FOR",
     "HTTP_X_FORWARDED_PROTO",
@@ -40,7 +40,7 @@ class RequestIds:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request_id = environ.get("HTTP_X_REQUEST_ID") if self.trusted else None
-        if request_id is None or not _VALID(request_id):
+        if request_id is None or not VALID(request_id):
             # Unique, not secret: the random module's generator (reseeded in each forked
             # process) costs a request less than os.urandom.
             request_id = f"{random.getrandbits(128):032x}"

@@ -65,6 +65,10 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(processor or _exporting_processor())
     FlaskInstrumentor.instrument_app(app, tracer_provider=provider)
+    state = app.extensions.get("plants")
+    if state is not None:
+        # This worker's webhook attempts get spans of their own.
+        state.deliverer.tracer = provider.get_tracer("app.webhooks", VERSION)
     if not trusted_proxies:
         app.wsgi_app = _without_trace_context(app.wsgi_app)
     _trace_store(store, provider.get_tracer("app.store", VERSION))
@@ -132,3 +136,35 @@ def _traced_write(
             return method(*args, origin=f"{origin} {parent}" if parent else origin, **kwargs)
 
     return call
+
+
+def traced_attempt(
+    tracer: Any, write_traceparent: str | None, attributes: dict[str, Any], attempt: Callable[..., Any]
+) -> Any:
+    """One webhook attempt, `attempt(headers)`, in a span of its own (`plants.webhook.attempt`):
+    the root of a trace of its own, since no request is in progress, with a link to the span of
+    the write that made the event (its stored `traceparent`). `headers` carry the attempt's own
+    `traceparent` to the receiver. The outcome's status and error go on the span."""
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, SpanKind, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = TraceContextTextMapPropagator()
+    links = []
+    if write_traceparent:
+        written = trace.get_current_span(propagator.extract({"traceparent": write_traceparent}))
+        if written.get_span_context().is_valid:
+            links.append(Link(written.get_span_context()))
+    with tracer.start_as_current_span(
+        "plants.webhook.attempt", context=Context(), kind=SpanKind.CLIENT, links=links, attributes=attributes
+    ) as span:
+        headers: dict[str, str] = {}
+        propagator.inject(headers)
+        outcome = attempt(headers)
+        if outcome.status is not None:
+            span.set_attribute("http.response.status_code", outcome.status)
+        if not outcome.delivered:
+            span.set_attribute("error.type", outcome.error or str(outcome.status))
+            span.set_status(StatusCode.ERROR)
+        return outcome

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from app.webhooks.reachable import IPAddress, block_of, globally_reachable, never_allowed, unwrapped
@@ -41,9 +41,16 @@ class Target(NamedTuple):
     path: str
     #: The Host header's value.
     authority: str
+    #: Every address the host resolved to, each checked (`address` is the first).
+    addresses: tuple[str, ...] = ()
 
 
-def target(url: str, allowed: Iterable[str]) -> Target:
+#: How a host name is resolved: `socket.getaddrinfo`'s signature (the tests pass their own, to
+#: move a name between addresses without touching /etc/hosts).
+Resolver = Callable[..., list[tuple[Any, ...]]]
+
+
+def target(url: str, allowed: Iterable[str], resolve: Resolver = socket.getaddrinfo) -> Target:
     """Resolve `url`'s host and check every address it resolves to; the one to connect to.
     Raises AddressRefused."""
     parts = urlsplit(encoded(url))
@@ -61,7 +68,7 @@ def target(url: str, allowed: Iterable[str]) -> Target:
         addresses = [literal]
     else:
         try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            found = resolve(host, port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError):
             raise AddressRefused(f"The host {host} does not resolve.", reason="name_not_resolved") from None
         addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found))
@@ -83,7 +90,9 @@ def target(url: str, allowed: Iterable[str]) -> Target:
     if parts.query:
         path += "?" + parts.query
     authority = parts.netloc.rpartition("@")[2]
-    return Target(str(addresses[0]), port, host, https, path, authority)
+    return Target(
+        str(addresses[0]), port, host, https, path, authority, tuple(str(each) for each in addresses)
+    )
 
 
 def _named(address: IPAddress) -> str:

@@ -10,6 +10,9 @@ the attempt in one atomic step, which also renews the lease); the coordinator re
 of the endpoints it drains every `RENEW_S`, so a slow receiver keeps its lease. A process that
 dies holds its leases for at most `LEASE_MS`; then another takes the endpoint over, from the last
 acknowledged event, which is sent again with the same `webhook-id`.
+
+Each endpoint's connection is kept alive between its attempts (keepalive.py); each attempt carries
+the request id of the write that made its event, and with tracing on, a span of its own.
 """
 
 from __future__ import annotations
@@ -24,12 +27,22 @@ import threading
 import time
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.settings import Settings
 from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
-from app.webhooks.message import ATTEMPTS, message_id, payload, retry_delay, signed_headers, utc_text
+from app.telemetry import tracing
+from app.webhooks.keepalive import KeptAlive, Slot
+from app.webhooks.message import (
+    ATTEMPTS,
+    message_id,
+    origin_of,
+    payload,
+    retry_delay,
+    signed_headers,
+    utc_text,
+)
 from app.webhooks.sender import Attempt, Watchdog, send
 
 if TYPE_CHECKING:
@@ -62,7 +75,13 @@ class Deliverer:
     """One process's deliveries for one store. `start` runs it in the background; `stop` ends it."""
 
     def __init__(
-        self, store: PlantStore, settings: Settings, *, user_agent: str, metrics: Metrics | None = None
+        self,
+        store: PlantStore,
+        settings: Settings,
+        *,
+        user_agent: str,
+        metrics: Metrics | None = None,
+        keep_alive: bool = True,
     ) -> None:
         self.store, self.settings, self.metrics = store, settings, metrics
         self.user_agent = user_agent
@@ -85,6 +104,10 @@ class Deliverer:
         #: When the earliest retry falls due (ms since the epoch), 0 when none is pending.
         self._next_due_ms = 0
         self.watchdog = Watchdog()
+        #: Each endpoint's kept-alive connection (`keep_alive=False`: one connection per attempt).
+        self.connections = KeptAlive(keep_alive)
+        #: An OpenTelemetry tracer when this process traces (app/telemetry/tracing.py), else None.
+        self.tracer: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -122,6 +145,7 @@ class Deliverer:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
             futures.wait(list(self._busy.values()), timeout=max(0.0, deadline - time.monotonic()))
+        self.connections.close_all()
 
     @property
     def stopping(self) -> bool:
@@ -162,9 +186,10 @@ class Deliverer:
                 # still busy: a change it did not send would then wait for REFRESH_S.
                 self._changed = True
         self._renew()
+        now = time.monotonic()
+        self.connections.close_idle(now)
         now_position = self.store.events_now()
         now_ms = _now_ms()
-        now = time.monotonic()
         changed, self._changed = self._changed, False
         if not (
             changed
@@ -175,6 +200,8 @@ class Deliverer:
         ):
             return self._pause(now_ms)  # idle: one call to the store
         endpoints = self.store.endpoints.all()
+        # A deleted, disabled or failing endpoint's connection is not kept.
+        self.connections.keep_only({e.id for e in endpoints if e.status == ENABLED})
         self._seen_position, self._refresh_at = now_position, now + REFRESH_S
         self._next_due_ms = min(
             (e.due_ms for e in endpoints if e.status == ENABLED and e.due_ms > now_ms), default=0
@@ -215,8 +242,9 @@ class Deliverer:
         self.store.endpoints.renew(ids, self.owner, LEASE_MS)
 
     def _drain(self, endpoint: Endpoint) -> None:
+        slot = self.connections.take(endpoint.id)
         try:
-            Drain(self, endpoint).run()
+            Drain(self, endpoint, slot).run()
         except StoreUnavailableError as exc:
             log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
         except Exception:
@@ -225,6 +253,9 @@ class Deliverer:
             self._held[endpoint.id] = time.monotonic() + HOLD_S
             log.exception("Webhooks: delivering to %s failed; it waits %.0f s", endpoint.id, HOLD_S)
         finally:
+            if slot is not None and self.stopping:
+                slot.close()
+            self.connections.give_back(endpoint.id, slot)
             with contextlib.suppress(StoreUnavailableError):
                 self.store.endpoints.release(endpoint.id, self.owner)
             # A change another process made while this one held the lease is this one's to send.
@@ -243,9 +274,11 @@ class Drain:
     """One endpoint's deliveries while its lease is held: until it has caught up with the feed, an
     attempt failed (the next is scheduled), or the endpoint changed under it."""
 
-    def __init__(self, deliverer: Deliverer, endpoint: Endpoint) -> None:
+    def __init__(self, deliverer: Deliverer, endpoint: Endpoint, slot: Slot | None = None) -> None:
         self.deliverer = deliverer
         self.endpoint = endpoint
+        #: The endpoint's kept-alive connection, held for the drain's length.
+        self.slot = slot
         self.position = endpoint.position
         #: The position last stored: `position` may run ahead of it over events not subscribed to.
         self.acked = endpoint.position
@@ -296,14 +329,7 @@ class Drain:
             log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
             outcome = Attempt(None, "internal", None, 0)
         else:
-            outcome = send(
-                endpoint.url,
-                body,
-                headers,
-                timeout=settings.webhooks_timeout,
-                allowed=settings.webhooks_allow_hosts,
-                watchdog=deliverer.watchdog,
-            )
+            outcome = self._send(entry, msg_id, body, headers)
         deliverer.count(outcome, entry.event.time_ms)
         attempt = _attempt(msg_id, outcome)
         if outcome.delivered:
@@ -324,6 +350,32 @@ class Drain:
             fields["due"] = str(_now_ms() + int(delay * 1000))
         self._ack(fields, attempt)
         return False
+
+    def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:
+        """One attempt, with the request id (outside the signed content) and the trace context of
+        the write that made the event: the attempt's own span's, when this process traces, else
+        the write's as stored."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        settings = deliverer.settings
+        request_id, traceparent = origin_of(entry)
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
+
+        def attempt(extra: dict[str, str]) -> Attempt:
+            return send(
+                endpoint.url,
+                body,
+                {**headers, **extra},
+                timeout=settings.webhooks_timeout,
+                allowed=settings.webhooks_allow_hosts,
+                watchdog=deliverer.watchdog,
+                slot=self.slot,
+            )
+
+        if deliverer.tracer is None:
+            return attempt({"traceparent": traceparent} if traceparent is not None else {})
+        attributes = {"webhook.id": msg_id, "webhook.endpoint": endpoint.id}
+        return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
 
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""

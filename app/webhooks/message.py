@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import random
+import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -15,6 +16,7 @@ from standardwebhooks import Webhook
 
 from app.schemas.records import stored_plant
 from app.store import EVENT_TYPES, Event, FeedEntry
+from app.telemetry.request_ids import VALID as VALID_REQUEST_ID
 
 #: The wait after each failed attempt, in seconds: Standard Webhooks 1.0's example schedule (at
 #: once, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h). After the 10th failure the
@@ -40,6 +42,20 @@ def utc_text(time_ms: int) -> str:
 def message_id(entry: FeedEntry) -> str:
     """The `webhook-id`: the event's own id in the feed, so every attempt and replay repeats it."""
     return f"msg_{entry.id}"
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}").fullmatch
+
+
+def origin_of(entry: FeedEntry) -> tuple[str | None, str | None]:
+    """The request id and the W3C `traceparent` of the write that made the event (FeedEntry's
+    `origin`), each None when there is none, or none fit for a header (the store is read, not
+    trusted: a header value http.client refuses would fail every attempt)."""
+    request_id, _, traceparent = entry.origin.partition(" ")
+    return (
+        request_id if request_id and VALID_REQUEST_ID(request_id) else None,
+        traceparent if traceparent and _TRACEPARENT(traceparent) else None,
+    )
 
 
 def payload(event: Event) -> bytes:

@@ -1,5 +1,6 @@
 """One delivery attempt: an HTTP POST to the checked address, bounded by the timeout, redirects
-not followed, the answer's body read up to a small limit and dropped."""
+not followed, the answer's body read up to a small limit and dropped; on the endpoint's kept-alive
+connection when it may be reused (keepalive.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import ssl
 import threading
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-from app.webhooks.addresses import AddressRefused, Target, target
+from app.webhooks.addresses import AddressRefused, Resolver, Target, target
+from app.webhooks.keepalive import Slot
 from app.webhooks.retry_after import seconds_from_now
 
 log = logging.getLogger(__name__)
@@ -74,46 +76,70 @@ class Watchdog:
                 self._expired.add(key)
         for _, sock in overdue:
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                # The socket's own shutdown, a TLS one's too: SSLSocket.shutdown would also drop
+                # its TLS state under the thread that is reading it.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Watched(http.client.HTTPConnection):
-    """HTTP to the checked address, its socket watched from the moment it connects."""
+    """HTTP to the checked address, its socket watched by the watchdog during each attempt."""
 
-    def __init__(self, where: Target, timeout: float, deadline: float, watchdog: Watchdog | None) -> None:
+    def __init__(self, where: Target, timeout: float, watchdog: Watchdog | None) -> None:
         super().__init__(where.address, where.port, timeout=timeout)
-        self._deadline, self._watchdog = deadline, watchdog
-        self.raw_sock: socket.socket | None = None
+        self._watchdog = watchdog
+        #: The deadline of the attempt in progress.
+        self.deadline = 0.0
+        self.watched: socket.socket | None = None
 
     def _open(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), self.timeout)
-        self.raw_sock = sock
-        if self._watchdog is not None:
-            self._watchdog.watch(sock, self._deadline)
+        # Headers and body go out in two writes: without it, Nagle's algorithm holds the body
+        # back for the receiver's delayed ACK of the headers, up to 40 ms on a kept connection.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
+
+    def _watch(self, sock: socket.socket) -> None:
+        self.watched = sock
+        if self._watchdog is not None:
+            self._watchdog.watch(sock, self.deadline)
 
     def connect(self) -> None:
         self.sock = self._open()
+        self._watch(self.sock)
+
+    def begin(self, deadline: float) -> None:
+        """An attempt starts on this connection (new or kept): its deadline, its socket watched."""
+        self.deadline = deadline
+        if self.sock is not None:
+            self.sock.settimeout(self.timeout)
+            self._watch(self.sock)
+
+    def end(self) -> bool:
+        """The attempt is over: stop watching; whether the watchdog cut it off."""
+        watched, self.watched = self.watched, None
+        return self._watchdog is not None and self._watchdog.forget(watched)
 
 
 class _PinnedHTTPS(_Watched):
     """HTTPS to the checked address, verifying the certificate of the URL's host name."""
 
     def __init__(
-        self,
-        where: Target,
-        timeout: float,
-        deadline: float,
-        watchdog: Watchdog | None,
-        context: ssl.SSLContext,
+        self, where: Target, timeout: float, watchdog: Watchdog | None, context: ssl.SSLContext
     ) -> None:
-        super().__init__(where, timeout, deadline, watchdog)
+        super().__init__(where, timeout, watchdog)
         self.default_port = 443
         self._server_name = where.host
         self._ssl_context = context
 
     def connect(self) -> None:
-        self.sock = self._ssl_context.wrap_socket(self._open(), server_hostname=self._server_name)
+        # The handshake happens watched: the TLS socket is the one the watchdog shuts down (the
+        # plain one it wraps is detached by then).
+        sock = self._ssl_context.wrap_socket(
+            self._open(), server_hostname=self._server_name, do_handshake_on_connect=False
+        )
+        self.sock = sock
+        self._watch(sock)
+        sock.do_handshake()
 
 
 def send(
@@ -125,12 +151,16 @@ def send(
     allowed: Iterable[str],
     context: ssl.SSLContext | None = None,
     watchdog: Watchdog | None = None,
+    slot: Slot | None = None,
+    resolve: Resolver = socket.getaddrinfo,
 ) -> Attempt:
     """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
-    timeout, however the receiver trickles. Never raises: whatever goes wrong is an outcome."""
+    timeout, however the receiver trickles. With `slot`, the endpoint's kept-alive connection is
+    reused when it may be, and the connection is kept there after a 2xx (keepalive.py). Never
+    raises: whatever goes wrong is an outcome."""
     started = time.monotonic()
     try:
-        return _attempt(url, body, headers, started, timeout, allowed, context, watchdog)
+        return _attempt(url, body, headers, started, timeout, allowed, context, watchdog, slot, resolve)
     except Exception as exc:
         # Raised by no documented failure: a failed attempt all the same, retried on schedule.
         # One line, no traceback: a receiver can make this happen at every attempt.
@@ -140,6 +170,8 @@ def send(
             type(exc).__name__,
             str(exc)[:200],
         )
+        if slot is not None:
+            slot.close()
         return Attempt(None, "internal", None, int((time.monotonic() - started) * 1000))
 
 
@@ -152,41 +184,58 @@ def _attempt(
     allowed: Iterable[str],
     context: ssl.SSLContext | None,
     watchdog: Watchdog | None,
+    slot: Slot | None,
+    resolve: Resolver,
 ) -> Attempt:
     def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Attempt:
         return Attempt(status, error, retry_after, int((time.monotonic() - started) * 1000))
 
     try:
-        where = target(url, allowed)
+        where = target(url, allowed, resolve)
     except AddressRefused as exc:
+        if slot is not None:
+            slot.close()
         return outcome(None, exc.reason)
     deadline = started + timeout
-    connection: _Watched
-    if where.https:
-        connection = _PinnedHTTPS(where, timeout, deadline, watchdog, context or ssl.create_default_context())
-    else:
-        connection = _Watched(where, timeout, deadline, watchdog)
+    kept = slot.take(url, where) if slot is not None else None
+    reused = kept is not None
+    connection = (
+        cast(_Watched, kept) if kept is not None else _connection(where, timeout, watchdog, context, slot)
+    )
+    keep = cut = False
     try:
-        connection.putrequest("POST", where.path, skip_host=True, skip_accept_encoding=True)
-        connection.putheader("Host", where.authority)
-        for name, value in headers.items():
-            connection.putheader(name, value)
-        connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body)
+        connection.begin(deadline)
+        try:
+            _write(connection, where, headers, body)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            if not reused or connection.end():
+                raise
+            # The kept connection failed while the request was being written, so the receiver
+            # has not had all of it, and cannot have acted on it: once more, on a new one.
+            connection.close()
+            connection = _connection(where, timeout, watchdog, context, slot)
+            connection.begin(deadline)
+            _write(connection, where, headers, body)
+        # From here on the receiver may have the request: a failure is a failed attempt, sent
+        # again on the schedule, never at once.
         if connection.sock is not None:
             connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
         response = connection.getresponse()
         read = 0
         while read < _MOST_READ and time.monotonic() < deadline:
-            chunk = response.read1(_MOST_READ - read) if hasattr(response, "read1") else b""
+            chunk = response.read1(_MOST_READ - read)
             if not chunk:
                 break
             read += len(chunk)
-        if watchdog is not None and watchdog.forget(connection.raw_sock):
+        if response.length == 0:
+            response.read()  # nothing left: read1 does not close an answer of no bytes, read does
+        cut = connection.end()
+        if cut:
             return outcome(None, "timeout")  # cut off: whatever was parsed is not an answer
         status = response.status
         if 300 <= status < 400:
             return outcome(status, "redirect")
+        keep = 200 <= status < 300 and response.isclosed() and not response.will_close
         wait = seconds_from_now(response.getheader("Retry-After")) if status in BACKOFF_STATUSES else None
         return outcome(status, None, wait)
     except TimeoutError:
@@ -194,10 +243,36 @@ def _attempt(
     except ConnectionRefusedError:
         return outcome(None, "refused")
     except (ssl.SSLError, ssl.CertificateError, OSError, http.client.HTTPException) as exc:
-        if watchdog is not None and watchdog.forget(connection.raw_sock):
+        if cut or connection.end():
             return outcome(None, "timeout")
         return outcome(None, "tls" if isinstance(exc, (ssl.SSLError, ssl.CertificateError)) else "connection")
     finally:
-        if watchdog is not None:
-            watchdog.forget(connection.raw_sock)
-        connection.close()
+        connection.end()
+        if keep and slot is not None:
+            slot.keep(url, where, connection)
+        else:
+            connection.close()
+
+
+def _connection(
+    where: Target,
+    timeout: float,
+    watchdog: Watchdog | None,
+    context: ssl.SSLContext | None,
+    slot: Slot | None,
+) -> _Watched:
+    """A new connection to `where` (it connects when the request is written)."""
+    if slot is not None:
+        slot.opened += 1
+    if where.https:
+        return _PinnedHTTPS(where, timeout, watchdog, context or ssl.create_default_context())
+    return _Watched(where, timeout, watchdog)
+
+
+def _write(connection: _Watched, where: Target, headers: dict[str, str], body: bytes) -> None:
+    connection.putrequest("POST", where.path, skip_host=True, skip_accept_encoding=True)
+    connection.putheader("Host", where.authority)
+    for name, value in headers.items():
+        connection.putheader(name, value)
+    connection.putheader("Content-Length", str(len(body)))
+    connection.endheaders(body)

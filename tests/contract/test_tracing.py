@@ -1,11 +1,13 @@
 """Traces with OpenTelemetry: a server span per request with its route template and status, the
 store's calls as its children, a trusted proxy's traceparent continued and a client's ignored
-(the SDK's in-memory exporter, on memory and Redis); and one OTLP/HTTP export from a real gunicorn
+(the SDK's in-memory exporter, on memory and Redis); a webhook attempt's span, linked to the
+write's, and its traceparent at the receiver; and one OTLP/HTTP export from a real gunicorn
 to a receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -19,6 +21,7 @@ from app.extension import plants_state
 from app.telemetry import tracing
 from app.version import VERSION
 from tests.helpers import call
+from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -150,3 +153,41 @@ def test_a_real_gunicorn_exports_its_spans_over_otlp_http():
     }
     assert ("service.name", "plant-store") in resource
     assert ("service.version", VERSION) in resource
+
+
+def test_a_webhook_attempt_is_a_span_linked_to_the_write_and_its_traceparent_reaches_the_receiver(
+    store_settings,
+):
+    receiver = Receiver()
+    client, exporter, provider = traced_client(
+        store_settings, PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_TRUSTED_PROXIES=1
+    )
+    try:
+        registered = client.post("/webhooks", json={"url": receiver.url}, headers=AUTH)
+        assert registered.status_code == 201
+        written = client.post(
+            "/plants", json={"id": 7, "name": "Fern"}, headers={**AUTH, "traceparent": PARENT}
+        )
+        assert written.status_code == 200
+        (delivery,) = receiver.wait_for(1)
+        deadline = time.monotonic() + 10
+        while not any(span.name == "plants.webhook.attempt" for span in exporter.get_finished_spans()):
+            assert time.monotonic() < deadline, "no attempt span"
+            time.sleep(0.02)
+    finally:
+        plants_state(client.application).deliverer.stop()
+        provider.shutdown()
+        receiver.stop()
+    spans = exporter.get_finished_spans()
+    (write,) = [span for span in spans if span.name == "plants.store.create"]
+    (sent,) = [span for span in spans if span.name == "plants.webhook.attempt"]
+    assert sent.kind is SpanKind.CLIENT
+    assert sent.parent is None  # a trace of its own, linked to the write's
+    assert [link.context.span_id for link in sent.links] == [write.context.span_id]
+    assert [link.context.trace_id for link in sent.links] == [int(TRACE_ID, 16)]
+    assert sent.attributes["http.response.status_code"] == 204
+    assert sent.attributes["webhook.id"] == delivery.id
+    trace_id, span_id = format(sent.context.trace_id, "032x"), format(sent.context.span_id, "016x")
+    flags = f"{int(sent.context.trace_flags):02x}"
+    assert delivery.headers["traceparent"] == f"00-{trace_id}-{span_id}-{flags}"
+    assert delivery.headers["x-request-id"] == written.headers["X-Request-Id"]

@@ -496,3 +496,49 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(make_app)
     finally:
         stop.set()
         listener.close()
+
+
+def test_deliveries_share_one_kept_connection_and_each_carries_its_writes_request_id(make_app, receiver):
+    """A trusted proxy's X-Request-Id, or the one the service made and answered with, arrives
+    with the delivery of the write's event, outside the signed content."""
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_RETRY_SCALE=SCALE, PLANTS_TRUSTED_PROXIES=1
+    ).test_client()
+    hook = register(client, receiver.url)
+    writes = [
+        client.post("/plants", json={"id": 1, "name": "Fern"}, headers={**AUTH, "X-Request-Id": "edge-1:a"}),
+        client.post("/plants", json={"id": 2, "name": "Palm"}, headers=AUTH),
+        client.put("/plants/1", json={"name": "Fern", "tag": "green"}, headers=AUTH),
+        client.patch(
+            "/plants/2", json={"tag": "tall"}, headers=AUTH, content_type="application/merge-patch+json"
+        ),
+        client.delete("/plants/2", headers=AUTH),
+    ]
+    assert [write.status_code for write in writes] == [200, 200, 200, 200, 204]
+    sent = [write.headers["X-Request-Id"] for write in writes]
+    assert sent[0] == "edge-1:a"
+    deliveries = receiver.wait_for(5)
+    for delivery in deliveries:
+        delivery.verified(hook["secret"])
+    # In order within each plant (on a cluster, plants 1 and 2 are in different groups).
+    by_plant = [[d.headers["x-request-id"] for d in deliveries if d.event["data"]["id"] == n] for n in (1, 2)]
+    assert by_plant == [[sent[0], sent[2]], [sent[1], sent[3], sent[4]]]
+    assert "traceparent" not in deliveries[0].headers  # no tracing
+    # One connection for all five (the idle bound is 10 s).
+    assert len(set(receiver.connections())) == 1
+
+
+def test_a_changed_url_or_a_deleted_endpoint_closes_its_kept_connection(service, client, receiver):
+    connections = service.extensions["plants"].deliverer.connections
+    hook = register(client, receiver.url)
+    create(client, 1)
+    receiver.wait_for(1)
+    wait_until(lambda: len(connections) == 1, what="a kept connection")
+    changed = client.patch(f"/webhooks/{hook['id']}", json={"url": receiver.url + "?v=2"}, headers=AUTH)
+    assert changed.status_code == 200, changed.json
+    create(client, 2)
+    first, second = receiver.wait_for(2)
+    assert second.path == "/hook?v=2"
+    assert first.peer != second.peer
+    assert client.delete(f"/webhooks/{hook['id']}", headers=AUTH).status_code == 204
+    wait_until(lambda: len(connections) == 0, what="the deleted endpoint's connection closed")

@@ -1,17 +1,25 @@
 """One attempt against receivers that answer anything at all: a real socket on 127.0.0.1 writes
 arbitrary status lines and header bytes, and every attempt ends in a documented outcome, never
-an exception (app/webhooks/sender.py)."""
+an exception (app/webhooks/sender.py). And the kept-alive connection of an endpoint
+(app/webhooks/keepalive.py): reused while it may be, replaced when the host moves or the
+receiver closes it, closed after any answer but a plain 2xx, and every attempt on it still bounded."""
 
 from __future__ import annotations
 
 import logging
 import math
+import socket
+import threading
+import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.webhooks import keepalive
+from app.webhooks.keepalive import Slot
 from app.webhooks.sender import Attempt, Watchdog, send
-from tests.receiver import RawReceiver
+from tests.receiver import ClosingReceiver, RawReceiver, Receiver
 
 ERRORS = {"timeout", "refused", "redirect", "tls", "address", "name_not_resolved", "connection", "internal"}
 HEADERS = {"Content-Type": "application/json", "webhook-id": "msg_1"}
@@ -111,3 +119,176 @@ def test_an_exception_inside_the_attempt_is_an_internal_failure_in_one_log_line(
     assert record.exc_info is None
     assert "\n" not in record.getMessage()
     assert "msg_1" in record.getMessage()
+
+
+def attempt(
+    url: str, slot: Slot, *, timeout: float = 5.0, watchdog: Watchdog | None = None, **options
+) -> Attempt:
+    options.setdefault("allowed", ("127.0.0.1",))
+    return send(
+        url, b"{}", dict(HEADERS), timeout=timeout, watchdog=watchdog or Watchdog(), slot=slot, **options
+    )
+
+
+def in_turn(
+    receiver: Receiver | ClosingReceiver, count: int, pause: float = 0.0
+) -> tuple[list[Attempt], Slot]:
+    """`count` attempts to `receiver`, one endpoint's, `pause` seconds apart; then it stops."""
+    slot, outcomes = Slot(), []
+    try:
+        for number in range(count):
+            time.sleep(pause if number else 0.0)
+            outcomes.append(attempt(receiver.url, slot))
+    finally:
+        slot.close()
+        receiver.stop()
+    return outcomes, slot
+
+
+def test_consecutive_attempts_to_an_endpoint_go_on_one_connection():
+    receiver = Receiver()
+    outcomes, slot = in_turn(receiver, 5)
+    assert all(outcome.delivered for outcome in outcomes)
+    assert len(set(receiver.connections())) == 1
+    assert slot.opened == 1
+
+
+def test_a_host_that_resolves_to_another_address_gets_a_new_connection():
+    """An allowed name, resolved by the attempt's resolver (as getaddrinfo would answer), moves
+    from 127.0.0.1 to 127.0.0.2: the kept connection to the first is not used for the second."""
+    receiver, slot = Receiver(hosts=("127.0.0.1", "127.0.0.2")), Slot()
+    resolved = ["127.0.0.1"]
+
+    def resolve(host: str, port: int, **_: object) -> list[tuple]:
+        assert host == "hooks.example"
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (resolved[0], port))]
+
+    url = f"http://hooks.example:{receiver.port}/hook"
+    try:
+        outcomes = [attempt(url, slot, allowed=("hooks.example",), resolve=resolve) for _ in range(2)]
+        resolved[0] = "127.0.0.2"
+        outcomes += [attempt(url, slot, allowed=("hooks.example",), resolve=resolve) for _ in range(2)]
+        # Moved to an address never sent to: refused, and the kept connection is closed.
+        resolved[0] = "169.254.169.254"
+        refused = attempt(url, slot, allowed=("hooks.example",), resolve=resolve)
+    finally:
+        slot.close()
+        receiver.stop()
+    assert all(outcome.delivered for outcome in outcomes)
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.1"] * 2 + ["127.0.0.2"] * 2
+    assert {delivery.headers["host"] for delivery in receiver.deliveries} == {
+        f"hooks.example:{receiver.port}"
+    }
+    first, second, third, fourth = receiver.connections()
+    assert first == second
+    assert third == fourth
+    assert first != third
+    assert refused.error == "address"
+    assert slot.connection is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "error"),
+    [
+        ((500, {}, 0.0), 500, None),
+        ((429, {"Retry-After": "1"}, 0.0), 429, None),
+        ((302, {"Location": "http://127.0.0.1:9/"}, 0.0), 302, "redirect"),
+        ((204, {}, 1.0), None, "timeout"),
+        ((204, {"Connection": "close"}, 0.0), 204, None),
+    ],
+    ids=["500", "429", "redirect", "timeout", "connection-close"],
+)
+def test_an_answer_other_than_a_plain_2xx_closes_the_connection(answer, status, error):
+    receiver = Receiver(lambda delivery, number: answer if number == 2 else (204, {}, 0.0))
+    slot = Slot()
+    try:
+        first = attempt(receiver.url, slot, timeout=0.5)
+        second = attempt(receiver.url, slot, timeout=0.5)
+        assert slot.connection is None
+        third = attempt(receiver.url, slot, timeout=0.5)
+    finally:
+        slot.close()
+        receiver.stop()
+    assert first.delivered
+    assert third.delivered
+    assert (second.status, second.error) == (status, error)
+    connections = receiver.connections()
+    assert connections[0] == connections[1] != connections[2]
+    assert slot.opened == 2
+
+
+def test_a_connection_the_receiver_closed_while_idle_is_replaced_and_nothing_is_sent_twice():
+    receiver = Receiver(idle_timeout=0.1)
+    # The receiver closes the idle connection between the two.
+    (first, second), _ = in_turn(receiver, 2, pause=0.4)
+    assert first.delivered
+    assert second.delivered
+    assert len(receiver.deliveries) == 2
+    assert len(set(receiver.connections())) == 2
+
+
+def test_a_kept_connection_that_fails_while_the_request_is_written_is_retried_once_on_a_new_one(monkeypatch):
+    """The receiver reset the connection, and the attempt did not see it before writing (the
+    race the idle check cannot close): the write fails, so the receiver cannot have the request,
+    and it goes at once on a new connection."""
+    monkeypatch.setattr(keepalive, "_closed_by_peer", lambda connection: False)
+    receiver = ClosingReceiver(reset=True)
+    (first, second), _ = in_turn(receiver, 2, pause=0.3)
+    assert first.delivered
+    assert second.delivered
+    assert (receiver.connections, receiver.requests) == (2, 2)
+
+
+def test_a_kept_connection_that_fails_after_the_request_was_written_is_a_failed_attempt():
+    """The receiver reads the second request on the connection whole, then closes it unanswered.
+    It might have acted on it, so it is not sent again at once: the attempt failed, and the
+    schedule sends it again (at least once, never a second copy at once)."""
+    receiver = ClosingReceiver()
+    (first, second, third), _ = in_turn(receiver, 3)
+    assert first.delivered
+    assert third.delivered
+    assert (second.status, second.error) == (None, "connection")
+    assert (receiver.connections, receiver.requests) == (2, 3)
+
+
+def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
+    """The second answer on the connection comes a byte at a time: the watchdog (the deliverer
+    calls `expire` at every look) ends the attempt at its timeout."""
+    answers = iter([b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    stop = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            RawReceiver._read_request(connection)
+            connection.sendall(next(answers))
+            RawReceiver._read_request(connection)
+            for byte in b"HTTP/1.1 204 No Content\r\nX-Slow: " + b"a" * 1000:
+                if stop.is_set():
+                    return
+                connection.sendall(bytes([byte]))
+                time.sleep(0.05)
+
+    def expire() -> None:
+        while not stop.is_set():
+            watchdog.expire()
+            time.sleep(0.05)
+
+    watchdog, slot = Watchdog(), Slot()
+    threading.Thread(target=serve, daemon=True).start()
+    threading.Thread(target=expire, daemon=True).start()
+    try:
+        first = attempt(url, slot, timeout=1.0, watchdog=watchdog)
+        started = time.monotonic()
+        second = attempt(url, slot, timeout=1.0, watchdog=watchdog)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        slot.close()
+        listener.close()
+    assert first.delivered
+    assert second.error == "timeout"
+    assert took < 2.0
+    assert slot.connection is None
