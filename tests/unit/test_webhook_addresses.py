@@ -214,3 +214,56 @@ def test_port_0_is_never_connected_to():
     """A URL stored before port 0 was refused at registration goes nowhere, not to port 80."""
     with pytest.raises(AddressRefused, match="Port 0"):
         target("http://8.8.8.8:0/x", ())
+
+
+def resolver(*addresses: str):
+    """A resolver answering `addresses` for any name, in getaddrinfo's shape."""
+
+    def resolve(host, port, **_):
+        return [(None, None, None, "", (address, port)) for address in addresses]
+
+    return resolve
+
+
+def failing_resolver(host, port, **_):
+    raise OSError("Name or service not known")
+
+
+@pytest.mark.parametrize(
+    ("url", "parts"),
+    [
+        ("http://8.8.8.8/x", ("8.8.8.8", 80, "8.8.8.8", False, "/x", "8.8.8.8")),
+        ("https://8.8.8.8", ("8.8.8.8", 443, "8.8.8.8", True, "/", "8.8.8.8")),
+        ("http://8.8.8.8:8080/a/b?q=1&r", ("8.8.8.8", 8080, "8.8.8.8", False, "/a/b?q=1&r", "8.8.8.8:8080")),
+        ("http://user:pw@8.8.8.8/x", ("8.8.8.8", 80, "8.8.8.8", False, "/x", "8.8.8.8")),  # no userinfo
+        ("https://[2001:4860:4860::8888]:8443/h", ("2001:4860:4860::8888", 8443, "2001:4860:4860::8888", True,
+                                                   "/h", "[2001:4860:4860::8888]:8443")),
+        ("http://8.8.8.8/café?q=☃", ("8.8.8.8", 80, "8.8.8.8", False, "/caf%C3%A9?q=%E2%98%83", "8.8.8.8")),
+    ],
+)  # fmt: skip
+def test_a_target_holds_what_the_request_needs(url, parts):
+    found = target(url, ())
+    assert (found.address, found.port, found.host, found.https, found.path, found.authority) == parts
+    assert found.addresses == (parts[0],)
+
+
+def test_a_named_host_goes_to_its_first_address_and_every_one_is_checked():
+    found = target("https://Hooks.Example/x", (), resolver("8.8.8.8", "8.8.4.4", "8.8.8.8"))
+    assert (found.host, found.address, found.addresses) == (
+        "hooks.example",
+        "8.8.8.8",
+        ("8.8.8.8", "8.8.4.4"),
+    )
+    assert found.authority == "Hooks.Example"
+    with pytest.raises(AddressRefused, match=r"resolves to 10\.0\.0\.1, in Private-Use"):
+        target("https://hooks.example/x", (), resolver("8.8.8.8", "10.0.0.1"))
+    # A scoped IPv6 address is checked without its zone.
+    with pytest.raises(AddressRefused, match="fe80::1"):
+        target("https://hooks.example/x", ("hooks.example",), resolver("fe80::1%eth0"))
+
+
+@pytest.mark.parametrize("resolve", [failing_resolver, resolver()], ids=["error", "no-address"])
+def test_a_host_that_does_not_resolve_is_refused_as_such(resolve):
+    with pytest.raises(AddressRefused, match="does not resolve") as refused:
+        target("https://hooks.example/x", (), resolve)
+    assert refused.value.reason == "name_not_resolved"
