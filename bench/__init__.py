@@ -1,1 +1,1 @@
-"""The benchmark: `python bench/run.py` (see README, "Performance")."""
+"""The benchmarks, one tool: `python -m bench NAME` (bench/__main__.py; bench/README.md lists them)."""

@@ -1,17 +1,6 @@
-"""Transitional: the names bench/webhooks.py and bench/partitions.py import, from the harness,
-until their imports name it (the benchmark that was here is `python -m bench floor`)."""
+"""Transitional: the names bench/partitions.py imports, from the harness, until its imports name
+it (the benchmark that was here is `python -m bench floor`)."""
 
-from bench.harness.report import benchmark_parser, finish, spread, validity
-from bench.harness.servers import CLIENT_CPU, ROOT, TOKEN, Server, free_port
+from bench.harness.report import benchmark_parser, finish, validity
 
-__all__ = [
-    "CLIENT_CPU",
-    "ROOT",
-    "TOKEN",
-    "Server",
-    "benchmark_parser",
-    "finish",
-    "free_port",
-    "spread",
-    "validity",
-]
+__all__ = ["benchmark_parser", "finish", "validity"]
