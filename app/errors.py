@@ -223,11 +223,14 @@ class RateLimitExceeded(TooManyRequests):
 
 class KeysNotLoaded(ServiceUnavailable):
     reason = "keys_unavailable"
+    description = "The identity provider's signing keys are not loaded yet; retry shortly."
+
+    def __init__(self) -> None:
+        super().__init__(retry_after=2)
 
 
-KEYS_NOT_LOADED = KeysNotLoaded(
-    "The identity provider's signing keys are not loaded yet; retry shortly.", retry_after=2
-)
+#: Built once for the bearer check, which answers it to every JWT until the keys are loaded.
+KEYS_NOT_LOADED = KeysNotLoaded()
 
 
 class NotReady(ServiceUnavailable):

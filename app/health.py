@@ -11,9 +11,8 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
-from app.errors import KEYS_NOT_LOADED, NotReady
+from app.errors import KeysNotLoaded, NotReady
 from app.extension import plants_state
-from app.http.error_handler import error_response
 from app.plants.guard import store_unavailable
 from app.store import StoreUnavailableError
 from app.telemetry.context import ROUTE
@@ -69,17 +68,15 @@ def readyz() -> Response | dict[str, Any]:
     a shared store's partial outage must not take every instance out of its load balancer."""
     drain = drain_of(current_app)
     if drain is not None and drain.started:
-        return error_response(
-            NotReady("the server is stopping; its requests in flight finish", retry_after=5)
-        )
+        raise NotReady("the server is stopping; its requests in flight finish", retry_after=5)
     state = plants_state()
     try:
         readiness = state.store.readiness()
     except StoreUnavailableError as exc:
         store_unavailable(exc)  # its log line and its count
-        return error_response(NotReady(f"the plant store cannot serve: {exc}"))
+        raise NotReady(f"the plant store cannot serve: {exc}") from None
     if not state.auth.ready:
-        return error_response(KEYS_NOT_LOADED)
+        raise KeysNotLoaded()
     if not readiness.degraded:
         return {"status": "ok"}
     return {

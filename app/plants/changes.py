@@ -13,7 +13,6 @@ from app.errors import InvalidChange, PlantNotFound
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
 from app.http.conditional import precondition_failed, with_etag, write_precondition
-from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_plant_id
 from app.schemas.records import MergePatchSchema, ReplacementSchema, plant_record
@@ -31,8 +30,6 @@ def replace_plant(plant_id: str) -> Response:
     state = plants_state()
     precondition = write_precondition(req, state.settings.require_if_match)
     plant = _load(_replacement_schema, read_json_object(req, "Plant"), number, "Plant")
-    if isinstance(plant, Response):
-        return plant
     store = state.serving_store(req.environ)
     try:
         # Under If-Match the plant must exist: an absent one is 412, never created.
@@ -65,8 +62,6 @@ def patch_plant(plant_id: str) -> Response:
     precondition = write_precondition(req, state.settings.require_if_match)
     body = read_json_object(req, "JSON merge patch", merge_patch=True)
     patch = _load(_merge_patch_schema, body, number, "merge patch of a Plant")
-    if isinstance(patch, Response):
-        return patch
     store = state.serving_store(req.environ)
     try:
         change, stored = store.change(
@@ -93,8 +88,8 @@ def _count(state: PlantsState, change: Change) -> None:
         state.count_event(UPDATED_EVENT)
 
 
-def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any] | Response:
-    """The body through `schema`, its `id` (if any) equal to the path's; else the 400."""
+def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any]:
+    """The body through `schema`, its `id` (if any) equal to the path's; else InvalidChange (400)."""
     try:
         value = schema.load(body)
     except ValidationError as exc:
@@ -105,4 +100,4 @@ def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[s
         details = {}
     if "id" in body and "id" not in details and body["id"] != number:
         details["id"] = [f"Must equal the id in the path ({number}), or be left out."]
-    return error_response(InvalidChange(record, details))
+    raise InvalidChange(record, details)

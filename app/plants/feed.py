@@ -22,6 +22,7 @@ from app.http.json_provider import json_response
 from app.plants.watch import EventStream, LongPoll, Watch
 from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
+from app.store.signal import WatchersFull
 
 JSON, STREAM = "application/json", "text/event-stream"
 #: The environ key by which the packaged worker (app/server/worker/parking.py) offers to park an
@@ -81,11 +82,12 @@ def _watch(
     signal = state.feed_signal
     _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
     caller_key = caller.limit_key if caller is not None else b""
-    refused = signal.admit(caller_key)
-    if refused == "caller":
-        raise TooManyWatchersForToken(signal.max_per_caller)
-    if refused is not None:
-        raise TooManyWatchers()
+    try:
+        signal.admit(caller_key)
+    except WatchersFull as exc:
+        raise (
+            TooManyWatchersForToken(signal.max_per_caller) if exc.per_caller else TooManyWatchers()
+        ) from None
     settings = state.settings
     common: dict[str, Any] = {
         "cursor_key": key,

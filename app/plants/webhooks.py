@@ -32,7 +32,7 @@ from app.store import EVENT_TYPES
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
 from app.webhooks.message import new_secret, utc_text
-from app.webhooks.urls import encoded, url_problem
+from app.webhooks.urls import UrlRefused, check_url, encoded
 
 _new_schema = NewWebhookSchema()
 _patch_schema = WebhookPatchSchema()
@@ -228,14 +228,13 @@ def _checked_url(state: PlantsState, url: str) -> str:
     """The URL as it is kept, its non-ASCII characters percent-encoded; 400 naming `url` when it
     is malformed or its host resolves to a refused address. A name that does not resolve (yet)
     is accepted: each delivery checks it again."""
-    problem = url_problem(url)
-    if problem is None:
+    try:
+        check_url(url)
         url = encoded(url)
-        try:
-            target(url, state.settings.webhooks_allow_hosts)
-        except AddressRefused as exc:
-            if exc.reason != "name_not_resolved":
-                problem = str(exc)
-    if problem is not None:
-        raise InvalidWebhook("webhook endpoint", {"url": [problem]})
+        target(url, state.settings.webhooks_allow_hosts)
+    except AddressRefused as exc:
+        if exc.reason != "name_not_resolved":
+            raise InvalidWebhook("webhook endpoint", {"url": [str(exc)]}) from None
+    except UrlRefused as exc:
+        raise InvalidWebhook("webhook endpoint", {"url": [str(exc)]}) from None
     return url

@@ -22,6 +22,14 @@ log = logging.getLogger(__name__)
 LISTEN_SECONDS = 5.0
 
 
+class WatchersFull(Exception):
+    """A new watcher refused: the process has its most, or (`per_caller`) its caller has."""
+
+    def __init__(self, *, per_caller: bool) -> None:
+        super().__init__("per caller" if per_caller else "per process")
+        self.per_caller = per_caller
+
+
 class FeedListener(Protocol):
     def wait(self, timeout: float) -> bool:
         """Block until the feed changes (True) or `timeout` passes (False)."""
@@ -62,15 +70,14 @@ class FeedSignal:
 
     # --- who watches -----------------------------------------------------------------------------
 
-    def admit(self, caller: bytes) -> str | None:
-        """Count a new watcher of `caller`; else which cap refused it ('process' or 'caller')."""
+    def admit(self, caller: bytes) -> None:
+        """Count a new watcher of `caller`; WatchersFull when a cap refuses it."""
         with self._lock:
             if sum(self._watchers.values()) >= self.max_watchers:
-                return "process"
+                raise WatchersFull(per_caller=False)
             if self._watchers[caller] >= self.max_per_caller:
-                return "caller"
+                raise WatchersFull(per_caller=True)
             self._watchers[caller] += 1
-        return None
 
     def release(self, caller: bytes) -> None:
         with self._lock:

@@ -19,30 +19,35 @@ URL_PATTERN = re.compile(
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
-def url_problem(url: object) -> str | None:
-    """What is wrong with `url` as a webhook URL, without resolving it; None when nothing."""
+class UrlRefused(ValueError):
+    """`url` is no webhook URL; the message says why, for the `url` field's error."""
+
+
+def check_url(url: object) -> None:
+    """Raise UrlRefused when `url` is no webhook URL, without resolving its host."""
     if not isinstance(url, str) or len(url) > MAX_LENGTH:
-        return f"Must be an http or https URL of at most {MAX_LENGTH:,} characters."
+        raise UrlRefused(f"Must be an http or https URL of at most {MAX_LENGTH:,} characters.")
     try:
         parts = urlsplit(url)
         port = parts.port
         url.encode()
     except ValueError:
-        return _port_problem() if _has_port_out_of_range(url) else _syntax_problem()
+        raise UrlRefused(_port_problem() if _has_port_out_of_range(url) else _syntax_problem()) from None
     if parts.username is not None or parts.password is not None:
-        return "Must not hold credentials: receivers authenticate the service by its signature."
+        raise UrlRefused("Must not hold credentials: receivers authenticate the service by its signature.")
     if port == 0:
-        return _port_problem()
+        raise UrlRefused(_port_problem())
     if not URL_PATTERN.fullmatch(url):
-        return _syntax_problem()
+        raise UrlRefused(_syntax_problem())
     if not is_dns_name(parts.hostname or ""):
-        return (
+        raise UrlRefused(
             f"The host {parts.hostname} is not a valid host name: each of its dot-separated labels"
             " has 1 to 63 characters."
         )
     if len(encoded(url)) > MAX_LENGTH:
-        return f"Must be at most {MAX_LENGTH:,} characters once its non-ASCII characters are percent-encoded."
-    return None
+        raise UrlRefused(
+            f"Must be at most {MAX_LENGTH:,} characters once its non-ASCII characters are percent-encoded."
+        )
 
 
 def encoded(url: str) -> str:
