@@ -1,7 +1,7 @@
 """A Redis Cluster partitioned for real, under writers: what is acknowledged, refused and lost.
 
-    python -m bench.partitions            # 60 s per fault, each twice from scratch (about 10 minutes)
-    python -m bench.partitions --smoke    # 20 s per fault, once
+    python -m bench partitions            # 60 s per fault, each twice from scratch (about 10 minutes)
+    python -m bench partitions --smoke    # 20 s per fault, once (or python -m bench.partitions)
 
 Needs root (network namespaces and tc). Each run starts from scratch a cluster of 3 primaries
 with --replicas each, every node in a network namespace of its own on a bridge (tests/netns.py,
@@ -19,7 +19,7 @@ Afterwards every plant and the whole change feed are read back. "Acknowledged th
 the writes answered 200 or 201 that the plant no longer reflects; the feed must hold each
 acknowledged write once, in order. "Longest a shard took no write" is the longest time between
 two acknowledged writes of one shard's plants (or the last one and the end). Results go to stdout
-as Markdown and, for a full run, to bench/results/partitions.json (or --json).
+as Markdown and to bench/results/partitions-TIME.json (or --json).
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import benchmark_parser, finish, validity
+from bench.harness.report import benchmark_parser, finish, validity
 from tests import netns, partition_run
 from tests.load import redis_gunicorn
 
-RESULTS = Path(__file__).resolve().parent / "results" / "partitions.json"
 PREFIX = "bench-partitions"
 FOLLOWED = "faulted shard's first write after its replica's promotion s"
 
@@ -144,8 +143,7 @@ def main() -> int:
             results["runs"][fault].append(run)
             problems += [f"{fault}, run {round_ + 1}: {name} {n}" for name, n in run["verdict"].items() if n]
     results["elapsed_s"] = round(time.monotonic() - started)
-    json_path = args.json or (None if args.smoke else RESULTS)
-    return finish(results, problems, report, json_path)
+    return finish(results, problems, report, args.json)
 
 
 if __name__ == "__main__":
