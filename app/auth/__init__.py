@@ -36,7 +36,7 @@ class Authenticator:
         return TOKEN_NOT_ACCEPTED, None
 
     def close(self) -> None:
-        """Stop loading the provider's keys in the background (an app that is done with)."""
+        """Stop loading the provider's keys in the background, for an app no longer served."""
         if self.access_tokens is not None:
             self.access_tokens.keys.close()
 

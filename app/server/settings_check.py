@@ -1,8 +1,8 @@
 """What gunicorn's master checks before it forks: every setting, and the store's kind.
 
-The master checks without building the app: building it would start the app's background work
-(the provider's keys, the feed's listener) in a process that forks next, and a thread running at
-a fork leaves the child its locks and imports half done. Each worker builds its own app.
+The master checks without building the app: an app starts loading the identity provider's keys
+in a thread as it is built, and a thread running at a fork leaves the child its locks and imports
+half done. Each worker builds its own app, after the fork.
 """
 
 from __future__ import annotations
