@@ -43,7 +43,7 @@ def migrate(client: redis.Redis, prefix: str) -> int:
                     for field, value in items[at : at + PLANTS_PER_CALL]
                     for part in (member(int(field)), value)
                 ]
-                indexed += index(keys=[f"{tag}:b:{bucket}"], args=[tag, "", *pairs])
+                indexed += index(keys=[f"{tag}:b:{bucket}"], args=[*lua.IndexArgs(tag, ""), *pairs])
     client.set(f"{tag}:layout", "2")
     return indexed
 

@@ -7,6 +7,14 @@ from typing import Any
 from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
 from app.store.redis.connection import LazyClient, ScriptRunner
 from app.store.redis.errors import FAILURES, RedisBacked
+from app.store.redis.lua import (
+    HookAckArgs,
+    HookAddArgs,
+    HookLeaseArgs,
+    HookReleaseArgs,
+    HookRemoveArgs,
+    HookUpdateArgs,
+)
 
 
 def _text(fields: list[bytes]) -> dict[str, str]:
@@ -30,7 +38,7 @@ class RedisEndpoints(RedisBacked):
         self._clients, self._run = clients, run
         self._tag = f"{{{prefix}:hooks}}"
         self._ids = f"{self._tag}:ids"
-        self._head = (self._tag, "1" if cluster else "")
+        self._cluster = "1" if cluster else ""
 
     def _key(self, kind: str, endpoint_id: str) -> str:
         return f"{self._tag}:{kind}:{endpoint_id}"
@@ -40,12 +48,8 @@ class RedisEndpoints(RedisBacked):
 
     def add(self, endpoint: Endpoint, limit: int) -> bool:
         keys = (self._ids, self._key("e", endpoint.id), f"{self._tag}:seq")
-        return (
-            self._run(
-                "HOOK_ADD", keys, (*self._head, limit, endpoint.id, *_flat(endpoint.fields())), write=True
-            )
-            == 1
-        )
+        args = (*HookAddArgs(self._tag, self._cluster, limit, endpoint.id), *_flat(endpoint.fields()))
+        return self._run("HOOK_ADD", keys, args, write=True) == 1
 
     def get(self, endpoint_id: str) -> Endpoint | None:
         key = self._key("e", endpoint_id)
@@ -78,14 +82,14 @@ class RedisEndpoints(RedisBacked):
         ]
 
     def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
-        answer = self._run(
-            "HOOK_UPDATE", (self._key("e", endpoint_id),), (*self._head, rev, *_flat(fields)), write=True
-        )
+        args = (*HookUpdateArgs(self._tag, self._cluster, rev), *_flat(fields))
+        answer = self._run("HOOK_UPDATE", (self._key("e", endpoint_id),), args, write=True)
         return None if answer == 0 else answer == 1
 
     def remove(self, endpoint_id: str) -> bool:
         keys = (self._ids, *(self._key(kind, endpoint_id) for kind in "eal"))
-        return self._run("HOOK_REMOVE", keys, (*self._head, endpoint_id), write=True) == 1
+        args = HookRemoveArgs(self._tag, self._cluster, endpoint_id)
+        return self._run("HOOK_REMOVE", keys, args, write=True) == 1
 
     def attempts(self, endpoint_id: str) -> list[str]:
         key = self._key("a", endpoint_id)
@@ -93,17 +97,20 @@ class RedisEndpoints(RedisBacked):
 
     def lease(self, endpoint_id: str, owner: str, ttl_ms: int) -> Endpoint | None:
         keys = (self._key("l", endpoint_id), self._key("e", endpoint_id))
-        fields = self._run("HOOK_LEASE", keys, (*self._head, owner, ttl_ms))
+        fields = self._run("HOOK_LEASE", keys, HookLeaseArgs(self._tag, self._cluster, owner, ttl_ms))
         return Endpoint.from_fields(endpoint_id, _text(fields)) if fields else None
 
     def renew(self, endpoint_ids: list[str], owner: str, ttl_ms: int) -> list[bool]:
         if not endpoint_ids:
             return []
         keys = tuple(self._key("l", endpoint_id) for endpoint_id in endpoint_ids)
-        return [held == 1 for held in self._run("HOOK_RENEW", keys, (*self._head, owner, ttl_ms))]
+        args = HookLeaseArgs(self._tag, self._cluster, owner, ttl_ms)
+        return [held == 1 for held in self._run("HOOK_RENEW", keys, args)]
 
     def release(self, endpoint_id: str, owner: str) -> None:
-        self._run("HOOK_RELEASE", (self._key("l", endpoint_id),), (*self._head, owner))
+        self._run(
+            "HOOK_RELEASE", (self._key("l", endpoint_id),), HookReleaseArgs(self._tag, self._cluster, owner)
+        )
 
     def ack(
         self,
@@ -115,6 +122,7 @@ class RedisEndpoints(RedisBacked):
         attempt: str | None,
     ) -> tuple[str, int] | None:
         keys: Any = tuple(self._key(kind, endpoint_id) for kind in "lea")
-        args = (*self._head, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT, *_flat(fields))
+        head = HookAckArgs(self._tag, self._cluster, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT)
+        args = (*head, *_flat(fields))
         answer = self._run("HOOK_ACK", keys, args, write=True)
         return None if answer[0] == 0 else (answer[1].decode(), int(answer[2]))

@@ -20,9 +20,12 @@ from app.store.redis import lua
 from app.store.redis.connection import LazyClient
 from app.store.redis.errors import FAILURES
 from app.store.redis.groups import Groups
+from app.store.redis.lua import EventsArgs
 
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
+#: One group's read: the EVENTS script's arguments after the group's own (EventsArgs).
+_Read = tuple[str, Any, int, str]
 
 
 def encode_position(positions: list[GroupPosition]) -> bytes:
@@ -206,25 +209,27 @@ class GroupFeeds:
         return answer
 
     def now(self) -> bytes:
-        answers = self._read([("now", "", 0)] * self._groups.count)
+        answers = self._read([("now", "", 0, "")] * self._groups.count)
         return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
 
-    def _read_one(self, group: int, args: tuple[Any, ...]) -> Any:
+    def _read_one(self, group: int, args: _Read) -> Any:
         groups = self._groups
-        return self._run("EVENTS", (groups.feed_key(group),), (groups.tags[group], "", *args))
+        return self._run("EVENTS", (groups.feed_key(group),), EventsArgs(groups.tags[group], "", *args))
 
-    def _read(self, per_group: list[tuple[Any, ...]]) -> list[Any]:
+    def _read(self, per_group: list[_Read]) -> list[Any]:
         """The EVENTS script's answer for each group. It reads only its declared key (the stream),
         so on a cluster it may run on either node of a moving slot, and runs without the probe."""
         if self._groups.count == 1:
             return [self._read_one(0, per_group[0])]
         return list(self._pipelined(per_group))
 
-    def _pipelined(self, per_group: list[tuple[Any, ...]]) -> Iterator[Any]:
+    def _pipelined(self, per_group: list[_Read]) -> Iterator[Any]:
         """One pipeline per node; a group whose call failed there (its node has no script yet,
         or its slot moved) is read again through the script runner, which handles both."""
         groups = self._groups
-        calls = [(groups.feed_key(g), (groups.tags[g], "", *args)) for g, args in enumerate(per_group)]
+        calls = [
+            (groups.feed_key(g), EventsArgs(groups.tags[g], "", *args)) for g, args in enumerate(per_group)
+        ]
         by_node: dict[int, tuple[Any, list[int]]] = {}
         for g, (key, _) in enumerate(calls):
             node = self._clients.node_for(key)

@@ -14,6 +14,7 @@ from typing import Any
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from app.store.base import KEEP, UNCONDITIONAL, Plant, Precondition, encode
+from app.store.redis.lua import ChangeArgs, CreateArgs, DeleteArgs
 
 __all__ = ["BUCKETS", "CLUSTER_GROUPS", "Groups", "decode", "decode_fields", "encode", "member"]
 
@@ -85,8 +86,8 @@ class Groups:
         return self.bucket_key(plant_id), self.count_key(g), self.feed_key(g)
 
     def _write_args(self, g: int, deadline_ms: int | None) -> tuple[str, str, str, int | str]:
-        """Every write's first arguments; its deadline (deadline.py) '' for none, as the
-        benchmarks' direct loads pass."""
+        """Every write's first arguments: the group's tag, the cluster's flag, the feed's retention
+        and the deadline (deadline.py), '' for none, as the benchmarks' direct loads pass."""
         return self.tags[g], self.cluster_arg, self.retain_arg, "" if deadline_ms is None else deadline_ms
 
     def create_call(
@@ -97,11 +98,19 @@ class Groups:
         rewrite: bool = False,
         deadline_ms: int | None = None,
         origin: str = "",
-    ) -> tuple[tuple, tuple]:
+    ) -> tuple[tuple[str, str, str], CreateArgs]:
         """The CREATE script's keys and arguments (`rewrite`: see the script)."""
         g = self.of(plant_id)
-        args = (plant_id, value, self.quotas[g], member(plant_id), "1" if rewrite else "", origin)
-        return self._write_keys(plant_id, g), (*self._write_args(g, deadline_ms), *args)
+        args = CreateArgs(
+            *self._write_args(g, deadline_ms),
+            plant_id,
+            value,
+            self.quotas[g],
+            member(plant_id),
+            "1" if rewrite else "",
+            origin,
+        )
+        return self._write_keys(plant_id, g), args
 
     def delete_call(
         self,
@@ -110,10 +119,11 @@ class Groups:
         *,
         deadline_ms: int | None = None,
         origin: str = "",
-    ) -> tuple[tuple, tuple]:
+    ) -> tuple[tuple[str, str, str], tuple]:
+        """The DELETE script's keys and arguments: DeleteArgs, then the precondition if any."""
         g = self.of(plant_id)
         keys = self._write_keys(plant_id, g)
-        args = (*self._write_args(g, deadline_ms), plant_id, member(plant_id), origin)
+        args = DeleteArgs(*self._write_args(g, deadline_ms), plant_id, member(plant_id), origin)
         return keys, args if precondition is UNCONDITIONAL else (*args, *precondition_args(precondition))
 
     def change_call(
@@ -126,14 +136,21 @@ class Groups:
         create: bool,
         deadline_ms: int | None = None,
         origin: str = "",
-    ) -> tuple[tuple, tuple]:
-        """The CHANGE script's keys and arguments (KEEP: see the script)."""
+    ) -> tuple[tuple[str, str, str], tuple]:
+        """The CHANGE script's keys and arguments: ChangeArgs, then the precondition (KEEP: see
+        the script)."""
         g = self.of(plant_id)
-        keys = self._write_keys(plant_id, g)
-        tag_arg = "k" if tag is KEEP else "n" if tag is None else "s" + tag
-        return keys, (*self._write_args(g, deadline_ms), plant_id, member(plant_id), self.quotas[g],
-                      "1" if create else "", "" if name is KEEP else name, tag_arg, origin,
-                      *precondition_args(precondition))  # fmt: skip
+        args = ChangeArgs(
+            *self._write_args(g, deadline_ms),
+            plant_id,
+            member(plant_id),
+            self.quotas[g],
+            "1" if create else "",
+            "" if name is KEEP else name,
+            "k" if tag is KEEP else "n" if tag is None else "s" + tag,
+            origin,
+        )
+        return self._write_keys(plant_id, g), (*args, *precondition_args(precondition))
 
     def position(self, group: int, after: int | None) -> bytes:
         """Where a walk of pages resumes: after `after` in `group`, or at the group's start."""

@@ -1,10 +1,14 @@
 """The Redis store's key layout and its Lua scripts: every write, and every page, is one script.
 
 The scripts are `.lua` files in `scripts/`, each run with `scripts/library.lua` before it; this
-module reads them once, by name.
+module reads them once, by name. Each script names its keys and arguments at its top
+(`local deadline = ARGV[4]`); the arguments are built from the script's record below, whose
+fields are those names in that order (tests/unit/test_lua_records.py holds them equal). A
+script that takes any number of trailing arguments (a precondition, fields and values) names
+where they start (`local fields_at = 5`); its caller adds them after the record's.
 
 Every key of a bucket group starts with the group's hash tag (written `P` below: `{prefix}` for
-the one group of a single Redis, `{prefix:n}` for each of a cluster's 24; see redis_groups.py),
+the one group of a single Redis, `{prefix:n}` for each of a cluster's 24; see groups.py),
 so each script's keys sit in one Redis Cluster slot:
 
 - `P:b:<n>`: one of 65,536 buckets, a small hash from the decimal id to the encoded plant (the
@@ -14,7 +18,7 @@ so each script's keys sit in one Redis Cluster slot:
 - `P:layout`: present once the indexes below hold every plant (set by the first create into an
   empty store, and by `python -m app.store.migrate` for a store written by 1.0.0).
 - `{prefix}:cursor-key`: the random secret that signs page cursors, made by the first page, and
-  `{prefix}:groups:<index>`, the groups each index has used (redis_hints.py): outside any group.
+  `{prefix}:groups:<index>`, the groups each index has used (hints.py): outside any group.
 - Two kinds of index, each a B-tree of two levels in sorted sets: index `a` holds every plant,
   index `t<tag>` the plants with that tag. An index's *leaves* `P:l:<fence id>:<index>` are
   sorted sets of at most 128 members, so Redis keeps them as listpacks (about 25 bytes a
@@ -34,6 +38,7 @@ without tag bytes is a plant without a tag.
 from __future__ import annotations
 
 from importlib import resources
+from typing import NamedTuple
 
 #: The most members an index leaf holds (`LEAF_SIZE` in scripts/library.lua).
 LEAF_SIZE = 128
@@ -64,3 +69,127 @@ HOOK_LEASE = _LIBRARY + _script("hook_lease")
 HOOK_RENEW = _LIBRARY + _script("hook_renew")
 HOOK_RELEASE = _LIBRARY + _script("hook_release")
 HOOK_ACK = _LIBRARY + _script("hook_ack")
+
+
+class CreateArgs(NamedTuple):
+    """CREATE's arguments (scripts/create.lua). Every write starts with the same four."""
+
+    hash_tag: str
+    cluster: str
+    retention: str
+    deadline: int | str
+    plant_id: int
+    value: bytes
+    capacity: int
+    member: bytes
+    rewrite: str
+    origin: str
+
+
+class DeleteArgs(NamedTuple):
+    """DELETE's arguments (scripts/delete.lua); a conditional delete's precondition follows."""
+
+    hash_tag: str
+    cluster: str
+    retention: str
+    deadline: int | str
+    plant_id: int
+    member: bytes
+    origin: str
+
+
+class ChangeArgs(NamedTuple):
+    """CHANGE's arguments (scripts/change.lua); the precondition follows."""
+
+    hash_tag: str
+    cluster: str
+    retention: str
+    deadline: int | str
+    plant_id: int
+    member: bytes
+    capacity: int
+    create: str
+    name: str
+    tag_change: str
+    origin: str
+
+
+class PageArgs(NamedTuple):
+    """PAGE's arguments (scripts/page.lua); the indexes to read follow."""
+
+    hash_tag: str
+    cluster: str
+    after: bytes
+    limit: int
+
+
+class IndexArgs(NamedTuple):
+    """INDEX's arguments (scripts/index.lua); pairs of member and encoded plant follow."""
+
+    hash_tag: str
+    cluster: str
+
+
+class EventsArgs(NamedTuple):
+    """EVENTS's arguments (scripts/events.lua)."""
+
+    hash_tag: str
+    cluster: str
+    after: str
+    number: int | str
+    limit: int
+    origins: str
+
+
+class HookAddArgs(NamedTuple):
+    """HOOK_ADD's arguments (scripts/hook_add.lua); the endpoint's fields and values follow."""
+
+    hash_tag: str
+    cluster: str
+    most: int
+    endpoint_id: str
+
+
+class HookUpdateArgs(NamedTuple):
+    """HOOK_UPDATE's arguments (scripts/hook_update.lua); fields and values follow."""
+
+    hash_tag: str
+    cluster: str
+    rev: int
+
+
+class HookRemoveArgs(NamedTuple):
+    """HOOK_REMOVE's arguments (scripts/hook_remove.lua)."""
+
+    hash_tag: str
+    cluster: str
+    endpoint_id: str
+
+
+class HookLeaseArgs(NamedTuple):
+    """HOOK_LEASE's and HOOK_RENEW's arguments (scripts/hook_lease.lua, hook_renew.lua)."""
+
+    hash_tag: str
+    cluster: str
+    owner: str
+    lease_ms: int
+
+
+class HookReleaseArgs(NamedTuple):
+    """HOOK_RELEASE's arguments (scripts/hook_release.lua)."""
+
+    hash_tag: str
+    cluster: str
+    owner: str
+
+
+class HookAckArgs(NamedTuple):
+    """HOOK_ACK's arguments (scripts/hook_ack.lua); fields and values follow."""
+
+    hash_tag: str
+    cluster: str
+    owner: str
+    lease_ms: int
+    epoch: int
+    attempt: str
+    attempts_kept: int

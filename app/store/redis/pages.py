@@ -9,6 +9,7 @@ from app.store.base import Page
 from app.store.redis.connection import LazyClient
 from app.store.redis.groups import Groups, decode_fields, member
 from app.store.redis.hints import GroupHints
+from app.store.redis.lua import PageArgs
 
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
 GROUPS_PER_PAGE = 4
@@ -51,7 +52,7 @@ class GroupPages:
     def _page_of(self, group: int, after_id: int | None, limit: int, indexes: list[str]) -> tuple[bool, list]:
         start = b"" if after_id is None else member(after_id)
         groups = self._groups
-        args = (groups.tags[group], groups.cluster_arg, start, limit, *indexes)
+        args = (*PageArgs(groups.tags[group], groups.cluster_arg, start, limit), *indexes)
         answer = self._run("PAGE", (groups.count_key(group),), args)
         return answer[0] == 1, [
             (int(answer[i]), *decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)

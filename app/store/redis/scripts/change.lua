@@ -1,34 +1,47 @@
--- KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
--- deadline (see `past`), the decimal id, the member, the capacity, '1' to create an absent
--- plant, the name ('' keeps it), the tag ('k' keeps it, 'n' removes it, 's<tag>' sets it), the
--- origin (see `record`), then the precondition (see `allows`). Answers {0, plant} created,
+-- A PUT or PATCH: checks the precondition and changes the plant (or creates an absent one, when
+-- asked), moving it between tag indexes when its tag changes. Answers {0, plant} created,
 -- {1, plant} changed, {2, plant} unchanged (nothing written), {3} absent, {4} refused by the
--- precondition, {5} full; LATE past the deadline. A change of tag moves the plant between tag
--- indexes here.
-if past(ARGV[4]) then return redis.error_reply(LATE) end
-local id, member = ARGV[5], ARGV[6]
-local stored = redis.call('HGET', KEYS[1], id)
-local new_tag = string.sub(ARGV[10], 2)
+-- precondition, {5} full; LATE past the deadline.
+local bucket_key = KEYS[1]
+local count_key = KEYS[2]
+local feed_key = KEYS[3]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local retention = ARGV[3]
+local deadline = ARGV[4]
+local plant_id = ARGV[5]
+local member = ARGV[6]
+local capacity = ARGV[7]
+local create = ARGV[8] -- '1' to create an absent plant
+local name = ARGV[9] -- '' keeps it
+local tag_change = ARGV[10] -- 'k' keeps the tag, 'n' removes it, 's<tag>' sets it
+local origin = ARGV[11]
+-- ARGV[12] on: the precondition (see `allows`).
+local precondition_at = 12
+
+if past(deadline) then return redis.error_reply(LATE) end
+local stored = redis.call('HGET', bucket_key, plant_id)
+local new_tag = string.sub(tag_change, 2)
 if not stored then
-  if ARGV[8] ~= '1' or ARGV[12] ~= '' then return {3} end
-  if not counted(ARGV[7]) then return {5} end
-  local value = string.len(ARGV[9]) .. ':' .. ARGV[9] .. new_tag
-  redis.call('HSET', KEYS[1], id, value)
+  -- An If-Match (its count is not '') names a plant, and there is none.
+  if create ~= '1' or ARGV[precondition_at] ~= '' then return {3} end
+  if not counted(count_key, capacity) then return {5} end
+  local value = string.len(name) .. ':' .. name .. new_tag
+  redis.call('HSET', bucket_key, plant_id, value)
   index_plant(member, value)
-  record(0, id, value, ARGV[11])
+  record(feed_key, retention, 0, plant_id, value, origin)
   return {0, value}
 end
-if not allows(stored, 12) then return {4} end
-local name, old_tag = ARGV[9], tag_of(stored)
+if not allows(stored, precondition_at) then return {4} end
+local old_tag = tag_of(stored)
 if name == '' then name = name_of(stored) end
-local mode, tag = string.sub(ARGV[10], 1, 1), new_tag
-if mode == 'k' then tag = old_tag end
+local tag = new_tag
+if string.sub(tag_change, 1, 1) == 'k' then tag = old_tag end
 local value = string.len(name) .. ':' .. name .. tag
 if value == stored then return {2, stored} end
-redis.call('HSET', KEYS[1], id, value)
+redis.call('HSET', bucket_key, plant_id, value)
 if tag ~= old_tag then
   if old_tag ~= '' then index_remove('t' .. old_tag, member) end
   if tag ~= '' then index_add('t' .. tag, member) end
 end
-record(1, id, value, ARGV[11])
+record(feed_key, retention, 1, plant_id, value, origin)
 return {1, value}

@@ -1,18 +1,29 @@
--- KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
--- deadline (see `past`), the decimal id, the encoded plant, the capacity, the member, and '1' to
--- rewrite a stored plant unchanged (so that a WAIT after it also covers the earlier create it
--- repeats), then the origin (see `record`). Answers 0 created, 1 identical, 2 conflict, 3 full;
--- LATE past the deadline.
-if past(ARGV[4]) then return redis.error_reply(LATE) end
-local id, value = ARGV[5], ARGV[6]
-local stored = redis.call('HGET', KEYS[1], id)
+-- A create: stores the plant unless its id is taken. Answers 0 created, 1 identical, 2 conflict,
+-- 3 full; LATE past the deadline (see `past`).
+local bucket_key = KEYS[1]
+local count_key = KEYS[2]
+local feed_key = KEYS[3]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local retention = ARGV[3] -- the feed's, '0' for no feed (see `record`)
+local deadline = ARGV[4]
+local plant_id = ARGV[5] -- decimal
+local value = ARGV[6] -- the encoded plant
+local capacity = ARGV[7] -- the group's
+local member = ARGV[8] -- the id as an index member
+-- '1' to rewrite a stored plant unchanged, so that a WAIT after it also covers the earlier
+-- create it repeats
+local rewrite = ARGV[9]
+local origin = ARGV[10] -- the write's origin (see `record`)
+
+if past(deadline) then return redis.error_reply(LATE) end
+local stored = redis.call('HGET', bucket_key, plant_id)
 if stored then
-  if ARGV[9] == '1' then redis.call('HSET', KEYS[1], id, stored) end
+  if rewrite == '1' then redis.call('HSET', bucket_key, plant_id, stored) end
   if stored == value then return 1 end
   return 2
 end
-if not counted(ARGV[7]) then return 3 end
-redis.call('HSET', KEYS[1], id, value)
-index_plant(ARGV[8], value)
-record(0, id, value, ARGV[10])
+if not counted(count_key, capacity) then return 3 end
+redis.call('HSET', bucket_key, plant_id, value)
+index_plant(member, value)
+record(feed_key, retention, 0, plant_id, value, origin)
 return 0

@@ -1,16 +1,25 @@
--- KEYS: the bucket, the count, the feed. ARGV: P, '1' on a cluster, the feed's retention, the
--- deadline (see `past`), the decimal id, the member, the origin (see `record`), and the
--- precondition (see `allows`; none for an unconditional delete). Answers 1 deleted, 0 absent,
--- 2 refused by the precondition; LATE past the deadline.
-if past(ARGV[4]) then return redis.error_reply(LATE) end
-local id, member = ARGV[5], ARGV[6]
-local stored = redis.call('HGET', KEYS[1], id)
+-- A delete: removes the plant, frees its place under the capacity, and takes it out of its
+-- indexes. Answers 1 deleted, 0 absent, 2 refused by the precondition; LATE past the deadline.
+local bucket_key = KEYS[1]
+local count_key = KEYS[2]
+local feed_key = KEYS[3]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local retention = ARGV[3]
+local deadline = ARGV[4]
+local plant_id = ARGV[5]
+local member = ARGV[6]
+local origin = ARGV[7]
+-- ARGV[8] on: the precondition (see `allows`), none for an unconditional delete.
+local precondition_at = 8
+
+if past(deadline) then return redis.error_reply(LATE) end
+local stored = redis.call('HGET', bucket_key, plant_id)
 if not stored then return 0 end
-if #ARGV > 7 and not allows(stored, 8) then return 2 end
-redis.call('HDEL', KEYS[1], id)
-redis.call('DECR', KEYS[2])
+if #ARGV >= precondition_at and not allows(stored, precondition_at) then return 2 end
+redis.call('HDEL', bucket_key, plant_id)
+redis.call('DECR', count_key)
 index_remove('a', member)
 local tag = tag_of(stored)
 if tag ~= '' then index_remove('t' .. tag, member) end
-record(2, id, stored, ARGV[7])
+record(feed_key, retention, 2, plant_id, stored, origin)
 return 1

@@ -1,8 +1,14 @@
--- KEYS: the endpoints' sorted set (by when each was added), the new endpoint's hash, the
--- endpoints' sequence. ARGV: T (the endpoints' hash tag), '1' on a cluster, the most endpoints
--- kept, the endpoint's id, then its fields and values. Answers 1, or 0 (keeping nothing) when the
--- most are kept already.
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
-redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[3]), ARGV[4])
+-- Adds a webhook endpoint. Answers 1, or 0 (keeping nothing) when the most are kept already.
+local ids_key = KEYS[1] -- the endpoints' ids, a sorted set scored by when each was added
+local endpoint_key = KEYS[2] -- the new endpoint's hash
+local sequence_key = KEYS[3] -- the endpoints' sequence
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local most = tonumber(ARGV[3]) -- the most endpoints kept
+local endpoint_id = ARGV[4]
+-- ARGV[5] on: its fields and values.
+local fields_at = 5
+
+if redis.call('ZCARD', ids_key) >= most then return 0 end
+redis.call('HSET', endpoint_key, unpack(ARGV, fields_at))
+redis.call('ZADD', ids_key, redis.call('INCR', sequence_key), endpoint_id)
 return 1

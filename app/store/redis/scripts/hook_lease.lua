@@ -1,8 +1,13 @@
--- KEYS: an endpoint's lease, its hash. ARGV: T, '1' on a cluster, the owner, the lease's time in
--- ms. Takes or renews the lease for the owner and answers the endpoint's fields (HGETALL), or
--- false when another owner holds it or the endpoint is gone.
-if redis.call('EXISTS', KEYS[2]) == 0 then return false end
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[3] then return false end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-return redis.call('HGETALL', KEYS[2])
+-- Takes or renews an endpoint's lease for the owner and answers the endpoint's fields (HGETALL),
+-- or false when another owner holds it or the endpoint is gone.
+local lease_key = KEYS[1]
+local endpoint_key = KEYS[2]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local owner = ARGV[3]
+local lease_ms = ARGV[4]
+
+if redis.call('EXISTS', endpoint_key) == 0 then return false end
+local holder = redis.call('GET', lease_key)
+if holder and holder ~= owner then return false end
+redis.call('SET', lease_key, owner, 'PX', lease_ms)
+return redis.call('HGETALL', endpoint_key)

@@ -1,3 +1,7 @@
--- KEYS: an endpoint's lease. ARGV: T, '1' on a cluster, the owner. Gives up the owner's lease.
-if redis.call('GET', KEYS[1]) == ARGV[3] then redis.call('DEL', KEYS[1]) end
+-- Gives up the owner's lease.
+local lease_key = KEYS[1]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local owner = ARGV[3]
+
+if redis.call('GET', lease_key) == owner then redis.call('DEL', lease_key) end
 return 1

@@ -1,5 +1,11 @@
--- KEYS: the endpoints' set, an endpoint's hash, its attempts, its lease. ARGV: T, '1' on a
--- cluster, its id. Answers 1, or 0 when it was not kept.
-redis.call('DEL', KEYS[3], KEYS[4])
-redis.call('ZREM', KEYS[1], ARGV[3])
-return redis.call('DEL', KEYS[2])
+-- Removes a webhook endpoint, its attempts and its lease. Answers 1, or 0 when it was not kept.
+local ids_key = KEYS[1]
+local endpoint_key = KEYS[2]
+local attempts_key = KEYS[3]
+local lease_key = KEYS[4]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local endpoint_id = ARGV[3]
+
+redis.call('DEL', attempts_key, lease_key)
+redis.call('ZREM', ids_key, endpoint_id)
+return redis.call('DEL', endpoint_key)

@@ -1,9 +1,13 @@
--- KEYS: leases. ARGV: T, '1' on a cluster, the owner, the lease's time in ms. Renews each lease
--- the owner holds; answers 1 for each held, 0 for each lost.
+-- Renews each lease the owner holds; answers 1 for each held, 0 for each lost.
+-- KEYS: the leases, any number (all under the endpoints' hash tag).
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local owner = ARGV[3]
+local lease_ms = ARGV[4]
+
 local held = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[3] then
-    redis.call('PEXPIRE', key, ARGV[4])
+for i, lease_key in ipairs(KEYS) do
+  if redis.call('GET', lease_key) == owner then
+    redis.call('PEXPIRE', lease_key, lease_ms)
     held[i] = 1
   else
     held[i] = 0

@@ -1,10 +1,15 @@
--- KEYS: one bucket. ARGV: P, '1' on a cluster, then pairs of member and encoded plant read from that bucket.
--- Indexes each pair whose plant is still in the bucket (a delete may have come in between);
--- indexing twice changes nothing. Answers how many pairs were indexed.
+-- Indexes plants read from one bucket (app/store/migrate.py): each pair whose plant is still in
+-- the bucket (a delete may have come in between); indexing twice changes nothing. Answers how
+-- many pairs were indexed.
+local bucket_key = KEYS[1]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+-- ARGV[3] on: pairs of index member and encoded plant, read from that bucket.
+local pairs_at = 3
+
 local indexed = 0
-for i = 3, #ARGV, 2 do
+for i = pairs_at, #ARGV, 2 do
   local member = ARGV[i]
-  if redis.call('HEXISTS', KEYS[1], string.sub(member, 9)) == 1 then
+  if redis.call('HEXISTS', bucket_key, string.sub(member, 9)) == 1 then
     index_plant(member, ARGV[i + 1])
     indexed = indexed + 1
   end

@@ -1,19 +1,31 @@
--- The functions every script of the Redis store starts with (app/store/redis_scripts.py
--- prepends this file to each): the bucket group, the B-tree indexes, preconditions, the feed.
-local P = ARGV[1]
+-- The functions every script of the Redis store starts with (lua.py prepends this file to each):
+-- the bucket group, the B-tree indexes, preconditions, the feed. Every script's first two
+-- arguments are read here; each script names its own keys and the rest at its top. The functions
+-- read no KEYS or ARGV: a script passes them what they need.
+-- `hash_tag`: the group's hash tag, `{prefix}` or `{prefix:n}` (the endpoints' `{prefix:hooks}`);
+-- `cluster`: '1' on a cluster, else ''.
+local hash_tag = ARGV[1]
+local cluster = ARGV[2]
 local LEAF_SIZE = 128
 
--- On a cluster ARGV[2] is '1'. While the group's slot migrates away, this node answers for the
--- keys still here and redirects the rest; a script whose undeclared keys (the index leaves) are
--- partly gone would write half its work. A key that never exists tells: reading it is refused
--- while the slot migrates. So the script then answers TRYAGAIN, having written nothing. (The
--- client never follows ASK with a script, so no script runs on the importing node.)
-if ARGV[2] ~= '' and not pcall(redis.call, 'EXISTS', P .. ':probe') then
+-- Undeclared keys: a script declares the keys it is given (its KEYS), but the functions below
+-- also build keys from `hash_tag` that no caller can name in advance: the index fences and leaves
+-- (which leaf depends on what the fence holds), `:layout`, the probe, and page.lua's buckets.
+-- Every one of them, like every declared key, starts with `hash_tag`, so Redis Cluster hashes
+-- only the tag and puts them all in the declared keys' slot, on the node the script runs on.
+-- Only a slot moving between nodes can split them, and the probe below refuses that case.
+--
+-- While the group's slot migrates away, this node answers for the keys still here and redirects
+-- the rest; a script whose undeclared keys (the index leaves) are partly gone would write half
+-- its work. A key that never exists tells: reading it is refused while the slot migrates. So the
+-- script then answers TRYAGAIN, having written nothing. (The client never follows ASK with a
+-- script, so no script runs on the importing node.)
+if cluster ~= '' and not pcall(redis.call, 'EXISTS', hash_tag .. ':probe') then
   return redis.error_reply('TRYAGAIN the slot of this group is moving between nodes')
 end
 
-local function fence_key(index) return P .. ':f:' .. index end
-local function leaf_key(index, fence) return P .. ':l:' .. string.sub(fence, 9) .. ':' .. index end
+local function fence_key(index) return hash_tag .. ':f:' .. index end
+local function leaf_key(index, fence) return hash_tag .. ':l:' .. string.sub(fence, 9) .. ':' .. index end
 
 -- The fence of the leaf that holds (or would hold) `member`; nil when the index is empty.
 local function fence_of(index, member)
@@ -88,19 +100,19 @@ local function allows(value, at)
   return not none_matched
 end
 
--- Appends a change to the group's feed (KEYS[3], a stream) in the write's own step, unless the
--- feed is off (ARGV[3], the retention, is '0'). Its entry ID, given by Redis, is when it took
--- effect. Two fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
+-- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step, unless the
+-- feed is off (`retention` is '0'). Its entry ID, given by Redis, is when it took effect. Two
+-- fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
 -- (FeedEntry.origin; '' for none, and absent from entries written before it existed). Every
 -- entry has the same fields, so the stream stores their names once per node.
-local function record(kind, id, value, origin)
-  if ARGV[3] ~= '0' then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'e', kind .. ' ' .. id .. ' ' .. value,
-      'o', origin or '')
+local function record(feed_key, retention, kind, plant_id, value, origin)
+  if retention ~= '0' then
+    local event = kind .. ' ' .. plant_id .. ' ' .. value
+    redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '')
   end
 end
 
--- Whether a write is past its deadline (ARGV[4] of every write: ms since the epoch by the
+-- Whether a write is past its deadline (every write's `deadline`: ms since the epoch by the
 -- service's clock, '' for none) by Redis's clock. A write that reaches Redis later (held in a
 -- send queue, a proxy, or the buffer of a stalled server) answers LATE, having written nothing:
 -- the service has answered 503 by then (app/store/redis/deadline.py). Redis 7 replicates a
@@ -112,16 +124,16 @@ local function past(deadline)
 end
 local LATE = 'LATE the write reached Redis after its deadline'
 
--- Counts a new plant in the group (KEYS[2]) unless the group holds `capacity` already: one INCR,
--- taken back when over, rather than a GET before an INCR (one call fewer on every create). The
--- first plant of an empty store marks it as indexed (`P:layout`).
-local function counted(capacity)
-  local count = redis.call('INCR', KEYS[2])
+-- Counts a new plant in the group (`count_key`) unless the group holds `capacity` already: one
+-- INCR, taken back when over, rather than a GET before an INCR (one call fewer on every create).
+-- The first plant of an empty store marks it as indexed (`:layout`).
+local function counted(count_key, capacity)
+  local count = redis.call('INCR', count_key)
   if count > tonumber(capacity) then
-    redis.call('DECR', KEYS[2])
+    redis.call('DECR', count_key)
     return false
   end
-  if count == 1 then redis.call('SET', P .. ':layout', '2') end
+  if count == 1 then redis.call('SET', hash_tag .. ':layout', '2') end
   return true
 end
 

@@ -1,10 +1,16 @@
--- KEYS: the count. ARGV: P, '1' on a cluster, the member to start after ('' for the first page),
--- the limit, then the indexes to read ('a', or one 't<tag>' per tag). Answers {more, id, plant,
--- id, plant, ...}: up to `limit` plants in ascending id order, `more` 1 when another follows.
-if redis.call('EXISTS', P .. ':layout') == 0 and tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then
+-- A page of one group: up to `limit` plants in ascending id order. Answers {more, id, plant, id,
+-- plant, ...}, `more` 1 when another follows; NEEDSMIGRATION for a store written by 1.0.0 that
+-- has no indexes yet.
+local count_key = KEYS[1]
+-- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
+local after = ARGV[3] -- the member to start after, '' for the first page
+local limit = tonumber(ARGV[4])
+-- ARGV[5] on: the indexes to read, 'a' or one 't<tag>' per tag.
+local indexes_at = 5
+
+if redis.call('EXISTS', hash_tag .. ':layout') == 0 and tonumber(redis.call('GET', count_key) or '0') > 0 then
   return redis.error_reply('NEEDSMIGRATION')
 end
-local after, limit = ARGV[3], tonumber(ARGV[4])
 local wanted = limit + 1
 local members = {}
 
@@ -24,13 +30,13 @@ local function walk(index)
   end
 end
 
-if #ARGV == 5 then
-  walk(ARGV[5])
+if #ARGV == indexes_at then
+  walk(ARGV[indexes_at])
 else
   -- Several tags: their indexes are disjoint (a plant has one tag). A k-way merge by id over
   -- the indexes, each read ahead in small chunks: about `wanted` members read and compared,
   -- plus one chunk per tag, never every tag's `wanted` members sorted.
-  local chunk = math.max(8, math.ceil(wanted / (#ARGV - 4)))
+  local chunk = math.max(8, math.ceil(wanted / (#ARGV - indexes_at + 1)))
   local function fill(r)
     r.buffer, r.at = {}, 1
     while r.fence do
@@ -49,7 +55,7 @@ else
     r.high, r.low_word = ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
   end
   local readers = {}
-  for i = 5, #ARGV do
+  for i = indexes_at, #ARGV do
     local r = {index = ARGV[i], fence = '', low = after == '' and '-' or '(' .. after}
     if after ~= '' then r.fence = fence_of(r.index, after) end
     if r.fence and fill(r) then
@@ -75,7 +81,7 @@ for i = 1, math.min(#members, limit) do
   local m = members[i]
   local b7, b8 = string.byte(m, 7, 8)
   local id = string.sub(m, 9)
-  local value = redis.call('HGET', P .. ':b:' .. (b7 * 256 + b8), id)
+  local value = redis.call('HGET', hash_tag .. ':b:' .. (b7 * 256 + b8), id)
   if value then
     answer[#answer + 1] = id
     answer[#answer + 1] = value
