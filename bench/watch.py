@@ -57,7 +57,7 @@ def open_watchers(port: int, count: int, streams_share: float, token: str = TOKE
 
 
 def hold(port: int, master_pid: int, count: int, quiet_seconds: float, token: str = TOKEN) -> dict:
-    (pid,) = children(master_pid)
+    pid = children(master_pid)[0]  # the (first) worker
     threads_before, rss_before = status_field(pid, "Threads"), status_field(pid, "VmRSS")
     started = time.monotonic()
     socks = open_watchers(port, count, 0.5, token)
