@@ -1,7 +1,8 @@
 -- The functions every script of the Redis store starts with (lua.py prepends this file to each):
 -- the bucket group, the B-tree indexes, preconditions, the feed. Every script's first two
 -- arguments are read here; each script names its own keys and the rest at its top. The functions
--- read no KEYS or ARGV: a script passes them what they need.
+-- read no KEYS, and ARGV only from where a script tells `allows` its precondition starts: a
+-- script passes them what they need.
 -- `hash_tag`: the group's hash tag, `{prefix}` or `{prefix:n}` (the endpoints' `{prefix:hooks}`);
 -- `cluster`: '1' on a cluster, else ''.
 local hash_tag = ARGV[1]
