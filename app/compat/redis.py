@@ -21,7 +21,6 @@ the connection's methods are not as expected, each call goes through `execute_co
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import socket
@@ -34,27 +33,20 @@ import redis
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from app.compat import binds
+
 log = logging.getLogger(__name__)
 
 
-def _takes(function: Any, *arguments: Any) -> bool:
-    """Whether `function` exists and accepts these arguments (after `self`)."""
-    try:
-        inspect.signature(function).bind(None, *arguments)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 #: Whether `_connect` is the hook this module overrides: made, connects and returns the socket.
-ABORTIVE_CLOSE = all(_takes(getattr(cls, "_connect", None)) for cls in (Connection, SSLConnection))
+ABORTIVE_CLOSE = all(binds(getattr(cls, "_connect", None)) for cls in (Connection, SSLConnection))
 #: Whether the pool lends connections and a connection sends and reads as held connections use them.
 HELD_CONNECTIONS = (
-    _takes(getattr(ConnectionPool, "get_connection", None))
-    and _takes(getattr(ConnectionPool, "release", None), object())
-    and _takes(getattr(Connection, "send_command", None), "PING")
-    and _takes(getattr(Connection, "read_response", None))
-    and _takes(getattr(Connection, "disconnect", None))
+    binds(getattr(ConnectionPool, "get_connection", None))
+    and binds(getattr(ConnectionPool, "release", None), object())
+    and binds(getattr(Connection, "send_command", None), "PING")
+    and binds(getattr(Connection, "read_response", None))
+    and binds(getattr(Connection, "disconnect", None))
 )
 if not ABORTIVE_CLOSE:
     log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
