@@ -208,7 +208,10 @@ def _attempt(
         try:
             _write(connection, where, headers, body)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-            if not reused or connection.end():
+            if not reused:
+                raise
+            cut = connection.end()
+            if cut:
                 raise
             # The kept connection failed while the request was being written, so the receiver
             # has not had all of it, and cannot have acted on it: once more, on a new one.
