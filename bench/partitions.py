@@ -24,6 +24,7 @@ as Markdown and to bench/results/partitions-TIME.json (or --json).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -37,7 +38,7 @@ PREFIX = "bench-partitions"
 FOLLOWED = "faulted shard's first write after its replica's promotion s"
 
 
-def one_run(fault: str, args, seconds: float) -> dict:
+def one_run(fault: str, args: argparse.Namespace, seconds: float) -> dict:
     """A fresh cluster and gunicorn, `fault` after a third of `seconds`; the phase's figures."""
     directory = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
     cluster = netns.NamespacedCluster(
