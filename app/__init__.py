@@ -6,11 +6,10 @@ another Flask app. CONTRIBUTING.md maps the package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Request
-from flask.sessions import NullSession, SecureCookieSessionInterface
+from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import health, plants
@@ -21,53 +20,6 @@ from app.settings import DEFAULTS, ConfigurationError, from_environ
 from app.telemetry.request_ids import RequestIds
 
 __all__ = ["ConfigurationError", "create_app"]
-
-
-class _SharedNullSession(SecureCookieSessionInterface):
-    """Flask's cookie sessions, but without a secret key (the service's case) every request
-    shares one null session instead of a new one: it refuses every write, so it holds nothing."""
-
-    def __init__(self) -> None:
-        self._null = NullSession()
-
-    def open_session(self, app: Flask, request: Request) -> Any:
-        return super().open_session(app, request) if app.secret_key else self._null
-
-
-class _PlantsRequest(Request):
-    """Flask's request, working out its blueprints once (Flask asks three times a request:
-    before it, after it and at its teardown), once its URL has matched a rule."""
-
-    @property
-    def blueprints(self) -> list[str]:
-        names: list[str] | None = self.__dict__.get("_plants_blueprints")
-        if names is None:
-            names = super().blueprints
-            if self.url_rule is not None:
-                self.__dict__["_plants_blueprints"] = names
-        return names
-
-
-class PlantsApp(Flask):
-    """Flask, asking once per function whether it is a coroutine function, opening no session
-    per request (see _SharedNullSession) and working out a request's blueprints once.
-
-    Flask's `ensure_sync` asks `inspect.iscoroutinefunction` on every call of every hook and view,
-    three times per request here; the answer never changes for a function.
-    """
-
-    request_class = _PlantsRequest
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sync: dict[Callable[..., Any], Callable[..., Any]] = {}
-        self.session_interface = _SharedNullSession()
-
-    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        sync = self._sync.get(func)
-        if sync is None:
-            sync = self._sync[func] = super().ensure_sync(func)
-        return sync
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -82,7 +34,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
 
 def _create_app(config: Mapping[str, Any] | None) -> Flask:
-    app = PlantsApp(__name__)
+    app = Flask(__name__)
     app.json = OrjsonProvider(app)
     app.config.from_mapping(DEFAULTS)
     app.config.from_mapping(from_environ())
