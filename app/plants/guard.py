@@ -82,7 +82,8 @@ def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
             "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
         )
     if exc.reason == "replication":
-        log.warning("The plant store's replicas did not confirm a write: %s", exc)
+        on = f" on node {exc.node}" if exc.node is not None else ""
+        log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)
         return ServiceUnavailable(
             "The plant store's replicas did not confirm the write in time; retry shortly"
             " (a create that did land answers 200 again).",

@@ -375,6 +375,7 @@ def test_a_create_answered_503_for_want_of_a_replica_answers_200_when_retried(fa
         with pytest.raises(StoreUnavailableError) as raised:
             store.create(7, "Fern", None)
         assert raised.value.reason == "replication"
+        assert raised.value.node == f"127.0.0.1:{port}"  # the primary whose replica did not confirm
     finally:
         replica.signal(signal.SIGCONT)
     assert store.create(7, "Fern", None) is CreateOutcome.IDENTICAL  # it had landed on the primary

@@ -242,6 +242,8 @@ class ScriptRunner:
                 raise result
         if confirmed < self._replicas:
             raise StoreUnavailableError(
-                "replication", f"Redis: {confirmed} of {self._replicas} replicas confirmed the write in time"
+                "replication",
+                f"Redis: {confirmed} of {self._replicas} replicas confirmed the write in time",
+                self._nodes.serving(keys[0]),
             )
         return answer
