@@ -1,7 +1,7 @@
 """The shared store: plants in Redis, Valkey or a Redis Cluster, one atomic script per write or page.
 
 The key layout and the scripts are in `lua.py`; how plants spread over bucket groups
-(one on a single Redis, `CLUSTER_GROUPS` on a cluster) in `redis_groups.py`.
+(one on a single Redis, `CLUSTER_GROUPS` on a cluster) in `groups.py`.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class RedisPlantStore(RedisBacked):
         return self._pages.page(after, limit, tags)
 
     def events(self, after: bytes | None, limit: int) -> EventPage:
-        """Events merged from each group's stream (redis_feed.py)."""
+        """Events merged from each group's stream (feed.py)."""
         return self._feeds.page(after, limit)
 
     def events_now(self) -> bytes:
