@@ -1,9 +1,10 @@
 """Instructions per request, in process: a figure that machine noise does not move.
 
-    python bench/instructions.py                 # every path below, under valgrind
-    python bench/instructions.py create 400      # some of them
-    python bench/instructions.py --budget        # the paths of bench/instruction-budget.json, against it
-    python bench/instructions.py --budget put    # one of them, against it
+    python -m bench instructions                 # every path below, under valgrind
+    python -m bench instructions create 400      # some of them
+    python -m bench instructions --budget        # the paths of bench/instruction-budget.json, against it
+    python -m bench instructions --budget put    # one of them, against it
+    python -m bench instructions --smoke         # the create, 100 requests counted
 
 Each path runs once under `valgrind --tool=callgrind` (Debian: `apt-get install valgrind`):
 300 requests through the WSGI app without a server to warm it up, then 1,000 more, counted on
@@ -11,7 +12,7 @@ their own (callgrind dumps its counts when the process calls `os.getppid()`, onc
 and once after). Their count divided by 1,000 is the app's instructions per request, without
 start-up, warm-up or exit. The same code gives the same count on a busy machine, so a lever of
 2% can be seen, where wrk's req/s swing by ±10%. It counts the app only: the server's share is
-measured by bench/run.py.
+measured by `python -m bench floor`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "bench-token"
+from bench.harness import BENCH, ROOT, TOKEN
+from bench.harness.report import benchmark_parser, save
+
 #: Each path: which app, the request body, the token, and the status every response must have.
 #: `get` and `page` are GETs (of a plant, of the first page of 100) of a store preloaded with
 #: PRELOAD plants in every run, so that the preload cancels out of the difference.
@@ -80,7 +82,6 @@ def serve(path: str, count: int) -> None:
     two calls of the MARKER; check every status."""
     which, fixed, token, expected = PATHS[path]
     os.environ["PLANTS_API_TOKENS"] = TOKEN
-    sys.path.insert(0, str(ROOT))
     if which == "floor":
         from bench.apps.floor import app
     else:
@@ -146,8 +147,8 @@ def instructions(path: str, count: int) -> int:
         out = Path(directory) / "callgrind.out"
         result = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--dump-before={MARKER}",
-             sys.executable, __file__, "--serve", path, str(count)],
-            capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"},
+             sys.executable, "-m", "bench.instructions", "--serve", path, str(count)],
+            capture_output=True, text=True, check=False, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
         if result.returncode != 0:
             raise SystemExit(f"{path}: the requests under valgrind failed: {result.stderr[-2000:]}")
@@ -163,14 +164,14 @@ def instructions(path: str, count: int) -> int:
 
 
 #: The committed budget of instructions per request (CONTRIBUTING.md says when it moves).
-BUDGET = ROOT / "bench" / "instruction-budget.json"
+BUDGET = BENCH / "instruction-budget.json"
 #: How far over its budget a path may count before the budget check fails.
 TOLERANCE = 0.03
 
 
-def per_request(path: str) -> int:
+def per_request(path: str, count: int = MEASURED) -> int:
     """The app's instructions per request of `path`: start-up, warm-up and exit left out."""
-    return round(instructions(path, MEASURED) / MEASURED)
+    return round(instructions(path, count) / count)
 
 
 def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
@@ -184,9 +185,7 @@ def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("paths", nargs="*", help=f"any of {', '.join(PATHS)} (default: all)")
     parser.add_argument("--serve", nargs=2, metavar=("PATH", "COUNT"), help=argparse.SUPPRESS)
     parser.add_argument(
@@ -199,23 +198,28 @@ def main() -> int:
     unknown = set(args.paths) - set(PATHS)
     if unknown:
         parser.error(f"unknown paths: {', '.join(sorted(unknown))}")
+    count = 100 if args.smoke else MEASURED
     if args.budget:
         budget = json.loads(BUDGET.read_text())
         unbudgeted = set(args.paths) - set(budget)
         if unbudgeted:
             parser.error(f"no budget for: {', '.join(sorted(unbudgeted))}")
-        counts = {path: per_request(path) for path in args.paths or budget}
+        counts = {path: per_request(path, count) for path in args.paths or budget}
         print("| path | instructions per request | budget | ratio |\n|---|---:|---:|---:|")
-        for path, count in counts.items():
-            print(f"| {path} | {count:,} | {budget[path]:,} | {count / budget[path]:.3f} |")
+        for path, found in counts.items():
+            print(f"| {path} | {found:,} | {budget[path]:,} | {found / budget[path]:.3f} |")
         problems = over_budget(counts, budget)
         print("\n".join(problems) or "Every path is within its budget.")
+        save(counts, "instructions", args.json)
         return 1 if problems else 0
+    counts = {}
     print("| path | instructions per request |\n|---|---:|")
-    for path in args.paths or PATHS:
-        print(f"| {path} | {per_request(path):,} |", flush=True)
+    for path in args.paths or (["create"] if args.smoke else PATHS):
+        counts[path] = per_request(path, count)
+        print(f"| {path} | {counts[path]:,} |", flush=True)
+    save(counts, "instructions", args.json)
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the process valgrind counts (--serve), started as `-m bench.instructions`
     sys.exit(main())

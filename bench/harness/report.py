@@ -1,15 +1,17 @@
 """Every benchmark's command line and results: one parser with the same options everywhere, the
-medians of interleaved rounds, and the JSON written to bench/results/ (ignored by git)."""
+medians of interleaved rounds, and the JSON written to bench/results/ (ignored by git).
+
+`statistics` and `importlib.metadata` are imported where they are used: the process whose
+instructions `instructions` counts imports this module, and their objects would move its count.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from bench.harness import BENCH
@@ -32,11 +34,15 @@ def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def median_of(runs: list[dict], key: str) -> float:
+    import statistics
+
     return statistics.median(run[key] for run in runs)
 
 
 def spread(runs: list[dict], key: str) -> dict[str, float]:
     """The median of the rounds' `key`, with its spread: the lowest and the highest."""
+    import statistics
+
     values = [run[key] for run in runs]
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -47,6 +53,8 @@ def show_spread(found: dict[str, float], spec: str = ".1f") -> str:
 
 
 def versions() -> str:
+    from importlib import metadata
+
     names = ["flask", "werkzeug", "marshmallow", "gunicorn", "orjson", "redis", "fastapi", "pydantic",
              "uvicorn", "uvloop", "httptools"]  # fmt: skip
     found = []

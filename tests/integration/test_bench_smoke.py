@@ -42,9 +42,9 @@ def test_floor_benchmark_smoke_run(tmp_path):
 
 @pytest.mark.parametrize("path", ["floor", "create", "create-hooked", "400", "401"])
 def test_instruction_count_requests_have_their_status(path):
-    # The in-process loop that bench/instructions.py counts checks every status itself.
+    # The in-process loop that `python -m bench instructions` counts checks every status itself.
     result = subprocess.run(
-        [sys.executable, "bench/instructions.py", "--serve", path, "200"],
+        [sys.executable, "-m", "bench", "instructions", "--serve", path, "200"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,6 +1,6 @@
 """The price of a request, guarded: the app's instructions per create (and per create with 10 webhook
 endpoints registered: push delivery adds nothing to the request path), read, PUT and page, counted
-under valgrind in process on the memory store (bench/instructions.py), may not pass the budget
+under valgrind in process on the memory store (`python -m bench instructions`), may not pass the budget
 committed in bench/instruction-budget.json by more than 3%. A change that makes a request cheaper
 lowers the budget in the same commit; raising it takes a commit that says why (CONTRIBUTING.md)."""
 
@@ -23,9 +23,9 @@ def test_the_budget_covers_the_guarded_requests():
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_request_stays_within_its_instruction_budget(path):
-    """Through the command a contributor runs (`python bench/instructions.py --budget PATH`)."""
+    """Through the command a contributor runs (`python -m bench instructions --budget PATH`)."""
     result = subprocess.run(
-        [sys.executable, "bench/instructions.py", "--budget", path],
+        [sys.executable, "-m", "bench", "instructions", "--budget", path],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
