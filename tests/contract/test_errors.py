@@ -62,7 +62,7 @@ def test_wrong_method_on_healthz_is_json_405(client):
 
 
 def test_unexpected_exception_is_generic_json_500_and_logged(production_app, auth, monkeypatch, caplog):
-    def explode(*args):
+    def explode(*args, **kwargs):
         raise RuntimeError("internal detail that must not leak")
 
     monkeypatch.setattr(production_app.extensions["plants"].store, "create", explode)
