@@ -12,9 +12,9 @@ from typing import Any
 from flask import Flask, current_app
 
 from app.auth import Authenticator, authenticator_for
+from app.auth.rate_limits import RateLimits, rate_limits_for
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
-from app.rate_limits import RateLimits, rate_limits_for
 from app.settings import Settings, load_settings
 from app.store import PlantStore, store_for
 from app.store.signal import FeedSignal

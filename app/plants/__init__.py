@@ -12,13 +12,13 @@ import logging
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
+from app.auth.rate_limits import add_headers
 from app.errors import InsufficientStorage, SplitStoreRefused
 from app.extension import init_state, plants_state
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants.guard import guard, store_unavailable
 from app.plants.routes import add_routes
-from app.rate_limits import add_headers
 from app.store import StoreFullError, StoreUnavailableError
 
 __all__ = ["bp"]

@@ -22,7 +22,7 @@ from werkzeug.exceptions import NotFound
 
 from app.extension import plants_state
 from app.settings import JwtSettings
-from app.version import VERSION
+from app.telemetry.version import VERSION
 
 #: Only the page's own sources may load: the assets and the document, from this service.
 PAGE_POLICY = (

@@ -13,12 +13,12 @@ import logging
 from flask import Response, current_app, request
 from werkzeug.exceptions import ServiceUnavailable
 
+from app.auth.rate_limits import remember
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, Access
-from app.rate_limits import remember
 from app.store import StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 

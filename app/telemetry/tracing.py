@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.version import VERSION
+from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
 TRIGGERS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")

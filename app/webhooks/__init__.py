@@ -9,7 +9,7 @@ and signing with the `standardwebhooks` package (message.py). docs/webhooks.md h
 
 from __future__ import annotations
 
-from app.version import VERSION
+from app.telemetry.version import VERSION
 from app.webhooks.deliverer import Deliverer
 
 __all__ = ["Deliverer", "user_agent"]

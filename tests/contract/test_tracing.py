@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 from app import create_app
 from app.extension import plants_state
 from app.telemetry import tracing
-from app.version import VERSION
+from app.telemetry.version import VERSION
 from tests.helpers import call
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn

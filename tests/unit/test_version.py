@@ -1,5 +1,5 @@
 """One version: the package's metadata, the served document's `info.version`, the shipped
-openapi.yaml, the webhooks' `User-Agent` and the README's newest interface are app/version.py's."""
+openapi.yaml, the webhooks' `User-Agent` and the README's newest interface are app/telemetry/version.py's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from app.version import VERSION
+from app.telemetry.version import VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_setup_cfg_reads_the_version_from_the_package():
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    assert config["metadata"]["version"] == "attr: app.version.VERSION"
+    assert config["metadata"]["version"] == "attr: app.telemetry.version.VERSION"
 
 
 def test_the_installed_metadata_has_it():
