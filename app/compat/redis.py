@@ -1,4 +1,5 @@
-"""redis-py past its documented interface: abortive closes, and a request thread's held connections.
+"""redis-py past its documented interface: abortive closes, a request thread's held connections,
+and a cluster's slot map.
 
 **Abortive close.** A call that timed out may leave its command in this host's TCP send queue,
 unsent or being retransmitted to a node that is cut off. A graceful close keeps sending that
@@ -17,10 +18,21 @@ thread makes one call at a time, so it keeps one connection of each client it us
 that client's pool (so closing the pool still closes it), and sends and reads on it with
 redis-py's own `Connection`: the same commands, replies, parser and errors. When the pool's or
 the connection's methods are not as expected, each call goes through `execute_command`.
+
+**The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
+never after a timeout, and the store's scripts (which must not follow ASK) do not go through its
+routing. So the store drives the map itself, through `RedisCluster.nodes_manager` (undocumented):
+a MOVED patches the one slot, a failed node has the map read again, and a node that timed out is
+asked last when it is read again from another (a cut-off primary's promoted replica is found
+within a second, not when the partition heals). When the manager is not as expected, a one-key
+read through RedisCluster's own routing, which follows the redirect or reads the map again after
+a connection error, stands in; after a timeout nothing does, and a cut-off primary is left when
+RedisCluster next fails on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -30,8 +42,10 @@ import weakref
 from typing import Any
 
 import redis
+from redis.cluster import NodesManager, RedisCluster
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError, RedisError
 
 from app.compat import binds
 
@@ -48,10 +62,22 @@ HELD_CONNECTIONS = (
     and binds(getattr(Connection, "read_response", None))
     and binds(getattr(Connection, "disconnect", None))
 )
+#: Whether the cluster's slot map can be patched and read again as RedisCluster itself does.
+SLOT_MAP = (
+    binds(
+        getattr(NodesManager, "initialize", None),
+        last_failed_node_name=None,
+        disconnect_startup_nodes_pools=False,
+    )
+    and binds(getattr(NodesManager, "move_node_to_end_of_cached_nodes", None), "node")
+    and binds(getattr(NodesManager, "move_slot", None), object())
+)
 if not ABORTIVE_CLOSE:
     log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
 if not HELD_CONNECTIONS:
     log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
+if not SLOT_MAP:
+    log.warning("redis-py's cluster slot map has changed: only RedisCluster's own errors read it again")
 
 #: struct linger {int l_onoff; int l_linger;}: on, with no time: the close resets.
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
@@ -139,3 +165,28 @@ class HeldConnections:
             # When the thread ends its locals go, and with `end` the connections go back.
             weakref.finalize(local.end, _release, held)
         return local.held
+
+
+def follow_redirect(client: RedisCluster, key: str, moved: MovedError | None = None) -> None:
+    """After a MOVED (`moved`) or a failed node on `key`'s slot: point the map at the slot's node
+    now. Raises what redis-py raises when the cluster does not answer."""
+    if not SLOT_MAP:
+        # Public path: RedisCluster follows the redirect, or reads the map after the error.
+        with contextlib.suppress(RedisError):
+            client.execute_command("EXISTS", key)
+    elif moved is not None:
+        client.nodes_manager.move_slot(moved)
+    else:
+        client.nodes_manager.initialize()
+
+
+def reread_slot_map(client: RedisCluster, suspect: str | None) -> bool:
+    """Read the slot map again from any node but `suspect` (a node's name), which is asked last;
+    False when redis-py's map is not as expected. Raises what redis-py raises."""
+    if not SLOT_MAP:
+        return False
+    manager = client.nodes_manager
+    if suspect is not None:
+        manager.move_node_to_end_of_cached_nodes(suspect)
+    manager.initialize(last_failed_node_name=suspect, disconnect_startup_nodes_pools=False)
+    return True

@@ -6,6 +6,7 @@ test_contract.py. The fault tests here kill -9, stop and reshard nodes of a clus
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 import signal
@@ -17,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from redis.cluster import RedisCluster
+from redis.cluster import NodesManager, RedisCluster
 from redis.crc import key_slot
 
+import app.compat.redis
 from app.http.cursor import EVENTS, decode_cursor
 from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
 from app.store.redis.groups import CLUSTER_GROUPS
@@ -418,3 +420,60 @@ def test_a_request_failing_on_a_stopped_primary_is_logged_naming_that_node(fault
     (line,) = [line for line in server.output().splitlines() if "The plant store" in line]
     assert f"The plant store's node 127.0.0.1:{victim.port} did not answer: timed out" in line
     assert fault_cluster.url not in line
+
+
+def move_slot_whole(
+    cluster: RedisClusterServers, slot: int, source: RedisServer, target: RedisServer
+) -> None:
+    """Move `slot` with its keys from `source` to `target`, as redis-cli's reshard does."""
+    source_id, target_id = cluster.node_id(source), cluster.node_id(target)
+    target.command("CLUSTER", "SETSLOT", str(slot), "IMPORTING", source_id)
+    source.command("CLUSTER", "SETSLOT", str(slot), "MIGRATING", target_id)
+    while keys := source.command("CLUSTER", "GETKEYSINSLOT", str(slot), "100").split():
+        source.command("MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys)
+    others = [node for node in cluster.primaries() if node not in (source, target)]
+    for node in (target, source, *others):
+        node.command("CLUSTER", "SETSLOT", str(slot), "NODE", target_id)
+
+
+@pytest.mark.parametrize("slot_map", ["redis-py's", "public"])
+def test_a_write_follows_its_groups_slot_to_the_node_it_moved_to(fault_cluster, slot_map, monkeypatch):
+    """The store's scripts bypass RedisCluster's routing, so a MOVED is theirs to follow: the
+    slot is pointed at its new node (through RedisCluster's slot map, or, where redis-py's map is
+    not as app/compat/redis.py expects, through a one-key read RedisCluster routes itself), and
+    the write lands there."""
+    if slot_map == "public":
+        monkeypatch.setattr(NodesManager, "move_slot", lambda self: None)
+        importlib.reload(app.compat.redis)
+        monkeypatch.undo()
+        assert not app.compat.redis.SLOT_MAP
+    store = open_cluster_store(cluster_settings(fault_cluster))
+    moved = None
+    try:
+        assert store.create(0, "Fern", "fern") is CreateOutcome.CREATED
+        slot = key_slot(store.groups.tags[0].encode())
+        port = store_node_port(fault_cluster, store.groups.tags[0])
+        source = next(node for node in fault_cluster.nodes if node.port == port)
+        target = next(node for node in fault_cluster.primaries() if node is not source)
+        move_slot_whole(fault_cluster, slot, source, target)
+        moved = (source, target)
+        assert store.create(24, "Palm", "palm") is CreateOutcome.CREATED  # group 0, as plant 0
+        assert store.get(0) == Plant("Fern", "fern")
+        assert store.get(24) == Plant("Palm", "palm")
+        assert source.command("CLUSTER", "COUNTKEYSINSLOT", str(slot)) == "0"
+        assert int(target.command("CLUSTER", "COUNTKEYSINSLOT", str(slot))) > 0
+    finally:
+        store.close()
+        if moved is not None:
+            move_slot_whole(fault_cluster, slot, moved[1], moved[0])
+        importlib.reload(app.compat.redis)
+    assert app.compat.redis.SLOT_MAP
+
+
+def store_node_port(cluster: RedisClusterServers, key: str) -> int:
+    """The port of the primary that serves `key`, by a fresh slot map."""
+    client = RedisCluster(host="127.0.0.1", port=cluster.primaries()[0].port)
+    try:
+        return int(client.get_node_from_key(key).port)
+    finally:
+        client.close()

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from app.compat.redis import HeldConnections, connection_class
+from app.compat.redis import HeldConnections, connection_class, follow_redirect
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
@@ -157,12 +157,6 @@ class LazyClient:
             self._client.close()
 
 
-def refresh_slots(client: RedisCluster) -> None:
-    """Read the slot map again; a failure here leaves it to the next call."""
-    with contextlib.suppress(*FAILURES):
-        client.nodes_manager.initialize()
-
-
 class ScriptRunner:
     """Runs the store's scripts on the node of their group, and waits for replicas when asked.
 
@@ -216,10 +210,9 @@ class ScriptRunner:
                 # The slot has another node now (a move or a failover): MOVED names it, as
                 # RedisCluster itself patches its map; otherwise read the whole map again.
                 self._nodes.forget(keys[0])
-                if isinstance(exc, MovedError):
-                    self._nodes.get().nodes_manager.move_slot(exc)
-                else:
-                    refresh_slots(self._nodes.get())
+                # A failure here leaves the map to the next call.
+                with contextlib.suppress(*FAILURES):
+                    follow_redirect(self._nodes.get(), keys[0], exc if isinstance(exc, MovedError) else None)
             except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
                 if time.monotonic() > moving_deadline:
                     raise

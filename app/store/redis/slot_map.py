@@ -8,6 +8,7 @@ import time
 
 from redis.cluster import RedisCluster
 
+from app.compat.redis import reread_slot_map
 from app.store.redis.errors import FAILURES
 
 #: The least time between two reads of the map on a timeout: a cut-off primary makes every
@@ -23,20 +24,17 @@ class SlotMapRefresh:
 
     def refresh(self, client: RedisCluster, suspect: str | None) -> bool:
         """Read the map again (CLUSTER SLOTS) from any node but `suspect` (a node name), which is
-        asked last; whether it was read. Not when another thread is reading it, nor within the
-        interval of the last read: a request thread waits for no one here."""
+        asked last (app/compat/redis.py); whether it was read. Not when another thread is reading
+        it, nor within the interval of the last read: a request thread waits for no one here."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
             if time.monotonic() - self._last < self._interval_s:
                 return False
             self._last = time.monotonic()
-            manager = client.nodes_manager
-            if suspect is not None:
-                manager.move_node_to_end_of_cached_nodes(suspect)
             # A failure leaves the old map, to be read again at the next timeout.
             with contextlib.suppress(*FAILURES):
-                manager.initialize(last_failed_node_name=suspect, disconnect_startup_nodes_pools=False)
+                return reread_slot_map(client, suspect)
             return True
         finally:
             self._lock.release()
