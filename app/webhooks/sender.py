@@ -252,7 +252,9 @@ def _attempt(
     finally:
         connection.end()
         if keep and slot is not None:
-            slot.keep(url, where, connection)
+            # A reused connection goes to the address it was opened to, which need not be this
+            # resolution's first: the next attempt's check is against the socket's own address.
+            slot.keep(url, where._replace(address=connection.host), connection)
         else:
             connection.close()
 

@@ -187,6 +187,32 @@ def test_a_host_that_resolves_to_another_address_gets_a_new_connection():
     assert slot.connection is None
 
 
+def test_a_kept_connection_is_left_once_its_address_is_no_longer_among_the_hosts():
+    """The host resolves to 127.0.0.1, then to 127.0.0.2 and 127.0.0.1 (the kept connection to
+    127.0.0.1 is still one of its addresses: reused), then to 127.0.0.2 alone: the connection to
+    127.0.0.1 is not used again, although the answer before listed 127.0.0.2 first."""
+    receiver, slot = Receiver(hosts=("127.0.0.1", "127.0.0.2")), Slot()
+    answers = [["127.0.0.1"], ["127.0.0.2", "127.0.0.1"], ["127.0.0.2"]]
+
+    def resolve(host: str, port: int, **_: object) -> list[tuple]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, port)) for a in answers[0]]
+
+    url = f"http://hooks.example:{receiver.port}/hook"
+    try:
+        outcomes = []
+        for _ in range(3):
+            outcomes.append(attempt(url, slot, allowed=("hooks.example",), resolve=resolve))
+            if len(answers) > 1:
+                answers.pop(0)
+    finally:
+        slot.close()
+        receiver.stop()
+    assert all(outcome.delivered for outcome in outcomes)
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.1", "127.0.0.1", "127.0.0.2"]
+    first, second, third = receiver.connections()
+    assert first == second != third
+
+
 @pytest.mark.parametrize(
     ("answer", "status", "error"),
     [
