@@ -7,13 +7,17 @@ would wait a round of timeouts. Here:
 
 - An attempt is **slow** when it takes `slow_s` or more (a quarter of the timeout, at most
   SLOW_S). An endpoint whose last attempt was slow is slow until RECOVER attempts in a row are
-  not; one this process has not sent to yet is unknown, and goes with the fast ones.
-- **The fast lane**: at most FAST drains of endpoints that are not slow. A drain whose attempt in
-  flight passes `slow_s` stops counting there at once, so the next endpoint gets its thread
-  within `slow_s`, however many receivers turn slow.
+  not; one whose attempts were not is fast; one this process has not sent to yet is unknown.
+- **The fast lane**: at most FAST drains of fast endpoints. A drain whose attempt in flight
+  passes `slow_s` stops counting there at once, so the next endpoint gets its thread within
+  `slow_s`, however many receivers turn slow.
 - **The slow lane**: at most SLOW drains of slow endpoints (those that turned slow in flight
   included), each for one attempt a turn (the deliverer ends a drain after a slow attempt), the
   one that waited longest first.
+- **Unknown endpoints** start at once, beside the lanes: only an attempt tells which lane an
+  endpoint belongs in, and a process that starts (or an endpoint just registered) should not
+  make an honest endpoint wait behind the first attempts of slow ones. They may use all threads
+  but FAST, which stay for the fast lane.
 - **Threads**: at most THREADS drains in all, whatever the lanes say.
 
 The per-endpoint records are pruned to the endpoints that exist, so they are bounded by
@@ -61,9 +65,12 @@ class Lanes:
         """Whether the endpoint has been slow (not yet RECOVER fast attempts since)."""
         return self._fast_runs.get(endpoint_id, RECOVER) < RECOVER
 
-    def _slow_now(self, endpoint_id: str, now: float) -> bool:
+    def _lane(self, endpoint_id: str, now: float) -> str:
+        """`fast`, `slow` (its attempt in flight included) or `unknown`."""
         began = self._in_flight.get(endpoint_id)
-        return self.slow(endpoint_id) or (began is not None and now - began >= self.slow_s)
+        if self.slow(endpoint_id) or (began is not None and now - began >= self.slow_s):
+            return "slow"
+        return "unknown" if endpoint_id not in self._fast_runs else "fast"
 
     def order(self, endpoint_ids: Iterable[str]) -> list[str]:
         """The endpoints in the order they may start: the fast ones, the unknown ones, then the
@@ -83,10 +90,11 @@ class Lanes:
             return False
         now = time.monotonic()
         with self._lock:
-            slow_busy = sum(1 for other in busy if self._slow_now(other, now))
-        if self.slow(endpoint_id):
-            return slow_busy < SLOW
-        return len(busy) - slow_busy < FAST
+            lane = self._lane(endpoint_id, now)
+            if lane == "unknown":
+                return len(busy) < THREADS - FAST
+            limit = SLOW if lane == "slow" else FAST
+            return sum(1 for other in busy if self._lane(other, now) == lane) < limit
 
     def started(self, endpoint_id: str) -> None:
         with self._lock:

@@ -44,6 +44,7 @@ def test_slow_endpoints_share_their_lane_and_the_fast_lane_stays_open():
     slow = [f"slow{n}" for n in range(SLOW + 4)]
     for endpoint_id in slow:
         attempt(lanes, endpoint_id, lanes.slow_s)
+    attempt(lanes, "honest")
     busy = slow[:SLOW]
     assert not lanes.admits(slow[SLOW], busy)
     assert lanes.admits("honest", busy)
@@ -51,23 +52,37 @@ def test_slow_endpoints_share_their_lane_and_the_fast_lane_stays_open():
 
 
 def in_flight(lanes: Lanes, count: int) -> list[str]:
-    """`count` endpoints not known to be slow, each with an attempt going out now."""
+    """`count` endpoints that were fast, each with an attempt going out now."""
     busy = [f"sleeper{n}" for n in range(count)]
     for endpoint_id in busy:
+        attempt(lanes, endpoint_id)
         lanes.begin(endpoint_id)
     return busy
 
 
 def test_a_drain_that_turns_slow_in_flight_leaves_the_fast_lane_at_once():
     lanes = Lanes(TIMEOUT)
+    attempt(lanes, "honest")
     busy = in_flight(lanes, FAST)
     assert not lanes.admits("honest", busy)
     time.sleep(lanes.slow_s)
     assert lanes.admits("honest", busy)
 
 
+def test_unknown_endpoints_start_beside_the_lanes_leaving_the_fast_lane_its_threads():
+    lanes = Lanes(TIMEOUT)
+    busy = [f"new{n}" for n in range(THREADS - FAST)]
+    for endpoint_id in busy:
+        lanes.begin(endpoint_id)
+    assert lanes.admits("new", busy[:-1])
+    assert not lanes.admits("new", busy)
+    attempt(lanes, "honest")
+    assert lanes.admits("honest", busy)
+
+
 def test_no_more_drains_than_threads_whatever_the_lanes_say():
     lanes = Lanes(TIMEOUT)
+    attempt(lanes, "honest")
     busy = in_flight(lanes, THREADS)
     time.sleep(lanes.slow_s)
     assert not lanes.admits("honest", busy)
