@@ -3,13 +3,15 @@
     python -m bench slow-receivers                  # 8, then 32 slow receivers; 60 s each
     python -m bench slow-receivers --ref 00782b7    # the same against a revision, beside this tree
     python -m bench slow-receivers --smoke          # 8 slow receivers, 10 s
+    python -m bench slow-receivers --sleepers 10    # receivers fast for 10 s, then all slow at once
 
 One gunicorn worker (memory store, the default `PLANTS_WEBHOOKS_TIMEOUT` of 15 s unless
 `--timeout`) delivers to N slow receivers, registered first, that answer 204 after 93% of the
 timeout, and to one honest receiver, registered last, that answers 204 at once. A create every
 0.25 s; for each, the time from its request to the honest receiver's having it. The goal (issue 48):
 p90 <= 1 s, however many are slow. The slow receivers run in a process of their own (asyncio, on
-the client's core), the honest one in this process.
+the client's core), the honest one in this process. With `--sleepers S`, the slow receivers
+answer at once for their first S seconds (so this process knows them as fast), then all slowly.
 """
 
 from __future__ import annotations
@@ -78,11 +80,11 @@ def call(port: int, method: str, path: str, body: dict) -> None:
         connection.close()
 
 
-def run(slow: int, seconds: float, timeout: float, cwd: Path) -> dict:
+def run(slow: int, seconds: float, timeout: float, cwd: Path, sleepers: float) -> dict:
     """One attack: `slow` slow receivers and the honest one, creates for `seconds`."""
     env = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_TIMEOUT": str(timeout)}
     port = free_port()
-    receivers = start_receiver(port, 0.93 * timeout)
+    receivers = start_receiver(port, 0.93 * timeout, after=sleepers)
     honest = Honest()
     server = gunicorn("slow-receivers", env, cwd=cwd).start()
     written: dict[int, float] = {}
@@ -123,7 +125,8 @@ def run(slow: int, seconds: float, timeout: float, cwd: Path) -> dict:
 def report(results: dict) -> str:
     lines = [
         f"Honest delivery beside slow receivers (timeout {results['timeout']} s, {RATE} creates a second,"
-        f" {results['seconds']} s): seconds from a create's request to the honest receiver's having it.",
+        f" {results['seconds']} s; the slow ones fast for their first {results['sleepers']} s): seconds"
+        " from a create's request to the honest receiver's having it.",
         "",
         "| tree | slow | delivered | p50 | p90 | p99 | max | first event |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -140,17 +143,23 @@ def main() -> int:
     parser.add_argument("--slow", type=int, action="append", help="slow receivers (repeatable)")
     parser.add_argument("--timeout", type=float, default=15.0, help="PLANTS_WEBHOOKS_TIMEOUT")
     parser.add_argument("--ref", help="also measure this git revision, checked out beside")
+    parser.add_argument("--sleepers", type=float, default=0.0, help="seconds the slow ones are fast first")
     args = parser.parse_args()
     counts = args.slow or ([8] if args.smoke else [8, 32])
     seconds = args.seconds or (10.0 if args.smoke else 60.0)
-    results: dict[str, Any] = {"timeout": args.timeout, "seconds": seconds, "runs": []}
+    results: dict[str, Any] = {
+        "timeout": args.timeout,
+        "seconds": seconds,
+        "sleepers": args.sleepers,
+        "runs": [],
+    }
     trees: list[tuple[str, Path]] = [("this", ROOT)]
     with contextlib.ExitStack() as stack:
         if args.ref:
             trees.append((args.ref, stack.enter_context(worktree(args.ref))))
         for slow in counts:
             for name, tree in trees:
-                outcome = {"tree": name, **run(slow, seconds, args.timeout, tree)}
+                outcome = {"tree": name, **run(slow, seconds, args.timeout, tree, args.sleepers)}
                 print(json.dumps(outcome), flush=True)
                 results["runs"].append(outcome)
     problems = [

@@ -8,9 +8,10 @@ would wait a round of timeouts. Here:
 - An attempt is **slow** when it takes `slow_s` or more (a quarter of the timeout, at most
   SLOW_S). An endpoint whose last attempt was slow is slow until RECOVER attempts in a row are
   not; one whose attempts were not is fast; one this process has not sent to yet is unknown.
-- **The fast lane**: at most FAST drains of fast endpoints. A drain whose attempt in flight
-  passes `slow_s` stops counting there at once, so the next endpoint gets its thread within
-  `slow_s`, however many receivers turn slow.
+- **The fast lane**: at most FAST drains of fast endpoints. A drain whose attempt has been in
+  flight for `hold_s` (a quarter of `slow_s`) stops counting there, so the next fast endpoint
+  gets a thread within `hold_s` even while fast ones turn slow, 8 at a time; one whose attempt
+  passes `slow_s` counts in the slow lane.
 - **The slow lane**: at most SLOW drains of slow endpoints (those that turned slow in flight
   included), each for one attempt a turn (the deliverer ends a drain after a slow attempt), the
   one that waited longest first.
@@ -41,6 +42,8 @@ THREADS = 64
 SLOW_S = 1.0
 #: The share of the timeout an attempt may take before its endpoint is slow (when below SLOW_S).
 SLOW_SHARE = 0.25
+#: The share of `slow_s` an attempt in flight holds its place in the fast lane for.
+HOLD_SHARE = 0.25
 #: Attempts in a row under `slow_s` that bring a slow endpoint back to the fast lane.
 RECOVER = 3
 
@@ -52,6 +55,8 @@ class Lanes:
 
     def __init__(self, timeout: float) -> None:
         self.slow_s = min(SLOW_S, timeout * SLOW_SHARE)
+        #: How long an attempt in flight holds its place in the fast lane.
+        self.hold_s = self.slow_s * HOLD_SHARE
         self._lock = threading.Lock()
         #: Attempts under `slow_s` since the endpoint's last slow one, up to RECOVER; absent: none
         #: sent by this process yet.
@@ -66,11 +71,14 @@ class Lanes:
         return self._fast_runs.get(endpoint_id, RECOVER) < RECOVER
 
     def _lane(self, endpoint_id: str, now: float) -> str:
-        """`fast`, `slow` (its attempt in flight included) or `unknown`."""
-        began = self._in_flight.get(endpoint_id)
-        if self.slow(endpoint_id) or (began is not None and now - began >= self.slow_s):
+        """`fast`, `slow` (its attempt in flight included), `unknown`, or `held`: a fast one's
+        attempt in flight for `hold_s`, which counts in no lane until it ends or is slow."""
+        flying = now - self._in_flight.get(endpoint_id, now)
+        if self.slow(endpoint_id) or flying >= self.slow_s:
             return "slow"
-        return "unknown" if endpoint_id not in self._fast_runs else "fast"
+        if endpoint_id not in self._fast_runs:
+            return "unknown"
+        return "held" if flying >= self.hold_s else "fast"
 
     def order(self, endpoint_ids: Iterable[str]) -> list[str]:
         """The endpoints in the order they may start: the fast ones, the unknown ones, then the

@@ -1,5 +1,6 @@
 """A webhook receiver for the benchmarks, in a process of its own on the client's core: asyncio,
-answering every request 204, at once or after a delay, on kept-alive connections."""
+answering every request 204, at once or after a delay (from some seconds after it starts), on
+kept-alive connections."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 from bench.harness import CLIENT_CPU
 
 SCRIPT = r"""
-import asyncio, sys
+import asyncio, sys, time
 
-DELAY = float(sys.argv[2])
+DELAY, AFTER = float(sys.argv[2]), float(sys.argv[3])
+STARTED = time.monotonic()
 
 async def answer(reader, writer):
     try:
@@ -22,7 +24,7 @@ async def answer(reader, writer):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
             await reader.readexactly(length)
-            if DELAY:
+            if DELAY and time.monotonic() - STARTED >= AFTER:
                 await asyncio.sleep(DELAY)
             writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
             await writer.drain()
@@ -40,10 +42,11 @@ asyncio.run(main())
 """
 
 
-def start_receiver(port: int, delay: float = 0.0) -> subprocess.Popen:
-    """The receiver on 127.0.0.1:`port`, every path, answering after `delay` seconds; once it listens."""
+def start_receiver(port: int, delay: float = 0.0, after: float = 0.0) -> subprocess.Popen:
+    """The receiver on 127.0.0.1:`port`, every path, answering after `delay` seconds once it has
+    run for `after` seconds (at once before); returned once it listens."""
     process = subprocess.Popen(
-        ["taskset", "-c", CLIENT_CPU, sys.executable, "-c", SCRIPT, str(port), str(delay)],
+        ["taskset", "-c", CLIENT_CPU, sys.executable, "-c", SCRIPT, str(port), str(delay), str(after)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -60,13 +60,18 @@ def in_flight(lanes: Lanes, count: int) -> list[str]:
     return busy
 
 
-def test_a_drain_that_turns_slow_in_flight_leaves_the_fast_lane_at_once():
+def test_a_drain_that_turns_slow_in_flight_leaves_the_fast_lane_then_fills_the_slow_one():
     lanes = Lanes(TIMEOUT)
     attempt(lanes, "honest")
+    attempt(lanes, "slow", lanes.slow_s)
     busy = in_flight(lanes, FAST)
     assert not lanes.admits("honest", busy)
-    time.sleep(lanes.slow_s)
+    assert lanes.admits("slow", busy)
+    time.sleep(lanes.hold_s)
     assert lanes.admits("honest", busy)
+    time.sleep(lanes.slow_s - lanes.hold_s)
+    assert lanes.admits("honest", busy)
+    assert not lanes.admits("slow", busy)
 
 
 def test_unknown_endpoints_start_beside_the_lanes_leaving_the_fast_lane_its_threads():
