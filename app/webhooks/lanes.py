@@ -13,8 +13,11 @@ would wait a round of timeouts. Here:
   gets a thread within `hold_s` even while fast ones turn slow, 8 at a time; one whose attempt
   passes `slow_s` counts in the slow lane.
 - **The slow lane**: at most SLOW drains of slow endpoints (those that turned slow in flight
-  included), each for one attempt a turn (the deliverer ends a drain after a slow attempt), the
-  one that waited longest first.
+  included), each for one attempt a turn (the deliverer ends a drain after a slow attempt). The
+  next turn goes to the endpoint whose last turn started earliest, counting its last attempt's
+  length as if it had started that much later: so each gets about the same thread time, and an
+  honest endpoint that was slow once (a pause, a cold start) comes back after a short wait, not
+  after a round of attempts that take a timeout each.
 - **Unknown endpoints** start at once, beside the lanes: only an attempt tells which lane an
   endpoint belongs in, and a process that starts (or an endpoint just registered) should not
   make an honest endpoint wait behind the first attempts of slow ones. They may use all threads
@@ -65,6 +68,8 @@ class Lanes:
         self._in_flight: dict[str, float] = {}
         #: When each endpoint's last drain started (monotonic): the slow lane's turns.
         self._turns: dict[str, float] = {}
+        #: How long each endpoint's last attempt took (seconds).
+        self._last_s: dict[str, float] = {}
 
     def slow(self, endpoint_id: str) -> bool:
         """Whether the endpoint has been slow (not yet RECOVER fast attempts since)."""
@@ -82,12 +87,13 @@ class Lanes:
 
     def order(self, endpoint_ids: Iterable[str]) -> list[str]:
         """The endpoints in the order they may start: the fast ones, the unknown ones, then the
-        slow ones; in each, the one whose last drain started longest ago first."""
+        slow ones; in each, the earliest last turn first, pushed back by the length of its last
+        attempt (fair queueing of thread time)."""
 
         def rank(endpoint_id: str) -> tuple[int, float]:
             runs = self._fast_runs.get(endpoint_id)
             group = 1 if runs is None else 0 if runs >= RECOVER else 2
-            return group, self._turns.get(endpoint_id, 0.0)
+            return group, self._turns.get(endpoint_id, 0.0) + self._last_s.get(endpoint_id, 0.0)
 
         with self._lock:
             return sorted(endpoint_ids, key=rank)
@@ -117,7 +123,9 @@ class Lanes:
         """The attempt ended: whether it was slow (the drain then gives its turn up)."""
         with self._lock:
             began = self._in_flight.pop(endpoint_id, None)
-            slow = began is not None and time.monotonic() - began >= self.slow_s
+            took = 0.0 if began is None else time.monotonic() - began
+            self._last_s[endpoint_id] = took
+            slow = took >= self.slow_s
             runs = self._fast_runs.get(endpoint_id)
             if slow:
                 self._fast_runs[endpoint_id] = 0
@@ -130,6 +138,6 @@ class Lanes:
     def keep_only(self, endpoint_ids: Collection[str]) -> None:
         """Forget the endpoints not in `endpoint_ids` (deleted)."""
         with self._lock:
-            for record in (self._fast_runs, self._in_flight, self._turns):
+            for record in (self._fast_runs, self._in_flight, self._turns, self._last_s):
                 for gone in [key for key in record if key not in endpoint_ids]:
                     del record[gone]

@@ -106,6 +106,15 @@ def test_the_order_is_fast_then_unknown_then_slow_each_longest_waiting_first():
     assert order == ["fast2", "fast1", "new", "slow2", "slow1"]
 
 
+def test_a_slow_endpoint_that_took_less_comes_back_sooner():
+    lanes = Lanes(TIMEOUT)
+    attempt(lanes, "long", 4 * lanes.slow_s)
+    attempt(lanes, "short", lanes.slow_s)
+    lanes.started("long")
+    lanes.started("short")
+    assert lanes.order(["long", "short"]) == ["short", "long"]
+
+
 def test_deleted_endpoints_are_forgotten():
     lanes = Lanes(TIMEOUT)
     attempt(lanes, "gone", lanes.slow_s)
