@@ -28,13 +28,14 @@ from typing import Any
 
 from bench.harness import ROOT, TOKEN
 from bench.harness.receiver import start_receiver
-from bench.harness.report import benchmark_parser, finish
+from bench.harness.report import benchmark_parser, finish, validity
 from bench.harness.servers import free_port, gunicorn, worktree
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 #: Creates a second.
 RATE = 4
 GOAL_P90_S = 1.0
+_VALID = "VALID: the honest receiver had every event (this tree)."
 
 
 class Honest:
@@ -135,6 +136,8 @@ def report(results: dict) -> str:
         shown = [str(run_result.get(key, "-")) for key in ("p50_s", "p90_s", "p99_s", "max_s", "first_s")]
         delivered = f"{run_result['delivered']} of {run_result['events']}"
         lines.append(f"| {run_result['tree']} | {run_result['slow']} | {delivered} | {' | '.join(shown)} |")
+    met = "met" if results["goal_met"] else "NOT met"
+    lines += ["", f"Goal (this tree): p90 <= {GOAL_P90_S} s, {met}.", validity(results, _VALID)]
     return "\n".join(lines)
 
 
@@ -162,14 +165,12 @@ def main() -> int:
                 outcome = {"tree": name, **run(slow, seconds, args.timeout, tree, args.sleepers)}
                 print(json.dumps(outcome), flush=True)
                 results["runs"].append(outcome)
+    # The goal is reported, not a validity condition: a loaded machine may miss it.
+    this = [run_result for run_result in results["runs"] if run_result["tree"] == "this"]
+    results["goal_met"] = all(run_result.get("p90_s", GOAL_P90_S + 1) <= GOAL_P90_S for run_result in this)
     problems = [
-        f"{run_result['slow']} slow receivers: p90 {run_result.get('p90_s')} s, goal <= {GOAL_P90_S} s"
-        for run_result in results["runs"]
-        if run_result["tree"] == "this" and not run_result.get("p90_s", GOAL_P90_S + 1) <= GOAL_P90_S
-    ]
-    problems += [
         f"{run_result['slow']} slow receivers: {run_result['delivered']} of {run_result['events']} delivered"
-        for run_result in results["runs"]
-        if run_result["tree"] == "this" and run_result["delivered"] < run_result["events"]
+        for run_result in this
+        if run_result["delivered"] < run_result["events"]
     ]
     return finish(results, problems, report, args.json)
