@@ -34,14 +34,14 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 
-#: Drains at once of endpoints that are not slow: the lane an honest endpoint always has.
+#: Drains at once of fast endpoints: the lane an honest endpoint always has.
 FAST = 8
 #: Drains at once of slow endpoints that may start: the share slow receivers are confined to.
 SLOW = 8
 #: Drains at once in all (threads of the deliverer's pool): FAST and SLOW, and the drains that
 #: turned slow in flight and are still waiting for their receiver (each ends at the timeout).
 THREADS = 64
-#: The most a slow attempt may take (seconds) before its endpoint is slow, whatever the timeout.
+#: The longest an attempt may take (seconds) and not be slow, whatever the timeout.
 SLOW_S = 1.0
 #: The share of the timeout an attempt may take before its endpoint is slow (when below SLOW_S).
 SLOW_SHARE = 0.25
