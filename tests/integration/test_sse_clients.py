@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -161,9 +162,9 @@ class Relay(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, upstream: Gunicorn, cursor: str) -> None:
+    def __init__(self, upstream: Gunicorn, page: str) -> None:
         super().__init__(("127.0.0.1", 0), RelayHandler)
-        self.upstream, self.cursor = upstream, cursor
+        self.upstream, self.page = upstream, page
         self.resumed_from: list[str] = []
         self.relayed = bytearray()
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -174,7 +175,7 @@ class RelayHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if not self.path.startswith("/events"):
-            body = PAGE.replace("CURSOR", self.server.cursor).encode()
+            body = self.server.page.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -207,21 +208,27 @@ def iter_read(response: http.client.HTTPResponse) -> Iterator[bytes]:
         yield chunk
 
 
+def arrived_ids(browser, ids: list[int], script: str) -> list[int]:  # noqa: F811 (the fixture's name)
+    """The plant ids the page's `script` answers, once every one of `ids` arrived (or too many)."""
+
+    def arrived(driver) -> bool:
+        got = driver.execute_script(script)
+        return [plant_id for plant_id in got if plant_id in ids] == ids or len(got) > len(ids)
+
+    WebDriverWait(browser, 3 * STREAM_MAX + 15).until(arrived)
+    return browser.execute_script(script)
+
+
 def test_the_browsers_eventsource_parses_every_event_across_reconnects(server, browser):  # noqa: F811
     cursor = now_cursor(server)
-    relay = Relay(server, cursor)
+    relay = Relay(server, PAGE.replace("CURSOR", cursor))
     try:
         browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
         ids, writer = write_in_bursts(server, 730_100)
         writer.join(30)
-
-        def all_arrived(driver) -> bool:
-            got = driver.execute_script("return window.received.map((event) => event.record.plant.id)")
-            return [plant_id for plant_id in got if plant_id in ids] == ids or len(got) > len(ids)
-
-        WebDriverWait(browser, 3 * STREAM_MAX + 15).until(all_arrived)
+        got = arrived_ids(browser, ids, "return window.received.map((event) => event.record.plant.id)")
+        assert got == ids  # each once, in order
         received = browser.execute_script("return window.received")
-        assert [event["record"]["plant"]["id"] for event in received] == ids  # each once, in order
         assert {event["type"] for event in received} == {"plant.created"}
         assert browser.execute_script("return window.opens") >= 2
         assert browser.execute_script("return window.unnamed") == 0
@@ -232,6 +239,28 @@ def test_the_browsers_eventsource_parses_every_event_across_reconnects(server, b
         assert b"retry: 3000\n" in relay.relayed
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert errors == []
+    finally:
+        relay.shutdown()
+        relay.server_close()
+
+
+def test_the_documented_browser_client_parses_every_event_across_reconnects(server, browser):  # noqa: F811
+    """docs/change-feed.md's fetch() client, on a page of the service's origin (the relay's)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text("utf-8")
+    code = text.split("**In a browser**", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{code}\n'
+        f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event));</script>'
+    )
+    relay = Relay(server, page)
+    try:
+        browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
+        WebDriverWait(browser, 10).until(lambda _: relay.resumed_from)  # it took its position
+        ids, writer = write_in_bursts(server, 730_200)
+        writer.join(30)
+        got = arrived_ids(browser, ids, "return window.received.map((event) => event.plant.id)")
+        assert [plant_id for plant_id in got if plant_id in ids] == ids  # each once, in order
+        assert len(relay.resumed_from) >= 3  # the first stream and the reconnects, each from its id
     finally:
         relay.shutdown()
         relay.server_close()
