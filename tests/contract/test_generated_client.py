@@ -27,10 +27,12 @@ def url_of(server) -> str:
     return f"http://127.0.0.1:{server.port}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def generated_package(tmp_path_factory) -> tuple[Path, bytes]:
-    """The client, generated once for the module (it takes seconds, and every worker serves the
-    same document: `generated_client` checks that the one under test serves these bytes)."""
+    """The client, generated once for the session (it takes seconds, and every worker serves the
+    same document: `generated_client` checks that the one under test serves these bytes). Not
+    once a module: the session's workers' parameters interleave this module's tests with others',
+    and a module's fixture is made again each time its tests resume."""
     from app import create_app
 
     body = create_app({"PLANTS_API_TOKENS": TOKEN}).test_client().get("/openapi.json").get_data()
