@@ -38,20 +38,38 @@ def served_document(server, directory: Path) -> Path:
     return document
 
 
-@pytest.fixture
-def generated_client(either_worker, tmp_path, monkeypatch):
-    document = served_document(either_worker, tmp_path)
+@pytest.fixture(scope="session")
+def generated_package(tmp_path_factory) -> tuple[Path, bytes]:
+    """The client, generated once for the session (it takes seconds, and every worker serves the
+    same document: `generated_client` checks that the one under test serves these bytes). Not
+    once a module: the session's workers' parameters interleave this module's tests with others',
+    and a module's fixture is made again each time its tests resume."""
+    from app import create_app
+
+    body = create_app({"PLANTS_API_TOKENS": TOKEN}).test_client().get("/openapi.json").get_data()
+    directory = tmp_path_factory.mktemp("generated")
+    document = directory / "openapi.json"
+    document.write_bytes(body)
     bin_dir = Path(sys.executable).parent
     result = subprocess.run(
         [str(bin_dir / "openapi-python-client"), "generate", "--path", str(document), "--meta", "none",
-         "--output-path", str(tmp_path / "plant_store_client")],
+         "--output-path", str(directory / "plant_store_client")],
         env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Warning" not in output, output
-    monkeypatch.syspath_prepend(str(tmp_path))
+    return directory, body
+
+
+@pytest.fixture
+def generated_client(either_worker, generated_package, monkeypatch):
+    directory, generated_from = generated_package
+    status, _, body = call(either_worker.connection(), "GET", "/openapi.json")
+    assert status == 200
+    assert json.loads(body) == json.loads(generated_from)
+    monkeypatch.syspath_prepend(str(directory))
     yield importlib.import_module("plant_store_client")
     for name in [name for name in sys.modules if name.startswith("plant_store_client")]:
         del sys.modules[name]

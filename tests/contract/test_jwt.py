@@ -335,7 +335,8 @@ def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, 
     response = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
     elapsed = time.monotonic() - started
     refused(response, "the token names no known signing key")
-    assert 1.5 < elapsed < 2.6, elapsed  # the 2 s deadline, not the provider's 6 s
+    # The 2 s deadline, not the provider's 6 s: wide of both, for a slow machine under load.
+    assert 1.5 < elapsed < 5.0, elapsed
     # Cached keys still work while it hangs.
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
 

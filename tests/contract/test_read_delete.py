@@ -174,7 +174,7 @@ def test_a_full_store_takes_exactly_one_new_plant_after_one_delete(make_app, sto
 
 
 def test_reads_count_against_the_tokens_rate_limit(make_app, auth):
-    client = make_app(PLANTS_READ_TOKENS=READER, PLANTS_RATE_LIMIT="3 per 2 seconds").test_client()
+    client = make_app(PLANTS_READ_TOKENS=READER, PLANTS_RATE_LIMIT="3 per 30 seconds").test_client()
     answers = [
         client.get("/plants", headers=READ),
         client.get("/plants/1", headers=READ),

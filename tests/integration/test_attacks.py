@@ -2,10 +2,12 @@
 a real gunicorn while an honest client probes `/healthz` (bench/attacks.py): one default worker
 on memory, and two workers on Redis.
 
-Each must leave the probe within 250 ms at p99 (the goal is 100 ms on an idle machine; CI's other
-test worker shares the two cores), with no failed probe, and the workers idle (under 5% of a
-core) in the second after the attack ends: no connection the attack left behind keeps a loop
-turning.
+Each must leave the probe answered before the attackers' deadlines (p99 under 1 s, half the 2 s read
+timeout a held thread would wait out), with no failed probe, and the workers idle (under a quarter
+of a core, where a turning loop takes a whole one) in the second after the attack ends: no
+connection the attack left behind keeps a loop turning. These are behaviours with room for a slow
+machine under load; the figures (100 ms at p99, 0.7% of a core) are `python -m bench attacks`'s,
+in bench/README.md.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from bench.attacks import ATTACKS, idle_cpu_share, run
 from tests.conftest import redis_settings
 from tests.servers import TOKEN, Gunicorn
 
-P99_BOUND_MS = 250
-IDLE_CPU_SHARE = 0.05
+P99_BOUND_MS = 1000
+IDLE_CPU_SHARE = 0.25
 SECONDS = 4.0
 
 

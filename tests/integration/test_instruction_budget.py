@@ -22,15 +22,18 @@ def test_the_budget_covers_the_guarded_requests():
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_request_stays_within_its_instruction_budget(path):
-    """Through the command a contributor runs (`python -m bench instructions --budget PATH`)."""
+def test_a_request_stays_within_its_instruction_budget(path, tmp_path):
+    """Through the command a contributor runs (`python -m bench instructions --budget PATH`), its
+    results written under tmp_path rather than into the source tree's bench/results/."""
+    counts = tmp_path / "instructions.json"
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "instructions", "--budget", path],
+        [sys.executable, "-m", "bench", "instructions", "--budget", path, "--json", str(counts)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     (row,) = [line for line in result.stdout.splitlines() if line.startswith(f"| {path} |")]
     assert int(row.split("|")[2].strip().replace(",", "")) > 100_000, row
+    assert json.loads(counts.read_text())[path] > 100_000
     assert result.stdout.rstrip().endswith("Every path is within its budget.")
 
 

@@ -128,7 +128,8 @@ def test_next_attempt_shows_while_a_retry_is_pending_then_clears(make_app):
         # After the second failure the wait is 3 s (300 s at a hundredth) within ±20%.
         shown = endpoint(client, hook)
         due = calendar.timegm(time.strptime(shown["next_attempt"][:19], "%Y-%m-%dT%H:%M:%S"))
-        assert 1.4 < due - time.time() < 4.0
+        # Shown to the second, so up to 1 s early; and up to 1 s more for the reads on a loaded machine.
+        assert 0.4 < due - time.time() < 4.0
         receiver.wait_for(3, timeout=10)
         wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no next_attempt")
         assert client.get("/webhooks", headers=AUTH).json["webhooks"][0]["next_attempt"] is None
