@@ -79,6 +79,15 @@ class Gunicorn:
         return self.process.returncode
 
 
+class Served(Gunicorn):
+    """A deployment's own command (a Containerfile's CMD, say) serving on `port`, its output in a file."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path, port: int) -> None:
+        self.env = env
+        self.port = port
+        self._serve(command, env, cwd)
+
+
 class SocketActivated(Gunicorn):
     """A command under systemd's socket activation (`systemd-socket-activate`): the listening
     socket is systemd's, the command inherits it (LISTEN_FDS) on the first connection, exec'd in
