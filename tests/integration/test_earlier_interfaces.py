@@ -1,9 +1,11 @@
-"""Old clients still work: each earlier interface document (docs/interfaces/, from the git history
-of app/plants/openapi.yaml) run by schemathesis against today's service, with positive data and
-every response check. A change that breaks a client of an earlier minor version fails here."""
+"""Old clients still work: each earlier interface document (docs/interfaces/, a folder per version,
+from the git history of app/plants/openapi.yaml) run by schemathesis against today's service, with
+positive data and every response check. A change that breaks a client of an earlier minor version
+fails here. And the CHANGELOG has an entry for each version."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.telemetry.version import VERSION
 from tests.servers import ROOT, TOKEN, Gunicorn
 
 INTERFACES = ROOT / "docs" / "interfaces"
@@ -39,11 +42,14 @@ def server():
 
 
 def test_every_earlier_version_is_kept():
-    kept = sorted(path.name for path in INTERFACES.glob("openapi-*.yaml"))
-    assert kept == [f"openapi-{version}.yaml" for version in VERSIONS]
+    kept = sorted(path.parent.name for path in INTERFACES.glob("*/openapi.yaml"))
+    assert kept == VERSIONS
     for version in VERSIONS:
-        document = yaml.safe_load((INTERFACES / f"openapi-{version}.yaml").read_text())
+        document = yaml.safe_load((INTERFACES / version / "openapi.yaml").read_text())
         assert document["info"]["version"] == version
+    # The CHANGELOG has an entry for each, and for today's (Keep a Changelog's headings).
+    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
+    assert headings == ["Unreleased", VERSION, *reversed(VERSIONS)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -51,7 +57,7 @@ def test_a_client_of_an_earlier_version_still_works(server, version, tmp_path):
     st = Path(sys.executable).with_name("st")
     result = subprocess.run(
         [
-            str(st), "run", str(INTERFACES / f"openapi-{version}.yaml"),
+            str(st), "run", str(INTERFACES / version / "openapi.yaml"),
             "--url", f"http://127.0.0.1:{server.port}",
             "--mode", "positive",
             "--checks", CHECKS,
