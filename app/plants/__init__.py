@@ -36,7 +36,7 @@ bp.before_request(guard)
 def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
-    deprecation.table()  # a deprecated operation of the document without its date stops the start
+    deprecation.prepare()  # a deprecated operation of the document without its date stops the start
 
 
 @bp.after_request
@@ -46,9 +46,10 @@ def _finish(response: Response) -> Response:
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
-    deprecated = deprecation.announce(request.endpoint, request.method, response)
-    if deprecated is not None and state.metrics is not None:
-        state.metrics.count_deprecated(deprecated)
+    if deprecation.ACTIVE:
+        deprecated = deprecation.announce(request.endpoint, request.method, response)
+        if deprecated is not None and state.metrics is not None:
+            state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
         add_headers(request.environ, response)
     return response

@@ -32,8 +32,11 @@ def marked(monkeypatch):
         docs.document_bytes.cache_clear()
 
     yield document
+    monkeypatch.undo()  # the shipped document again, and the table it makes (empty) for later apps
     deprecation.table.cache_clear()
     docs.document_bytes.cache_clear()
+    deprecation.prepare()
+    assert deprecation.ACTIVE == {}
 
 
 def test_a_deprecated_operation_announces_its_deprecation_and_sunset(marked):
