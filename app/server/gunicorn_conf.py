@@ -233,10 +233,11 @@ def _drain_on_sigterm(worker: Any) -> None:
 
 
 def _deliverer_of(worker: Any) -> Any:
-    """The webhook deliverer of the app the worker serves (None for another app)."""
+    """The webhook deliverer of the app the worker serves (None for another app, or a worker
+    stopped before it loaded its app: gunicorn 23 reloading under load quit one while it did)."""
     from app.extension import EXTENSION, plants_state
 
-    app = worker.wsgi
+    app = getattr(worker, "wsgi", None)
     return plants_state(app).deliverer if EXTENSION in getattr(app, "extensions", {}) else None
 
 
@@ -245,7 +246,7 @@ def _memory_store_of(worker: Any) -> Any:
     from app.extension import EXTENSION, plants_state
     from app.store.memory.store import MemoryPlantStore
 
-    app = worker.wsgi
+    app = getattr(worker, "wsgi", None)  # None: stopped before it loaded its app
     store = plants_state(app).store if EXTENSION in getattr(app, "extensions", {}) else None
     return store if isinstance(store, MemoryPlantStore) else None
 
