@@ -114,14 +114,28 @@ def gunicorn_command() -> list[str]:
 def test_a_reload_on_the_memory_store_fails_nothing_and_keeps_every_plant(tmp_path):
     server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
     try:
+        hook = {"url": "http://no-such-host.invalid/hook"}
+        status, _, body = call(server.connection(), "POST", "/webhooks", hook, AUTH)
+        assert status == 201, body
+        endpoint = json.loads(body)["id"]
+        for plant_id in (-3, -2, -1):
+            assert (
+                call(server.connection(), "POST", "/plants", {"id": plant_id, "name": "Moss"}, AUTH)[0] == 200
+            )
+        status, _, body = call(server.connection(), "GET", "/plants?limit=2", headers=AUTH)
+        cursor = json.loads(body)["next"]
         acknowledged = reload_under_load(server)
         assert_all_readable(server, acknowledged)
+        # The webhook endpoints went over too, and a cursor made before is still good.
+        assert call(server.connection(), "GET", f"/webhooks/{endpoint}", headers=AUTH)[0] == 200
+        status, _, body = call(server.connection(), "GET", f"/plants?limit=1&after={cursor}", headers=AUTH)
+        assert (status, json.loads(body)["plants"]) == (200, [{"id": -1, "name": "Moss"}])
         # The feed went over with the plants: one created event per plant, from the first.
         status, _, body = call(server.connection(), "GET", "/events?limit=1000", headers=AUTH)
         assert status == 200
         events = json.loads(body)["events"]
-        assert [event["type"] for event in events] == ["plant.created"] * min(1000, len(acknowledged))
-        assert {event["plant"]["id"] for event in events} <= set(acknowledged)
+        assert [event["type"] for event in events] == ["plant.created"] * min(1000, len(acknowledged) + 3)
+        assert {event["plant"]["id"] for event in events} <= {*acknowledged, -3, -2, -1}
     finally:
         server.stop()
     assert "took over" in server.output()
