@@ -71,6 +71,12 @@ class Metrics:
             buckets=REQUEST_DURATION_BUCKETS,
             registry=self.registry,
         )
+        self.deprecated_requests = Counter(
+            "plants_deprecated_requests",
+            "Requests to operations the document marks deprecated (docs/versions.md), per operation.",
+            ["operation"],
+            registry=self.registry,
+        )
         self.store_errors = Counter(
             "plants_store_errors",
             "Store calls that failed and were answered 503.",
@@ -149,6 +155,10 @@ class Metrics:
 
     def observe_webhook_latency(self, seconds: float) -> None:
         self.webhook_latency.observe(seconds)
+
+    def count_deprecated(self, operation_id: str) -> None:
+        """Count one request to a deprecated operation: who still calls it before its sunset."""
+        self.deprecated_requests.labels(operation_id).inc()
 
     def count_store_error(self, reason: str) -> None:
         """Count one store call answered 503, by its reason."""

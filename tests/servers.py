@@ -43,20 +43,18 @@ class Gunicorn:
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.env = dict(env or {})
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
         full_env = {
             **os.environ,
             "PLANTS_API_TOKENS": TOKEN,
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             **(env or {}),
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", *args],
-            cwd=ROOT,
-            env=full_env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        self._serve([sys.executable, "-m", "gunicorn", *args], full_env, ROOT)
+
+    def _serve(self, command: list[str], env: dict[str, str] | None, cwd: Path) -> None:
+        """Start `command` with its output in a file, and wait until it serves /healthz on self.port."""
+        self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             wait_until_serving(self.port, self.process)
         except Exception as exc:
@@ -79,6 +77,32 @@ class Gunicorn:
                 self.process.wait()
         self.log.close()
         return self.process.returncode
+
+
+class Served(Gunicorn):
+    """A deployment's own command (a Containerfile's CMD, say) serving on `port`, its output in a file."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path, port: int) -> None:
+        self.env = env
+        self.port = port
+        self._serve(command, env, cwd)
+
+
+class SocketActivated(Gunicorn):
+    """A command under systemd's socket activation (`systemd-socket-activate`): the listening
+    socket is systemd's, the command inherits it (LISTEN_FDS) on the first connection, exec'd in
+    place (one pid: SIGHUP and SIGTERM reach gunicorn's master), and gets only the environment
+    named in `env`, as a unit's Environment= gives it."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.env = env
+        self.port = free_port()
+        setenv = [f"--setenv={name}={value}" for name, value in env.items()]
+        listen = f"--listen=127.0.0.1:{self.port}"
+        self._serve(["systemd-socket-activate", listen, *setenv, *command], None, cwd)
+
+    def connection(self, timeout: float = 30) -> http.client.HTTPConnection:
+        return super().connection(timeout)
 
 
 def self_signed_certificate(directory: Path) -> tuple[Path, Path]:

@@ -17,6 +17,7 @@ from app.errors import InsufficientStorage, SplitStoreRefused
 from app.extension import init_state, plants_state
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
+from app.plants import deprecation
 from app.plants.guard import guard, store_unavailable
 from app.plants.routes import add_routes
 from app.store import StoreFullError, StoreUnavailableError
@@ -35,14 +36,20 @@ bp.before_request(guard)
 def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
+    deprecation.prepare()  # a deprecated operation of the document without its date stops the start
 
 
 @bp.after_request
 def _finish(response: Response) -> Response:
-    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers."""
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers, and
+    with the announcement of a deprecated operation (app/plants/deprecation.py)."""
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
+    if deprecation.ACTIVE:
+        deprecated = deprecation.announce(request.endpoint, request.method, response)
+        if deprecated is not None and state.metrics is not None:
+            state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
         add_headers(request.environ, response)
     return response

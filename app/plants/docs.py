@@ -127,7 +127,8 @@ def document_bytes(
         }
     if jwt is not None:
         document = _with_scopes(document, jwt, writes, webhooks)
-    return json.dumps(document, ensure_ascii=False).encode()
+    # default=str: YAML reads an unquoted date (x-sunset: 2027-06-01) as a date; JSON has only its text.
+    return json.dumps(document, ensure_ascii=False, default=str).encode()
 
 
 def _with_scopes(

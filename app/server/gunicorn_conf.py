@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from app.server import handoff
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
 from app.telemetry.logs import logging_config
@@ -150,6 +151,8 @@ def on_starting(server: Any) -> None:
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
+    if not url.shared:
+        handoff.prepare()  # a reload hands the store over (app/server/handoff.py)
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
         summary(settings, url),
@@ -179,6 +182,9 @@ def post_worker_init(worker: Any) -> None:
     Objects made later, per request, are collected as before.
     """
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
+    store = _memory_store_of(worker)
+    if store is not None:
+        handoff.read_if_any(store)  # the plants of the worker this one replaces, on a reload
     _drain_on_sigterm(worker)
     _start_tracing(worker)
     gc.freeze()
@@ -227,18 +233,39 @@ def _drain_on_sigterm(worker: Any) -> None:
 
 
 def _deliverer_of(worker: Any) -> Any:
-    """The webhook deliverer of the app the worker serves (None for another app)."""
+    """The webhook deliverer of the app the worker serves (None for another app, or a worker
+    stopped before it loaded its app: gunicorn 23 reloading under load quit one while it did)."""
     from app.extension import EXTENSION, plants_state
 
-    app = worker.wsgi
+    app = getattr(worker, "wsgi", None)
     return plants_state(app).deliverer if EXTENSION in getattr(app, "extensions", {}) else None
 
 
+def _memory_store_of(worker: Any) -> Any:
+    """The memory store of the app the worker serves (None for a shared store or another app)."""
+    from app.extension import EXTENSION, plants_state
+    from app.store.memory.store import MemoryPlantStore
+
+    app = getattr(worker, "wsgi", None)  # None: stopped before it loaded its app
+    store = plants_state(app).store if EXTENSION in getattr(app, "extensions", {}) else None
+    return store if isinstance(store, MemoryPlantStore) else None
+
+
+def on_reload(server: Any) -> None:
+    """With the memory store, the old worker stops and hands its plants over before the new one
+    starts (app/server/handoff.py); with a shared store gunicorn's overlapping reload stands."""
+    handoff.hand_over(server)
+
+
 def worker_exit(server: Any, worker: Any) -> None:
-    """A worker that stops gives up its webhook leases, so that another delivers at once."""
+    """A worker that stops gives up its webhook leases, so that another delivers at once; on a
+    reload, with the memory store, it writes its plants for the next worker."""
     deliverer = _deliverer_of(worker)
     if deliverer is not None:
         deliverer.stop(timeout=2.0)
+    store = _memory_store_of(worker)
+    if store is not None:
+        handoff.write_if_wanted(store)
     tracing = getattr(worker, "plants_tracing", None)
     if tracing is not None:
         tracing.shutdown()  # the spans still batched are exported
@@ -251,6 +278,7 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def on_exit(server: Any) -> None:
+    handoff.remove()
     directory = getattr(server, "plants_metrics_directory", None)
     if directory:
         shutil.rmtree(directory, ignore_errors=True)

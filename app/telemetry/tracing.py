@@ -31,9 +31,10 @@ EXTRA_MODULES = (
     "opentelemetry.instrumentation.flask",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
 )
+#: plant-store is not on PyPI: the extra installs from a clone (or from a built wheel's path).
 MISSING_EXTRA = (
-    "tracing is asked for ({}) but OpenTelemetry is not installed: pip install 'plant-store[otel]'"
-    " (or '.[otel]' from a clone)"
+    "tracing is asked for ({}) but OpenTelemetry is not installed: from the clone, run"
+    " pip install -r requirements.txt -e '.[otel]'"
 )
 
 

@@ -6,6 +6,7 @@ Ctrl-C, giving up its leases once the attempts in flight end."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import signal
@@ -14,12 +15,44 @@ import threading
 from typing import Any
 
 from app.settings import DEFAULTS, ConfigurationError, from_environ, load_settings
+from app.settings.schema import FIELDS
 from app.store import store_for
 from app.telemetry.logs import configure
 from app.webhooks import Deliverer, user_agent
 
+#: The settings that shape a deliverer on its own, named in --help with their defaults.
+HELP_SETTINGS = ("PLANTS_STORE_", "PLANTS_WEBHOOKS_", "PLANTS_LOG_FORMAT")
 
-def main() -> int:
+
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    return "(none)" if default in (None, ()) else str(default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = "\n".join(
+        f"  {name:<34} {_shown(FIELDS[name].load_default)}"
+        for name in FIELDS
+        if name.startswith(HELP_SETTINGS)
+    )
+    return argparse.ArgumentParser(
+        prog="plant-store-webhooks",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Deliver the Plant Store's webhooks apart from the web workers (docs/webhooks.md).\n"
+            "Reads the service's settings from the environment; needs a shared store\n"
+            "(PLANTS_STORE_URL=redis://... or PLANTS_STORE_URL_FILE) and the service's tokens\n"
+            "(PLANTS_API_TOKENS or PLANTS_API_TOKENS_FILE). Set PLANTS_WEBHOOKS_DELIVER=false on\n"
+            "the web workers. Stops on SIGTERM or Ctrl-C once the attempts in flight end."
+        ),
+        epilog=f"settings (environment, default):\n{defaults}\n\n"
+        "The README's settings table says what each does.",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    _parser().parse_args(argv)  # --help prints the usage and exits 0; any argument is refused
     try:
         settings = load_settings({**DEFAULTS, **from_environ()})
         configure(settings.log_format)  # the web workers' format (app/telemetry/logs.py)

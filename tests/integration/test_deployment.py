@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,18 @@ def test_flask_run_config_error_is_one_line():
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "PLANTS_API_TOKENS is not set" in result.stderr
+
+
+def test_traces_asked_for_without_the_extra_name_an_install_command_that_works(tmp_path):
+    # A regular package named opentelemetry in front hides the installed SDK, as a venv without
+    # the extra would have none.
+    (tmp_path / "opentelemetry").mkdir()
+    (tmp_path / "opentelemetry" / "__init__.py").write_text("")
+    env = {**OK, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "PYTHONPATH": str(tmp_path)}
+    (line,) = refused_start(env)
+    assert "OpenTelemetry is not installed" in line
+    command = line.split("run ", 1)[1]
+    assert command == "pip install -r requirements.txt -e '.[otel]'"
+    # What it names is in the clone: the pins, and the extra in the package's metadata.
+    assert (ROOT / "requirements.txt").is_file()
+    assert "otel" in (metadata.metadata("plant-store").get_all("Provides-Extra") or [])

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -543,3 +544,18 @@ def test_a_changed_url_or_a_deleted_endpoint_closes_its_kept_connection(service,
     assert first.peer != second.peer
     assert client.delete(f"/webhooks/{hook['id']}", headers=AUTH).status_code == 204
     wait_until(lambda: len(connections) == 0, what="the deleted endpoint's connection closed")
+
+
+def test_the_deliverers_help_prints_its_usage_and_settings():
+    """`plant-store-webhooks --help` needs no setting: it says what the command does and reads."""
+    script = Path(sys.executable).parent / "plant-store-webhooks"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANTS_")}
+    done = subprocess.run([script, "--help"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: plant-store-webhooks")
+    for name in ("PLANTS_STORE_URL", "PLANTS_WEBHOOKS_TIMEOUT", "PLANTS_LOG_FORMAT"):
+        assert name in done.stdout
+    assert done.stderr == ""
+    wrong = subprocess.run([script, "--bogus"], env=env, capture_output=True, text=True, timeout=30)
+    assert wrong.returncode == 2
+    assert "unrecognized arguments: --bogus" in wrong.stderr

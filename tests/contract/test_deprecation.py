@@ -1,0 +1,91 @@
+"""A deprecated operation is announced from the served document alone (app/plants/deprecation.py):
+an app whose document marks getPlant `deprecated: true` answers it with RFC 9745's Deprecation,
+RFC 8594's Sunset and a Link rel="deprecation", and counts its use; the other operations say nothing."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+
+import pytest
+
+from app import create_app
+from app.plants import deprecation, docs
+from tests.contract.test_metrics import samples
+from tests.servers import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SINCE = datetime.date(2026, 11, 27)
+SUNSET = "2027-06-01"
+
+
+@pytest.fixture
+def marked(monkeypatch):
+    """The shipped document with one operation marked deprecated, as an operator's edit would."""
+    shipped = docs._document()
+
+    def document(extra: dict) -> None:
+        edited = copy.deepcopy(shipped)
+        edited["paths"]["/plants/{id}"]["get"].update({"deprecated": True, **extra})
+        monkeypatch.setattr(docs, "_document", lambda: edited)
+        deprecation.table.cache_clear()
+        docs.document_bytes.cache_clear()
+
+    yield document
+    monkeypatch.undo()  # the shipped document again, and the table it makes (empty) for later apps
+    deprecation.table.cache_clear()
+    docs.document_bytes.cache_clear()
+    deprecation.prepare()
+    assert deprecation.ACTIVE == {}
+
+
+def test_a_deprecated_operation_announces_its_deprecation_and_sunset(marked):
+    marked({"x-deprecated-since": SINCE, "x-sunset": SUNSET})
+    client = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()
+    assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code == 200
+    for method, plant_id, status in [("GET", 1, 200), ("HEAD", 1, 200), ("GET", 2, 404)]:
+        response = client.open(f"/plants/{plant_id}", method=method, headers=AUTH)
+        assert response.status_code == status
+        since = datetime.datetime(2026, 11, 27, tzinfo=datetime.UTC)
+        assert response.headers["Deprecation"] == f"@{int(since.timestamp())}"  # RFC 9745: a Date
+        assert response.headers["Sunset"] == "Tue, 01 Jun 2027 00:00:00 GMT"  # RFC 8594: an HTTP-date
+        assert response.headers.get_all("Link") == [
+            '</openapi.json>; rel="deprecation"; type="application/json"'
+        ]
+    # The operations the document does not mark say nothing.
+    created = client.post("/plants", json={"id": 3, "name": "Palm"}, headers=AUTH)
+    assert "Deprecation" not in created.headers
+    assert "Sunset" not in created.headers
+    listed = client.get("/plants", headers=AUTH)
+    assert "Deprecation" not in listed.headers
+    # The served document says so too, and the metric counts each use.
+    served = client.get("/openapi.json").get_json()["paths"]["/plants/{id}"]["get"]
+    assert (served["deprecated"], served["x-sunset"], served["x-deprecated-since"]) == (
+        True,
+        SUNSET,
+        "2026-11-27",
+    )
+    scrape = samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
+    assert scrape[("plants_deprecated_requests_total", (("operation", "getPlant"),))] == 3
+    assert not any(name == "plants_deprecated_requests_total" and labels != (("operation", "getPlant"),)
+                   for name, labels in scrape)  # fmt: skip
+
+
+def test_its_link_names_the_notice_when_the_document_gives_one(marked):
+    marked({"x-deprecated-since": "2026-11-27", "x-deprecation-link": "https://example.com/plants-v2"})
+    client = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()
+    response = client.get("/plants/1", headers=AUTH)
+    assert response.headers.get_all("Link") == [
+        '<https://example.com/plants-v2>; rel="deprecation"; type="text/html"'
+    ]
+    assert "Sunset" not in response.headers  # no date set yet: served until one is announced
+
+
+def test_a_deprecation_without_its_date_stops_the_start(marked):
+    marked({})
+    with pytest.raises(ValueError, match="getPlant is deprecated: x-deprecated-since must be a date"):
+        create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN})
+
+
+def test_the_shipped_document_deprecates_nothing_yet():
+    assert deprecation.table() == {}

