@@ -8,25 +8,52 @@ import socket
 import threading
 
 
-class HoldingProxy:
-    """Forwards each client connection to 127.0.0.1:`upstream_port` on a connection of its own.
-
-    While `hold()` is on, what clients send is kept instead of forwarded. `release()` delivers it
-    on the upstream connection it came for, even when its client has gone (reset or closed): the
-    upstream connection stays open for it. What upstream answers to a client that has gone is
-    kept in `orphan_replies`.
-    """
+class Proxy:
+    """Forwards each client connection to 127.0.0.1:`upstream_port` on a connection of its own,
+    as a subclass's `_forward` does."""
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
+            except OSError:
+                return
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            self._forward(client, upstream)
+
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class HoldingProxy(Proxy):
+    """While `hold()` is on, what clients send is kept instead of forwarded. `release()` delivers it
+    on the upstream connection it came for, even when its client has gone (reset or closed): the
+    upstream connection stays open for it. What upstream answers to a client that has gone is
+    kept in `orphan_replies`.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
         self._holding = False
         self._held: list[tuple[socket.socket, bytes]] = []
-        self._sockets: list[socket.socket] = [self._listener]
         self.orphan_replies: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port)
 
     def hold(self) -> None:
         with self._lock:
@@ -49,25 +76,10 @@ class HoldingProxy:
         with self._lock:
             return sum(len(data) for _, data in self._held)
 
-    def close(self) -> None:
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
-            except OSError:
-                return
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            gone = threading.Event()
-            threading.Thread(target=self._to_upstream, args=(client, upstream, gone), daemon=True).start()
-            threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        gone = threading.Event()
+        threading.Thread(target=self._to_upstream, args=(client, upstream, gone), daemon=True).start()
+        threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
 
     def _to_upstream(self, client: socket.socket, upstream: socket.socket, gone: threading.Event) -> None:
         while True:

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from app.compat.redis import HeldConnections, connection_class, follow_redirect
+from app.compat.redis import HeldConnections, Unanswered, connection_class, follow_redirect
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
@@ -103,9 +103,14 @@ class LazyClient:
             entry = self._nodes[slot] = (node.name, client.get_redis_connection(node))
         return entry[1]
 
-    def call(self, node: redis.Redis, *command: Any) -> Any:
-        """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py)."""
-        return self._held.call(node, *command)
+    def call(self, node: redis.Redis, *command: Any, resend: bool = True) -> Any:
+        """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py);
+        after a lost reply, sent again only with `resend`."""
+        return self._held.call(node, *command, resend=resend)
+
+    def call_all(self, node: redis.Redis, *commands: tuple) -> list[Any]:
+        """`commands` together on `node`'s held connection, never sent again after a lost reply."""
+        return self._held.call_all(node, *commands)
 
     def read(self, key: str, *command: Any) -> Any:
         """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
@@ -169,6 +174,9 @@ class ScriptRunner:
     A plant's write carries a `Deadline` (deadline.py): when its outcome is unknown (a timeout,
     or a connection lost once it may have been sent) its error is raised only once the deadline
     has passed, after which Redis refuses it; so it can never land after the 503 it answered.
+    A script run with `resend` False is never sent again once it was sent whole (nor on a
+    cluster's other node after a failover): its lost reply raises `Unanswered` at once, for
+    lost.py to learn what it did.
     """
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
@@ -179,19 +187,33 @@ class ScriptRunner:
         self._moving_wait_s = moving_wait_s
 
     def __call__(
-        self, name: str, keys: tuple, args: tuple, *, write: bool = False, deadline: Deadline | None = None
+        self,
+        name: str,
+        keys: tuple,
+        args: tuple,
+        *,
+        write: bool = False,
+        deadline: Deadline | None = None,
+        resend: bool = True,
     ) -> Any:
         """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked. A
-        failure raises the store's error, which names the cluster's node that failed."""
+        failure raises the store's error, which names the cluster's node that failed; without
+        `resend`, a lost reply raises `Unanswered`."""
         try:
-            return self._run(name, keys, args, write=write)
+            return self._run(name, keys, args, write=write, resend=resend)
         except FAILURES as exc:
+            if isinstance(exc, Unanswered) and not resend:
+                raise  # lost.py learns what it did
             unknown = isinstance(exc, (RedisTimeoutError, RedisConnectionError)) and not settled(exc)
             if deadline is not None and unknown:
                 deadline.wait_until_settled()
             raise translate(exc, self._nodes.serving(keys[0])) from None
 
-    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool) -> Any:
+    def serving(self, key: str) -> str | None:
+        """The cluster's node that serves `key` (LazyClient.serving)."""
+        return self._nodes.serving(key)
+
+    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool, resend: bool) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self._nodes.get().register_script(getattr(lua, name))
@@ -200,10 +222,12 @@ class ScriptRunner:
         while True:
             node = self._nodes.node_for(keys[0])
             try:
-                return self._once(node, script, keys, args, wait=write and self._replicas > 0)
+                return self._once(node, script, keys, args, wait=write and self._replicas > 0, resend=resend)
             except NoScriptError:
                 node.script_load(script.script)
             except (MovedError, ClusterDownError, RedisConnectionError) as exc:
+                if isinstance(exc, Unanswered) and not resend:
+                    raise  # it may have run: never on another node too
                 redirects += 1
                 if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
                     raise
@@ -221,15 +245,16 @@ class ScriptRunner:
                 self._nodes.suspect(keys[0])
                 raise
 
-    def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:
+    def _once(
+        self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool, resend: bool
+    ) -> Any:
         if not wait:
-            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args)
+            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args, resend=resend)
         # WAIT counts the replicas that have this connection's writes, so it must follow the
-        # script on the same connection: one pipeline, one round trip.
-        pipe = node.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", self._replicas, self._wait_ms)
-        answer, confirmed = pipe.execute(raise_on_error=False)
+        # script on the same connection: sent together, one round trip, and never sent again.
+        answer, confirmed = self._nodes.call_all(
+            node, ("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", self._replicas, self._wait_ms)
+        )
         for result in (answer, confirmed):
             if isinstance(result, Exception):
                 raise result

@@ -1,0 +1,84 @@
+"""A TCP proxy on 127.0.0.1 that drops a connection around one script: a network (or a Redis
+failover, a middlebox's idle timer) that breaks a connection while a write is on it.
+
+`drop_next(after_reply=True)`: the next EVALSHA goes to Redis whole, Redis runs it and replies, and
+the proxy resets the client's connection instead of passing the reply on: the write landed, and
+its sender does not know. `after_reply=False`: the next EVALSHA never reaches Redis; the client's
+connection is reset as it is sent.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+from tests.proxy import Proxy
+
+#: SO_LINGER on, no time: close() sends a reset.
+_RESET = struct.pack("ii", 1, 0)
+
+
+class DroppingProxy(Proxy):
+    def __init__(self, upstream_port: int) -> None:
+        self._armed: bool | None = None  # None: forward everything; else drop_next's after_reply
+        #: Set when the armed drop has happened.
+        self.dropped = threading.Event()
+        super().__init__(upstream_port)
+
+    def drop_next(self, *, after_reply: bool) -> None:
+        with self._lock:
+            self._armed = after_reply
+            self.dropped.clear()
+
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        swallow = threading.Event()  # the next reply is not passed on: the client is reset
+        threading.Thread(target=self._to_upstream, args=(client, upstream, swallow), daemon=True).start()
+        threading.Thread(target=self._to_client, args=(upstream, client, swallow), daemon=True).start()
+
+    def _reset(self, client: socket.socket, upstream: socket.socket) -> None:
+        for sock in (client, upstream):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.dropped.set()
+
+    def _to_upstream(self, client: socket.socket, upstream: socket.socket, swallow: threading.Event) -> None:
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                return
+            with self._lock:
+                armed = self._armed if b"EVALSHA" in data else None
+                if armed is not None:
+                    self._armed = None
+            if armed is False:
+                self._reset(client, upstream)
+                return
+            if armed:
+                swallow.set()
+            try:
+                upstream.sendall(data)
+            except OSError:
+                return
+
+    def _to_client(self, upstream: socket.socket, client: socket.socket, swallow: threading.Event) -> None:
+        while True:
+            try:
+                data = upstream.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if swallow.is_set():
+                self._reset(client, upstream)
+                return
+            try:
+                client.sendall(data)
+            except OSError:
+                return
