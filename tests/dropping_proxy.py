@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from collections.abc import Callable
 
 from tests.proxy import Proxy
 
@@ -22,13 +23,18 @@ _RESET = struct.pack("ii", 1, 0)
 class DroppingProxy(Proxy):
     def __init__(self, upstream_port: int) -> None:
         self._armed: bool | None = None  # None: forward everything; else drop_next's after_reply
+        self._before_drop: Callable[[], None] | None = None
+        self.dropped_command = b""
         #: Set when the armed drop has happened.
         self.dropped = threading.Event()
         super().__init__(upstream_port)
 
-    def drop_next(self, *, after_reply: bool) -> None:
+    def drop_next(self, *, after_reply: bool, before_drop: Callable[[], None] | None = None) -> None:
+        """`before_drop`: what else happens while the script has run and its sender waits (a
+        slot moving to another node, say)."""
         with self._lock:
             self._armed = after_reply
+            self._before_drop = before_drop
             self.dropped.clear()
 
     def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
@@ -37,6 +43,8 @@ class DroppingProxy(Proxy):
         threading.Thread(target=self._to_client, args=(upstream, client, swallow), daemon=True).start()
 
     def _reset(self, client: socket.socket, upstream: socket.socket) -> None:
+        if self._before_drop is not None:
+            self._before_drop()
         for sock in (client, upstream):
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
@@ -57,6 +65,8 @@ class DroppingProxy(Proxy):
                 armed = self._armed if b"EVALSHA" in data else None
                 if armed is not None:
                     self._armed = None
+            if armed is not None:
+                self.dropped_command = data[:300]
             if armed is False:
                 self._reset(client, upstream)
                 return

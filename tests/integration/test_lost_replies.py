@@ -11,11 +11,17 @@ runs once.
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
-from tests.conftest import redis_settings
+from app.store.redis.groups import CLUSTER_GROUPS, Groups
+from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
+from tests.integration.test_cluster import move_slot_whole
+from tests.servers import RedisClusterServers
 
 TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
 _IDS = itertools.count(100)
@@ -49,9 +55,12 @@ def fresh_plant(client, auth) -> tuple[int, str]:
     return plant_id, answer.headers["ETag"]
 
 
-def warm(client, auth) -> None:
-    """Every script loaded, so that the dropped one is the write itself, not a NOSCRIPT."""
-    plant_id, _ = fresh_plant(client, auth)
+def warm(client, auth, plant_id: int | None = None) -> None:
+    """Every script loaded (on the node of `plant_id`'s group), so that the dropped one is the
+    write itself, not a NOSCRIPT."""
+    if plant_id is None:
+        plant_id = next(_IDS)
+    assert client.post("/plants", json={"id": plant_id, "name": "warm"}, headers=auth).status_code == 200
     assert client.patch(f"/plants/{plant_id}", json={"name": "warm"}, headers=auth).status_code == 200
     assert client.delete(f"/plants/{plant_id}", headers=auth).status_code == 204
 
@@ -111,3 +120,52 @@ def test_a_change_of_another_request_is_not_taken_for_the_lost_write(proxied, au
     assert proxy.dropped.is_set()
     assert answer.status_code == 412  # its own first run was refused too: nothing of its making
     assert client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "other"
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    cluster = RedisClusterServers(tmp_path, nodes=3, replicas=0)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.parametrize("moves", [False, True], ids=["stays", "its slot moves meanwhile"])
+@pytest.mark.parametrize("write", ["put if-match", "delete if-match"])
+def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
+    small_cluster, make_app, auth, write, moves
+):
+    """The lost write's event is read on the node that serves its group now: after a MOVED too."""
+    settings = cluster_settings(small_cluster)
+    plant_id = next(_IDS)
+    groups = Groups(settings["PLANTS_STORE_PREFIX"], count=CLUSTER_GROUPS, capacity=1, cluster=True)
+    tag = groups.bucket_key(plant_id)
+    probe = RedisCluster(host="127.0.0.1", port=small_cluster.nodes[0].port)
+    try:
+        port = probe.get_node_from_key(tag).port
+    finally:
+        probe.close()
+    node = next(node for node in small_cluster.nodes if node.port == port)
+    target = next(other for other in small_cluster.primaries() if other is not node)
+    proxy = DroppingProxy(port)
+    try:
+        # The node tells clients to reach it through the proxy; the other nodes learn it by gossip.
+        node.command("CONFIG", "SET", "cluster-announce-port", str(proxy.port))
+        deadline = time.monotonic() + 15
+        while not all(str(proxy.port) in other.command("CLUSTER", "SLOTS") for other in small_cluster.nodes):
+            assert time.monotonic() < deadline, "the proxy's port did not spread"
+            time.sleep(0.05)
+        client = make_app(**settings, **TIMEOUTS).test_client()
+        warm(client, auth, plant_id + CLUSTER_GROUPS)  # the same group
+        etag = client.post("/plants", json={"id": plant_id, "name": "before"}, headers=auth).headers["ETag"]
+        method, path, body, headers, statuses, stored, event = requests(plant_id, etag)[write]
+        start = client.get("/events?after=now", headers=auth).get_json()["next"]
+        move = lambda: move_slot_whole(small_cluster, key_slot(tag.encode()), node, target)  # noqa: E731
+        proxy.drop_next(after_reply=True, before_drop=move if moves else None)
+        answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+        assert proxy.dropped.is_set(), (answer.get_data(as_text=True), proxy.dropped_command)
+        assert answer.status_code in statuses, answer.get_data(as_text=True)
+        now = client.get(f"/plants/{plant_id}", headers=auth)
+        assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
+        assert events_of(client, auth, plant_id, start) == [event]
+    finally:
+        proxy.close()
