@@ -38,8 +38,9 @@ _DELETE_ANSWERS = {2: 1}
 class LostReplies:
     """Learns what a change or a delete did after its reply was lost, and answers that."""
 
-    def __init__(self, run: ScriptRunner, groups: Groups, window_s: float) -> None:
+    def __init__(self, run: ScriptRunner, groups: Groups, window_s: float, *, confirmed: bool) -> None:
         self._run = run
+        self._confirmed = confirmed
         self._groups = groups
         self._window_s = window_s
         self._most = min(_MOST_EVENTS, int(groups.retain_arg) - 1)
@@ -69,6 +70,9 @@ class LostReplies:
         except StoreUnavailableError:
             deadline.wait_until_settled()  # a 503 only once the write has landed or never will
             raise
+        if found is not None and self._confirmed:
+            # It landed, and whether a replica has it was in the lost reply (its WAIT).
+            raise self._unknown(keys, "whether a replica has it")
         if found is not None:
             return found
         # Settled, and nothing written: the write runs once more, as if new.
@@ -100,10 +104,10 @@ class LostReplies:
         answer = answers[kind]
         return [*answer, value] if isinstance(answer, list) else answer
 
-    def _unknown(self, keys: tuple) -> StoreUnavailableError:
+    def _unknown(self, keys: tuple, what: str = "whether it ran") -> StoreUnavailableError:
         return StoreUnavailableError(
             "connection",
-            "the connection was lost after the write was sent, and the feed cannot tell whether it"
-            " ran (Redis: Unanswered)",
+            f"the connection was lost after the write was sent, and the store cannot tell {what}"
+            " (Redis: Unanswered)",
             self._run.serving(keys[0]),
         )

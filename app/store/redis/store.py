@@ -89,7 +89,7 @@ class RedisPlantStore(RedisBacked):
         # A plant's write takes effect within the store timeout of its start, or never.
         self._window_s = timeout
         # A change's or a delete's lost reply is learnt from the feed, never by resending it.
-        self._lost = LostReplies(self._run, self.groups, timeout)
+        self._lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self._cursor_key: bytes | None = None
