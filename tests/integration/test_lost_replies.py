@@ -38,7 +38,8 @@ def proxied(redis_server, make_app):
     proxy = DroppingProxy(redis_server.port)
     settings = redis_settings(redis_server)
     settings["PLANTS_STORE_URL"] = f"redis://127.0.0.1:{proxy.port}/0"
-    client = make_app(**settings, **TIMEOUTS).test_client()
+    hooks = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+    client = make_app(**settings, **TIMEOUTS, **hooks).test_client()
     yield client, proxy
     proxy.close()
 
@@ -120,6 +121,31 @@ def test_a_change_of_another_request_is_not_taken_for_the_lost_write(proxied, au
     assert proxy.dropped.is_set()
     assert answer.status_code == 412  # its own first run was refused too: nothing of its making
     assert client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "other"
+
+
+@pytest.mark.parametrize(("change", "status"), [("remove", 503), ("update", 200)])
+def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxied, auth, change, status):
+    """An endpoint's changes have no event to learn from. A removal is never resent (its second
+    run would answer 404): 503. An update is (its second run finds the revision moved, and the
+    request reads the endpoint again, its own change made): 200."""
+    client, proxy = proxied
+    hooks = [
+        client.post("/webhooks", json={"url": "http://127.0.0.1:9/hook"}, headers=auth).get_json()
+        for _ in "ab"
+    ]
+    # Every script loaded, so that the dropped reply is the change's own, not a NOSCRIPT.
+    client.patch(f"/webhooks/{hooks[0]['id']}", json={"description": "warm"}, headers=auth)
+    assert client.delete(f"/webhooks/{hooks[0]['id']}", headers=auth).status_code == 204
+    path = f"/webhooks/{hooks[1]['id']}"
+    proxy.drop_next(after_reply=True)
+    if change == "remove":
+        answer = client.delete(path, headers=auth)
+    else:
+        answer = client.patch(path, json={"description": "new"}, headers=auth)
+    assert proxy.dropped.is_set()
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    after = client.get(path, headers=auth)
+    assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
 
 
 @pytest.fixture
