@@ -14,7 +14,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from tests.proxy import Proxy
+from tests.proxy import Proxy, received, sent
 
 #: SO_LINGER on, no time: close() sends a reset.
 _RESET = struct.pack("ii", 1, 0)
@@ -45,50 +45,33 @@ class DroppingProxy(Proxy):
     def _reset(self, client: socket.socket, upstream: socket.socket) -> None:
         if self._before_drop is not None:
             self._before_drop()
+        self.dropped.set()  # before the client can see the reset
         for sock in (client, upstream):
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.dropped.set()
 
     def _to_upstream(self, client: socket.socket, upstream: socket.socket, swallow: threading.Event) -> None:
-        while True:
-            try:
-                data = client.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return
+        for data in received(client):
             with self._lock:
                 armed = self._armed if b"EVALSHA" in data else None
                 if armed is not None:
                     self._armed = None
-            if armed is not None:
-                self.dropped_command = data[:300]
+                    self.dropped_command = data[:300]
             if armed is False:
                 self._reset(client, upstream)
                 return
             if armed:
                 swallow.set()
-            try:
-                upstream.sendall(data)
-            except OSError:
+            if not sent(upstream, data):
                 return
 
     def _to_client(self, upstream: socket.socket, client: socket.socket, swallow: threading.Event) -> None:
-        while True:
-            try:
-                data = upstream.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
+        for data in received(upstream):
             if swallow.is_set():
                 self._reset(client, upstream)
                 return
-            try:
-                client.sendall(data)
-            except OSError:
+            if not sent(client, data):
                 return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 
 
 class Proxy:
@@ -82,38 +83,43 @@ class HoldingProxy(Proxy):
         threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
 
     def _to_upstream(self, client: socket.socket, upstream: socket.socket, gone: threading.Event) -> None:
-        while True:
-            try:
-                data = client.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                gone.set()  # the upstream connection stays open for what is held
-                return
+        for data in received(client):
             with self._lock:
                 if self._holding:
                     self._held.append((upstream, data))
                     continue
-            try:
-                upstream.sendall(data)
-            except OSError:
+            if not sent(upstream, data):
                 return
+        gone.set()  # the upstream connection stays open for what is held
 
     def _to_client(self, upstream: socket.socket, client: socket.socket, gone: threading.Event) -> None:
-        while True:
-            try:
-                data = upstream.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
+        for data in received(upstream):
             if gone.is_set():
                 with self._lock:
                     self.orphan_replies.append(data)
                 continue
-            try:
-                client.sendall(data)
-            except OSError:
+            if not sent(client, data):
                 gone.set()
                 with self._lock:
                     self.orphan_replies.append(data)
+
+
+def received(sock: socket.socket) -> Iterator[bytes]:
+    """What `sock` receives, chunk by chunk, until it closes or fails."""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        yield data
+
+
+def sent(sock: socket.socket, data: bytes) -> bool:
+    """Whether `data` went whole to `sock`."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
