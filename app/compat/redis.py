@@ -156,17 +156,20 @@ class HeldConnections:
         if not HELD_CONNECTIONS:
             return client.execute_command(*command)
         connection = self._connection(client)
-        at_first_try = _sent(connection, lambda: connection.send_command(*command), check=not resend)
+        if resend:
+            try:
+                connection.send_command(*command)
+                return connection.read_response()
+            except RedisConnectionError:
+                connection.disconnect()
+                connection.send_command(*command)
+                return connection.read_response()
+        _sent(connection, lambda: connection.send_command(*command))
         try:
             return connection.read_response()
         except RedisConnectionError as exc:
             connection.disconnect()
-            if not resend:
-                raise Unanswered("the reply was lost") from exc
-            if not at_first_try:
-                raise
-            connection.send_command(*command)
-            return connection.read_response()
+            raise Unanswered("the reply was lost") from exc
 
     def call_all(self, client: redis.Redis, *commands: tuple) -> list[Any]:
         """The replies to `commands`, sent together on this thread's connection of `client` (an
@@ -179,7 +182,7 @@ class HeldConnections:
             return list(pipe.execute(raise_on_error=False))
         connection = self._connection(client)
         packed = connection.pack_commands(commands)
-        _sent(connection, lambda: connection.send_packed_command(packed), check=True)
+        _sent(connection, lambda: connection.send_packed_command(packed))
         replies: list[Any] = []
         try:
             for _ in commands:
@@ -213,21 +216,18 @@ class HeldConnections:
         return local.held
 
 
-def _sent(connection: Any, send: Callable[[], None], *, check: bool) -> bool:
-    """Sends a command whole (`send` sends it on `connection`): True when at the first try; False
-    when the connection had broken first and it went on a new one (none of it had reached Redis:
-    a command that is not whole never runs). `check`: first make sure Redis has not closed the
-    connection while it was held, which the send itself would not tell (its bytes go to the
-    host's send queue)."""
+def _sent(connection: Any, send: Callable[[], None]) -> None:
+    """Sends a command whole (`send` sends it on `connection`), on a new connection when the held
+    one had broken first (none of it had reached Redis: a command that is not whole never runs).
+    It first makes sure Redis has not closed the connection while it was held, which the send
+    itself would not tell (its bytes go to the host's send queue)."""
     try:
-        if check and connection.can_read():
+        if connection.can_read():
             raise RedisConnectionError("unread bytes on a held connection")
         send()
-        return True
     except RedisConnectionError:
         connection.disconnect()
         send()
-        return False
 
 
 def follow_redirect(client: RedisCluster, key: str, moved: MovedError | None = None) -> None:
