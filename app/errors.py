@@ -240,8 +240,14 @@ class NotReady(ServiceUnavailable):
         super().__init__(f"Not ready: {why}.", retry_after=retry_after)
 
 
-class SplitStoreRefused(InternalServerError):
-    description = "The service is misconfigured and refuses to serve; its log says why."
+class SplitStoreRefused(ServiceUnavailable):
+    """A process that refuses its plant operations (app/http/split_guard.py): 503, as its
+    `/readyz` is, so that clients and load balancers go to another instance."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service is misconfigured and refuses to serve; its log says why.", retry_after=60
+        )
 
 
 class SplitMetricsRefused(InternalServerError):

@@ -13,6 +13,7 @@ from flask.blueprints import BlueprintSetupState
 
 from app.errors import KeysNotLoaded, NotReady
 from app.extension import plants_state
+from app.http.split_guard import SplitStoreError
 from app.plants.guard import store_unavailable
 from app.store import StoreUnavailableError
 from app.telemetry.context import ROUTE
@@ -61,7 +62,8 @@ def healthz() -> dict[str, str]:
 
 @bp.get("/readyz")
 def readyz() -> Response | dict[str, Any]:
-    """503 once the server is stopping, and when no plant operation can succeed: the store down or
+    """503 once the server is stopping, and when no plant operation can succeed: the process refuses
+    them (a split in-memory store), the store down or
     refusing (of the wrong kind, a replica, a wrong password), or the identity provider's keys not
     loaded yet. 200 `degraded`,
     naming the failing nodes and their bucket groups, when only some plants' operations can fail:
@@ -70,6 +72,11 @@ def readyz() -> Response | dict[str, Any]:
     if drain is not None and drain.started:
         raise NotReady("the server is stopping; its requests in flight finish", retry_after=5)
     state = plants_state()
+    try:
+        # The reason the plant operations' refusal logs (app/plants/__init__.py).
+        state.serving_store(request.environ)
+    except SplitStoreError as exc:
+        raise NotReady(str(exc), retry_after=60) from None
     try:
         readiness = state.store.readiness()
     except StoreUnavailableError as exc:

@@ -110,7 +110,7 @@ class NamespacedCluster:
                    "--protected-mode", "no",
                    "--logfile", str(node_dir / "redis.log"), "--cluster-enabled", "yes",
                    "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms),
-                   "--repl-diskless-sync-delay", "0"]  # fmt: skip
+                   "--repl-diskless-sync-delay", "0", "--cluster-require-full-coverage", "no"]  # fmt: skip
         self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
         wait_until(lambda: self.command(n, "PING") == "PONG", 15)
 

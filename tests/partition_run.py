@@ -155,6 +155,7 @@ class Phase:
     def summary(self) -> dict:
         statuses = Counter(a.status for a in self.answers)
         longest = self.longest_without_write()
+        refused = [a for a in self.answers if a.status == 503]
         return {
             "fault": self.fault,
             "answers": len(self.answers),
@@ -165,6 +166,8 @@ class Phase:
             "longest a shard took no write s": round(max(longest.values()), 2),
             "longest the faulted shard took no write s": round(longest[self.victim_shard], 2),
             "slowest answer s": round(max(a.answered - a.started for a in self.answers), 2),
+            "slowest 503 s": round(max((a.answered - a.started for a in refused), default=0), 2),
+            "healthy shards' 503": sum(self.shard_of[a.plant] != self.victim_shard for a in refused),
             "replica promoted after s": (
                 None if self.promoted_at is None else round(self.promoted_at - self.fault_at, 2)
             ),
@@ -186,18 +189,29 @@ class Phase:
 
 
 def watch_promotion(
-    cluster: NamespacedCluster, replicas: list[int], phase: Phase, stop: threading.Event
+    cluster: NamespacedCluster, victim: int, replicas: list[int], phase: Phase, stop: threading.Event
 ) -> None:
-    """Set `phase.promoted_at` when one of `replicas` first says it is a primary."""
-    clients = [Redis(host=cluster.address(n), port=PORT, socket_timeout=0.2) for n in replicas]
+    """Set `phase.promoted_at` when a surviving primary's CLUSTER NODES first shows one of
+    `replicas` as a primary: from then on the service can learn it (it reads the slot map from
+    the surviving nodes)."""
+    watched = {f"{cluster.address(n)}:{PORT}" for n in replicas}
+    survivor = next(n for n in cluster.primaries() if n != victim)
+    client = Redis(host=cluster.address(survivor), port=PORT, socket_timeout=0.2, decode_responses=True)
     while not stop.is_set() and phase.promoted_at is None:
-        for client in clients:
-            with contextlib.suppress(RedisError):
-                if client.role()[0] in (b"master", "master"):
-                    phase.promoted_at = time.monotonic()
+        with contextlib.suppress(RedisError):
+            if watched & primaries_in(client.execute_command("CLUSTER", "NODES")):
+                phase.promoted_at = time.monotonic()
         time.sleep(0.02)
-    for client in clients:
-        client.close()
+    client.close()
+
+
+def primaries_in(nodes: str | dict) -> set[str]:
+    """The primaries' host:port in CLUSTER NODES, as Redis answers it or as redis-py parses it."""
+    if isinstance(nodes, dict):
+        flags = {address: info["flags"] for address, info in nodes.items()}
+    else:
+        flags = {line.split()[1].split("@")[0]: line.split()[2] for line in nodes.splitlines() if line}
+    return {address for address, flag in flags.items() if "master" in flag.split(",")}
 
 
 def shards_of(cluster: NamespacedCluster, prefix: str, plants: range) -> dict[int, str]:
@@ -227,7 +241,7 @@ def run_phase(
     phase = Phase(fault, victim_shard, {plant: shard for shard in shards for plant in by_shard[shard]})
     stop_watching = threading.Event()
     watcher = threading.Thread(
-        target=watch_promotion, args=(cluster, cluster.replicas_of(victim), phase, stop_watching)
+        target=watch_promotion, args=(cluster, victim, cluster.replicas_of(victim), phase, stop_watching)
     )
     writers = Writers(port, [[by_shard[shard][w] for shard in shards] for w in range(WRITERS)])
     try:

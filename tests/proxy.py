@@ -6,27 +6,55 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 
 
-class HoldingProxy:
-    """Forwards each client connection to 127.0.0.1:`upstream_port` on a connection of its own.
-
-    While `hold()` is on, what clients send is kept instead of forwarded. `release()` delivers it
-    on the upstream connection it came for, even when its client has gone (reset or closed): the
-    upstream connection stays open for it. What upstream answers to a client that has gone is
-    kept in `orphan_replies`.
-    """
+class Proxy:
+    """Forwards each client connection to 127.0.0.1:`upstream_port` on a connection of its own,
+    as a subclass's `_forward` does."""
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
+            except OSError:
+                return
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            self._forward(client, upstream)
+
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class HoldingProxy(Proxy):
+    """While `hold()` is on, what clients send is kept instead of forwarded. `release()` delivers it
+    on the upstream connection it came for, even when its client has gone (reset or closed): the
+    upstream connection stays open for it. What upstream answers to a client that has gone is
+    kept in `orphan_replies`.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
         self._holding = False
         self._held: list[tuple[socket.socket, bytes]] = []
-        self._sockets: list[socket.socket] = [self._listener]
         self.orphan_replies: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port)
 
     def hold(self) -> None:
         with self._lock:
@@ -49,59 +77,49 @@ class HoldingProxy:
         with self._lock:
             return sum(len(data) for _, data in self._held)
 
-    def close(self) -> None:
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
-            except OSError:
-                return
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            gone = threading.Event()
-            threading.Thread(target=self._to_upstream, args=(client, upstream, gone), daemon=True).start()
-            threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
+    def _forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        gone = threading.Event()
+        threading.Thread(target=self._to_upstream, args=(client, upstream, gone), daemon=True).start()
+        threading.Thread(target=self._to_client, args=(upstream, client, gone), daemon=True).start()
 
     def _to_upstream(self, client: socket.socket, upstream: socket.socket, gone: threading.Event) -> None:
-        while True:
-            try:
-                data = client.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                gone.set()  # the upstream connection stays open for what is held
-                return
+        for data in received(client):
             with self._lock:
                 if self._holding:
                     self._held.append((upstream, data))
                     continue
-            try:
-                upstream.sendall(data)
-            except OSError:
+            if not sent(upstream, data):
                 return
+        gone.set()  # the upstream connection stays open for what is held
 
     def _to_client(self, upstream: socket.socket, client: socket.socket, gone: threading.Event) -> None:
-        while True:
-            try:
-                data = upstream.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
+        for data in received(upstream):
             if gone.is_set():
                 with self._lock:
                     self.orphan_replies.append(data)
                 continue
-            try:
-                client.sendall(data)
-            except OSError:
+            if not sent(client, data):
                 gone.set()
                 with self._lock:
                     self.orphan_replies.append(data)
+
+
+def received(sock: socket.socket) -> Iterator[bytes]:
+    """What `sock` receives, chunk by chunk, until it closes or fails."""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        yield data
+
+
+def sent(sock: socket.socket, data: bytes) -> bool:
+    """Whether `data` went whole to `sock`."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True

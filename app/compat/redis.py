@@ -16,8 +16,14 @@ changes lose the reset.
 on every call, through its argument-deprecation wrappers and observability hooks. A request
 thread makes one call at a time, so it keeps one connection of each client it uses, taken from
 that client's pool (so closing the pool still closes it), and sends and reads on it with
-redis-py's own `Connection`: the same commands, replies, parser and errors. When the pool's or
-the connection's methods are not as expected, each call goes through `execute_command`.
+redis-py's own `Connection`: the same commands, replies, parser and errors. A command that was
+not sent whole (the connection had broken) is sent again on a new connection, as the client
+does; one whose reply was lost is sent again only when asked (`resend`, a read's default): a
+write's second run would judge the state its first run made, so a write that must not be
+repeated raises `Unanswered` instead (app/store/redis/lost.py learns what it did). Before such a
+write, a connection Redis has closed meanwhile (a restart) is found and replaced, so that the
+write goes on a live one. When the pool's or the connection's methods are not as expected, each
+call goes through `execute_command`, which resends after a lost reply as redis-py does.
 
 **The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
 never after a timeout, and the store's scripts (which must not follow ASK) do not go through its
@@ -39,13 +45,14 @@ import socket
 import struct
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from redis.cluster import NodesManager, RedisCluster
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, RedisError
+from redis.exceptions import MovedError, RedisError, ResponseError
 
 from app.compat import binds
 
@@ -59,6 +66,9 @@ HELD_CONNECTIONS = (
     binds(getattr(ConnectionPool, "get_connection", None))
     and binds(getattr(ConnectionPool, "release", None), object())
     and binds(getattr(Connection, "send_command", None), "PING")
+    and binds(getattr(Connection, "send_packed_command", None), b"")
+    and binds(getattr(Connection, "pack_commands", None), [("PING",)])
+    and binds(getattr(Connection, "can_read", None))
     and binds(getattr(Connection, "read_response", None))
     and binds(getattr(Connection, "disconnect", None))
 )
@@ -125,6 +135,11 @@ def _release(held: dict[int, tuple[redis.Redis, Any]]) -> None:
     held.clear()
 
 
+class Unanswered(RedisConnectionError):
+    """The connection broke after a command was sent whole and before its reply came: the
+    command may have run, and was not sent again."""
+
+
 class HeldConnections:
     """Each thread's connection of each client; they go back to their pools when the thread ends,
     so a server that starts a thread per request (`flask run`) reuses them."""
@@ -132,28 +147,62 @@ class HeldConnections:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def call(self, client: redis.Redis, *command: Any) -> Any:
+    def call(self, client: redis.Redis, *command: Any, resend: bool = True) -> Any:
         """The reply to `command` on this thread's connection of `client`; raises what redis-py
         raises. As the client does: one retry on a broken connection (one Redis closed, say after
         a restart; redis-py reconnects on the next send), none on a timeout, after which redis-py
-        has closed the connection. Any other error came with a whole reply: the connection is in
-        step."""
+        has closed the connection. After a reply was lost, the retry only with `resend`; without
+        it, `Unanswered`. Any other error came with a whole reply: the connection is in step."""
         if not HELD_CONNECTIONS:
             return client.execute_command(*command)
+        connection = self._connection(client)
+        if resend:
+            try:
+                connection.send_command(*command)
+                return connection.read_response()
+            except RedisConnectionError:
+                connection.disconnect()
+                connection.send_command(*command)
+                return connection.read_response()
+        _sent(connection, lambda: connection.send_command(*command))
+        try:
+            return connection.read_response()
+        except RedisConnectionError as exc:
+            connection.disconnect()
+            raise Unanswered("the reply was lost") from exc
+
+    def call_all(self, client: redis.Redis, *commands: tuple) -> list[Any]:
+        """The replies to `commands`, sent together on this thread's connection of `client` (an
+        error reply in its place, as a pipeline's with raise_on_error=False); never resent after
+        a lost reply (`Unanswered`)."""
+        if not HELD_CONNECTIONS:
+            pipe = client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(pipe.execute(raise_on_error=False))
+        connection = self._connection(client)
+        packed = connection.pack_commands(commands)
+        _sent(connection, lambda: connection.send_packed_command(packed))
+        replies: list[Any] = []
+        try:
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except ResponseError as error:  # read whole: the connection is in step
+                    replies.append(error)
+        except RedisConnectionError as exc:
+            connection.disconnect()
+            raise Unanswered("the reply was lost") from exc
+        return replies
+
+    def _connection(self, client: redis.Redis) -> Any:
         held = self._held()
         entry = held.get(id(client))
         if entry is None or entry[0] is not client:
             if len(held) >= _MOST_HELD:
                 _release(held)
             entry = held[id(client)] = (client, client.connection_pool.get_connection())
-        connection = entry[1]
-        try:
-            connection.send_command(*command)
-            return connection.read_response()
-        except RedisConnectionError:
-            connection.disconnect()
-            connection.send_command(*command)
-            return connection.read_response()
+        return entry[1]
 
     def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
         """This thread's connections, by the id of their client: (client, connection)."""
@@ -165,6 +214,20 @@ class HeldConnections:
             # When the thread ends its locals go, and with `end` the connections go back.
             weakref.finalize(local.end, _release, held)
         return local.held
+
+
+def _sent(connection: Any, send: Callable[[], None]) -> None:
+    """Sends a command whole (`send` sends it on `connection`), on a new connection when the held
+    one had broken first (none of it had reached Redis: a command that is not whole never runs).
+    It first makes sure Redis has not closed the connection while it was held, which the send
+    itself would not tell (its bytes go to the host's send queue)."""
+    try:
+        if connection.can_read():
+            raise RedisConnectionError("unread bytes on a held connection")
+        send()
+    except RedisConnectionError:
+        connection.disconnect()
+        send()
 
 
 def follow_redirect(client: RedisCluster, key: str, moved: MovedError | None = None) -> None:

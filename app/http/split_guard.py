@@ -11,8 +11,9 @@ memory store:
   guard also asks whether the master has other workers (from /proc). It asks again at most once a
   second while the answer is "no other", and on every request while it is "others".
 
-A refused request is a JSON 500 (app/errors.py's SplitStoreRefused) and one log line that names
-the operation refused and says what to do (app/plants/__init__.py).
+A refused request is a JSON 503 (app/errors.py's SplitStoreRefused: the process refuses, as
+`/readyz` says with the same reason, so that a load balancer sends it nothing) and one log line
+that names the operation refused and says what to do (app/plants/__init__.py).
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ from typing import Any
 RECHECK_SECONDS = 1.0
 
 
+#: Why a split store is refused, and what to do: in the refusal's log line and in `/readyz`.
+SPLIT_STORE = (
+    "this server runs several worker processes, and the in-memory store would be split between"
+    " them. Run one worker, or set PLANTS_STORE_URL to a shared store (redis://...)"
+)
+
+
 class SplitStoreError(Exception):
     """A per-process store asked to serve from one of several processes."""
+
+    def __init__(self) -> None:
+        super().__init__(SPLIT_STORE)
 
 
 class SplitStoreGuard:

@@ -68,11 +68,5 @@ def _store_full(exc: StoreFullError) -> Response:
 @bp.errorhandler(SplitStoreError)
 def _split_store(exc: SplitStoreError) -> Response:
     rule = request.url_rule.rule if request.url_rule is not None else request.path
-    log.error(
-        "Refusing %s %s: this server runs several worker processes, and the in-memory store would"
-        " be split between them. Run one worker, or set PLANTS_STORE_URL to a shared store"
-        " (redis://...).",
-        request.method,
-        rule,
-    )
+    log.error("Refusing %s %s: %s.", request.method, rule, exc)
     return error_response(SplitStoreRefused())

@@ -173,13 +173,18 @@ def create_on(port: int, plant_id: int, name: str):
 
 def assert_split_refused(port: int, log: Path) -> None:
     for number in range(12):
-        record = assert_error(*create_on(port, 77, f"Fern {number}"), 500)
+        record = assert_error(*create_on(port, 77, f"Fern {number}"), 503)
         assert "misconfigured" in record["message"]
         # Reads too, as the README says: every request that reaches the store.
         for path in ("/plants/77", "/plants", "/events"):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            record = assert_error(*call(conn, "GET", path, None, AUTH), 500)
-            assert "misconfigured" in record["message"]
+            status, headers, body = call(conn, "GET", path, None, AUTH)
+            assert "misconfigured" in assert_error(status, headers, body, 503)["message"]
+            assert headers["Retry-After"] == "60"
+        # Not ready, with the reason the refusal logs.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        record = assert_error(*call(conn, "GET", "/readyz", None, {}), 503)
+        assert "several worker processes, and the in-memory store would be split" in record["message"]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     assert call(conn, "GET", "/healthz", None, AUTH)[0] == 200
     # The line names the operation it refuses, a read as a read.

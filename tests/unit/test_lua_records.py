@@ -26,6 +26,7 @@ RECORDS = {
     "page": lua.PageArgs,
     "index": lua.IndexArgs,
     "events": lua.EventsArgs,
+    "settle": lua.SettleArgs,
     "hook_add": lua.HookAddArgs,
     "hook_update": lua.HookUpdateArgs,
     "hook_remove": lua.HookRemoveArgs,

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from app.compat.redis import HeldConnections, connection_class, follow_redirect
+from app.compat.redis import SLOT_MAP, HeldConnections, Unanswered, connection_class, follow_redirect
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
@@ -93,19 +93,28 @@ class LazyClient:
         (bench/README.md), so commands on one group go straight to its node, whose client is
         kept per slot, and are forgotten after a redirect or a failure.
         """
+        return self.entry_for(key)[1]
+
+    def entry_for(self, key: str) -> tuple[str | None, redis.Redis]:
+        """The name (None on a single Redis) and the plain client of the node that serves `key`."""
         client = self.get()
         if not self.cluster:
-            return client
+            return None, client
         slot = key_slot(key.encode())
         entry = self._nodes.get(slot)
         if entry is None:
             node = client.get_node_from_key(key)
             entry = self._nodes[slot] = (node.name, client.get_redis_connection(node))
-        return entry[1]
+        return entry
 
-    def call(self, node: redis.Redis, *command: Any) -> Any:
-        """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py)."""
-        return self._held.call(node, *command)
+    def call(self, node: redis.Redis, *command: Any, resend: bool = True) -> Any:
+        """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py);
+        after a lost reply, sent again only with `resend`."""
+        return self._held.call(node, *command, resend=resend)
+
+    def call_all(self, node: redis.Redis, *commands: tuple) -> list[Any]:
+        """`commands` together on `node`'s held connection, never sent again after a lost reply."""
+        return self._held.call_all(node, *commands)
 
     def read(self, key: str, *command: Any) -> Any:
         """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
@@ -140,21 +149,29 @@ class LazyClient:
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
 
-    def suspect(self, key: str) -> None:
-        """The node that serves `key` did not answer in time: on a cluster, it may be cut off and
+    def suspect(self, key: str) -> int:
+        """The node that serves `key` did not answer (in time): on a cluster, it may be cut off and
         its replica promoted, which only a fresh slot map tells (redis-py reads the map again
-        after an error or a redirect, never after a timeout). So forget it, and read the map again
-        from another node, at most once a second."""
+        after an error or a redirect, never after a timeout). So forget it, and read the map
+        again from another node, in the background (slot_map.py). Returns the reads of the map
+        done so far, for `wait_for_map`."""
         if not self.cluster:
-            return
+            return 0
         entry = self._nodes.pop(key_slot(key.encode()), None)
-        if self._slot_map.refresh(self.get(), entry[0] if entry else None):
-            # Every slot of that node may have moved: ask the new map for each.
-            self._nodes.clear()
+        # After each read any slot may have moved: ask the new map for each.
+        return self._slot_map.refresh(self.get(), entry[0] if entry else None, self._nodes.clear)
+
+    def wait_for_map(self, after: int, timeout: float) -> bool:
+        """Whether a read of the map after `after` reads (suspect's answer) ended within `timeout`."""
+        return self._slot_map.wait_for_read(after, timeout)
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+#: The attribute of a failure that names the node it came from, as it was when the script was sent.
+_SENT_TO = "plants_sent_to"
 
 
 class ScriptRunner:
@@ -169,6 +186,9 @@ class ScriptRunner:
     A plant's write carries a `Deadline` (deadline.py): when its outcome is unknown (a timeout,
     or a connection lost once it may have been sent) its error is raised only once the deadline
     has passed, after which Redis refuses it; so it can never land after the 503 it answered.
+    A script run with `resend` False is never sent again once it was sent whole (nor on a
+    cluster's other node after a failover): its lost reply raises `Unanswered` at once, for
+    lost.py to learn what it did.
     """
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
@@ -179,57 +199,91 @@ class ScriptRunner:
         self._moving_wait_s = moving_wait_s
 
     def __call__(
-        self, name: str, keys: tuple, args: tuple, *, write: bool = False, deadline: Deadline | None = None
+        self,
+        name: str,
+        keys: tuple,
+        args: tuple,
+        *,
+        write: bool = False,
+        deadline: Deadline | None = None,
+        resend: bool = True,
     ) -> Any:
         """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked. A
-        failure raises the store's error, which names the cluster's node that failed."""
+        failure raises the store's error, which names the cluster's node that failed; without
+        `resend`, a lost reply raises `Unanswered`."""
         try:
-            return self._run(name, keys, args, write=write)
+            return self._run(name, keys, args, write=write, resend=resend)
         except FAILURES as exc:
+            if isinstance(exc, Unanswered) and not resend:
+                raise  # lost.py learns what it did
             unknown = isinstance(exc, (RedisTimeoutError, RedisConnectionError)) and not settled(exc)
             if deadline is not None and unknown:
                 deadline.wait_until_settled()
-            raise translate(exc, self._nodes.serving(keys[0])) from None
+            # The node it was sent to, not the one a read of the map since names for its slot.
+            raise translate(exc, getattr(exc, _SENT_TO, None) or self._nodes.serving(keys[0])) from None
 
-    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool) -> Any:
+    def serving(self, key: str) -> str | None:
+        """The cluster's node that serves `key` (LazyClient.serving)."""
+        return self._nodes.serving(key)
+
+    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool, resend: bool) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self._nodes.get().register_script(getattr(lua, name))
         moving_deadline = time.monotonic() + self._moving_wait_s
         redirects = 0
-        while True:
-            node = self._nodes.node_for(keys[0])
-            try:
-                return self._once(node, script, keys, args, wait=write and self._replicas > 0)
-            except NoScriptError:
-                node.script_load(script.script)
-            except (MovedError, ClusterDownError, RedisConnectionError) as exc:
-                redirects += 1
-                if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
+        sent_to = None
+        wait = write and self._replicas > 0
+        try:
+            while True:
+                sent_to, node = self._nodes.entry_for(keys[0])
+                try:
+                    return self._once(node, script, keys, args, wait=wait, resend=resend)
+                except NoScriptError:
+                    node.script_load(script.script)
+                except (MovedError, ClusterDownError, RedisConnectionError) as exc:
+                    if isinstance(exc, Unanswered) and not resend:
+                        raise  # it may have run: never on another node too
+                    redirects += 1
+                    if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
+                        raise
+                    if not self._follow(keys[0], exc):
+                        raise
+                except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
+                    if time.monotonic() > moving_deadline:
+                        raise
+                    time.sleep(0.02)
+                except RedisTimeoutError:
+                    self._nodes.suspect(keys[0])
                     raise
-                # The slot has another node now (a move or a failover): MOVED names it, as
-                # RedisCluster itself patches its map; otherwise read the whole map again.
-                self._nodes.forget(keys[0])
-                # A failure here leaves the map to the next call.
-                with contextlib.suppress(*FAILURES):
-                    follow_redirect(self._nodes.get(), keys[0], exc if isinstance(exc, MovedError) else None)
-            except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
-                if time.monotonic() > moving_deadline:
-                    raise
-                time.sleep(0.02)
-            except RedisTimeoutError:
-                self._nodes.suspect(keys[0])
-                raise
+        except FAILURES as exc:
+            setattr(exc, _SENT_TO, sent_to)  # for the log: the node as it was when sent
+            raise
 
-    def _once(self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool) -> Any:
+    def _follow(self, key: str, exc: Exception) -> bool:
+        """After a redirect or a failure on `key`'s node: whether the slot's node may be another
+        now (a move or a failover). MOVED names it, as RedisCluster itself patches its map;
+        otherwise the map is read again in the background (slot_map.py) and waited for, for no
+        longer than half the store's timeout (a write's 503 waits for no one's read longer)."""
+        self._nodes.forget(key)
+        moved = exc if isinstance(exc, MovedError) else None
+        if moved is not None or not SLOT_MAP:
+            # A failure here leaves the map to the next call.
+            with contextlib.suppress(*FAILURES):
+                follow_redirect(self._nodes.get(), key, moved)
+            return True
+        return self._nodes.wait_for_map(self._nodes.suspect(key), self._wait_ms / 1000)
+
+    def _once(
+        self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool, resend: bool
+    ) -> Any:
         if not wait:
-            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args)
+            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args, resend=resend)
         # WAIT counts the replicas that have this connection's writes, so it must follow the
-        # script on the same connection: one pipeline, one round trip.
-        pipe = node.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", self._replicas, self._wait_ms)
-        answer, confirmed = pipe.execute(raise_on_error=False)
+        # script on the same connection: sent together, one round trip, and never sent again.
+        answer, confirmed = self._nodes.call_all(
+            node, ("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", self._replicas, self._wait_ms)
+        )
         for result in (answer, confirmed):
             if isinstance(result, Exception):
                 raise result

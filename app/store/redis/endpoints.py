@@ -49,7 +49,9 @@ class RedisEndpoints(RedisBacked):
     def add(self, endpoint: Endpoint, limit: int) -> bool:
         keys = (self._ids, self._key("e", endpoint.id), f"{self._tag}:seq")
         args = (*HookAddArgs(self._tag, self._cluster, limit, endpoint.id), *_flat(endpoint.fields()))
-        return self._run("HOOK_ADD", keys, args, write=True) == 1
+        # Never resent after a lost reply (a second run may find the most kept, its own among
+        # them): 503.
+        return self._run("HOOK_ADD", keys, args, write=True, resend=False) == 1
 
     def get(self, endpoint_id: str) -> Endpoint | None:
         key = self._key("e", endpoint_id)
@@ -83,13 +85,16 @@ class RedisEndpoints(RedisBacked):
 
     def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
         args = (*HookUpdateArgs(self._tag, self._cluster, rev), *_flat(fields))
+        # Resent after a lost reply: a second run finds the revision moved, and the caller reads
+        # the endpoint again (app/plants/webhooks.py), finding its own change.
         answer = self._run("HOOK_UPDATE", (self._key("e", endpoint_id),), args, write=True)
         return None if answer == 0 else answer == 1
 
     def remove(self, endpoint_id: str) -> bool:
         keys = (self._ids, *(self._key(kind, endpoint_id) for kind in "eal"))
         args = HookRemoveArgs(self._tag, self._cluster, endpoint_id)
-        return self._run("HOOK_REMOVE", keys, args, write=True) == 1
+        # Never resent after a lost reply (a second run would answer "not kept", 404): 503.
+        return self._run("HOOK_REMOVE", keys, args, write=True, resend=False) == 1
 
     def attempts(self, endpoint_id: str) -> list[str]:
         key = self._key("a", endpoint_id)

@@ -57,6 +57,7 @@ CHANGE = _LIBRARY + _script("change")
 PAGE = _LIBRARY + _script("page")
 INDEX = _LIBRARY + _script("index")
 EVENTS = _LIBRARY + _script("events")
+SETTLE = _LIBRARY + _script("settle")
 
 # Webhook endpoints (endpoints.py): every key starts with the endpoints' own hash tag
 # `{prefix:hooks}` (written `T`), so that all of them sit in one slot: `T:ids`, the ids in a sorted
@@ -139,6 +140,17 @@ class EventsArgs(NamedTuple):
     number: int | str
     limit: int
     origins: str
+
+
+class SettleArgs(NamedTuple):
+    """SETTLE's arguments (scripts/settle.lua)."""
+
+    hash_tag: str
+    cluster: str
+    origin: str
+    plant_id: int
+    oldest: int
+    most: int
 
 
 class HookAddArgs(NamedTuple):

@@ -32,6 +32,7 @@ from app.store.redis.feed import GroupFeeds
 from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import BLOCK_MS, StreamsListener
+from app.store.redis.lost import LostReplies
 from app.store.redis.pages import GroupPages
 from app.store.redis.readiness import probe
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
@@ -87,6 +88,8 @@ class RedisPlantStore(RedisBacked):
         self._rewrite = min_replicas > 0
         # A plant's write takes effect within the store timeout of its start, or never.
         self._window_s = timeout
+        # A change's or a delete's lost reply is learnt from the feed, never by resending it.
+        self._lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self._cursor_key: bytes | None = None
@@ -112,7 +115,7 @@ class RedisPlantStore(RedisBacked):
         deadline = Deadline.after(self._window_s)
         keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-        answer = self._run("DELETE", keys, args, write=True, deadline=deadline)
+        answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
         if answer == 2:
             raise PreconditionFailedError
         return answer == 1
@@ -133,7 +136,7 @@ class RedisPlantStore(RedisBacked):
         keys, args = self.groups.change_call(
             plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
         )
-        answer = self._run("CHANGE", keys, args, write=True, deadline=deadline)
+        answer = self._lost.write("CHANGE", keys, args, deadline, plant_id, origin)
         code = answer[0]
         if code == 4:
             raise PreconditionFailedError

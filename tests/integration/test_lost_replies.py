@@ -1,0 +1,197 @@
+"""A write whose connection broke answers what it did (docs/redis-cluster.md, "A dropped
+connection"; app/store/redis/lost.py).
+
+A proxy between the service and a real redis-server lets a write's script reach Redis, lets Redis
+run it and reply, and resets the service's connection before the reply reaches it: the write
+landed, and the service does not know. Every write answers its true outcome or 503, never a 404
+or 412 of its own making, and the feed holds one event for it. A script that never reached Redis
+runs once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from app.store.redis.groups import CLUSTER_GROUPS, Groups
+from tests.conftest import cluster_settings, redis_settings
+from tests.dropping_proxy import DroppingProxy
+from tests.integration.test_cluster import move_slot_whole
+from tests.servers import RedisClusterServers
+
+TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
+_IDS = itertools.count(100)
+
+
+@pytest.fixture
+def store_settings():
+    """Each test gives its own store through a proxy (make_app's settings)."""
+    return {}
+
+
+@pytest.fixture
+def proxied(redis_server, make_app):
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    settings["PLANTS_STORE_URL"] = f"redis://127.0.0.1:{proxy.port}/0"
+    hooks = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+    client = make_app(**settings, **TIMEOUTS, **hooks).test_client()
+    yield client, proxy
+    proxy.close()
+
+
+def events_of(client, auth, plant_id: int, after: str) -> list[str]:
+    body = client.get(f"/events?after={after}&limit=1000", headers=auth).get_json()
+    return [event["type"] for event in body["events"] if event["plant"]["id"] == plant_id]
+
+
+def fresh_plant(client, auth) -> tuple[int, str]:
+    plant_id = next(_IDS)
+    answer = client.post("/plants", json={"id": plant_id, "name": "before"}, headers=auth)
+    assert answer.status_code == 200
+    return plant_id, answer.headers["ETag"]
+
+
+def warm(client, auth, plant_id: int | None = None) -> None:
+    """Every script loaded (on the node of `plant_id`'s group), so that the dropped one is the
+    write itself, not a NOSCRIPT."""
+    if plant_id is None:
+        plant_id = next(_IDS)
+    assert client.post("/plants", json={"id": plant_id, "name": "warm"}, headers=auth).status_code == 200
+    assert client.patch(f"/plants/{plant_id}", json={"name": "warm"}, headers=auth).status_code == 200
+    assert client.delete(f"/plants/{plant_id}", headers=auth).status_code == 204
+
+
+def requests(plant_id: int, etag: str) -> dict[str, tuple]:
+    """Each write: (method, path, body, headers, its true status, the name stored after it, or
+    None when the plant is gone, and its event type)."""
+    matched = {"If-Match": etag}
+    path = f"/plants/{plant_id}"
+    new = {"id": plant_id, "name": "after"}
+    return {
+        "create": ("POST", "/plants", new, {}, (200,), "after", "plant.created"),
+        "put": ("PUT", path, new, {}, (200,), "after", "plant.updated"),
+        "put if-match": ("PUT", path, new, matched, (200,), "after", "plant.updated"),
+        "patch": ("PATCH", path, {"name": "after"}, {}, (200,), "after", "plant.updated"),
+        "patch if-match": ("PATCH", path, {"name": "after"}, matched, (200,), "after", "plant.updated"),
+        "delete": ("DELETE", path, None, {}, (204,), None, "plant.deleted"),
+        "delete if-match": ("DELETE", path, None, matched, (204,), None, "plant.deleted"),
+    }
+
+
+@pytest.mark.parametrize("after_reply", [True, False], ids=["ran, reply lost", "never reached Redis"])
+@pytest.mark.parametrize("write", list(requests(0, "")))
+def test_a_write_whose_connection_broke_answers_what_it_did(proxied, auth, write, after_reply):
+    client, proxy = proxied
+    warm(client, auth)
+    start = client.get("/events?after=now", headers=auth).get_json()["next"]
+    if write == "create":
+        plant_id, etag = next(_IDS), ""
+    else:
+        plant_id, etag = fresh_plant(client, auth)
+    method, path, body, headers, statuses, stored, event = requests(plant_id, etag)[write]
+    proxy.drop_next(after_reply=after_reply)
+    answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+    assert proxy.dropped.is_set()
+    # Its true outcome; a 503 would also keep the promise, but the feed tells this store.
+    assert answer.status_code in statuses, answer.get_data(as_text=True)
+    now = client.get(f"/plants/{plant_id}", headers=auth)
+    if stored is None:
+        assert now.status_code == 404
+    else:
+        assert now.get_json()["name"] == stored
+    kinds = events_of(client, auth, plant_id, start)
+    assert kinds[-1] == event
+    assert kinds.count(event) == 1  # it ran once
+
+
+def test_a_change_of_another_request_is_not_taken_for_the_lost_write(proxied, auth):
+    """The lost write's own event is found by its request: a write that did not land is run
+    once more, and judged then."""
+    client, proxy = proxied
+    warm(client, auth)
+    plant_id, etag = fresh_plant(client, auth)
+    assert client.patch(f"/plants/{plant_id}", json={"name": "other"}, headers=auth).status_code == 200
+    proxy.drop_next(after_reply=True)
+    answer = client.patch(f"/plants/{plant_id}", json={"name": "mine"}, headers={**auth, "If-Match": etag})
+    assert proxy.dropped.is_set()
+    assert answer.status_code == 412  # its own first run was refused too: nothing of its making
+    assert client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "other"
+
+
+@pytest.mark.parametrize(("change", "status"), [("remove", 503), ("update", 200)])
+def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxied, auth, change, status):
+    """An endpoint's changes have no event to learn from. A removal is never resent (its second
+    run would answer 404): 503. An update is (its second run finds the revision moved, and the
+    request reads the endpoint again, its own change made): 200."""
+    client, proxy = proxied
+    hooks = [
+        client.post("/webhooks", json={"url": "http://127.0.0.1:9/hook"}, headers=auth).get_json()
+        for _ in "ab"
+    ]
+    # Every script loaded, so that the dropped reply is the change's own, not a NOSCRIPT.
+    client.patch(f"/webhooks/{hooks[0]['id']}", json={"description": "warm"}, headers=auth)
+    assert client.delete(f"/webhooks/{hooks[0]['id']}", headers=auth).status_code == 204
+    path = f"/webhooks/{hooks[1]['id']}"
+    proxy.drop_next(after_reply=True)
+    if change == "remove":
+        answer = client.delete(path, headers=auth)
+    else:
+        answer = client.patch(path, json={"description": "new"}, headers=auth)
+    assert proxy.dropped.is_set()
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    after = client.get(path, headers=auth)
+    assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    cluster = RedisClusterServers(tmp_path, nodes=3, replicas=0)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.parametrize("moves", [False, True], ids=["stays", "its slot moves meanwhile"])
+@pytest.mark.parametrize("write", ["put if-match", "delete if-match"])
+def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
+    small_cluster, make_app, auth, write, moves
+):
+    """The lost write's event is read on the node that serves its group now: after a MOVED too."""
+    settings = cluster_settings(small_cluster)
+    plant_id = next(_IDS)
+    groups = Groups(settings["PLANTS_STORE_PREFIX"], count=CLUSTER_GROUPS, capacity=1, cluster=True)
+    tag = groups.bucket_key(plant_id)
+    probe = RedisCluster(host="127.0.0.1", port=small_cluster.nodes[0].port)
+    try:
+        port = probe.get_node_from_key(tag).port
+    finally:
+        probe.close()
+    node = next(node for node in small_cluster.nodes if node.port == port)
+    target = next(other for other in small_cluster.primaries() if other is not node)
+    proxy = DroppingProxy(port)
+    try:
+        # The node tells clients to reach it through the proxy; the other nodes learn it by gossip.
+        node.command("CONFIG", "SET", "cluster-announce-port", str(proxy.port))
+        deadline = time.monotonic() + 15
+        while not all(str(proxy.port) in other.command("CLUSTER", "SLOTS") for other in small_cluster.nodes):
+            assert time.monotonic() < deadline, "the proxy's port did not spread"
+            time.sleep(0.05)
+        client = make_app(**settings, **TIMEOUTS).test_client()
+        warm(client, auth, plant_id + CLUSTER_GROUPS)  # the same group
+        etag = client.post("/plants", json={"id": plant_id, "name": "before"}, headers=auth).headers["ETag"]
+        method, path, body, headers, statuses, stored, event = requests(plant_id, etag)[write]
+        start = client.get("/events?after=now", headers=auth).get_json()["next"]
+        move = lambda: move_slot_whole(small_cluster, key_slot(tag.encode()), node, target)  # noqa: E731
+        proxy.drop_next(after_reply=True, before_drop=move if moves else None)
+        answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+        assert proxy.dropped.is_set(), (answer.get_data(as_text=True), proxy.dropped_command)
+        assert answer.status_code in statuses, answer.get_data(as_text=True)
+        now = client.get(f"/plants/{plant_id}", headers=auth)
+        assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
+        assert events_of(client, auth, plant_id, start) == [event]
+    finally:
+        proxy.close()
