@@ -51,6 +51,9 @@ class Watch:
         self.stopping = self.done = False
         self._released = False
         self._wake: Callable[[], None] | None = None
+        #: No turn was free (app/store/wake_gate.py): the next park waits for one, not a change.
+        self._awaits_turn = False
+        signal.reads.stand(position)
 
     def __iter__(self) -> Watch:
         return self
@@ -59,10 +62,22 @@ class Watch:
         while True:
             if self.done:
                 raise StopIteration
-            chunk = self.step(time.monotonic())
-            if chunk or self.parks:
-                return chunk
-            self._block()
+            if not self.parks:
+                chunk = self.step(time.monotonic())
+                if chunk:
+                    return chunk
+                self._block()
+                continue
+            # Parked, each turn takes a request thread: at most the gate's many at once, so that
+            # the worker's other threads stay free for requests however slow the store is.
+            gate = self.signal.gate
+            if not gate.enter(self._wake):
+                self._awaits_turn = True
+                return b""
+            try:
+                return self.step(time.monotonic())
+            finally:
+                gate.leave()
 
     def step(self, now: float) -> bytes:
         raise NotImplementedError
@@ -72,7 +87,11 @@ class Watch:
 
     def subscribe(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        self.signal.subscribe(self.seen, wake)
+        if self._awaits_turn:
+            self._awaits_turn = False
+            self.signal.gate.defer(wake)
+        else:
+            self.signal.subscribe(self.seen, wake)
 
     def stop(self) -> None:
         self.stopping = True
@@ -80,9 +99,11 @@ class Watch:
     def close(self) -> None:
         if self._wake is not None:
             self.signal.unsubscribe(self._wake)
+            self.signal.gate.forget(self._wake)
         if not self._released:
             self._released = True
             self.signal.release(self.caller)
+            self.signal.reads.leave(self.position)
 
     def cursor(self, position: bytes) -> str:
         return encode_cursor(self.cursor_key, position, None, EVENTS)
@@ -91,8 +112,8 @@ class Watch:
         """The feed's entries after the position; watchers at the same position share one read."""
         seen, position = self.signal.version, self.position
         self.seen = seen
-        answer: tuple[list[Any], bytes] = self.signal.read(
-            (position, limit), lambda: self.store.feed_entries(position, limit), seen
+        answer: tuple[list[Any], bytes] = self.signal.reads.read(
+            (position, limit), position, lambda: self.store.feed_entries(position, limit), seen
         )
         return answer
 
@@ -173,7 +194,9 @@ class EventStream(Watch):
         self.seen = seen
         try:
             # Streams at the same position send the same bytes: made once per change.
-            frames, end = self.signal.read(("stream", position), lambda: self._frames(position), seen)
+            frames, end = self.signal.reads.read(
+                ("stream", position), position, lambda: self._frames(position), seen
+            )
         except FeedExpiredError:
             self.done = True
             gone = {"error": 410, "message": "Events after this position are no longer kept."}
@@ -182,6 +205,7 @@ class EventStream(Watch):
             self.done = True
             return b"retry: %d\n\n" % RETRY_MS
         if frames:
+            self.signal.reads.move(position, end)
             self.position = end
             self.next_beat = now + self.heartbeat
         return frames

@@ -181,6 +181,7 @@ def post_worker_init(worker: Any) -> None:
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
     _drain_on_sigterm(worker)
     _start_tracing(worker)
+    _bound_watch_turns(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -224,6 +225,16 @@ def _drain_on_sigterm(worker: Any) -> None:
             stop(signum, frame)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _bound_watch_turns(worker: Any) -> None:
+    """Woken watchers take at most the request threads but one (app/store/wake_gate.py): the
+    last is left for requests, /healthz among them, however slow the store is."""
+    from app.extension import EXTENSION, plants_state
+
+    app = worker.wsgi
+    if EXTENSION in getattr(app, "extensions", {}):
+        plants_state(app).feed_signal.gate.resize(worker.cfg.threads - 1)
 
 
 def _deliverer_of(worker: Any) -> Any:
