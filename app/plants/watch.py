@@ -8,12 +8,18 @@ gthread, `flask run`, a host app), the same iterable waits in its thread instead
 
 Everything it needs is taken from the request before the view returns: it runs after Flask has
 left the request's context.
+
+A watch ends when its authority does: at its JWT's `exp` a stream ends, and a long-poll answers
+what it read before then (nothing read after `exp` is sent: the client's next request, with a
+fresh token, reads it from the cursor). A static token lasts as long as the worker that read it:
+removing one takes a reload (SIGHUP), whose old workers end their watches as they stop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -42,12 +48,16 @@ class Watch:
         *,
         cursor_key: bytes,
         caller: bytes,
+        expires: float | None = None,
         parks: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
     ) -> None:
         self.store, self.signal, self.position = store, signal, position
         self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
         self.seen = signal.version
+        #: The caller's authority ends then (time.time()), and by the monotonic clock.
+        self.expires = expires
+        self.authority_ends = math.inf if expires is None else time.monotonic() + expires - time.time()
         self.stopping = self.done = False
         self._released = False
         self._wake: Callable[[], None] | None = None
@@ -105,6 +115,10 @@ class Watch:
             self.signal.release(self.caller)
             self.signal.reads.leave(self.position)
 
+    def expired(self) -> bool:
+        """The caller's authority has ended (its JWT's `exp` passed)."""
+        return self.expires is not None and time.time() >= self.expires
+
     def cursor(self, position: bytes) -> str:
         return encode_cursor(self.cursor_key, position, None, EVENTS)
 
@@ -135,16 +149,20 @@ class LongPoll(Watch):
         self.limit, self.after = limit, after
 
     def deadline(self) -> float:
-        return self.until
+        return min(self.until, self.authority_ends)
 
     def step(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
+        expired = self.expired()
         # A failure answers the empty page from where the client stands: its next request gets
         # the 410 or the 503, with a body of its own.
         with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
-            entries, end = self.read(self.limit)
-        if not entries and now < self.until and not self.stopping:
+            if not expired:
+                entries, end = self.read(self.limit)
+        if self.expired():  # read after `exp`: nothing of it is sent
+            entries, expired = [], True
+        if not entries and now < self.until and not self.stopping and not expired:
             return b""
         self.done = True
         page = {
@@ -169,7 +187,7 @@ class EventStream(Watch):
         self.started = False
 
     def deadline(self) -> float:
-        return min(self.next_beat, self.ends)
+        return min(self.next_beat, self.ends, self.authority_ends)
 
     def step(self, now: float) -> bytes:
         if not self.started:
@@ -178,7 +196,7 @@ class EventStream(Watch):
         if self.stopping:
             self.done = True
             return b"retry: 1000\n\n"
-        if now >= self.ends:
+        if now >= self.ends or self.expired():
             self.done = True
             return b""
         chunk = self._events(now)
@@ -204,6 +222,9 @@ class EventStream(Watch):
         except StoreUnavailableError:
             self.done = True
             return b"retry: %d\n\n" % RETRY_MS
+        if self.expired():  # read after `exp`: the stream ends without it
+            self.done = True
+            return b""
         if frames:
             self.signal.reads.move(position, end)
             self.position = end
