@@ -29,6 +29,11 @@ from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.signal import FeedSignal
 
+
+class NoTurn(Exception):
+    """No turn free for a store read: the watch waits for one, parked (Watch._fetch_in_turn)."""
+
+
 #: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
 RETRY_MS = 3000
 #: The most events one read takes, for a stream.
@@ -78,16 +83,10 @@ class Watch:
                     return chunk
                 self._block()
                 continue
-            # Parked, each turn takes a request thread: at most the gate's many at once, so that
-            # the worker's other threads stay free for requests however slow the store is.
-            gate = self.signal.gate
-            if not gate.enter(self._wake):
-                self._awaits_turn = True
-                return b""
-            try:
-                return self.step(time.monotonic())
-            finally:
-                gate.leave()
+            self._awaits_turn = False
+            chunk = self.step(time.monotonic())
+            self.signal.gate.settle(self._wake)  # a turn kept for it and not taken goes on
+            return chunk
 
     def step(self, now: float) -> bytes:
         raise NotImplementedError
@@ -127,9 +126,29 @@ class Watch:
         seen, position = self.signal.version, self.position
         self.seen = seen
         answer: tuple[list[Any], bytes] = self.signal.reads.read(
-            (position, limit), position, lambda: self.store.feed_entries(position, limit), seen
+            (position, limit), position, self._fetch_in_turn, seen
         )
         return answer
+
+    def _fetch(self, position: bytes | None) -> Any:
+        """The store call of a read (shared_reads.py calls it when no watcher made it yet)."""
+        raise NotImplementedError
+
+    def _fetch_in_turn(self, position: bytes | None) -> Any:
+        """`_fetch`, in a turn of the gate's when parked (app/store/wake_gate.py): at most the
+        gate's many at once, so that the worker's other threads stay free for requests however
+        slow the store is. NoTurn when none is free: the watch then waits for one, parked. A read
+        shared with another watcher takes no turn: it is a few microseconds either way."""
+        if not self.parks:
+            return self._fetch(position)
+        gate = self.signal.gate
+        if not gate.enter(self._wake):
+            self._awaits_turn = True
+            raise NoTurn
+        try:
+            return self._fetch(position)
+        finally:
+            gate.leave()
 
     def _block(self) -> None:
         """Not parked by the server: wait in this thread for a change or the deadline."""
@@ -151,15 +170,21 @@ class LongPoll(Watch):
     def deadline(self) -> float:
         return min(self.until, self.authority_ends)
 
+    def _fetch(self, position: bytes | None) -> Any:
+        return self.store.feed_entries(position, self.limit)
+
     def step(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
         expired = self.expired()
         # A failure answers the empty page from where the client stands: its next request gets
         # the 410 or the 503, with a body of its own.
-        with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
-            if not expired:
-                entries, end = self.read(self.limit)
+        try:
+            with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
+                if not expired:
+                    entries, end = self.read(self.limit)
+        except NoTurn:
+            return b""
         if self.expired():  # read after `exp`: nothing of it is sent
             entries, expired = [], True
         if not entries and now < self.until and not self.stopping and not expired:
@@ -185,6 +210,9 @@ class EventStream(Watch):
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
+        #: The feed's version this stream has read all of (-1: not known): a turn at that
+        #: version, a heartbeat's or the one after a chunk, reads nothing.
+        self.current = -1
 
     def deadline(self) -> float:
         return min(self.next_beat, self.ends, self.authority_ends)
@@ -199,7 +227,7 @@ class EventStream(Watch):
         if now >= self.ends or self.expired():
             self.done = True
             return b""
-        chunk = self._events(now)
+        chunk = self._events(now) if self.signal.version != self.current else b""
         if chunk:
             return chunk
         if now >= self.next_beat:
@@ -212,9 +240,11 @@ class EventStream(Watch):
         self.seen = seen
         try:
             # Streams at the same position send the same bytes: made once per change.
-            frames, end = self.signal.reads.read(
-                ("stream", position), position, lambda: self._frames(position), seen
+            frames, end, full = self.signal.reads.read(
+                ("stream", position), position, self._fetch_in_turn, seen
             )
+        except NoTurn:
+            return b""
         except FeedExpiredError:
             self.done = True
             gone = {"error": 410, "message": "Events after this position are no longer kept."}
@@ -225,20 +255,22 @@ class EventStream(Watch):
         if self.expired():  # read after `exp`: the stream ends without it
             self.done = True
             return b""
+        self.current = -1 if full else seen
         if frames:
             self.signal.reads.move(position, end)
             self.position = end
             self.next_beat = now + self.heartbeat
         return frames
 
-    def _frames(self, position: bytes | None) -> tuple[bytes, bytes | None]:
-        """The events after `position` as server-sent events, and the position after them."""
+    def _fetch(self, position: bytes | None) -> tuple[bytes, bytes | None, bool]:
+        """The events after `position` as server-sent events, the position after them, and
+        whether there may be more (a whole page)."""
         entries, _ = self.store.feed_entries(position, STREAM_PAGE)
         if not entries:
-            return b"", position
+            return b"", position, False
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
             data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
-        return "".join(frames).encode(), entries[-1].position
+        return "".join(frames).encode(), entries[-1].position, len(entries) == STREAM_PAGE

@@ -228,13 +228,16 @@ def _drain_on_sigterm(worker: Any) -> None:
 
 
 def _bound_watch_turns(worker: Any) -> None:
-    """Woken watchers take at most the request threads but one (app/store/wake_gate.py): the
-    last is left for requests, /healthz among them, however slow the store is."""
+    """Woken watchers read a shared store on at most the request threads but one
+    (app/store/wake_gate.py): the last is left for requests, /healthz among them, however slow
+    the store is. The in-memory store's reads wait on nothing but the CPU: no bound."""
     from app.extension import EXTENSION, plants_state
 
     app = worker.wsgi
     if EXTENSION in getattr(app, "extensions", {}):
-        plants_state(app).feed_signal.gate.resize(worker.cfg.threads - 1)
+        state = plants_state(app)
+        if state.store.shared:
+            state.feed_signal.gate.resize(worker.cfg.threads - 1)
 
 
 def _deliverer_of(worker: Any) -> Any:

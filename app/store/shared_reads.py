@@ -70,9 +70,9 @@ class SharedReads:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def read(self, key: Any, position: Any, fetch: Callable[[], Any], seen: int) -> Any:
-        """`fetch()`, or what it answered another watcher for `key` at version `seen`; raises the
-        version's StoreUnavailableError once one read of it failed."""
+    def read(self, key: Any, position: Any, fetch: Callable[[Any], Any], seen: int) -> Any:
+        """`fetch(position)`, or what it answered another watcher for `key` at version `seen`;
+        raises the version's StoreUnavailableError once one read of it failed."""
         with self._lock:
             if seen > self._version:
                 self._answers.clear()
@@ -87,7 +87,7 @@ class SharedReads:
                     return kept[0]
             shared = current and self._standing[position] > 1
         try:
-            answer = fetch()
+            answer = fetch(position)
         except StoreUnavailableError as exc:
             with self._lock:
                 if self._version == seen:

@@ -105,7 +105,8 @@ class FeedSignal:
             changed = self._version != seen
             if not changed:
                 self._wakes[id(wake)] = wake
-                self._someone_waits.set()
+                if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
+                    self._someone_waits.set()
         if changed:
             wake()
         else:

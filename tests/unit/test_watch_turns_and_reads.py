@@ -34,6 +34,24 @@ def test_watchers_past_the_gate_wait_their_turn_and_get_it_in_order():
     assert gate.waiting == 0
 
 
+def test_a_turn_handed_to_a_watcher_that_does_not_need_it_goes_on():
+    gate = WakeGate(1)
+    woken: list[str] = []
+    first, second = (lambda name=name: woken.append(name) for name in ("a", "b"))
+    assert gate.enter(None)
+    gate.defer(first)
+    gate.defer(second)
+    gate.leave()
+    assert woken == ["a"]
+    assert not gate.enter(None)  # the turn is kept for the one woken
+    gate.settle(first)  # its step shared another's read: the turn goes on
+    assert woken == ["a", "b"]
+    assert gate.enter(second)
+    gate.leave()
+    gate.settle(second)
+    assert gate.enter(None)
+
+
 def test_a_watcher_deferred_while_a_turn_is_free_is_woken_at_once():
     gate = WakeGate(1)
     woken: list[int] = []
@@ -52,24 +70,24 @@ def test_only_positions_where_several_stand_are_kept_within_the_bounds():
     reads = SharedReads(max_entries=3, max_bytes=10_000)
     fetches = []
 
-    def fetch(position: int) -> tuple[bytes, int]:
+    def fetch(position: int) -> tuple[bytes, int]:  # the store's read, counted
         fetches.append(position)
         return b"x" * 100, position + 1
 
     for position in range(50):  # one stream each: read on its own, nothing kept
         reads.stand(position)
-        reads.read(("stream", position), position, lambda position=position: fetch(position), 7)
+        reads.read(("stream", position), position, fetch, 7)
     assert reads.size == (0, 0)
     for position in range(50):  # two at each: kept, the least recently used dropped
         reads.stand(position)
-        reads.read(("stream", position), position, lambda position=position: fetch(position), 7)
+        reads.read(("stream", position), position, fetch, 7)
     entries, size = reads.size
     assert entries == 3
     assert size <= 10_000
     fetches.clear()
-    reads.read(("stream", 49), 49, lambda: fetch(49), 7)
+    reads.read(("stream", 49), 49, fetch, 7)
     assert fetches == []  # shared
-    reads.read(("stream", 49), 49, lambda: fetch(49), 8)
+    reads.read(("stream", 49), 49, fetch, 8)
     assert fetches == [49]  # a new version reads again
     assert reads.size == (1, 164)
 
@@ -79,7 +97,7 @@ def test_the_bytes_bound_holds_whatever_the_entries():
     for position in range(20):
         reads.stand(position)
         reads.stand(position)
-        reads.read(position, position, lambda: (b"y" * 300, 0), 1)
+        reads.read(position, position, lambda _: (b"y" * 300, 0), 1)
     entries, size = reads.size
     assert size <= 1_000
     assert entries == 2
@@ -89,7 +107,7 @@ def test_a_store_failure_is_shared_by_the_versions_other_reads():
     reads = SharedReads()
     calls = []
 
-    def failing() -> None:
+    def failing(position: int) -> None:
         calls.append(1)
         raise StoreUnavailableError("timeout", "the store did not answer")
 
@@ -97,4 +115,4 @@ def test_a_store_failure_is_shared_by_the_versions_other_reads():
         with pytest.raises(StoreUnavailableError):
             reads.read(position, position, failing, 3)
     assert calls == [1]  # once for the version
-    assert reads.read(0, 0, lambda: ([], 0), 4) == ([], 0)  # the next version asks again
+    assert reads.read(0, 0, lambda _: ([], 0), 4) == ([], 0)  # the next version asks again
