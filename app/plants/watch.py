@@ -84,9 +84,7 @@ class Watch:
                 self._block()
                 continue
             self._awaits_turn = False
-            chunk = self.step(time.monotonic())
-            self.signal.gate.settle(self._wake)  # a turn kept for it and not taken goes on
-            return chunk
+            return self.step(time.monotonic())
 
     def step(self, now: float) -> bytes:
         raise NotImplementedError

@@ -12,7 +12,7 @@ from app.store.shared_reads import SharedReads
 from app.store.wake_gate import WakeGate
 
 
-def test_watchers_past_the_gate_wait_their_turn_and_get_it_in_order():
+def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_end():
     gate = WakeGate(2)
     woken: list[str] = []
     first, second, third = (lambda name=name: woken.append(name) for name in ("a", "b", "c"))
@@ -22,34 +22,18 @@ def test_watchers_past_the_gate_wait_their_turn_and_get_it_in_order():
     gate.defer(first)
     assert not gate.enter(second)
     gate.defer(second)
-    assert woken == []
-    gate.leave()
-    assert woken == ["a"]  # the longest waiting
-    assert gate.enter(first)
     gate.defer(third)
     gate.forget(third)  # it ended while it waited
+    assert woken == []
     gate.leave()
-    gate.leave()
-    assert woken == ["a", "b"]
-    assert gate.waiting == 0
-
-
-def test_a_turn_handed_to_a_watcher_that_does_not_need_it_goes_on():
-    gate = WakeGate(1)
-    woken: list[str] = []
-    first, second = (lambda name=name: woken.append(name) for name in ("a", "b"))
-    assert gate.enter(None)
-    gate.defer(first)
+    assert woken == ["a", "b"]  # most share the read just made; one that does not waits again
+    assert gate.enter(first)
+    assert not gate.enter(second)
     gate.defer(second)
     gate.leave()
-    assert woken == ["a"]
-    assert not gate.enter(None)  # the turn is kept for the one woken
-    gate.settle(first)  # its step shared another's read: the turn goes on
-    assert woken == ["a", "b"]
-    assert gate.enter(second)
     gate.leave()
-    gate.settle(second)
-    assert gate.enter(None)
+    assert woken == ["a", "b", "b"]
+    assert gate.waiting == 0
 
 
 def test_a_watcher_deferred_while_a_turn_is_free_is_woken_at_once():
