@@ -82,6 +82,8 @@ def _state_for(settings: Settings) -> PlantsState:
         cheap_to_listen=store.shared,
     )
     feed_signal.observe(deliverer.wake)
+    if metrics is not None:
+        metrics.shared_reads = feed_signal.reads
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),

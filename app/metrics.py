@@ -19,7 +19,9 @@ Per application (in its state, app/extension.py): its own registry with
   2xx), and, read from the store at scrape time, `plants_webhook_max_lag_events` (the most events
   any endpoint has yet to be sent) and `plants_webhook_lag_events{endpoint}` (each endpoint's),
   the latter only for callers that may manage webhooks: an endpoint id is theirs to see;
-- `plants_stored`: how many plants the store holds, read from the store at scrape time.
+- `plants_stored`: how many plants the store holds, read from the store at scrape time;
+- `plants_watch_shared_reads` and `plants_watch_shared_read_bytes`: the feed's reads kept for
+  watchers at the same position (app/store/shared_reads.py), in the worker answering the scrape.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
 reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
@@ -41,6 +43,8 @@ from app.store import EVENT_TYPES, PlantStore, StoreUnavailableError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from app.store.shared_reads import SharedReads
 
 _START = "plants.started"
 #: A request's duration, in seconds: a create takes well under a millisecond, and a request that
@@ -117,6 +121,8 @@ class Metrics:
             registry=self.registry,
         )
         self._store = store
+        #: The watch's shared reads of this process (app/store/shared_reads.py), once it has them.
+        self.shared_reads: SharedReads | None = None
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
 
@@ -178,6 +184,8 @@ class Metrics:
 
         lag = CollectorRegistry(auto_describe=False)
         lag.register(_WebhookLag(self._store, per_endpoint))
+        if self.shared_reads is not None:
+            lag.register(_SharedReadsCollector(self.shared_reads))
         return generate_latest(self.exposition_registry()) + generate_latest(lag)
 
     def exposition_registry(self) -> CollectorRegistry:
@@ -207,6 +215,27 @@ class _StoreCollector:
         except StoreUnavailableError:
             return
         yield GaugeMetricFamily("plants_stored", "Plants in the store.", value=stored)
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _SharedReadsCollector:
+    """What the watch's shared reads hold in this process: a bound's evidence (issue 48)."""
+
+    def __init__(self, reads: SharedReads) -> None:
+        self._reads = reads
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        entries, size = self._reads.size
+        yield GaugeMetricFamily(
+            "plants_watch_shared_reads", "Reads of the feed kept for watchers at one position.", value=entries
+        )
+        yield GaugeMetricFamily(
+            "plants_watch_shared_read_bytes", "The bytes of the reads kept for watchers.", value=size
+        )
 
     def describe(self) -> list[Any]:
         return []

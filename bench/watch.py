@@ -100,9 +100,12 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
     selector = selectors.DefaultSelector()
     seen: dict[int, list[int]] = {}
     arrivals: dict[int, list[float]] = {}
+    #: What came after each stream's last whole event: a read can end inside one (in its id).
+    rest: dict[int, bytes] = {}
     for sock in socks:
         selector.register(sock, selectors.EVENT_READ)
         seen[sock.fileno()] = []
+        rest[sock.fileno()] = b""
     stop = threading.Event()
 
     def read() -> None:
@@ -113,7 +116,8 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
                 except BlockingIOError:
                     continue
                 now = time.monotonic()
-                for match in _ID.finditer(data):
+                whole, _, rest[key.fd] = (rest[key.fd] + data).rpartition(b"\n\n")
+                for match in _ID.finditer(whole):
                     plant_id = int(match.group(1))
                     seen[key.fd].append(plant_id)
                     arrivals.setdefault(plant_id, []).append(now)

@@ -21,6 +21,9 @@ class Caller(NamedTuple):
     webhooks_refusal: HTTPException | None
     #: The kind of token, for the log: `full-access`, `read-only` (static tokens) or `jwt`.
     kind: str = "full-access"
+    #: When its authority ends (a JWT's `exp`, seconds since the epoch), or None (a static token):
+    #: a watch of the feed ends then (app/plants/watch.py).
+    expires: float | None = None
 
 
 #: An authentication's outcome: the refusal, or None and the caller.

@@ -92,6 +92,7 @@ def _watch(
     common: dict[str, Any] = {
         "cursor_key": key,
         "caller": caller_key,
+        "expires": caller.expires if caller is not None else None,
         "parks": bool(request.environ.get(PARKING)),
         "records": event_records,
     }

@@ -8,12 +8,18 @@ gthread, `flask run`, a host app), the same iterable waits in its thread instead
 
 Everything it needs is taken from the request before the view returns: it runs after Flask has
 left the request's context.
+
+A watch ends when its authority does: at its JWT's `exp` a stream ends, and a long-poll answers
+what it read before then (nothing read after `exp` is sent: the client's next request, with a
+fresh token, reads it from the cursor). A static token lasts as long as the worker that read it:
+removing one takes a reload (SIGHUP), whose old workers end their watches as they stop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +28,11 @@ from typing import Any
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.signal import FeedSignal
+
+
+class NoTurn(Exception):
+    """No turn free for a store read: the watch waits for one, parked (Watch._fetch_in_turn)."""
+
 
 #: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
 RETRY_MS = 3000
@@ -51,15 +62,22 @@ class Watch:
         *,
         cursor_key: bytes,
         caller: bytes,
+        expires: float | None = None,
         parks: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
     ) -> None:
         self.store, self.signal, self.position = store, signal, position
         self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
         self.seen = signal.version
+        #: The caller's authority ends then (time.time()), and by the monotonic clock.
+        self.expires = expires
+        self.authority_ends = math.inf if expires is None else time.monotonic() + expires - time.time()
         self.stopping = self.done = False
         self._released = False
         self._wake: Callable[[], None] | None = None
+        #: No turn was free (app/store/wake_gate.py): the next park waits for one, not a change.
+        self._awaits_turn = False
+        signal.reads.stand(position)
 
     def __iter__(self) -> Watch:
         return self
@@ -68,10 +86,14 @@ class Watch:
         while True:
             if self.done:
                 raise StopIteration
-            chunk = self.step(time.monotonic())
-            if chunk or self.parks:
-                return chunk
-            self._block()
+            if not self.parks:
+                chunk = self.step(time.monotonic())
+                if chunk:
+                    return chunk
+                self._block()
+                continue
+            self._awaits_turn = False
+            return self.step(time.monotonic())
 
     def step(self, now: float) -> bytes:
         raise NotImplementedError
@@ -81,7 +103,11 @@ class Watch:
 
     def subscribe(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        self.signal.subscribe(self.seen, wake)
+        if self._awaits_turn:
+            self._awaits_turn = False
+            self.signal.gate.defer(wake)
+        else:
+            self.signal.subscribe(self.seen, wake)
 
     def stop(self) -> None:
         self.stopping = True
@@ -89,9 +115,15 @@ class Watch:
     def close(self) -> None:
         if self._wake is not None:
             self.signal.unsubscribe(self._wake)
+            self.signal.gate.forget(self._wake)
         if not self._released:
             self._released = True
             self.signal.release(self.caller)
+            self.signal.reads.leave(self.position)
+
+    def expired(self) -> bool:
+        """The caller's authority has ended (its JWT's `exp` passed)."""
+        return self.expires is not None and time.time() >= self.expires
 
     def cursor(self, position: bytes) -> str:
         return encode_cursor(self.cursor_key, position, None, EVENTS)
@@ -100,10 +132,30 @@ class Watch:
         """The feed's entries after the position; watchers at the same position share one read."""
         seen, position = self.signal.version, self.position
         self.seen = seen
-        answer: tuple[list[Any], bytes] = self.signal.read(
-            (position, limit), lambda: self.store.feed_entries(position, limit), seen
+        answer: tuple[list[Any], bytes] = self.signal.reads.read(
+            (position, limit), position, self._fetch_in_turn, seen
         )
         return answer
+
+    def _fetch(self, position: bytes | None) -> Any:
+        """The store call of a read (shared_reads.py calls it when no watcher made it yet)."""
+        raise NotImplementedError
+
+    def _fetch_in_turn(self, position: bytes | None) -> Any:
+        """`_fetch`, in a turn of the gate's when parked (app/store/wake_gate.py): at most the
+        gate's many at once, so that the worker's other threads stay free for requests however
+        slow the store is. NoTurn when none is free: the watch then waits for one, parked. A read
+        shared with another watcher takes no turn: it is a few microseconds either way."""
+        if not self.parks:
+            return self._fetch(position)
+        gate = self.signal.gate
+        if not gate.enter(self._wake):
+            self._awaits_turn = True
+            raise NoTurn
+        try:
+            return self._fetch(position)
+        finally:
+            gate.leave()
 
     def _block(self) -> None:
         """Not parked by the server: wait in this thread for a change or the deadline."""
@@ -123,16 +175,26 @@ class LongPoll(Watch):
         self.limit, self.after = limit, after
 
     def deadline(self) -> float:
-        return self.until
+        return min(self.until, self.authority_ends)
+
+    def _fetch(self, position: bytes | None) -> Any:
+        return self.store.feed_entries(position, self.limit)
 
     def step(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
+        expired = self.expired()
         # A failure answers the empty page from where the client stands: its next request gets
         # the 410 or the 503, with a body of its own.
-        with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
-            entries, end = self.read(self.limit)
-        if not entries and now < self.until and not self.stopping:
+        try:
+            with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
+                if not expired:
+                    entries, end = self.read(self.limit)
+        except NoTurn:
+            return b""
+        if self.expired():  # read after `exp`: nothing of it is sent
+            entries, expired = [], True
+        if not entries and now < self.until and not self.stopping and not expired:
             return b""
         self.done = True
         page = {
@@ -155,9 +217,12 @@ class EventStream(Watch):
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
+        #: The feed's version this stream has read all of (-1: not known): a turn at that
+        #: version, a heartbeat's or the one after a chunk, reads nothing.
+        self.current = -1
 
     def deadline(self) -> float:
-        return min(self.next_beat, self.ends)
+        return min(self.next_beat, self.ends, self.authority_ends)
 
     def step(self, now: float) -> bytes:
         if not self.started:
@@ -166,10 +231,10 @@ class EventStream(Watch):
         if self.stopping:
             self.done = True
             return STOPPING
-        if now >= self.ends:
+        if now >= self.ends or self.expired():
             self.done = True
             return b""
-        chunk = self._events(now)
+        chunk = self._events(now) if self.signal.version != self.current else b""
         if chunk:
             return chunk
         if now >= self.next_beat:
@@ -182,7 +247,11 @@ class EventStream(Watch):
         self.seen = seen
         try:
             # Streams at the same position send the same bytes: made once per change.
-            frames, end = self.signal.read(("stream", position), lambda: self._frames(position), seen)
+            frames, end, full = self.signal.reads.read(
+                ("stream", position), position, self._fetch_in_turn, seen
+            )
+        except NoTurn:
+            return b""
         except FeedExpiredError:
             self.done = True
             gone = {"error": 410, "message": "Events after this position are no longer kept."}
@@ -190,19 +259,25 @@ class EventStream(Watch):
         except StoreUnavailableError:
             self.done = True
             return OPENER
+        if self.expired():  # read after `exp`: the stream ends without it
+            self.done = True
+            return b""
+        self.current = -1 if full else seen
         if frames:
+            self.signal.reads.move(position, end)
             self.position = end
             self.next_beat = now + self.heartbeat
         return frames
 
-    def _frames(self, position: bytes | None) -> tuple[bytes, bytes | None]:
-        """The events after `position` as server-sent events, and the position after them."""
+    def _fetch(self, position: bytes | None) -> tuple[bytes, bytes | None, bool]:
+        """The events after `position` as server-sent events, the position after them, and
+        whether there may be more (a whole page)."""
         entries, _ = self.store.feed_entries(position, STREAM_PAGE)
         if not entries:
-            return b"", position
+            return b"", position, False
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
             data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
-        return "".join(frames).encode(), entries[-1].position
+        return "".join(frames).encode(), entries[-1].position, len(entries) == STREAM_PAGE

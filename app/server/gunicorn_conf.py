@@ -187,6 +187,7 @@ def post_worker_init(worker: Any) -> None:
         handoff.read_if_any(store)  # the plants of the worker this one replaces, on a reload
     _drain_on_sigterm(worker)
     _start_tracing(worker)
+    _bound_watch_turns(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -230,6 +231,19 @@ def _drain_on_sigterm(worker: Any) -> None:
             stop(signum, frame)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _bound_watch_turns(worker: Any) -> None:
+    """Woken watchers read a shared store on at most the request threads but one
+    (app/store/wake_gate.py): the last is left for requests, /healthz among them, however slow
+    the store is. The in-memory store's reads wait on nothing but the CPU: no bound."""
+    from app.extension import EXTENSION, plants_state
+
+    app = worker.wsgi
+    if EXTENSION in getattr(app, "extensions", {}):
+        state = plants_state(app)
+        if state.store.shared:
+            state.feed_signal.gate.resize(worker.cfg.threads - 1)
 
 
 def _deliverer_of(worker: Any) -> Any:

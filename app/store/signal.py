@@ -4,8 +4,11 @@ A write of this process notifies at once (`notify`). On a shared store, a listen
 every other process's writes too (`store.feed_listener()`: blocking reads of the feed's streams).
 It runs while someone watches, or for good where the process delivers webhooks (`listen`).
 
-Watchers woken by one change mostly read the same page from the same position: `read` makes
-that read once per change and hands the others the same answer.
+Watchers woken by one change mostly read the same page from the same position: `reads` makes
+that read once per change and hands the others the same answer (shared_reads.py); `gate` bounds
+how many woken watchers take a request thread at once (wake_gate.py). A listener that fails (the
+store is away) wakes the watchers once, then at growing intervals: each wake-up would have them
+read a store that is not answering.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
+
+from app.store.shared_reads import SharedReads
+from app.store.wake_gate import WakeGate
 
 log = logging.getLogger(__name__)
 #: Seconds a listener blocks in one call; it checks for watchers between calls.
 LISTEN_SECONDS = 5.0
+#: While the listener keeps failing, it wakes the watchers at intervals doubling up to this.
+MAX_BACKOFF_SECONDS = 30.0
 
 
 class WatchersFull(Exception):
@@ -57,8 +65,8 @@ class FeedSignal:
         self._lock = threading.Lock()
         self._version = 0
         self._wakes: dict[int, Callable[[], None]] = {}
-        self._reads: dict[Any, Any] = {}
-        self._reads_version = -1
+        self.reads = SharedReads()
+        self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,7 +105,8 @@ class FeedSignal:
             changed = self._version != seen
             if not changed:
                 self._wakes[id(wake)] = wake
-                self._someone_waits.set()
+                if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
+                    self._someone_waits.set()
         if changed:
             wake()
         else:
@@ -139,19 +148,6 @@ class FeedSignal:
             except Exception:
                 log.exception("A feed watcher's wake-up failed")
 
-    def read(self, key: Any, fetch: Callable[[], Any], seen: int) -> Any:
-        """`fetch()`, or what it answered to another watcher for the same `key` since version `seen`."""
-        with self._lock:
-            if self._reads_version != seen:
-                self._reads, self._reads_version = {}, seen
-            elif key in self._reads:
-                return self._reads[key]
-        answer = fetch()
-        with self._lock:
-            if self._reads_version == seen:
-                self._reads[key] = answer
-        return answer
-
     # --- hearing other processes -------------------------------------------------------------------
 
     def _start_listener(self) -> None:
@@ -165,6 +161,7 @@ class FeedSignal:
 
     def _listen(self) -> None:
         listener = None
+        failures, wake_at = 0, 0.0
         try:
             listener = self._make_listener()
             if listener is None:  # a per-process store: this process's writes are all there are
@@ -175,15 +172,31 @@ class FeedSignal:
                     continue
                 try:
                     changed = listener.wait(LISTEN_SECONDS)
-                except Exception as exc:  # the store is down: wake everyone to find out
-                    log.warning("The change feed's listener failed (%s); retrying in 1 s", type(exc).__name__)
-                    changed = True
-                    time.sleep(1.0)
+                except Exception as exc:
+                    failures += 1
+                    wake_at = self._after_failure(exc, failures, wake_at)
+                    continue
+                if failures:  # back: what was written meanwhile, watchers read now
+                    failures, changed = 0, True
                 if changed:
                     self.notify()
         finally:
             if listener is not None:
                 listener.close()
+
+    def _after_failure(self, exc: Exception, failures: int, wake_at: float) -> float:
+        """The store is away. The first failure in a row wakes everyone to find out (a stream
+        ends with its `retry:`); later ones wake them only at doubling intervals (1 s, 2 s, ...
+        MAX_BACKOFF_SECONDS), since each wake-up has the watchers read a store that is not
+        answering. Those reads share one failure (shared_reads.py) and take turns (wake_gate.py).
+        Returns when the next failure may wake them."""
+        now = time.monotonic()
+        log.warning("The change feed's listener failed (%s, %d in a row)", type(exc).__name__, failures)
+        if failures == 1 or now >= wake_at:
+            self.notify()
+            wake_at = now + min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        time.sleep(1.0)  # the listener's next try
+        return wake_at
 
     def close(self) -> None:
         self._closed = True

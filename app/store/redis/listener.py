@@ -3,7 +3,9 @@
 The feed is a stream per bucket group: one on a single Redis, 24 spread over a cluster's shards.
 A thread per stream blocks on it (`XREAD BLOCK` after the newest entry it saw), on connections
 of the listener's own whose timeout outlasts the block: one `XREAD` can name keys of one slot
-only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads.
+only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads;
+a stream that cannot be read makes `wait` raise, unless another had a new entry (the feed's
+signal, app/store/signal.py, decides whom to wake and how often while the store is away).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class StreamsListener:
     def __init__(self, client: Any, keys: list[str]) -> None:
         self._client, self._keys = client, keys
         self._changed = threading.Event()
+        #: A failure since the last `wait`, and whether an entry came since then.
+        self._failure: Exception | None = None
+        self._entries = False
         self._closed = False
         self._started = False
 
@@ -38,22 +43,33 @@ class StreamsListener:
         if changed:
             # Before the watchers read: a change after this sets the flag again.
             self._changed.clear()
+        failure, self._failure = self._failure, None
+        entries, self._entries = self._entries, False
+        if failure is not None and not entries:
+            raise failure
         return changed
 
     def _follow(self, key: str) -> None:
         last = None
+        failed = False
         while not self._closed:
             try:
                 if last is None:
                     last = self._newest(key)
+                    if failed:  # back after a failure: what came meanwhile is worth a look
+                        failed = False
+                        self._entries = True
+                        self._changed.set()
                 answer: Any = self._client.xread({key: last}, count=1, block=BLOCK_MS)
                 if answer:
                     # Skip to the newest: one wake-up covers a burst, and nothing after it is missed.
                     last = self._newest(key)
+                    self._entries = True
                     self._changed.set()
                     time.sleep(REST_SECONDS)
-            except Exception:  # the store is away: wake everyone to find out, then try again
-                last = None
+            except Exception as exc:  # the store is away: say so, then try again
+                last, failed = None, True
+                self._failure = exc
                 self._changed.set()
                 time.sleep(1.0)
 

@@ -1,0 +1,145 @@
+"""A watch ends when its authority does (issue 48, item 6): at its JWT's `exp` a stream ends with
+every event it sent written before then, and a long-poll answers with no event written after
+`exp`; a static token removed (its file edited, the server reloaded with SIGHUP) ends its
+streams, and their reconnect is refused. On a real gunicorn with a real identity provider."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from tests.conftest import redis_settings
+from tests.helpers import assert_error, call
+from tests.integration.test_watch import read_stream
+from tests.issuer import AUDIENCE, Issuer
+from tests.servers import TOKEN, Gunicorn
+
+WRITER = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def open_stream(port: int, token: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+    sock.sendall(
+        f"GET /events?after=now HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        "Accept: text/event-stream\r\n\r\n".encode()
+    )
+    return sock
+
+
+def read_to_end(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
+    """Everything the stream sends until it ends or `seconds` pass, and when that was."""
+    sock.settimeout(seconds)
+    return read_stream(sock, seconds=seconds), time.time()
+
+
+def create(server: Gunicorn, plant_id: int, name: str) -> None:
+    assert call(server.connection(), "POST", "/plants", {"id": plant_id, "name": name}, WRITER)[0] == 200
+
+
+def jwt_server(issuer: Issuer) -> Gunicorn:
+    server = Gunicorn(
+        env={"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE, "PLANTS_JWT_LEEWAY": "0"}
+    )
+    deadline = time.monotonic() + 60
+    while call(server.connection(), "GET", "/readyz")[0] != 200:  # the provider's keys loaded
+        assert time.monotonic() < deadline, server.output()[-3000:]
+        time.sleep(0.05)
+    return server
+
+
+def test_a_stream_ends_at_its_jwts_exp_with_nothing_written_after():
+    issuer = Issuer()
+    server = jwt_server(issuer)
+    try:
+        expires = int(time.time()) + 4
+        token = issuer.token(scope="plants:read", exp=expires)
+        sock = open_stream(server.port, token)
+        time.sleep(0.5)
+        create(server, 4801, "before exp")
+
+        def after_exp() -> None:
+            time.sleep(max(0.0, expires - time.time()) + 0.05)
+            create(server, 4802, "after exp")
+
+        writer = threading.Thread(target=after_exp)
+        writer.start()
+        data, ended = read_to_end(sock, expires - time.time() + 8)
+        writer.join(10)
+        sock.close()
+        assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]  # a clean end, not a cut
+        assert ended - expires < 2.0  # at exp, not PLANTS_EVENTS_STREAM_MAX later
+        assert b"before exp" in data
+        assert b"after exp" not in data
+        status, headers, body = call(
+            server.connection(), "GET", "/events", None, {"Authorization": f"Bearer {token}"}
+        )
+        assert_error(status, headers, body, 401)
+    finally:
+        server.stop()
+        issuer.down()
+
+
+def test_a_long_poll_answers_at_its_jwts_exp_without_events_written_after():
+    issuer = Issuer()
+    server = jwt_server(issuer)
+    try:
+        after = json.loads(call(server.connection(), "GET", "/events?after=now", None, WRITER)[2])["next"]
+        expires = int(time.time()) + 3
+        token = issuer.token(scope="plants:read", exp=expires)
+        answers: list[tuple[int, dict, float]] = []
+
+        def long_poll() -> None:
+            conn = server.connection(timeout=40)
+            conn.request(
+                "GET", f"/events?after={after}&wait=30", headers={"Authorization": f"Bearer {token}"}
+            )
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read()), time.time()))
+
+        poll = threading.Thread(target=long_poll)
+        poll.start()
+        time.sleep(max(0.0, expires - time.time()) + 0.01)
+        create(server, 4803, "written after exp")  # may race the deadline: either way, not sent
+        poll.join(20)
+        [(status, page, answered)] = answers
+        assert status == 200
+        assert page == {"events": [], "next": after}
+        assert answered - expires < 2.0  # at exp, not at its 30 s wait
+    finally:
+        server.stop()
+        issuer.down()
+
+
+def test_a_removed_static_token_ends_its_streams_at_the_reload(tmp_path, redis_server):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\nremoved-token-1\n")
+    server = Gunicorn(
+        env={**redis_settings(redis_server), "PLANTS_API_TOKENS": "", "PLANTS_API_TOKENS_FILE": str(tokens)}
+    )
+    try:
+        sock = open_stream(server.port, "removed-token-1")
+        time.sleep(0.5)
+        create(server, 4804, "before removal")
+        Path(tokens).write_text(f"{TOKEN}\n")
+        server.process.send_signal(signal.SIGHUP)
+        reloaded = time.monotonic()
+        data, _ = read_to_end(sock, 30)
+        sock.close()
+        assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]
+        assert time.monotonic() - reloaded < 20  # at the reload, not PLANTS_EVENTS_STREAM_MAX later
+        assert b"before removal" in data
+        deadline = time.monotonic() + 20
+        while True:  # once the old worker is gone, every answer is the new one's
+            status, headers, body = call(
+                server.connection(), "GET", "/events", None, {"Authorization": "Bearer removed-token-1"}
+            )
+            if status == 401 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert_error(status, headers, body, 401)
+    finally:
+        server.stop()
