@@ -20,6 +20,7 @@ from urllib.parse import unquote_to_bytes
 
 import gunicorn
 import httptools
+from gunicorn.http.wsgi import FileWrapper
 
 from app.server.worker.connection import Conn, Refusal, Request
 from app.server.worker.parking import PARKING
@@ -42,6 +43,8 @@ class EnvironBuilder:
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
+            # A file answered through it is sent with os.sendfile, never held (body.py).
+            "wsgi.file_wrapper": FileWrapper,
             PARKING: True,
         }
         self.trusted = _trusted_peers(cfg.forwarded_allow_ips)

@@ -51,6 +51,10 @@ class Parked:
     def chunked(self) -> bool:
         return self.request.version == "1.1"
 
+    def held(self) -> int:
+        """The bytes of its answer collected so far (a long-poll's), against the memory budget."""
+        return sum(len(chunk) for chunk in self.answer.chunks)
+
 
 def parkable(result: Any) -> bool:
     return hasattr(result, "subscribe") and hasattr(result, "deadline")
@@ -73,6 +77,9 @@ class Parking:
             raise NotImplementedError
 
         def _encode(self, parked: Parked) -> tuple[bytes, bool]:
+            raise NotImplementedError
+
+        def _account(self, conn: Conn) -> None:
             raise NotImplementedError
 
     def _step(self, conn: Conn) -> None:
@@ -111,6 +118,7 @@ class Parking:
         with self._lock:
             conn.woken = True
             conn.busy = False
+            self._account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
             # read timeout is closed (connections.py), to reconnect from its last id.
             conn.deadline = time.monotonic() + self.read_timeout
@@ -148,6 +156,7 @@ class Parking:
             if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
                 conn.deadline = time.monotonic() + self.read_timeout
             conn.busy = False
+            self._account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
             events = WAKE if conn.woken else PARKED
             self._epoll_modify(conn, events)
