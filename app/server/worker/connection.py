@@ -57,23 +57,51 @@ class Limits:
 
 
 class Request:
-    """A request as the parser framed it: bytes, not yet an environ."""
+    """A request as the parser framed it: bytes, not yet an environ.
 
-    __slots__ = ("body", "fields", "keep_alive", "method", "upgrade", "url", "version")
+    gunicorn's `pre_request` and `post_request` hooks are handed it, and the access log reads
+    it, with the attributes gunicorn documents for its own request (`method`, `uri`, `path`,
+    `query`, `fragment`, `version` as a tuple, `headers` with upper-case names, `trailers`,
+    `scheme`); `body` is the whole body's bytes, not a stream.
+    """
+
+    __slots__ = ("body", "fields", "http", "keep_alive", "method", "upgrade", "url")
+
+    scheme = "http"  # TLS ends at the reverse proxy
 
     def __init__(self) -> None:
         self.url = b""
         self.fields: list[tuple[bytes, bytes]] = []
         self.body = b""
         self.method = "GET"
-        self.version = "1.1"
+        self.http = "1.1"
         self.keep_alive = True
         self.upgrade = False
 
-    # For gunicorn's pre_request/post_request hooks and access-log atoms, which read these.
+    @property
+    def uri(self) -> str:
+        return self.url.decode("latin-1")
+
     @property
     def path(self) -> str:
-        return self.url.partition(b"?")[0].decode("latin-1")
+        return self.url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
+
+    @property
+    def query(self) -> str:
+        return self.url.partition(b"?")[2].partition(b"#")[0].decode("latin-1")
+
+    @property
+    def fragment(self) -> str:
+        return self.url.partition(b"#")[2].decode("latin-1")
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, _, minor = self.http.partition(".")
+        return int(major), int(minor or 0)
+
+    @property
+    def trailers(self) -> list[tuple[str, str]]:
+        return []  # a chunked body's trailer fields are read, not passed on
 
     @property
     def headers(self) -> list[tuple[str, str]]:
@@ -257,17 +285,17 @@ class Conn:
     def on_headers_complete(self) -> None:
         request = self._request
         parser = self.parser
-        request.version = parser.get_http_version()
+        request.http = parser.get_http_version()
         request.method = parser.get_method().decode("ascii")
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
-        if request.version not in ("1.1", "1.0"):
-            raise _refuse(self, _malformed(f"HTTP/{request.version} is not served"))
+        if request.http not in ("1.1", "1.0"):
+            raise _refuse(self, _malformed(f"HTTP/{request.http} is not served"))
         if request.method == "CONNECT":
             raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."))
         fields = request.fields
         hosts = sum(1 for name, _ in fields if name.lower() == b"host")
-        if hosts > 1 or (hosts == 0 and request.version == "1.1"):
+        if hosts > 1 or (hosts == 0 and request.http == "1.1"):
             # RFC 9112 section 3.2: exactly one Host in HTTP/1.1, else 400.
             raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."))
         codings = [
@@ -277,7 +305,7 @@ class Conn:
             for coding in value.split(b",")
         ]
         transfer_coded = bool(codings)
-        if transfer_coded and request.version == "1.0":
+        if transfer_coded and request.http == "1.0":
             # RFC 9112 section 6.1: HTTP/1.0 has no Transfer-Encoding; its framing is faulty.
             raise _refuse(self, _malformed("Transfer-Encoding in an HTTP/1.0 request"))
         if transfer_coded and codings != [b"chunked"]:
@@ -293,7 +321,7 @@ class Conn:
         if transfer_coded:
             self._size_line = 0
         self.wants_continue = (
-            request.version == "1.1"
+            request.http == "1.1"
             and (transfer_coded or self._content_length > 0)
             and any(name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in fields)
         )

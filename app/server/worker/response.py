@@ -4,28 +4,22 @@ The app's `start_response` and `write` fill an `Answer`; `encode()` makes the by
 sends. An answer larger than `body.HOLD_BYTES`, or a file, is not held whole: `head()` makes its
 head, and its body follows as the client takes it (body.py). The worker owns the framing
 headers: `Content-Length` (worked out when the app gives none and the whole body is here; else
-the body is chunked), `Date` and `Connection`; hop-by-hop fields from the app are dropped
-(PEP 3333 forbids them), and a body is never sent for HEAD, 1xx, 204 or 304.
+the body is chunked), `Date` and `Connection`; hop-by-hop fields from the app are dropped (PEP
+3333 forbids them; gunicorn's own list, `gunicorn.util.hop_headers`), and a body is never sent
+for HEAD, 1xx, 204 or 304.
 """
 
 from __future__ import annotations
 
 import time
-from email.utils import formatdate
 from typing import Any, NamedTuple
 
-_HOP_BY_HOP = frozenset(
-    [
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ]
-)
+from gunicorn import util
+
+#: Fields the worker owns, dropped from the app's: gunicorn's list (the hop-by-hop fields of
+#: RFC 9110 section 7.6.1, and Date and Server, which the server sets), and RFC 9110's own name
+#: for `Trailer` (gunicorn's list says "trailers").
+HOP_BY_HOP = frozenset(util.hop_headers) | {"trailer"}
 
 
 class Head(NamedTuple):
@@ -48,7 +42,7 @@ class HttpDate:
     def now(self) -> str:
         second = int(time.time())
         if second != self._second:
-            self._value, self._second = formatdate(second, usegmt=True), second
+            self._value, self._second = util.http_date(second), second
         return self._value
 
 
@@ -62,6 +56,11 @@ class Answer:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
         self.sent: int | None = None
+
+    @property
+    def status_code(self) -> int:
+        """As gunicorn's response has it, for `post_request` hooks."""
+        return int(self.status[:3])
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
         if self.status and exc_info is None:
@@ -89,7 +88,7 @@ class Answer:
             lower = name.lower()
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"the header field {name!r} has a line break")
-            if lower in _HOP_BY_HOP:
+            if lower in HOP_BY_HOP:
                 if lower == "connection" and "close" in value.lower():
                     keep_alive = False
                 continue

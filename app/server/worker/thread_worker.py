@@ -199,7 +199,7 @@ class ThreadWorker(Parking, Poller, base.Worker):
             _close(result)
             return answer.encode(method, keep_alive, date)
         # Too large to hold: what came so far goes now, the rest as the client takes it.
-        head = answer.head(method, keep_alive, date, None, http11=request.version == "1.1")
+        head = answer.head(method, keep_alive, date, None, http11=request.http == "1.1")
         first = b"".join(chunks)
         left = None if head.declared is None else head.declared - len(first)
         if not head.sends_body or (left is not None and left < 0):
