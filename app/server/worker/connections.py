@@ -7,11 +7,8 @@
   for its clients, all connections together: unparsed and parsed request bytes, unsent answer
   bytes, a waiting answer's collected pieces (`Conn.holding()`);
 - at the cap, a new client displaces the connection making the least progress, and past the
-  budget, connections holding bytes are displaced in the same order until it holds again: a
-  lingering close first, then an idle one (the longest idle first) or the one whose request
-  arrives, or whose answer is taken, at the fewest bytes a second. A connection that has just
-  connected or been answered is spared for a second; one whose request is being served, or
-  whose answer waits for its app (parking.py) with nothing unsent, is never displaced;
+  budget, connections holding bytes are displaced in the same order until it holds again
+  (displacement.py: a lingering close first, then an idle one or the slowest in bytes a second);
 - **descriptors run out** (EMFILE, ENFILE on accept): one connection is displaced in the same
   order and accepting goes on; with none to displace, accepting pauses for `ACCEPT_PAUSE`. One
   line is logged per `FD_LOG_PERIOD` at most, with the count;
@@ -35,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.server.worker import refusals
 from app.server.worker.connection import Conn, Limits
+from app.server.worker.displacement import IDLE_GRACE, least_progress, to_fit
 
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -46,8 +44,6 @@ PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
 BYTES_PER_SECOND = 65536
-#: How long a connection that has just connected, or been answered, is spared at the cap.
-IDLE_GRACE = 1.0
 #: The most connections one wake-up of a listener accepts (each displacing another at the cap).
 ACCEPT_BATCH = 64
 #: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
@@ -196,23 +192,6 @@ class Connections:
                 ACCEPT_PAUSE,
             )
 
-    def _progress(self, conn: Conn, now: float) -> tuple[float, float] | None:
-        """How fast `conn` is going, for the choice of whom to displace (the least first); None
-        when it is not to be displaced. Called with the lock held."""
-        if conn.busy:
-            return None
-        if conn.lingering:
-            return (-1.0, conn.deadline)
-        if conn.out is not None or conn.body is not None:  # a reader: the bytes it has taken
-            return (conn.answer_sent / max(now - conn.answer_started, 0.001), conn.answer_started)
-        if conn.parked is not None:
-            return None  # a watcher waiting for its app
-        if conn.reading_request:
-            return (conn.received / max(now - conn.started, 0.001), conn.started)
-        if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
-            return (float("inf"), conn.idle_since)
-        return (0.0, conn.idle_since)
-
     def _evict(self, lingering: bool = False) -> Conn | None:
         """Called with the lock held at the cap: the connection to close for a new one, taken up
         (busy), or None when there is none to displace. A lingering one only if `lingering`."""
@@ -221,41 +200,20 @@ class Connections:
         if not lingering and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
             victim: Conn | None = oldest  # no progress at all, and the longest so: no need to look further
         else:
-            victim = self._least_progress(now, lingering)
+            victim = least_progress(self._conns.values(), now, lingering)
         if victim is not None:
             victim.busy = True
             self._idle.pop(victim.fd, None)
-        return victim
-
-    def _least_progress(self, now: float, lingering: bool) -> Conn | None:
-        victim, least = None, None
-        for conn in self._conns.values():
-            if conn.lingering and not lingering:
-                continue
-            progress = self._progress(conn, now)
-            if progress is not None and (least is None or progress < least):
-                victim, least = conn, progress
         return victim
 
     def _over_budget(self) -> list[Conn]:
         """Called with the lock held, past the memory budget: the connections to close, the
         least progress first, until the rest fit in it; each taken up (busy)."""
         now = time.monotonic()
-        ranked = []
-        for conn in self._conns.values():
-            if conn.held:
-                progress = self._progress(conn, now)
-                if progress is not None:
-                    ranked.append((progress, conn.fd, conn))
-        ranked.sort()
-        victims, held = [], self._held
-        for _, _, conn in ranked:
-            if held <= self.memory_budget:
-                break
+        victims = to_fit(self._conns.values(), self._held, self.memory_budget, now)
+        for conn in victims:
             conn.busy = True
             self._idle.pop(conn.fd, None)
-            victims.append(conn)
-            held -= conn.held
         self._budget_displaced += len(victims)
         if victims and now >= self._budget_logged_at + FD_LOG_PERIOD:
             self.log.warning(
