@@ -10,6 +10,16 @@
 - `chunk-extensions`: 40 connections each sending `1;e=<100 a>\\r\\nx\\r\\n` 5,000 times, no last chunk;
 - `pipeline`: one client pipelining 2,500 `HEAD /plants` with a wrong token, reading promptly.
 
+And the attacks on the worker's resources (`RESOURCE_ATTACKS`), each with the workers' RSS before,
+at its height and after:
+
+- `slow-readers`: 1,000 connections with a 4 KiB receive buffer ask for the API page's
+  `swagger-ui-bundle.js` (1.48 MB) and never read;
+- `lingering`: 500 `Connection: close` requests a second whose clients keep their sockets open;
+- `descriptors`: the workers' open-file limit lowered to 1,024 (prlimit, after start) and 2,000
+  idle connections held, reopened as they are closed: `accept()` meets EMFILE (the log lines
+  it writes are counted).
+
 First, the workers' CPU while 1,000 idle connections are held. Then the probe opens a new
 connection for each `GET /healthz`, every 50 ms. After each attack ends, the workers' CPU is
 measured over the next second: the goal is idle.
@@ -18,22 +28,27 @@ tests/integration/test_attacks.py runs each attack, shorter.
 
 from __future__ import annotations
 
+import collections
 import json
+import resource
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench.harness import TOKEN
 from bench.harness.load import Probes, attack, attackers
 from bench.harness.report import benchmark_parser, save
-from bench.harness.servers import RedisServer, children_cpu_seconds, gunicorn, scratch
+from bench.harness.servers import RedisServer, children, children_cpu_seconds, gunicorn, scratch, status_field
 
 HALF_OPEN = b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
 REQUEST_LINE_ONLY = b"GET /healthz HTTP/1.1\r\n"
 CHUNK_HEAD = b"POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 CHUNKS = (b"1;e=" + b"a" * 100 + b"\r\nx\r\n") * 5000
+BUNDLE = b"GET /docs/assets/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n"
+CLOSING = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 PIPELINED = b"HEAD /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n" * 2500
 
 
@@ -44,12 +59,16 @@ class Outcome:
     idle_cpu_share: float  # of one core, the workers' CPU in the second after the attack ended
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
+    rss_mb: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the workers' RSS before, at the height, after
+    cpu_share: float = 0.0  # of one core, the workers' CPU while the attack was held
 
     def summary(self) -> dict:
         return {
             "attack": self.attack,
             **self.probe.summary(),
             "idle_cpu_share": round(self.idle_cpu_share, 3),
+            "attack_cpu_share": round(self.cpu_share, 3),
+            "rss_mb_before_height_after": [round(rss, 1) for rss in self.rss_mb],
             "rounds": self.rounds,
         }
 
@@ -131,6 +150,116 @@ def _read_answers(sock: socket.socket, count: int) -> None:
         return
 
 
+def _room_for(sockets: int) -> None:
+    """This process may open `sockets` more (its soft open-file limit raised to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < sockets + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def slow_readers(port: int, stop: threading.Event, connections: int = 1000, request: bytes = BUNDLE) -> int:
+    """Connections that send `request` (for the 1.48 MB bundle) with a 4 KiB receive buffer and
+    never read; one closed by the server is opened again. The number opened."""
+
+    def reader() -> socket.socket:
+        sock = socket.socket()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(2)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(request)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    return _hold(stop, connections, reader)
+
+
+def _hold(stop: threading.Event, connections: int, connect: Callable[[], socket.socket]) -> int:
+    """`connections` sockets from `connect` held until `stop`, each the server closes opened again."""
+    _room_for(connections)
+    opened = 0
+    held: list[socket.socket] = []
+    while not stop.is_set():
+        held = [sock for sock in held if _open(sock)]
+        while len(held) < connections and not stop.is_set():
+            try:
+                held.append(connect())
+            except OSError:
+                break
+            opened += 1
+        stop.wait(0.5)
+    for sock in held:
+        sock.close()
+    return opened
+
+
+def _open(sock: socket.socket) -> bool:
+    """False (and closed) when the server has closed `sock`, as far as a peek shows."""
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            pass
+        else:
+            return True  # unread answer bytes: the connection is still there
+    finally:
+        sock.settimeout(2)
+    sock.close()
+    return False
+
+
+def lingering(port: int, stop: threading.Event, per_second: int = 500) -> int:
+    """`Connection: close` requests whose clients keep their sockets open for 3 s, unread."""
+    _room_for(per_second * 4)
+    sent = 0
+    held: collections.deque[tuple[float, socket.socket]] = collections.deque()
+    while not stop.is_set():
+        started = time.monotonic()
+        for _ in range(per_second // 10):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+                sock.sendall(CLOSING)
+            except OSError:
+                continue
+            held.append((started, sock))
+            sent += 1
+        while held and held[0][0] < started - 3.0:
+            held.popleft()[1].close()
+        stop.wait(max(0.0, started + 0.1 - time.monotonic()))
+    for _, sock in held:
+        sock.close()
+    return sent
+
+
+def descriptors(port: int, stop: threading.Event, connections: int = 2000) -> int:
+    """Idle connections, `connections` of them held, each one the server closes opened again."""
+    return _hold(stop, connections, lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
+
+
+def workers_rss_mb(master_pid: int) -> float:
+    """The workers' resident memory, in MB."""
+    return sum(status_field(pid, "VmRSS") for pid in children(master_pid)) / 1024
+
+
+def lower_open_files(master_pid: int, limit: int) -> None:
+    """The workers' soft open-file limit, lowered after they started (as systemd's default)."""
+    for pid in children(master_pid):
+        _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+
+
+RESOURCE_ATTACKS: dict[str, Callable[..., int]] = {
+    "slow-readers": slow_readers,
+    "lingering": lingering,
+    "descriptors": descriptors,
+}
+
+
 ATTACKS: dict[str, Callable[..., int]] = {
     "half-open": half_open,
     "dribble": dribble,
@@ -154,27 +283,34 @@ def probe(port: int, result: Probes) -> None:
     result.latencies_ms.append((time.monotonic() - started) * 1000)
 
 
-def run(name: str, port: int, master_pid: int, seconds: float, **options: int) -> Outcome:
+def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -> Outcome:
     """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
     stop = threading.Event()
     rounds: list[int] = []
+    attacks = {**ATTACKS, **RESOURCE_ATTACKS}
+    rss_before = workers_rss_mb(master_pid)
     attacking = threading.Thread(
-        target=lambda: rounds.append(ATTACKS[name](port, stop, **options)), daemon=True
+        target=lambda: rounds.append(attacks[name](port, stop, **options)), daemon=True
     )
     attacking.start()
     time.sleep(1.0)  # the attack under way
     result = Probes()
-    ends = time.monotonic() + seconds
+    cpu_before, started = children_cpu_seconds(master_pid), time.monotonic()
+    ends = started + seconds
+    height = 0.0
     while time.monotonic() < ends:
         probe(port, result)
+        height = max(height, workers_rss_mb(master_pid))
         time.sleep(0.05)
+    cpu_share = (children_cpu_seconds(master_pid) - cpu_before) / (time.monotonic() - started)
     stop.set()
     attacking.join(timeout=15)
     time.sleep(1.0)  # the attack has ended: within a second the workers are to be idle
     before = children_cpu_seconds(master_pid)
     time.sleep(1.0)
     idle_share = children_cpu_seconds(master_pid) - before
-    return Outcome(name, result, idle_share, rounds[0] if rounds else 0)
+    rss = (rss_before, height, workers_rss_mb(master_pid))
+    return Outcome(name, result, idle_share, rounds[0] if rounds else 0, rss_mb=rss, cpu_share=cpu_share)
 
 
 def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds: float = 3.0) -> float:
@@ -194,7 +330,7 @@ def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--store", choices=["memory", "redis"], default="memory")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--attack", choices=sorted(ATTACKS), action="append")
+    parser.add_argument("--attack", choices=sorted({**ATTACKS, **RESOURCE_ATTACKS}), action="append")
     args = parser.parse_args()
     seconds = args.seconds or (2.0 if args.smoke else 10.0)
     env = {"WEB_CONCURRENCY": str(args.workers)}
@@ -208,7 +344,9 @@ def main() -> int:
         idle = idle_cpu_share(server.port, server.pid)
         outcomes.append({"store": args.store, "idle_connections": 1000, "idle_cpu_share": round(idle, 4)})
         print(json.dumps(outcomes[-1]), flush=True)
-        for name in args.attack or list(ATTACKS):
+        for name in args.attack or [*ATTACKS, *RESOURCE_ATTACKS]:
+            if name == "descriptors":
+                lower_open_files(server.pid, 1024)
             outcome = run(name, server.port, server.pid, seconds)
             outcomes.append({"store": args.store, "workers": args.workers, **outcome.summary()})
             print(json.dumps(outcomes[-1]), flush=True)

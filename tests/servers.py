@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-1"
@@ -40,7 +41,10 @@ def wait_until_serving(port: int, process: subprocess.Popen, deadline_s: float =
 class Gunicorn:
     """`gunicorn` started from the project root, as deployed, with its output in a file."""
 
-    def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, args: tuple[str, ...] = (), preexec_fn: Any = None
+    ) -> None:
+        """`preexec_fn`: run in the child before gunicorn starts (an open-file limit, say)."""
         self.env = dict(env or {})
         self.port = free_port()
         full_env = {
@@ -49,12 +53,16 @@ class Gunicorn:
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             **(env or {}),
         }
-        self._serve([sys.executable, "-m", "gunicorn", *args], full_env, ROOT)
+        self._serve([sys.executable, "-m", "gunicorn", *args], full_env, ROOT, preexec_fn)
 
-    def _serve(self, command: list[str], env: dict[str, str] | None, cwd: Path) -> None:
+    def _serve(
+        self, command: list[str], env: dict[str, str] | None, cwd: Path, preexec_fn: Any = None
+    ) -> None:
         """Start `command` with its output in a file, and wait until it serves /healthz on self.port."""
         self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
-        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
+        )
         try:
             wait_until_serving(self.port, self.process)
         except Exception as exc:

@@ -21,13 +21,11 @@ from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
 from app.http.json_provider import json_response
 from app.plants.watch import EventStream, LongPoll, Watch
 from app.schemas.parameters import load_events_query
+from app.server.worker.interface import PARKING
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
 from app.store.signal import WatchersFull
 
 JSON, STREAM = "application/json", "text/event-stream"
-#: The environ key by which the packaged worker (app/server/worker/parking.py) offers to park an
-#: answer that waits, so that it holds no thread.
-PARKING = "plants.worker.parking"
 
 
 def list_events() -> Response:

@@ -77,6 +77,9 @@ threads = _setting("GUNICORN_THREADS", _default_threads())
 # gunicorn setting, and so not a name gunicorn reads here (it drops names it does not know, in
 # silence): post_worker_init hands it to the packaged worker.
 PACKAGED_WORKER_READ_TIMEOUT = _setting("GUNICORN_READ_TIMEOUT")
+# The bytes a worker holds for its clients at most: past it, the connections making the least
+# progress are displaced (app/server/worker/connections.py). Also handed over in post_worker_init.
+PACKAGED_WORKER_MEMORY_BUDGET = _setting("GUNICORN_MEMORY_BUDGET") * 1024 * 1024
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
 # does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
@@ -173,8 +176,8 @@ def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None
 
 
 def post_worker_init(worker: Any) -> None:
-    """The app is loaded: set the worker's read timeout, and move every object made so far out
-    of the cyclic GC's reach.
+    """The app is loaded: set the worker's read timeout and memory budget, and move every object
+    made so far out of the cyclic GC's reach.
 
     A full (generation 2) collection walks every tracked object, and most of a worker's are its
     imports and its app, which live as long as it does: walking them all now and then paused a
@@ -182,6 +185,7 @@ def post_worker_init(worker: Any) -> None:
     Objects made later, per request, are collected as before.
     """
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
+    worker.memory_budget = PACKAGED_WORKER_MEMORY_BUDGET
     store = _memory_store_of(worker)
     if store is not None:
         handoff.read_if_any(store)  # the plants of the worker this one replaces, on a reload

@@ -86,6 +86,8 @@ class ServerSettingsSchema(Schema):
     GUNICORN_WORKER_CLASS = Setting("app.server.worker.ThreadWorker")
     GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1)
     GUNICORN_READ_TIMEOUT = ServerNumber("10", float, "a number of seconds", 0.1)
+    #: MiB a worker holds for its clients at most (app/server/worker/connections.py).
+    GUNICORN_MEMORY_BUDGET = ServerNumber("64", int, "a whole number of MiB", 1)
     GUNICORN_KEEPALIVE = ServerNumber("75", int, "a whole number of seconds", 0)
     GUNICORN_GRACEFUL_TIMEOUT = ServerNumber("30", int, "a whole number of seconds", 0)
     FORWARDED_ALLOW_IPS = Setting("")

@@ -170,6 +170,15 @@ AUTHORIZATION_ABUSE = [
 ]
 
 CHUNKED_BODY = b'{"id": 800003, "name": "chunked"}'
+EXTENDED_BODY = b'{"id": 800007, "name": "a chunk extension at its bound"}'
+
+
+def extended(body: bytes, extension_bytes: int) -> bytes:
+    """A chunked POST /plants of one chunk whose size line is `extension_bytes` longer: `;e=aaa...`."""
+    size_line = b"%x;e=" % len(body) + b"a" * (extension_bytes - 3)
+    return chunked(headers=[AUTH, JSON], terminate=False) + size_line + b"\r\n" + body + b"\r\n0\r\n\r\n"
+
+
 AT_LIMIT = b'{"id": 800005, "name": "exactly 64 KiB"}'
 PROTOCOL = [
     Case(
@@ -190,6 +199,9 @@ PROTOCOL = [
         413,
     ),
     Case("chunked-far-over-the-limit", chunked(*[b" " * 0x4000] * 8, headers=[AUTH, JSON]), 413),
+    # A chunk's size line, extensions included, takes 16 KiB at most (docs/operations.md).
+    Case("chunk-extension-at-the-bound", extended(EXTENDED_BODY, 16 * 1024 - 2), 200, json_error=False),
+    Case("chunk-extension-of-90000-bytes", extended(b"{", 90_000), 400),
     Case("chunked-bad-size", chunked(headers=[AUTH, JSON], terminate=False) + b"zz\r\n{}\r\n0\r\n\r\n", 400),
     Case(
         "content-length-and-transfer-encoding",
@@ -291,6 +303,17 @@ def test_hostile_case(server, case):
         assert isinstance(record["message"], str)
         assert record["message"]
     assert TOKEN.encode() not in response.body
+
+
+def test_a_chunk_extension_past_its_bound_is_refused_and_the_connection_closed(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT + 5) as sock:
+        sock.sendall(extended(b"{", 90_000).replace(b"Connection: close", b"Connection: keep-alive"))
+        answer = b""
+        while data := sock.recv(65536):  # ends: the worker closes after its 400
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b'"error": 400' in answer
+    assert b"chunk's size and extensions" in answer
 
 
 def test_client_disconnecting_mid_body(server):

@@ -7,7 +7,8 @@ has one parser, fed every byte exactly once as it arrives; its callbacks build w
 - the request line (`limit_request_line`, 414), the number of header fields
   (`limit_request_fields`) and each field's size (`limit_request_field_size`), and the whole head
   (`max_head`), each 431;
-- the body, decoded (`max_body`), and its chunk framing on top of it (`FRAMING_ALLOWANCE`), 413.
+- the body, decoded (`max_body`), and its chunk framing on top of it (`FRAMING_ALLOWANCE`), 413;
+- each chunk's size line, extensions included (`MAX_SIZE_LINE`), 400.
 
 Any refusal, a framing error included, is answered and the connection then closes: the bytes
 after a request that could not be framed are never read as another request.
@@ -28,6 +29,9 @@ import httptools
 SLICE = 16 * 1024
 #: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
 FRAMING_ALLOWANCE = 16 * 1024
+#: A chunk's size line, its extensions included: llhttp reads extensions of any length, and
+#: the service reads none, so a longer one is malformed framing.
+MAX_SIZE_LINE = 16 * 1024
 
 IDLE, HEAD, BODY = 0, 1, 2
 
@@ -53,23 +57,51 @@ class Limits:
 
 
 class Request:
-    """A request as the parser framed it: bytes, not yet an environ."""
+    """A request as the parser framed it: bytes, not yet an environ.
 
-    __slots__ = ("body", "fields", "keep_alive", "method", "upgrade", "url", "version")
+    gunicorn's `pre_request` and `post_request` hooks are handed it, and the access log reads
+    it, with the attributes gunicorn documents for its own request (`method`, `uri`, `path`,
+    `query`, `fragment`, `version` as a tuple, `headers` with upper-case names, `trailers`,
+    `scheme`); `body` is the whole body's bytes, not a stream.
+    """
+
+    __slots__ = ("body", "fields", "http", "keep_alive", "method", "upgrade", "url")
+
+    scheme = "http"  # TLS ends at the reverse proxy
 
     def __init__(self) -> None:
         self.url = b""
         self.fields: list[tuple[bytes, bytes]] = []
         self.body = b""
         self.method = "GET"
-        self.version = "1.1"
+        self.http = "1.1"
         self.keep_alive = True
         self.upgrade = False
 
-    # For gunicorn's pre_request/post_request hooks and access-log atoms, which read these.
+    @property
+    def uri(self) -> str:
+        return self.url.decode("latin-1")
+
     @property
     def path(self) -> str:
-        return self.url.partition(b"?")[0].decode("latin-1")
+        return self.url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
+
+    @property
+    def query(self) -> str:
+        return self.url.partition(b"?")[2].partition(b"#")[0].decode("latin-1")
+
+    @property
+    def fragment(self) -> str:
+        return self.url.partition(b"#")[2].decode("latin-1")
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, _, minor = self.http.partition(".")
+        return int(major), int(minor or 0)
+
+    @property
+    def trailers(self) -> list[tuple[str, str]]:
+        return []  # a chunked body's trailer fields are read, not passed on
 
     @property
     def headers(self) -> list[tuple[str, str]]:
@@ -94,7 +126,11 @@ class Conn:
         self.received = 0  # its bytes so far, for the connection cap's choice
         self.wants_continue = False
         self.out: memoryview | None = None
+        self.body: Any = None  # the rest of an answer, sent as the client takes it (body.py)
         self.close_after_out = False
+        self.answer_started = 0.0  # when the answer being sent began, and its bytes taken so far,
+        self.answer_sent = 0  # for the choice of whom to displace (connections.py)
+        self.held = 0  # the bytes of the worker's memory budget this connection was last counted for
         self.busy = False
         self.lingering = False
         self.lingered = 0
@@ -111,11 +147,39 @@ class Conn:
         self._body: list[bytes] = []
         self._body_size = 0
         self._content_length = 0
+        self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
 
     @property
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
-        return (self.phase != IDLE or bool(self.unparsed)) and self.out is None and not self.lingering
+        return (
+            (self.phase != IDLE or bool(self.unparsed))
+            and self.out is None
+            and self.body is None
+            and not self.lingering
+        )
+
+    def holding(self) -> int:
+        """The bytes the worker holds for this connection: its unparsed and parsed request bytes,
+        its unsent answer, and a waiting answer's collected pieces."""
+        held = len(self.unparsed) + self._body_size
+        if self.phase == HEAD:
+            held += self._head_bytes
+        for request in self.ready:
+            held += len(request.body) + len(request.url)
+        out = self.out
+        if out is not None:
+            held += len(out.obj)  # type: ignore[arg-type]  # the whole buffer stays while a part is unsent
+        if self.parked is not None:
+            held += self.parked.held()
+        return held
+
+    def discard(self) -> None:
+        """Forget every request byte read: the connection only lingers now."""
+        self.ready.clear()
+        self.unparsed = b""
+        self._body = []
+        self._body_size = 0
 
     @property
     def has_work(self) -> bool:
@@ -169,6 +233,13 @@ class Conn:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
                 self.refusal = _too_large(self.limits.body)
+        if self._size_line is not None and self.phase == BODY:
+            # A size line holds no LF: it began after the last LF of this slice, if it has one.
+            line_feed = piece.rfind(b"\n")
+            self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
+            if self._size_line > MAX_SIZE_LINE:
+                detail = f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most"
+                self.refusal = self.refusal or _malformed(detail)
 
     # --- llhttp's callbacks --------------------------------------------------------------------
 
@@ -178,6 +249,7 @@ class Conn:
         self._head_bytes = self._head_count = 0
         self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
+        self._size_line = None
 
     def on_url(self, url: bytes) -> None:
         request = self._request
@@ -213,17 +285,17 @@ class Conn:
     def on_headers_complete(self) -> None:
         request = self._request
         parser = self.parser
-        request.version = parser.get_http_version()
+        request.http = parser.get_http_version()
         request.method = parser.get_method().decode("ascii")
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
-        if request.version not in ("1.1", "1.0"):
-            raise _refuse(self, _malformed(f"HTTP/{request.version} is not served"))
+        if request.http not in ("1.1", "1.0"):
+            raise _refuse(self, _malformed(f"HTTP/{request.http} is not served"))
         if request.method == "CONNECT":
             raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."))
         fields = request.fields
         hosts = sum(1 for name, _ in fields if name.lower() == b"host")
-        if hosts > 1 or (hosts == 0 and request.version == "1.1"):
+        if hosts > 1 or (hosts == 0 and request.http == "1.1"):
             # RFC 9112 section 3.2: exactly one Host in HTTP/1.1, else 400.
             raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."))
         codings = [
@@ -233,7 +305,7 @@ class Conn:
             for coding in value.split(b",")
         ]
         transfer_coded = bool(codings)
-        if transfer_coded and request.version == "1.0":
+        if transfer_coded and request.http == "1.0":
             # RFC 9112 section 6.1: HTTP/1.0 has no Transfer-Encoding; its framing is faulty.
             raise _refuse(self, _malformed("Transfer-Encoding in an HTTP/1.0 request"))
         if transfer_coded and codings != [b"chunked"]:
@@ -246,11 +318,19 @@ class Conn:
             )
         if self._content_length > self.limits.body:
             raise _refuse(self, _too_large(self.limits.body))
+        if transfer_coded:
+            self._size_line = 0
         self.wants_continue = (
-            request.version == "1.1"
+            request.http == "1.1"
             and (transfer_coded or self._content_length > 0)
             and any(name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in fields)
         )
+
+    def on_chunk_header(self) -> None:
+        self._size_line = None  # the chunk's data follows
+
+    def on_chunk_complete(self) -> None:
+        self._size_line = 0  # the next chunk's size line follows
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -262,9 +342,11 @@ class Conn:
         request = self._request
         request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
         self._body = []
+        self._body_size = 0  # counted in the request now (holding())
         self.ready.append(request)
         self.phase = IDLE
         self.wants_continue = False
+        self._size_line = None
 
 
 def _refuse(conn: Conn, refusal: Refusal) -> Refusal:

@@ -20,9 +20,10 @@ from urllib.parse import unquote_to_bytes
 
 import gunicorn
 import httptools
+from gunicorn.http.wsgi import FileWrapper
 
 from app.server.worker.connection import Conn, Refusal, Request
-from app.server.worker.parking import PARKING
+from app.server.worker.interface import PARKING
 
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 _SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
@@ -42,6 +43,8 @@ class EnvironBuilder:
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
+            # A file answered through it is sent with os.sendfile, never held (body.py).
+            "wsgi.file_wrapper": FileWrapper,
             PARKING: True,
         }
         self.trusted = _trusted_peers(cfg.forwarded_allow_ips)
@@ -95,7 +98,7 @@ class EnvironBuilder:
         environ["RAW_URI"] = url.decode("latin-1")
         environ["PATH_INFO"] = path_info
         environ["QUERY_STRING"] = query.decode("latin-1")
-        environ["SERVER_PROTOCOL"] = "HTTP/1.1" if request.version == "1.1" else "HTTP/1.0"
+        environ["SERVER_PROTOCOL"] = "HTTP/1.1" if request.http == "1.1" else "HTTP/1.0"
         body = request.body
         environ["wsgi.input"] = io.BytesIO(body)
         if body:

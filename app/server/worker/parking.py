@@ -1,18 +1,8 @@
-"""Requests that wait without a thread: a WSGI answer that can be parked in the worker's loop.
+"""The worker's side of parking: answers that wait without a thread (the feed's long-polls and
+streams), on the worker's epoll, until their wake-up, their deadline or their client leaving.
 
-The worker offers parking to the app through the environ (`PARKING` is true). An app's iterable
-that can wait has, besides `__next__` and `close`:
-
-- `subscribe(wake)`: before it parks, the worker hands over a callable; the iterable calls it
-  once, from any thread, when it has something to give (at once if it already has);
-- `deadline()`: the `time.monotonic()` by which the worker asks again anyway (a heartbeat, the
-  end of a wait);
-- `stop()`: the worker is stopping: the next `__next__` ends the answer promptly;
-- `streaming`: True to send each chunk as it comes (chunked, then close), False to collect the
-  whole answer and send it at its end (with its Content-Length).
-
-`__next__` returning `b""` means "nothing yet": the worker parks the connection. It holds no
-thread while parked: it waits on the epoll for `wake`, its deadline, or its client leaving.
+The interface an app's iterable offers, and the environ key by which the worker offers parking,
+are defined once, in app/server/worker/interface.py.
 """
 
 from __future__ import annotations
@@ -28,10 +18,7 @@ from app.server.worker import refusals
 from app.server.worker.connection import Conn, Request
 from app.server.worker.connections import PARKED
 from app.server.worker.connections import WRITE as WAKE
-from app.server.worker.response import Answer
-
-#: The environ key that tells an app the server can park its answer.
-PARKING = "plants.worker.parking"
+from app.server.worker.response import HOP_BY_HOP, Answer
 
 
 @dataclass
@@ -49,10 +36,16 @@ class Parked:
 
     @property
     def chunked(self) -> bool:
-        return self.request.version == "1.1"
+        return self.request.http == "1.1"
+
+    def held(self) -> int:
+        """The bytes of its answer collected so far (a long-poll's), against the memory budget."""
+        return sum(len(chunk) for chunk in self.answer.chunks)
 
 
 def parkable(result: Any) -> bool:
+    """The app's iterable can wait (interface.Parkable): asked of every answer, so two look-ups,
+    not a runtime protocol check."""
     return hasattr(result, "subscribe") and hasattr(result, "deadline")
 
 
@@ -73,6 +66,9 @@ class Parking:
             raise NotImplementedError
 
         def _encode(self, parked: Parked) -> tuple[bytes, bool]:
+            raise NotImplementedError
+
+        def _account(self, conn: Conn) -> None:
             raise NotImplementedError
 
     def _step(self, conn: Conn) -> None:
@@ -111,6 +107,7 @@ class Parking:
         with self._lock:
             conn.woken = True
             conn.busy = False
+            self._account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
             # read timeout is closed (connections.py), to reconnect from its last id.
             conn.deadline = time.monotonic() + self.read_timeout
@@ -129,7 +126,7 @@ class Parking:
         lines += [
             f"{name}: {value}\r\n"
             for name, value in parked.answer.headers
-            if name.lower() != "content-length"
+            if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
         ]
         # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
         lines.append("Transfer-Encoding: chunked\r\n" if parked.chunked else "")
@@ -148,6 +145,7 @@ class Parking:
             if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
                 conn.deadline = time.monotonic() + self.read_timeout
             conn.busy = False
+            self._account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
             events = WAKE if conn.woken else PARKED
             self._epoll_modify(conn, events)

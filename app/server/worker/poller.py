@@ -13,7 +13,9 @@ each ready connection to exactly one thread, for one turn. A turn makes progress
   turn before its next request is served.
 
 So a slow client holds no thread, only its buffered bytes and its deadline (connections.py).
-An answer can be completed later by any thread, through `answer(conn, data, keep_alive)`.
+An answer can be completed later by any thread, through `answer(conn, data, keep_alive)`. An
+answer too large to hold whole (body.py) is sent as the client takes it: the rest of a file by
+`os.sendfile`, the rest of an iterable a piece at a time, at most `TURN_BYTES` a turn.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from select import EPOLLRDHUP
 from typing import TYPE_CHECKING
 
 from app.server.worker import refusals
+from app.server.worker.body import FileBody
 from app.server.worker.connection import BODY, IDLE, Conn, Refusal, Request
 from app.server.worker.connections import BYTES_PER_SECOND, READ, WRITE, Connections
 
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: The most of a large answer one turn sends before the connection goes to the back of the queue.
+TURN_BYTES = 256 * 1024
 
 
 class Poller(Connections):
@@ -77,7 +82,7 @@ class Poller(Connections):
         try:
             if conn.lingering:
                 self._drain(conn)
-            elif conn.out is not None:
+            elif conn.out is not None or conn.body is not None:
                 self._flush(conn)
             elif conn.parked is not None:
                 self._resume(conn)
@@ -127,6 +132,8 @@ class Poller(Connections):
             conn.feed(b"")  # the rest of a pipelining client's bytes
             if conn.phase != IDLE:
                 conn.deadline = time.monotonic() + self.read_timeout
+        if conn.ready or conn.refusal is not None:
+            conn.answer_started, conn.answer_sent = time.monotonic(), 0
         if conn.ready:
             request = conn.ready.popleft()
             served = self._serve_request(conn, request)
@@ -142,8 +149,14 @@ class Poller(Connections):
         self.answer(conn, refusals.encode(refusal), keep_alive=False)
 
     def answer(self, conn: Conn, data: bytes, keep_alive: bool) -> None:
-        """Send an answer on a connection this thread holds (busy), then hand it back."""
-        if self._send(conn, data, close_after=not keep_alive):
+        """Send an answer on a connection this thread holds (busy), then hand it back. Its body's
+        rest, if it has one, is `conn.body`, sent as the client takes it."""
+        body = conn.body
+        if body is not None:
+            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
+            size = len(data) + (body.left or 0)
+            conn.deadline = time.monotonic() + self.read_timeout + size / BYTES_PER_SECOND
+        if self._send(conn, data, close_after=not keep_alive) and (body is None or self._pump(conn)):
             self._after_answer(conn, keep_alive)
 
     def _after_answer(self, conn: Conn, keep_alive: bool) -> None:
@@ -172,12 +185,14 @@ class Poller(Connections):
         """What the socket takes of `view` without waiting; None when the connection is gone
         (then closed)."""
         try:
-            return conn.sock.send(view) if view else 0
+            sent = conn.sock.send(view) if view else 0
         except BlockingIOError:
             return 0
         except OSError:
             self._close(conn)
             return None
+        conn.answer_sent += sent
+        return sent
 
     def _send(self, conn: Conn, data: bytes, *, close_after: bool) -> bool:
         """Send what the socket takes now; True when all of it went. The rest waits on the poller."""
@@ -185,23 +200,69 @@ class Poller(Connections):
         sent = self._send_now(conn, view)
         if sent is None:
             return False
+        conn.close_after_out = close_after
         if sent == len(view):
             return True
         conn.out = view[sent:]
-        conn.close_after_out = close_after
-        conn.deadline = time.monotonic() + self.read_timeout + len(conn.out) / BYTES_PER_SECOND
+        if conn.body is None:
+            conn.deadline = time.monotonic() + self.read_timeout + len(conn.out) / BYTES_PER_SECOND
         self._rearm(conn, WRITE)
         return False
 
+    def _pump(self, conn: Conn) -> bool:
+        """Send the rest of a large answer as the socket takes it, `TURN_BYTES` at most; True
+        when it has all gone, False when it waits on the poller (or the connection is closed)."""
+        body = conn.body
+        turn = TURN_BYTES
+        try:
+            while turn > 0:
+                if isinstance(body, FileBody):
+                    if not body.left:
+                        break
+                    try:
+                        taken = body.send(conn.fd, turn)
+                    except BlockingIOError:
+                        self._rearm(conn, WRITE)
+                        return False
+                    conn.answer_sent += taken
+                    turn -= taken
+                    continue
+                piece = body.pull()
+                if piece is None:
+                    break
+                turn -= len(piece)
+                view = memoryview(piece)
+                sent = self._send_now(conn, view)
+                if sent is None:
+                    return False
+                if sent < len(view):
+                    conn.out = view[sent:]
+                    self._rearm(conn, WRITE)
+                    return False
+            else:  # its turn is up: the others' come first
+                self._rearm(conn, WRITE)
+                return False
+        except OSError:  # the client has gone
+            self._close(conn)
+            return False
+        except Exception:
+            self.log.exception("Error sending an answer's body: the connection is closed")
+            self._close(conn)
+            return False
+        conn.body = None
+        self._close_body(body)
+        return True
+
     def _flush(self, conn: Conn) -> None:
         out = conn.out
-        assert out is not None
-        sent = self._send_now(conn, out)
-        if sent is None:
-            return
-        if sent < len(out):
-            conn.out = out[sent:]
-            self._rearm(conn, WRITE)
-            return
-        conn.out = None
-        self._after_answer(conn, not conn.close_after_out)
+        if out is not None:
+            sent = self._send_now(conn, out)
+            if sent is None:
+                return
+            if sent < len(out):
+                conn.out = out[sent:]
+                self._rearm(conn, WRITE)
+                return
+            conn.out = None
+        if conn.body is None or self._pump(conn):
+            self._after_answer(conn, not conn.close_after_out)

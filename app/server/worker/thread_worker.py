@@ -23,10 +23,12 @@ import os
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from gunicorn.workers import base
 
 from app.server.worker import refusals
+from app.server.worker.body import HOLD_BYTES, FileBody, IterBody
 from app.server.worker.connection import Conn, Limits, Refusal, Request
 from app.server.worker.environ import EnvironBuilder
 from app.server.worker.parking import Parked, Parking, parkable
@@ -135,7 +137,7 @@ class ThreadWorker(Parking, Poller, base.Worker):
             self.log.info("Autorestarting worker after current request.")
             self.alive = False
         keep_alive = request.keep_alive and self.alive and cfg.keepalive > 0
-        keep_alive = keep_alive and len(self._conns) < cfg.worker_connections
+        keep_alive = keep_alive and len(self._conns) - self._lingering < self.max_connections
         try:
             result = self.wsgi(environ, answer.start_response)
             if parkable(result):
@@ -144,17 +146,12 @@ class ThreadWorker(Parking, Poller, base.Worker):
                     result.stop()
                 self._step(conn)
                 return None
-            try:
-                for chunk in result:
-                    if chunk:
-                        answer.chunks.append(chunk)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-            data, keep_alive = answer.encode(request.method, keep_alive, self.date.now())
+            data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
         except Exception:
             conn.parked = None
+            if conn.body is not None:
+                body, conn.body = conn.body, None
+                self._close_body(body)
             self.log.exception("Error handling request %s %s", request.method, request.path)
             answer.status, answer.headers, answer.sent = "500 Internal Server Error", [], None
             data, keep_alive = refusals.encode(refusals.APP_ERROR), False
@@ -164,3 +161,61 @@ class ThreadWorker(Parking, Poller, base.Worker):
         except Exception:
             self.log.exception("Exception in post_request hook")
         return data, keep_alive
+
+    def _produce(
+        self, conn: Conn, request: Request, answer: Answer, result: Any, keep_alive: bool
+    ) -> tuple[bytes, bool]:
+        """The answer's first bytes (all of them, unless it is large), and whether to keep the
+        connection; the rest of a large answer becomes `conn.body`, sent as the client takes it."""
+        date = self.date.now()
+        method = request.method
+        file = FileBody.of(result)
+        if file is not None:
+            try:
+                head = answer.head(method, keep_alive, date, file.left)
+            except BaseException:
+                self._close_body(file)
+                raise
+            answer.sent = file.left if head.sends_body else 0
+            if head.sends_body and file.left:
+                conn.body = file
+            else:
+                self._close_body(file)
+            return head.data, head.keep_alive
+        chunks, held, whole = answer.chunks, 0, True
+        iterator = iter(result)
+        try:
+            for chunk in iterator:
+                if chunk:
+                    chunks.append(chunk)
+                    held += len(chunk)
+                    if held > HOLD_BYTES:
+                        whole = False
+                        break
+        except BaseException:
+            _close(result)
+            raise
+        if whole:
+            _close(result)
+            return answer.encode(method, keep_alive, date)
+        # Too large to hold: what came so far goes now, the rest as the client takes it.
+        head = answer.head(method, keep_alive, date, None, http11=request.http == "1.1")
+        first = b"".join(chunks)
+        left = None if head.declared is None else head.declared - len(first)
+        if not head.sends_body or (left is not None and left < 0):
+            _close(result)
+            if head.sends_body:
+                raise ValueError(f"the app declared Content-Length {head.declared} for a longer body")
+            answer.sent = 0
+            return head.data, head.keep_alive
+        answer.sent = head.declared
+        conn.body = IterBody(iterator, getattr(result, "close", None), head.chunked, left)
+        if head.chunked:
+            first = b"%x\r\n%s\r\n" % (len(first), first)
+        return head.data + first, head.keep_alive
+
+
+def _close(result: Any) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()

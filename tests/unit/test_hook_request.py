@@ -1,0 +1,40 @@
+"""gunicorn's `pre_request` and `post_request` hooks get, from the packaged worker, a request with
+the attributes gunicorn documents for its own: read here against gunicorn's parser, on the same bytes."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from gunicorn.config import Config
+from gunicorn.http.parser import RequestParser
+
+from app.server.worker.connection import Conn, Limits
+from app.server.worker.response import Answer
+
+REQUESTS = [
+    b"GET /plants?limit=5&tag=x HTTP/1.1\r\nHost: a\r\nX-Thing: 1\r\n\r\n",
+    b"POST /plants HTTP/1.0\r\nHost: a\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}",
+    b"GET /docs/assets/x.js#frag HTTP/1.1\r\nHost: a\r\naccept: */*\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("data", REQUESTS)
+def test_the_hooks_request_reads_as_gunicorns(data):
+    ours_sock, other = socket.socketpair()
+    try:
+        conn = Conn(ours_sock, ("127.0.0.1", 1), ("127.0.0.1", 2), Limits(4094, 100, 8190, 65536, 65536))
+        conn.feed(data)
+        ours = conn.ready.popleft()
+    finally:
+        ours_sock.close()
+        other.close()
+    theirs = next(iter(RequestParser(Config(), iter([data]), ("127.0.0.1", 1))))
+    for name in ("method", "uri", "path", "query", "fragment", "version", "headers", "trailers", "scheme"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def test_the_hooks_response_has_gunicorns_status_code():
+    answer = Answer()
+    answer.start_response("404 NOT FOUND", [])
+    assert answer.status_code == 404
