@@ -290,6 +290,8 @@ class Drain:
         self.tries = endpoint.tries
         #: Whether the last attempt was slow (lanes.py).
         self.slow = False
+        #: When the drain began (monotonic): it gives its thread up after a turn (lanes.py).
+        self.began = time.monotonic()
 
     def run(self) -> None:
         store = self.deliverer.store
@@ -341,9 +343,13 @@ class Drain:
         attempt = _attempt(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
-            # After a slow attempt the drain gives its thread up: the endpoint's next event waits
-            # for a turn in the slow lane (lanes.py).
-            return self._ack(delivery_fields(entry.position, 0, 0), attempt) and not self.slow
+            # After a slow attempt, or once its turn is over, the drain gives its thread up: the
+            # endpoint's next event waits for its next turn in its lane (lanes.py). Receivers that
+            # answer just under the slow threshold, with a backlog, would otherwise keep the fast
+            # lane's threads for as long as writes come faster than they answer.
+            acked = self._ack(delivery_fields(entry.position, 0, 0), attempt)
+            turn_over = time.monotonic() - self.began >= deliverer.lanes.turn_s
+            return acked and not self.slow and not turn_over
         self.tries += 1
         fields = delivery_fields(self.position, self.tries, 0)
         if outcome.status == 410:
