@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 #: Drains at once of fast endpoints: the lane an honest endpoint always has.
 FAST = 8
@@ -59,7 +59,10 @@ class Lanes:
     The coordinator asks (`order`, `admits`, `started`); drains report their attempts (`begin`,
     `end`)."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        #: The time attempts are measured by (a test's own clock: no test depends on the machine's
+        #: speed).
+        self.clock = clock
         self.slow_s = min(SLOW_S, timeout * SLOW_SHARE)
         #: How long an attempt in flight holds its place in the fast lane.
         self.hold_s = self.slow_s * HOLD_SHARE
@@ -108,7 +111,7 @@ class Lanes:
         """Whether a drain of `endpoint_id` may start beside the drains of `busy`."""
         if len(busy) >= THREADS:
             return False
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             lane = self._lane(endpoint_id, now)
             if lane == "unknown":
@@ -118,18 +121,18 @@ class Lanes:
 
     def started(self, endpoint_id: str) -> None:
         with self._lock:
-            self._turns[endpoint_id] = time.monotonic()
+            self._turns[endpoint_id] = self.clock()
 
     def begin(self, endpoint_id: str) -> None:
         """An attempt to `endpoint_id` goes out."""
         with self._lock:
-            self._in_flight[endpoint_id] = time.monotonic()
+            self._in_flight[endpoint_id] = self.clock()
 
     def end(self, endpoint_id: str) -> bool:
         """The attempt ended: whether it was slow (the drain then gives its turn up)."""
         with self._lock:
             began = self._in_flight.pop(endpoint_id, None)
-            took = 0.0 if began is None else time.monotonic() - began
+            took = 0.0 if began is None else self.clock() - began
             self._last_s[endpoint_id] = took
             slow = took >= self.slow_s
             runs = self._fast_runs.get(endpoint_id)
