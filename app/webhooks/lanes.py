@@ -22,9 +22,10 @@ would wait a round of timeouts. Here:
   endpoint belongs in, and a process that starts (or an endpoint just registered) should not
   make an honest endpoint wait behind the first attempts of slow ones. They may use all threads
   but FAST, which stay for the fast lane.
-- **Turns, in every lane**: a drain ends after the attempt that ends `turn_s` (= `slow_s`) after
-  it began, so endpoints that answer just under `slow_s` with a backlog (writes coming faster
-  than they answer) hold the fast lane's threads for a turn each, not until they catch up.
+- **Turns, in every lane**: while an endpoint that is not slow waits for a thread, a drain ends
+  after the attempt that ends `turn_s` (= `slow_s`) after it began, so endpoints that answer
+  just under `slow_s` with a backlog (writes coming faster than they answer) hold the fast
+  lane's threads for a turn each, not until they catch up.
 - **Threads**: at most THREADS drains in all, whatever the lanes say.
 
 The per-endpoint records are pruned to the endpoints that exist, so they are bounded by
@@ -69,6 +70,10 @@ class Lanes:
         #: How long a drain keeps its thread: after an attempt that ends past it, the drain ends and
         #: the endpoint waits for its next turn, like the others in its lane.
         self.turn_s = self.slow_s
+        #: Whether the coordinator's last look left an endpoint that is not slow waiting for a
+        #: thread: only then does a turn end (uncontended, a drain goes on without a new lease's
+        #: pause).
+        self.contended = False
         self._lock = threading.Lock()
         #: Attempts under `slow_s` since the endpoint's last slow one, up to RECOVER; absent: none
         #: sent by this process yet.
