@@ -14,10 +14,10 @@ would wait a round of timeouts. Here:
   passes `slow_s` counts in the slow lane.
 - **The slow lane**: at most SLOW drains of slow endpoints (those that turned slow in flight
   included), each for one attempt a turn (the deliverer ends a drain after a slow attempt). The
-  next turn goes to the endpoint whose last turn started earliest, counting its last attempt's
-  length as if it had started that much later: so each gets about the same thread time, and an
-  honest endpoint that was slow once (a pause, a cold start) comes back after a short wait, not
-  after a round of attempts that take a timeout each.
+  next turn goes to the endpoint whose last turn started earliest, counting that turn's length
+  (its attempts, one in the slow lane) as if it had started that much later: so each gets about
+  the same thread time, and an honest endpoint that was slow once (a pause, a cold start) comes
+  back after a short wait, not after a round of attempts that take a timeout each.
 - **Unknown endpoints** start at once, beside the lanes: only an attempt tells which lane an
   endpoint belongs in, and a process that starts (or an endpoint just registered) should not
   make an honest endpoint wait behind the first attempts of slow ones. They may use all threads
@@ -82,7 +82,7 @@ class Lanes:
         self._in_flight: dict[str, float] = {}
         #: When each endpoint's last drain started (monotonic): the slow lane's turns.
         self._turns: dict[str, float] = {}
-        #: How long each endpoint's last attempt took (seconds).
+        #: How long each endpoint's last turn lasted, up to its last attempt's end (seconds).
         self._last_s: dict[str, float] = {}
 
     def slow(self, endpoint_id: str) -> bool:
@@ -101,8 +101,8 @@ class Lanes:
 
     def order(self, endpoint_ids: Iterable[str]) -> list[str]:
         """The endpoints in the order they may start: the fast ones, the unknown ones, then the
-        slow ones; in each, the earliest last turn first, pushed back by the length of its last
-        attempt (fair queueing of thread time)."""
+        slow ones; in each, the earliest last turn first, pushed back by that turn's length (fair
+        queueing of thread time)."""
 
         def rank(endpoint_id: str) -> tuple[int, float]:
             runs = self._fast_runs.get(endpoint_id)
@@ -137,8 +137,10 @@ class Lanes:
         """The attempt ended: whether it was slow (the drain then gives its turn up)."""
         with self._lock:
             began = self._in_flight.pop(endpoint_id, None)
-            took = 0.0 if began is None else self.clock() - began
-            self._last_s[endpoint_id] = took
+            now = self.clock()
+            took = 0.0 if began is None else now - began
+            # The turn's length so far (all its attempts), for the next turn's rank.
+            self._last_s[endpoint_id] = now - self._turns.get(endpoint_id, now - took)
             slow = took >= self.slow_s
             runs = self._fast_runs.get(endpoint_id)
             if slow:

@@ -164,3 +164,18 @@ def test_at_most_kept_max_idle_connections_are_kept_the_longest_idle_closed_firs
     assert newest is not None
     assert newest.connection is connections[-1]
     kept.close_all()
+
+
+def test_a_turn_of_many_quick_attempts_counts_whole_against_its_endpoint():
+    """A receiver answering just under the hold keeps its turn for many attempts: its next turn is
+    ranked by the whole turn's length, so an endpoint that began a short turn during it goes first
+    (ranked by the last attempt alone, it would wait until a turn's length had passed)."""
+    lanes = lanes_for()
+    lanes.started("steady")
+    for _ in range(5):
+        attempt(lanes, "steady", lanes.hold_s / 2)
+    lanes.started("honest")
+    attempt(lanes, "honest")
+    for _ in range(5):
+        attempt(lanes, "steady", lanes.hold_s / 2)
+    assert lanes.order(["steady", "honest"]) == ["honest", "steady"]
