@@ -220,8 +220,11 @@ class Deliverer:
             and endpoint.due_ms <= now_ms
             and endpoint.position != now_position
         ]
+        # Whether an endpoint not slow waits for a thread: the drains then end at their turn's end.
+        refused = False
         for endpoint_id in self.lanes.order(waiting):
             if self._pool is None or not self.lanes.admits(endpoint_id, self._busy.keys()):
+                refused = refused or not self.lanes.slow(endpoint_id)
                 continue
             leased = self.store.endpoints.lease(endpoint_id, self.owner, LEASE_MS)
             if leased is not None:
@@ -230,6 +233,7 @@ class Deliverer:
             else:
                 # Another process drains it; look again once it may have let go.
                 self._refresh_at = min(self._refresh_at, now + IDLE_S)
+        self.lanes.contended = refused
         return self._pause(_now_ms())
 
     def _pause(self, now_ms: int) -> float:
@@ -290,6 +294,8 @@ class Drain:
         self.tries = endpoint.tries
         #: Whether the last attempt was slow (lanes.py).
         self.slow = False
+        #: When the drain began (monotonic): it gives its thread up after a turn (lanes.py).
+        self.began = time.monotonic()
 
     def run(self) -> None:
         store = self.deliverer.store
@@ -341,9 +347,15 @@ class Drain:
         attempt = _attempt(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
-            # After a slow attempt the drain gives its thread up: the endpoint's next event waits
-            # for a turn in the slow lane (lanes.py).
-            return self._ack(delivery_fields(entry.position, 0, 0), attempt) and not self.slow
+            # After a slow attempt, or once its turn is over while others wait for a thread, the
+            # drain gives its thread up: the endpoint's next event waits for its next turn in its
+            # lane (lanes.py). Receivers that answer just under the slow threshold, with a
+            # backlog, would otherwise keep the fast lane's threads for as long as writes come
+            # faster than they answer.
+            acked = self._ack(delivery_fields(entry.position, 0, 0), attempt)
+            lanes = deliverer.lanes
+            turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
+            return acked and not self.slow and not turn_over
         self.tries += 1
         fields = delivery_fields(self.position, self.tries, 0)
         if outcome.status == 410:

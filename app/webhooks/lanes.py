@@ -14,14 +14,18 @@ would wait a round of timeouts. Here:
   passes `slow_s` counts in the slow lane.
 - **The slow lane**: at most SLOW drains of slow endpoints (those that turned slow in flight
   included), each for one attempt a turn (the deliverer ends a drain after a slow attempt). The
-  next turn goes to the endpoint whose last turn started earliest, counting its last attempt's
-  length as if it had started that much later: so each gets about the same thread time, and an
-  honest endpoint that was slow once (a pause, a cold start) comes back after a short wait, not
-  after a round of attempts that take a timeout each.
+  next turn goes to the endpoint whose last turn started earliest, counting that turn's length
+  (its attempts, one in the slow lane) as if it had started that much later: so each gets about
+  the same thread time, and an honest endpoint that was slow once (a pause, a cold start) comes
+  back after a short wait, not after a round of attempts that take a timeout each.
 - **Unknown endpoints** start at once, beside the lanes: only an attempt tells which lane an
   endpoint belongs in, and a process that starts (or an endpoint just registered) should not
   make an honest endpoint wait behind the first attempts of slow ones. They may use all threads
   but FAST, which stay for the fast lane.
+- **Turns, in every lane**: while an endpoint that is not slow waits for a thread, a drain ends
+  after the attempt that ends `turn_s` (= `slow_s`) after it began, so endpoints that answer
+  just under `slow_s` with a backlog (writes coming faster than they answer) hold the fast
+  lane's threads for a turn each, not until they catch up.
 - **Threads**: at most THREADS drains in all, whatever the lanes say.
 
 The per-endpoint records are pruned to the endpoints that exist, so they are bounded by
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 #: Drains at once of fast endpoints: the lane an honest endpoint always has.
 FAST = 8
@@ -56,10 +60,20 @@ class Lanes:
     The coordinator asks (`order`, `admits`, `started`); drains report their attempts (`begin`,
     `end`)."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        #: The time attempts are measured by (a test's own clock: no test depends on the machine's
+        #: speed).
+        self.clock = clock
         self.slow_s = min(SLOW_S, timeout * SLOW_SHARE)
         #: How long an attempt in flight holds its place in the fast lane.
         self.hold_s = self.slow_s * HOLD_SHARE
+        #: How long a drain keeps its thread: after an attempt that ends past it, the drain ends and
+        #: the endpoint waits for its next turn, like the others in its lane.
+        self.turn_s = self.slow_s
+        #: Whether the coordinator's last look left an endpoint that is not slow waiting for a
+        #: thread: only then does a turn end (uncontended, a drain goes on without a new lease's
+        #: pause).
+        self.contended = False
         self._lock = threading.Lock()
         #: Attempts under `slow_s` since the endpoint's last slow one, up to RECOVER; absent: none
         #: sent by this process yet.
@@ -68,7 +82,7 @@ class Lanes:
         self._in_flight: dict[str, float] = {}
         #: When each endpoint's last drain started (monotonic): the slow lane's turns.
         self._turns: dict[str, float] = {}
-        #: How long each endpoint's last attempt took (seconds).
+        #: How long each endpoint's last turn lasted, up to its last attempt's end (seconds).
         self._last_s: dict[str, float] = {}
 
     def slow(self, endpoint_id: str) -> bool:
@@ -87,8 +101,8 @@ class Lanes:
 
     def order(self, endpoint_ids: Iterable[str]) -> list[str]:
         """The endpoints in the order they may start: the fast ones, the unknown ones, then the
-        slow ones; in each, the earliest last turn first, pushed back by the length of its last
-        attempt (fair queueing of thread time)."""
+        slow ones; in each, the earliest last turn first, pushed back by that turn's length (fair
+        queueing of thread time)."""
 
         def rank(endpoint_id: str) -> tuple[int, float]:
             runs = self._fast_runs.get(endpoint_id)
@@ -102,7 +116,7 @@ class Lanes:
         """Whether a drain of `endpoint_id` may start beside the drains of `busy`."""
         if len(busy) >= THREADS:
             return False
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             lane = self._lane(endpoint_id, now)
             if lane == "unknown":
@@ -112,19 +126,21 @@ class Lanes:
 
     def started(self, endpoint_id: str) -> None:
         with self._lock:
-            self._turns[endpoint_id] = time.monotonic()
+            self._turns[endpoint_id] = self.clock()
 
     def begin(self, endpoint_id: str) -> None:
         """An attempt to `endpoint_id` goes out."""
         with self._lock:
-            self._in_flight[endpoint_id] = time.monotonic()
+            self._in_flight[endpoint_id] = self.clock()
 
     def end(self, endpoint_id: str) -> bool:
         """The attempt ended: whether it was slow (the drain then gives its turn up)."""
         with self._lock:
             began = self._in_flight.pop(endpoint_id, None)
-            took = 0.0 if began is None else time.monotonic() - began
-            self._last_s[endpoint_id] = took
+            now = self.clock()
+            took = 0.0 if began is None else now - began
+            # The turn's length so far (all its attempts), for the next turn's rank.
+            self._last_s[endpoint_id] = now - self._turns.get(endpoint_id, now - took)
             slow = took >= self.slow_s
             runs = self._fast_runs.get(endpoint_id)
             if slow:

@@ -92,3 +92,29 @@ def test_an_honest_endpoint_slow_once_is_not_left_behind_the_slow_ones(server):
     finally:
         for receiver in [*slow_ones, honest]:
             receiver.stop()
+
+
+def test_receivers_just_under_the_hold_with_a_backlog_do_not_keep_the_fast_lane():
+    """Eight receivers answering in 0.2 s, under the hold (0.25 s at a 4 s timeout), are fast; with
+    a backlog, a drain of theirs lasting until it caught up (BACKLOG x 0.2 s = 12 s from the first
+    write) would keep the honest endpoint's events waiting behind it. A drain ends after its turn
+    (1 s) instead."""
+    server = Gunicorn(env={"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_TIMEOUT": "4"})
+    steady = [Receiver(lambda delivery, number: (204, {}, 0.2)) for _ in range(8)]
+    honest = Receiver()
+    backlog = 60
+    try:
+        for receiver in [*steady, honest]:
+            call(server, "POST", "/webhooks", {"url": receiver.url})
+        for plant_id in range(backlog):
+            call(server, "POST", "/plants", {"id": plant_id, "name": f"Fern {plant_id}"})
+        written = time.monotonic()
+        last = honest.wait_for(backlog, timeout=20)[-1]
+        assert last.event["data"]["id"] == backlog - 1
+        # Without turns, until a steady drain catches up: 12 s less the writes' time (about 4 s
+        # on an idle machine). With turns, a turn or two.
+        assert last.at - written < 4.0, (last.at - written, [len(r.deliveries) for r in steady])
+    finally:
+        for receiver in [*steady, honest]:
+            receiver.stop()
+        server.stop()
