@@ -39,12 +39,14 @@ def _init_state(setup: BlueprintSetupState) -> None:
 
 @bp.after_request
 def _finish(response: Response) -> Response:
-    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers."""
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit and CORS headers."""
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
     if state.rate_limits is not None:
         add_headers(request.environ, response)
+    if state.cors is not None:
+        state.cors.finish(request.environ, response)
     return response
 
 

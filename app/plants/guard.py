@@ -16,6 +16,7 @@ from werkzeug.exceptions import ServiceUnavailable
 from app.auth.rate_limits import remember
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
+from app.http.cors import is_preflight, preflight_answer
 from app.http.error_handler import error_response
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, Access
@@ -38,6 +39,9 @@ def guard() -> Response | None:
         environ[ROUTE] = rule.rule
     access = ACCESS.get(view, Access.READ)
     if access is Access.PUBLIC:
+        # Every other method of an operation is public (its 405): so is a CORS preflight.
+        if state.cors is not None and is_preflight(environ):
+            return preflight_answer()
         return None
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
     if caller is not None:

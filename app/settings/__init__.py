@@ -74,6 +74,7 @@ class Settings:
     auth_failure_limit: str | None
     metrics: bool
     docs: bool
+    cors_origins: tuple[str, ...]
     require_if_match: bool
     max_content_length: int
     trusted_proxies: int

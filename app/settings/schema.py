@@ -14,6 +14,7 @@ from app.settings.fields import (
     Entries,
     Flag,
     Hosts,
+    Origins,
     RateLimit,
     Scale,
     Seconds,
@@ -108,6 +109,8 @@ class SettingsSchema(Schema):
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
     PLANTS_METRICS = Flag(True)
     PLANTS_DOCS = Flag(True)
+    #: Cross-origin requests from browser pages (app/http/cors.py): off until set.
+    PLANTS_CORS_ORIGINS = Origins((), problem="must be a comma-separated list of origins, or *")
     PLANTS_REQUIRE_IF_MATCH = Flag(False)
     # The HTTP layer (Flask's own name for the body limit).
     MAX_CONTENT_LENGTH = WholeNumber(64 * 1024, minimum=1)
