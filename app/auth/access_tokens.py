@@ -144,6 +144,7 @@ class AccessTokens:
             None if write else self._needs_write,
             None if self.settings.webhooks_scope in scopes else self._needs_webhooks,
             "jwt",
+            float(claims["exp"]),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from werkzeug.exceptions import HTTPException
@@ -19,8 +20,11 @@ class Caller(NamedTuple):
     write_refusal: HTTPException | None
     #: The refusal of every /webhooks operation, or None when the caller may manage webhooks.
     webhooks_refusal: HTTPException | None
-    #: The kind of token, for the log: `full-access`, `read-only` (static tokens) or `jwt`.
+    #: The kind of token, for the log: `full-access`, `read-only` (static tokens), `jwt` or
+    #: `ticket` (a watch ticket, app/auth/tickets.py).
     kind: str = "full-access"
+    #: When the credential expires, in Unix seconds: a JWT's `exp`, a watch ticket's expiry.
+    expires: float = math.inf
 
 
 #: An authentication's outcome: the refusal, or None and the caller.

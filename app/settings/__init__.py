@@ -63,6 +63,7 @@ class Settings:
     events_stream_max: int
     events_max_watchers: int
     events_max_watchers_per_token: int
+    watch_ticket_ttl: int
     webhooks_deliver: bool
     webhooks_max: int
     webhooks_allow_hosts: tuple[str, ...]
