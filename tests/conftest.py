@@ -23,7 +23,13 @@ KINDS = ("unit", "contract", "integration")
 #: smoke runs, chromium). They run first: pytest-xdist hands out tests in order, so these are
 #: spread over both workers from the start, and the short ones fill in at the end instead of
 #: one worker finishing a two-minute test alone.
-SLOW_MODULES = ("test_contract.py", "test_instruction_budget.py", "test_bench_smoke.py", "test_browser.py")
+SLOW_MODULES = (
+    "test_contract.py",
+    "test_instruction_budget.py",
+    "test_bench_smoke.py",
+    "test_browser.py",
+    "test_browser_page.py",
+)
 
 
 def pytest_collection_modifyitems(items):
