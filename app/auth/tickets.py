@@ -79,9 +79,10 @@ class WatchTickets:
         #: The static tokens configured now, by fingerprint: a removed token's tickets find none.
         self._static = {_fingerprint(token): caller for token, caller in static.callers.items()}
 
-    def mint(self, caller: Caller, key: bytes) -> tuple[str, int]:
+    def mint(self, caller: Caller, key: bytes, now: float | None = None) -> tuple[str, int]:
         """A ticket for `caller` (a static token's or a JWT's), and its expiry in Unix seconds."""
-        expires = math.floor(min(self._clock() + self.ttl, caller.expires))
+        now = self._clock() if now is None else now
+        expires = math.floor(min(now + self.ttl, caller.expires))
         if caller.kind == "jwt":
             kind, binding = _JWT, bytes.fromhex(caller.limit_key.removeprefix(_JWT_KEY_PREFIX).decode())
         else:

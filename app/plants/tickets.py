@@ -3,6 +3,7 @@ browser's EventSource can watch the feed (`GET /events?ticket=...`) without a he
 
 from __future__ import annotations
 
+import math
 import time
 
 from flask import Response, request
@@ -21,8 +22,9 @@ def create_watch_ticket() -> Response:
         raise FeedOff()
     _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
     assert caller is not None  # the guard let the request through
-    ticket, expires = state.auth.tickets.mint(caller, store.cursor_key())
-    body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - int(time.time()))}
+    now = time.time()
+    ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
+    body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}
     response = json_response(body)
     response.headers["Cache-Control"] = "no-store"  # a credential: never kept by a cache
     return response
