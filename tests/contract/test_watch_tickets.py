@@ -142,3 +142,11 @@ def test_a_jwts_ticket_ends_with_the_jwt_and_shares_its_key():
     without_jwt = WatchTickets(StaticTokens([], []), 60, jwt=False)
     assert without_jwt.verify(ticket, key)[1] is None
     assert tickets.verify(ticket, b"another store's key" * 2)[1] is None
+
+
+def test_with_a_bearer_header_a_ticket_is_not_used_but_must_have_its_form(make_app):
+    client = make_app().test_client()
+    ticket = mint(client)
+    assert client.get(f"/events?ticket={ticket}", headers=AUTH).status_code == 200
+    answer = client.get("/events?ticket=not-a-ticket", headers=AUTH)
+    assert error_of(answer, 400)["details"] == {"ticket": ["Not a watch ticket of this service."]}
