@@ -14,7 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = (
-    "floor", "create", "reads", "changes", "events", "access-tokens", "webhooks", "watch",
+    "floor", "create", "reads", "changes", "events", "access-tokens", "webhooks", "slow-receivers", "watch",
     "cluster", "failover", "partitions", "slow-clients", "attacks", "page-bound", "latency",
     "instructions", "layouts", "ab",
 )  # fmt: skip

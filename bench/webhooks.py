@@ -36,49 +36,12 @@ from app.extension import plants_state
 from app.webhooks import Deliverer, user_agent
 from bench.harness import CLIENT_CPU, ROOT, TOKEN
 from bench.harness.load import wrk_beside_redis
+from bench.harness.receiver import start_receiver
 from bench.harness.report import benchmark_parser, finish, show_spread, spread
 from bench.harness.servers import Server, cpu_seconds, free_port, start_redis
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 ENDPOINTS = 10
-
-RECEIVER = r"""
-import asyncio, sys
-
-async def answer(reader, writer):
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
-
-async def main():
-    server = await asyncio.start_server(answer, "127.0.0.1", int(sys.argv[1]), backlog=1024)
-    print("ready", flush=True)
-    async with server:
-        await server.serve_forever()
-
-asyncio.run(main())
-"""
-
-
-def start_receiver(port: int) -> subprocess.Popen:
-    process = subprocess.Popen(
-        ["taskset", "-c", CLIENT_CPU, sys.executable, "-c", RECEIVER, str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
 
 
 class Counted:

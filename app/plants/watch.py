@@ -25,6 +25,15 @@ from app.store.signal import FeedSignal
 
 #: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
 RETRY_MS = 3000
+#: A stream's framing (WHATWG HTML 9.2.6) is written for parsers laxer than the standard's: a blank
+#: line ends a block only after a `data:` line. httpx-sse dispatches a blank line as an event (with
+#: empty data) once any `retry:` or `id:` was seen, the latter for good; so the `retry:` opener and
+#: each heartbeat comment end with a single newline, and ride in the next event's block (the
+#: standard applies `retry:` as soon as its line is read; comments are skipped everywhere).
+OPENER = b"retry: %d\n" % RETRY_MS
+HEARTBEAT = b": keep-alive\n"
+#: On a stop: reconnect in a second, again without a block of its own.
+STOPPING = b"retry: 1000\n"
 #: The most events one read takes, for a stream.
 STREAM_PAGE = 100
 
@@ -153,10 +162,10 @@ class EventStream(Watch):
     def step(self, now: float) -> bytes:
         if not self.started:
             self.started = True
-            return b"retry: %d\n\n" % RETRY_MS + self._events(now)
+            return OPENER + self._events(now)
         if self.stopping:
             self.done = True
-            return b"retry: 1000\n\n"
+            return STOPPING
         if now >= self.ends:
             self.done = True
             return b""
@@ -165,7 +174,7 @@ class EventStream(Watch):
             return chunk
         if now >= self.next_beat:
             self.next_beat = now + self.heartbeat
-            return b": keep-alive\n\n"
+            return HEARTBEAT
         return b""
 
     def _events(self, now: float) -> bytes:
@@ -180,7 +189,7 @@ class EventStream(Watch):
             return b"event: gone\ndata: %s\n\n" % json.dumps(gone).encode()
         except StoreUnavailableError:
             self.done = True
-            return b"retry: %d\n\n" % RETRY_MS
+            return OPENER
         if frames:
             self.position = end
             self.next_beat = now + self.heartbeat

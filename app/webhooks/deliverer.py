@@ -4,10 +4,11 @@ A coordinator thread looks at the endpoints when something changed: a change thi
 (`wake`, called by every write and every change to an endpoint), a drain that ended, a retry
 that fell due, or the feed moved by another process (seen by one look at the feed's position
 every `IDLE_S`). One that is enabled, due, and behind the feed is leased and drained in a pool
-thread, which reads the feed a batch at a time and
-sends its events one by one. Each outcome is stored with the endpoint's `ack` (the position and
-the attempt in one atomic step, which also renews the lease); the coordinator renews the leases
-of the endpoints it drains every `RENEW_S`, so a slow receiver keeps its lease. A process that
+thread, which reads the feed a batch at a time and sends its events one by one; endpoints that
+have been slow share a bounded lane of the pool, the others keep one of their own (lanes.py).
+Each outcome is stored with the endpoint's `ack` (the position and the attempt in one atomic
+step, which also renews the lease); the coordinator renews the leases of the endpoints it drains
+every `RENEW_S`, so a slow receiver keeps its lease. A process that
 dies holds its leases for at most `LEASE_MS`; then another takes the endpoint over, from the last
 acknowledged event, which is sent again with the same `webhook-id`.
 
@@ -34,6 +35,7 @@ from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, Stor
 from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
 from app.telemetry import tracing
 from app.webhooks.keepalive import KeptAlive, Slot
+from app.webhooks.lanes import THREADS, Lanes
 from app.webhooks.message import (
     ATTEMPTS,
     message_id,
@@ -61,8 +63,6 @@ LEASE_MS = 10_000
 RENEW_S = 3.0
 #: Events read from the feed at once.
 BATCH = 100
-#: Endpoints drained at the same time by one process.
-PARALLEL = 8
 #: How long a process leaves an endpoint alone after its drain failed other than by an attempt.
 HOLD_S = 5.0
 
@@ -106,6 +106,8 @@ class Deliverer:
         self.watchdog = Watchdog()
         #: Each endpoint's kept-alive connection (`keep_alive=False`: one connection per attempt).
         self.connections = KeptAlive(keep_alive)
+        #: Which endpoints may start draining beside the others (lanes.py).
+        self.lanes = Lanes(settings.webhooks_timeout)
         #: An OpenTelemetry tracer when this process traces (app/telemetry/tracing.py), else None.
         self.tracer: Any = None
 
@@ -126,7 +128,7 @@ class Deliverer:
             self.owner = f"{socket.gethostname()}:{self._pid}:{secrets.token_hex(4)}"
             self._stop.clear()
             self._busy, self._held = {}, {}
-            self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="webhooks-send")
+            self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="webhooks-send")
             self._thread = threading.Thread(target=self._run, name="webhooks", daemon=True)
             self._thread.start()
         return True
@@ -202,26 +204,29 @@ class Deliverer:
         endpoints = self.store.endpoints.all()
         # A deleted, disabled or failing endpoint's connection is not kept.
         self.connections.keep_only({e.id for e in endpoints if e.status == ENABLED})
+        self.lanes.keep_only({e.id for e in endpoints})
         self._seen_position, self._refresh_at = now_position, now + REFRESH_S
         self._next_due_ms = min(
             (e.due_ms for e in endpoints if e.status == ENABLED and e.due_ms > now_ms), default=0
         )
         if self._held:
             self._held = {endpoint_id: until for endpoint_id, until in self._held.items() if until > now}
-        for endpoint in endpoints:
-            if (
-                endpoint.id in self._busy
-                or self._held.get(endpoint.id, 0.0) > now
-                or endpoint.status != ENABLED
-                or endpoint.due_ms > now_ms
-                or endpoint.position == now_position
-                or len(self._busy) >= PARALLEL
-                or self._pool is None
-            ):
+        waiting = [
+            endpoint.id
+            for endpoint in endpoints
+            if endpoint.id not in self._busy
+            and self._held.get(endpoint.id, 0.0) <= now
+            and endpoint.status == ENABLED
+            and endpoint.due_ms <= now_ms
+            and endpoint.position != now_position
+        ]
+        for endpoint_id in self.lanes.order(waiting):
+            if self._pool is None or not self.lanes.admits(endpoint_id, self._busy.keys()):
                 continue
-            leased = self.store.endpoints.lease(endpoint.id, self.owner, LEASE_MS)
+            leased = self.store.endpoints.lease(endpoint_id, self.owner, LEASE_MS)
             if leased is not None:
-                self._busy[endpoint.id] = self._pool.submit(self._drain, leased)
+                self.lanes.started(endpoint_id)
+                self._busy[endpoint_id] = self._pool.submit(self._drain, leased)
             else:
                 # Another process drains it; look again once it may have let go.
                 self._refresh_at = min(self._refresh_at, now + IDLE_S)
@@ -283,6 +288,8 @@ class Drain:
         #: The position last stored: `position` may run ahead of it over events not subscribed to.
         self.acked = endpoint.position
         self.tries = endpoint.tries
+        #: Whether the last attempt was slow (lanes.py).
+        self.slow = False
 
     def run(self) -> None:
         store = self.deliverer.store
@@ -334,7 +341,9 @@ class Drain:
         attempt = _attempt(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
-            return self._ack(delivery_fields(entry.position, 0, 0), attempt)
+            # After a slow attempt the drain gives its thread up: the endpoint's next event waits
+            # for a turn in the slow lane (lanes.py).
+            return self._ack(delivery_fields(entry.position, 0, 0), attempt) and not self.slow
         self.tries += 1
         fields = delivery_fields(self.position, self.tries, 0)
         if outcome.status == 410:
@@ -372,10 +381,14 @@ class Drain:
                 slot=self.slot,
             )
 
-        if deliverer.tracer is None:
-            return attempt({"traceparent": traceparent} if traceparent is not None else {})
-        attributes = {"webhook.id": msg_id, "webhook.endpoint": endpoint.id}
-        return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
+        deliverer.lanes.begin(endpoint.id)
+        try:
+            if deliverer.tracer is None:
+                return attempt({"traceparent": traceparent} if traceparent is not None else {})
+            attributes = {"webhook.id": msg_id, "webhook.endpoint": endpoint.id}
+            return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
+        finally:
+            self.slow = deliverer.lanes.end(endpoint.id)
 
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""

@@ -6,7 +6,8 @@ its end, and it did not say `Connection: close`. The next attempt reuses it only
 endpoint's URL is the same, its host still resolves (checked again, addresses.py) to the address
 the connection goes to, and the receiver has not closed it meanwhile (nothing to read on it). A
 connection idle for IDLE_S is closed, and so is the one of an endpoint that is deleted, disabled
-or failing.
+or failing. At most KEPT_MAX are kept idle, whatever PLANTS_WEBHOOKS_MAX allows: beyond, the one
+idle longest is closed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 #: timeouts of most receivers' servers (a connection they close first is found closed before it
 #: is used, and replaced).
 IDLE_S = 10.0
+#: The most idle connections one deliverer keeps (its sockets: these, and one per attempt in
+#: flight, at most lanes.py's THREADS). Above the default PLANTS_WEBHOOKS_MAX, so that by default
+#: every endpoint may keep its own.
+KEPT_MAX = 64
 
 
 class Slot:
@@ -109,6 +114,9 @@ class KeptAlive:
         with self._lock:
             replaced = self._slots.pop(endpoint_id, None)
             self._slots[endpoint_id] = slot
+            if replaced is None and len(self._slots) > KEPT_MAX:
+                oldest = min(self._slots, key=lambda key: self._slots[key].idle_since)
+                replaced = self._slots.pop(oldest)
         if replaced is not None:
             replaced.close()
 

@@ -163,3 +163,12 @@ def test_webhooks_benchmark_smoke_run(tmp_path):
         assert f"| {way} |" in result.stdout
     for kind in ("none", "apart", "in-worker"):
         assert results["creates"][kind]["rps"]["median"] > 0
+
+
+def test_slow_receivers_benchmark_smoke_run(tmp_path):
+    result, results = smoke_run("slow-receivers", tmp_path, "--timeout", "2", "--seconds", "3")
+    assert results["valid"] is True
+    (run,) = results["runs"]
+    assert run["slow"] == 8
+    assert run["delivered"] == run["events"] > 0
+    assert "| this | 8 |" in result.stdout

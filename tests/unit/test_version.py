@@ -1,5 +1,6 @@
 """One version: the package's metadata, the served document's `info.version`, the shipped
-openapi.yaml, the webhooks' `User-Agent` and the README's newest interface are app/telemetry/version.py's."""
+openapi.yaml, the webhooks' `User-Agent` (and the one the docs show) and the README's newest
+interface are app/telemetry/version.py's."""
 
 from __future__ import annotations
 
@@ -46,3 +47,13 @@ def test_the_readme_names_it_as_the_newest_interface():
     named = re.findall(r"(?:[Ii]nterface|version) (\d+\.\d+\.\d+)", intro)
     assert max(named, key=lambda v: tuple(map(int, v.split(".")))) == VERSION
     assert f"This is version {VERSION}" in intro
+
+
+def test_every_user_agent_the_docs_show_has_it():
+    shown = [
+        (path.name, agent)
+        for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+        for agent in re.findall(r"plant-store/(\d+\.\d+\.\d+)", path.read_text("utf-8"))
+    ]
+    assert shown  # docs/webhooks.md shows a delivery's headers
+    assert [(name, agent) for name, agent in shown if agent != VERSION] == []
