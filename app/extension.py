@@ -13,6 +13,7 @@ from flask import Flask, current_app
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
+from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
@@ -42,6 +43,8 @@ class PlantsState:
     deliverer: Deliverer
     #: This process's watchers of the feed (long-polls and streams), woken by every change.
     feed_signal: FeedSignal
+    #: Cross-origin requests (PLANTS_CORS_ORIGINS); None: off.
+    cors: Cors | None = None
 
     def serving_store(self, environ: dict[str, Any]) -> PlantStore:
         """The store, once its split guard (if any) agrees to serve it from this process."""
@@ -94,4 +97,5 @@ def _state_for(settings: Settings) -> PlantsState:
         store_address=url.redacted,
         deliverer=deliverer,
         feed_signal=feed_signal,
+        cors=Cors(settings.cors_origins) if settings.cors_origins else None,
     )

@@ -28,6 +28,7 @@ SLOW_MODULES = (
     "test_instruction_budget.py",
     "test_bench_smoke.py",
     "test_browser.py",
+    "test_browser_page.py",
     "test_sse_clients.py",
 )
 

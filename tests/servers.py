@@ -126,8 +126,8 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
 class Nginx:
     """nginx running the README's sample deploy/nginx-plants.conf in front of `upstream_port`.
 
-    Only the two addresses are replaced (and a TLS listener added where the sample says
-    "add TLS here"); everything else is the file as shipped.
+    Only the two addresses and the access log's path are replaced (and a TLS listener added where
+    the sample says "add TLS here"); everything else is the file as shipped.
     """
 
     SAMPLE = ROOT / "deploy" / "nginx-plants.conf"
@@ -138,12 +138,18 @@ class Nginx:
         cert, key = self_signed_certificate(directory)
         sample = self.SAMPLE.read_text()
         upstream, listener = "server 127.0.0.1:8000;", "listen 127.0.0.1:8080;"
+        access_log = "access_log /var/log/nginx/access.log "
         assert sample.count(upstream) == 1
         assert sample.count(listener) == 1
-        site = sample.replace(upstream, f"server 127.0.0.1:{upstream_port};").replace(
-            listener,
-            f"listen 127.0.0.1:{self.port}; listen 127.0.0.1:{self.tls_port} ssl;"
-            f" ssl_certificate {cert}; ssl_certificate_key {key};",
+        assert sample.count(access_log) == 1
+        site = (
+            sample.replace(upstream, f"server 127.0.0.1:{upstream_port};")
+            .replace(
+                listener,
+                f"listen 127.0.0.1:{self.port}; listen 127.0.0.1:{self.tls_port} ssl;"
+                f" ssl_certificate {cert}; ssl_certificate_key {key};",
+            )
+            .replace(access_log, f"access_log {directory}/access.log ")
         )
         (directory / "plants.conf").write_text(site)
         temp_paths = "\n".join(

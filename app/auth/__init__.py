@@ -11,6 +11,7 @@ from app.auth.access_tokens import AccessTokens
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+from app.auth.tickets import WatchTickets
 from app.settings import JwtSettings, Settings
 
 __all__ = ["READ_ONLY_TOKEN", "Authentication", "Authenticator", "Caller", "JwtSettings", "authenticator_for"]
@@ -19,9 +20,13 @@ __all__ = ["READ_ONLY_TOKEN", "Authentication", "Authenticator", "Caller", "JwtS
 class Authenticator:
     """One application's accepted tokens."""
 
-    def __init__(self, static: StaticTokens, access_tokens: AccessTokens | None) -> None:
+    def __init__(
+        self, static: StaticTokens, access_tokens: AccessTokens | None, ticket_ttl: int = 60
+    ) -> None:
         self.static = static
         self.access_tokens = access_tokens
+        #: Watch tickets, for `GET /events` only (app/auth/tickets.py).
+        self.tickets = WatchTickets(static, ticket_ttl, jwt=access_tokens is not None)
 
     def authenticate(self, header: str | None) -> Authentication:
         """The caller of an Authorization header value, or why it is refused."""
@@ -54,4 +59,6 @@ def authenticator_for(settings: Settings) -> Authenticator:
         keys = KeySet(discovery_url=jwt.discovery_url, jwks_url=jwt.jwks_url, issuer=jwt.issuer)
         keys.start()
         access_tokens = AccessTokens(jwt, keys)
-    return Authenticator(StaticTokens(tokens.full, tokens.read_only), access_tokens)
+    return Authenticator(
+        StaticTokens(tokens.full, tokens.read_only), access_tokens, settings.watch_ticket_ttl
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from werkzeug.exceptions import HTTPException
@@ -19,11 +20,12 @@ class Caller(NamedTuple):
     write_refusal: HTTPException | None
     #: The refusal of every /webhooks operation, or None when the caller may manage webhooks.
     webhooks_refusal: HTTPException | None
-    #: The kind of token, for the log: `full-access`, `read-only` (static tokens) or `jwt`.
+    #: The kind of token, for the log: `full-access`, `read-only` (static tokens), `jwt` or
+    #: `ticket` (a watch ticket, app/auth/tickets.py).
     kind: str = "full-access"
-    #: When its authority ends (a JWT's `exp`, seconds since the epoch), or None (a static token):
-    #: a watch of the feed ends then (app/plants/watch.py).
-    expires: float | None = None
+    #: When its authority ends, in Unix seconds: a JWT's `exp`, a watch ticket's expiry; never for
+    #: a static token. A watch of the feed ends then (app/plants/watch.py).
+    expires: float = math.inf
 
 
 #: An authentication's outcome: the refusal, or None and the caller.

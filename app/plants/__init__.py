@@ -41,8 +41,8 @@ def _init_state(setup: BlueprintSetupState) -> None:
 
 @bp.after_request
 def _finish(response: Response) -> Response:
-    """Every answer of the blueprint: counted in the metrics, with the rate-limit headers, and
-    with the announcement of a deprecated operation (app/plants/deprecation.py)."""
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit and CORS headers,
+    and with the announcement of a deprecated operation (app/plants/deprecation.py)."""
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
@@ -52,6 +52,8 @@ def _finish(response: Response) -> Response:
             state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
         add_headers(request.environ, response)
+    if state.cors is not None:
+        state.cors.finish(request.environ, response)
     return response
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Response, request
 
+from app.auth.tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
     FeedOff,
     FeedPositionExpired,
@@ -18,6 +19,7 @@ from app.errors import (
 )
 from app.extension import PlantsState, plants_state
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
+from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.plants.watch import EventStream, LongPoll, Watch
 from app.schemas.parameters import load_events_query
@@ -38,6 +40,10 @@ def list_events() -> Response:
         raise FeedOff()
     key = store.cursor_key()
     streaming = request.method == "GET" and _wants_stream()
+    if TICKET_CALLER in request.environ and not (
+        streaming or (query.get("wait") and request.method == "GET")
+    ):
+        return error_response(WATCH_ONLY)
     after = query.get("after")
     field = "after"
     if streaming and request.headers.get("Last-Event-ID"):
@@ -78,7 +84,9 @@ def _watch(
 ) -> Response:
     """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
     signal = state.feed_signal
-    _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
+    caller = request.environ.get(TICKET_CALLER)  # a watch ticket counts against its token's cap
+    if caller is None:
+        _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
     caller_key = caller.limit_key if caller is not None else b""
     try:
         signal.admit(caller_key)

@@ -14,11 +14,13 @@ from flask import Response, current_app, request
 from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth.rate_limits import remember
+from app.auth.tickets import TICKET_CALLER
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
+from app.http.cors import is_preflight, preflight_answer
 from app.http.error_handler import error_response
 from app.metrics import start_timer
-from app.plants.routes import ACCESS, LIMITED, Access
+from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
 from app.store import StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
@@ -38,8 +40,17 @@ def guard() -> Response | None:
         environ[ROUTE] = rule.rule
     access = ACCESS.get(view, Access.READ)
     if access is Access.PUBLIC:
+        # Every other method of an operation is public (its 405): so is a CORS preflight.
+        if state.cors is not None and is_preflight(environ):
+            return preflight_answer()
         return None
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
+    if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
+        ticket = req.args.get("ticket")
+        if ticket is not None:
+            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key())
+            if caller is not None:
+                environ[TICKET_CALLER] = caller
     if caller is not None:
         environ[CALLER_KIND] = caller.kind
     limits = state.rate_limits

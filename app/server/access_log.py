@@ -9,6 +9,8 @@ atom comes from gunicorn's own `atoms()`, so every format still logs what gunico
 One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 3339 with
 milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line also carries the
 request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
+
+A watch ticket in the query (`/events?ticket=...`, app/auth/tickets.py) is replaced in every atom.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from gunicorn import glogging
 
 from app.telemetry.logs import request_fields
+from app.telemetry.redact import TICKET_PREFIX, scrub
 
 
 class _Atoms(dict):
@@ -76,6 +79,12 @@ class AccessLogger(glogging.Logger):
         if not self._logs_access:
             return
         try:
+            if TICKET_PREFIX in environ.get("QUERY_STRING", ""):  # a watch ticket: never in a log line
+                environ = {
+                    **environ,
+                    "RAW_URI": scrub(environ["RAW_URI"]),
+                    "QUERY_STRING": scrub(environ["QUERY_STRING"]),
+                }
             atoms = _Atoms(self, resp, req, environ, request_time)
             fields = {
                 **request_fields(environ),

@@ -63,6 +63,7 @@ class Settings:
     events_stream_max: int
     events_max_watchers: int
     events_max_watchers_per_token: int
+    watch_ticket_ttl: int
     webhooks_deliver: bool
     webhooks_max: int
     webhooks_allow_hosts: tuple[str, ...]
@@ -74,6 +75,7 @@ class Settings:
     auth_failure_limit: str | None
     metrics: bool
     docs: bool
+    cors_origins: tuple[str, ...]
     require_if_match: bool
     max_content_length: int
     trusted_proxies: int

@@ -196,6 +196,28 @@ class Hosts(Entries):
 _LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
 
 
+#: A web origin (RFC 6454): scheme, host and port, nothing after. An IPv6 host in brackets.
+_ORIGIN = re.compile(
+    r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[0-9]{1,5})?"
+)
+
+
+class Origins(Entries):
+    """Exact web origins (`https://app.example.com`, `http://127.0.0.1:5173`), or `*` alone."""
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        origins = super().check(value)
+        if "*" in origins and len(origins) > 1:
+            raise ValidationError("must be either `*` (every origin) alone or a list of exact origins")
+        for origin in origins:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValidationError(
+                    f"must list exact origins such as https://app.example.com (scheme, host and port,"
+                    f" no path, no pattern), or `*` alone, and {origin!r} is not one"
+                )
+        return tuple(origin.lower() for origin in origins)
+
+
 class SecureUrl(Setting):
     """An https URL; plain http only to this machine (a provider under test or development)."""
 

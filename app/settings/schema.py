@@ -14,6 +14,7 @@ from app.settings.fields import (
     Entries,
     Flag,
     Hosts,
+    Origins,
     RateLimit,
     Scale,
     Seconds,
@@ -93,6 +94,8 @@ class SettingsSchema(Schema):
     PLANTS_EVENTS_STREAM_MAX = WholeNumber(300, minimum=1, maximum=86_400, unit=" seconds")
     PLANTS_EVENTS_MAX_WATCHERS = WholeNumber(10_000, minimum=1)
     PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN = WholeNumber(100, minimum=1)
+    #: The lifetime of a watch ticket (app/auth/tickets.py), for a browser's EventSource.
+    PLANTS_WATCH_TICKET_TTL = WholeNumber(60, minimum=1, maximum=3600, unit=" seconds")
     # Webhooks (docs/webhooks.md).
     PLANTS_WEBHOOKS_DELIVER = Flag(True)
     PLANTS_WEBHOOKS_MAX = WholeNumber(50)
@@ -108,6 +111,8 @@ class SettingsSchema(Schema):
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
     PLANTS_METRICS = Flag(True)
     PLANTS_DOCS = Flag(True)
+    #: Cross-origin requests from browser pages (app/http/cors.py): off until set.
+    PLANTS_CORS_ORIGINS = Origins((), problem="must be a comma-separated list of origins, or *")
     PLANTS_REQUIRE_IF_MATCH = Flag(False)
     # The HTTP layer (Flask's own name for the body limit).
     MAX_CONTENT_LENGTH = WholeNumber(64 * 1024, minimum=1)

@@ -22,6 +22,7 @@ from flask import has_request_context, request
 from pythonjsonlogger.orjson import OrjsonFormatter
 
 from app.telemetry.context import CALLER_KIND, REQUEST_ID, ROUTE
+from app.telemetry.redact import TICKET_PREFIX, scrub
 
 FORMATS = ("text", "json")
 
@@ -58,6 +59,22 @@ def request_fields(environ: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+class TicketFilter(logging.Filter):
+    """Replaces any watch ticket (app/auth/tickets.py) in a line: gunicorn's own error lines name
+    a failed request's URI, query included. The access lines are scrubbed where they are made."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "gunicorn.access":
+            message = record.getMessage()
+            if TICKET_PREFIX in message:
+                record.msg, record.args = scrub(message), None
+            if record.exc_info and not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            if record.exc_text and TICKET_PREFIX in record.exc_text:
+                record.exc_text = scrub(record.exc_text)
+        return True
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("[%(process)d] [%(levelname)s] %(name)s: %(message)s")
@@ -90,14 +107,17 @@ def logging_config(log_format: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request": {"()": "app.telemetry.logs.RequestFilter"}},
+        "filters": {
+            "request": {"()": "app.telemetry.logs.RequestFilter"},
+            "tickets": {"()": "app.telemetry.logs.TicketFilter"},
+        },
         "formatters": {"plants": {"()": formatter}},
         "handlers": {
             "plants": {
                 "class": "logging.StreamHandler",
                 "stream": "ext://sys.stdout",
                 "formatter": "plants",
-                "filters": ["request"],
+                "filters": ["request", "tickets"],
             }
         },
         "root": {"level": "INFO", "handlers": ["plants"]},

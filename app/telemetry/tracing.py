@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from app.telemetry.redact import TICKET_PREFIX, scrub
 from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
@@ -65,7 +66,7 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
         attributes["service.name"] = "plant-store"
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(processor or _exporting_processor())
-    FlaskInstrumentor.instrument_app(app, tracer_provider=provider)
+    FlaskInstrumentor.instrument_app(app, tracer_provider=provider, response_hook=_scrub_ticket)
     state = app.extensions.get("plants")
     if state is not None:
         # This worker's webhook attempts get spans of their own.
@@ -74,6 +75,16 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
         app.wsgi_app = _without_trace_context(app.wsgi_app)
     _trace_store(store, provider.get_tracer("app.store", VERSION))
     return provider
+
+
+def _scrub_ticket(span: Any, status: str, headers: Any) -> None:
+    """A watch ticket in the query (`/events?ticket=...`, app/auth/tickets.py) leaves the server
+    span's URL attributes (`http.target`, `url.query`, ...): the instrumentation's response hook
+    runs once it has set them all, before the span ends."""
+    if span is not None and span.is_recording():
+        for name, value in dict(span.attributes or {}).items():
+            if isinstance(value, str) and TICKET_PREFIX in value:
+                span.set_attribute(name, scrub(value))
 
 
 def _exporting_processor() -> Any:

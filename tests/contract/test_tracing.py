@@ -191,3 +191,20 @@ def test_a_webhook_attempt_is_a_span_linked_to_the_write_and_its_traceparent_rea
     flags = f"{int(sent.context.trace_flags):02x}"
     assert delivery.headers["traceparent"] == f"00-{trace_id}-{span_id}-{flags}"
     assert delivery.headers["x-request-id"] == written.headers["X-Request-Id"]
+
+
+def test_a_watch_ticket_never_reaches_a_span(store_settings):
+    client, exporter, provider = traced_client(store_settings)
+    try:
+        ticket = client.post("/events/tickets", headers=AUTH).json["ticket"]
+        assert client.get(f"/events?after=now&wait=1&ticket={ticket}").status_code == 200
+    finally:
+        provider.shutdown()
+    (server,) = [
+        span
+        for span in exporter.get_finished_spans()
+        if span.kind is SpanKind.SERVER and "ticket=" in str(span.attributes)
+    ]
+    assert ticket not in str(server.attributes)
+    assert ticket[len("plwt_") :] not in str(server.attributes)
+    assert "ticket=plwt_[redacted]" in str(server.attributes)

@@ -9,13 +9,12 @@ import json
 import os
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.chromium import start_chromium
 from tests.helpers import assert_error, call
 from tests.servers import TOKEN, Gunicorn
 
@@ -31,14 +30,7 @@ def server():
 
 @pytest.fixture
 def browser(monkeypatch):
-    monkeypatch.setenv("SE_OFFLINE", "true")  # selenium's manager must not look anything up
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    driver.set_page_load_timeout(30)
+    driver = start_chromium(monkeypatch, "--window-size=1280,1600")
     yield driver
     driver.quit()
 

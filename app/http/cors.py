@@ -1,0 +1,95 @@
+"""Cross-origin requests (CORS) to the plants blueprint, on Flask-CORS: off until PLANTS_CORS_ORIGINS.
+
+Tokens are bearer headers, never cookies, so no answer allows credentials
+(`Access-Control-Allow-Credentials` is never sent): a page's script must hold a token to call,
+and `*` (every origin) is therefore as safe as a list, and allowed alone.
+
+Flask-CORS is applied to a blueprint of this module's own, one per application, never registered:
+its after-request function (options resolved once, the host's `CORS_*` config never merged in) is
+then called by the plants blueprint's own after-request, so an embedding host's CORS, and its
+routes, are left alone. A preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered
+by the guard (app/plants/guard.py) without a token and without counting against a rate limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from flask import Blueprint, Response
+from flask_cors import CORS
+
+#: What clients send: the token, the body's type, preconditions, and the feed's resume position.
+ALLOW_HEADERS = ("Authorization", "Content-Type", "If-Match", "If-None-Match", "Last-Event-ID")
+#: What clients read: versions, next pages, created plants, when to retry, the request's id, the
+#: rate limit (app/auth/rate_limits.py) and why a token was refused.
+EXPOSE_HEADERS = (
+    "ETag",
+    "Link",
+    "Location",
+    "Retry-After",
+    "X-Request-Id",
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "WWW-Authenticate",
+)
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+#: Seconds a browser may reuse a preflight's answer (Chromium caps it at 7200).
+MAX_AGE = 600
+WILDCARD = "*"
+
+
+class Cors:
+    """One application's CORS policy for the plants blueprint."""
+
+    def __init__(self, origins: Iterable[str]) -> None:
+        origins = tuple(origins)
+        wildcard = origins == (WILDCARD,)
+        holder = Blueprint("plants_cors", __name__)
+        CORS(
+            holder,
+            resources={r"/*": {}},
+            # Exact origins, compared whole and case-insensitively: never read as a pattern (an
+            # IPv6 literal's brackets would be one), nor matched by a prefix.
+            origins=WILDCARD
+            if wildcard
+            else [re.compile(re.escape(origin) + r"\Z", re.IGNORECASE) for origin in origins],
+            methods=list(METHODS),
+            allow_headers=list(ALLOW_HEADERS),
+            expose_headers=list(EXPOSE_HEADERS),
+            supports_credentials=False,
+            max_age=MAX_AGE,
+            send_wildcard=wildcard,
+            vary_header=False,  # added below, to every answer
+            always_send=False,
+            automatic_options=False,
+            intercept_exceptions=False,
+            allow_private_network=False,
+        )
+        (self._apply,) = holder.after_request_funcs[None]  # Flask-CORS's after-request function
+        self.origins = origins
+
+    def finish(self, environ: dict[str, Any], response: Response) -> None:
+        """Add the CORS headers to an answer of the blueprint, and `Vary: Origin` to every one, so
+        that a cache never serves an answer made for one origin (or none) to another."""
+        if "HTTP_ORIGIN" in environ:
+            self._apply(response)
+        # Added, not merged: nothing else in the blueprint sends Vary, and a list-valued field may
+        # come as several lines (RFC 9110 §5.3). A scan for an existing one cost 5x as much.
+        response.headers.add("Vary", "Origin")
+
+
+def is_preflight(environ: dict[str, Any]) -> bool:
+    """A browser's preflight: OPTIONS with an Origin and the method it asks for."""
+    return (
+        environ["REQUEST_METHOD"] == "OPTIONS"
+        and "HTTP_ORIGIN" in environ
+        and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
+    )
+
+
+def preflight_answer() -> Response:
+    """A preflight's 204; the CORS headers are added by `Cors.finish`, when its origin is allowed."""
+    return Response(status=204)

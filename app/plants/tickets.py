@@ -1,0 +1,30 @@
+"""`POST /events/tickets`: a watch ticket (app/auth/tickets.py) for the token that asks, so that a
+browser's EventSource can watch the feed (`GET /events?ticket=...`) without a header."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from flask import Response, request
+
+from app.errors import FeedOff
+from app.extension import plants_state
+from app.http.json_provider import json_response
+from app.telemetry.logs import rfc3339
+
+
+def create_watch_ticket() -> Response:
+    """A ticket bound to the request's token, read-only and watch-only, for PLANTS_WATCH_TICKET_TTL."""
+    state = plants_state()
+    store = state.serving_store(request.environ)
+    if not store.events_retain:
+        raise FeedOff()
+    _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
+    assert caller is not None  # the guard let the request through
+    now = time.time()
+    ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
+    body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}
+    response = json_response(body)
+    response.headers["Cache-Control"] = "no-store"  # a credential: never kept by a cache
+    return response

@@ -1,0 +1,109 @@
+// The Plant Store from a page on another origin: fetch() with the bearer token for the
+// operations, and EventSource with a watch ticket for the change feed (EventSource cannot send
+// an Authorization header, and a token must never be put in a URL). The service must list this
+// page's origin in PLANTS_CORS_ORIGINS.
+
+const $ = (id) => document.getElementById(id);
+let api = "";
+let token = "";
+let source = null;
+let lastEventId = "now"; // where the feed is followed from; each event's id is the cursor after it
+
+function show(text, isError = false) {
+  $("message").textContent = text;
+  $("message").className = isError ? "error" : "";
+}
+
+async function call(method, path, body) {
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(api + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const record = await response.json();
+  if (!response.ok) throw new Error(`${response.status}: ${record.message}`);
+  return record;
+}
+
+async function listPlants() {
+  const items = [];
+  let next = null;
+  do {
+    const page = await call("GET", next ? `/plants?after=${encodeURIComponent(next)}` : "/plants");
+    items.push(...page.plants);
+    next = page.next;
+  } while (next);
+  $("plants").replaceChildren(
+    ...items.map((plant) => {
+      const item = document.createElement("li");
+      item.dataset.id = plant.id;
+      item.textContent = `${plant.id}: ${plant.name}${plant.tag ? ` (${plant.tag})` : ""}`;
+      return item;
+    }),
+  );
+}
+
+function showEvent(event) {
+  const record = JSON.parse(event.data);
+  lastEventId = event.lastEventId || lastEventId;
+  const item = document.createElement("li");
+  item.dataset.type = record.type;
+  item.dataset.id = record.plant.id;
+  item.textContent = `${record.time} ${record.type} ${record.plant.id}: ${record.plant.name}`;
+  $("events").append(item);
+  listPlants().catch((error) => show(error.message, true));
+}
+
+// A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
+// while it is good. Once a reconnection is refused the source closes: mint a new ticket and
+// follow on from the last event seen.
+async function watch() {
+  const { ticket } = await call("POST", "/events/tickets");
+  const url = `${api}/events?after=${encodeURIComponent(lastEventId)}&ticket=${encodeURIComponent(ticket)}`;
+  source = new EventSource(url);
+  source.onopen = () => { $("status").textContent = "watching"; };
+  for (const type of ["plant.created", "plant.updated", "plant.deleted"]) {
+    source.addEventListener(type, showEvent);
+  }
+  source.addEventListener("gone", () => { // the position fell out of the feed: start again
+    source.close();
+    lastEventId = "now";
+    listPlants().then(watch).catch((error) => show(error.message, true));
+  });
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      $("status").textContent = "reconnecting";
+      setTimeout(() => watch().catch((error) => show(error.message, true)), 1000);
+    }
+  };
+}
+
+$("connect").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  api = $("api").value.replace(/\/+$/, "");
+  token = $("token").value;
+  if (source) source.close();
+  try {
+    const { next } = await call("GET", "/events?after=now"); // the position before the listing
+    lastEventId = next;
+    await listPlants();
+    await watch();
+  } catch (error) {
+    $("status").textContent = "not connected";
+    show(error.message, true);
+  }
+});
+
+$("create").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const plant = { id: Number($("plant-id").value), name: $("plant-name").value };
+  if ($("plant-tag").value) plant.tag = $("plant-tag").value;
+  try {
+    const created = await call("POST", "/plants", plant);
+    show(`Created ${created.name}.`);
+  } catch (error) {
+    show(error.message, true);
+  }
+});

@@ -1,0 +1,154 @@
+"""CORS (PLANTS_CORS_ORIGINS): off by default; preflights without a token, for every operation;
+the headers clients read exposed; `Vary: Origin`; an embedding host's own CORS left alone."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+from flask_cors import CORS
+
+from app import ConfigurationError
+from app.plants import bp
+from app.plants.routes import ROUTES
+from tests.servers import TOKEN
+
+PAGE = "https://page.example"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ASKED_HEADERS = "authorization, content-type, if-match, if-none-match, last-event-id"
+
+
+@pytest.fixture(params=["memory"])
+def store_settings(request):
+    return {}
+
+
+def preflight(client, path: str, method: str, origin: str = PAGE):
+    return client.options(
+        path,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": method,
+            "Access-Control-Request-Headers": ASKED_HEADERS,
+        },
+    )
+
+
+def concrete(rule: str) -> str:
+    return rule.replace("<plant_id>", "1").replace("<endpoint_id>", "wh_x")
+
+
+def test_off_by_default_no_cors_header_and_preflight_is_405(make_app):
+    client = make_app().test_client()
+    answer = client.get("/plants", headers={**AUTH, "Origin": PAGE})
+    assert answer.status_code == 200
+    assert "Access-Control-Allow-Origin" not in answer.headers
+    assert "Vary" not in answer.headers
+    refused = preflight(client, "/plants", "POST")
+    assert refused.status_code == 405
+    assert "Access-Control-Allow-Origin" not in refused.headers
+
+
+@pytest.mark.parametrize(
+    "route", [route for route in ROUTES if route.operation_id], ids=lambda route: route.operation_id
+)
+def test_every_operation_preflights_without_a_token(make_app, route):
+    client = make_app(PLANTS_CORS_ORIGINS=f"{PAGE},http://127.0.0.1:5173").test_client()
+    answer = preflight(client, concrete(route.rule), route.method)
+    assert answer.status_code == 204
+    assert answer.headers["Access-Control-Allow-Origin"] == PAGE
+    assert route.method in answer.headers["Access-Control-Allow-Methods"].split(", ")
+    assert answer.headers["Access-Control-Allow-Headers"] == ASKED_HEADERS
+    assert answer.headers["Access-Control-Max-Age"] == "600"
+    assert "Access-Control-Allow-Credentials" not in answer.headers
+    assert "Origin" in answer.headers["Vary"]
+    assert answer.get_data() == b""
+
+
+def test_a_preflight_is_not_rate_limited(make_app):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE, PLANTS_RATE_LIMIT="1/minute").test_client()
+    for _ in range(3):
+        answer = preflight(client, "/plants", "POST")
+        assert answer.status_code == 204
+        assert "RateLimit-Limit" not in answer.headers
+    assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code == 200
+
+
+def test_answers_carry_the_origin_and_expose_what_clients_read(make_app):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE, PLANTS_RATE_LIMIT="100/minute").test_client()
+    answer = client.put("/plants/1", json={"name": "Fern"}, headers={**AUTH, "Origin": PAGE})
+    assert answer.status_code == 201
+    assert answer.headers["Access-Control-Allow-Origin"] == PAGE
+    exposed = answer.headers["Access-Control-Expose-Headers"].split(", ")
+    for name in ("ETag", "Link", "Location", "Retry-After", "X-Request-Id", "RateLimit-Limit",
+                 "RateLimit-Remaining", "RateLimit-Reset"):  # fmt: skip
+        assert name in exposed
+    assert answer.headers["Vary"] == "Origin"
+    assert "Access-Control-Allow-Credentials" not in answer.headers
+    refused = client.get("/plants", headers={"Origin": PAGE})  # a refusal is readable too
+    assert refused.status_code == 401
+    assert refused.headers["Access-Control-Allow-Origin"] == PAGE
+
+
+def test_other_origins_get_no_cors_header_and_every_answer_varies_by_origin(make_app):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    for origin in (
+        "https://evil.example",
+        "https://page.example.evil.example",
+        "null",
+        "http://page.example",
+    ):
+        answer = client.get("/plants", headers={**AUTH, "Origin": origin})
+        assert answer.status_code == 200
+        assert "Access-Control-Allow-Origin" not in answer.headers
+        assert preflight(client, "/plants", "POST", origin).headers.get("Access-Control-Allow-Origin") is None
+    plain = client.get("/plants", headers=AUTH)  # no Origin: a cache must still keep them apart
+    assert "Access-Control-Allow-Origin" not in plain.headers
+    assert plain.headers["Vary"] == "Origin"
+
+
+def test_a_wildcard_allows_every_origin_never_with_credentials(make_app):
+    client = make_app(PLANTS_CORS_ORIGINS="*").test_client()
+    answer = client.get("/plants", headers={**AUTH, "Origin": "https://anyone.example"})
+    assert answer.headers["Access-Control-Allow-Origin"] == "*"
+    assert "Access-Control-Allow-Credentials" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("value", "phrase"),
+    [
+        ("*,https://page.example", "alone"),
+        ("https://page.example/", "not one"),
+        ("https://*.example.com", "not one"),
+        ("page.example", "not one"),
+        ("null", "not one"),
+        ("ftp://page.example", "not one"),
+    ],
+)
+def test_a_bad_origin_stops_the_start(make_app, value, phrase):
+    with pytest.raises(ConfigurationError) as caught:
+        make_app(PLANTS_CORS_ORIGINS=value)
+    assert "PLANTS_CORS_ORIGINS" in str(caught.value)
+    assert phrase in str(caught.value)
+
+
+def test_embedded_the_hosts_own_cors_is_left_alone():
+    host = Flask("host")
+    CORS(host, resources={r"/own/*": {"origins": "https://host.example"}})
+    host.config.update(PLANTS_API_TOKENS=TOKEN, PLANTS_CORS_ORIGINS=PAGE)
+
+    @host.get("/own/thing")
+    def thing():
+        return {"ok": True}
+
+    host.register_blueprint(bp, url_prefix="/api/v1")
+    client = host.test_client()
+    own = client.get("/own/thing", headers={"Origin": "https://host.example"})
+    assert own.headers["Access-Control-Allow-Origin"] == "https://host.example"
+    assert "Vary" not in own.headers or "Origin" in own.headers["Vary"]
+    assert "Access-Control-Allow-Origin" not in client.get("/own/thing", headers={"Origin": PAGE}).headers
+    plants = client.get("/api/v1/plants", headers={**AUTH, "Origin": PAGE})
+    assert plants.status_code == 200
+    assert plants.headers["Access-Control-Allow-Origin"] == PAGE
+    assert preflight(client, "/api/v1/plants", "POST").status_code == 204
+    host.extensions["plants"].deliverer.stop()
+    host.extensions["plants"].feed_signal.close()

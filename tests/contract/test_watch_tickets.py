@@ -1,0 +1,152 @@
+"""Watch tickets (`POST /events/tickets`): minted by a token that may read, accepted as
+`GET /events?ticket=...` for a long-poll or a stream and nowhere else, until they expire or their
+token is gone; counted against their token's watcher cap; good on every app that shares the store."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from app.auth.caller import Caller
+from app.auth.static import StaticTokens
+from app.auth.tickets import PREFIX, WatchTickets
+from tests.helpers import error_of
+from tests.servers import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def mint(client, headers=AUTH) -> str:
+    answer = client.post("/events/tickets", headers=headers)
+    assert answer.status_code == 200, answer.get_data()
+    return answer.json["ticket"]
+
+
+def create(client, plant_id: int) -> None:
+    assert client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH).status_code == 200
+
+
+def test_a_ticket_is_short_lived_and_never_cached(make_app):
+    client = make_app().test_client()
+    answer = client.post("/events/tickets", headers=AUTH)
+    assert answer.status_code == 200
+    assert answer.headers["Cache-Control"] == "no-store"
+    assert set(answer.json) == {"ticket", "expires", "expires_in"}
+    assert answer.json["ticket"].startswith(PREFIX)
+    assert TOKEN not in answer.json["ticket"]
+    assert answer.json["expires_in"] == 60
+    assert answer.json["expires"].endswith("Z")
+
+
+def test_a_ticket_long_polls_the_feed_without_a_header(make_app):
+    client = make_app().test_client()
+    ticket = mint(client)
+    create(client, 1)
+    answer = client.get(f"/events?ticket={ticket}&wait=1")
+    assert answer.status_code == 200
+    assert [event["plant"]["id"] for event in answer.json["events"]] == [1]
+    # it serves until it expires, not once (an EventSource reconnects with the same URL)
+    again = client.get(f"/events?ticket={ticket}&wait=1&after={answer.json['next']}")
+    assert again.status_code == 200
+    assert again.json["events"] == []
+
+
+def test_a_read_only_token_mints_a_ticket(make_app):
+    client = make_app(PLANTS_READ_TOKENS="reader-token").test_client()
+    ticket = mint(client, {"Authorization": "Bearer reader-token"})
+    create(client, 1)
+    assert client.get(f"/events?ticket={ticket}&wait=1").status_code == 200
+
+
+def test_a_ticket_serves_nothing_but_watching(make_app):
+    client = make_app().test_client()
+    ticket = mint(client)
+    as_bearer = {"Authorization": f"Bearer {ticket}"}
+    error_of(client.get(f"/events?ticket={ticket}"), 403)  # a page, not a watch
+    assert client.head(f"/events?ticket={ticket}&wait=1").status_code == 403
+    error_of(client.get("/events?wait=1", headers=as_bearer), 401)
+    error_of(client.get(f"/plants?ticket={ticket}"), 401)
+    error_of(client.get("/plants", headers=as_bearer), 401)
+    error_of(client.get(f"/plants/1?ticket={ticket}"), 401)
+    error_of(client.post(f"/plants?ticket={ticket}", json={"id": 1, "name": "Fern"}), 401)
+    error_of(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=as_bearer), 401)
+    error_of(client.post(f"/events/tickets?ticket={ticket}"), 401)
+    error_of(client.post("/events/tickets", headers=as_bearer), 401)
+    error_of(client.get(f"/webhooks?ticket={ticket}"), 401)
+    error_of(client.get(f"/metrics?ticket={ticket}"), 401)
+
+
+@pytest.mark.parametrize(
+    "forged", ["x", PREFIX, PREFIX + "AAAA", PREFIX + "é", "plwt-abc", "Bearer", PREFIX + "A" * 60]
+)
+def test_a_forged_ticket_is_401(make_app, forged):
+    client = make_app().test_client()
+    answer = client.get("/events", query_string={"ticket": forged, "wait": "1"})
+    error_of(answer, 401)
+    assert "invalid_token" in answer.headers["WWW-Authenticate"]
+
+
+def test_a_tampered_ticket_is_401(make_app):
+    client = make_app().test_client()
+    ticket = mint(client)
+    last = "A" if ticket[-1] != "A" else "B"
+    error_of(client.get(f"/events?ticket={ticket[:-1]}{last}&wait=1"), 401)
+
+
+def test_a_ticket_is_refused_once_it_expires(make_app):
+    client = make_app(PLANTS_WATCH_TICKET_TTL=1).test_client()
+    ticket = mint(client)
+    time.sleep(1.1)
+    answer = client.get(f"/events?ticket={ticket}&wait=1")
+    assert error_of(answer, 401)["message"].startswith("The watch ticket has expired")
+
+
+def test_a_ticket_counts_against_its_tokens_watcher_cap(make_app):
+    client = make_app(PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN=1).test_client()
+    ticket = mint(client)
+    held = client.get("/events?after=now&wait=5", headers=AUTH, buffered=False)
+    try:
+        error_of(client.get(f"/events?ticket={ticket}&after=now&wait=1"), 429)
+        other = mint(client, {"Authorization": "Bearer second-token"})  # another token's cap
+        assert client.get(f"/events?ticket={other}&after=now&wait=1").status_code == 200
+    finally:
+        held.close()
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_every_app_sharing_the_store_accepts_it_until_its_token_is_removed(make_app):
+    minting = make_app().test_client()
+    ticket = mint(minting, {"Authorization": "Bearer second-token"})
+    create(minting, 1)
+    other_worker = make_app().test_client()
+    assert other_worker.get(f"/events?ticket={ticket}&wait=1").status_code == 200
+    rotated = make_app(PLANTS_API_TOKENS=[TOKEN, "third-token"]).test_client()
+    answer = rotated.get(f"/events?ticket={ticket}&wait=1")
+    assert error_of(answer, 401)["message"].startswith("The watch ticket's token is no longer accepted")
+
+
+def test_a_jwts_ticket_ends_with_the_jwt_and_shares_its_key():
+    tickets = WatchTickets(StaticTokens([], []), 60, jwt=True)
+    key, now = b"k" * 32, time.time()
+    jwt_caller = Caller(b"jwt:" + b"ab" * 32, None, None, None, "jwt", now + 10)
+    ticket, expires = tickets.mint(jwt_caller, key)
+    assert expires == math.floor(now + 10)
+    problem, caller = tickets.verify(ticket, key)
+    assert problem is None
+    assert caller is not None
+    assert caller.limit_key == jwt_caller.limit_key
+    assert caller.write_refusal is not None
+    assert caller.webhooks_refusal is not None
+    without_jwt = WatchTickets(StaticTokens([], []), 60, jwt=False)
+    assert without_jwt.verify(ticket, key)[1] is None
+    assert tickets.verify(ticket, b"another store's key" * 2)[1] is None
+
+
+def test_with_a_bearer_header_a_ticket_is_not_used_but_must_have_its_form(make_app):
+    client = make_app().test_client()
+    ticket = mint(client)
+    assert client.get(f"/events?ticket={ticket}", headers=AUTH).status_code == 200
+    answer = client.get("/events?ticket=not-a-ticket", headers=AUTH)
+    assert error_of(answer, 400)["details"] == {"ticket": ["Not a watch ticket of this service."]}

@@ -1,0 +1,125 @@
+"""The docs' browser page (docs/browser/index.html) in real headless Chromium, served from another
+origin than the service: it lists plants, creates one and watches the feed with EventSource and a
+watch ticket, through CORS, directly and behind the shipped nginx configuration, across the end of
+its stream and its ticket's expiry."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.chromium import start_chromium
+from tests.helpers import call
+from tests.servers import ROOT, TOKEN, Gunicorn, Nginx, free_port
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def page_origin():
+    """docs/browser served as static files by Python's own server, on its own port: another origin."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(ROOT / "docs" / "browser")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert process.poll() is None, "the page's server exited"
+            assert time.monotonic() < deadline, "the page's server did not start"
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def service(page_origin, tmp_path_factory):
+    app = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": page_origin,
+            "PLANTS_TRUSTED_PROXIES": "1",
+            "GUNICORN_THREADS": "2",
+            # short, so that the page's stream ends and its ticket expires within the test
+            "PLANTS_EVENTS_STREAM_MAX": "2",
+            "PLANTS_WATCH_TICKET_TTL": "3",
+        }
+    )
+    proxy = Nginx(app.port, tmp_path_factory.mktemp("nginx-browser-page"))
+    yield app, proxy
+    proxy.stop()
+    app.stop()
+
+
+@pytest.fixture
+def chromium(monkeypatch):
+    driver = start_chromium(monkeypatch)
+    yield driver
+    driver.quit()
+
+
+def connection(port: int) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+
+
+def create(port: int, plant_id: int, name: str) -> None:
+    status, _, body = call(connection(port), "POST", "/plants", {"id": plant_id, "name": name}, AUTH)
+    assert status == 200, body
+
+
+def shown(driver, css: str, timeout: float = 15):
+    return WebDriverWait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
+
+
+@pytest.mark.parametrize("through", ["direct", "nginx"])
+def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin, service, chromium, through):
+    app, proxy = service
+    port = app.port if through == "direct" else proxy.port
+    base = 740_000 if through == "direct" else 750_000
+    create(app.port, base, "Listed fern")
+
+    chromium.get(f"{page_origin}/index.html")
+    api = chromium.find_element(By.ID, "api")
+    api.clear()
+    api.send_keys(f"http://127.0.0.1:{port}")
+    chromium.find_element(By.ID, "token").send_keys(TOKEN)
+    chromium.find_element(By.ID, "connect-button").click()
+    WebDriverWait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    shown(chromium, f'#plants li[data-id="{base}"]')
+
+    # a plant created by the page arrives on its own feed, and in its list
+    chromium.find_element(By.ID, "plant-id").send_keys(str(base + 1))
+    chromium.find_element(By.ID, "plant-name").send_keys("Page fern")
+    chromium.find_element(By.ID, "create-button").click()
+    (event,) = shown(chromium, f'#events li[data-type="plant.created"][data-id="{base + 1}"]')
+    assert "Page fern" in event.text
+    shown(chromium, f'#plants li[data-id="{base + 1}"]')
+    assert "Created Page fern." in chromium.find_element(By.ID, "message").text
+
+    # so does a change anyone else makes
+    status, _, _ = call(connection(app.port), "DELETE", f"/plants/{base}", None, AUTH)
+    assert status == 204
+    shown(chromium, f'#events li[data-type="plant.deleted"][data-id="{base}"]')
+
+    # and still after its stream ended and its ticket expired: the page mints another
+    time.sleep(6)
+    create(app.port, base + 2, "Later fern")
+    shown(chromium, f'#events li[data-type="plant.created"][data-id="{base + 2}"]')
+
+    logged = [entry["message"] for entry in chromium.get_log("browser")]
+    assert not [line for line in logged if "CORS" in line or "Access-Control" in line], logged
+    status, _, body = call(connection(app.port), "GET", f"/plants/{base + 1}", None, AUTH)
+    assert (status, json.loads(body)) == (200, {"name": "Page fern"})

@@ -1,0 +1,136 @@
+"""Watch tickets on a real gunicorn, directly and behind the shipped nginx configuration: a stream
+and a long-poll with `?ticket=`, refusals elsewhere and after expiry, and never a ticket in a log
+line: gunicorn's access and error lines (captured from its output) and nginx's access log."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import logging
+import socket
+import time
+
+import pytest
+
+from app.telemetry.logs import TextFormatter, TicketFilter, logging_config
+from app.telemetry.redact import SCRUBBED, TICKET_PREFIX
+from tests.helpers import call
+from tests.integration.test_watch import read_stream
+from tests.servers import TOKEN, Gunicorn, Nginx
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TTL = 4
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    app = Gunicorn(
+        env={
+            "PLANTS_WATCH_TICKET_TTL": str(TTL),
+            "PLANTS_EVENTS_HEARTBEAT": "1",
+            "PLANTS_TRUSTED_PROXIES": "1",
+            "GUNICORN_THREADS": "2",
+        }
+    )
+    directory = tmp_path_factory.mktemp("nginx-tickets")
+    proxy = Nginx(app.port, directory)
+    yield app, proxy, directory
+    proxy.stop()
+    app.stop()
+
+
+def _connection(port: int) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+
+
+def mint(port: int) -> str:
+    status, _, body = call(_connection(port), "POST", "/events/tickets", headers=AUTH)
+    assert status == 200, body
+    return json.loads(body)["ticket"]
+
+
+def create(port: int, plant_id: int) -> None:
+    status, _, body = call(
+        _connection(port),
+        "POST",
+        "/plants",
+        {"id": plant_id, "name": f"ticketed {plant_id}"},
+        {**AUTH, "Content-Type": "application/json"},
+    )
+    assert status == 200, body
+
+
+def stream_until(port: int, path: str, marker: bytes, write: int) -> bytes:
+    """Open a stream without any header but Accept (as EventSource), write a plant once the stream
+    has answered, and read until its event arrives."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
+    head = read_stream(sock, until=b"\r\n\r\n")
+    create(port, write)
+    data = head + read_stream(sock, until=marker)
+    sock.close()
+    return data
+
+
+@pytest.mark.parametrize("through", ["gunicorn", "nginx"])
+def test_a_ticket_streams_and_long_polls_then_expires_and_is_never_logged(servers, through):
+    app, proxy, directory = servers
+    port = app.port if through == "gunicorn" else proxy.port
+    ticket = mint(port)
+    base = 720_000 if through == "gunicorn" else 730_000
+
+    data = stream_until(port, f"/events?ticket={ticket}&after=now", f'"id":{base + 1}'.encode(), base + 1)
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert f'"id":{base + 1}'.encode() in data
+
+    _, _, body = call(_connection(port), "GET", "/events?after=now", headers=AUTH)
+    after = json.loads(body)["next"]
+    create(port, base + 2)
+    status, _, body = call(_connection(port), "GET", f"/events?ticket={ticket}&after={after}&wait=5")
+    assert status == 200
+    assert [event["plant"]["id"] for event in json.loads(body)["events"]] == [base + 2]
+
+    assert call(_connection(port), "GET", f"/plants?ticket={ticket}")[0] == 401
+    assert call(_connection(port), "GET", "/plants", headers={"Authorization": f"Bearer {ticket}"})[0] == 401
+    assert call(_connection(port), "GET", f"/events?ticket={ticket}")[0] == 403
+    assert call(_connection(port), "GET", f"/events?ticket={ticket}&bogus=1&wait=1")[0] == 400
+
+    time.sleep(TTL + 1)
+    status, _, body = call(_connection(port), "GET", f"/events?ticket={ticket}&wait=1")
+    assert status == 401
+    assert b"expired" in body
+
+    time.sleep(0.3)
+    secret = ticket[len(TICKET_PREFIX) :]
+    log = app.output()
+    assert f"ticket={SCRUBBED}" in log  # the requests were logged, without their ticket
+    assert secret not in log
+    if through == "nginx":
+        access = (directory / "access.log").read_text()
+        assert "/events?ticket=[redacted] HTTP/1.1" in access
+        assert secret not in access
+        assert secret not in (directory / "error.log").read_text()
+
+
+def test_a_ticket_in_any_other_log_line_is_scrubbed():
+    """gunicorn's own error lines name a failed request's URI, query and all."""
+    config = logging_config("text")
+    assert config["handlers"]["plants"]["filters"] == ["request", "tickets"]
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(TextFormatter())
+    handler.addFilter(TicketFilter())
+    logger = logging.getLogger("test.tickets.gunicorn.error")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            raise RuntimeError("while serving /events?ticket=plwt_AAAAsecretBBBB&wait=1")
+        except RuntimeError:
+            logger.exception("Error handling request %s", "/events?ticket=plwt_AAAAsecretBBBB")
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    assert "AAAAsecretBBBB" not in text
+    assert text.count(SCRUBBED) >= 2  # the message and the exception (and its source line)
