@@ -90,8 +90,12 @@ class WatchTickets:
         payload = _VERSION + struct.pack(">I", expires) + kind + binding
         return PREFIX + base64.urlsafe_b64encode(payload + _mac(key, payload)).rstrip(b"=").decode(), expires
 
-    def verify(self, ticket: str, key: bytes) -> Authentication:
-        """The read-only caller a ticket stands for, or why it is refused."""
+    def verify(self, ticket: str, key: bytes, query: str | None = None) -> Authentication:
+        """The read-only caller a ticket stands for, or why it is refused. With `query` (the raw
+        query string it came in), only as `ticket=plwt_...` there, never percent-encoded: the logs
+        find a ticket by that spelling (app/telemetry/redact.py, deploy/nginx-plants.conf)."""
+        if query is not None and "ticket=" + ticket not in query.split("&"):
+            return NOT_A_TICKET, None
         raw = self._decode(ticket)
         if raw is None:
             return NOT_A_TICKET, None

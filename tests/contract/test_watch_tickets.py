@@ -150,3 +150,23 @@ def test_with_a_bearer_header_a_ticket_is_not_used_but_must_have_its_form(make_a
     assert client.get(f"/events?ticket={ticket}", headers=AUTH).status_code == 200
     answer = client.get("/events?ticket=not-a-ticket", headers=AUTH)
     assert error_of(answer, 400)["details"] == {"ticket": ["Not a watch ticket of this service."]}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ticket=%70lwt%5F{secret}&wait=1",  # the prefix encoded: no log would find it
+        "%74icket={ticket}&wait=1",  # the name encoded: nginx's log map would miss it
+        "ticket={encoded}&wait=1",  # any other character encoded
+    ],
+)
+def test_a_percent_encoded_ticket_is_refused(make_app, query):
+    """Logs (app/telemetry/redact.py, deploy/nginx-plants.conf) scrub a ticket by its literal
+    `ticket=plwt_...`: one accepted in any other spelling would reach them in clear."""
+    client = make_app().test_client()
+    ticket = mint(client)
+    secret = ticket[len(PREFIX) :]
+    encoded = PREFIX + "".join(f"%{ord(c):02X}" for c in secret[:3]) + secret[3:]
+    assert client.get(f"/events?ticket={ticket}&wait=1").status_code == 200
+    answer = client.get("/events?" + query.format(secret=secret, ticket=ticket, encoded=encoded))
+    error_of(answer, 401)
