@@ -4,6 +4,7 @@ token is gone; counted against their token's watcher cap; good on every app that
 
 from __future__ import annotations
 
+import base64
 import math
 import time
 
@@ -170,3 +171,19 @@ def test_a_percent_encoded_ticket_is_refused(make_app, query):
     assert client.get(f"/events?ticket={ticket}&wait=1").status_code == 200
     answer = client.get("/events?" + query.format(secret=secret, ticket=ticket, encoded=encoded))
     error_of(answer, 401)
+
+
+def test_a_ticket_holds_no_unkeyed_digest_of_its_token():
+    """A ticket travels in URLs, so it leaks more often than its token: its binding to a static
+    token is keyed with the store's key, so a leaked ticket is no offline test of token guesses.
+    The same token, the same second, two stores: the bound parts differ."""
+    tickets = WatchTickets(StaticTokens(["weak"], []), 60, jwt=False, clock=lambda: 1_800_000_000.0)
+    caller = StaticTokens(["weak"], []).callers[b"weak"]
+    payloads = set()
+    for key in (b"a" * 32, b"b" * 32):
+        ticket, _ = tickets.mint(caller, key)
+        assert tickets.verify(ticket, key)[1] is not None
+        text = ticket[len(PREFIX) :]
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        payloads.add(raw[:-16])  # all but the MAC
+    assert len(payloads) == 2
