@@ -10,8 +10,9 @@ seconds), what it is bound to, and the first 16 bytes of an HMAC-SHA256 over all
 store's cursor key (app/http/cursor.py signs cursors with it too, in another domain), so every
 worker and host that shares the store accepts it. It is bound to its token without holding it:
 
-- a static token: a SHA-256 fingerprint of it, looked up among the tokens configured now, so a
-  ticket dies with its token's removal or rotation;
+- a static token: a fingerprint of it (an HMAC with the same key, so that a leaked ticket is no
+  offline test of guesses at its token), looked up among the tokens configured now, so a ticket
+  dies with its token's removal or rotation;
 - a JWT: the hash of its issuer and subject (its rate-limit key), and it expires no later than the
   JWT's own `exp`.
 
@@ -60,8 +61,9 @@ WATCH_ONLY = InsufficientScope(
 )
 
 
-def _fingerprint(token: bytes) -> bytes:
-    return hashlib.sha256(b"plants watch ticket\x00" + token).digest()[: _BINDING_BYTES[_STATIC]]
+def _fingerprint(key: bytes, token: bytes) -> bytes:
+    digest = hmac.new(key, b"watch-ticket-token\x1f" + token, hashlib.sha256).digest()
+    return digest[: _BINDING_BYTES[_STATIC]]
 
 
 def _mac(key: bytes, payload: bytes) -> bytes:
@@ -76,8 +78,10 @@ class WatchTickets:
         self, static: StaticTokens, ttl: int, *, jwt: bool, clock: Callable[[], float] = time.time
     ) -> None:
         self.ttl, self._jwt, self._clock = ttl, jwt, clock
-        #: The static tokens configured now, by fingerprint: a removed token's tickets find none.
-        self._static = {_fingerprint(token): caller for token, caller in static.callers.items()}
+        self._callers = static.callers
+        #: The static tokens configured now, by fingerprint under the store's key (one key per
+        #: store, so one entry): a removed token's tickets find none.
+        self._static: dict[bytes, dict[bytes, Caller]] = {}
 
     def mint(self, caller: Caller, key: bytes, now: float | None = None) -> tuple[str, int]:
         """A ticket for `caller` (a static token's or a JWT's), and its expiry in Unix seconds."""
@@ -86,12 +90,16 @@ class WatchTickets:
         if caller.kind == "jwt":
             kind, binding = _JWT, bytes.fromhex(caller.limit_key.removeprefix(_JWT_KEY_PREFIX).decode())
         else:
-            kind, binding = _STATIC, _fingerprint(caller.limit_key)
+            kind, binding = _STATIC, _fingerprint(key, caller.limit_key)
         payload = _VERSION + struct.pack(">I", expires) + kind + binding
         return PREFIX + base64.urlsafe_b64encode(payload + _mac(key, payload)).rstrip(b"=").decode(), expires
 
-    def verify(self, ticket: str, key: bytes) -> Authentication:
-        """The read-only caller a ticket stands for, or why it is refused."""
+    def verify(self, ticket: str, key: bytes, query: str | None = None) -> Authentication:
+        """The read-only caller a ticket stands for, or why it is refused. With `query` (the raw
+        query string it came in), only as `ticket=plwt_...` there, never percent-encoded: the logs
+        find a ticket by that spelling (app/telemetry/redact.py, deploy/nginx-plants.conf)."""
+        if query is not None and "ticket=" + ticket not in query.split("&"):
+            return NOT_A_TICKET, None
         raw = self._decode(ticket)
         if raw is None:
             return NOT_A_TICKET, None
@@ -103,7 +111,12 @@ class WatchTickets:
             return EXPIRED, None
         kind, binding = payload[5:6], payload[6:]
         if kind == _STATIC:
-            caller = self._static.get(binding)
+            by_fingerprint = self._static.get(key)
+            if by_fingerprint is None:
+                by_fingerprint = self._static[key] = {
+                    _fingerprint(key, token): caller for token, caller in self._callers.items()
+                }
+            caller = by_fingerprint.get(binding)
             if caller is None:
                 return TOKEN_GONE, None
             limit_key = caller.limit_key

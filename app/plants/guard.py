@@ -48,7 +48,8 @@ def guard() -> Response | None:
     if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
         ticket = req.args.get("ticket")
         if ticket is not None:
-            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key())
+            query = environ.get("QUERY_STRING", "")
+            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key(), query)
             if caller is not None:
                 environ[TICKET_CALLER] = caller
     if caller is not None:

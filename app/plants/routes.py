@@ -126,13 +126,19 @@ WEBHOOK_OPERATIONS = frozenset(
 
 
 def add_routes(bp: Blueprint) -> None:
-    """Route every entry of the table on `bp`, and the other methods of each operation's rule to its 405."""
+    """Route every entry of the table on `bp`, and the other methods of each operation's rule to its 405.
+
+    No rule merges doubled slashes: werkzeug would answer `/plants//1` with a 308 in HTML whose
+    Location echoes the query (a watch ticket's too), outside every error handler. It is a 404."""
     for route in ROUTES:
         bp.add_url_rule(
             route.rule,
             view_func=route.view,
             methods=[route.method],
             provide_automatic_options=False if route.operation_id else None,
+            merge_slashes=False,
         )
     for rule, view, methods in REFUSALS:
-        bp.add_url_rule(rule, view_func=view, methods=list(methods), provide_automatic_options=False)
+        bp.add_url_rule(
+            rule, view_func=view, methods=list(methods), provide_automatic_options=False, merge_slashes=False
+        )

@@ -155,7 +155,8 @@ def on_starting(server: Any) -> None:
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
     if not url.shared:
-        handoff.prepare()  # a reload hands the store over (app/server/handoff.py)
+        # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
+        handoff.prepare(server.cfg.uid, server.cfg.gid)
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
         summary(settings, url),

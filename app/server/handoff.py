@@ -21,6 +21,7 @@ store (Redis) needs none of this: gunicorn's own overlapping reload is kept.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -44,10 +45,14 @@ def _snapshot() -> Path | None:
     return None if _directory is None else _directory / "store.snapshot"
 
 
-def prepare() -> None:
-    """In the master, at start, with the memory store: the handoff's directory."""
+def prepare(uid: int | None = None, gid: int | None = None) -> None:
+    """In the master, at start, with the memory store: the handoff's directory, owned by the
+    workers' user (gunicorn's `user` and `group`, `uid`/`gid` here) when the master runs as
+    another (root): a worker could not even look for the snapshot in root's 0700 directory."""
     global _directory
     _directory = Path(tempfile.mkdtemp(prefix="plants-handoff-"))
+    if uid is not None and gid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
+        os.chown(_directory, uid, gid)
 
 
 def remove() -> None:

@@ -4,6 +4,7 @@ token is gone; counted against their token's watcher cap; good on every app that
 
 from __future__ import annotations
 
+import base64
 import math
 import time
 
@@ -150,3 +151,39 @@ def test_with_a_bearer_header_a_ticket_is_not_used_but_must_have_its_form(make_a
     assert client.get(f"/events?ticket={ticket}", headers=AUTH).status_code == 200
     answer = client.get("/events?ticket=not-a-ticket", headers=AUTH)
     assert error_of(answer, 400)["details"] == {"ticket": ["Not a watch ticket of this service."]}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ticket=%70lwt%5F{secret}&wait=1",  # the prefix encoded: no log would find it
+        "%74icket={ticket}&wait=1",  # the name encoded: nginx's log map would miss it
+        "ticket={encoded}&wait=1",  # any other character encoded
+    ],
+)
+def test_a_percent_encoded_ticket_is_refused(make_app, query):
+    """Logs (app/telemetry/redact.py, deploy/nginx-plants.conf) scrub a ticket by its literal
+    `ticket=plwt_...`: one accepted in any other spelling would reach them in clear."""
+    client = make_app().test_client()
+    ticket = mint(client)
+    secret = ticket[len(PREFIX) :]
+    encoded = PREFIX + "".join(f"%{ord(c):02X}" for c in secret[:3]) + secret[3:]
+    assert client.get(f"/events?ticket={ticket}&wait=1").status_code == 200
+    answer = client.get("/events?" + query.format(secret=secret, ticket=ticket, encoded=encoded))
+    error_of(answer, 401)
+
+
+def test_a_ticket_holds_no_unkeyed_digest_of_its_token():
+    """A ticket travels in URLs, so it leaks more often than its token: its binding to a static
+    token is keyed with the store's key, so a leaked ticket is no offline test of token guesses.
+    The same token, the same second, two stores: the bound parts differ."""
+    tickets = WatchTickets(StaticTokens(["weak"], []), 60, jwt=False, clock=lambda: 1_800_000_000.0)
+    caller = StaticTokens(["weak"], []).callers[b"weak"]
+    payloads = set()
+    for key in (b"a" * 32, b"b" * 32):
+        ticket, _ = tickets.mint(caller, key)
+        assert tickets.verify(ticket, key)[1] is not None
+        text = ticket[len(PREFIX) :]
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        payloads.add(raw[:-16])  # all but the MAC
+    assert len(payloads) == 2

@@ -3,7 +3,9 @@ that stops to the worker that replaces it (app/server/handoff.py).
 
 The file is the store's own state, pickled: it is written by this service's own worker into a
 directory only the service's user can write (mode 0700), and read once by the next worker, so
-nothing else ever feeds it to pickle.
+nothing else ever feeds it to pickle. It holds secrets in clear (the cursor key, which signs
+cursors and watch tickets, and the webhooks' signing secrets, as a Redis store holds them): the
+file itself is mode 0600 too, and it is removed once read.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def write(store: MemoryPlantStore, path: Path) -> int:
             "endpoints": _fields(store.endpoints, ENDPOINT_FIELDS),
         }
         partial = path.with_suffix(".partial")
-        with partial.open("wb") as file:
+        partial.unlink(missing_ok=True)
+        # Its user's alone (0600), whatever the umask: it holds the cursor key and webhook secrets.
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
             pickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
         return store._count
