@@ -6,7 +6,7 @@ test_contract.py. The fault tests here kill -9, stop and reshard nodes of a clus
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import json
 import random
 import signal
@@ -26,7 +26,7 @@ from app.http.cursor import EVENTS, decode_cursor
 from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
 from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
-from tests.helpers import call
+from tests.helpers import call, reloaded
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
 from tests.servers import Gunicorn, RedisClusterServers, RedisServer
 
@@ -442,11 +442,18 @@ def test_a_write_follows_its_groups_slot_to_the_node_it_moved_to(fault_cluster, 
     slot is pointed at its new node (through RedisCluster's slot map, or, where redis-py's map is
     not as app/compat/redis.py expects, through a one-key read RedisCluster routes itself), and
     the write lands there."""
-    if slot_map == "public":
-        monkeypatch.setattr(NodesManager, "move_slot", lambda self: None)
-        importlib.reload(app.compat.redis)
-        monkeypatch.undo()
-        assert not app.compat.redis.SLOT_MAP
+    with contextlib.ExitStack() as stack:
+        if slot_map == "public":
+            monkeypatch.setattr(NodesManager, "move_slot", lambda self: None)
+            stack.enter_context(reloaded(app.compat.redis))
+            monkeypatch.undo()
+            assert not app.compat.redis.SLOT_MAP
+        follow_the_moved_slot(fault_cluster)
+    assert app.compat.redis.SLOT_MAP
+
+
+def follow_the_moved_slot(fault_cluster: RedisClusterServers) -> None:
+    """A group's slot moves whole to another primary between two writes of the group."""
     store = open_cluster_store(cluster_settings(fault_cluster))
     moved = None
     try:
@@ -466,8 +473,6 @@ def test_a_write_follows_its_groups_slot_to_the_node_it_moved_to(fault_cluster, 
         store.close()
         if moved is not None:
             move_slot_whole(fault_cluster, slot, moved[1], moved[0])
-        importlib.reload(app.compat.redis)
-    assert app.compat.redis.SLOT_MAP
 
 
 def store_node_port(cluster: RedisClusterServers, key: str) -> int:

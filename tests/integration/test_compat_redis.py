@@ -3,13 +3,13 @@ public path (plain connections, `execute_command`) and answers as before."""
 
 from __future__ import annotations
 
-import importlib
 import uuid
 
 import pytest
 from redis.connection import Connection, ConnectionPool
 
 import app.compat.redis
+from tests.helpers import reloaded
 
 PLANT = {"id": 7, "name": "Boston fern", "tag": "fern"}
 
@@ -26,10 +26,9 @@ def public_path(monkeypatch):
     put back at once, so only the module's checks saw the change."""
     monkeypatch.setattr(Connection, "_connect", lambda self, timeout: None)
     monkeypatch.setattr(ConnectionPool, "get_connection", lambda self, command_name, *keys: None)
-    compat = importlib.reload(app.compat.redis)
-    monkeypatch.undo()
-    yield compat
-    importlib.reload(app.compat.redis)
+    with reloaded(app.compat.redis) as compat:
+        monkeypatch.undo()
+        yield compat
 
 
 def test_the_checks_accept_the_installed_redis_py():

@@ -12,7 +12,6 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -23,6 +22,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CLIENTS = 200
 WRITERS = 4
 WRITE_SECONDS = 4.0
+#: Streams cut a second while writing: twice CLIENTS in WRITE_SECONDS, whatever the machine's speed.
+CUTS_PER_SECOND = 100
 
 
 class Client:
@@ -71,9 +72,9 @@ class Client:
                 self.last_id = fields["id"]
 
 
-def pump(selector: selectors.BaseSelector, cut: Callable[[], bool] = lambda: False) -> None:
-    """One turn over the streams: each feeds what came; one whose stream closed, or that `cut`
-    chooses, reconnects with its last id."""
+def pump(selector: selectors.BaseSelector) -> None:
+    """One turn over the streams: each feeds what came; one whose stream closed reconnects with
+    its last id."""
     for key, _ in selector.select(0.05):
         client = key.data
         try:
@@ -84,11 +85,29 @@ def pump(selector: selectors.BaseSelector, cut: Callable[[], bool] = lambda: Fal
             data = b""
         if data:
             client.feed(data)
-        if not data or cut():
-            selector.unregister(key.fileobj)
-            key.fileobj.close()  # type: ignore[union-attr]
-            client.reconnects += 1
-            selector.register(client.connect(), selectors.EVENT_READ, client)
+        if not data:
+            reconnect(selector, key)
+
+
+def reconnect(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+    """The client of `key` closes its stream and opens another with its last id."""
+    selector.unregister(key.fileobj)
+    key.fileobj.close()  # type: ignore[union-attr]
+    key.data.reconnects += 1
+    selector.register(key.data.connect(), selectors.EVENT_READ, key.data)
+
+
+def read_feed(gunicorn: Gunicorn, cursor: str) -> list[int]:
+    """The ids of every event after `cursor`, page by page."""
+    ids: list[int] = []
+    while True:
+        conn = gunicorn.connection()
+        conn.request("GET", f"/events?after={cursor}&limit=1000", headers=AUTH)
+        page = json.loads(conn.getresponse().read())
+        if not page["events"]:
+            return ids
+        ids += [event["plant"]["id"] for event in page["events"]]
+        cursor = page["next"]
 
 
 @pytest.fixture(params=["memory", "redis", "cluster"])
@@ -144,7 +163,8 @@ def test_every_stream_gets_every_event_once_across_random_reconnects(server):
     for thread in writers:
         thread.start()
     rng = random.Random(7)
-    writing_until = time.monotonic() + WRITE_SECONDS
+    writing_from, cuts = time.monotonic(), 0
+    writing_until = writing_from + WRITE_SECONDS
     total = None
     deadline = writing_until + 20
     while time.monotonic() < deadline:
@@ -153,17 +173,19 @@ def test_every_stream_gets_every_event_once_across_random_reconnects(server):
             for thread in writers:
                 thread.join(10)
             total = sum(len(ids) for ids in written)
-        writing = total is None
-        pump(selector, cut=lambda: writing and rng.random() < 0.02)  # noqa: B023  # cut at random while writing
+        if total is None:  # cut streams at random while writing, CUTS_PER_SECOND of them, however fast
+            due = min(int((time.monotonic() - writing_from) * CUTS_PER_SECOND) - cuts, CLIENTS)
+            for key in rng.sample(sorted(selector.get_map().values(), key=lambda key: key.fd), due):
+                reconnect(selector, key)
+            cuts += due
+        pump(selector)
         if total is not None and all(len(client.ids) >= total for client in clients):
             break
     for key in list(selector.get_map().values()):
         key.fileobj.close()
     assert total is not None
     assert total > 100
-    conn = gunicorn.connection()
-    conn.request("GET", f"/events?after={cursor}&limit=1000", headers=AUTH)
-    feed = [event["plant"]["id"] for event in json.loads(conn.getresponse().read())["events"]]
+    feed = read_feed(gunicorn, cursor)
     assert sorted(feed) == sorted(id_ for ids in written for id_ in ids)
     assert sum(client.reconnects for client in clients) > CLIENTS  # they were cut, many times
     for client in clients:
