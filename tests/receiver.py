@@ -67,7 +67,11 @@ class Receiver:
             timeout = idle_timeout
 
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender died mid-request: no delivery, as in any server
+                    self.close_connection = True
+                    return
                 delivery = Delivery(
                     self.path,
                     {k.lower(): v for k, v in self.headers.items()},

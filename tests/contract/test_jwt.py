@@ -643,9 +643,9 @@ def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothi
     fetch of the keys (nor any other thread) runs at the fork for a worker to inherit half done."""
     issuer.hanging = True  # a fetch, if one were made, would still be running at the fork
     script = (
-        "import logging, threading, types\n"
+        "import logging, os, threading, types\n"
         "from app.server import gunicorn_conf\n"
-        "cfg = types.SimpleNamespace(workers=1, threads=1)\n"
+        "cfg = types.SimpleNamespace(workers=1, threads=1, uid=os.getuid(), gid=os.getgid())\n"
         "gunicorn_conf.on_starting(types.SimpleNamespace(cfg=cfg, log=logging.getLogger('master')))\n"
         "print(sorted(thread.name for thread in threading.enumerate()))\n"
     )
