@@ -83,6 +83,12 @@ class Connections:
         # Idle connections, the longest idle first (a dict keeps insertion order).
         self._idle: dict[int, Conn] = {}
         self._listeners = {listener.fileno(): listener for listener in self.sockets}
+        # Read once: a listener closed at exit has no name, and a connection accepted then is
+        # still served.
+        self._socknames = {fd: listener.getsockname() for fd, listener in self._listeners.items()}
+        # Held through an accept batch: once accepting has stopped and this is free, no
+        # connection is accepted that the graceful stop does not see.
+        self._accept_lock = threading.Lock()
         self._accepting = False
         self._held = 0  # the bytes held for every connection (Conn.holding()), as last counted
         self._lingering = 0
@@ -111,6 +117,13 @@ class Connections:
             )
         return min(asked, room), min(room, 2 * asked)
 
+    def _stop_accepting(self) -> None:
+        """No connection is accepted after this returns (a batch under way has ended)."""
+        with self._lock:
+            self._set_accepting(False)
+        with self._accept_lock:
+            pass
+
     def _set_accepting(self, accepting: bool) -> None:
         # Called with self._lock held.
         if accepting and self._paused_until:
@@ -128,7 +141,8 @@ class Connections:
 
     def _accept(self, listener: socket.socket) -> None:
         try:
-            self._accept_all(listener)
+            with self._accept_lock:
+                self._accept_all(listener)
         finally:
             with self._lock:
                 if self._accepting:
@@ -138,6 +152,8 @@ class Connections:
         for _ in range(ACCEPT_BATCH):
             evicted = None
             with self._lock:
+                if not self._accepting:  # stopping, or paused: the next worker takes the client
+                    return
                 counted = len(self._conns) - self._lingering
                 if counted >= self.max_connections or len(self._conns) >= self._fd_room:
                     # At the cap, a waiting client (the listener woke us) takes another's place;
@@ -157,7 +173,7 @@ class Connections:
                     self.log.exception("accept() failed")
                 return
             client_sock.setblocking(False)
-            conn = Conn(client_sock, client_addr, listener.getsockname(), self.limits)
+            conn = Conn(client_sock, client_addr, self._socknames[listener.fileno()], self.limits)
             conn.deadline = time.monotonic() + max(self.cfg.keepalive, self.read_timeout)
             with self._lock:
                 conn.idle_since = time.monotonic()

@@ -103,8 +103,8 @@ class ThreadWorker(Parking, Poller, base.Worker):
         # answered with "Connection: close".
         self.alive = False
         linger = time.monotonic() + _STOP_LINGER
+        self._stop_accepting()
         with self._lock:
-            self._set_accepting(False)
             waiting = [conn for conn in self._conns.values() if conn.parked is not None]
             for conn in self._conns.values():
                 if conn.parked is None:
