@@ -46,6 +46,7 @@ class CreateLoad:
         self.port = port
         self.answers: list[tuple[int, int, dict, str | None]] = []  # (id, status, body, Retry-After)
         self._ids = itertools.count(1)
+        self._issued = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._limit = limit
@@ -56,12 +57,17 @@ class CreateLoad:
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                plant_id = next(self._ids)
+                plant_id = self._issued = next(self._ids)
                 if plant_id > self._limit:
                     return
             status, headers, body = create(self.port, {"id": plant_id, "name": f"Plant {plant_id}"})
             with self._lock:
                 self.answers.append((plant_id, status, json.loads(body), headers["Retry-After"]))
+
+    def issued(self) -> int:
+        """The highest id a request has been started with: a later request has a higher one."""
+        with self._lock:
+            return self._issued
 
     def count(self) -> int:
         with self._lock:

@@ -148,7 +148,6 @@ def test_kill_9_of_a_primary_with_min_replicas_loses_no_acknowledged_create(faul
     assert statuses[503] >= 1  # the creates to the dead primary's groups, until the promotion
     assert_readable(settings, [plant_id for plant_id, status, _, _ in answers if status == 200])
     # Recovered by itself, with the same service processes: every create answers 200 again.
-    print("LOG", "\n".join(x for x in server.output().splitlines() if "DBG" in x)[-6000:])
     assert {status for _, status, _, _ in answers[recovered + 50 :]} == {200}
     assert "Traceback" not in server.output()
 
@@ -182,7 +181,6 @@ def test_creates_answer_503_while_a_replica_cannot_confirm_then_survive_the_fail
         if status == 503:
             assert "replicas did not confirm" in body["message"]
     assert_readable(settings, [plant_id for plant_id, status, _, _ in answers if status == 200])
-    print("LOG", "\n".join(x for x in server.output().splitlines() if "DBG" in x)[-6000:])
     assert {status for _, status, _, _ in answers[recovered + 50 :]} == {200}
     assert "Traceback" not in server.output()
 
