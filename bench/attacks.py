@@ -83,14 +83,17 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     rss_mb: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the workers' RSS before, at the height, after
     cpu_share: float = 0.0  # of one core, the workers' CPU while the attack was held
+    seconds: float = 0.0  # how long it was probed
     found: dict = field(default_factory=dict)  # what an attack measured itself (`redis-stall`)
 
     def summary(self) -> dict:
         return {
             "attack": self.attack,
             **self.probe.summary(),
+            "probes_over_100_ms": sum(1 for latency in self.probe.latencies_ms if latency > 100),
             "idle_cpu_share": round(self.idle_cpu_share, 3),
             "attack_cpu_share": round(self.cpu_share, 3),
+            "probed_seconds": round(self.seconds, 1),
             "rss_mb_before_height_after": [round(rss, 1) for rss in self.rss_mb],
             "rounds": self.rounds,
             **self.found,
@@ -457,7 +460,8 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
         probe(port, result)
         height = max(height, workers_rss_mb(master_pid))
         time.sleep(0.05)
-    cpu_share = (children_cpu_seconds(master_pid) - cpu_before) / (time.monotonic() - started)
+    probed = time.monotonic() - started
+    cpu_share = (children_cpu_seconds(master_pid) - cpu_before) / probed
     stop.set()
     attacking.join(timeout=15)
     time.sleep(1.0)  # the attack has ended: within a second the workers are to be idle
@@ -467,7 +471,9 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     rss = (rss_before, height, workers_rss_mb(master_pid))
     found = dict(done[0]) if done and isinstance(done[0], dict) else {"rounds": done[0] if done else 0}
     rounds = found.pop("rounds")
-    return Outcome(name, result, idle_share, rounds, rss_mb=rss, cpu_share=cpu_share, found=found)
+    return Outcome(
+        name, result, idle_share, rounds, rss_mb=rss, cpu_share=cpu_share, seconds=probed, found=found
+    )
 
 
 def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds: float = 3.0) -> float:
