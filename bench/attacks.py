@@ -31,7 +31,8 @@ at its height and after:
 First, the workers' CPU while 1,000 idle connections are held. Then the probe opens a new
 connection for each `GET /healthz`, every 50 ms. After each attack ends, the workers' CPU is
 measured over the next second: the goal is idle.
-tests/integration/test_attacks.py runs each attack, shorter.
+tests/integration/test_attacks.py runs each framing attack, shorter; the watch's, in their own
+form: tests/integration/test_watch_shared_reads.py and tests/integration/test_watch_liveness.py.
 """
 
 from __future__ import annotations
