@@ -18,19 +18,33 @@ at its height and after:
 - `lingering`: 500 `Connection: close` requests a second whose clients keep their sockets open;
 - `descriptors`: the workers' open-file limit lowered to 1,024 (prlimit, after start) and 2,000
   idle connections held, reopened as they are closed: `accept()` meets EMFILE (the log lines
-  it writes are counted).
+  it writes are counted);
+- `positions`: a read-only token opens server-sent-event streams with `Last-Event-ID` at 3,000
+  distinct positions of a feed of 3,000 events (created first, before RSS is read), each read to
+  its first event and closed, 8 at a time, no write (`--together 2`: two at each position, so
+  that each read is shared and kept); it runs until every position is read, and the worker's
+  shared-read gauges are read after it;
+- `redis-stall` (`--store redis` only): 100 long-polls parked (`wait=55`), then redis-server
+  stopped (SIGSTOP) for the probing time and continued (SIGCONT); then a create, and how long the
+  service took to store it and to answer every long-poll with it.
 
 First, the workers' CPU while 1,000 idle connections are held. Then the probe opens a new
 connection for each `GET /healthz`, every 50 ms. After each attack ends, the workers' CPU is
 measured over the next second: the goal is idle.
-tests/integration/test_attacks.py runs each attack, shorter.
+tests/integration/test_attacks.py runs each framing attack, shorter; the watch's, in their own
+form: tests/integration/test_watch_shared_reads.py and tests/integration/test_watch_liveness.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
+import http.client
+import itertools
 import json
+import re
 import resource
+import signal
 import socket
 import threading
 import time
@@ -39,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.harness import TOKEN
-from bench.harness.load import Probes, attack, attackers
+from bench.harness.load import Probes, attack, attackers, call, get_json, put_plants
 from bench.harness.report import benchmark_parser, save
 from bench.harness.servers import RedisServer, children, children_cpu_seconds, gunicorn, scratch, status_field
 
@@ -50,6 +64,15 @@ CHUNKS = (b"1;e=" + b"a" * 100 + b"\r\nx\r\n") * 5000
 BUNDLE = b"GET /docs/assets/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n"
 CLOSING = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 PIPELINED = b"HEAD /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n" * 2500
+#: A read-only token (PLANTS_READ_TOKENS): it may watch the feed, never write.
+READER = "bench-reader"
+STREAM_AT = (
+    "GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+    "Accept: text/event-stream\r\nLast-Event-ID: {cursor}\r\n\r\n"
+)
+_EVENT_ID = re.compile(rb"^id: (\S+)$", re.MULTILINE)
+#: The attacks that end when they have done their work: probed until then, however long.
+RUN_TO_THE_END = {"positions"}
 
 
 @dataclass
@@ -61,15 +84,20 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     rss_mb: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the workers' RSS before, at the height, after
     cpu_share: float = 0.0  # of one core, the workers' CPU while the attack was held
+    seconds: float = 0.0  # how long it was probed
+    found: dict = field(default_factory=dict)  # what an attack measured itself (`redis-stall`)
 
     def summary(self) -> dict:
         return {
             "attack": self.attack,
             **self.probe.summary(),
+            "probes_over_100_ms": sum(1 for latency in self.probe.latencies_ms if latency > 100),
             "idle_cpu_share": round(self.idle_cpu_share, 3),
             "attack_cpu_share": round(self.cpu_share, 3),
+            "probed_seconds": round(self.seconds, 1),
             "rss_mb_before_height_after": [round(rss, 1) for rss in self.rss_mb],
             "rounds": self.rounds,
+            **self.found,
         }
 
 
@@ -241,6 +269,133 @@ def descriptors(port: int, stop: threading.Event, connections: int = 2000) -> in
     return _hold(stop, connections, lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
 
 
+def feed_positions(port: int, count: int) -> list[str]:
+    """`count` plants created, one event each; the feed's position before each of them (the
+    position before the first, then each event's `id:` in a stream from there): from each, a
+    stream has an event to send."""
+    start = get_json(port, "/events?after=now")["next"]
+    put_plants(port, 7 * 10**12 + int(time.time()) % 10**6 * 10**4, count)
+    cursors = [start]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(STREAM_AT.format(token=TOKEN, cursor=start).encode())
+        rest = b""
+        while len(cursors) < count:
+            data = sock.recv(262144)
+            if not data:
+                raise RuntimeError(f"the stream ended after {len(cursors)} of {count} events")
+            whole, _, rest = (rest + data).rpartition(b"\n\n")
+            cursors += [match.decode() for match in _EVENT_ID.findall(whole)]
+    return cursors[:count]
+
+
+def positions(
+    port: int, stop: threading.Event, cursors: list[str], together: int = 1, streams: int = 8
+) -> dict:
+    """Streams of the read-only token at each of `cursors` (`together` at each), each read to its
+    first event and closed, `streams` at a time, until every position is read or `stop`: how many
+    sent an event, and what the worker's shared reads keep after them."""
+    work = itertools.chain.from_iterable(itertools.repeat(cursor, together) for cursor in cursors)
+    lock = threading.Lock()
+    read: list[int] = []
+
+    def one() -> None:
+        while not stop.is_set():
+            with lock:
+                cursor = next(work, None)
+            if cursor is None:
+                return
+            read.append(_first_event(port, cursor))
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"rounds": sum(read), "positions": len(cursors), "together": together, **shared_reads_kept(port)}
+
+
+def _first_event(port: int, cursor: str) -> int:
+    """1 when a stream from `cursor` sent an event before it was closed, else 0."""
+    data = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(STREAM_AT.format(token=READER, cursor=cursor).encode())
+            while b"\ndata: " not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return 0
+                data += chunk
+    except OSError:
+        return 0
+    return int(data.startswith(b"HTTP/1.1 200 "))
+
+
+def shared_reads_kept(port: int) -> dict[str, float]:
+    """The worker's gauges of the watch's shared reads (entries and bytes), from `/metrics`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    body = conn.getresponse().read().decode()
+    conn.close()
+    return {
+        name: float(value)
+        for name, _, value in (line.partition(" ") for line in body.splitlines())
+        if name in ("plants_watch_shared_reads", "plants_watch_shared_read_bytes")
+    }
+
+
+def redis_stall(port: int, stop: threading.Event, redis: RedisServer, long_polls: int = 100) -> dict:
+    """`long_polls` parked, redis-server stopped until `stop`, then continued: what recovery took."""
+    after = get_json(port, "/events?after=now")["next"]
+    answers: list[tuple[int, list[int]]] = []
+    polls = [threading.Thread(target=_long_poll, args=(port, after, answers)) for _ in range(long_polls)]
+    for poll in polls:
+        poll.daemon = True
+        poll.start()
+    time.sleep(0.5)  # parked: run() probes from 1 s on
+    redis.signal(signal.SIGSTOP)
+    try:
+        stop.wait()
+    finally:
+        redis.signal(signal.SIGCONT)
+    return {"rounds": 1, **_recovery(port, polls, answers)}
+
+
+def _long_poll(port: int, after: str, answers: list[tuple[int, list[int]]]) -> None:
+    """One long-poll of the read-only token: its status and the ids of the plants it answered."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=70)
+    try:
+        conn.request("GET", f"/events?after={after}&wait=55", headers={"Authorization": f"Bearer {READER}"})
+        response = conn.getresponse()
+        body = json.loads(response.read() or b"{}")
+        answers.append((response.status, [event["plant"]["id"] for event in body.get("events", [])]))
+    except (OSError, ValueError, http.client.HTTPException):
+        answers.append((0, []))
+    finally:
+        conn.close()
+
+
+def _recovery(port: int, polls: list[threading.Thread], answers: list[tuple[int, list[int]]]) -> dict:
+    """Seconds from now (redis-server continued) to a stored create, and to every long-poll's
+    answer; how many answered 200 with that create (within 12 s)."""
+    continued = time.monotonic()
+    plant_id, status = 6 * 10**12 + int(time.time() * 1000) % 10**9, 0
+    while status != 200 and time.monotonic() < continued + 12:
+        try:
+            status = call(port, "POST", "/plants", {"id": plant_id, "name": "after the stall"}, timeout=5)[0]
+        except OSError:
+            time.sleep(0.1)
+    written = time.monotonic() - continued
+    for poll in polls:
+        poll.join(max(0.0, continued + 12 - time.monotonic()))
+    return {
+        "create_status_after_sigcont": status,
+        "seconds_to_a_stored_create": round(written, 3),
+        "seconds_to_answer_the_long_polls": round(time.monotonic() - continued, 3),
+        "long_polls": len(polls),
+        "long_polls_answered_with_it": sum(1 for code, ids in answers if code == 200 and ids == [plant_id]),
+    }
+
+
 def workers_rss_mb(master_pid: int) -> float:
     """The workers' resident memory, in MB."""
     return sum(status_field(pid, "VmRSS") for pid in children(master_pid)) / 1024
@@ -253,11 +408,15 @@ def lower_open_files(master_pid: int, limit: int) -> None:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
 
 
-RESOURCE_ATTACKS: dict[str, Callable[..., int]] = {
+RESOURCE_ATTACKS: dict[str, Callable[..., Any]] = {
     "slow-readers": slow_readers,
     "lingering": lingering,
     "descriptors": descriptors,
+    "positions": positions,
 }
+
+#: The attacks that need the Redis store (`--store redis`).
+STORE_FAULTS: dict[str, Callable[..., Any]] = {"redis-stall": redis_stall}
 
 
 ATTACKS: dict[str, Callable[..., int]] = {
@@ -286,11 +445,11 @@ def probe(port: int, result: Probes) -> None:
 def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -> Outcome:
     """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
     stop = threading.Event()
-    rounds: list[int] = []
-    attacks = {**ATTACKS, **RESOURCE_ATTACKS}
+    done: list[Any] = []  # the attack's rounds, or a dict of what it measured with its "rounds"
+    attacks = {**ATTACKS, **RESOURCE_ATTACKS, **STORE_FAULTS}
     rss_before = workers_rss_mb(master_pid)
     attacking = threading.Thread(
-        target=lambda: rounds.append(attacks[name](port, stop, **options)), daemon=True
+        target=lambda: done.append(attacks[name](port, stop, **options)), daemon=True
     )
     attacking.start()
     time.sleep(1.0)  # the attack under way
@@ -298,11 +457,12 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     cpu_before, started = children_cpu_seconds(master_pid), time.monotonic()
     ends = started + seconds
     height = 0.0
-    while time.monotonic() < ends:
+    while time.monotonic() < ends or (name in RUN_TO_THE_END and attacking.is_alive()):
         probe(port, result)
         height = max(height, workers_rss_mb(master_pid))
         time.sleep(0.05)
-    cpu_share = (children_cpu_seconds(master_pid) - cpu_before) / (time.monotonic() - started)
+    probed = time.monotonic() - started
+    cpu_share = (children_cpu_seconds(master_pid) - cpu_before) / probed
     stop.set()
     attacking.join(timeout=15)
     time.sleep(1.0)  # the attack has ended: within a second the workers are to be idle
@@ -310,7 +470,11 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     time.sleep(1.0)
     idle_share = children_cpu_seconds(master_pid) - before
     rss = (rss_before, height, workers_rss_mb(master_pid))
-    return Outcome(name, result, idle_share, rounds[0] if rounds else 0, rss_mb=rss, cpu_share=cpu_share)
+    found = dict(done[0]) if done and isinstance(done[0], dict) else {"rounds": done[0] if done else 0}
+    rounds = found.pop("rounds")
+    return Outcome(
+        name, result, idle_share, rounds, rss_mb=rss, cpu_share=cpu_share, seconds=probed, found=found
+    )
 
 
 def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds: float = 3.0) -> float:
@@ -326,14 +490,32 @@ def idle_cpu_share(port: int, master_pid: int, connections: int = 1000, seconds:
             sock.close()
 
 
+def options_for(name: str, args: argparse.Namespace, port: int, redis: RedisServer | None) -> dict:
+    """What attack `name` is given beside its port: the feed's positions (made here, before the
+    RSS is read), or the redis-server to stop."""
+    if name == "positions":
+        count = args.positions or (300 if args.smoke else 3000)
+        return {"cursors": feed_positions(port, count), "together": args.together}
+    if name == "redis-stall":
+        return {"redis": redis, "long_polls": args.long_polls or (20 if args.smoke else 100)}
+    return {}
+
+
 def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--store", choices=["memory", "redis"], default="memory")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--attack", choices=sorted({**ATTACKS, **RESOURCE_ATTACKS}), action="append")
+    parser.add_argument(
+        "--attack", choices=sorted({**ATTACKS, **RESOURCE_ATTACKS, **STORE_FAULTS}), action="append"
+    )
+    parser.add_argument("--positions", type=int, help="positions: how many (3,000; smoke 300)")
+    parser.add_argument("--together", type=int, default=1, help="positions: streams at each (1)")
+    parser.add_argument("--long-polls", type=int, help="redis-stall: how many parked (100; smoke 20)")
     args = parser.parse_args()
+    if args.store == "memory" and set(args.attack or ()) & set(STORE_FAULTS):
+        parser.error("redis-stall needs --store redis")
     seconds = args.seconds or (2.0 if args.smoke else 10.0)
-    env = {"WEB_CONCURRENCY": str(args.workers)}
+    env = {"WEB_CONCURRENCY": str(args.workers), "PLANTS_READ_TOKENS": READER}
     redis = None
     if args.store == "redis":
         redis = RedisServer(scratch("attacks"))
@@ -344,10 +526,11 @@ def main() -> int:
         idle = idle_cpu_share(server.port, server.pid)
         outcomes.append({"store": args.store, "idle_connections": 1000, "idle_cpu_share": round(idle, 4)})
         print(json.dumps(outcomes[-1]), flush=True)
-        for name in args.attack or [*ATTACKS, *RESOURCE_ATTACKS]:
+        for name in args.attack or [*ATTACKS, *RESOURCE_ATTACKS, *(STORE_FAULTS if redis else ())]:
             if name == "descriptors":
                 lower_open_files(server.pid, 1024)
-            outcome = run(name, server.port, server.pid, seconds)
+            options = options_for(name, args, server.port, redis)
+            outcome = run(name, server.port, server.pid, seconds, **options)
             outcomes.append({"store": args.store, "workers": args.workers, **outcome.summary()})
             print(json.dumps(outcomes[-1]), flush=True)
     finally:
