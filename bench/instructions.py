@@ -38,11 +38,13 @@ from bench.harness.report import benchmark_parser, save
 #: `304` is a GET of a plant with its current ETag in If-None-Match; `put` replaces a preloaded
 #: plant, its name changing every time. `create-hooked` is a create with HOOKED webhook endpoints
 #: registered (deliveries are not started: they run apart from the request path, in the worker's
-#: own thread, and this counts the request path).
+#: own thread, and this counts the request path). `create-cors` is a create from a page on an
+#: allowed origin (PLANTS_CORS_ORIGINS set, an Origin header sent): against `create`, what CORS costs.
 PATHS = {
     "floor": ("floor", None, TOKEN, 200),
     "create": ("service", None, TOKEN, 200),
     "create-hooked": ("service", None, TOKEN, 200),
+    "create-cors": ("service", None, TOKEN, 200),
     "400": ("service", b'{"id": "1", "name": 5, "tags": "x"}', TOKEN, 400),
     "401": ("service", b'{"id": 1, "name": "Boston fern"}', "wrong-token", 401),
     "get": ("service", b"", TOKEN, 200),
@@ -55,6 +57,7 @@ WARMUP, MEASURED = 300, 1000
 MARKER = "os_getppid"
 PRELOAD = 2000
 HOOKED = 10
+CORS_ORIGIN = "https://app.example"
 
 
 def environ(body: bytes, token: str, method: str = "POST", path: str = "/plants", query: str = "") -> dict:
@@ -87,7 +90,10 @@ def serve(path: str, count: int) -> None:
     else:
         from app import create_app
 
-        app = create_app({"PLANTS_MAX_PLANTS": 10**7, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"})
+        settings = {"PLANTS_MAX_PLANTS": 10**7, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"}
+        if path == "create-cors":
+            settings["PLANTS_CORS_ORIGINS"] = CORS_ORIGIN
+        app = create_app(settings)
         if path == "create-hooked":
             register_endpoints(app, HOOKED)
     statuses: list[str] = []
@@ -103,6 +109,9 @@ def serve(path: str, count: int) -> None:
         requests = [request_of(path, number % PRELOAD, token) for number in range(WARMUP + count)]
     else:
         requests = [environ(body, token) for body in itertools.islice(bodies(fixed), WARMUP + count)]
+    if path == "create-cors":
+        for request in requests:
+            request["HTTP_ORIGIN"] = CORS_ORIGIN
     for number, env in enumerate(requests):
         if number == WARMUP:
             os.getppid()

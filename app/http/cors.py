@@ -39,6 +39,10 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Seconds a browser may reuse a preflight's answer (Chromium caps it at 7200).
 MAX_AGE = 600
 WILDCARD = "*"
+#: Allowed Origin values whose headers are kept (an allowed origin's case may vary): past them,
+#: each answer asks Flask-CORS again, so what a client sends cannot grow what the worker holds.
+MOST_ORIGINS = 64
+_CORS_HEADER = "Access-Control-"
 
 
 class Cors:
@@ -70,12 +74,32 @@ class Cors:
         )
         (self._apply,) = holder.after_request_funcs[None]  # Flask-CORS's after-request function
         self.origins = origins
+        self._wildcard = wildcard
+        self._decided: dict[str, list[tuple[str, str]]] = {}
+
+    def _decide(self, origin: str) -> list[tuple[str, str]]:
+        """The headers Flask-CORS adds to an answer (not a preflight's) for `origin`. With these
+        options they depend on the origin alone (on nothing, for `*`), so an allowed origin's
+        are asked once and kept, up to MOST_ORIGINS: asking costs a create a third more
+        instructions (bench/README.md)."""
+        probe = Response()
+        self._apply(probe)
+        headers = [(name, value) for name, value in probe.headers.items() if name.startswith(_CORS_HEADER)]
+        if headers and len(self._decided) < MOST_ORIGINS:
+            self._decided[WILDCARD if self._wildcard else origin] = headers
+        return headers
 
     def finish(self, environ: dict[str, Any], response: Response) -> None:
         """Add the CORS headers to an answer of the blueprint, and `Vary: Origin` to every one, so
         that a cache never serves an answer made for one origin (or none) to another."""
-        if "HTTP_ORIGIN" in environ:
-            self._apply(response)
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is not None:
+            if environ["REQUEST_METHOD"] == "OPTIONS":
+                self._apply(response)  # a preflight's answer depends on what it asks for
+            else:
+                headers = self._decided.get(WILDCARD if self._wildcard else origin)
+                for name, value in self._decide(origin) if headers is None else headers:
+                    response.headers.add(name, value)
         # Added, not merged: nothing else in the blueprint sends Vary, and a list-valued field may
         # come as several lines (RFC 9110 §5.3). A scan for an existing one cost 5x as much.
         response.headers.add("Vary", "Origin")

@@ -106,6 +106,24 @@ def test_other_origins_get_no_cors_header_and_every_answer_varies_by_origin(make
     assert plain.headers["Vary"] == "Origin"
 
 
+def test_each_answer_carries_its_own_origin_however_many_origins_ask(make_app):
+    # Each allowed origin's headers are decided once and kept (app/http/cors.py): an answer
+    # must never carry another origin's, nor a refused origin the allowed one's.
+    client = make_app(PLANTS_CORS_ORIGINS=f"{PAGE},http://127.0.0.1:5173").test_client()
+    # More spellings of an allowed origin (its host's case) than are kept: 100 of 4,096.
+    host = PAGE.removeprefix("https://")
+    variants = [
+        "https://" + "".join(c.upper() if mask >> i & 1 else c for i, c in enumerate(host))
+        for mask in range(1, 101)
+    ]
+    askers = [PAGE, "https://evil.example", "http://127.0.0.1:5173", *variants] * 2
+    for origin in askers:
+        answer = client.get("/plants", headers={**AUTH, "Origin": origin})
+        allowed = origin.lower() in (PAGE, "http://127.0.0.1:5173")
+        assert answer.headers.get("Access-Control-Allow-Origin") == (origin if allowed else None), origin
+        assert answer.headers["Vary"] == "Origin"
+
+
 def test_a_wildcard_allows_every_origin_never_with_credentials(make_app):
     client = make_app(PLANTS_CORS_ORIGINS="*").test_client()
     answer = client.get("/plants", headers={**AUTH, "Origin": "https://anyone.example"})
