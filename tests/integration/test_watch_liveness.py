@@ -76,6 +76,9 @@ def test_healthz_is_answered_while_redis_hangs_under_parked_long_polls(tmp_path)
         assert len(probes) > 20
         assert max(probes) < LIVENESS_DEADLINE, sorted(probes)[-5:]
         assert "listener failed" in server.output()  # the hang was felt, not dodged
+        # And felt as one outage: the failures count on (the watchers are woken at growing
+        # intervals), never read as Redis answering again between two of them.
+        assert "2 in a row" in server.output()
         conn = server.connection()
         body = json.dumps({"id": 48005, "name": "after the hang"})
         conn.request("POST", "/plants", body=body, headers={**AUTH, "Content-Type": "application/json"})

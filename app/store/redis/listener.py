@@ -4,8 +4,9 @@ The feed is a stream per bucket group: one on a single Redis, 24 spread over a c
 A thread per stream blocks on it (`XREAD BLOCK` after the newest entry it saw), on connections
 of the listener's own whose timeout outlasts the block: one `XREAD` can name keys of one slot
 only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads;
-a stream that cannot be read makes `wait` raise, unless another had a new entry (the feed's
-signal, app/store/signal.py, decides whom to wake and how often while the store is away).
+a stream that cannot be read makes `wait` raise, unless another had a new entry, and goes on
+making it raise until it is read again (the feed's signal, app/store/signal.py, decides whom to
+wake and how often while the store is away: a quiet `wait` would tell it the store is back).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class StreamsListener:
         self._changed = threading.Event()
         #: A failure since the last `wait`, and whether an entry came since then.
         self._failure: Exception | None = None
+        #: The streams whose last read failed, with its error: while any is, the store is still
+        #: away, though its thread, blocked on a hung Redis, has not failed again yet.
+        self._away: dict[str, Exception] = {}
         self._entries = False
         self._closed = False
         self._started = False
@@ -45,6 +49,8 @@ class StreamsListener:
             self._changed.clear()
         failure, self._failure = self._failure, None
         entries, self._entries = self._entries, False
+        if failure is None and self._away:
+            failure = next(iter(self._away.values()), None)
         if failure is not None and not entries:
             raise failure
         return changed
@@ -58,6 +64,7 @@ class StreamsListener:
                     last = self._newest(key)
                     if failed:  # back after a failure: what came meanwhile is worth a look
                         failed = False
+                        self._away.pop(key, None)
                         self._entries = True
                         self._changed.set()
                 answer: Any = self._client.xread({key: last}, count=1, block=BLOCK_MS)
@@ -69,7 +76,7 @@ class StreamsListener:
                     time.sleep(REST_SECONDS)
             except Exception as exc:  # the store is away: say so, then try again
                 last, failed = None, True
-                self._failure = exc
+                self._failure = self._away[key] = exc
                 self._changed.set()
                 time.sleep(1.0)
 
