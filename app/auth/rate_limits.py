@@ -6,7 +6,8 @@ Two limits, each off until set, each on the blueprint's routes only:
   may carry its own, `token@limit`). Keyed by a fingerprint of the token, so no token is ever
   written to the limit store; a JWT access token counts under its issuer and subject, so a
   client's fresh tokens share one budget.
-- `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix).
+- `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix); an
+  IPv6 client's per /64, which one client holds whole (`client_key`).
 
 The counters live where the plants live: a per-app memory storage with the memory store, the same
 Redis (keys under `<prefix>:limits`) with the Redis store, so a limit holds across workers and
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -132,7 +134,7 @@ class RateLimits:
             return None
         return self._hit(
             self._auth_failures,
-            "address:" + (address or "-"),
+            "address:" + client_key(address),
             "Too many failed authentications from this address; retry later.",
         )
 
@@ -159,6 +161,24 @@ class RateLimits:
                 tightest = state
         assert tightest is not None
         return tightest
+
+
+def client_key(address: str | None) -> str:
+    """The client an address stands for: an IPv4 address (an IPv4-mapped IPv6 one's too), or an
+    IPv6 address's /64. One subscriber holds a whole /64 (RFC 6177): counted per address, it could
+    open a counter with each of its 2^64 addresses, each kept for the limit's whole window in the
+    worker's memory or in Redis, and never meet the limit. Anything else is kept as it came."""
+    if not address:
+        return "-"
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return address
 
 
 _STATE = "plants.rate_limit"

@@ -85,6 +85,28 @@ def test_the_address_is_the_clients_behind_a_trusted_proxy(make_app):
     assert through_proxy("198.51.100.8") == 401
 
 
+def test_an_ipv6_clients_addresses_in_one_64_count_as_one_on_a_real_gunicorn():
+    """An IPv6 client holds a whole /64 (RFC 6177): one counter a /64, or it would open a counter
+    (kept for the limit's whole window, in the worker or in Redis) with each of its 2^64 addresses,
+    never reaching the limit. An IPv4-mapped address counts as its IPv4 address."""
+    server = Gunicorn(env={"PLANTS_AUTH_FAILURE_LIMIT": "3/hour", "PLANTS_TRUSTED_PROXIES": "1"})
+    try:
+
+        def refused_from(address):
+            headers = {"Authorization": "Bearer guess", "X-Forwarded-For": address}
+            return call(server.connection(), "GET", "/plants", None, headers)[0]
+
+        guesses = [refused_from(f"2001:db8:1:2:{n:x}::{n:x}") for n in range(1, 6)]
+        assert guesses == [401, 401, 401, 429, 429]
+        assert refused_from("2001:db8:1:3::1") == 401  # the next /64 is another client
+        assert [refused_from(a) for a in ("198.51.100.9", "::ffff:198.51.100.9", "198.51.100.9")] == [
+            401, 401, 401,
+        ]  # fmt: skip
+        assert refused_from("::ffff:198.51.100.9") == 429
+    finally:
+        server.stop()
+
+
 def test_limits_are_off_by_default(client, auth):
     for n in range(30):
         response = client.post("/plants", json={"id": n, "name": "Fern"}, headers=auth)
