@@ -49,7 +49,8 @@ def guard() -> Response | None:
         ticket = req.args.get("ticket")
         if ticket is not None:
             query = environ.get("QUERY_STRING", "")
-            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key(), query)
+            # The key is read (from the store, the first time) only for a ticket that needs it.
+            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
             if caller is not None:
                 environ[TICKET_CALLER] = caller
     if caller is not None:
