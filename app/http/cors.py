@@ -92,4 +92,11 @@ def is_preflight(environ: dict[str, Any]) -> bool:
 
 def preflight_answer() -> Response:
     """A preflight's 204; the CORS headers are added by `Cors.finish`, when its origin is allowed."""
-    return Response(status=204)
+    return no_content()
+
+
+def no_content() -> Response:
+    """A 204, with no Content-Type: it has no body to describe (a Response has one by default)."""
+    response = Response(status=204)
+    del response.headers["Content-Type"]
+    return response
