@@ -57,7 +57,11 @@ class BoundedResolver:
                 self._slots.release()
                 done.set()
 
-        threading.Thread(target=look_up, name="webhook-url-lookup", daemon=True).start()
+        try:
+            threading.Thread(target=look_up, name="webhook-url-lookup", daemon=True).start()
+        except RuntimeError:  # no thread to be had: the lookup's place is not kept
+            self._slots.release()
+            raise NotResolvedInTime(host, busy=True) from None
         if not done.wait(self._wait_s):
             raise NotResolvedInTime(host, busy=False)
         if isinstance(outcome[0], BaseException):
