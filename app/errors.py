@@ -206,6 +206,18 @@ class WebhookSecretsFull(Conflict):
         )
 
 
+class WebhookHostNotResolvedInTime(ServiceUnavailable):
+    """The URL's host could not be resolved within the bound (app/webhooks/lookups.py), so its
+    addresses are not checked and the endpoint is not registered."""
+
+    def __init__(self, host: str, busy: bool) -> None:
+        why = "other host names are being resolved" if busy else "it did not resolve in time"
+        super().__init__(
+            f"The host {host} could not be checked: {why}. Nothing changed; retry after Retry-After seconds.",
+            retry_after=5,
+        )
+
+
 class WebhookChanged(Conflict):
     description = "The webhook endpoint was changed by another request meanwhile; send the change again."
 

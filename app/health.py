@@ -13,6 +13,7 @@ from flask.blueprints import BlueprintSetupState
 
 from app.errors import KeysNotLoaded, NotReady
 from app.extension import plants_state
+from app.http.options import options_view
 from app.http.split_guard import SplitStoreError
 from app.plants.guard import store_unavailable
 from app.store import StoreUnavailableError
@@ -55,12 +56,22 @@ def drain_of(app: Flask) -> Drain | None:
     return app.extensions.get(DRAIN)
 
 
-@bp.get("/healthz")
+# OPTIONS as on every route of the service's (app/http/options.py).
+for _number, _path in enumerate(("/healthz", "/readyz")):
+    bp.add_url_rule(
+        _path,
+        view_func=options_view(("GET", "HEAD"), f"options_{_number}"),
+        methods=["OPTIONS"],
+        provide_automatic_options=False,
+    )
+
+
+@bp.get("/healthz", provide_automatic_options=False)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@bp.get("/readyz")
+@bp.get("/readyz", provide_automatic_options=False)
 def readyz() -> Response | dict[str, Any]:
     """503 once the server is stopping, and when no plant operation can succeed: the process refuses
     them (a split in-memory store), the store down or

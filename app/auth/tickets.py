@@ -94,21 +94,31 @@ class WatchTickets:
         payload = _VERSION + struct.pack(">I", expires) + kind + binding
         return PREFIX + base64.urlsafe_b64encode(payload + _mac(key, payload)).rstrip(b"=").decode(), expires
 
-    def verify(self, ticket: str, key: bytes, query: str | None = None) -> Authentication:
+    def verify(
+        self, ticket: str, key: bytes | Callable[[], bytes], query: str | None = None
+    ) -> Authentication:
         """The read-only caller a ticket stands for, or why it is refused. With `query` (the raw
         query string it came in), only as `ticket=plwt_...` there, never percent-encoded: the logs
-        find a ticket by that spelling (app/telemetry/redact.py, deploy/nginx-plants.conf)."""
+        find a ticket by that spelling (app/telemetry/redact.py, deploy/nginx-plants.conf).
+
+        `key` may be a callable (the store's `cursor_key`, which reads the store the first time):
+        it is called only for a ticket of the right form that has not expired, so that a client
+        without a credential makes the service read nothing for a ticket refused without the key
+        (the guard counts the refusal against the auth-failure limit)."""
         if query is not None and "ticket=" + ticket not in query.split("&"):
             return NOT_A_TICKET, None
         raw = self._decode(ticket)
         if raw is None:
             return NOT_A_TICKET, None
         payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-        if not hmac.compare_digest(mac, _mac(key, payload)):
-            return NOT_A_TICKET, None
+        # The expiry first: it needs no key, and an expired ticket is refused whoever made it.
         (expires,) = struct.unpack(">I", payload[1:5])
         if self._clock() >= expires:
             return EXPIRED, None
+        if callable(key):
+            key = key()
+        if not hmac.compare_digest(mac, _mac(key, payload)):
+            return NOT_A_TICKET, None
         kind, binding = payload[5:6], payload[6:]
         if kind == _STATIC:
             by_fingerprint = self._static.get(key)

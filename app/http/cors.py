@@ -8,7 +8,8 @@ Flask-CORS is applied to a blueprint of this module's own, one per application, 
 its after-request function (options resolved once, the host's `CORS_*` config never merged in) is
 then called by the plants blueprint's own after-request, so an embedding host's CORS, and its
 routes, are left alone. A preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered
-by the guard (app/plants/guard.py) without a token and without counting against a rate limit.
+by the OPTIONS view of its route (app/http/options.py) without a token and without counting
+against a rate limit.
 """
 
 from __future__ import annotations
@@ -103,17 +104,3 @@ class Cors:
         # Added, not merged: nothing else in the blueprint sends Vary, and a list-valued field may
         # come as several lines (RFC 9110 §5.3). A scan for an existing one cost 5x as much.
         response.headers.add("Vary", "Origin")
-
-
-def is_preflight(environ: dict[str, Any]) -> bool:
-    """A browser's preflight: OPTIONS with an Origin and the method it asks for."""
-    return (
-        environ["REQUEST_METHOD"] == "OPTIONS"
-        and "HTTP_ORIGIN" in environ
-        and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ
-    )
-
-
-def preflight_answer() -> Response:
-    """A preflight's 204; the CORS headers are added by `Cors.finish`, when its origin is allowed."""
-    return Response(status=204)

@@ -28,6 +28,9 @@ from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
 from app.store.signal import WatchersFull
 
 JSON, STREAM = "application/json", "text/event-stream"
+#: A stream's headers besides its type: no cache keeps it, no proxy buffers it (nginx reads the
+#: second).
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def list_events() -> Response:
@@ -39,9 +42,11 @@ def list_events() -> Response:
     if not store.events_retain:
         raise FeedOff()
     key = store.cursor_key()
-    streaming = request.method == "GET" and _wants_stream()
+    # A HEAD asking for the stream is answered the stream's status and headers (RFC 9110 §9.3.2),
+    # after the same checks, and holds no watch.
+    streaming = _wants_stream()
     if TICKET_CALLER in request.environ and not (
-        streaming or (query.get("wait") and request.method == "GET")
+        (streaming or query.get("wait")) and request.method == "GET"
     ):
         return error_response(WATCH_ONLY)
     after = query.get("after")
@@ -62,6 +67,8 @@ def list_events() -> Response:
         raise InvalidParameters({field: ["Not a cursor of this feed: follow it again from now."]}) from None
     except FeedExpiredError:
         raise FeedPositionExpired() from None
+    if streaming and request.method == "HEAD":
+        return Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
     if streaming or (query.get("wait") and not events and request.method == "GET"):
         return _watch(state, store, key, position, query, streaming)
     metrics = state.metrics
@@ -111,8 +118,7 @@ def _watch(
             stream_max=settings.events_stream_max,
             **common,
         )
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return Response(watch, mimetype=STREAM, headers=headers, direct_passthrough=True)
+        return Response(watch, mimetype=STREAM, headers=STREAM_HEADERS, direct_passthrough=True)
     after = encode_cursor(key, position, None, EVENTS)
     wait = min(query["wait"], settings.events_max_wait)
     watch = LongPoll(store, signal, position, wait=wait, limit=query["limit"], after=after, **common)

@@ -17,7 +17,6 @@ from app.auth.rate_limits import remember
 from app.auth.tickets import TICKET_CALLER
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
-from app.http.cors import is_preflight, preflight_answer
 from app.http.error_handler import error_response
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
@@ -40,16 +39,15 @@ def guard() -> Response | None:
         environ[ROUTE] = rule.rule
     access = ACCESS.get(view, Access.READ)
     if access is Access.PUBLIC:
-        # Every other method of an operation is public (its 405): so is a CORS preflight.
-        if state.cors is not None and is_preflight(environ):
-            return preflight_answer()
+        # And so every other method of an operation (its 405) and OPTIONS (a CORS preflight too).
         return None
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
     if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
         ticket = req.args.get("ticket")
         if ticket is not None:
             query = environ.get("QUERY_STRING", "")
-            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key(), query)
+            # The key is read (from the store, the first time) only for a ticket that needs it.
+            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
             if caller is not None:
                 environ[TICKET_CALLER] = caller
     if caller is not None:

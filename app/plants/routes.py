@@ -1,8 +1,8 @@
 """The route table: every operation of the plants blueprint, with its rule, method, view and access.
 
-The URL rules, the JSON 405 of every other method (with `Allow`), the guard's sets of writes,
-reads and public views, and the scope of each documented operation are all derived from it:
-adding an operation is one entry here.
+The URL rules, the JSON 405 of every other method (with `Allow`), OPTIONS, the guard's sets of
+writes, reads and public views, and the scope of each documented operation are all derived from
+it: adding an operation is one entry here.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any, NamedTuple
 from flask import Blueprint
 from werkzeug.exceptions import MethodNotAllowed
 
+from app.http.options import options_view
 from app.plants import changes, docs, exposition, feed, items, tickets, webhooks
 
 
 class Access(enum.Enum):
-    #: No token: the document, the page, and the 405s that say only which methods to use.
+    #: No token: the document, the page, OPTIONS, and the 405s that say only which methods to use.
     PUBLIC = "public"
     #: Any accepted token (a JWT with the read scope or the write scope).
     READ = "read"
@@ -78,8 +79,9 @@ ROUTES: tuple[Route, ...] = (
 )
 
 #: Every method a client may try on an operation's rule: those it does not serve are a JSON 405
-#: here, so that an embedded blueprint answers them rather than its host's page.
-METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+#: here, so that an embedded blueprint answers them rather than its host's page; OPTIONS is
+#: served on every rule (app/http/options.py).
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "TRACE")
 
 
 def allowed_methods(rule: str) -> tuple[str, ...]:
@@ -106,10 +108,16 @@ REFUSALS = tuple(
     _refusal(number, rule)
     for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES if route.operation_id))
 )
+#: For every rule, the view of OPTIONS: 204 with its Allow, no token.
+OPTIONS = tuple(
+    (rule, options_view(allowed_methods(rule), f"options_{number}"))
+    for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES))
+)
 #: Each view's access, by its name (the endpoint without the blueprint's).
 ACCESS: dict[str, Access] = {
     **{route.view.__name__: route.access for route in ROUTES},
     **{view.__name__: Access.PUBLIC for _, view, _ in REFUSALS},
+    **{view.__name__: Access.PUBLIC for _, view in OPTIONS},
 }
 #: The views that accept a watch ticket (app/auth/tickets.py) in place of a bearer header.
 TICKET_VIEWS = frozenset({feed.list_events.__name__})
@@ -126,7 +134,8 @@ WEBHOOK_OPERATIONS = frozenset(
 
 
 def add_routes(bp: Blueprint) -> None:
-    """Route every entry of the table on `bp`, and the other methods of each operation's rule to its 405.
+    """Route every entry of the table on `bp`, the other methods of each operation's rule to its
+    405, and OPTIONS of every rule to its view.
 
     No rule merges doubled slashes: werkzeug would answer `/plants//1` with a 308 in HTML whose
     Location echoes the query (a watch ticket's too), outside every error handler. It is a 404."""
@@ -135,10 +144,14 @@ def add_routes(bp: Blueprint) -> None:
             route.rule,
             view_func=route.view,
             methods=[route.method],
-            provide_automatic_options=False if route.operation_id else None,
+            provide_automatic_options=False,
             merge_slashes=False,
         )
     for rule, view, methods in REFUSALS:
         bp.add_url_rule(
             rule, view_func=view, methods=list(methods), provide_automatic_options=False, merge_slashes=False
+        )
+    for rule, view in OPTIONS:
+        bp.add_url_rule(
+            rule, view_func=view, methods=["OPTIONS"], provide_automatic_options=False, merge_slashes=False
         )

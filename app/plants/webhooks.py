@@ -18,6 +18,7 @@ from flask import Response, request, url_for
 from app.errors import (
     InvalidWebhook,
     WebhookChanged,
+    WebhookHostNotResolvedInTime,
     WebhookNotFound,
     WebhookSecretsFull,
     WebhooksFull,
@@ -31,6 +32,7 @@ from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSch
 from app.store import EVENT_TYPES
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
+from app.webhooks.lookups import BoundedResolver, NotResolvedInTime
 from app.webhooks.message import new_secret, utc_text
 from app.webhooks.urls import UrlRefused, check_url, encoded
 
@@ -39,6 +41,8 @@ _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
 #: How often a change is tried again when another request changed the endpoint meanwhile.
 _TRIES = 3
+#: The URL's host is resolved off the request thread, bounded in time and threads (lookups.py).
+_resolve = BoundedResolver()
 
 
 def create_webhook() -> Response:
@@ -227,11 +231,13 @@ def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoin
 def _checked_url(state: PlantsState, url: str) -> str:
     """The URL as it is kept, its non-ASCII characters percent-encoded; 400 naming `url` when it
     is malformed or its host resolves to a refused address. A name that does not resolve (yet)
-    is accepted: each delivery checks it again."""
+    is accepted: each delivery checks it again. 503 when the name is not resolved in time."""
     try:
         check_url(url)
         url = encoded(url)
-        target(url, state.settings.webhooks_allow_hosts)
+        target(url, state.settings.webhooks_allow_hosts, _resolve)
+    except NotResolvedInTime as exc:
+        raise WebhookHostNotResolvedInTime(exc.host, exc.busy) from None
     except AddressRefused as exc:
         if exc.reason != "name_not_resolved":
             raise InvalidWebhook("webhook endpoint", {"url": [str(exc)]}) from None

@@ -18,11 +18,11 @@ import gc
 import os
 import shutil
 import signal
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from app.server import handoff
+from app.server.directories import workers_directory
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
 from app.telemetry.logs import logging_config
@@ -122,13 +122,14 @@ access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
-    one; a named one is emptied of an earlier run's files."""
+    one; a named one is emptied of an earlier run's files. The one made here is the workers' user's
+    (directories.py): with `--user` a worker could not write its counts into root's."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         for stale in Path(directory).glob("*.db"):
             stale.unlink()
     else:
-        directory = tempfile.mkdtemp(prefix="plants-metrics-")
+        directory = str(workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid))
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
 

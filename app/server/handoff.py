@@ -21,13 +21,13 @@ store (Redis) needs none of this: gunicorn's own overlapping reload is kept.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from app.server.directories import workers_directory
 
 log = logging.getLogger("app.server.handoff")
 
@@ -50,9 +50,7 @@ def prepare(uid: int | None = None, gid: int | None = None) -> None:
     workers' user (gunicorn's `user` and `group`, `uid`/`gid` here) when the master runs as
     another (root): a worker could not even look for the snapshot in root's 0700 directory."""
     global _directory
-    _directory = Path(tempfile.mkdtemp(prefix="plants-handoff-"))
-    if uid is not None and gid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
-        os.chown(_directory, uid, gid)
+    _directory = workers_directory("plants-handoff-", uid, gid)
 
 
 def remove() -> None:

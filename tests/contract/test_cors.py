@@ -10,7 +10,8 @@ from flask_cors import CORS
 from app import ConfigurationError
 from app.plants import bp
 from app.plants.routes import ROUTES
-from tests.servers import TOKEN
+from tests.helpers import call
+from tests.servers import TOKEN, Gunicorn
 
 PAGE = "https://page.example"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -37,14 +38,14 @@ def concrete(rule: str) -> str:
     return rule.replace("<plant_id>", "1").replace("<endpoint_id>", "wh_x")
 
 
-def test_off_by_default_no_cors_header_and_preflight_is_405(make_app):
+def test_off_by_default_no_cors_header_even_on_a_preflight(make_app):
     client = make_app().test_client()
     answer = client.get("/plants", headers={**AUTH, "Origin": PAGE})
     assert answer.status_code == 200
     assert "Access-Control-Allow-Origin" not in answer.headers
     assert "Vary" not in answer.headers
     refused = preflight(client, "/plants", "POST")
-    assert refused.status_code == 405
+    assert refused.status_code == 204  # OPTIONS, as on every route (test_options.py)
     assert "Access-Control-Allow-Origin" not in refused.headers
 
 
@@ -170,3 +171,22 @@ def test_embedded_the_hosts_own_cors_is_left_alone():
     assert preflight(client, "/api/v1/plants", "POST").status_code == 204
     host.extensions["plants"].deliverer.stop()
     host.extensions["plants"].feed_signal.close()
+
+
+def test_a_preflight_through_gunicorn_is_a_bare_204():
+    """A 204 has no body (RFC 9110 §15.3.5): no Content-Type to describe one, no Content-Length."""
+    server = Gunicorn({"PLANTS_CORS_ORIGINS": PAGE})
+    try:
+        status, headers, body = call(
+            server.connection(),
+            "OPTIONS",
+            "/plants",
+            headers={"Origin": PAGE, "Access-Control-Request-Method": "POST"},
+        )
+    finally:
+        server.stop()
+    assert status == 204
+    assert headers["Access-Control-Allow-Origin"] == PAGE
+    assert "Content-Type" not in headers
+    assert "Content-Length" not in headers
+    assert body == b""

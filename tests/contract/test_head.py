@@ -106,3 +106,28 @@ def test_head_is_counted_in_the_metrics(server):
     assert (
         'plants_http_requests_total{method="HEAD",route="/plants/<plant_id>",status="200"}' in body.decode()
     )
+
+
+@pytest.mark.parametrize(
+    ("accept", "kind"), [("text/event-stream", "text/event-stream"), ("application/json", "application/json")]
+)
+def test_head_of_the_feed_has_the_type_get_would_answer(server, accept, kind):
+    """`Accept: text/event-stream` asks GET /events for a stream, which never ends by itself: its
+    head is read alone. HEAD answers that head (the stream's type, no Content-Length) and holds no
+    watch; with JSON asked, the page's."""
+    extra = f"Accept: {accept}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"GET /events HTTP/1.1\r\nHost: x\r\n{AUTH}{extra}\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+    get_head = data.partition(b"\r\n\r\n")[0]
+    head_head, head_body = exchange(server, "HEAD", "/events", extra=extra)
+    assert head_head.split(b"\r\n")[0] == get_head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK"
+    assert head_body == b""
+    got, expected = headers_of(head_head), headers_of(get_head)
+    assert got["content-type"].split(";")[0] == kind
+    for name in (*SAME, "cache-control", "x-accel-buffering"):
+        if name == "content-length" and kind == "application/json":
+            continue  # the page's `next` is a new cursor each time
+        assert got.get(name) == expected.get(name), name

@@ -13,11 +13,13 @@ import time
 
 import pytest
 
+from app.auth.static import StaticTokens
+from app.auth.tickets import WatchTickets
 from app.telemetry.logs import TextFormatter, TicketFilter, logging_config
 from app.telemetry.redact import SCRUBBED, TICKET_PREFIX
-from tests.helpers import call
+from tests.helpers import assert_error, call
 from tests.integration.test_watch import read_stream
-from tests.servers import TOKEN, Gunicorn, Nginx
+from tests.servers import TOKEN, Gunicorn, Nginx, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TTL = 4
@@ -134,3 +136,35 @@ def test_a_ticket_in_any_other_log_line_is_scrubbed():
     text = out.getvalue()
     assert "AAAAsecretBBBB" not in text
     assert text.count(SCRUBBED) >= 2  # the message and the exception (and its source line)
+
+
+def test_a_forged_ticket_is_refused_and_counted_before_the_store_is_read(tmp_path):
+    """The ticket's form and expiry need no key: a ticket refused by them makes the service read
+    nothing from the store (the key signing tickets is read from Redis the first time it is
+    needed, and made there when absent: that it is still absent shows it was never read), and the
+    refusal counts against PLANTS_AUTH_FAILURE_LIMIT."""
+    redis = RedisServer(tmp_path)
+    prefix = "forged"
+    app = Gunicorn(
+        env={
+            "PLANTS_STORE_URL": redis.url,
+            "PLANTS_STORE_PREFIX": prefix,
+            "PLANTS_AUTH_FAILURE_LIMIT": "3/minute",
+            "WEB_CONCURRENCY": "1",
+        }
+    )
+    try:
+        # Well-formed, signed with another key, expired a minute ago: only its MAC would need the key.
+        minted_earlier = WatchTickets(
+            StaticTokens([TOKEN], []), 60, jwt=False, clock=lambda: time.time() - 120
+        )
+        expired, _ = minted_earlier.mint(StaticTokens([TOKEN], []).callers[TOKEN.encode()], b"k" * 32)
+        for forged in ("plwt_forged", expired, TICKET_PREFIX + "A" * 60):
+            status, headers, body = call(_connection(app.port), "GET", f"/events?ticket={forged}&wait=1")
+            assert_error(status, headers, body, 401)
+        assert redis.command("EXISTS", f"{{{prefix}}}:cursor-key") == "0"
+        status, headers, body = call(_connection(app.port), "GET", "/events?ticket=plwt_forged&wait=1")
+        assert_error(status, headers, body, 429)  # the fourth refusal from this address this minute
+    finally:
+        app.stop()
+        redis.stop()

@@ -101,7 +101,8 @@ class Answer:
                 chunked = http11
                 keep_alive = keep_alive and http11  # HTTP/1.0: the answer ends where the connection does
                 lines.append("Transfer-Encoding: chunked\r\n" if chunked else "")
-        elif declared is None and not bodyless:
+        elif declared is None and not bodyless and method != "HEAD":
+            # A HEAD's body is not here to count (RFC 9110 §8.6: no Content-Length but GET's).
             lines.append(f"Content-Length: {length}\r\n")
         elif declared is not None and declared != length and method != "HEAD" and not bodyless:
             raise ValueError(f"the app declared Content-Length {declared} for a body of {length} bytes")

@@ -1,0 +1,46 @@
+"""The metrics directory the packaged gunicorn configuration makes (prometheus_client's
+multiprocess files) belongs to the workers' user, as the reload's handoff directory does
+(test_handoff_directory.py): with gunicorn's `user`/`group` settings the master runs as root and
+each worker as that user, who could not write its counts into root's private directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import types
+from pathlib import Path
+
+import pytest
+
+from app.server import gunicorn_conf
+
+
+def _made(monkeypatch, uid: int, gid: int) -> Path:
+    """The directory on_starting makes for a master whose workers run as uid:gid."""
+    # Empty is unset to on_starting; setenv (not delenv) has the test's end restore the variable.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    server = types.SimpleNamespace(cfg=types.SimpleNamespace(uid=uid, gid=gid))
+    gunicorn_conf._prepare_metrics_directory(server)
+    directory = Path(server.plants_metrics_directory)
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(directory)
+    return directory
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a directory to another user")
+def test_the_directory_is_the_workers_users_and_private(monkeypatch):
+    directory = _made(monkeypatch, 65534, 65534)  # gunicorn's cfg.uid and cfg.gid for `--user nobody`
+    try:
+        status = directory.stat()
+        assert (status.st_uid, status.st_gid) == (65534, 65534)
+        assert stat.S_IMODE(status.st_mode) == 0o700
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_for_the_masters_own_user_nothing_changes_hands(monkeypatch):
+    directory = _made(monkeypatch, os.geteuid(), os.getegid())
+    try:
+        assert directory.stat().st_uid == os.geteuid()
+    finally:
+        shutil.rmtree(directory)
