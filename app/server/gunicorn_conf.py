@@ -82,7 +82,7 @@ PACKAGED_WORKER_READ_TIMEOUT = _setting("GUNICORN_READ_TIMEOUT")
 PACKAGED_WORKER_MEMORY_BUDGET = _setting("GUNICORN_MEMORY_BUDGET") * 1024 * 1024
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
-# does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
+# does (nginx: keepalive_timeout 60s). Idle connections wait on the epoll, not on a thread.
 keepalive = _setting("GUNICORN_KEEPALIVE")
 timeout = 30
 # Never recycle a worker after N requests: with the in-memory store a new worker starts empty.
