@@ -78,11 +78,11 @@ threads = _setting("GUNICORN_THREADS", _default_threads())
 # silence): post_worker_init hands it to the packaged worker.
 PACKAGED_WORKER_READ_TIMEOUT = _setting("GUNICORN_READ_TIMEOUT")
 # The bytes a worker holds for its clients at most: past it, the connections making the least
-# progress are displaced (app/server/worker/connections.py). Also handed over in post_worker_init.
+# progress are displaced (app/server/worker/budget.py). Also handed over in post_worker_init.
 PACKAGED_WORKER_MEMORY_BUDGET = _setting("GUNICORN_MEMORY_BUDGET") * 1024 * 1024
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy
-# does (nginx: keepalive_timeout 60s). Idle connections wait on the poller, not on a thread.
+# does (nginx: keepalive_timeout 60s). Idle connections wait on the epoll, not on a thread.
 keepalive = _setting("GUNICORN_KEEPALIVE")
 timeout = 30
 # Never recycle a worker after N requests: with the in-memory store a new worker starts empty.

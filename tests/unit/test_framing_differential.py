@@ -2,21 +2,19 @@
 be read the same way by both: where each request ends, its method, target and body, and whether
 the stream is refused. Where the two differ by design, `by_design` names the case and the RFC.
 
-The worker's reading is its connection's parser (app/server/worker/connection.py) fed as the
-poller feeds it; h11's is a server connection that answers each request before the next.
+The worker's reading is its connection's reader (app/server/worker/reader.py) fed as the
+connection feeds it; h11's is a server connection that answers each request before the next.
 """
 
 from __future__ import annotations
 
 import re
-import socket
 
 import h11
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.server.worker.connection import IDLE, Conn, Limits
+from app.server.worker.reader import IDLE, Limits, Reader
 
 LIMIT = 64 * 1024
 #: The generated methods, all of which llhttp knows.
@@ -26,16 +24,8 @@ TARGETS = {b"/plants", b"/plants/1?x=%20y", b"*", b"http://h/p", b"/\x7f"}
 Reading = tuple[list[tuple[str, str, bytes]], str]
 
 
-@pytest.fixture(scope="module")
-def sock():
-    ours, theirs = socket.socketpair()
-    yield ours
-    ours.close()
-    theirs.close()
-
-
-def worker_reading(sock: socket.socket, chunks: list[bytes]) -> Reading:
-    conn = Conn(sock, ("127.0.0.1", 1), ("127.0.0.1", 2), Limits(8190, 100, 8190, LIMIT, LIMIT))
+def worker_reading(chunks: list[bytes]) -> Reading:
+    conn = Reader(Limits(8190, 100, 8190, LIMIT, LIMIT))
     requests: list[tuple[str, str, bytes]] = []
     for chunk in chunks:
         conn.feed(chunk)
@@ -187,9 +177,9 @@ def stream(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream())
-def test_the_worker_frames_requests_as_h11_does(sock, case):
+def test_the_worker_frames_requests_as_h11_does(case):
     data, chunks = case
-    ours, theirs = worker_reading(sock, chunks), h11_reading(chunks)
+    ours, theirs = worker_reading(chunks), h11_reading(chunks)
     if ours != theirs and not refused_sooner(ours, theirs):
         assert by_design(data, theirs), (data, ours, theirs)
 
@@ -200,7 +190,7 @@ def refused_sooner(ours: Reading, theirs: Reading) -> bool:
     return ours[1] == "refused" and theirs[1] == "incomplete" and ours[0] == theirs[0]
 
 
-def test_where_the_stream_is_split_does_not_matter(sock):
+def test_where_the_stream_is_split_does_not_matter():
     data = (
         b"POST /plants HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"3;e=1\r\nabc\r\n0\r\nT: 1\r\n\r\n"
@@ -208,6 +198,6 @@ def test_where_the_stream_is_split_does_not_matter(sock):
     )
     expected = ([("POST", "/plants", b"abc"), ("GET", "/plants/1", b"")], "complete")
     for cut in range(1, len(data)):
-        assert worker_reading(sock, [data[:cut], data[cut:]]) == expected
-    assert worker_reading(sock, [bytes([byte]) for byte in data]) == expected
+        assert worker_reading([data[:cut], data[cut:]]) == expected
+    assert worker_reading([bytes([byte]) for byte in data]) == expected
     assert h11_reading([data]) == expected

@@ -3,13 +3,11 @@ the attributes gunicorn documents for its own: read here against gunicorn's pars
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
-from app.server.worker.connection import Conn, Limits
+from app.server.worker.reader import Limits, Reader
 from app.server.worker.response import Answer
 
 REQUESTS = [
@@ -21,14 +19,9 @@ REQUESTS = [
 
 @pytest.mark.parametrize("data", REQUESTS)
 def test_the_hooks_request_reads_as_gunicorns(data):
-    ours_sock, other = socket.socketpair()
-    try:
-        conn = Conn(ours_sock, ("127.0.0.1", 1), ("127.0.0.1", 2), Limits(4094, 100, 8190, 65536, 65536))
-        conn.feed(data)
-        ours = conn.ready.popleft()
-    finally:
-        ours_sock.close()
-        other.close()
+    reader = Reader(Limits(4094, 100, 8190, 65536, 65536))
+    reader.feed(data)
+    ours = reader.ready.popleft()
     theirs = next(iter(RequestParser(Config(), iter([data]), ("127.0.0.1", 1))))
     for name in ("method", "uri", "path", "query", "fragment", "version", "headers", "trailers", "scheme"):
         assert getattr(ours, name) == getattr(theirs, name), name

@@ -90,3 +90,11 @@ class FileBody:
         close = getattr(self._wrapper, "close", None)
         if close is not None:
             close()
+
+
+def close_body(body: Any, log: Any) -> None:
+    """Close the rest of an answer (the app's iterable, or its file); an error is logged."""
+    try:
+        body.close()
+    except Exception:
+        log.exception("Error closing an answer's body")

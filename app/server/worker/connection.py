@@ -1,135 +1,83 @@
-"""One client connection: its socket, its deadline, and its requests as llhttp frames them.
+"""One client connection and its protocol (`Conn`): its socket, its reader (reader.py), its
+answer on the way out (sending.py), its deadline, and the turns a request thread takes on it.
 
-httptools (llhttp, Node.js's parser) is the only parser of a request's bytes. Each connection
-has one parser, fed every byte exactly once as it arrives; its callbacks build whole requests
-(head and body) into `ready`, in order. The limits are counted as the bytes go by:
+Every request thread waits on the worker's one epoll, where each connection is registered with
+`EPOLLONESHOT` (registry.py): the kernel hands each ready connection to exactly one thread, for
+one turn (`turn`). A turn makes progress or closes:
 
-- the request line (`limit_request_line`, 414), the number of header fields
-  (`limit_request_fields`) and each field's size (`limit_request_field_size`), and the whole head
-  (`max_head`), each 431;
-- the body, decoded (`max_body`), and its chunk framing on top of it (`FRAMING_ALLOWANCE`), 413;
-- each chunk's size line, extensions included (`MAX_SIZE_LINE`), 400.
+- it reads once from the socket and feeds the bytes to the connection's parser; end-of-file in
+  the middle of a request closes the connection at once;
+- once a request is whole, it serves that one request, in this thread (serving.py), and sends
+  the answer without blocking: what the client does not take at once waits on the epoll for the
+  socket to become writable;
+- a connection with more requests buffered (a pipelining client) is then armed for writing,
+  which puts it at the back of the kernel's ready list: every other ready connection gets a
+  turn before its next request is served.
 
-Any refusal, a framing error included, is answered and the connection then closes: the bytes
-after a request that could not be framed are never read as another request.
+So a slow client holds no thread, only its buffered bytes and its deadline. An answer can be
+completed later by any thread, through `answer(data, keep_alive)`. Where a step needs the
+worker's registry (re-arm on the epoll, forget, account bytes) or its parking, it calls them
+through the `Context` every connection of the worker shares.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
-from collections import deque
-from typing import Any
+from select import EPOLLRDHUP
+from typing import TYPE_CHECKING, Any
 
-import httptools
+from app.server.worker import refusals
+from app.server.worker.body import close_body
+from app.server.worker.reader import BODY, IDLE, Limits, Reader, Refusal, Request
+from app.server.worker.registry import READ, WRITE
+from app.server.worker.sending import DONE, WAITING, Outgoing
 
-#: At most this many bytes are fed to the parser at once. Between slices the limits are checked,
-#: and parsing stops while a whole request waits to be served, so that a pipelining client's
-#: bytes wait in its socket, not as parsed requests in memory.
-SLICE = 16 * 1024
-#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
-FRAMING_ALLOWANCE = 16 * 1024
-#: A chunk's size line, its extensions included: llhttp reads extensions of any length, and
-#: the service reads none, so a longer one is malformed framing.
-MAX_SIZE_LINE = 16 * 1024
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-IDLE, HEAD, BODY = 0, 1, 2
+    from app.server.worker.parking import Parking
+    from app.server.worker.registry import Registry
 
-
-class Refusal(Exception):
-    """A request the worker answers itself, then closes the connection."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+_RECV_BYTES = 65536
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
+BYTES_PER_SECOND = 65536
+#: How long, and for how many bytes, a connection closed after its answer lingers for the client
+#: to close its side (as gunicorn's util.close_graceful, which blocks: this one waits on the epoll).
+LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 
 
-class Limits:
-    """What one request may take; the worker's, shared by its connections."""
+class Context:
+    """What every connection of a worker shares: its collaborators and its settings."""
 
-    def __init__(self, request_line: int, fields: int, field_size: int, head: int, body: int) -> None:
-        # gunicorn's convention: 0 is "no limit" for the first three.
-        self.request_line = request_line or 1 << 62
-        self.fields = fields or 1 << 62
-        self.field_size = field_size or 1 << 62
-        self.head = head
-        self.body = body
+    __slots__ = ("limits", "log", "parking", "read_timeout", "registry", "serve")
 
-
-class Request:
-    """A request as the parser framed it: bytes, not yet an environ.
-
-    gunicorn's `pre_request` and `post_request` hooks are handed it, and the access log reads
-    it, with the attributes gunicorn documents for its own request (`method`, `uri`, `path`,
-    `query`, `fragment`, `version` as a tuple, `headers` with upper-case names, `trailers`,
-    `scheme`); `body` is the whole body's bytes, not a stream.
-    """
-
-    __slots__ = ("body", "fields", "http", "keep_alive", "method", "upgrade", "url")
-
-    scheme = "http"  # TLS ends at the reverse proxy
-
-    def __init__(self) -> None:
-        self.url = b""
-        self.fields: list[tuple[bytes, bytes]] = []
-        self.body = b""
-        self.method = "GET"
-        self.http = "1.1"
-        self.keep_alive = True
-        self.upgrade = False
-
-    @property
-    def uri(self) -> str:
-        return self.url.decode("latin-1")
-
-    @property
-    def path(self) -> str:
-        return self.url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
-
-    @property
-    def query(self) -> str:
-        return self.url.partition(b"?")[2].partition(b"#")[0].decode("latin-1")
-
-    @property
-    def fragment(self) -> str:
-        return self.url.partition(b"#")[2].decode("latin-1")
-
-    @property
-    def version(self) -> tuple[int, int]:
-        major, _, minor = self.http.partition(".")
-        return int(major), int(minor or 0)
-
-    @property
-    def trailers(self) -> list[tuple[str, str]]:
-        return []  # a chunked body's trailer fields are read, not passed on
-
-    @property
-    def headers(self) -> list[tuple[str, str]]:
-        return [(name.decode("latin-1").upper(), value.decode("latin-1")) for name, value in self.fields]
+    def __init__(
+        self,
+        registry: Registry,
+        parking: Parking,
+        serve: Callable[[Conn, Request], tuple[bytes, bool] | None],
+        log: Any,
+        read_timeout: float,
+        limits: Limits,
+    ) -> None:
+        self.registry, self.parking, self.serve = registry, parking, serve
+        self.log, self.read_timeout, self.limits = log, read_timeout, limits
 
 
 class Conn:
     """A client connection. Exactly one thread acts on it at a time (`busy`)."""
 
-    def __init__(self, sock: socket.socket, client: Any, server: Any, limits: Limits) -> None:
+    def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock = sock
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
         self.client = client
         self.server = server
-        self.limits = limits
-        self.parser = httptools.HttpRequestParser(self)
-        self.ready: deque[Request] = deque()
-        self.refusal: Refusal | None = None  # answered once `ready` is served, then close
-        self.unparsed = b""  # read, not yet fed: parsing waits while a request is ready
-        self.phase = IDLE
-        self.started = 0.0  # when the request being read began
-        self.received = 0  # its bytes so far, for the connection cap's choice
-        self.wants_continue = False
-        self.out: memoryview | None = None
-        self.body: Any = None  # the rest of an answer, sent as the client takes it (body.py)
-        self.close_after_out = False
-        self.answer_started = 0.0  # when the answer being sent began, and its bytes taken so far,
-        self.answer_sent = 0  # for the choice of whom to displace (connections.py)
+        self.context = context
+        self.reader = Reader(context.limits)
+        self.outgoing = Outgoing(sock)
         self.held = 0  # the bytes of the worker's memory budget this connection was last counted for
         self.busy = False
         self.lingering = False
@@ -140,236 +88,207 @@ class Conn:
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
         self.parked: Any = None  # an answer that waits (parking.py), and whether it was woken
         self.woken = False
-        self._request = Request()
-        self._head_bytes = 0
-        self._head_count = 0
-        self._framing_bytes = 0
-        self._body: list[bytes] = []
-        self._body_size = 0
-        self._content_length = 0
-        self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
 
     @property
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
+        reader, outgoing = self.reader, self.outgoing
         return (
-            (self.phase != IDLE or bool(self.unparsed))
-            and self.out is None
-            and self.body is None
+            (reader.phase != IDLE or bool(reader.unparsed))
+            and outgoing.out is None
+            and outgoing.body is None
             and not self.lingering
         )
 
     def holding(self) -> int:
         """The bytes the worker holds for this connection: its unparsed and parsed request bytes,
         its unsent answer, and a waiting answer's collected pieces."""
-        held = len(self.unparsed) + self._body_size
-        if self.phase == HEAD:
-            held += self._head_bytes
-        for request in self.ready:
-            held += len(request.body) + len(request.url)
-        out = self.out
+        held = self.reader.holding()
+        out = self.outgoing.out
         if out is not None:
             held += len(out.obj)  # type: ignore[arg-type]  # the whole buffer stays while a part is unsent
         if self.parked is not None:
             held += self.parked.held()
         return held
 
-    def discard(self) -> None:
-        """Forget every request byte read: the connection only lingers now."""
-        self.ready.clear()
-        self.unparsed = b""
-        self._body = []
-        self._body_size = 0
-
-    @property
-    def has_work(self) -> bool:
-        """A request (or a refusal) is ready to be answered without reading more."""
-        return bool(self.ready or self.refusal or self.unparsed)
-
-    # --- feeding the parser ----------------------------------------------------------------------
-
-    def feed(self, data: bytes) -> None:
-        """Parse `data` (and what was held back) until a request is whole, in slices; keep the rest."""
-        data = self.unparsed + data if self.unparsed else data
-        self.unparsed = b""
-        position = 0
-        while position < len(data) and not self.ready and self.refusal is None:
-            piece = data[position : position + SLICE]
-            position += len(piece)
-            self._feed_slice(piece)
-        if self.refusal is None:
-            self.unparsed = data[position:]
-
-    def _feed_slice(self, piece: bytes) -> None:
-        phase_before = self.phase
-        if phase_before == IDLE:
-            self.started = time.monotonic()
-            self.received = 0
+    def turn(self, mask: int) -> None:
+        """One turn, on a connection this thread has taken (registry.py's `take`)."""
         try:
-            self.parser.feed_data(piece)
-        except httptools.HttpParserUpgrade:
-            # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
-            # the request is served as any other, and the connection then closes.
-            if self.ready:
-                self.ready[-1].keep_alive = False
-                self.ready[-1].upgrade = True
-            else:
-                self.refusal = Refusal(400, "Bad Request", "This server does not switch protocols.")
-            return
-        except httptools.HttpParserCallbackError:
-            # A callback's refusal, or (never expected) its error, whose text may quote the request.
-            self.refusal = self.refusal or _malformed("a field could not be read")
-            return
-        except httptools.HttpParserError as exc:
-            self.refusal = self.refusal or _malformed(str(exc))
-            return
-        self.received += len(piece)
-        # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
-        if self.phase == phase_before == HEAD:
-            self._head_bytes += len(piece)
-            if self._head_bytes > self.limits.head:
-                self.refusal = _head_too_large(self.limits.head)
-        elif self.phase == phase_before == BODY:
-            self._framing_bytes += len(piece)
-            if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
-                self.refusal = _too_large(self.limits.body)
-        if self._size_line is not None and self.phase == BODY:
-            # A size line holds no LF: it began after the last LF of this slice, if it has one.
-            line_feed = piece.rfind(b"\n")
-            self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
-            if self._size_line > MAX_SIZE_LINE:
-                detail = f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most"
-                self.refusal = self.refusal or _malformed(detail)
+            if self.lingering:
+                self._drain()
+            elif self.outgoing.out is not None or self.outgoing.body is not None:
+                if self._went(self.outgoing.flush(self.context.log)):
+                    self._after_answer(not self.outgoing.close_after)
+            elif self.parked is not None:
+                self.context.parking.resume(self)
+            elif self.reader.has_work or self._receive(mask & EPOLLRDHUP):
+                self._answer_next()
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
 
-    # --- llhttp's callbacks --------------------------------------------------------------------
+    def _receive(self, closed: int) -> bool:
+        """Read once and parse; False when there is nothing to do (closed, or re-armed).
+        `closed`: the client has closed its side, so what it sent is all there will be."""
+        try:
+            data = self.sock.recv(_RECV_BYTES)
+        except BlockingIOError:
+            self.context.registry.rearm(self, READ)
+            return False
+        except OSError:
+            data = b""
+        if not data:  # the client closed: a request it had begun can never be whole
+            self.close()
+            return False
+        now = time.monotonic()
+        reader = self.reader
+        idle_deadline = self.deadline
+        read_timeout = self.context.read_timeout
+        if reader.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+            self.deadline = now + read_timeout
+        had_head = reader.phase == BODY
+        reader.feed(data)
+        if reader.phase == IDLE and not reader.has_work:  # only the empty lines llhttp skips
+            self.deadline = idle_deadline
+            self.context.registry.rest_idle(self)
+            return False
+        if closed and not reader.has_work:
+            self.close()
+            return False
+        if reader.phase == BODY and not had_head and not reader.ready:
+            self.deadline = now + read_timeout + self.context.limits.body / BYTES_PER_SECOND
+        return True
 
-    def on_message_begin(self) -> None:
-        self.phase = HEAD
-        self._request = Request()
-        self._head_bytes = self._head_count = 0
-        self._framing_bytes = self._body_size = self._content_length = 0
-        self._body = []
-        self._size_line = None
+    def _answer_next(self) -> None:
+        reader = self.reader
+        if not reader.ready and reader.unparsed and reader.refusal is None:
+            reader.feed(b"")  # the rest of a pipelining client's bytes
+            if reader.phase != IDLE:
+                self.deadline = time.monotonic() + self.context.read_timeout
+        if reader.ready or reader.refusal is not None:
+            self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
+        if reader.ready:
+            served = self.context.serve(self, reader.ready.popleft())
+            if served is not None:  # else a waiting answer has the connection (parking.py)
+                self.answer(*served)
+        elif reader.refusal is not None:
+            self._refuse(reader.refusal)
+        else:
+            self._await_more()
 
-    def on_url(self, url: bytes) -> None:
-        request = self._request
-        request.url += url
-        if len(request.url) > self.limits.request_line:
-            raise _refuse(
-                self,
-                Refusal(
-                    414,
-                    "URI Too Long",
-                    f"URI Too Long: the request line may take {self.limits.request_line} bytes at most.",
-                ),
+    def _refuse(self, refusal: Refusal) -> None:
+        self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
+        self.answer(refusals.encode(refusal), keep_alive=False)
+
+    def answer(self, data: bytes, keep_alive: bool) -> None:
+        """Send an answer on this connection, which this thread holds (busy), then hand it back.
+        Its body's rest, if it has one, is `outgoing.body`, sent as the client takes it."""
+        body = self.outgoing.body
+        if body is not None:
+            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
+            size = len(data) + (body.left or 0)
+            self.deadline = time.monotonic() + self.context.read_timeout + size / BYTES_PER_SECOND
+        if self.send(data, close_after=not keep_alive) and (
+            body is None or self._went(self.outgoing.pump(self.context.log))
+        ):
+            self._after_answer(keep_alive)
+
+    def _after_answer(self, keep_alive: bool) -> None:
+        if self.parked is not None:  # a stream's chunk went out: ask for the next
+            self.context.parking.step(self)
+        elif not keep_alive:
+            self.close_gracefully()
+        elif self.reader.has_work:
+            self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
+        else:
+            self._await_more()
+
+    def _await_more(self) -> None:
+        reader = self.reader
+        if reader.phase == IDLE:
+            self.context.registry.rearm_idle(self)
+            return
+        if reader.wants_continue:
+            reader.wants_continue = False
+            with contextlib.suppress(OSError):
+                self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
+        self.context.registry.rearm(self, READ)
+
+    def send(self, data: bytes, *, close_after: bool) -> bool:
+        """Send what the socket takes now; True when all of it went. The rest waits on the epoll."""
+        outgoing = self.outgoing
+        went = outgoing.send(data, close_after)
+        if went == WAITING and outgoing.body is None:
+            assert outgoing.out is not None
+            wait = self.context.read_timeout + len(outgoing.out) / BYTES_PER_SECOND
+            self.deadline = time.monotonic() + wait
+        return self._went(went)
+
+    def _went(self, went: int) -> bool:
+        """Act on how a send went: True when it is all out; else re-armed, or closed."""
+        if went == DONE:
+            return True
+        if went == WAITING:
+            self.context.registry.rearm(self, WRITE)
+        else:
+            self.close()
+        return False
+
+    def time_out(self) -> None:
+        """Past its deadline (run by the main thread, which has taken it)."""
+        if self.reading_request:
+            # Too slow with its request: 408, then close as after any answer.
+            self.context.log.warning(
+                "Answered 408 to a client that did not send its whole request within %ss",
+                self.context.read_timeout,
             )
+            with contextlib.suppress(OSError):
+                self.sock.send(refusals.encode(refusals.TIMED_OUT))
+            self.close_gracefully()
+        else:  # idle, lingering, not taking its answer (a stream's included)
+            self.close()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_count += 1
-        size = len(name) + len(value) + 2
-        self._head_bytes += size + 2
-        if self._head_count > self.limits.fields:
-            detail = f"a request may have {self.limits.fields} header fields at most"
-            raise _refuse(self, _fields_refusal(detail))
-        if size > self.limits.field_size:
-            detail = f"a header field may take {self.limits.field_size} bytes at most"
-            raise _refuse(self, _fields_refusal(detail))
-        if self._head_bytes > self.limits.head:
-            raise _refuse(self, _head_too_large(self.limits.head))
-        if self.phase == BODY:
-            return  # a trailer field: framing, counted against the body, not passed on
-        if name.lower() == b"content-length":
-            self._content_length = int(value)  # llhttp has checked that it is digits only
-        self._request.fields.append((name, value))
+    def close_gracefully(self) -> None:
+        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends
+        # until it closes, so that unread request bytes cannot make the kernel reset the
+        # connection and cut off the answer. The lingering happens on the epoll.
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close()
+            return
+        self.context.registry.linger(self)  # no longer counted against the cap
+        self.reader.discard()
+        self.deadline = time.monotonic() + LINGER_SECONDS
+        self.context.registry.rearm(self, READ)
 
-    def on_headers_complete(self) -> None:
-        request = self._request
-        parser = self.parser
-        request.http = parser.get_http_version()
-        request.method = parser.get_method().decode("ascii")
-        request.keep_alive = parser.should_keep_alive()
-        self.phase = BODY
-        if request.http not in ("1.1", "1.0"):
-            raise _refuse(self, _malformed(f"HTTP/{request.http} is not served"))
-        if request.method == "CONNECT":
-            raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."))
-        fields = request.fields
-        hosts = sum(1 for name, _ in fields if name.lower() == b"host")
-        if hosts > 1 or (hosts == 0 and request.http == "1.1"):
-            # RFC 9112 section 3.2: exactly one Host in HTTP/1.1, else 400.
-            raise _refuse(self, Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."))
-        codings = [
-            coding.strip().lower()
-            for name, value in fields
-            if name.lower() == b"transfer-encoding"
-            for coding in value.split(b",")
-        ]
-        transfer_coded = bool(codings)
-        if transfer_coded and request.http == "1.0":
-            # RFC 9112 section 6.1: HTTP/1.0 has no Transfer-Encoding; its framing is faulty.
-            raise _refuse(self, _malformed("Transfer-Encoding in an HTTP/1.0 request"))
-        if transfer_coded and codings != [b"chunked"]:
-            # RFC 9112 section 6.1: a transfer coding the server does not understand is a 501.
-            raise _refuse(
-                self,
-                Refusal(
-                    501, "Not Implemented", "Not Implemented: the only transfer coding served is chunked."
-                ),
-            )
-        if self._content_length > self.limits.body:
-            raise _refuse(self, _too_large(self.limits.body))
-        if transfer_coded:
-            self._size_line = 0
-        self.wants_continue = (
-            request.http == "1.1"
-            and (transfer_coded or self._content_length > 0)
-            and any(name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in fields)
-        )
+    def _drain(self) -> None:
+        try:
+            data = self.sock.recv(LINGER_BYTES)
+        except BlockingIOError:  # woken with nothing to read: keep lingering
+            self.context.registry.rearm(self, READ)
+            return
+        except OSError:
+            data = b""
+        self.lingered += len(data)
+        if data and self.lingered < LINGER_BYTES:
+            self.context.registry.rearm(self, READ)
+        else:
+            self.close()
 
-    def on_chunk_header(self) -> None:
-        self._size_line = None  # the chunk's data follows
-
-    def on_chunk_complete(self) -> None:
-        self._size_line = 0  # the next chunk's size line follows
-
-    def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
-        if self._body_size > self.limits.body:
-            raise _refuse(self, _too_large(self.limits.body))
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        request = self._request
-        request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
-        self._body = []
-        self._body_size = 0  # counted in the request now (holding())
-        self.ready.append(request)
-        self.phase = IDLE
-        self.wants_continue = False
-        self._size_line = None
-
-
-def _refuse(conn: Conn, refusal: Refusal) -> Refusal:
-    """Record the refusal (raising it from a callback stops the parser where it is)."""
-    conn.refusal = refusal
-    return refusal
-
-
-def _malformed(detail: str) -> Refusal:
-    return Refusal(400, "Bad Request", f"Bad Request: the request's HTTP framing is malformed ({detail}).")
-
-
-def _fields_refusal(detail: str) -> Refusal:
-    return Refusal(431, "Request Header Fields Too Large", f"Request Header Fields Too Large: {detail}.")
-
-
-def _head_too_large(limit: int) -> Refusal:
-    return _fields_refusal(f"the request line and headers may take {limit} bytes at most")
-
-
-def _too_large(limit: int) -> Refusal:
-    return Refusal(
-        413,
-        "Request Entity Too Large",
-        f"Request Entity Too Large: the request body is larger than the limit of {limit} bytes.",
-    )
+    def close(self) -> None:
+        """Close the connection, and end its waiting answer if it has one (its watch's place is
+        given back), whichever way the connection ends: its client left, a send failed, or a
+        deadline passed."""
+        parked, self.parked = self.parked, None
+        log = self.context.log
+        if parked is not None:
+            parked.close(log)
+        # Forgotten before it is closed: once closed, its number can be reused by the next accept.
+        self.context.registry.forget(self)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        body, self.outgoing.body = self.outgoing.body, None
+        if body is not None:
+            close_body(body, log)

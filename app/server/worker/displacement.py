@@ -1,5 +1,5 @@
 """Whom the worker displaces first, at the connection cap, out of descriptors, or past its memory
-budget (connections.py): the connection making the least progress.
+budget (admission.py, budget.py): the connection making the least progress.
 
 A lingering close first (its answer is out; only its client's FIN is awaited), then an idle one
 (the longest idle first) or one whose request arrives, or whose answer is taken, at the fewest
@@ -11,8 +11,10 @@ nothing unsent (parking.py), is never displaced. Called with the worker's lock h
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from app.server.worker.connection import Conn
+if TYPE_CHECKING:
+    from app.server.worker.connection import Conn
 
 #: How long a connection that has just connected, or been answered, is spared.
 IDLE_GRACE = 1.0
@@ -25,12 +27,14 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
         return None
     if conn.lingering:
         return (-1.0, conn.deadline)
-    if conn.out is not None or conn.body is not None:  # a reader: the bytes it has taken
-        return (conn.answer_sent / max(now - conn.answer_started, 0.001), conn.answer_started)
+    outgoing = conn.outgoing
+    if outgoing.out is not None or outgoing.body is not None:  # a reader: the bytes it has taken
+        return (outgoing.sent / max(now - outgoing.started, 0.001), outgoing.started)
     if conn.parked is not None:
         return None  # a watcher waiting for its app
     if conn.reading_request:
-        return (conn.received / max(now - conn.started, 0.001), conn.started)
+        reader = conn.reader
+        return (reader.received / max(now - reader.started, 0.001), reader.started)
     if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
         return (float("inf"), conn.idle_since)
     return (0.0, conn.idle_since)

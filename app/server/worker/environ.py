@@ -22,8 +22,9 @@ import gunicorn
 import httptools
 from gunicorn.http.wsgi import FileWrapper
 
-from app.server.worker.connection import Conn, Refusal, Request
+from app.server.worker.connection import Conn
 from app.server.worker.interface import PARKING
+from app.server.worker.reader import Refusal, Request
 
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 _SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}

@@ -1,5 +1,6 @@
-"""The worker's side of parking: answers that wait without a thread (the feed's long-polls and
-streams), on the worker's epoll, until their wake-up, their deadline or their client leaving.
+"""The worker's side of parking (`Parking`): answers that wait without a thread (the feed's
+long-polls and streams), on the worker's epoll, until their wake-up, their deadline or their
+client leaving. A connection's turn hands a parked answer to it (connection.py).
 
 The interface an app's iterable offers, and the environ key by which the worker offers parking,
 are defined once, in app/server/worker/interface.py.
@@ -7,18 +8,21 @@ are defined once, in app/server/worker/interface.py.
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker import refusals
-from app.server.worker.connection import Conn, Request
-from app.server.worker.connections import PARKED
-from app.server.worker.connections import WRITE as WAKE
-from app.server.worker.response import HOP_BY_HOP, Answer
+from app.server.worker.reader import Request
+from app.server.worker.registry import PARKED, Registry
+from app.server.worker.registry import WRITE as WAKE
+from app.server.worker.response import HOP_BY_HOP, Answer, HttpDate
+
+if TYPE_CHECKING:
+    from app.server.worker.connection import Conn
 
 
 @dataclass
@@ -42,6 +46,15 @@ class Parked:
         """The bytes of its answer collected so far (a long-poll's), against the memory budget."""
         return sum(len(chunk) for chunk in self.answer.chunks)
 
+    def close(self, log: Any) -> None:
+        """End the waiting answer (its watch's place is given back)."""
+        close = getattr(self.iterable, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.exception("Error closing a waiting answer")
+
 
 def parkable(result: Any) -> bool:
     """The app's iterable can wait (interface.Parkable): asked of every answer, so two look-ups,
@@ -49,29 +62,32 @@ def parkable(result: Any) -> bool:
     return hasattr(result, "subscribe") and hasattr(result, "deadline")
 
 
+def stream_head(parked: Parked) -> bytes:
+    lines = [f"HTTP/1.1 {parked.answer.status}\r\n"]
+    lines += [
+        f"{name}: {value}\r\n"
+        for name, value in parked.answer.headers
+        if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
+    ]
+    # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
+    lines.append("Transfer-Encoding: chunked\r\n" if parked.chunked else "")
+    lines.append("Connection: close\r\n\r\n")
+    return "".join(lines).encode("latin-1")
+
+
 class Parking:
-    """The worker's side of parking; a mixin for the worker (which provides the poller)."""
+    """Steps, parks and wakes the waiting answers of a worker's connections."""
 
-    log: Any
-    read_timeout: float
-    _lock: Any
-    _epoll: Any
+    def __init__(
+        self, registry: Registry, log: Any, read_timeout: float, date: HttpDate, alive: Callable[[], bool]
+    ) -> None:
+        self._registry = registry
+        self._log = log
+        self._read_timeout = read_timeout
+        self._date = date
+        self._alive = alive
 
-    if TYPE_CHECKING:  # the worker's own, through its other bases
-
-        def answer(self, conn: Conn, data: bytes, keep_alive: bool) -> None:
-            raise NotImplementedError
-
-        def _send(self, conn: Conn, data: bytes, *, close_after: bool) -> bool:
-            raise NotImplementedError
-
-        def _encode(self, parked: Parked) -> tuple[bytes, bool]:
-            raise NotImplementedError
-
-        def _account(self, conn: Conn) -> None:
-            raise NotImplementedError
-
-    def _step(self, conn: Conn) -> None:
+    def step(self, conn: Conn) -> None:
         """Ask the parked iterable for what it has, on a connection this thread holds."""
         parked = conn.parked
         assert parked is not None
@@ -95,7 +111,7 @@ class Parking:
             self._finish(conn, out)
             return
         except Exception:
-            self.log.exception("Error in a waiting answer %s %s", parked.request.method, parked.request.path)
+            self._log.exception("Error in a waiting answer %s %s", parked.request.method, parked.request.path)
             self._finish(conn, out, failed=True)
             return
         if streaming and not self._send_stream(conn, out):
@@ -104,116 +120,82 @@ class Parking:
 
     def _yield_turn(self, conn: Conn) -> None:
         """Hand the connection back with its next step due at once, after the others' turns."""
-        with self._lock:
+        registry = self._registry
+        with registry.lock:
             conn.woken = True
             conn.busy = False
-            self._account(conn)
+            registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
-            # read timeout is closed (connections.py), to reconnect from its last id.
-            conn.deadline = time.monotonic() + self.read_timeout
-            self._epoll_modify(conn, WAKE)
+            # read timeout is closed (registry.py), to reconnect from its last id.
+            conn.deadline = time.monotonic() + self._read_timeout
+            registry.modify(conn, WAKE)
 
     def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
         parked = conn.parked
         assert parked is not None
         if not parked.head_sent:
             parked.head_sent = True
-            out.insert(0, self._stream_head(parked))
-        return not out or self._send(conn, b"".join(out), close_after=False)
-
-    def _stream_head(self, parked: Parked) -> bytes:
-        lines = [f"HTTP/1.1 {parked.answer.status}\r\n"]
-        lines += [
-            f"{name}: {value}\r\n"
-            for name, value in parked.answer.headers
-            if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
-        ]
-        # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
-        lines.append("Transfer-Encoding: chunked\r\n" if parked.chunked else "")
-        lines.append("Connection: close\r\n\r\n")
-        return "".join(lines).encode("latin-1")
+            out.insert(0, stream_head(parked))
+        return not out or conn.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
         parked = conn.parked
         assert parked is not None
         conn.woken = False
         if parked.wake is None:  # one callable for every park: the signal keeps one entry
-            parked.wake = partial(self._wake, conn)
+            parked.wake = partial(self.wake, conn)
         parked.iterable.subscribe(parked.wake)
-        with self._lock:
+        registry = self._registry
+        with registry.lock:
             conn.deadline = parked.iterable.deadline()
             if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
-                conn.deadline = time.monotonic() + self.read_timeout
+                conn.deadline = time.monotonic() + self._read_timeout
             conn.busy = False
-            self._account(conn)
+            registry.budget.account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
             events = WAKE if conn.woken else PARKED
-            self._epoll_modify(conn, events)
+            registry.modify(conn, events)
 
-    def _wake(self, conn: Conn) -> None:
+    def wake(self, conn: Conn) -> None:
         """From any thread: hand the parked connection to a request thread."""
-        with self._lock:
+        with self._registry.lock:
             if conn.woken:
                 return
             conn.woken = True
             if not conn.busy and conn.parked is not None:
-                conn.deadline = time.monotonic() + self.read_timeout  # as in _yield_turn
-                self._epoll_modify(conn, WAKE)
+                conn.deadline = time.monotonic() + self._read_timeout  # as in _yield_turn
+                self._registry.modify(conn, WAKE)
 
-    def _epoll_modify(self, conn: Conn, events: int) -> None:
-        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-            self._epoll.modify(conn.fd, events)
-
-    def _resume(self, conn: Conn) -> None:
+    def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
         if conn.woken:
-            self._step(conn)
+            self.step(conn)
         else:
-            self._close(conn)
+            conn.close()
 
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
         parked = conn.parked
         assert parked is not None
         conn.parked = None
-        self._close_iterable(parked)
+        parked.close(self._log)
         keep_alive = False
         if failed and not parked.head_sent:
             parked.answer.status = "500 Internal Server Error"
             data = refusals.encode(refusals.APP_ERROR)
         elif parked.iterable.streaming:
             if not parked.head_sent:
-                out.insert(0, self._stream_head(parked))
+                out.insert(0, stream_head(parked))
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
         else:
-            data, keep_alive = self._encode(parked)
-        self._log_access(parked)
-        self.answer(conn, data, keep_alive)
-
-    def _close(self, conn: Conn) -> None:
-        """Close the connection, and end its waiting answer if it has one (its watch's place is
-        given back), whichever way the connection ends: its client left, a send failed, or a
-        deadline passed."""
-        parked = conn.parked
-        conn.parked = None
-        if parked is not None:
-            self._close_iterable(parked)
-        super()._close(conn)  # type: ignore[misc]
-
-    def _close_iterable(self, parked: Parked) -> None:
-        close = getattr(parked.iterable, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:
-                self.log.exception("Error closing a waiting answer")
-
-    def _log_access(self, parked: Parked) -> None:
+            keep_alive = parked.keep_alive and self._alive()
+            data, keep_alive = parked.answer.encode(parked.request.method, keep_alive, self._date.now())
         elapsed = timedelta(seconds=time.perf_counter() - parked.started)
-        self.log.access(parked.answer, parked.request, parked.environ, elapsed)
+        self._log.access(parked.answer, parked.request, parked.environ, elapsed)
+        conn.answer(data, keep_alive)
 
-    def _stop_parked(self, conns: list[Conn]) -> None:
+    def stop(self, conns: list[Conn]) -> None:
         """The worker stops: every parked answer is asked to end now."""
         for conn in conns:
             parked = conn.parked
@@ -221,5 +203,5 @@ class Parking:
                 try:
                     parked.iterable.stop()
                 except Exception:
-                    self.log.exception("Error stopping a waiting answer")
-                self._wake(conn)
+                    self._log.exception("Error stopping a waiting answer")
+                self.wake(conn)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from app.server.worker.connection import Refusal
+from app.server.worker.reader import Refusal
 
 
 def encode(refusal: Refusal) -> bytes:

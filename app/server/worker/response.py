@@ -1,12 +1,12 @@
 """A WSGI answer: written as one buffer, head and body in one send, when it is small.
 
-The app's `start_response` and `write` fill an `Answer`; `encode()` makes the bytes the poller
-sends. An answer larger than `body.HOLD_BYTES`, or a file, is not held whole: `head()` makes its
-head, and its body follows as the client takes it (body.py). The worker owns the framing
-headers: `Content-Length` (worked out when the app gives none and the whole body is here; else
-the body is chunked), `Date` and `Connection`; hop-by-hop fields from the app are dropped (PEP
-3333 forbids them; gunicorn's own list, `gunicorn.util.hop_headers`), and a body is never sent
-for HEAD, 1xx, 204 or 304.
+The app's `start_response` and `write` fill an `Answer`; `encode()` makes the bytes the
+connection sends (connection.py). An answer larger than `body.HOLD_BYTES`, or a file, is not
+held whole: `head()` makes its head, and its body follows as the client takes it (body.py). The
+worker owns the framing headers: `Content-Length` (worked out when the app gives none and the
+whole body is here; else the body is chunked), `Date` and `Connection`; hop-by-hop fields from
+the app are dropped (PEP 3333 forbids them; gunicorn's own list, `gunicorn.util.hop_headers`),
+and a body is never sent for HEAD, 1xx, 204 or 304.
 """
 
 from __future__ import annotations

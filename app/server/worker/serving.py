@@ -1,0 +1,143 @@
+"""Running the app for one whole request (`Serving`, one per worker): its environ, gunicorn's
+`pre_request` and `post_request` hooks, the access log, and the answer's bytes.
+
+An answer is encoded whole when it is small (response.py). One too large to hold, or a file,
+leaves its rest as the connection's `outgoing.body`, sent as the client takes it (body.py). An
+iterable that can wait is parked instead (parking.py). An app error before anything was sent is
+the JSON 500 (refusals.py), and the connection closes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from app.server.worker import refusals
+from app.server.worker.body import HOLD_BYTES, FileBody, IterBody, close_body
+from app.server.worker.environ import EnvironBuilder
+from app.server.worker.parking import Parked, Parking, parkable
+from app.server.worker.reader import Refusal, Request
+from app.server.worker.registry import Registry
+from app.server.worker.response import Answer, HttpDate
+
+if TYPE_CHECKING:
+    from app.server.worker.connection import Conn
+
+
+class Serving:
+    """Serves whole requests for a gunicorn worker (`worker`: its `cfg`, `log`, `wsgi`, `alive`
+    and `max_requests`, and what the hooks are handed)."""
+
+    def __init__(
+        self, worker: Any, registry: Registry, parking: Parking, date: HttpDate, max_connections: int
+    ) -> None:
+        self._worker = worker
+        self._registry = registry
+        self._parking = parking
+        self._date = date
+        self._max_connections = max_connections
+        self.environs = EnvironBuilder(worker.cfg, multithread=worker.cfg.threads > 1)
+        self.requests_served = 0
+
+    def serve(self, conn: Conn, request: Request) -> tuple[bytes, bool] | None:
+        """Run the app for one whole request: the answer's bytes, and whether to keep the
+        connection; None when the answer waits in the loop (parking.py)."""
+        try:
+            environ = self.environs.build(conn, request)
+        except Refusal as refusal:
+            return refusals.encode(refusal), False
+        worker = self._worker
+        cfg = worker.cfg
+        answer = Answer()
+        started = time.perf_counter()
+        cfg.pre_request(worker, request)
+        self.requests_served += 1
+        if self.requests_served >= worker.max_requests and worker.alive:
+            worker.log.info("Autorestarting worker after current request.")
+            worker.alive = False
+        keep_alive = request.keep_alive and worker.alive and cfg.keepalive > 0
+        registry = self._registry
+        keep_alive = keep_alive and len(registry.conns) - registry.lingering < self._max_connections
+        try:
+            result = worker.wsgi(environ, answer.start_response)
+            if parkable(result):
+                conn.parked = Parked(result, answer, request, environ, keep_alive, started)
+                if not worker.alive:  # arrived during the graceful stop: it ends at once
+                    result.stop()
+                self._parking.step(conn)
+                return None
+            data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
+        except Exception:
+            conn.parked = None
+            body, conn.outgoing.body = conn.outgoing.body, None
+            if body is not None:
+                close_body(body, worker.log)
+            worker.log.exception("Error handling request %s %s", request.method, request.path)
+            answer.status, answer.headers, answer.sent = "500 Internal Server Error", [], None
+            data, keep_alive = refusals.encode(refusals.APP_ERROR), False
+        worker.log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
+        try:
+            cfg.post_request(worker, request, environ, answer)
+        except Exception:
+            worker.log.exception("Exception in post_request hook")
+        return data, keep_alive
+
+    def _produce(
+        self, conn: Conn, request: Request, answer: Answer, result: Any, keep_alive: bool
+    ) -> tuple[bytes, bool]:
+        """The answer's first bytes (all of them, unless it is large), and whether to keep the
+        connection; the rest of a large answer becomes `conn.outgoing.body`, sent as the client
+        takes it."""
+        date = self._date.now()
+        method = request.method
+        file = FileBody.of(result)
+        if file is not None:
+            try:
+                head = answer.head(method, keep_alive, date, file.left)
+            except BaseException:
+                close_body(file, self._worker.log)
+                raise
+            answer.sent = file.left if head.sends_body else 0
+            if head.sends_body and file.left:
+                conn.outgoing.body = file
+            else:
+                close_body(file, self._worker.log)
+            return head.data, head.keep_alive
+        chunks, held, whole = answer.chunks, 0, True
+        iterator = iter(result)
+        try:
+            for chunk in iterator:
+                if chunk:
+                    chunks.append(chunk)
+                    held += len(chunk)
+                    if held > HOLD_BYTES:
+                        whole = False
+                        break
+        except BaseException:
+            _close(result)
+            raise
+        if whole:
+            _close(result)
+            return answer.encode(method, keep_alive, date)
+        # Too large to hold: what came so far goes now, the rest as the client takes it.
+        head = answer.head(method, keep_alive, date, None, http11=request.http == "1.1")
+        first = b"".join(chunks)
+        left = None if head.declared is None else head.declared - len(first)
+        if not head.sends_body or (left is not None and left < 0):
+            _close(result)
+            if head.sends_body:
+                raise ValueError(f"the app declared Content-Length {head.declared} for a longer body")
+            answer.sent = 0
+            return head.data, head.keep_alive
+        answer.sent = head.declared
+        conn.outgoing.body = IterBody(iterator, getattr(result, "close", None), head.chunked, left)
+        if head.chunked:
+            first = b"%x\r\n%s\r\n" % (len(first), first)
+        return head.data + first, head.keep_alive
+
+
+def _close(result: Any) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
