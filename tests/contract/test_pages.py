@@ -15,6 +15,7 @@ import pytest
 import redis as redis_py
 
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
+from app.store.redis.hints import TAG_HINTS, tag_hint
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.helpers import error_of
 
@@ -377,3 +378,47 @@ def test_a_page_of_many_tags_makes_redis_read_about_what_one_tag_does(make_app, 
     # (on one Redis and on the cluster). Reading member by member would be 3,020 and more.
     assert one["zrangebylex"] <= 4 * one["evalsha"]
     assert many["zrangebylex"] <= 4 * len(tags) * many["evalsha"]
+
+
+def cluster_nodes(store_settings) -> list[redis_py.Redis]:
+    addresses = store_settings["PLANTS_STORE_URL"].split("//")[1].split(",")
+    return [redis_py.Redis(host="127.0.0.1", port=int(address.split(":")[1])) for address in addresses]
+
+
+def hint_sets(store_settings) -> set[bytes]:
+    """The hint sets' keys, each once (a replica holds its primary's too)."""
+    pattern = f"{{{store_settings['PLANTS_STORE_PREFIX']}}}:groups:*"
+    nodes = cluster_nodes(store_settings)
+    return {key for node in nodes for key in node.scan_iter(match=pattern, count=1000)}
+
+
+@pytest.mark.parametrize("store_settings", ["cluster"], indirect=True)
+def test_tags_a_client_invents_leave_a_bounded_number_of_keys(make_app, auth, store_settings, plant):
+    """A cluster's hints (which groups a tag's plants were in) are never removed, so they are shared
+    by the tags: creating and deleting plants of 1,500 new tags leaves at most TAG_HINTS + 1 sets,
+    and every tag's page still finds its plants."""
+    client = make_app().test_client()
+    for n in range(1500):
+        plant(n, tag=f"invented-{n}")
+        if n % 10:
+            assert client.delete(f"/plants/{n}", headers=auth).status_code == 204
+    assert len(hint_sets(store_settings)) <= TAG_HINTS + 1
+    for n in range(0, 1500, 10):
+        assert [p["name"] for p in walk(client, auth, f"tags=invented-{n}")[0]] == [f"plant {n}"]
+
+
+@pytest.mark.parametrize("store_settings", ["cluster"], indirect=True)
+def test_a_tag_hint_written_before_1_5_0_is_still_read(make_app, auth, store_settings, plant):
+    """During a rolling upgrade an older worker notes a tag's group in a set of its own
+    (`groups:t<tag>`): a page of that tag must still read the group."""
+    client = make_app().test_client()
+    plant(7, tag="old")
+    prefix = store_settings["PLANTS_STORE_PREFIX"]
+    (key,) = [key for key in hint_sets(store_settings) if key.endswith(f":groups:{tag_hint('old')}".encode())]
+    for node in cluster_nodes(store_settings):  # as if an older worker had noted it
+        try:
+            node.rename(key, f"{{{prefix}}}:groups:told")
+            break
+        except redis_py.ResponseError:  # MOVED: another node holds it
+            continue
+    assert [p["name"] for p in walk(client, auth, "tags=old")[0]] == ["plant 7"]

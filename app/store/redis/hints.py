@@ -1,16 +1,24 @@
 """Which bucket groups each index has ever used, so that a cluster's pages skip the groups it never did.
 
 A cluster spreads plants over `CLUSTER_GROUPS` groups, and one page reads at most a few of them.
-Without hints a small store, or a rare tag, would be walked through many empty pages. Each
-index (`a`, every plant; `t<tag>`) keeps a set `{prefix}:groups:<index>` of the groups that have
-held one of its plants. A create adds its group to the sets *before* its script runs, and a group
-is never removed, so a page that reads the sets first skips only groups that never held a plant
-of its indexes. On a single Redis there is one group and no set.
+Without hints a small store, or a rare tag, would be walked through many empty pages. A set
+`{prefix}:groups:<hint>` holds the groups that have held a plant of its indexes: hint `a` for
+index `a` (every plant), and for a tag's index one of `TAG_HINTS` hints, `h<crc32 of the tag mod
+TAG_HINTS>`, shared by the tags that fall in it. A create adds its group to its sets *before* its
+script runs, and a group is never removed, so a page that reads the sets first skips only groups
+that never held a plant of its indexes (a shared hint can only make it read more). The sets are
+never removed, so their number must not grow with the tags a client invents: at most
+`TAG_HINTS` + 1. On a single Redis there is one group and no set.
+
+Before 1.5.0 each tag had a set of its own, `{prefix}:groups:t<tag>`: a page reads it too, so
+that a plant created by an older worker during a rolling upgrade is still found; no create
+writes one now.
 """
 
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Collection
 from typing import Any
 
@@ -18,6 +26,13 @@ from app.store.redis.groups import Groups
 
 #: Hints this process knows are set, kept so a create costs no round trip once its group is known.
 _REMEMBERED = 100_000
+#: The hints the tags share: each is a set of at most `CLUSTER_GROUPS` members.
+TAG_HINTS = 1024
+
+
+def tag_hint(tag: str) -> str:
+    """The hint of a tag's index: the same in every process (not Python's salted hash)."""
+    return f"h{zlib.crc32(tag.encode()) % TAG_HINTS}"
 
 
 class GroupHints:
@@ -27,26 +42,26 @@ class GroupHints:
         self._known: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
 
-    def _key(self, index: str) -> str:
-        return f"{{{self._prefix}}}:groups:{index}"
+    def _key(self, hint: str) -> str:
+        return f"{{{self._prefix}}}:groups:{hint}"
 
     def note(self, client: Any, plant_id: int, tag: str | None) -> None:
         """Before a create: its group is in the sets of its indexes. Raises what Redis raises."""
         if self._groups.count == 1:
             return
         group = self._groups.of(plant_id)
-        missing = [index for index in ("a", None if tag is None else "t" + tag) if index is not None]
-        missing = [index for index in missing if (index, group) not in self._known]
+        hints = ("a",) if tag is None else ("a", tag_hint(tag))
+        missing = [hint for hint in hints if (hint, group) not in self._known]
         if not missing:
             return
         pipe = client.pipeline(transaction=False)
-        for index in missing:
-            pipe.sadd(self._key(index), group)
+        for hint in missing:
+            pipe.sadd(self._key(hint), group)
         pipe.execute()
         with self._lock:
             if len(self._known) > _REMEMBERED:
                 self._known.clear()
-            self._known.update((index, group) for index in missing)
+            self._known.update((hint, group) for hint in missing)
 
     def used(self, client: Any, indexes: Collection[str]) -> list[int]:
         """The groups that ever held a plant of one of `indexes`, in order."""
@@ -54,5 +69,7 @@ class GroupHints:
             return [0]
         pipe = client.pipeline(transaction=False)
         for index in indexes:
-            pipe.smembers(self._key(index))
+            pipe.smembers(self._key(index))  # `a`, or a tag's set from before 1.5.0
+            if index != "a":
+                pipe.smembers(self._key(tag_hint(index[1:])))
         return sorted({int(group) for members in pipe.execute() for group in members})

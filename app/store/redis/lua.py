@@ -18,7 +18,7 @@ so each script's keys sit in one Redis Cluster slot:
 - `P:layout`: present once the indexes below hold every plant (set by the first create into an
   empty store, and by `python -m app.store.migrate` for a store written by 1.0.0).
 - `{prefix}:cursor-key`: the random secret that signs page cursors, made by the first page, and
-  `{prefix}:groups:<index>`, the groups each index has used (hints.py): outside any group.
+  `{prefix}:groups:<hint>`, the groups each index has used (hints.py): outside any group.
 - Two kinds of index, each a B-tree of two levels in sorted sets: index `a` holds every plant,
   index `t<tag>` the plants with that tag. An index's *leaves* `P:l:<fence id>:<index>` are
   sorted sets of at most 128 members, so Redis keeps them as listpacks (about 25 bytes a
