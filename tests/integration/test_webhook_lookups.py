@@ -60,7 +60,12 @@ def server(tmp_path, silent_name_server):
     # glibc's defaults, said out loud: 5 s a query, 2 attempts, so 10 s for a lookup.
     resolv_conf.write_text(f"nameserver {silent_name_server}\noptions timeout:5 attempts:2\n")
     gunicorn = Gunicorn(
-        {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "GUNICORN_THREADS": "8"},
+        # RES_OPTIONS would override the file's options (tests/conftest.py sets it).
+        {
+            "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+            "GUNICORN_THREADS": "8",
+            "RES_OPTIONS": "timeout:5 attempts:2",
+        },
         preexec_fn=_with_resolv_conf(resolv_conf),
     )
     yield gunicorn
