@@ -49,8 +49,9 @@ class StreamsListener:
             self._changed.clear()
         failure, self._failure = self._failure, None
         entries, self._entries = self._entries, False
-        if failure is None and self._away:
-            failure = next(iter(self._away.values()), None)
+        away = list(self._away.values())  # one step: the streams' threads change it meanwhile
+        if failure is None and away:
+            failure = away[0]
         if failure is not None and not entries:
             raise failure
         return changed
