@@ -18,11 +18,12 @@ import gc
 import os
 import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from app.server import handoff
-from app.server.directories import workers_directory
+from app.server.directories import metrics_parent, workers_directory
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
 from app.telemetry.logs import logging_config
@@ -123,13 +124,17 @@ def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
     one; a named one is emptied of an earlier run's files. The one made here is the workers' user's
-    (directories.py): with `--user` a worker could not write its counts into root's."""
+    (directories.py): with `--user` a worker could not write its counts into root's. It is made in
+    /dev/shm when that is another file system than the reload's snapshot's: a snapshot that fills
+    its directory must not leave a worker a memory-mapped page it cannot write (SIGBUS)."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         for stale in Path(directory).glob("*.db"):
             stale.unlink()
     else:
-        directory = str(workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid))
+        directory = str(
+            workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
+        )
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
 
@@ -157,13 +162,26 @@ def on_starting(server: Any) -> None:
         )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
-        handoff.prepare(server.cfg.uid, server.cfg.gid)
+        handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
         summary(settings, url),
         server.cfg.workers,
         server.cfg.threads,
     )
+
+
+def when_ready(server: Any) -> None:
+    """gunicorn has set its signal handlers: a reload is checked before gunicorn hears of it
+    (app/server/reload_gate.py)."""
+    from app.server import reload_gate
+
+    reload_gate.install(server)
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """The master knows its workers through this hook and child_exit (app/server/handoff.py)."""
+    handoff.track(worker)
 
 
 def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
@@ -191,6 +209,7 @@ def post_worker_init(worker: Any) -> None:
     store = _memory_store_of(worker)
     if store is not None:
         handoff.read_if_any(store)  # the plants of the worker this one replaces, on a reload
+        _prepare_on_sigwinch(worker, store)
     _drain_on_sigterm(worker)
     _start_tracing(worker)
     _bound_watch_turns(worker)
@@ -203,6 +222,19 @@ def post_worker_init(worker: Any) -> None:
 
         # The deliverer wakes on the feed's listener, which hears every process's writes.
         plants_state(worker.wsgi).feed_signal.listen()
+
+
+def _prepare_on_sigwinch(worker: Any, store: Any) -> None:
+    """The master's SIGWINCH (which gunicorn's workers otherwise ignore) asks the worker, while it
+    serves, to reserve its snapshot's space before a reload (app/server/handoff.py)."""
+
+    def on_sigwinch(signum: int, frame: Any) -> None:
+        # In a thread: the handler interrupts the main thread wherever it is, the store's lock
+        # perhaps held, and the reservation takes that lock.
+        threading.Thread(target=handoff.prepare_in_worker, args=(store,), name="handoff", daemon=True).start()
+
+    signal.signal(signal.SIGWINCH, on_sigwinch)
+    handoff.serving(worker.pid)
 
 
 def _start_tracing(worker: Any) -> None:
@@ -279,7 +311,9 @@ def on_reload(server: Any) -> None:
 
 def worker_exit(server: Any, worker: Any) -> None:
     """A worker that stops gives up its webhook leases, so that another delivers at once; on a
-    reload, with the memory store, it writes its plants for the next worker."""
+    reload, with the memory store, it writes its plants for the next worker. (gunicorn also runs
+    this hook in the master for a worker it finds gone.)"""
+    handoff.forget(worker)
     deliverer = _deliverer_of(worker)
     if deliverer is not None:
         deliverer.stop(timeout=2.0)
@@ -292,6 +326,7 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 
 def child_exit(server: Any, worker: Any) -> None:
+    handoff.forget(worker)
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)

@@ -6,6 +6,11 @@ directory only the service's user can write (mode 0700), and read once by the ne
 nothing else ever feeds it to pickle. It holds secrets in clear (the cursor key, which signs
 cursors and watch tickets, and the webhooks' signing secrets, as a Redis store holds them): the
 file itself is mode 0600 too, and it is removed once read.
+
+A snapshot is written in two steps, so that a full file system is found while the old worker
+still serves: `reserve` allocates the space the store needs now (and a margin for the writes
+that follow) before the worker is asked to stop; `write` then fills that file, which needs no new
+block unless the store outgrew the margin meanwhile. A write that fails removes its file.
 """
 
 from __future__ import annotations
@@ -22,27 +27,72 @@ from app.store.memory.store import MemoryPlantStore
 STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key")
 FEED_FIELDS = ("retain", "_ring", "_origins", "_last", "_epoch")
 ENDPOINT_FIELDS = ("_fields", "_attempts")
+#: Room reserved beyond the store's size now, for the writes the worker answers until it stops.
+MARGIN_BYTES = 1 << 20
 
 
 def _fields(part: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(part, name) for name in names}
 
 
-def write(store: MemoryPlantStore, path: Path) -> int:
-    """Write the store to `path` (atomically: a reader sees the whole file or none); its plants' count."""
+def dump(store: MemoryPlantStore) -> bytes:
+    """The store's state, pickled, as one consistent cut."""
     with store._lock, store.endpoints._lock:
         state = {
             "store": _fields(store, STORE_FIELDS),
             "feed": _fields(store._feed, FEED_FIELDS),
             "endpoints": _fields(store.endpoints, ENDPOINT_FIELDS),
         }
-        partial = path.with_suffix(".partial")
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def partial_of(path: Path) -> Path:
+    return path.with_suffix(".partial")
+
+
+def _open_partial(path: Path, flags: int) -> int:
+    # Its user's alone (0600), whatever the umask: it holds the cursor key and webhook secrets.
+    return os.open(partial_of(path), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | flags, 0o600)
+
+
+def reserve(store: MemoryPlantStore, path: Path) -> int:
+    """Allocate the file that `write` will fill: the store's size now, a quarter more and
+    MARGIN_BYTES. Raises OSError (ENOSPC, EIO...) with nothing left behind; the bytes reserved."""
+    size = len(dump(store))
+    size += size // 4 + MARGIN_BYTES
+    partial = partial_of(path)
+    partial.unlink(missing_ok=True)
+    fd = _open_partial(path, os.O_EXCL)
+    try:
+        os.posix_fallocate(fd, 0, size)  # ENOSPC now, not at the write
+    except OSError:
         partial.unlink(missing_ok=True)
-        # Its user's alone (0600), whatever the umask: it holds the cursor key and webhook secrets.
-        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
-            pickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(partial, path)
-        return store._count
+        raise
+    finally:
+        os.close(fd)
+    return size
+
+
+def write(store: MemoryPlantStore, path: Path) -> int:
+    """Write the store to `path` (atomically: a reader sees the whole file or none), into the
+    space `reserve` allocated if it did; its plants' count. Raises OSError having removed the
+    partial file: no half snapshot is ever left to be read."""
+    data = dump(store)
+    try:
+        fd = _open_partial(path, 0)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(partial_of(path), path)
+    except OSError:
+        partial_of(path).unlink(missing_ok=True)
+        raise
+    return store._count
 
 
 def read_into(store: MemoryPlantStore, path: Path) -> int:
