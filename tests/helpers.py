@@ -93,3 +93,17 @@ def reloaded(module: ModuleType) -> Iterator[ModuleType]:
     finally:
         vars(module).clear()
         vars(module).update(namespace)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Any, size: str) -> Iterator[Any]:
+    """A tmpfs of `size` (mount's `size=`, e.g. "1m") mounted on the new directory `path`, and
+    unmounted after (the tests run as root): a file system that fills."""
+    import subprocess
+
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)

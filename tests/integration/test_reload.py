@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import call
+from tests.helpers import call, small_tmpfs
 from tests.servers import TOKEN, RedisServer, SocketActivated
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -152,3 +152,107 @@ def test_a_reload_on_redis_keeps_gunicorns_overlap_and_fails_nothing(tmp_path):
     finally:
         server.stop()
         redis.stop()
+
+
+def create_plants(server: SocketActivated, count: int) -> list[int]:
+    conn = server.connection()
+    for plant_id in range(1, count + 1):
+        status, _, body = call(conn, "POST", "/plants", {"id": plant_id, "name": f"Fern {plant_id}"}, AUTH)
+        assert status == 200, body
+    conn.close()
+    return list(range(1, count + 1))
+
+
+def wait_for(server: SocketActivated, text: str, count: int = 1) -> None:
+    deadline = time.monotonic() + 60
+    while server.output().count(text) < count:
+        assert server.process.poll() is None, server.output()[-3000:]
+        assert time.monotonic() < deadline, server.output()[-3000:]
+        time.sleep(0.05)
+
+
+def refused_reload(server: SocketActivated, plants: list[int], why: str) -> None:
+    """SIGHUP, which the master refuses: the same worker serves every plant on, one ERROR says why."""
+    worker = worker_pids(server.process.pid)
+    server.process.send_signal(signal.SIGHUP)
+    wait_for(server, "reload refused")
+    time.sleep(1.0)  # time enough for a reload that wrongly went on to replace the worker
+    assert worker_pids(server.process.pid) == worker
+    assert_all_readable(server, plants)
+    (line,) = [line for line in server.output().splitlines() if "reload refused" in line]
+    assert "ERROR" in line
+    assert why in line
+    assert server.output().count("Booting worker") == 1  # no worker started, none lost
+
+
+def tokens_file_env(tokens: Path) -> dict[str, str]:
+    env = service_env(PLANTS_API_TOKENS_FILE=str(tokens))
+    del env["PLANTS_API_TOKENS"]
+    return env
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", f"# rotated on Monday\n{TOKEN}\n"],
+    ids=["emptied mid-rewrite", "a line the parser refuses"],
+)
+def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_settings(tmp_path, content):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    server = SocketActivated(gunicorn_command(), tokens_file_env(tokens), cwd=tmp_path)
+    try:
+        plants = create_plants(server, 50)
+        tokens.write_text(content)
+        refused_reload(server, plants, "PLANTS_API_TOKENS_FILE")
+        # Put right, the reload goes through: a new worker, and every plant handed over.
+        tokens.write_text(f"{TOKEN}\n")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(server, "took over 50 plants")
+        assert_all_readable(server, plants)
+    finally:
+        server.stop()
+    assert TOKEN not in server.output()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_a_snapshot_that_does_not_fit_refuses_the_reload_and_loses_nothing(tmp_path):
+    with small_tmpfs(tmp_path / "tmp", "1m") as small:
+        # TMPDIR as a container's small --tmpfs /tmp: the snapshot's directory and, were it not
+        # moved to /dev/shm, the metrics' files.
+        server = SocketActivated(gunicorn_command(), service_env(TMPDIR=str(small)), cwd=tmp_path)
+        try:
+            plants = create_plants(server, 200)
+            statvfs = os.statvfs(small)
+            (small / "filler").write_bytes(b"x" * (statvfs.f_bavail * statvfs.f_frsize - 16384))
+            refused_reload(server, plants, "does not fit")
+            assert not list(small.glob("*/*.partial"))
+            # Room again: the reload goes through, every plant handed over.
+            (small / "filler").unlink()
+            server.process.send_signal(signal.SIGHUP)
+            wait_for(server, "took over 200 plants")
+            assert_all_readable(server, plants)
+        finally:
+            server.stop()
+
+
+def test_a_snapshot_a_master_left_unread_is_read_by_the_next_start(tmp_path):
+    runtime = tmp_path / "run"  # systemd's RuntimeDirectory=, kept across restarts
+    runtime.mkdir()
+    env = service_env(RUNTIME_DIRECTORY=str(runtime))
+    server = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    try:
+        plants = create_plants(server, 30)
+        # The master stops mid-handoff: the old worker wrote its snapshot, no new worker read it.
+        (directory,) = runtime.glob("plant-store-handoff-*")
+        (directory / "handoff-wanted").touch()
+    finally:
+        server.stop()
+    assert f"keeping the unread snapshot {directory / 'store.snapshot'}" in server.output()
+    again = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    try:
+        assert_all_readable(again, plants)
+        assert f"found the unread snapshot {directory / 'store.snapshot'}" in again.output()
+        assert "took over 30 plants" in again.output()
+    finally:
+        again.stop()
+    assert not directory.exists()  # read, then gone with its master

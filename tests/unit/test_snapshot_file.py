@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from app.store.memory import snapshot
 from app.store.memory.store import MemoryPlantStore
+from tests.helpers import small_tmpfs
 
 
 def test_the_snapshot_is_private_to_its_user_and_reads_back(tmp_path):
@@ -24,3 +27,30 @@ def test_the_snapshot_is_private_to_its_user_and_reads_back(tmp_path):
     again = MemoryPlantStore(capacity=10, events_retain=10)
     snapshot.read_into(again, path)
     assert again.cursor_key() == key
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_a_snapshot_that_does_not_fit_leaves_nothing_half_written(tmp_path):
+    store = MemoryPlantStore(capacity=1000, events_retain=10)
+    for plant_id in range(400):
+        store.create(plant_id, f"{plant_id:04} " + "F" * 200, None)
+    with small_tmpfs(tmp_path / "small", "64k") as small:
+        path = small / "store.snapshot"
+        with pytest.raises(OSError, match="No space left"):
+            snapshot.reserve(store, path)
+        with pytest.raises(OSError, match="No space left"):
+            snapshot.write(store, path)
+        assert list(small.iterdir()) == []  # no partial file, no snapshot to be read
+
+
+def test_a_write_fills_its_reservation_and_reads_back_whole(tmp_path):
+    store = MemoryPlantStore(capacity=10, events_retain=10)
+    store.create(1, "Fern", None)
+    path = tmp_path / "store.snapshot"
+    reserved = snapshot.reserve(store, path)
+    assert snapshot.partial_of(path).stat().st_size == reserved > len(snapshot.dump(store))
+    assert snapshot.write(store, path) == 1
+    assert path.stat().st_size == len(snapshot.dump(store))  # the reservation's rest given back
+    assert not snapshot.partial_of(path).exists()
+    again = MemoryPlantStore(capacity=10, events_retain=10)
+    assert snapshot.read_into(again, path) == 1

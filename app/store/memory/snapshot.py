@@ -28,7 +28,7 @@ STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key
 FEED_FIELDS = ("retain", "_ring", "_origins", "_last", "_epoch")
 ENDPOINT_FIELDS = ("_fields", "_attempts")
 #: Room reserved beyond the store's size now, for the writes the worker answers until it stops.
-MARGIN_BYTES = 1 << 20
+MARGIN_BYTES = 64 << 10
 
 
 def _fields(part: object, names: tuple[str, ...]) -> dict[str, Any]:
