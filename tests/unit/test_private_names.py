@@ -5,7 +5,10 @@ Outside app/compat/ (and the gunicorn worker, which has its own rules), no modul
 - subclasses a class of Flask, Werkzeug, marshmallow, redis-py, prometheus_client, limits or
   PyJWT and defines a name with a leading underscore that the library's class has (an override
   of an internal);
-- assigns to an attribute of a name it imported from one of those libraries (a monkeypatch).
+- assigns to an attribute of a name it imported from one of those libraries (a monkeypatch);
+- drives gunicorn's Arbiter (the `server` its hooks are given) by a name of its class that
+  gunicorn does not document for hooks (`WORKERS`, `kill_worker`, `reap_workers`...): the
+  documented `server.cfg`, `server.log`, `server.pid` and `server.num_workers` are fine.
 
 A few underscore names are documented as public by their library: those are allowed.
 """
@@ -18,9 +21,16 @@ import inspect
 from pathlib import Path
 
 import pytest
+from gunicorn.arbiter import Arbiter
 
 APP = Path(__file__).resolve().parents[2] / "app"
-LIBRARIES = ("flask", "werkzeug", "marshmallow", "redis", "prometheus_client", "limits", "jwt")
+LIBRARIES = ("flask", "werkzeug", "marshmallow", "redis", "prometheus_client", "limits", "jwt", "gunicorn")
+#: Names of gunicorn's Arbiter a hook may use: its docs' settings (nworkers_changed) name this one.
+ARBITER_DOCUMENTED = {"num_workers"}
+#: The Arbiter's own methods and class attributes, all undocumented for hooks but the above.
+ARBITER_INTERNALS = {name for name in vars(Arbiter) if not name.startswith("__")} - ARBITER_DOCUMENTED
+#: What gunicorn's hooks call the Arbiter they are given, by convention and in its docs.
+ARBITER_NAMES = ("server", "arbiter")
 #: Underscore names that the library documents as its public interface.
 DOCUMENTED = {
     # Flask's docs, "Notes On Proxies": the way to reach the object behind `request` or `current_app`.
@@ -97,6 +107,13 @@ def problems(source: str, own: set[str], where: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in allowed:
             found.append(f"{where}:{node.lineno}: {ast.unparse(node)} (a private name app/ does not define)")
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ARBITER_NAMES
+            and node.attr in ARBITER_INTERNALS
+        ):
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)} (gunicorn's Arbiter, undocumented)")
         targets: list[ast.AST] = []
         if isinstance(node, (ast.Assign, ast.Delete)):
             targets = node.targets
@@ -177,6 +194,7 @@ def test_the_checks_see_a_private_use_and_a_monkeypatch():
         "    response._on_close = []\n"
         "    Response.default_mimetype = None\n"
         "    setattr(redis.Redis, 'x', 1)\n"
+        "    server.kill_worker(1, 15), server.num_workers, server.cfg\n"
         "    return key._jwk_data, self._mine, request._get_current_object()\n"
     )
     found = problems(source, {"_mine"}, "bad.py")
@@ -184,5 +202,6 @@ def test_the_checks_see_a_private_use_and_a_monkeypatch():
         "Response.default_mimetype = None",
         "key._jwk_data",
         "response._on_close",
+        "server.kill_worker",
         "setattr(redis.Redis, 'x', 1)",
     ], found
