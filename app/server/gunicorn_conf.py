@@ -306,7 +306,12 @@ def _memory_store_of(worker: Any) -> Any:
 def on_reload(server: Any) -> None:
     """With the memory store, the old worker stops and hands its plants over before the new one
     starts (app/server/handoff.py); with a shared store gunicorn's overlapping reload stands."""
-    handoff.hand_over(server)
+    from app.server import reload_gate
+
+    try:
+        handoff.hand_over(server)
+    finally:
+        reload_gate.finished()
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -127,54 +127,56 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _answer_path(pid: int) -> Path | None:
-    return _path(f"prepared-{pid}")
-
-
 def ask_to_prepare() -> str | None:
     """In the master, before a reload: have each worker reserve its snapshot's space while it
-    serves. None when they all did; else why not (the reload is then refused)."""
+    serves (one still starting first finishes its start). None when they all did; else why not
+    (the reload is then refused)."""
     if _directory is None:
         return None
-    pids = _live_pids()
-    for pid in pids:
-        if not _directory.joinpath(f"ready-{pid}").exists():
-            return f"the worker (pid {pid}) is still starting: reload once it serves"
-    for pid in pids:
-        answer = _answer_path(pid)
-        assert answer is not None
-        answer.unlink(missing_ok=True)
-        os.kill(pid, signal.SIGWINCH)
     deadline = time.monotonic() + PREPARE_SECONDS
-    for pid in pids:
-        answer = _answer_path(pid)
-        assert answer is not None
-        while not answer.exists():
-            if _exited(pid):
-                return f"the worker (pid {pid}) stopped"
-            if time.monotonic() > deadline:
-                return f"the worker (pid {pid}) did not reserve its snapshot's space in time"
-            time.sleep(0.02)
-        problem = answer.read_text()
-        answer.unlink()
+    for pid in _live_pids():
+        ready, answer = _directory / f"ready-{pid}", _directory / f"prepared-{pid}"
+        problem = _wait_for(ready, pid, deadline, "start")
+        if problem is None:
+            answer.unlink(missing_ok=True)
+            os.kill(pid, signal.SIGWINCH)
+            problem = _wait_for(answer, pid, deadline, "reserve its snapshot's space")
+        if problem is None:
+            problem = answer.read_text()
+            answer.unlink()
         if problem:
             return problem
     return None
 
 
+def _wait_for(path: Path, pid: int, deadline: float, what: str) -> str | None:
+    """Wait until the worker `pid` has made `path`; else why it did not."""
+    while not path.exists():
+        if _exited(pid):
+            return f"the worker (pid {pid}) stopped"
+        if time.monotonic() > deadline:
+            return f"the worker (pid {pid}) did not {what} in time"
+        time.sleep(0.02)
+    return None
+
+
 def prepare_in_worker(store: Any) -> None:
     """In a worker, on the master's SIGWINCH: reserve the snapshot's space, and answer."""
-    snapshot, answer = _path(SNAPSHOT), _answer_path(os.getpid())
+    snapshot, answer = _path(SNAPSHOT), _path(f"prepared-{os.getpid()}")
     if snapshot is None or answer is None:
         return
     from app.store.memory import snapshot as snapshots
 
-    problem = ""
-    try:
-        size = snapshots.reserve(store, snapshot)
-        log.info("Plant Store: reserved %s bytes for the handoff's snapshot", size)
-    except OSError as exc:
-        problem = f"the handoff's snapshot does not fit in {snapshot.parent}: {exc.strerror}"
+    wanted = _path("handoff-wanted")
+    if wanted is not None and wanted.exists():  # stopping: its snapshot is being written
+        problem = "a handoff is under way"
+    else:
+        try:
+            size = snapshots.reserve(store, snapshot)
+            problem = ""
+            log.info("Plant Store: reserved %s bytes for the handoff's snapshot", size)
+        except OSError as exc:
+            problem = f"the handoff's snapshot does not fit in {snapshot.parent}: {exc.strerror}"
     temporary = answer.with_suffix(".tmp")
     temporary.write_text(problem)
     temporary.replace(answer)  # the master reads a whole answer or none

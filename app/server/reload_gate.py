@@ -21,6 +21,8 @@ from app.server import handoff
 from app.server.settings_check import checked_settings
 from app.settings import ConfigurationError
 
+#: Set from the moment a reload is let through until its handoff is done (`finished`).
+_under_way = False
 REFUSED = "Plant Store: reload refused, the running worker serves on with its settings and its plants: %s"
 
 
@@ -40,10 +42,30 @@ def install(server: Any) -> None:
     def on_sighup(signum: int, frame: Any) -> None:
         # Python runs this in the master's main thread between two steps of its loop, as it runs
         # gunicorn's own handler: the checks may read files and log.
-        problem = refusal()
+        global _under_way
+        if _under_way:
+            # This handler may run inside the checks of an earlier SIGHUP, or in the handoff's
+            # wait of the reload it let through: a second handoff would have the stopping worker
+            # reserve again as it writes.
+            server.log.error(REFUSED, "another reload is under way: ask again once it is done")
+            return
+        _under_way = True
+        try:
+            problem = refusal()
+        except Exception as exc:  # whatever it is, the running worker must not be the price
+            problem = f"the reload could not be checked ({type(exc).__name__}: {exc})"
         if problem is not None:
+            _under_way = False
             server.log.error(REFUSED, problem)
         elif callable(reload):
-            reload(signum, frame)
+            reload(signum, frame)  # gunicorn queues it; on_reload calls finished()
+        else:
+            _under_way = False
 
     signal.signal(signal.SIGHUP, on_sighup)
+
+
+def finished() -> None:
+    """gunicorn's on_reload hook has run (the handoff done): the next SIGHUP is checked anew."""
+    global _under_way
+    _under_way = False

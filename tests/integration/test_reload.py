@@ -256,3 +256,25 @@ def test_a_snapshot_a_master_left_unread_is_read_by_the_next_start(tmp_path):
     finally:
         again.stop()
     assert not directory.exists()  # read, then gone with its master
+
+
+def test_a_second_reload_during_the_first_is_refused_or_done_after_never_interleaved(tmp_path):
+    server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    try:
+        plants = create_plants(server, 50)
+        server.process.send_signal(signal.SIGHUP)
+        time.sleep(0.05)
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(server, "took over 50 plants")
+        time.sleep(2.0)  # a second reload, if let through, is done by then
+        output = server.output()
+        refused = output.count("another reload is under way")
+        assert output.count("took over 50 plants") + refused == 2, output[-3000:]
+        assert_all_readable(server, plants)
+        # The next reload is checked anew, and goes through.
+        done = server.output().count("took over 50 plants")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(server, "took over 50 plants", done + 1)
+        assert_all_readable(server, plants)
+    finally:
+        server.stop()
