@@ -226,6 +226,10 @@ def test_a_snapshot_that_does_not_fit_refuses_the_reload_and_loses_nothing(tmp_p
             (small / "filler").write_bytes(b"x" * (statvfs.f_bavail * statvfs.f_frsize - 16384))
             refused_reload(server, plants, "does not fit")
             assert not list(small.glob("*/*.partial"))
+            # Only the handoff's directory there: the metrics' memory-mapped files are elsewhere.
+            assert [path.name for path in small.iterdir() if path.name != "filler"] == [
+                directory.name for directory in small.glob("plant-store-handoff-*")
+            ]
             # Room again: the reload goes through, every plant handed over.
             (small / "filler").unlink()
             server.process.send_signal(signal.SIGHUP)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 import types
 from pathlib import Path
 
 import pytest
 
 from app.server import gunicorn_conf
+from app.server.directories import SHARED_MEMORY
 
 
 def _made(monkeypatch, uid: int, gid: int) -> Path:
@@ -42,5 +44,26 @@ def test_for_the_masters_own_user_nothing_changes_hands(monkeypatch):
     directory = _made(monkeypatch, os.geteuid(), os.getegid())
     try:
         assert directory.stat().st_uid == os.geteuid()
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_it_goes_to_dev_shm_apart_from_the_snapshots_file_system(monkeypatch, tmp_path):
+    """A snapshot that fills its directory must not fill the metrics' (SIGBUS, docs/operations.md)."""
+    if not SHARED_MEMORY.is_dir() or SHARED_MEMORY.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on a file system of its own")
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path))  # where the snapshot goes
+    directory = _made(monkeypatch, os.geteuid(), os.getegid())
+    try:
+        assert directory.parent == SHARED_MEMORY
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_on_the_snapshots_file_system_it_stays_in_the_temporary_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(SHARED_MEMORY))  # the snapshot in /dev/shm too
+    directory = _made(monkeypatch, os.geteuid(), os.getegid())
+    try:
+        assert directory.parent == Path(tempfile.gettempdir())
     finally:
         shutil.rmtree(directory)
