@@ -50,10 +50,6 @@ PREPARE_SECONDS = 30.0
 SNAPSHOT = "store.snapshot"
 
 
-def directory() -> Path | None:
-    return _directory
-
-
 def _path(name: str) -> Path | None:
     return None if _directory is None else _directory / name
 
