@@ -162,7 +162,16 @@ def on_starting(server: Any) -> None:
         )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
-        handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)
+        directory = handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)
+        metrics = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        if metrics.stat().st_dev == directory.stat().st_dev:
+            server.log.warning(
+                "Plant Store: the metrics' files (%s) share a file system with the reload's snapshot "
+                "(%s): a snapshot that fills it would kill the workers (SIGBUS). Set "
+                "PROMETHEUS_MULTIPROC_DIR elsewhere (docs/operations.md#a-reload-is-a-transaction).",
+                metrics,
+                directory,
+            )
     server.log.info(
         "Plant Store: %s; workers %s, request threads %s each",
         summary(settings, url),
