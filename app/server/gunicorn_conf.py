@@ -143,6 +143,11 @@ def on_starting(server: Any) -> None:
     """Check every setting, as each worker's app will, without building the app (no thread may
     run in the master when it forks); refuse a split store."""
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
+    # Imported now, not first in child_exit: gunicorn 23 runs that hook inside its SIGCHLD
+    # handler, and a second worker's exit during the import met a half-imported module there
+    # (ImportError, and the master stopped).
+    import prometheus_client.multiprocess  # noqa: F401
+
     from app.telemetry import tracing
 
     asked = tracing.requested()
