@@ -73,6 +73,7 @@ class Settings:
     webhooks_old_secrets_max: int
     rate_limit: str | None
     auth_failure_limit: str | None
+    auth_failure_limit_per_48: str | None
     metrics: bool
     docs: bool
     cors_origins: tuple[str, ...]

@@ -109,6 +109,8 @@ class SettingsSchema(Schema):
     PLANTS_WEBHOOKS_OLD_SECRETS_MAX = WholeNumber(10, minimum=1, maximum=100)
     PLANTS_RATE_LIMIT = RateLimit()
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
+    #: An IPv6 client's /48 (app/auth/address_keys.py); unset: four times PLANTS_AUTH_FAILURE_LIMIT.
+    PLANTS_AUTH_FAILURE_LIMIT_PER_48 = RateLimit()
     PLANTS_METRICS = Flag(True)
     PLANTS_DOCS = Flag(True)
     #: Cross-origin requests from browser pages (app/http/cors.py): off until set.
