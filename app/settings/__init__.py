@@ -68,6 +68,7 @@ class Settings:
     webhooks_max: int
     webhooks_allow_hosts: tuple[str, ...]
     webhooks_timeout: float
+    webhooks_lookup_wait: float
     webhooks_retry_scale: float
     webhooks_rotation_overlap: int
     webhooks_old_secrets_max: int

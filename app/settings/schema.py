@@ -103,6 +103,9 @@ class SettingsSchema(Schema):
         (), problem="must be a comma-separated list of host names, addresses or CIDRs"
     )
     PLANTS_WEBHOOKS_TIMEOUT = Seconds(15.0)
+    #: How long a registration waits for its URL's host to resolve before answering 503 while the
+    #: lookup goes on (app/webhooks/lookups.py): the longest a request thread waits on a name server.
+    PLANTS_WEBHOOKS_LOOKUP_WAIT = Seconds(0.2)
     PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.00001)
     PLANTS_WEBHOOKS_ROTATION_OVERLAP = WholeNumber(86_400, maximum=30 * 86_400, unit=" seconds")
     #: Rotated-out secrets that sign at once, each until its own overlap ends: one more is a 409.
