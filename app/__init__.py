@@ -14,6 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import health, plants
 from app.extension import init_state
+from app.http.client_address import ForwardedAddress
 from app.http.error_handler import register_json_errors
 from app.http.json_provider import OrjsonProvider
 from app.settings import DEFAULTS, ConfigurationError, from_environ
@@ -48,8 +49,14 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
 
     proxies = settings.trusted_proxies
     if proxies:
+        # ProxyFix takes any forwarded value; ForwardedAddress keeps it only when it is an address.
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
-            app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_port=proxies, x_prefix=proxies
+            ForwardedAddress(app.wsgi_app),
+            x_for=proxies,
+            x_proto=proxies,
+            x_host=proxies,
+            x_port=proxies,
+            x_prefix=proxies,
         )
     app.wsgi_app = RequestIds(app.wsgi_app, trusted_proxies=proxies)  # type: ignore[method-assign]
     return app

@@ -207,14 +207,18 @@ class WebhookSecretsFull(Conflict):
 
 
 class WebhookHostNotResolvedInTime(ServiceUnavailable):
-    """The URL's host could not be resolved within the bound (app/webhooks/lookups.py), so its
-    addresses are not checked and the endpoint is not registered."""
+    """The URL's host is not resolved yet (app/webhooks/lookups.py), so its addresses are not
+    checked and the endpoint is not registered: the lookup goes on, and a retry finds it."""
 
     def __init__(self, host: str, busy: bool) -> None:
-        why = "other host names are being resolved" if busy else "it did not resolve in time"
+        if busy:
+            why = "another host name of this client's, or too many others, are being resolved"
+        else:
+            why = "it is being resolved"
         super().__init__(
-            f"The host {host} could not be checked: {why}. Nothing changed; retry after Retry-After seconds.",
-            retry_after=5,
+            f"The host {host} could not be checked yet: {why}. Nothing changed; retry after"
+            " Retry-After seconds.",
+            retry_after=5 if busy else 2,
         )
 
 

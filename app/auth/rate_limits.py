@@ -6,8 +6,13 @@ Two limits, each off until set, each on the blueprint's routes only:
   may carry its own, `token@limit`). Keyed by a fingerprint of the token, so no token is ever
   written to the limit store; a JWT access token counts under its issuer and subject, so a
   client's fresh tokens share one budget.
-- `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix); an
-  IPv6 client's per /64, which one client holds whole (`client_key`).
+- `PLANTS_AUTH_FAILURE_LIMIT`: refused authentications per client address (after ProxyFix and
+  app/http/client_address.py); an IPv6 client's per /64, which one client holds whole
+  (`client_key`), and per /48 too (`PLANTS_AUTH_FAILURE_LIMIT_PER_48`, by default four times the
+  /64's), since one site commonly holds a whole /48 and with it 65,536 /64s.
+
+The addresses counted are bounded: at most `MAX_ADDRESSES` keys per process are opened in a
+window (address_keys.py); past that, a new address shares one budget with every other newcomer.
 
 The counters live where the plants live: a per-app memory storage with the memory store, the same
 Redis (keys under `<prefix>:limits`) with the Redis store, so a limit holds across workers and
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -32,12 +36,17 @@ from typing import Any, NamedTuple
 from flask import Response
 from limits.errors import StorageError
 
+from app.auth.address_keys import AddressKeys, client_key, wide_key
 from app.errors import RateLimitExceeded
 from app.settings import Settings
 from app.store import StoreUrl, backend_error
 
 #: Token keys and window ends remembered per process, at most.
 MAX_REMEMBERED_KEYS = 100_000
+#: Client addresses (or /64s and /48s) counted per process within a window, at most.
+MAX_ADDRESSES = 10_000
+#: The /48's budget when PLANTS_AUTH_FAILURE_LIMIT_PER_48 is unset: this many /64s' worth.
+WIDE_FACTOR = 4
 
 
 class LimitState(NamedTuple):
@@ -85,6 +94,7 @@ class RateLimits:
         per_token: str | None,
         token_overrides: Mapping[str, str],
         auth_failures: str | None,
+        auth_failures_wide: str | None = None,
     ) -> None:
         from limits import parse_many
         from limits.storage import storage_from_string
@@ -103,9 +113,13 @@ class RateLimits:
             token.encode("ascii"): parse_many(limit) for token, limit in token_overrides.items()
         }
         self._auth_failures = parse_many(auth_failures) if auth_failures else []
+        self._auth_failures_wide = _wide_limits(self._auth_failures, auth_failures_wide)
+        windows = [limit.get_expiry() for limit in self._auth_failures + self._auth_failures_wide]
+        # The addresses counted, bounded (address_keys.py); their windows' ends are not cached.
+        self._addresses = AddressKeys(MAX_ADDRESSES, max(windows, default=1))
         # When each token's current window ends, as far as this process knows: the window's
         # expiry is read from the store once per window, not on every create. Bounded by the
-        # configured tokens and their limits. (Addresses are unbounded: never cached.)
+        # configured tokens and their limits.
         self._window_ends: dict[str, float] = {}
         # Each accepted token's key in the limit store, hashed once: the tokens are a fixed set.
         self._token_keys: dict[bytes, str] = {}
@@ -132,11 +146,22 @@ class RateLimits:
         """Count a refused authentication from `address`; raise RateLimitExceeded past the limit."""
         if not self._auth_failures:
             return None
-        return self._hit(
-            self._auth_failures,
-            "address:" + client_key(address),
-            "Too many failed authentications from this address; retry later.",
+        message = "Too many failed authentications from this address; retry later."
+        now = time.time()
+        state = self._hit(
+            self._auth_failures, self._addresses.key("address:" + client_key(address), now), message
         )
+        wide = wide_key(address)
+        if wide is None:
+            return state
+        message = "Too many failed authentications from this address's network (its /48); retry later."
+        wider = self._hit(self._auth_failures_wide, self._addresses.key("network:" + wide, now), message)
+        return wider if wider.remaining < state.remaining else state
+
+    @property
+    def open_addresses(self) -> int:
+        """How many address keys this process counts in their windows (at most MAX_ADDRESSES)."""
+        return len(self._addresses)
 
     def _hit(
         self, limits: list[Any], key: str, message: str, window_ends: dict[str, float] | None = None
@@ -161,24 +186,6 @@ class RateLimits:
                 tightest = state
         assert tightest is not None
         return tightest
-
-
-def client_key(address: str | None) -> str:
-    """The client an address stands for: an IPv4 address (an IPv4-mapped IPv6 one's too), or an
-    IPv6 address's /64. One subscriber holds a whole /64 (RFC 6177): counted per address, it could
-    open a counter with each of its 2^64 addresses, each kept for the limit's whole window in the
-    worker's memory or in Redis, and never meet the limit. Anything else is kept as it came."""
-    if not address:
-        return "-"
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(parsed, ipaddress.IPv6Address):
-        if parsed.ipv4_mapped is not None:
-            return str(parsed.ipv4_mapped)
-        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
-    return address
 
 
 _STATE = "plants.rate_limit"
@@ -208,7 +215,21 @@ def rate_limits_for(settings: Settings, url: StoreUrl) -> RateLimits | None:
         per_token=per_token,
         token_overrides=own,
         auth_failures=failures,
+        auth_failures_wide=settings.auth_failure_limit_per_48,
     )
+
+
+def _wide_limits(narrow: list[Any], wide: str | None) -> list[Any]:
+    """The /48's limits: as set, or each /64 limit's amount `WIDE_FACTOR` times over its window."""
+    from limits import RateLimitItem, parse_many
+
+    if wide:
+        return parse_many(wide)
+    return [
+        type(limit)(limit.amount * WIDE_FACTOR, limit.multiples, limit.namespace)
+        for limit in narrow
+        if isinstance(limit, RateLimitItem)
+    ]
 
 
 def _storage_uri(url: StoreUrl) -> str:

@@ -32,7 +32,7 @@ from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSch
 from app.store import EVENT_TYPES
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
-from app.webhooks.lookups import BoundedResolver, NotResolvedInTime
+from app.webhooks.lookups import Lookups, NotResolvedInTime
 from app.webhooks.message import new_secret, utc_text
 from app.webhooks.urls import UrlRefused, check_url, encoded
 
@@ -41,8 +41,9 @@ _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
 #: How often a change is tried again when another request changed the endpoint meanwhile.
 _TRIES = 3
-#: The URL's host is resolved off the request thread, bounded in time and threads (lookups.py).
-_resolve = BoundedResolver()
+#: The URL's host is resolved off the request thread; a request waits on a name server at most
+#: PLANTS_WEBHOOKS_LOOKUP_WAIT (lookups.py).
+_lookups = Lookups()
 
 
 def create_webhook() -> Response:
@@ -228,14 +229,22 @@ def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoin
     raise WebhookChanged()
 
 
+def _caller_key(state: PlantsState) -> bytes:
+    """Whose lookup this is: the token's (a JWT's subject's) limit key, one lookup in flight each."""
+    _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
+    return caller.limit_key if caller is not None else b""
+
+
 def _checked_url(state: PlantsState, url: str) -> str:
     """The URL as it is kept, its non-ASCII characters percent-encoded; 400 naming `url` when it
     is malformed or its host resolves to a refused address. A name that does not resolve (yet)
-    is accepted: each delivery checks it again. 503 when the name is not resolved in time."""
+    is accepted: each delivery checks it again. 503 when the name is being resolved still."""
     try:
         check_url(url)
         url = encoded(url)
-        target(url, state.settings.webhooks_allow_hosts, _resolve)
+        settings = state.settings
+        resolve = _lookups.for_owner(_caller_key(state), settings.webhooks_lookup_wait)
+        target(url, settings.webhooks_allow_hosts, resolve)
     except NotResolvedInTime as exc:
         raise WebhookHostNotResolvedInTime(exc.host, exc.busy) from None
     except AddressRefused as exc:

@@ -68,11 +68,13 @@ class Settings:
     webhooks_max: int
     webhooks_allow_hosts: tuple[str, ...]
     webhooks_timeout: float
+    webhooks_lookup_wait: float
     webhooks_retry_scale: float
     webhooks_rotation_overlap: int
     webhooks_old_secrets_max: int
     rate_limit: str | None
     auth_failure_limit: str | None
+    auth_failure_limit_per_48: str | None
     metrics: bool
     docs: bool
     cors_origins: tuple[str, ...]

@@ -103,12 +103,17 @@ class SettingsSchema(Schema):
         (), problem="must be a comma-separated list of host names, addresses or CIDRs"
     )
     PLANTS_WEBHOOKS_TIMEOUT = Seconds(15.0)
+    #: How long a registration waits for its URL's host to resolve before answering 503 while the
+    #: lookup goes on (app/webhooks/lookups.py): the longest a request thread waits on a name server.
+    PLANTS_WEBHOOKS_LOOKUP_WAIT = Seconds(0.2)
     PLANTS_WEBHOOKS_RETRY_SCALE = Scale(1.0, minimum=0.00001)
     PLANTS_WEBHOOKS_ROTATION_OVERLAP = WholeNumber(86_400, maximum=30 * 86_400, unit=" seconds")
     #: Rotated-out secrets that sign at once, each until its own overlap ends: one more is a 409.
     PLANTS_WEBHOOKS_OLD_SECRETS_MAX = WholeNumber(10, minimum=1, maximum=100)
     PLANTS_RATE_LIMIT = RateLimit()
     PLANTS_AUTH_FAILURE_LIMIT = RateLimit()
+    #: An IPv6 client's /48 (app/auth/address_keys.py); unset: four times PLANTS_AUTH_FAILURE_LIMIT.
+    PLANTS_AUTH_FAILURE_LIMIT_PER_48 = RateLimit()
     PLANTS_METRICS = Flag(True)
     PLANTS_DOCS = Flag(True)
     #: Cross-origin requests from browser pages (app/http/cors.py): off until set.

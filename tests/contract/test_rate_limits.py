@@ -194,3 +194,24 @@ def test_a_hung_redis_is_503_never_500_with_or_without_limits(tmp_path, limits):
     finally:
         server.stop()
         redis.stop()
+
+
+def test_invented_addresses_past_the_bound_share_one_budget(make_app, monkeypatch):
+    """A client that invents a new address a request (past its proxy, or with a /64 to spend)
+    opens at most MAX_ADDRESSES counters a window; every newcomer past them shares one budget."""
+    from app.auth import rate_limits
+
+    monkeypatch.setattr(rate_limits, "MAX_ADDRESSES", 5)
+    app = make_app(PLANTS_AUTH_FAILURE_LIMIT="3/minute", PLANTS_TRUSTED_PROXIES=1)
+    client = app.test_client()
+
+    def refused_from(address):
+        return client.get("/plants", headers={"Authorization": "Bearer guess", "X-Forwarded-For": address})
+
+    assert [refused_from(f"198.51.100.{n}").status_code for n in range(5)] == [401] * 5
+    newcomers = [refused_from(f"203.0.113.{n}") for n in range(6)]
+    assert [answer.status_code for answer in newcomers] == [401] * 3 + [429] * 3
+    error_of(newcomers[-1], 429)
+    assert (app.extensions["plants"].rate_limits.open_addresses) == 5  # the bound, not 11
+    # The addresses counted before the bound was met keep their own budgets.
+    assert refused_from("198.51.100.1").status_code == 401

@@ -41,7 +41,13 @@ def test_every_resource_passes_kubernetes_validate_strict():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ERROR" not in done.stdout + done.stderr
-    assert {kind for kind, _ in resources()} == {"Deployment", "Service", "PodDisruptionBudget", "Ingress"}
+    assert {kind for kind, _ in resources()} == {
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "Ingress",
+        "NetworkPolicy",
+    }
 
 
 def test_the_deployment_drains_probes_and_runs_as_the_image_does():
@@ -86,3 +92,21 @@ def test_the_feeds_ingress_streams_unbuffered_past_a_long_poll():
     assert read_timeout > DEFAULTS["PLANTS_EVENTS_HEARTBEAT"]
     (path,) = events["spec"]["rules"][0]["http"]["paths"]
     assert (path["path"], path["pathType"]) == ("/events", "Exact")
+
+
+def test_only_the_ingress_controller_reaches_the_pods():
+    """The pods trust their peer's X-Forwarded-For (PLANTS_TRUSTED_PROXIES=1), so the only peer
+    admitted is the ingress controller, on the service's port."""
+    pod = resources()[("Deployment", "plant-store")]["spec"]["template"]
+    env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0]["env"]}
+    assert env["PLANTS_TRUSTED_PROXIES"] == "1"
+    policy = resources()[("NetworkPolicy", "plant-store")]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert "Ingress" in policy["policyTypes"]
+    (rule,) = policy["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"namespaceSelector", "podSelector"}  # both: the controller's pods only
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ingress-nginx"}
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
+    (port,) = rule["ports"]
+    assert port["port"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}

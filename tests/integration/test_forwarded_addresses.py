@@ -1,0 +1,74 @@
+"""Behind trusted proxies (PLANTS_TRUSTED_PROXIES), a forwarded client address counts only when it
+is an IP address (app/http/client_address.py); failed authentications count per address, per /64
+and per /48 (app/auth/address_keys.py). On a real gunicorn, the forwarded values sent as a client
+that reaches gunicorn past its proxy would send them."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from tests.helpers import assert_error, call
+from tests.servers import Gunicorn
+
+
+@pytest.fixture
+def start():
+    """Start a gunicorn behind (as it believes) one trusted proxy, with these failed-login limits."""
+    started = []
+
+    def serve(per_address: str, per_48: str | None = None) -> Gunicorn:
+        env = {"PLANTS_AUTH_FAILURE_LIMIT": per_address, "PLANTS_TRUSTED_PROXIES": "1"}
+        if per_48 is not None:
+            env["PLANTS_AUTH_FAILURE_LIMIT_PER_48"] = per_48
+        started.append(Gunicorn(env=env))
+        return started[-1]
+
+    yield serve
+    for gunicorn in started:
+        gunicorn.stop()
+
+
+def refused_from(server: Gunicorn, forwarded: str) -> tuple[int, dict, bytes]:
+    headers = {"Authorization": "Bearer guess", "X-Forwarded-For": forwarded}
+    status, answer_headers, body = call(server.connection(), "GET", "/plants", None, headers)
+    return status, dict(answer_headers), body
+
+
+def test_forwarded_values_that_are_no_address_count_as_the_peers(start):
+    server = start("10/hour")
+    junk = ["".join(random.choices(string.ascii_letters + string.digits, k=8000)) for _ in range(13)]
+    answers = [refused_from(server, value) for value in junk]
+    # All of them the peer's (127.0.0.1) failures: ten 401s, then 429 with Retry-After.
+    assert [status for status, _, _ in answers] == [401] * 10 + [429] * 3
+    record = assert_error(*answers[-1], 429)
+    assert int(answers[-1][1]["Retry-After"]) >= 1
+    assert "address" in record["message"]
+    assert refused_from(server, "127.0.0.1")[0] == 429  # the peer, named
+    # A forwarded value that is an address is the client's: another client is not held back.
+    assert refused_from(server, "198.51.100.20")[0] == 401
+    assert refused_from(server, "[2001:db8::20]")[0] == 401
+    # Nor does the junk reach the access log: the lines carry the peer's address.
+    assert junk[0][:64] not in server.output()
+
+
+def test_forty_64s_of_one_48_meet_the_48s_budget(start):
+    """Each /64 is one client with its own budget (5/hour here), and the /48 around them one
+    site with a larger one: four times as large unless PLANTS_AUTH_FAILURE_LIMIT_PER_48 says."""
+    gunicorn = start("5/hour")
+    answers = [refused_from(gunicorn, f"2001:db8:7:{n:x}::1") for n in range(40)]
+    assert [status for status, _, _ in answers] == [401] * 20 + [429] * 20
+    record = assert_error(*answers[-1], 429)
+    assert "/48" in record["message"]
+    assert int(answers[-1][1]["Retry-After"]) >= 1
+    # Another /48 is another site; an IPv4 client has no /48.
+    assert refused_from(gunicorn, "2001:db8:8::1")[0] == 401
+    assert refused_from(gunicorn, "198.51.100.30")[0] == 401
+
+
+def test_the_48s_budget_is_a_setting(start):
+    gunicorn = start("5/hour", per_48="7/hour")
+    statuses = [refused_from(gunicorn, f"2001:db8:9:{n:x}::1")[0] for n in range(9)]
+    assert statuses == [401] * 7 + [429] * 2

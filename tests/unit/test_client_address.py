@@ -1,0 +1,48 @@
+"""app/http/client_address.py: which forwarded values are addresses, and the middleware's choice."""
+
+from __future__ import annotations
+
+import pytest
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app.http.client_address import ForwardedAddress, parsed_address
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ("198.51.100.7", "198.51.100.7"),
+        ("2001:DB8::0:1", "2001:db8::1"),
+        ("[2001:db8::1]", "2001:db8::1"),
+        ("198.51.100.7:5050", None),  # a port is no part of an address
+        ("unknown", None),
+        ("", None),
+        ("1" * 9000, None),
+        ("[198.51.100.7", None),
+    ],
+)
+def test_a_forwarded_value_is_kept_only_as_an_address(value, address):
+    assert parsed_address(value) == address
+
+
+def remote_addr_seen(forwarded: str | None, peer: str = "127.0.0.1") -> str:
+    seen = {}
+
+    def app(environ, start_response):
+        seen["address"] = environ["REMOTE_ADDR"]
+        start_response("204 No Content", [])
+        return []
+
+    environ = {"REMOTE_ADDR": peer, "wsgi.url_scheme": "http", "HTTP_HOST": "x"}
+    if forwarded is not None:
+        environ["HTTP_X_FORWARDED_FOR"] = forwarded
+    ProxyFix(ForwardedAddress(app), x_for=1)(environ, lambda *_: None)
+    return seen["address"]
+
+
+def test_behind_proxyfix_the_peer_counts_unless_the_value_is_an_address():
+    assert remote_addr_seen("198.51.100.7") == "198.51.100.7"
+    assert remote_addr_seen("10.0.0.1, [2001:db8::5]") == "2001:db8::5"  # the one the proxy added
+    assert remote_addr_seen("x" * 8000) == "127.0.0.1"
+    assert remote_addr_seen("198.51.100.7, evil") == "127.0.0.1"
+    assert remote_addr_seen(None) == "127.0.0.1"
