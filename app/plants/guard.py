@@ -13,7 +13,7 @@ import logging
 from flask import Response, current_app, request
 
 from app.auth.rate_limits import remember
-from app.auth.tickets import TICKET_CALLER
+from app.auth.watch_tickets import TICKET_CALLER
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response

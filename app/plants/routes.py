@@ -139,7 +139,7 @@ ACCESS: dict[str, Access] = {
     **{view.__name__: Access.PUBLIC for _, view, _ in REFUSALS},
     **{view.__name__: Access.PUBLIC for _, view in OPTIONS},
 }
-#: The views that accept a watch ticket (app/auth/tickets.py) in place of a bearer header.
+#: The views that accept a watch ticket (app/auth/watch_tickets.py) in place of a bearer header.
 TICKET_VIEWS = frozenset({feed.list_events.__name__})
 #: The views whose requests count against their token's rate limit.
 LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
