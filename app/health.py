@@ -1,4 +1,4 @@
-"""Endpoints of the standalone service that need no auth: liveness and readiness.
+"""Routes of the standalone service that need no auth: liveness and readiness.
 
 (The interface document and the API page come with the plants blueprint: app/plants/docs.py.)
 """

@@ -133,7 +133,7 @@ OPTIONS = tuple(
     (rule, options_view(allowed_methods(rule), f"options_{number}"))
     for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES))
 )
-#: Each view's access, by its name (the endpoint without the blueprint's).
+#: Each view's access, by its name (Flask's endpoint without the blueprint's).
 ACCESS: dict[str, Access] = {
     **{route.view.__name__: route.access for route in ROUTES},
     **{view.__name__: Access.PUBLIC for _, view, _ in REFUSALS},
