@@ -11,6 +11,7 @@ TYPE_CHECKING ones too).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -200,6 +201,31 @@ def test_the_loop_check_sees_function_level_and_type_checking_imports(tmp_path):
     assert loops(graph) == {frozenset({"app.x.a", "app.x.b", "app.y.c"})}
     assert loops(concern_graph(graph)) == {frozenset({"app.x", "app.y"})}
     assert loops({"app.z": {"app.z"}}) == {frozenset({"app.z"})}
+
+
+#: File names that more than one package of app/ has, each saying one thing: the package entry;
+#: a store backend's own parts (store.py, feed.py, endpoints.py: one each per backend); a resource's
+#: views and its schemas (webhooks.py). body.py is http's and the worker's until the worker's
+#: rewrite removes the worker's.
+SHARED_FILE_NAMES = {"__init__.py", "store.py", "feed.py", "endpoints.py", "webhooks.py", "body.py"}
+
+
+def test_a_file_name_says_one_thing():
+    """A reader who meets `errors.py` or `tickets.py` knows which one it is."""
+    names = Counter(path.name for path in MODULES.values())
+    twice = {name for name, count in names.items() if count > 1}
+    assert twice <= SHARED_FILE_NAMES, sorted(twice - SHARED_FILE_NAMES)
+
+
+def test_a_class_name_says_one_thing():
+    """No two of app's module-level classes share a name."""
+    classes = Counter(
+        node.name
+        for path in MODULES.values()
+        for node in ast.parse(path.read_text("utf-8")).body
+        if isinstance(node, ast.ClassDef)
+    )
+    assert not [name for name, count in classes.items() if count > 1]
 
 
 #: What only the serving side knows: the WSGI environ's keys and the server that runs the app.
