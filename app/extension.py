@@ -6,10 +6,13 @@ module-level, so two apps in one process share no tokens, store, metrics or limi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, current_app
+from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
@@ -17,11 +20,13 @@ from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
-from app.store import PlantStore, store_for
+from app.store import PlantStore, StoreUnavailableError, store_for
 from app.store.signal import FeedSignal
 from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class PlantsState:
     feed_signal: FeedSignal
     #: Cross-origin requests (PLANTS_CORS_ORIGINS); None: off.
     cors: Cors | None = None
+    #: Set when the process serving the app was asked to stop (SIGTERM, app/server/gunicorn_conf.py):
+    #: from then on /readyz is 503, so that a load balancer sends it nothing new while the requests
+    #: in flight finish.
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def serving_store(self, environ: dict[str, Any]) -> PlantStore:
         """The store, once its split guard (if any) agrees to serve it from this process."""
@@ -59,6 +68,29 @@ class PlantsState:
             self.feed_signal.notify()  # wakes the watchers and the deliverer
             if self.metrics is not None:
                 self.metrics.count_event(kind)
+
+    def store_unavailable(self, exc: StoreUnavailableError) -> ServiceUnavailable:
+        """The 503 for a store that did not answer in time; the client may retry after a second."""
+        if self.metrics is not None:
+            self.metrics.count_store_error(exc.reason)
+        if exc.reason == "needs_migration":
+            log.error("The plant store cannot list plants: %s", exc)
+            return ServiceUnavailable(
+                "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
+            )
+        if exc.reason == "replication":
+            on = f" on node {exc.node}" if exc.node is not None else ""
+            log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)
+            return ServiceUnavailable(
+                "The plant store's replicas did not confirm the write in time; retry shortly"
+                " (a create that did land answers 200 again).",
+                retry_after=1,
+            )
+        if exc.node is not None:  # one node of a cluster: the others serve their plants
+            log.warning("The plant store's node %s did not answer: %s", exc.node, exc)
+        else:
+            log.warning("The plant store at %s did not answer: %s", self.store_address, exc)
+        return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
 
 
 def init_state(app: Flask) -> PlantsState:

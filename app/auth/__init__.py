@@ -11,7 +11,7 @@ from app.auth.access_tokens import AccessTokens
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
-from app.auth.tickets import WatchTickets
+from app.auth.watch_tickets import WatchTickets
 from app.settings import JwtSettings, Settings
 
 __all__ = ["READ_ONLY_TOKEN", "Authentication", "Authenticator", "Caller", "JwtSettings", "authenticator_for"]
@@ -25,7 +25,7 @@ class Authenticator:
     ) -> None:
         self.static = static
         self.access_tokens = access_tokens
-        #: Watch tickets, for `GET /events` only (app/auth/tickets.py).
+        #: Watch tickets, for `GET /events` only (app/auth/watch_tickets.py).
         self.tickets = WatchTickets(static, ticket_ttl, jwt=access_tokens is not None)
 
     def authenticate(self, header: str | None) -> Authentication:

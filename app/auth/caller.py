@@ -21,7 +21,7 @@ class Caller(NamedTuple):
     #: The refusal of every /webhooks operation, or None when the caller may manage webhooks.
     webhooks_refusal: HTTPException | None
     #: The kind of token, for the log: `full-access`, `read-only` (static tokens), `jwt` or
-    #: `ticket` (a watch ticket, app/auth/tickets.py).
+    #: `ticket` (a watch ticket, app/auth/watch_tickets.py).
     kind: str = "full-access"
     #: When its authority ends, in Unix seconds: a JWT's `exp`, a watch ticket's expiry; never for
     #: a static token. A watch of the feed ends then (app/plants/watch.py).

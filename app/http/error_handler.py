@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from flask import Blueprint, Flask, Response
 from werkzeug.exceptions import BadHost, HTTPException, default_exceptions
@@ -38,6 +40,27 @@ def error_response(exc: HTTPException) -> Response:
             [(name, value) for name, value in exc.get_headers() if name.lower() != "content-type"]
         )
     return response
+
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def answered_where_raised(view: View) -> View:
+    """`view`, whose HTTP errors go to the one handler (http_error_to_json) straight from where they
+    are raised, rather than after Flask's search of the app's and the blueprint's error handlers.
+
+    The answer is the same; the search is not free: it costs a refused create (an invalid NewPlant,
+    a client's common refusal) about 6% of its instructions (`python -m bench instructions 400`),
+    this catch about 1%. For the views on such a path only."""
+
+    @functools.wraps(view)
+    def answering(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return view(*args, **kwargs)
+        except HTTPException as exc:
+            return http_error_to_json(exc)
+
+    return answering  # type: ignore[return-value]  # the same signature, by functools.wraps
 
 
 def register_json_errors(target: Flask | Blueprint) -> None:

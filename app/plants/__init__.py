@@ -18,7 +18,7 @@ from app.extension import init_state, plants_state
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants import deprecation
-from app.plants.guard import guard, store_unavailable
+from app.plants.guard import guard
 from app.plants.routes import add_routes
 from app.store import StoreFullError, StoreUnavailableError
 
@@ -59,7 +59,7 @@ def _finish(response: Response) -> Response:
 
 @bp.errorhandler(StoreUnavailableError)
 def _store_unavailable(exc: StoreUnavailableError) -> Response:
-    return error_response(store_unavailable(exc))
+    return error_response(plants_state().store_unavailable(exc))
 
 
 @bp.errorhandler(StoreFullError)

@@ -88,12 +88,14 @@ def prepare() -> None:
     ACTIVE = table()
 
 
-def announce(endpoint: str | None, method: str, response: Any) -> str | None:
-    """Add the announcement to `response` when its operation is deprecated; the operation's id."""
+def announce(view: str | None, method: str, response: Any) -> str | None:
+    """Add the announcement to `response` when its operation is deprecated; the operation's id.
+    `view` is the request's view as Flask names it (`request.endpoint`: the blueprint's, a dot, the
+    view's)."""
     deprecated = ACTIVE
-    if endpoint is None:
+    if view is None:
         return None
-    found = deprecated.get((endpoint.rpartition(".")[2], "GET" if method == "HEAD" else method))
+    found = deprecated.get((view.rpartition(".")[2], "GET" if method == "HEAD" else method))
     if found is None:
         return None
     operation_id, headers = found

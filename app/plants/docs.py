@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -164,21 +165,25 @@ def _mount_point(suffix: str) -> str:
     return request.script_root + request.url_rule.rule.removesuffix(suffix)
 
 
-def openapi() -> Response:
-    # The route table lists this view, so it is read here rather than imported at the top.
-    from app.plants.routes import WEBHOOK_OPERATIONS, WRITE_OPERATIONS
+def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[], Response]:
+    """The view of /openapi.json, given the route table's operations that need the write scope
+    and the webhooks scope (the table lists this view, so it hands them over rather than being
+    imported here)."""
 
-    standalone = "health" in current_app.blueprints  # create_app's own health and readiness
-    return Response(
-        document_bytes(
-            _mount_point("/openapi.json"),
-            _jwt_settings(),
-            standalone=standalone,
-            writes=WRITE_OPERATIONS,
-            webhooks=WEBHOOK_OPERATIONS,
-        ),
-        mimetype="application/json",
-    )
+    def openapi() -> Response:
+        standalone = "health" in current_app.blueprints  # create_app's own health and readiness
+        return Response(
+            document_bytes(
+                _mount_point("/openapi.json"),
+                _jwt_settings(),
+                standalone=standalone,
+                writes=writes,
+                webhooks=webhooks,
+            ),
+            mimetype="application/json",
+        )
+
+    return openapi
 
 
 def _require_docs_enabled() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Response, request
 
-from app.auth.tickets import TICKET_CALLER, WATCH_ONLY
+from app.auth.watch_tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
     FeedOff,
     FeedPositionExpired,

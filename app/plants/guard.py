@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 
 from flask import Response, current_app, request
-from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth.rate_limits import remember
-from app.auth.tickets import TICKET_CALLER
+from app.auth.watch_tickets import TICKET_CALLER
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response
@@ -64,7 +63,7 @@ def guard() -> Response | None:
         except RateLimitExceeded as exc:
             return error_response(exc)
         except StoreUnavailableError as exc:
-            return error_response(store_unavailable(exc))
+            return error_response(state.store_unavailable(exc))
     if problem is None:
         assert caller is not None
         problem = (
@@ -79,28 +78,3 @@ def guard() -> Response | None:
     if state.metrics is not None:
         state.metrics.count_refusal(problem.reason)  # type: ignore[attr-defined]  # the auth package's refusals
     return error_response(problem)
-
-
-def store_unavailable(exc: StoreUnavailableError) -> ServiceUnavailable:
-    """The 503 for a store that did not answer in time; the client may retry after a second."""
-    state = plants_state()
-    if state.metrics is not None:
-        state.metrics.count_store_error(exc.reason)
-    if exc.reason == "needs_migration":
-        log.error("The plant store cannot list plants: %s", exc)
-        return ServiceUnavailable(
-            "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
-        )
-    if exc.reason == "replication":
-        on = f" on node {exc.node}" if exc.node is not None else ""
-        log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)
-        return ServiceUnavailable(
-            "The plant store's replicas did not confirm the write in time; retry shortly"
-            " (a create that did land answers 200 again).",
-            retry_after=1,
-        )
-    if exc.node is not None:  # one node of a cluster: the others serve their plants
-        log.warning("The plant store's node %s did not answer: %s", exc.node, exc)
-    else:
-        log.warning("The plant store at %s did not answer: %s", state.store_address, exc)
-    return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)

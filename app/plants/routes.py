@@ -40,7 +40,8 @@ class Route(NamedTuple):
     limited: bool = True
 
 
-ROUTES: tuple[Route, ...] = (
+#: The operations of the interface document.
+OPERATIONS: tuple[Route, ...] = (
     Route("/plants", "POST", items.create_plant, Access.WRITE, "addPlant"),
     Route("/plants", "GET", items.list_plants, Access.READ, "listPlants"),
     Route("/plants/<plant_id>", "GET", items.get_plant, Access.READ, "getPlant"),
@@ -71,8 +72,27 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "/webhooks/<endpoint_id>/replay", "POST", webhooks.replay_webhook, Access.WEBHOOKS, "replayWebhook"
     ),
+)
+#: The documented operations that need the write scope.
+WRITE_OPERATIONS = frozenset(
+    route.operation_id for route in OPERATIONS if route.operation_id and route.access is Access.WRITE
+)
+#: The documented operations that need the webhooks scope.
+WEBHOOK_OPERATIONS = frozenset(
+    route.operation_id for route in OPERATIONS if route.operation_id and route.access is Access.WEBHOOKS
+)
+#: Every route: the operations, then the metrics, the document (which states each operation's
+#: scope, so it is given the sets above) and the API page.
+ROUTES: tuple[Route, ...] = (
+    *OPERATIONS,
     Route("/metrics", "GET", exposition.metrics, Access.READ, limited=False),
-    Route("/openapi.json", "GET", docs.openapi, Access.PUBLIC, limited=False),
+    Route(
+        "/openapi.json",
+        "GET",
+        docs.openapi_view(WRITE_OPERATIONS, WEBHOOK_OPERATIONS),
+        Access.PUBLIC,
+        limited=False,
+    ),
     Route("/docs", "GET", docs.page, Access.PUBLIC, limited=False),
     Route("/docs/init.js", "GET", docs.init_script, Access.PUBLIC, limited=False),
     Route("/docs/assets/<name>", "GET", docs.asset, Access.PUBLIC, limited=False),
@@ -113,24 +133,16 @@ OPTIONS = tuple(
     (rule, options_view(allowed_methods(rule), f"options_{number}"))
     for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES))
 )
-#: Each view's access, by its name (the endpoint without the blueprint's).
+#: Each view's access, by its name (Flask's endpoint without the blueprint's).
 ACCESS: dict[str, Access] = {
     **{route.view.__name__: route.access for route in ROUTES},
     **{view.__name__: Access.PUBLIC for _, view, _ in REFUSALS},
     **{view.__name__: Access.PUBLIC for _, view in OPTIONS},
 }
-#: The views that accept a watch ticket (app/auth/tickets.py) in place of a bearer header.
+#: The views that accept a watch ticket (app/auth/watch_tickets.py) in place of a bearer header.
 TICKET_VIEWS = frozenset({feed.list_events.__name__})
 #: The views whose requests count against their token's rate limit.
 LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
-#: The documented operations that need the write scope.
-WRITE_OPERATIONS = frozenset(
-    route.operation_id for route in ROUTES if route.operation_id and route.access is Access.WRITE
-)
-#: The documented operations that need the webhooks scope.
-WEBHOOK_OPERATIONS = frozenset(
-    route.operation_id for route in ROUTES if route.operation_id and route.access is Access.WEBHOOKS
-)
 
 
 def add_routes(bp: Blueprint) -> None:

@@ -1,4 +1,4 @@
-"""`POST /events/tickets`: a watch ticket (app/auth/tickets.py) for the token that asks, so that a
+"""`POST /events/tickets`: a watch ticket (app/auth/watch_tickets.py) for the token that asks, so that a
 browser's EventSource can watch the feed (`GET /events?ticket=...`) without a header."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class EventsQuerySchema(Schema):
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     #: A long-poll: seconds to wait for an event when none is there (under nginx's 60 s timeout).
     wait = IntegralNumber(validate=validate.Range(min=1, max=MAX_WAIT))
-    #: A watch ticket (app/auth/tickets.py), checked by the guard before the query is read; here
+    #: A watch ticket (app/auth/watch_tickets.py), checked by the guard before the query is read; here
     #: only its form, as the document's pattern says.
     ticket = fields.String(
         validate=validate.Regexp(r"^plwt_[A-Za-z0-9_-]{1,200}\Z", error="Not a watch ticket of this service.")

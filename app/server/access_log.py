@@ -10,7 +10,7 @@ One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 333
 milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line also carries the
 request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
 
-A watch ticket in the query (`/events?ticket=...`, app/auth/tickets.py) is replaced in every atom.
+A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) is replaced in every atom.
 """
 
 from __future__ import annotations

@@ -269,16 +269,16 @@ def _drain_on_sigterm(worker: Any) -> None:
     """SIGTERM makes /readyz 503 at once (app/health.py), then gunicorn's own handler stops the
     worker gracefully: no new connection, the requests in flight finish within
     GUNICORN_GRACEFUL_TIMEOUT, a kept-alive connection closes after its answer."""
-    from app.health import drain_of
+    from app.extension import EXTENSION, plants_state
 
-    app = worker.wsgi
-    drain = drain_of(app) if isinstance(getattr(app, "extensions", None), dict) else None
-    if drain is None:
+    app = getattr(worker, "wsgi", None)
+    if EXTENSION not in getattr(app, "extensions", {}):
         return
+    stopping = plants_state(app).stopping
     stop = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        drain.start()
+        stopping.set()
         if callable(stop):
             stop(signum, frame)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from marshmallow import ValidationError
 
-from app.settings.errors import ConfigurationError, closest_name
+from app.settings.configuration_error import ConfigurationError, closest_name
 from app.settings.fields import is_dns_name
 from app.settings.jwt import JwtSettings, jwt_settings
 from app.settings.schema import DEFAULTS, FIELDS, SettingsSchema

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from app.settings.errors import ConfigurationError
+from app.settings.configuration_error import ConfigurationError
 from app.settings.schema import AUDIENCE_REQUIRED
 
 _NEED_ISSUER = ("PLANTS_JWT_AUDIENCE", "PLANTS_JWKS_URL")

@@ -94,7 +94,7 @@ class SettingsSchema(Schema):
     PLANTS_EVENTS_STREAM_MAX = WholeNumber(300, minimum=1, maximum=86_400, unit=" seconds")
     PLANTS_EVENTS_MAX_WATCHERS = WholeNumber(10_000, minimum=1)
     PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN = WholeNumber(100, minimum=1)
-    #: The lifetime of a watch ticket (app/auth/tickets.py), for a browser's EventSource.
+    #: The lifetime of a watch ticket (app/auth/watch_tickets.py), for a browser's EventSource.
     PLANTS_WATCH_TICKET_TTL = WholeNumber(60, minimum=1, maximum=3600, unit=" seconds")
     # Webhooks (docs/webhooks.md).
     PLANTS_WEBHOOKS_DELIVER = Flag(True)

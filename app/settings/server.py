@@ -9,7 +9,7 @@ from typing import Any
 
 from marshmallow import Schema
 
-from app.settings.errors import ConfigurationError, closest_name
+from app.settings.configuration_error import ConfigurationError, closest_name
 from app.settings.fields import Setting
 
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from marshmallow import ValidationError
 
-from app.settings.errors import ConfigurationError
+from app.settings.configuration_error import ConfigurationError
 from app.settings.fields import check_rate_limit
 
 # RFC 6750 §2.1 b64token: the only characters a bearer token can have.

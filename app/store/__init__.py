@@ -37,7 +37,7 @@ from app.store.base import (
 )
 from app.store.memory.store import MemoryPlantStore
 from app.store.readiness import FailingNode, Readiness
-from app.store.redis.errors import FAILURES, unavailable
+from app.store.redis.failures import FAILURES, unavailable
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
 

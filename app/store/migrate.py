@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from app.settings import ConfigurationError, from_environ, store_location
 from app.store.redis import lua
-from app.store.redis.errors import unavailable
+from app.store.redis.failures import unavailable
 from app.store.redis.groups import BUCKETS, member
 from app.store.url import StoreUrl
 

@@ -60,7 +60,7 @@ def request_fields(environ: dict[str, Any]) -> dict[str, Any]:
 
 
 class TicketFilter(logging.Filter):
-    """Replaces any watch ticket (app/auth/tickets.py) in a line: gunicorn's own error lines name
+    """Replaces any watch ticket (app/auth/watch_tickets.py) in a line: gunicorn's own error lines name
     a failed request's URI, query included. The access lines are scrubbed where they are made."""
 
     def filter(self, record: logging.LogRecord) -> bool:

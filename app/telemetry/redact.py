@@ -1,4 +1,4 @@
-"""What never reaches a log line: a watch ticket (app/auth/tickets.py), marked by its prefix so that
+"""What never reaches a log line: a watch ticket (app/auth/watch_tickets.py), marked by its prefix so that
 it can be found in any text, a URL's query included."""
 
 from __future__ import annotations

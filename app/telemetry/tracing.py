@@ -78,7 +78,7 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
 
 
 def _scrub_ticket(span: Any, status: str, headers: Any) -> None:
-    """A watch ticket in the query (`/events?ticket=...`, app/auth/tickets.py) leaves the server
+    """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) leaves the server
     span's URL attributes (`http.target`, `url.query`, ...): the instrumentation's response hook
     runs once it has set them all, before the span ends."""
     if span is not None and span.is_recording():

@@ -118,7 +118,7 @@ def test_json_puts_every_line_of_every_logger_in_one_object(tmp_path):
         assert list(record)[:4] == ["time", "level", "logger", "message"], record
         assert TIME.fullmatch(record["time"])
     loggers = {record["logger"] for record in records}
-    assert {"gunicorn.error", "gunicorn.access", "app.plants.guard"} <= loggers
+    assert {"gunicorn.error", "gunicorn.access", "app.extension"} <= loggers
     access = next(r for r in records if r["logger"] == "gunicorn.access" and r["request_id"] == created)
     assert access["method"] == "POST"
     assert access["route"] == "/plants"
@@ -127,7 +127,7 @@ def test_json_puts_every_line_of_every_logger_in_one_object(tmp_path):
     assert isinstance(access["duration_ms"], float)
     probe = next(r for r in records if r["logger"] == "gunicorn.access" and "/readyz" in r["message"])
     assert (probe["route"], probe["status"]) == ("/readyz", 503)
-    warning = next(r for r in records if r["logger"] == "app.plants.guard" and r["request_id"] == fetched)
+    warning = next(r for r in records if r["logger"] == "app.extension" and r["request_id"] == fetched)
     assert warning["level"] == "WARNING"
     assert (warning["method"], warning["route"], warning["token"]) == (
         "GET",

@@ -12,7 +12,7 @@ import pytest
 
 from app.auth.caller import Caller
 from app.auth.static import StaticTokens
-from app.auth.tickets import PREFIX, WatchTickets
+from app.auth.watch_tickets import PREFIX, WatchTickets
 from tests.helpers import error_of
 from tests.servers import TOKEN
 

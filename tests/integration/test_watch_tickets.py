@@ -14,7 +14,7 @@ import time
 import pytest
 
 from app.auth.static import StaticTokens
-from app.auth.tickets import WatchTickets
+from app.auth.watch_tickets import WatchTickets
 from app.telemetry.logs import TextFormatter, TicketFilter, logging_config
 from app.telemetry.redact import SCRUBBED, TICKET_PREFIX
 from tests.helpers import assert_error, call

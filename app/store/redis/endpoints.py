@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
-from app.store.redis.connection import LazyClient, ScriptRunner
-from app.store.redis.errors import FAILURES, RedisBacked
+from app.store.redis.client import LazyClient, ScriptRunner
+from app.store.redis.failures import FAILURES, RedisBacked
 from app.store.redis.lua import (
     HookAckArgs,
     HookAddArgs,

@@ -17,8 +17,8 @@ from typing import Any
 
 from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
 from app.store.redis import lua
-from app.store.redis.connection import LazyClient
-from app.store.redis.errors import FAILURES
+from app.store.redis.client import LazyClient
+from app.store.redis.failures import FAILURES
 from app.store.redis.groups import Groups
 from app.store.redis.lua import EventsArgs
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from app.compat.redis import Unanswered
 from app.store.base import StoreUnavailableError
-from app.store.redis.connection import ScriptRunner
+from app.store.redis.client import ScriptRunner
 from app.store.redis.deadline import Deadline
 from app.store.redis.groups import Groups
 from app.store.redis.lua import SettleArgs

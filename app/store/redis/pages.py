@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from app.store.base import Page
-from app.store.redis.connection import LazyClient
+from app.store.redis.client import LazyClient
 from app.store.redis.groups import Groups, decode_fields, member
 from app.store.redis.hints import GroupHints
 from app.store.redis.lua import PageArgs

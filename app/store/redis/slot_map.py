@@ -13,7 +13,7 @@ from collections.abc import Callable
 from redis.cluster import RedisCluster
 
 from app.compat.redis import reread_slot_map
-from app.store.redis.errors import FAILURES
+from app.store.redis.failures import FAILURES
 
 #: How often the map is read while a node is suspect: a surviving node shows a promoted replica
 #: (CLUSTER SLOTS) at once, and the service sends to it from the next read on.

@@ -24,17 +24,17 @@ from app.store.base import (
     StoreFullError,
 )
 from app.store.readiness import Readiness
-from app.store.redis.connection import LazyClient, ScriptRunner, connect
+from app.store.redis.client import LazyClient, ScriptRunner, connect
 from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
-from app.store.redis.errors import RedisBacked
+from app.store.redis.failures import RedisBacked
 from app.store.redis.feed import GroupFeeds
 from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import BLOCK_MS, StreamsListener
 from app.store.redis.lost import LostReplies
 from app.store.redis.pages import GroupPages
-from app.store.redis.readiness import probe
+from app.store.redis.probe import probe
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
 _OUTCOMES = (CreateOutcome.CREATED, CreateOutcome.IDENTICAL, CreateOutcome.CONFLICT)

@@ -11,8 +11,8 @@ from typing import Any
 
 from app.store.base import StoreUnavailableError
 from app.store.readiness import READY, FailingNode, Readiness
-from app.store.redis.connection import LazyClient
-from app.store.redis.errors import CLUSTER_NODE_AS_PLAIN
+from app.store.redis.client import LazyClient
+from app.store.redis.failures import CLUSTER_NODE_AS_PLAIN
 from app.store.redis.groups import Groups
 
 

@@ -29,7 +29,7 @@ from app.compat.redis import SLOT_MAP, HeldConnections, Unanswered, connection_c
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
-from app.store.redis.errors import FAILURES, settled, translate
+from app.store.redis.failures import FAILURES, settled, translate
 from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
 
