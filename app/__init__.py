@@ -17,6 +17,7 @@ from app.extension import init_state
 from app.http.client_address import ForwardedAddress
 from app.http.error_handler import register_json_errors
 from app.http.json_provider import OrjsonProvider
+from app.http.paths import ExactPaths
 from app.settings import DEFAULTS, ConfigurationError, from_environ
 from app.telemetry.request_ids import RequestIds
 
@@ -34,8 +35,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         raise exc.from_environment() from None
 
 
+class _Service(Flask):
+    url_map_class = ExactPaths
+
+
 def _create_app(config: Mapping[str, Any] | None) -> Flask:
-    app = Flask(__name__)
+    app = _Service(__name__)
     app.json = OrjsonProvider(app)
     app.config.from_mapping(DEFAULTS)
     app.config.from_mapping(from_environ())

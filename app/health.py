@@ -12,6 +12,7 @@ from flask import Blueprint, Response, request
 from app.errors import KeysNotLoaded, NotReady
 from app.extension import plants_state
 from app.http.options import options_view
+from app.http.paths import doubled_leading_slash
 from app.http.split_guard import SplitStoreError
 from app.store import StoreUnavailableError
 from app.telemetry.context import ROUTE
@@ -20,10 +21,14 @@ bp = Blueprint("health", __name__)
 
 
 @bp.before_request
-def _route() -> None:
-    """The probes' log lines name their route too (the plants blueprint's guard names its own)."""
+def _route() -> Response | None:
+    """The probes' log lines name their route too (the plants blueprint's guard names its own);
+    `//healthz` is a 404, as every path with a doubled slash."""
+    if request.environ.get("PATH_INFO", "")[1:2] == "/":
+        return doubled_leading_slash()
     if request.url_rule is not None:
         request.environ[ROUTE] = request.url_rule.rule
+    return None
 
 
 # OPTIONS as on every route of the service's (app/http/options.py).

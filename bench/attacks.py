@@ -10,6 +10,10 @@
 - `chunk-extensions`: 40 connections each sending `1;e=<100 a>\\r\\nx\\r\\n` 5,000 times, no last chunk;
 - `pipeline`: one client pipelining 2,500 `HEAD /plants` with a wrong token, reading promptly.
 
+Each attack's line also has the longest accept queue and the host's TCP memory seen at a probe's
+start (`accept_queue_max`, `tcp_memory_mb_peak`): a probe waits behind every connection queued
+before it, and past `tcp_mem`'s pressure threshold every socket on the host is held back.
+
 And the attacks on the worker's resources (`RESOURCE_ATTACKS`), each with the workers' RSS before,
 at its height and after:
 
@@ -442,6 +446,28 @@ def probe(port: int, result: Probes) -> None:
     result.latencies_ms.append((time.monotonic() - started) * 1000)
 
 
+def accept_queue(port: int) -> int:
+    """The connections waiting to be accepted on the listening socket of `port` (its rx_queue in
+    /proc/net/tcp): a probe that connects now waits behind each of them."""
+    with open("/proc/net/tcp") as table:
+        for line in table:
+            fields = line.split()
+            if fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+                return int(fields[4].partition(":")[2], 16)
+    return 0
+
+
+def tcp_memory_mb() -> float:
+    """The TCP memory of the whole host (/proc/net/sockstat): past `tcp_mem`'s pressure threshold
+    every socket on it is held back, a slow reader's send queue included in the count."""
+    with open("/proc/net/sockstat") as stats:
+        for line in stats:
+            if line.startswith("TCP:"):
+                fields = line.split()
+                return int(fields[fields.index("mem") + 1]) * resource.getpagesize() / 1e6
+    return 0.0
+
+
 def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -> Outcome:
     """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
     stop = threading.Event()
@@ -457,7 +483,9 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     cpu_before, started = children_cpu_seconds(master_pid), time.monotonic()
     ends = started + seconds
     height = 0.0
+    queued, tcp_memory = 0, 0.0
     while time.monotonic() < ends or (name in RUN_TO_THE_END and attacking.is_alive()):
+        queued, tcp_memory = max(queued, accept_queue(port)), max(tcp_memory, tcp_memory_mb())
         probe(port, result)
         height = max(height, workers_rss_mb(master_pid))
         time.sleep(0.05)
@@ -472,6 +500,8 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     rss = (rss_before, height, workers_rss_mb(master_pid))
     found = dict(done[0]) if done and isinstance(done[0], dict) else {"rounds": done[0] if done else 0}
     rounds = found.pop("rounds")
+    # Why a probe waited (bench/README.md, the slow readers and the lingering flood).
+    found.update(accept_queue_max=queued, tcp_memory_mb_peak=round(tcp_memory, 1))
     return Outcome(
         name, result, idle_share, rounds, rss_mb=rss, cpu_share=cpu_share, seconds=probed, found=found
     )

@@ -15,6 +15,7 @@ document once, and is empty (one dict lookup skipped per request) while nothing 
 
 from __future__ import annotations
 
+import calendar
 import datetime
 import functools
 from email.utils import format_datetime
@@ -31,6 +32,10 @@ _OPERATIONS = {
 }
 
 
+class DocumentError(ValueError):
+    """The document's deprecations break docs/versions.md's rules: one line that says which."""
+
+
 def _moment(value: Any, field: str, operation_id: str) -> datetime.datetime:
     """A date (or date-time) of the document as an aware UTC datetime."""
     if isinstance(value, str):
@@ -39,18 +44,32 @@ def _moment(value: Any, field: str, operation_id: str) -> datetime.datetime:
         return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
     if isinstance(value, datetime.date):
         return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC)
-    raise ValueError(f"{operation_id} is deprecated: {field} must be a date (YYYY-MM-DD), not {value!r}")
+    raise DocumentError(f"{operation_id} is deprecated: {field} must be a date (YYYY-MM-DD), not {value!r}")
+
+
+def _six_months_after(moment: datetime.datetime) -> datetime.datetime:
+    """The same day six calendar months later (the month's last day where it has fewer days)."""
+    months = moment.month - 1 + 6
+    year, month = moment.year + months // 12, months % 12 + 1
+    return moment.replace(year=year, month=month, day=min(moment.day, calendar.monthrange(year, month)[1]))
 
 
 def headers_of(operation: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The headers that announce one deprecated operation of the document."""
+    """The headers that announce one deprecated operation of the document. A sunset earlier than
+    six months after the deprecation raises DocumentError: docs/versions.md promises clients that."""
     operation_id = operation.get("operationId", "?")
     since = _moment(operation.get("x-deprecated-since"), "x-deprecated-since", operation_id)
     headers = [("Deprecation", f"@{int(since.timestamp())}")]
     if "x-sunset" in operation:
-        headers.append(
-            ("Sunset", format_datetime(_moment(operation["x-sunset"], "x-sunset", operation_id), usegmt=True))
-        )
+        sunset = _moment(operation["x-sunset"], "x-sunset", operation_id)
+        earliest = _six_months_after(since)
+        if sunset < earliest:
+            raise DocumentError(
+                f"{operation_id} is deprecated: its x-sunset {sunset.date()} is earlier than six"
+                f" months after its x-deprecated-since {since.date()} (docs/versions.md);"
+                f" the earliest is {earliest.date()}"
+            )
+        headers.append(("Sunset", format_datetime(sunset, usegmt=True)))
     link = operation.get("x-deprecation-link")
     if link:
         headers.append(("Link", f'<{link}>; rel="deprecation"; type="text/html"'))
@@ -70,7 +89,7 @@ def table() -> dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]]:
              if operation_id in deprecated}  # fmt: skip
     unknown = set(deprecated) - {operation_id for operation_id, _ in found.values()}
     if unknown:
-        raise ValueError(f"deprecated operations the service does not route: {sorted(unknown)}")
+        raise DocumentError(f"deprecated operations the service does not route: {sorted(unknown)}")
     return found
 
 
@@ -83,7 +102,7 @@ ACTIVE: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
 
 def prepare() -> None:
     """At the blueprint's registration: read the document's deprecations (a deprecated operation
-    without its date raises ValueError, and the app does not start)."""
+    without its date raises DocumentError, and the app does not start)."""
     global ACTIVE
     ACTIVE = table()
 

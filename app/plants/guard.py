@@ -17,6 +17,7 @@ from app.auth.watch_tickets import TICKET_CALLER
 from app.errors import RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response
+from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
 from app.store import StoreUnavailableError
@@ -29,6 +30,8 @@ def guard() -> Response | None:
     """The blueprint's before_request: refuse here, or let the view run."""
     req = request._get_current_object()  # type: ignore[attr-defined]
     environ = req.environ
+    if environ.get("PATH_INFO", "")[1:2] == "/":  # inline: the guard runs on every request
+        return doubled_leading_slash()
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         start_timer(environ)  # refusals are timed too

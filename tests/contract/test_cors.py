@@ -190,3 +190,17 @@ def test_a_preflight_through_gunicorn_is_a_bare_204():
     assert "Content-Type" not in headers
     assert "Content-Length" not in headers
     assert body == b""
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_the_probes_answer_a_page_on_a_listed_origin_without_cors(make_app, path):
+    """The probes are for orchestrators and load balancers, not pages: a browser's preflight gets
+    its 204 with Allow and no Access-Control-* header, so the browser keeps the page from reading
+    them (a degraded /readyz names the store's nodes and causes). A page asks its own backend."""
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    asked = preflight(client, path, "GET")
+    read = client.get(path, headers={"Origin": PAGE})
+    assert (asked.status_code, asked.headers["Allow"], read.status_code) == (204, "GET, HEAD, OPTIONS", 200)
+    for response in (asked, read):
+        assert not [name for name, _ in response.headers if name.startswith("Access-Control-")]
+        assert "Vary" not in response.headers

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
+import subprocess
+import sys
 
 import pytest
 
 from app import create_app
 from app.plants import deprecation, docs
 from tests.contract.test_metrics import samples
-from tests.servers import TOKEN
+from tests.servers import ROOT, TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SINCE = datetime.date(2026, 11, 27)
@@ -85,6 +88,56 @@ def test_a_deprecation_without_its_date_stops_the_start(marked):
     marked({})
     with pytest.raises(ValueError, match="getPlant is deprecated: x-deprecated-since must be a date"):
         create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN})
+
+
+@pytest.mark.parametrize(
+    ("since", "sunset", "earliest"),
+    [
+        ("2026-11-27", "2027-05-26", "2027-05-27"),
+        ("2026-08-31", "2027-02-27", "2027-02-28"),  # no 31st in February: its last day
+        ("2026-11-27", "2026-11-27", "2027-05-27"),
+    ],
+)
+def test_a_sunset_earlier_than_six_months_after_the_deprecation_stops_the_start(
+    marked, since, sunset, earliest
+):
+    """docs/versions.md: a deprecated operation is served at least six months more."""
+    marked({"x-deprecated-since": since, "x-sunset": sunset})
+    with pytest.raises(deprecation.DocumentError) as refused:
+        create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN})
+    assert str(refused.value) == (
+        f"getPlant is deprecated: its x-sunset {sunset} is earlier than six months after its"
+        f" x-deprecated-since {since} (docs/versions.md); the earliest is {earliest}"
+    )
+
+
+@pytest.mark.parametrize(("since", "sunset"), [("2026-11-27", "2027-05-27"), ("2026-08-31", "2027-02-28")])
+def test_a_sunset_six_months_after_the_deprecation_is_announced(marked, since, sunset):
+    marked({"x-deprecated-since": since, "x-sunset": sunset})
+    client = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()
+    expected = datetime.date.fromisoformat(sunset).strftime("%a, %d %b %Y 00:00:00 GMT")
+    assert client.get("/plants/1", headers=AUTH).headers["Sunset"] == expected
+
+
+def test_the_start_says_so_in_one_line():
+    """Started as gunicorn starts a worker (importing wsgi.py), with such an edit of the document
+    (made to the parsed document, which the app reads once): one line, no traceback."""
+    edit = {"deprecated": True, "x-deprecated-since": "2026-11-27", "x-sunset": "2027-01-01"}
+    loader = (
+        "from app.plants import docs; "
+        f"docs._document()['paths']['/plants/{{id}}']['get'].update({edit!r}); import wsgi"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", loader],
+        cwd=ROOT, env={**os.environ, "PLANTS_API_TOKENS": TOKEN}, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "Plant Store: the interface document is refused: getPlant is deprecated: its x-sunset 2027-01-01 is"
+        " earlier than six months after its x-deprecated-since 2026-11-27 (docs/versions.md); the earliest"
+        " is 2027-05-27"
+    ]
 
 
 def test_the_shipped_document_deprecates_nothing_yet():

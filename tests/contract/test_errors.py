@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
 from app import create_app
+from app.plants.routes import ROUTES
 from app.store import Plant
 from tests.helpers import error_of
 
@@ -33,12 +35,47 @@ def test_unknown_path_is_json_404(client, auth, path):
     ],
 )
 def test_a_doubled_slash_inside_a_path_is_a_json_error_not_an_html_redirect(client, auth, method, path):
-    """werkzeug would answer a 308 in HTML whose Location echoes the query (a watch ticket too).
-    A 404, or a 405 where werkzeug's matcher saw the merged path's other methods."""
+    """werkzeug would answer a 308 in HTML whose Location echoes the query (a watch ticket too),
+    or a 405 naming the merged path's methods."""
     response = client.open(path + "?ticket=plwt_AAAA", method=method, headers=auth)
-    assert response.status_code in (404, 405)
-    error_of(response, response.status_code)
+    error_of(response, 404)
     assert "Location" not in response.headers
+
+
+#: Every operation of the service once: its method, and its rule with each variable part filled in.
+EVERY_ROUTE = [
+    *[(route.method, re.sub(r"<[^>]+>", "1", route.rule)) for route in ROUTES],
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), EVERY_ROUTE)
+@pytest.mark.parametrize("slashes", ["//", "///"])
+def test_a_path_that_starts_with_a_doubled_slash_is_a_json_404(client, auth, store, method, path, slashes):
+    """werkzeug's router strips leading slashes: `//plants` would be `/plants`. Nothing is done."""
+    response = client.open(
+        "/",
+        method=method,
+        json={"id": 1, "name": "Fern"},
+        headers=auth,
+        environ_overrides={"PATH_INFO": slashes + path[1:]},
+    )
+    error_of(response, 404)
+    assert "Location" not in response.headers
+    assert store.get(1) is None
+
+
+@pytest.mark.parametrize(
+    "path", ["//plants", "//plants/1", "/plants//1", "/plants/", "/plants/1/", "/healthz/"]
+)
+def test_a_preflight_to_a_path_with_a_doubled_or_trailing_slash_is_a_json_404(client, path):
+    response = client.options(
+        "/",
+        headers={"Origin": "https://page.example", "Access-Control-Request-Method": "GET"},
+        environ_overrides={"PATH_INFO": path},
+    )
+    error_of(response, 404)
 
 
 @pytest.mark.parametrize("host", ["hooks..example", ".example", f"{'a' * 64}.example", "a..b:8000"])

@@ -91,35 +91,81 @@ def test_a_generated_client_creates_a_plant(either_worker, generated_client):
         assert conflict.parsed.error == 409
 
 
-def test_openapi_generators_python_client_imports_and_creates_a_plant(gunicorns, tmp_path, monkeypatch):
-    server = gunicorns("memory")
-    document = served_document(server, tmp_path)
+@pytest.fixture(scope="session")
+def openapi_generator_package(tmp_path_factory) -> tuple[Path, bytes]:
+    """openapi-generator's `python` client, generated once for the session (the jar takes tens of
+    seconds) from the document every server serves; its tests check the served bytes are these."""
+    from app import create_app
+
+    body = create_app({"PLANTS_API_TOKENS": TOKEN}).test_client().get("/openapi.json").get_data()
+    directory = tmp_path_factory.mktemp("openapi-generator")
+    document = directory / "openapi.json"
+    document.write_bytes(body)
     result = subprocess.run(
         [str(Path(sys.executable).parent / "openapi-generator-cli"), "generate", "-g", "python",
-         "-i", str(document), "-o", str(tmp_path / "generated"), "--package-name", "plants_generated"],
+         "-i", str(document), "-o", str(directory / "generated"), "--package-name", "plants_generated"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     # One API class for the paths: nothing generated over it (a 3.1 `webhooks` section was).
     assert "FILEPATH_COLLISION" not in output, output[-3000:]
-    for source in (tmp_path / "generated").rglob("*.py"):
+    for source in (directory / "generated").rglob("*.py"):
         py_compile.compile(str(source), doraise=True)
-    monkeypatch.syspath_prepend(str(tmp_path / "generated"))
-    try:
-        generated = importlib.import_module("plants_generated")
-        configuration = generated.Configuration(host=url_of(server), access_token=TOKEN)
-        with generated.ApiClient(configuration) as client:
-            api = generated.DefaultApi(client)
-            created = api.add_plant(generated.NewPlant(id=61_004, name="Fern", tag="generator"))
-            assert (created.name, created.tag) == ("Fern", "generator")
-            assert api.get_plant(61_004).name == "Fern"
-            with pytest.raises(generated.ApiException) as conflict:
-                api.add_plant(generated.NewPlant(id=61_004, name="Other"))
-            assert conflict.value.status == 409
-    finally:
-        for name in [name for name in sys.modules if name.startswith("plants_generated")]:
-            del sys.modules[name]
+    return directory / "generated", body
+
+
+@pytest.fixture
+def openapi_generator_client(openapi_generator_package, monkeypatch):
+    directory, _ = openapi_generator_package
+    monkeypatch.syspath_prepend(str(directory))
+    yield importlib.import_module("plants_generated")
+    for name in [name for name in sys.modules if name.startswith("plants_generated")]:
+        del sys.modules[name]
+
+
+#: A page of the feed as a later minor version may send it: a type this version does not know.
+LATER_EVENTS = {
+    "events": [
+        {"type": "plant.moved", "plant": {"id": 7, "name": "Fern"}, "time": "2027-01-02T03:04:05.678Z"},
+        {"type": "plant.created", "plant": {"id": 8, "name": "Moss"}, "time": "2027-01-02T03:04:05.679Z"},
+    ],
+    "next": "abc",
+}
+
+
+def test_openapi_generators_python_client_imports_and_creates_a_plant(
+    gunicorns, openapi_generator_package, openapi_generator_client, tmp_path
+):
+    server = gunicorns("memory")
+    assert json.loads(served_document(server, tmp_path).read_bytes()) == json.loads(
+        openapi_generator_package[1]
+    )
+    generated = openapi_generator_client
+    configuration = generated.Configuration(host=url_of(server), access_token=TOKEN)
+    with generated.ApiClient(configuration) as client:
+        api = generated.DefaultApi(client)
+        created = api.add_plant(generated.NewPlant(id=61_004, name="Fern", tag="generator"))
+        assert (created.name, created.tag) == ("Fern", "generator")
+        assert api.get_plant(61_004).name == "Fern"
+        with pytest.raises(generated.ApiException) as conflict:
+            api.add_plant(generated.NewPlant(id=61_004, name="Other"))
+        assert conflict.value.status == 409
+
+
+def test_openapi_generators_python_client_reads_an_event_type_it_does_not_know(openapi_generator_client):
+    """A new event type is additive (docs/versions.md): the document's type is open, so a client
+    generated from today's document reads a later version's feed and webhook deliveries."""
+    generated = openapi_generator_client
+    page = generated.EventPage.from_json(json.dumps(LATER_EVENTS))
+    assert [(event.type, event.plant.id) for event in page.events] == [
+        ("plant.moved", 7),
+        ("plant.created", 8),
+    ]
+    delivery = generated.WebhookEvent.from_dict(
+        {"type": "plant.moved", "timestamp": "2027-01-02T03:04:05Z", "data": {"id": 7, "name": "Fern"}}
+    )
+    assert delivery.type == "plant.moved"
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +304,7 @@ def test_a_generated_client_changes_a_plant_under_if_match(either_worker, genera
 
 def test_a_generated_client_follows_the_change_feed(either_worker, generated_client):
     from plant_store_client.api.default import add_plant, delete_plant, list_events
-    from plant_store_client.models import EventPage, EventType, NewPlant
+    from plant_store_client.models import EventPage, NewPlant
 
     client = generated_client.AuthenticatedClient(base_url=url_of(either_worker), token=TOKEN)
     with client:
@@ -272,7 +318,27 @@ def test_a_generated_client_follows_the_change_feed(either_worker, generated_cli
         page = list_events.sync_detailed(client=client, after=now.parsed.next_, limit=1000)
         mine = [event for event in page.parsed.events if event.plant.id == 61003]
         assert [(event.type_, event.plant.name, event.plant.tag) for event in mine] == [
-            (EventType.PLANT_CREATED, "Fern", "feed"),
-            (EventType.PLANT_DELETED, "Fern", "feed"),
+            ("plant.created", "Fern", "feed"),
+            ("plant.deleted", "Fern", "feed"),
         ]
         assert mine[0].time <= mine[1].time  # parsed as datetimes
+
+
+def test_a_generated_client_reads_an_event_type_it_does_not_know(generated_package, monkeypatch):
+    """As above, for openapi-python-client's client."""
+    monkeypatch.syspath_prepend(str(generated_package[0]))
+    try:
+        from plant_store_client.models import EventPage, WebhookEvent
+
+        page = EventPage.from_dict(LATER_EVENTS)
+        assert [(event.type_, event.plant.id) for event in page.events] == [
+            ("plant.moved", 7),
+            ("plant.created", 8),
+        ]
+        delivery = WebhookEvent.from_dict(
+            {"type": "plant.moved", "timestamp": "2027-01-02T03:04:05Z", "data": {"id": 7, "name": "Fern"}}
+        )
+        assert delivery.type_ == "plant.moved"
+    finally:
+        for name in [name for name in sys.modules if name.startswith("plant_store_client")]:
+            del sys.modules[name]

@@ -29,6 +29,14 @@ def test_create_retry_and_conflict(either_worker):
     assert_error(*call(either_worker.connection(), "POST", "/plants", {**plant, "name": "Other"}, AUTH), 409)
 
 
+@pytest.mark.parametrize(
+    "path", ["//plants", "//plants/1", "/plants//1", "//healthz", "//events", "/plants/"]
+)
+def test_a_doubled_or_trailing_slash_is_a_json_404_through_the_server(either_worker, path):
+    """The server passes the path as sent (no merged slashes), and the app refuses it."""
+    assert_error(*call(either_worker.connection(), "GET", path, headers=AUTH), 404)
+
+
 def test_authentication_rows(either_worker):
     status, headers, body = call(either_worker.connection(), "POST", "/plants", {"id": 1002, "name": "Fern"})
     assert_error(status, headers, body, 401)
