@@ -85,7 +85,7 @@ def test_text_lines_of_a_request_carry_its_id(tmp_path):
     finally:
         server.stop()
     assert re.fullmatch(
-        rf"{TIME.pattern} \[\d+\] \[WARNING\] app\.plants\.guard: .* request_id={request_id}", warning
+        rf"{TIME.pattern} \[\d+\] \[WARNING\] app\.extension: .* request_id={request_id}", warning
     )
     assert re.fullmatch(
         rf"{TIME.pattern} \[\d+\] \[INFO\] gunicorn\.access: .* request_id={request_id}", access
