@@ -3,7 +3,9 @@
 - **The cap.** At most `worker_connections` connections (lowered at start to what the open-file
   limit allows, with one line that says so); a connection lingering after its close does not
   count against it (those are bounded apart, and displaced first when descriptors run short).
-  At the cap, a new client displaces the connection making the least progress (displacement.py);
+  Past the cap, the client just accepted displaces the connection making the least progress
+  (displacement.py), never itself: N newcomers displace N connections at most. Waiting answers
+  (watches, parking.py) are never displaced, so they hold a share of the cap (`watch_limit`);
 - **descriptors run out** (EMFILE, ENFILE on accept): one connection is displaced in the same
   order and accepting goes on; with none to displace, accepting pauses for `ACCEPT_PAUSE`. One
   line is logged per `LOG_PERIOD` at most, with the count.
@@ -35,6 +37,18 @@ FD_RESERVE = 128
 #: Out of descriptors with nothing to displace: accepting pauses this long.
 ACCEPT_PAUSE = 0.5
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+#: The share of the connection cap that answers waiting for the feed (watches) may hold at most;
+#: the rest, and at least one more than the request threads, is kept for every other request.
+WATCH_SHARE = 0.9
+
+
+def watch_limit(cap: int, threads: int) -> int:
+    """The watches a worker holds at once: a parked watch is never displaced, so they may hold
+    `WATCH_SHARE` of the cap, leaving at least `threads + 1` connections that a new client can
+    displace (a request being served, at most one per thread, is not displaced either)."""
+    return max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
 
 
 def connection_cap(asked: int, log: Any) -> tuple[int, int]:
@@ -106,20 +120,9 @@ class Admission:
     def _accept_all(self, listener: socket.socket) -> None:
         registry = self._registry
         for _ in range(ACCEPT_BATCH):
-            evicted = None
             with registry.lock:
                 if not registry.accepting:  # stopping, or paused: the next worker takes the client
                     return
-                counted = len(registry.conns) - registry.lingering
-                if counted >= self.max_connections or len(registry.conns) >= self._fd_room:
-                    # At the cap, a waiting client (the listener woke us) takes another's place;
-                    # with none to spare, accepting stops until a connection closes.
-                    evicted = registry.evict(lingering=counted < self.max_connections)
-                    if evicted is None:
-                        registry.set_accepting(False)
-                        return
-            if evicted is not None:
-                evicted.close()
             try:
                 client_sock, client_addr = listener.accept()
             except OSError as e:
@@ -132,6 +135,24 @@ class Admission:
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
             conn.deadline = time.monotonic() + self._first_wait
             registry.add(conn)
+            if not self._make_room(conn):
+                return
+
+    def _make_room(self, accepted: Conn) -> bool:
+        """Past the cap with the connection just accepted, displace one other (never it): so N
+        newcomers displace N connections at most. With none to displace, the worker holds one
+        more than its cap until a connection closes, and accepting stops (False) till then."""
+        registry = self._registry
+        with registry.lock:
+            counted = len(registry.conns) - registry.lingering
+            if counted <= self.max_connections and len(registry.conns) <= self._fd_room:
+                return True
+            evicted = registry.evict(lingering=counted <= self.max_connections, spare=accepted)
+            if evicted is None:
+                registry.set_accepting(False)
+                return False
+        evicted.close()
+        return True
 
     def _out_of_descriptors(self, error: OSError) -> None:
         """accept() found no descriptor: displace a connection for the next client, or with

@@ -281,10 +281,10 @@ class Conn:
         """Close the connection, and end its waiting answer if it has one (its watch's place is
         given back), whichever way the connection ends: its client left, a send failed, or a
         deadline passed."""
-        parked, self.parked = self.parked, None
+        parked = self.context.registry.unpark(self)
         log = self.context.log
-        if parked is not None:
-            parked.close(log)
+        if parked is not None:  # left before its end: its access line now
+            parked.left(log)
         # Forgotten before it is closed: once closed, its number can be reused by the next accept.
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):

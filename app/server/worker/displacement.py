@@ -40,11 +40,11 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, conn.idle_since)
 
 
-def least_progress(conns: Iterable[Conn], now: float, lingering: bool) -> Conn | None:
-    """The connection to displace first; a lingering one only if `lingering`."""
+def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Conn | None) -> Conn | None:
+    """The connection to displace first; a lingering one only if `lingering`; never `spare`."""
     victim, least = None, None
     for conn in conns:
-        if conn.lingering and not lingering:
+        if (conn.lingering and not lingering) or conn is spare:
             continue
         going = progress(conn, now)
         if going is not None and (least is None or going < least):

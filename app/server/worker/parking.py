@@ -37,6 +37,7 @@ class Parked:
     started: float
     head_sent: bool = False
     wake: Any = None
+    sent: int = 0  # a stream's bytes sent so far (its events), for the access line
 
     @property
     def chunked(self) -> bool:
@@ -54,6 +55,17 @@ class Parked:
                 close()
             except Exception:
                 log.exception("Error closing a waiting answer")
+
+    def left(self, log: Any) -> None:
+        """The access line of an answer its client left (or that timed out) before its end: the
+        status it began with and the bytes sent, or nginx's 499 when nothing was sent yet."""
+        self.close(log)
+        answer = self.answer
+        if self.head_sent:
+            answer.sent = self.sent
+        else:
+            answer.status, answer.sent = "499 Client Closed Request", 0
+        log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
 
 
 def parkable(result: Any) -> bool:
@@ -104,6 +116,7 @@ class Parking:
                 # One chunk a turn: it goes out before the next is asked for, so a stream holds
                 # at most one chunk here, and a long one waits its turn behind other connections.
                 out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
+                parked.sent += len(chunk)
                 if self._send_stream(conn, out):
                     self._yield_turn(conn)
                 return  # else the rest waits for the socket, and the next step follows the flush
@@ -174,9 +187,8 @@ class Parking:
             conn.close()
 
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
-        parked = conn.parked
+        parked = self._registry.unpark(conn)
         assert parked is not None
-        conn.parked = None
         parked.close(self._log)
         keep_alive = False
         if failed and not parked.head_sent:
@@ -188,6 +200,7 @@ class Parking:
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
+            parked.answer.sent = parked.sent
         else:
             keep_alive = parked.keep_alive and self._alive()
             data, keep_alive = parked.answer.encode(parked.request.method, keep_alive, self._date.now())

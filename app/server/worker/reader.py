@@ -38,9 +38,10 @@ IDLE, HEAD, BODY = 0, 1, 2
 class Refusal(Exception):
     """A request the worker answers itself, then closes the connection."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
+        self.retry_after = retry_after  # seconds, for a Retry-After field
 
 
 class Limits:

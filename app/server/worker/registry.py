@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.server.worker.budget import Budget
 from app.server.worker.displacement import IDLE_GRACE, least_progress
@@ -61,6 +61,11 @@ class Registry:
         self.accepting = False
         self.paused_until = 0.0  # out of descriptors (admission.py): no accepting before this
         self.lingering = 0
+        # Answers that wait (parking.py) hold a connection each, and are never displaced: they may
+        # hold a share of the cap only (admission.py's `watch_limit`), so that plain requests always
+        # find a connection to displace.
+        self.watches = 0
+        self.watch_limit = 0
 
     def set_accepting(self, accepting: bool) -> None:
         """Register the listeners on the epoll, or not. Called with the lock held."""
@@ -95,15 +100,18 @@ class Registry:
             self._idle.pop(fd, None)
         return conn
 
-    def evict(self, lingering: bool = False) -> Conn | None:
+    def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
         """Called with the lock held at the cap: the connection to close for a new one, taken up
-        (busy), or None when there is none to displace. A lingering one only if `lingering`."""
+        (busy), or None when there is none to displace. A lingering one only if `lingering`; never
+        `spare` (the connection just accepted)."""
         now = time.monotonic()
         oldest = next(iter(self._idle.values()), None)
+        if oldest is spare:  # the client just accepted is the one that needs the room
+            oldest = None
         if not lingering and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
             victim: Conn | None = oldest  # no progress at all, and the longest so: no need to look further
         else:
-            victim = least_progress(self.conns.values(), now, lingering)
+            victim = least_progress(self.conns.values(), now, lingering, spare)
         if victim is not None:
             victim.busy = True
             self._idle.pop(victim.fd, None)
@@ -146,6 +154,22 @@ class Registry:
         """Arm the connection for `events` (a parked one's, parking.py)."""
         with contextlib.suppress(OSError, ValueError):  # closed meanwhile
             self.epoll.modify(conn.fd, events)
+
+    def admit_watch(self) -> bool:
+        """Take a place for an answer that waits; False when the watches' share is full."""
+        with self.lock:
+            if self.watches >= self.watch_limit:
+                return False
+            self.watches += 1
+            return True
+
+    def unpark(self, conn: Conn) -> Any:
+        """The connection's waiting answer, taken off it (its place given back); None if none."""
+        with self.lock:
+            parked, conn.parked = conn.parked, None
+            if parked is not None:
+                self.watches -= 1
+        return parked
 
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""

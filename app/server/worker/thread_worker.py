@@ -31,7 +31,7 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.admission import Admission, connection_cap
+from app.server.worker.admission import Admission, connection_cap, watch_limit
 from app.server.worker.budget import MEMORY_BUDGET, Budget
 from app.server.worker.connection import Conn, Context
 from app.server.worker.parking import Parking
@@ -67,6 +67,7 @@ class ThreadWorker(base.Worker):
         date = HttpDate()
         cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
+        self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
         self.parking = Parking(self.registry, log, self.read_timeout, date, alive)
         self.serving = Serving(self, self.registry, self.parking, date, cap[0])
         limits = self._limits()
