@@ -1,6 +1,6 @@
 """The gunicorn worker for the Plant Store service: request threads that never wait on a client.
 
-`worker_class = "app.server.worker.ThreadWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
+`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
 worker class on gunicorn's public worker API only, as uvicorn's `UvicornWorker` is: it uses the
 settings (`cfg`), the listening `sockets`, `log`, `notify()`, `alive`, the loaded `wsgi` app, and
 gunicorn's server hooks and signal handling as the base class sets them up. Like
@@ -47,8 +47,9 @@ DEFAULT_MAX_BODY = 64 * 1024
 MAX_HEAD = 64 * 1024
 
 
-class ThreadWorker(base.Worker):
-    """`threads` request threads sharing one epoll; see the module docstring."""
+class PlantsWorker(base.Worker):
+    """`threads` request threads sharing one epoll; see the module docstring. Its own name:
+    `ThreadWorker` is gunicorn's gthread worker's."""
 
     #: Seconds a client has to send a request's head, its body, or to take its answer
     #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
