@@ -86,7 +86,7 @@ class ServerSettingsSchema(Schema):
     GUNICORN_WORKER_CLASS = Setting("app.server.worker.PlantsWorker")
     GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1)
     GUNICORN_READ_TIMEOUT = ServerNumber("10", float, "a number of seconds", 0.1)
-    #: MiB a worker holds for its clients at most (app/server/worker/budget.py).
+    #: MiB a worker holds for its clients at most (app/server/worker/loop.py).
     GUNICORN_MEMORY_BUDGET = ServerNumber("64", int, "a whole number of MiB", 1)
     GUNICORN_KEEPALIVE = ServerNumber("75", int, "a whole number of seconds", 0)
     GUNICORN_GRACEFUL_TIMEOUT = ServerNumber("30", int, "a whole number of seconds", 0)

@@ -16,9 +16,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker import refusals
+from app.server.worker.connection import PARKED
+from app.server.worker.connection import WRITE as WAKE
+from app.server.worker.loop import Registry
 from app.server.worker.reader import Request
-from app.server.worker.registry import PARKED, Registry
-from app.server.worker.registry import WRITE as WAKE
 from app.server.worker.response import HOP_BY_HOP, Answer, HttpDate
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class Parking:
             conn.busy = False
             registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
-            # read timeout is closed (registry.py), to reconnect from its last id.
+            # read timeout is closed (loop.py), to reconnect from its last id.
             conn.deadline = time.monotonic() + self._read_timeout
             registry.modify(conn, WAKE)
 

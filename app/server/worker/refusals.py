@@ -21,7 +21,7 @@ def encode(refusal: Refusal) -> bytes:
 
 
 def watches_full(limit: int) -> Refusal:
-    """A watch past the worker's share of its connections (admission.py's `watch_limit`)."""
+    """A watch past the worker's share of its connections (loop.py's `watch_limit`)."""
     message = (
         f"Service Unavailable: this server holds as many watches of the feed as it may ({limit});"
         " retry shortly, or poll."

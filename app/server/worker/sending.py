@@ -31,7 +31,7 @@ class Outgoing:
         self.body: Any = None  # the rest of an answer, sent as the client takes it (body.py)
         self.close_after = False
         self.started = 0.0  # when the answer being sent began, and its bytes taken so far,
-        self.sent = 0  # for the choice of whom to displace (displacement.py)
+        self.sent = 0  # for the choice of whom to displace (loop.py)
 
     def send_now(self, view: memoryview) -> int | None:
         """What the socket takes of `view` without waiting; None when the client has gone."""

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from app.server.worker import refusals
 from app.server.worker.body import HOLD_BYTES, FileBody, IterBody, close_body
 from app.server.worker.environ import EnvironBuilder
+from app.server.worker.loop import Registry
 from app.server.worker.parking import Parked, Parking, parkable
 from app.server.worker.reader import Refusal, Request
-from app.server.worker.registry import Registry
 from app.server.worker.response import Answer, HttpDate
 
 if TYPE_CHECKING:

@@ -11,13 +11,13 @@ the app is theirs, on httptools:
   WSGI environ is built from that reading (environ.py). Framing errors are a JSON 400 and close.
 - **No slow client holds a thread.** Sockets are non-blocking; each connection is one protocol
   object (connection.py), and a request thread takes a request only once all of it has arrived,
-  and leaves an answer that the client does not take at once to the epoll (registry.py). Heads,
+  and leaves an answer that the client does not take at once to the epoll (loop.py). Heads,
   bodies and answers have deadlines (408 and close).
 - **Fair.** One request per connection per turn; a pipelining client waits its turn.
 - **One send per answer.** Status line, headers and body go out in one write (response.py).
 
-The parts: `Registry` (the connections on the epoll, with the memory budget, budget.py),
-`Admission` (accepting, the cap, descriptors running out: admission.py), `Parking` (answers that
+The parts: `Registry` (the connections on the epoll, with the memory budget) and
+`Admission` (accepting, the cap, descriptors running out), both in loop.py, `Parking` (answers that
 wait: parking.py), `Serving` (the app, for one whole request: serving.py), and a `Conn` per
 connection. It serves plain HTTP/1.1: TLS ends at the reverse proxy.
 """
@@ -31,12 +31,18 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.admission import Admission, connection_cap, watch_limit
-from app.server.worker.budget import MEMORY_BUDGET, Budget
 from app.server.worker.connection import Conn, Context
+from app.server.worker.loop import (
+    MEMORY_BUDGET,
+    STOP_LINGER,
+    Admission,
+    Budget,
+    Registry,
+    connection_cap,
+    watch_limit,
+)
 from app.server.worker.parking import Parking
 from app.server.worker.reader import Limits
-from app.server.worker.registry import STOP_LINGER, Registry
 from app.server.worker.response import HttpDate
 from app.server.worker.serving import Serving
 
