@@ -365,7 +365,8 @@ def test_newcomers_at_a_full_cap_displace_as_many_others_at_most_and_none_is_res
             time.sleep(0.3)
             states = [connection_state(sock) for sock in waiting]
             assert "reset" not in states
-            assert 1 <= states.count("closed") <= arrived, states
+            # (the start-up probe's connection, if not closed yet, may be the one displaced)
+            assert states.count("closed") <= arrived, states
         assert [connection_state(sock) for sock in watches] == ["open"] * 17
     finally:
         for sock in watches + waiting:
