@@ -1,5 +1,5 @@
 """One client connection and its protocol (`Conn`): its socket, its reader (reader.py), its
-answer on the way out (sending.py), its deadline, and the turns a request thread takes on it.
+answer on the way out (answer.py's `Outgoing`), its deadline, and the turns a request thread takes on it.
 
 Every request thread waits on the worker's one epoll, where each connection is registered with
 `EPOLLONESHOT` (loop.py): the kernel hands each ready connection to exactly one thread, for
@@ -29,10 +29,8 @@ import time
 from select import EPOLLRDHUP
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.server.worker import refusals
-from app.server.worker.body import close_body
-from app.server.worker.reader import BODY, IDLE, Limits, Reader, Refusal, Request
-from app.server.worker.sending import DONE, WAITING, Outgoing
+from app.server.worker.answer import DONE, WAITING, Outgoing, close_body
+from app.server.worker.reader import BODY, IDLE, TIMED_OUT, Limits, Reader, Refusal, Request, encode_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -200,7 +198,7 @@ class Conn:
 
     def _refuse(self, refusal: Refusal) -> None:
         self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
-        self.answer(refusals.encode(refusal), keep_alive=False)
+        self.answer(encode_refusal(refusal), keep_alive=False)
 
     def answer(self, data: bytes, keep_alive: bool) -> None:
         """Send an answer on this connection, which this thread holds (busy), then hand it back.
@@ -265,7 +263,7 @@ class Conn:
                 self.context.read_timeout,
             )
             with contextlib.suppress(OSError):
-                self.sock.send(refusals.encode(refusals.TIMED_OUT))
+                self.sock.send(encode_refusal(TIMED_OUT))
             self.close_gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             self.close()

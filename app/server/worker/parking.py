@@ -15,12 +15,11 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker import refusals
+from app.server.worker.answer import HOP_BY_HOP, Answer, HttpDate
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
 from app.server.worker.loop import Registry
-from app.server.worker.reader import Request
-from app.server.worker.response import HOP_BY_HOP, Answer, HttpDate
+from app.server.worker.reader import APP_ERROR, Request, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -194,7 +193,7 @@ class Parking:
         keep_alive = False
         if failed and not parked.head_sent:
             parked.answer.status = "500 Internal Server Error"
-            data = refusals.encode(refusals.APP_ERROR)
+            data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
             if not parked.head_sent:
                 out.insert(0, stream_head(parked))

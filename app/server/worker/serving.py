@@ -1,10 +1,10 @@
 """Running the app for one whole request (`Serving`, one per worker): its environ, gunicorn's
 `pre_request` and `post_request` hooks, the access log, and the answer's bytes.
 
-An answer is encoded whole when it is small (response.py). One too large to hold, or a file,
-leaves its rest as the connection's `outgoing.body`, sent as the client takes it (body.py). An
+An answer is encoded whole when it is small (answer.py). One too large to hold, or a file,
+leaves its rest as the connection's `outgoing.body`, sent as the client takes it (answer.py). An
 iterable that can wait is parked instead (parking.py). An app error before anything was sent is
-the JSON 500 (refusals.py), and the connection closes.
+the JSON 500 (reader.py's refusals), and the connection closes.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker import refusals
-from app.server.worker.body import HOLD_BYTES, FileBody, IterBody, close_body
+from app.server.worker.answer import HOLD_BYTES, Answer, FileBody, HttpDate, IterBody, close_body
 from app.server.worker.environ import EnvironBuilder
 from app.server.worker.loop import Registry
 from app.server.worker.parking import Parked, Parking, parkable
-from app.server.worker.reader import Refusal, Request
-from app.server.worker.response import Answer, HttpDate
+from app.server.worker.reader import APP_ERROR, Refusal, Request, encode_refusal, watches_full
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -53,7 +51,7 @@ class Serving:
         try:
             environ = self.environs.build(conn, request)
         except Refusal as refusal:
-            return refusals.encode(refusal), False
+            return encode_refusal(refusal), False
         worker = self._worker
         log = self._log
         answer = Answer()
@@ -76,7 +74,7 @@ class Serving:
                     self._parking.step(conn)
                     return None
                 _close(result)  # its place in the app's own count is given back
-                data, keep_alive = self._refuse(answer, refusals.watches_full(registry.watch_limit))
+                data, keep_alive = self._refuse(answer, watches_full(registry.watch_limit))
             else:
                 data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
         except Exception:
@@ -85,7 +83,7 @@ class Serving:
             if body is not None:
                 close_body(body, log)
             log.exception("Error handling request %s %s", request.method, request.path)
-            data, keep_alive = self._refuse(answer, refusals.APP_ERROR)
+            data, keep_alive = self._refuse(answer, APP_ERROR)
         log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
         try:
             self._post_request(worker, request, environ, answer)
@@ -96,7 +94,7 @@ class Serving:
     @staticmethod
     def _refuse(answer: Answer, refusal: Refusal) -> tuple[bytes, bool]:
         """The worker's own answer in place of the app's (the access line reads `answer`)."""
-        data = refusals.encode(refusal)
+        data = encode_refusal(refusal)
         answer.status, answer.headers = f"{refusal.status} {refusal.reason}", []
         answer.sent = len(data) - data.index(b"\r\n\r\n") - 4
         return data, False

@@ -14,7 +14,7 @@ the app is theirs, on httptools:
   and leaves an answer that the client does not take at once to the epoll (loop.py). Heads,
   bodies and answers have deadlines (408 and close).
 - **Fair.** One request per connection per turn; a pipelining client waits its turn.
-- **One send per answer.** Status line, headers and body go out in one write (response.py).
+- **One send per answer.** Status line, headers and body go out in one write (answer.py).
 
 The parts: `Registry` (the connections on the epoll, with the memory budget) and
 `Admission` (accepting, the cap, descriptors running out), both in loop.py, `Parking` (answers that
@@ -31,6 +31,7 @@ from functools import partial
 
 from gunicorn.workers import base
 
+from app.server.worker.answer import HttpDate
 from app.server.worker.connection import Conn, Context
 from app.server.worker.loop import (
     MEMORY_BUDGET,
@@ -43,7 +44,6 @@ from app.server.worker.loop import (
 )
 from app.server.worker.parking import Parking
 from app.server.worker.reader import Limits
-from app.server.worker.response import HttpDate
 from app.server.worker.serving import Serving
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
