@@ -79,7 +79,7 @@ threads = _setting("GUNICORN_THREADS", _default_threads())
 # silence): post_worker_init hands it to the packaged worker.
 PACKAGED_WORKER_READ_TIMEOUT = _setting("GUNICORN_READ_TIMEOUT")
 # The bytes a worker holds for its clients at most: past it, the connections making the least
-# progress are displaced (app/server/worker/budget.py). Also handed over in post_worker_init.
+# progress are displaced (app/server/worker/loop.py). Also handed over in post_worker_init.
 PACKAGED_WORKER_MEMORY_BUDGET = _setting("GUNICORN_MEMORY_BUDGET") * 1024 * 1024
 
 # Behind a proxy that reuses upstream connections: keep idle ones open longer than the proxy

@@ -83,10 +83,10 @@ class ServerSettingsSchema(Schema):
     GUNICORN_BIND = Bind("127.0.0.1:8000")
     #: Unset: 1 with the in-memory store, 2 with a shared one (gunicorn_conf.py says why).
     #: The packaged worker; `gthread` (gunicorn's stock threaded worker) or any worker class name.
-    GUNICORN_WORKER_CLASS = Setting("app.server.worker.ThreadWorker")
+    GUNICORN_WORKER_CLASS = Setting("app.server.worker.PlantsWorker")
     GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1)
     GUNICORN_READ_TIMEOUT = ServerNumber("10", float, "a number of seconds", 0.1)
-    #: MiB a worker holds for its clients at most (app/server/worker/budget.py).
+    #: MiB a worker holds for its clients at most (app/server/worker/loop.py).
     GUNICORN_MEMORY_BUDGET = ServerNumber("64", int, "a whole number of MiB", 1)
     GUNICORN_KEEPALIVE = ServerNumber("75", int, "a whole number of seconds", 0)
     GUNICORN_GRACEFUL_TIMEOUT = ServerNumber("30", int, "a whole number of seconds", 0)

@@ -157,6 +157,8 @@ def test_at_the_connection_cap_a_new_client_takes_the_oldest_idle_ones_place():
         time.sleep(0.3)  # the start-up probe's connection has closed
         idle = server.connection()
         assert post(idle, {"id": 1, "name": "kept"}) == (200, {"name": "kept"})
+        silent = socket.create_connection(("127.0.0.1", server.port))  # the cap is reached
+        time.sleep(1.2)  # past the grace a new or just-answered connection has
         # Many rounds: a connection closing while another is accepted must not leave
         # accepting off with a slot free (a race this test once caught one run in five).
         for plant_id in range(2, 102):
@@ -165,6 +167,7 @@ def test_at_the_connection_cap_a_new_client_takes_the_oldest_idle_ones_place():
             conn.close()
         idle.sock.settimeout(5)
         assert idle.sock.recv(1) == b""  # it made room, and the service closed it
+        silent.close()
     finally:
         server.stop()
 
@@ -267,3 +270,132 @@ def test_memory_stays_flat_under_replays_and_refusals(tmp_path):
         server.stop()
     assert after_replays - baseline < 2048, (baseline, after_replays)
     assert after_refusals - baseline < 2048, (baseline, after_refusals)
+
+
+# --- watchers hold a share of the connection cap ------------------------------------------------
+
+STREAM = (
+    f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\n\r\n"
+)
+
+
+def open_watch(port: int) -> tuple[socket.socket, bytes]:
+    """A stream of the feed, once its head (or a refusal) has come."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(STREAM.encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head
+
+
+def connection_state(sock: socket.socket) -> str:
+    """`open`, `closed` (the server's FIN) or `reset`, reading what waits without blocking."""
+    sock.setblocking(False)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return "closed"
+    except BlockingIOError:
+        return "open"
+    except ConnectionResetError:
+        return "reset"
+    finally:
+        sock.setblocking(True)
+
+
+def test_watchers_hold_a_share_of_the_cap_and_an_honest_probe_is_always_served():
+    # 50 connections and 2 threads: 45 watches (90%) at most; past them a watch is a JSON 503.
+    server = Gunicorn(args=("--worker-connections", "50"), env={"GUNICORN_THREADS": "2"})
+    held: list[socket.socket] = []
+    try:
+        refused = 0
+        for _ in range(60):
+            sock, head = open_watch(server.port)
+            if head.startswith(b"HTTP/1.1 200 "):
+                held.append(sock)
+                continue
+            assert head.startswith(b"HTTP/1.1 503 "), head
+            assert b"\r\nRetry-After: 5\r\n" in head
+            body = head.partition(b"\r\n\r\n")[2]
+            while chunk := sock.recv(65536):
+                body += chunk
+            assert json.loads(body)["error"] == 503
+            refused += 1
+            sock.close()
+        assert (len(held), refused) == (45, 15)
+        # The honest probe: a new connection per request, 5 s to answer.
+        for plant_id in range(20):
+            conn = server.connection(timeout=5)
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().status == 200
+            conn.close()
+            conn = server.connection(timeout=5)
+            assert post(conn, {"id": plant_id, "name": "probe"}) == (200, {"name": "probe"})
+            conn.close()
+        assert [connection_state(sock) for sock in held] == ["open"] * 45
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_newcomers_at_a_full_cap_displace_as_many_others_at_most_and_none_is_reset():
+    # 20 connections, 2 threads: 17 watches; 3 connections that have sent nothing yet fill the cap.
+    server = Gunicorn(args=("--worker-connections", "20"), env={"GUNICORN_THREADS": "2"})
+    watches: list[socket.socket] = []
+    waiting: list[socket.socket] = []
+    try:
+        time.sleep(0.3)  # the start-up probe's connection has closed
+        for _ in range(17):
+            sock, head = open_watch(server.port)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            watches.append(sock)
+        waiting = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+        time.sleep(1.2)  # past the grace a new connection has
+        newcomers = 3
+        for arrived in range(1, newcomers + 1):
+            conn = server.connection(timeout=5)
+            conn.request("GET", "/healthz")  # a reset would raise here
+            assert conn.getresponse().status == 200
+            conn.close()
+            time.sleep(0.3)
+            states = [connection_state(sock) for sock in waiting]
+            assert "reset" not in states
+            # (the start-up probe's connection, if not closed yet, may be the one displaced)
+            assert states.count("closed") <= arrived, states
+        assert [connection_state(sock) for sock in watches] == ["open"] * 17
+    finally:
+        for sock in watches + waiting:
+            sock.close()
+        server.stop()
+
+
+def test_a_watch_its_client_leaves_gets_its_access_line():
+    server = Gunicorn(env={"PLANTS_EVENTS_HEARTBEAT": "1"})
+    try:
+        stream, head = open_watch(server.port)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        if not head.partition(b"\r\n\r\n")[2]:
+            assert stream.recv(65536)  # a heartbeat, at least
+        poll = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        wait = f"GET /events?after=now&wait=20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        poll.sendall(wait.encode())
+        time.sleep(0.5)
+        stream.close()
+        poll.close()
+        deadline = time.monotonic() + 10
+        while server.output().count('"GET /events') < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = [line for line in server.output().splitlines() if '"GET /events' in line]
+        stream_line = next(line for line in lines if '"GET /events HTTP/1.1"' in line)
+        status, sent = stream_line.split('HTTP/1.1" ')[1].split()[:2]
+        assert status == "200", stream_line
+        assert int(sent) > 0, stream_line  # the bytes of its events sent
+        # A long-poll left before its answer: nginx's 499, nothing sent.
+        assert any('"GET /events?after=now&wait=20 HTTP/1.1" 499 0 ' in line for line in lines), lines
+    finally:
+        server.stop()

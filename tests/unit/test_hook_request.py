@@ -7,8 +7,8 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
+from app.server.worker.answer import Answer
 from app.server.worker.reader import Limits, Reader
-from app.server.worker.response import Answer
 
 REQUESTS = [
     b"GET /plants?limit=5&tag=x HTTP/1.1\r\nHost: a\r\nX-Thing: 1\r\n\r\n",

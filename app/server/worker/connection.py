@@ -1,8 +1,8 @@
 """One client connection and its protocol (`Conn`): its socket, its reader (reader.py), its
-answer on the way out (sending.py), its deadline, and the turns a request thread takes on it.
+answer on the way out (answer.py's `Outgoing`), its deadline, and the turns a request thread takes on it.
 
 Every request thread waits on the worker's one epoll, where each connection is registered with
-`EPOLLONESHOT` (registry.py): the kernel hands each ready connection to exactly one thread, for
+`EPOLLONESHOT` (loop.py): the kernel hands each ready connection to exactly one thread, for
 one turn (`turn`). A turn makes progress or closes:
 
 - it reads once from the socket and feeds the bytes to the connection's parser; end-of-file in
@@ -23,23 +23,24 @@ through the `Context` every connection of the worker shares.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import time
 from select import EPOLLRDHUP
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from app.server.worker import refusals
-from app.server.worker.body import close_body
-from app.server.worker.reader import BODY, IDLE, Limits, Reader, Refusal, Request
-from app.server.worker.registry import READ, WRITE
-from app.server.worker.sending import DONE, WAITING, Outgoing
+from app.server.worker.answer import DONE, WAITING, Outgoing, close_body
+from app.server.worker.reader import BODY, IDLE, TIMED_OUT, Limits, Reader, Refusal, Request, encode_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from app.server.worker.parking import Parking
-    from app.server.worker.registry import Registry
 
+#: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
+READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
+WRITE = select.EPOLLOUT | select.EPOLLONESHOT
+#: A parked answer's connection: woken by its client leaving (or, armed WRITE, by its `wake`).
+PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
@@ -47,6 +48,24 @@ BYTES_PER_SECOND = 65536
 #: How long, and for how many bytes, a connection closed after its answer lingers for the client
 #: to close its side (as gunicorn's util.close_graceful, which blocks: this one waits on the epoll).
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
+
+
+class Registry(Protocol):
+    """What a connection asks of its worker's registry (loop.py)."""
+
+    def rearm(self, conn: Conn, events: int) -> None: ...
+    def rearm_idle(self, conn: Conn) -> None: ...
+    def rest_idle(self, conn: Conn) -> None: ...
+    def linger(self, conn: Conn) -> None: ...
+    def forget(self, conn: Conn) -> None: ...
+    def unpark(self, conn: Conn) -> Any: ...
+
+
+class Parking(Protocol):
+    """What a connection asks of its worker's parking (parking.py)."""
+
+    def step(self, conn: Conn) -> None: ...
+    def resume(self, conn: Conn) -> None: ...
 
 
 class Context:
@@ -112,7 +131,7 @@ class Conn:
         return held
 
     def turn(self, mask: int) -> None:
-        """One turn, on a connection this thread has taken (registry.py's `take`)."""
+        """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
         try:
             if self.lingering:
                 self._drain()
@@ -179,7 +198,7 @@ class Conn:
 
     def _refuse(self, refusal: Refusal) -> None:
         self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
-        self.answer(refusals.encode(refusal), keep_alive=False)
+        self.answer(encode_refusal(refusal), keep_alive=False)
 
     def answer(self, data: bytes, keep_alive: bool) -> None:
         """Send an answer on this connection, which this thread holds (busy), then hand it back.
@@ -244,7 +263,7 @@ class Conn:
                 self.context.read_timeout,
             )
             with contextlib.suppress(OSError):
-                self.sock.send(refusals.encode(refusals.TIMED_OUT))
+                self.sock.send(encode_refusal(TIMED_OUT))
             self.close_gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             self.close()
@@ -281,10 +300,10 @@ class Conn:
         """Close the connection, and end its waiting answer if it has one (its watch's place is
         given back), whichever way the connection ends: its client left, a send failed, or a
         deadline passed."""
-        parked, self.parked = self.parked, None
+        parked = self.context.registry.unpark(self)
         log = self.context.log
-        if parked is not None:
-            parked.close(log)
+        if parked is not None:  # left before its end: its access line now
+            parked.left(log)
         # Forgotten before it is closed: once closed, its number can be reused by the next accept.
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):

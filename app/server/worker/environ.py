@@ -44,7 +44,7 @@ class EnvironBuilder:
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
-            # A file answered through it is sent with os.sendfile, never held (body.py).
+            # A file answered through it is sent with os.sendfile, never held (answer.py).
             "wsgi.file_wrapper": FileWrapper,
             PARKING: True,
         }

@@ -15,11 +15,11 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker import refusals
-from app.server.worker.reader import Request
-from app.server.worker.registry import PARKED, Registry
-from app.server.worker.registry import WRITE as WAKE
-from app.server.worker.response import HOP_BY_HOP, Answer, HttpDate
+from app.server.worker.answer import HOP_BY_HOP, Answer, HttpDate
+from app.server.worker.connection import PARKED
+from app.server.worker.connection import WRITE as WAKE
+from app.server.worker.loop import Registry
+from app.server.worker.reader import APP_ERROR, Request, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -37,6 +37,7 @@ class Parked:
     started: float
     head_sent: bool = False
     wake: Any = None
+    sent: int = 0  # a stream's bytes sent so far (its events), for the access line
 
     @property
     def chunked(self) -> bool:
@@ -54,6 +55,17 @@ class Parked:
                 close()
             except Exception:
                 log.exception("Error closing a waiting answer")
+
+    def left(self, log: Any) -> None:
+        """The access line of an answer its client left (or that timed out) before its end: the
+        status it began with and the bytes sent, or nginx's 499 when nothing was sent yet."""
+        self.close(log)
+        answer = self.answer
+        if self.head_sent:
+            answer.sent = self.sent
+        else:
+            answer.status, answer.sent = "499 Client Closed Request", 0
+        log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
 
 
 def parkable(result: Any) -> bool:
@@ -104,6 +116,7 @@ class Parking:
                 # One chunk a turn: it goes out before the next is asked for, so a stream holds
                 # at most one chunk here, and a long one waits its turn behind other connections.
                 out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
+                parked.sent += len(chunk)
                 if self._send_stream(conn, out):
                     self._yield_turn(conn)
                 return  # else the rest waits for the socket, and the next step follows the flush
@@ -126,7 +139,7 @@ class Parking:
             conn.busy = False
             registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
-            # read timeout is closed (registry.py), to reconnect from its last id.
+            # read timeout is closed (loop.py), to reconnect from its last id.
             conn.deadline = time.monotonic() + self._read_timeout
             registry.modify(conn, WAKE)
 
@@ -174,20 +187,20 @@ class Parking:
             conn.close()
 
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
-        parked = conn.parked
+        parked = self._registry.unpark(conn)
         assert parked is not None
-        conn.parked = None
         parked.close(self._log)
         keep_alive = False
         if failed and not parked.head_sent:
             parked.answer.status = "500 Internal Server Error"
-            data = refusals.encode(refusals.APP_ERROR)
+            data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
             if not parked.head_sent:
                 out.insert(0, stream_head(parked))
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
+            parked.answer.sent = parked.sent
         else:
             keep_alive = parked.keep_alive and self._alive()
             data, keep_alive = parked.answer.encode(parked.request.method, keep_alive, self._date.now())

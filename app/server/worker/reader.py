@@ -17,6 +17,7 @@ after a request that could not be framed are never read as another request.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 
@@ -38,9 +39,10 @@ IDLE, HEAD, BODY = 0, 1, 2
 class Refusal(Exception):
     """A request the worker answers itself, then closes the connection."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
+        self.retry_after = retry_after  # seconds, for a Retry-After field
 
 
 class Limits:
@@ -336,3 +338,32 @@ def _too_large(limit: int) -> Refusal:
         "Request Entity Too Large",
         f"Request Entity Too Large: the request body is larger than the limit of {limit} bytes.",
     )
+
+
+# --- the worker's own answers: the service's JSON Error record, each closing the connection ---
+
+
+def encode_refusal(refusal: Refusal) -> bytes:
+    """The refusal's bytes. Its message never quotes the request: it can hold a token."""
+    body = json.dumps({"error": refusal.status, "message": refusal.message}).encode("ascii")
+    retry = "" if refusal.retry_after is None else f"Retry-After: {refusal.retry_after}\r\n"
+    head = (
+        f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nConnection: close\r\n{retry}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def watches_full(limit: int) -> Refusal:
+    """A watch past the worker's share of its connections (loop.py's `watch_limit`)."""
+    message = (
+        f"Service Unavailable: this server holds as many watches of the feed as it may ({limit});"
+        " retry shortly, or poll."
+    )
+    return Refusal(503, "Service Unavailable", message, retry_after=5)
+
+
+TIMED_OUT = Refusal(408, "Request Timeout", "Request Timeout: the request did not arrive in time.")
+APP_ERROR = Refusal(
+    500, "Internal Server Error", "Internal Server Error: the service failed to answer; the error is logged."
+)

@@ -1,10 +1,10 @@
 """Running the app for one whole request (`Serving`, one per worker): its environ, gunicorn's
 `pre_request` and `post_request` hooks, the access log, and the answer's bytes.
 
-An answer is encoded whole when it is small (response.py). One too large to hold, or a file,
-leaves its rest as the connection's `outgoing.body`, sent as the client takes it (body.py). An
+An answer is encoded whole when it is small (answer.py). One too large to hold, or a file,
+leaves its rest as the connection's `outgoing.body`, sent as the client takes it (answer.py). An
 iterable that can wait is parked instead (parking.py). An app error before anything was sent is
-the JSON 500 (refusals.py), and the connection closes.
+the JSON 500 (reader.py's refusals), and the connection closes.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker import refusals
-from app.server.worker.body import HOLD_BYTES, FileBody, IterBody, close_body
+from app.server.worker.answer import HOLD_BYTES, Answer, FileBody, HttpDate, IterBody, close_body
 from app.server.worker.environ import EnvironBuilder
+from app.server.worker.loop import Registry
 from app.server.worker.parking import Parked, Parking, parkable
-from app.server.worker.reader import Refusal, Request
-from app.server.worker.registry import Registry
-from app.server.worker.response import Answer, HttpDate
+from app.server.worker.reader import APP_ERROR, Refusal, Request, encode_refusal, watches_full
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -37,8 +35,15 @@ class Serving:
         self._parking = parking
         self._date = date
         self._max_connections = max_connections
-        self.environs = EnvironBuilder(worker.cfg, multithread=worker.cfg.threads > 1)
+        cfg = worker.cfg
+        self.environs = EnvironBuilder(cfg, multithread=cfg.threads > 1)
         self.requests_served = 0
+        # Read once: each of gunicorn's settings is a lookup and a validation on every read.
+        self._app = worker.wsgi
+        self._log = worker.log
+        self._pre_request, self._post_request = cfg.pre_request, cfg.post_request
+        self._keepalive = cfg.keepalive > 0
+        self._max_requests = worker.max_requests
 
     def serve(self, conn: Conn, request: Request) -> tuple[bytes, bool] | None:
         """Run the app for one whole request: the answer's bytes, and whether to keep the
@@ -46,42 +51,53 @@ class Serving:
         try:
             environ = self.environs.build(conn, request)
         except Refusal as refusal:
-            return refusals.encode(refusal), False
+            return encode_refusal(refusal), False
         worker = self._worker
-        cfg = worker.cfg
+        log = self._log
         answer = Answer()
         started = time.perf_counter()
-        cfg.pre_request(worker, request)
+        self._pre_request(worker, request)
         self.requests_served += 1
-        if self.requests_served >= worker.max_requests and worker.alive:
-            worker.log.info("Autorestarting worker after current request.")
+        if self.requests_served >= self._max_requests and worker.alive:
+            log.info("Autorestarting worker after current request.")
             worker.alive = False
-        keep_alive = request.keep_alive and worker.alive and cfg.keepalive > 0
+        keep_alive = request.keep_alive and self._keepalive and worker.alive
         registry = self._registry
         keep_alive = keep_alive and len(registry.conns) - registry.lingering < self._max_connections
         try:
-            result = worker.wsgi(environ, answer.start_response)
+            result = self._app(environ, answer.start_response)
             if parkable(result):
-                conn.parked = Parked(result, answer, request, environ, keep_alive, started)
-                if not worker.alive:  # arrived during the graceful stop: it ends at once
-                    result.stop()
-                self._parking.step(conn)
-                return None
-            data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
+                if registry.admit_watch():
+                    conn.parked = Parked(result, answer, request, environ, keep_alive, started)
+                    if not worker.alive:  # arrived during the graceful stop: it ends at once
+                        result.stop()
+                    self._parking.step(conn)
+                    return None
+                _close(result)  # its place in the app's own count is given back
+                data, keep_alive = self._refuse(answer, watches_full(registry.watch_limit))
+            else:
+                data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
         except Exception:
-            conn.parked = None
+            registry.unpark(conn)
             body, conn.outgoing.body = conn.outgoing.body, None
             if body is not None:
-                close_body(body, worker.log)
-            worker.log.exception("Error handling request %s %s", request.method, request.path)
-            answer.status, answer.headers, answer.sent = "500 Internal Server Error", [], None
-            data, keep_alive = refusals.encode(refusals.APP_ERROR), False
-        worker.log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
+                close_body(body, log)
+            log.exception("Error handling request %s %s", request.method, request.path)
+            data, keep_alive = self._refuse(answer, APP_ERROR)
+        log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
         try:
-            cfg.post_request(worker, request, environ, answer)
+            self._post_request(worker, request, environ, answer)
         except Exception:
-            worker.log.exception("Exception in post_request hook")
+            log.exception("Exception in post_request hook")
         return data, keep_alive
+
+    @staticmethod
+    def _refuse(answer: Answer, refusal: Refusal) -> tuple[bytes, bool]:
+        """The worker's own answer in place of the app's (the access line reads `answer`)."""
+        data = encode_refusal(refusal)
+        answer.status, answer.headers = f"{refusal.status} {refusal.reason}", []
+        answer.sent = len(data) - data.index(b"\r\n\r\n") - 4
+        return data, False
 
     def _produce(
         self, conn: Conn, request: Request, answer: Answer, result: Any, keep_alive: bool

@@ -1,6 +1,6 @@
 """The gunicorn worker for the Plant Store service: request threads that never wait on a client.
 
-`worker_class = "app.server.worker.ThreadWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
+`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
 worker class on gunicorn's public worker API only, as uvicorn's `UvicornWorker` is: it uses the
 settings (`cfg`), the listening `sockets`, `log`, `notify()`, `alive`, the loaded `wsgi` app, and
 gunicorn's server hooks and signal handling as the base class sets them up. Like
@@ -11,13 +11,13 @@ the app is theirs, on httptools:
   WSGI environ is built from that reading (environ.py). Framing errors are a JSON 400 and close.
 - **No slow client holds a thread.** Sockets are non-blocking; each connection is one protocol
   object (connection.py), and a request thread takes a request only once all of it has arrived,
-  and leaves an answer that the client does not take at once to the epoll (registry.py). Heads,
+  and leaves an answer that the client does not take at once to the epoll (loop.py). Heads,
   bodies and answers have deadlines (408 and close).
 - **Fair.** One request per connection per turn; a pipelining client waits its turn.
-- **One send per answer.** Status line, headers and body go out in one write (response.py).
+- **One send per answer.** Status line, headers and body go out in one write (answer.py).
 
-The parts: `Registry` (the connections on the epoll, with the memory budget, budget.py),
-`Admission` (accepting, the cap, descriptors running out: admission.py), `Parking` (answers that
+The parts: `Registry` (the connections on the epoll, with the memory budget) and
+`Admission` (accepting, the cap, descriptors running out), both in loop.py, `Parking` (answers that
 wait: parking.py), `Serving` (the app, for one whole request: serving.py), and a `Conn` per
 connection. It serves plain HTTP/1.1: TLS ends at the reverse proxy.
 """
@@ -31,13 +31,19 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.admission import Admission, connection_cap
-from app.server.worker.budget import MEMORY_BUDGET, Budget
+from app.server.worker.answer import HttpDate
 from app.server.worker.connection import Conn, Context
+from app.server.worker.loop import (
+    MEMORY_BUDGET,
+    STOP_LINGER,
+    Admission,
+    Budget,
+    Registry,
+    connection_cap,
+    watch_limit,
+)
 from app.server.worker.parking import Parking
 from app.server.worker.reader import Limits
-from app.server.worker.registry import STOP_LINGER, Registry
-from app.server.worker.response import HttpDate
 from app.server.worker.serving import Serving
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
@@ -47,8 +53,9 @@ DEFAULT_MAX_BODY = 64 * 1024
 MAX_HEAD = 64 * 1024
 
 
-class ThreadWorker(base.Worker):
-    """`threads` request threads sharing one epoll; see the module docstring."""
+class PlantsWorker(base.Worker):
+    """`threads` request threads sharing one epoll; see the module docstring. Its own name:
+    `ThreadWorker` is gunicorn's gthread worker's."""
 
     #: Seconds a client has to send a request's head, its body, or to take its answer
     #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
@@ -67,6 +74,7 @@ class ThreadWorker(base.Worker):
         date = HttpDate()
         cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
+        self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
         self.parking = Parking(self.registry, log, self.read_timeout, date, alive)
         self.serving = Serving(self, self.registry, self.parking, date, cap[0])
         limits = self._limits()
