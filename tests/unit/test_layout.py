@@ -159,22 +159,9 @@ def describe(loop: frozenset[str], graph: Mapping[str, set[str]]) -> list[str]:
 
 
 GRAPH = import_graph(MODULES)
-#: Loops that are known and owned. The worker's modules import each other (connection, registry,
-#: budget, displacement and parking, through TYPE_CHECKING) until the
-#: worker's rewrite removes it; remove the entry with the loop: a test fails once it is gone.
-KNOWN_LOOPS = {
-    frozenset(f"{WORKER}.{name}" for name in ("budget", "connection", "displacement", "parking", "registry"))
-}
-
-
 def test_no_import_loop_among_modules():
-    new = loops(GRAPH) - KNOWN_LOOPS
-    assert not new, [describe(loop, GRAPH) for loop in new]
-
-
-def test_every_known_loop_is_still_there():
-    gone = KNOWN_LOOPS - loops(GRAPH)
-    assert not gone, f"no longer a loop (remove it from KNOWN_LOOPS): {[sorted(loop) for loop in gone]}"
+    found = loops(GRAPH)
+    assert not found, [describe(loop, GRAPH) for loop in found]
 
 
 def test_no_import_loop_among_top_level_entries():
@@ -207,7 +194,7 @@ def test_the_loop_check_sees_function_level_and_type_checking_imports(tmp_path):
 #: a store backend's own parts (store.py, feed.py, endpoints.py: one each per backend); a resource's
 #: views and its schemas (webhooks.py). body.py is http's and the worker's until the worker's
 #: rewrite removes the worker's.
-SHARED_FILE_NAMES = {"__init__.py", "store.py", "feed.py", "endpoints.py", "webhooks.py", "body.py"}
+SHARED_FILE_NAMES = {"__init__.py", "store.py", "feed.py", "endpoints.py", "webhooks.py"}
 
 
 def test_a_file_name_says_one_thing():

@@ -50,7 +50,7 @@ BYTES_PER_SECOND = 65536
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 
 
-class Registry(Protocol):
+class RegistryPort(Protocol):
     """What a connection asks of its worker's registry (loop.py)."""
 
     def rearm(self, conn: Conn, events: int) -> None: ...
@@ -61,7 +61,7 @@ class Registry(Protocol):
     def unpark(self, conn: Conn) -> Any: ...
 
 
-class Parking(Protocol):
+class ParkingPort(Protocol):
     """What a connection asks of its worker's parking (parking.py)."""
 
     def step(self, conn: Conn) -> None: ...
@@ -75,8 +75,8 @@ class Context:
 
     def __init__(
         self,
-        registry: Registry,
-        parking: Parking,
+        registry: RegistryPort,
+        parking: ParkingPort,
         serve: Callable[[Conn, Request], tuple[bytes, bool] | None],
         log: Any,
         read_timeout: float,
