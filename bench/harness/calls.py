@@ -1,0 +1,84 @@
+"""The requests `python -m bench process` counts, sent one at a time on kept-alive connections, as
+a client that waits for each answer does: a create, a GET of a plant, a page of 100, a PATCH of a
+plant's name, and a watch's wake-up (a long-poll waiting on one connection, answered by a create
+sent on another).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable
+
+from bench.harness import TOKEN
+
+KINDS = ("create", "get", "page", "patch", "watch")
+#: Plants made before any GET, page or PATCH is counted: ids 0 to PRELOAD - 1.
+PRELOAD = 1000
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {**AUTH, "Content-Type": "application/json"}
+
+
+class Client:
+    """Requests of each kind to a server on `port`, every answer checked."""
+
+    def __init__(self, port: int, creates_only: bool = False) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        self.watcher = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        self.next_id = 10**6
+        self.cursor = "now"
+        self.creates_only = creates_only
+        #: How long a watch's long-poll is given to park before its create is sent.
+        self.park_s = 0.002
+
+    def call(self, method: str, path: str, body: object = None, expected: int = 200) -> dict:
+        payload = None if body is None else json.dumps(body).encode()
+        self.conn.request(method, path, body=payload, headers=JSON if payload else AUTH)
+        response = self.conn.getresponse()
+        data = response.read()
+        if response.status != expected:
+            raise RuntimeError(f"{method} {path}: {response.status} {data[:300]!r}")
+        return json.loads(data) if data else {}
+
+    def create(self) -> None:
+        self.next_id += 1
+        self.call("POST", "/plants", {"id": self.next_id, "name": f"Snake plant {self.next_id}", "tag": "vine"})
+
+    def preload(self) -> None:
+        for number in range(PRELOAD):
+            self.call("POST", "/plants", {"id": number, "name": f"Snake plant {number:05d}", "tag": "vine"})
+        self.cursor = self.call("GET", "/events?after=now")["next"]
+
+    def sender(self, kind: str) -> Callable[[int], None]:
+        """A function that sends the `n`th request of `kind`."""
+        if kind == "create":
+            return lambda n: self.create()
+        if kind == "get":
+            return lambda n: self.call("GET", f"/plants/{n % PRELOAD}") and None
+        if kind == "page":
+            return lambda n: self.call("GET", "/plants?limit=100") and None
+        if kind == "patch":
+            return lambda n: self.call("PATCH", f"/plants/{n % PRELOAD}", {"name": f"Renamed {n}"}) and None
+        return lambda n: self.watch()
+
+    def watch(self) -> None:
+        """A long-poll parked at the feed's end, woken by a create on the other connection."""
+        self.watcher.request("GET", f"/events?after={self.cursor}&wait=30", headers=AUTH)
+        time.sleep(self.park_s)
+        self.create()
+        response = self.watcher.getresponse()
+        page = json.loads(response.read())
+        if response.status != 200 or not page["events"]:
+            raise RuntimeError(f"a watch woke with {response.status} {page}")
+        self.cursor = page["next"]
+
+    def send(self, kind: str, count: int) -> None:
+        send = self.sender(kind)
+        for number in range(count):
+            send(number)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.watcher.close()
