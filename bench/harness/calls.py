@@ -44,7 +44,8 @@ class Client:
 
     def create(self) -> None:
         self.next_id += 1
-        self.call("POST", "/plants", {"id": self.next_id, "name": f"Snake plant {self.next_id}", "tag": "vine"})
+        plant = {"id": self.next_id, "name": f"Snake plant {self.next_id}", "tag": "vine"}
+        self.call("POST", "/plants", plant)
 
     def preload(self) -> None:
         for number in range(PRELOAD):

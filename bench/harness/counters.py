@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,7 +61,9 @@ class Switches:
 def syscalls(pid: int, run: Callable[[], None]) -> tuple[dict[str, int], float]:
     """Each system call's count, every thread of `pid`, while `run` runs; and the window's length
     (from strace's attach to its detach)."""
-    out = Path(f"/tmp/bench-strace-{pid}-{time.monotonic_ns()}.txt")
+    handle, name = tempfile.mkstemp(prefix="bench-strace-", suffix=".txt")
+    os.close(handle)
+    out = Path(name)
     tracer = subprocess.Popen(
         ["strace", "-f", "-c", "-q", "-o", str(out), "-p", str(pid)],
         stdout=subprocess.DEVNULL,
