@@ -14,9 +14,10 @@ kept-alive connection (bench/harness/calls.py): create, get, page (100 plants), 
   under valgrind; dumps asked for with `callgrind_control` after a warm-up and after the
   requests);
 - system calls: `strace -f -c` attached to the worker (every thread);
-- context switches: every thread's, from /proc/PID/task/*/status, split into the first thread's
-  (it reads the requests; a client that waits for each answer makes it wait once a request) and
-  the others' (a thread woken per request shows here);
+- context switches: every thread's, from /proc/PID/task/*/status. The voluntary ones (a thread
+  waiting) are counted: the serving thread's (a client that waits for each answer makes it wait
+  once a request) and the others' (a thread woken per request shows here). Preemptions are
+  shown apart: the machine's other load makes them, not the request;
 - CPU: the worker's user and system time from /proc (noisy on a shared machine), and with Redis,
   redis-server's own from `INFO cpu`.
 
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.harness import BENCH, TOKEN
+from bench.harness import BENCH, CLIENT_CPU, TOKEN
 from bench.harness.calls import KINDS, Client
 from bench.harness.counters import CALLGRIND, Callgrind, Switches, syscalls
 from bench.harness.redis_cpu import RedisCPU
@@ -119,6 +120,7 @@ def counts(server: Server, kinds: tuple[str, ...], redis: RedisCPU | None) -> di
                 "syscalls_by_name": {name: round(n, 2) for name, n in sorted(per_call.items()) if n >= 0.05},
                 "switches": round((switched.main + switched.others) / MEASURED, 2),
                 "switches_other_threads": round(switched.others / MEASURED, 2),
+                "preempted": round(switched.preempted / MEASURED, 2),
                 "cpu_us": round((cpu_seconds(pid) - cpu_before) * 1e6 / MEASURED, 1),
             }
             if redis is not None:
@@ -219,16 +221,17 @@ def over_budget(found: dict[str, dict[str, dict]], budget: dict[str, dict[str, d
 
 def table(found: dict[str, dict[str, dict]]) -> str:
     lines = [
-        "| store | request | instructions | system calls | context switches (besides the serving thread)"
-        " | worker CPU µs |",
-        "|---|---|---:|---:|---:|---:|",
+        "| store | request | instructions | system calls | waits (besides the serving thread's)"
+        " | preempted | worker CPU µs |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for store, kinds in found.items():
         for kind, row in kinds.items():
             redis = f" + Redis {row['redis_cpu_us']}" if "redis_cpu_us" in row else ""
             lines.append(
                 f"| {store} | {kind} | {row.get('instructions', 0):,} | {row['syscalls']} |"
-                f" {row['switches']} ({row['switches_other_threads']}) | {row['cpu_us']}{redis} |"
+                f" {row['switches']} ({row['switches_other_threads']}) | {row['preempted']} |"
+                f" {row['cpu_us']}{redis} |"
             )
     return "\n".join(lines)
 
@@ -245,6 +248,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     os.environ.setdefault("PLANTS_API_TOKENS", TOKEN)
+    # The client on the other core: beside the server it would preempt it once a request.
+    os.sched_setaffinity(0, {int(CLIENT_CPU)})
     if args.smoke:  # fewer requests, and no callgrind
         global WARMUP, MEASURED
         WARMUP, MEASURED = 30, 100

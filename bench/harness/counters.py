@@ -21,28 +21,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def switches(pid: int) -> dict[int, int]:
-    """Each thread's context switches so far (voluntary and not), by thread id."""
+def switches(pid: int) -> dict[int, tuple[int, int]]:
+    """Each thread's context switches so far, voluntary (it waited) and not (it was preempted),
+    by thread id."""
     counts = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             status = (task / "status").read_text()
         except OSError:  # a thread that ended meanwhile
             continue
-        counts[int(task.name)] = sum(
-            int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line
-        )
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if "ctxt_switches:" in line)
+        waited, preempted = fields["voluntary_ctxt_switches"], fields["nonvoluntary_ctxt_switches"]
+        counts[int(task.name)] = (int(waited), int(preempted))
     return counts
 
 
 @dataclass
 class Switches:
-    """Context switches over a window: those of the thread that switched most (the one serving the
-    requests: a client that waits for each answer has it wait once a request) and those of every
-    other thread (a thread woken per request shows here)."""
+    """Context switches over a window. Voluntary ones, a thread waiting, split into those of the
+    thread that waited most (the one serving: a client that waits for each answer has it wait once
+    a request) and those of every other thread (a thread woken per request shows here); and the
+    preemptions, which the machine's other load makes."""
 
     main: float
     others: float
+    preempted: float
 
     @classmethod
     def over(cls, pid: int, run: Callable[[], None]) -> tuple[Switches, float]:
@@ -50,12 +53,17 @@ class Switches:
         before, started = switches(pid), time.monotonic()
         run()
         after, took = switches(pid), time.monotonic() - started
-        moved = sorted(count - before.get(tid, 0) for tid, count in after.items())
-        return cls(moved[-1], sum(moved[:-1])), took
+        waits = sorted(count[0] - before.get(tid, (0, 0))[0] for tid, count in after.items())
+        preempted = sum(count[1] - before.get(tid, (0, 0))[1] for tid, count in after.items())
+        return cls(waits[-1], sum(waits[:-1]), preempted), took
 
     def minus(self, idle: Switches, idle_s: float, took: float) -> Switches:
         share = took / idle_s
-        return Switches(max(0.0, self.main - idle.main * share), max(0.0, self.others - idle.others * share))
+        return Switches(
+            max(0.0, self.main - idle.main * share),
+            max(0.0, self.others - idle.others * share),
+            max(0.0, self.preempted - idle.preempted * share),
+        )
 
 
 def syscalls(pid: int, run: Callable[[], None]) -> tuple[dict[str, int], float]:
