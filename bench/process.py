@@ -106,6 +106,7 @@ def counts(server: Server, kinds: tuple[str, ...], redis: RedisCPU | None) -> di
             client.preload()
         found = {}
         for kind in kinds:
+            client.reconnect()
             client.send(kind, WARMUP)
             calls, took = syscalls(pid, lambda: client.send(kind, MEASURED))  # noqa: B023
             share = took / idle_took
@@ -140,6 +141,7 @@ def instructions(server: Server, directory: Path, kinds: tuple[str, ...]) -> dic
             client.preload()
         found = {}
         for kind in kinds:
+            client.reconnect()
             client.send(kind, VALGRIND_WARMUP)
             meter.window()
             started = time.monotonic()

@@ -99,6 +99,12 @@ class Client:
             raise RuntimeError(f"a watch woke with {status} {page}")
         self.cursor = page["next"]
 
+    def reconnect(self) -> None:
+        """Both connections anew: one left idle past the server's keep-alive is closed (a warm-up
+        follows, so that no count sees the connect)."""
+        self.close()
+        self.conn, self.watcher = Connection(self.port), Connection(self.port)
+
     def send(self, kind: str, count: int) -> None:
         send = self.sender(kind)
         for number in range(count):
