@@ -5,8 +5,9 @@ A coordinator thread looks at the endpoints when something changed: a change thi
 ended, a retry that fell due, or the feed moved by another process (seen by one look at the
 feed's position every `IDLE_S`). While no endpoint is enabled, a write does not wake it: a write
 then has nothing to deliver, and waking a thread per request costs the request path two context
-switches and a few futex calls (bench/README.md); the look every `IDLE_S` still sees an endpoint
-another process enabled. One that is enabled, due, and behind the feed is leased and drained in a pool
+switches and a few futex calls (bench/README.md); on a shared store the look every `IDLE_S` still
+sees an endpoint another process enabled, and on the in-memory store it sleeps until woken.
+One that is enabled, due, and behind the feed is leased and drained in a pool
 thread, which reads the feed a batch at a time and sends its events one by one; endpoints that
 have been slow share a bounded lane of the pool, the others keep one of their own (lanes.py).
 Each outcome is stored with the endpoint's `ack` (the position and the attempt in one atomic
@@ -161,9 +162,12 @@ class Schedule:
             (e.due_ms for e in endpoints if e.id in enabled and e.due_ms > now_ms), default=0
         )
 
-    def pause(self, busy: bool) -> float:
+    def pause(self, busy: bool, forever: bool = False) -> float | None:
+        """The seconds until the next look (None: until something wakes it)."""
         if busy:
             return POLL_S
+        if forever:
+            return None
         if self.next_due_ms:
             return min(IDLE_S, max(0.001, (self.next_due_ms - epoch_ms()) / 1000))
         return IDLE_S
@@ -193,7 +197,7 @@ class Deliverer:
         self._wake = threading.Event()
         self.schedule = Schedule()
         #: Whether the last read of the endpoints found one enabled: until then a write's `wake`
-        #: has nothing to deliver, and leaves the thread asleep.
+        #: has nothing to deliver, and leaves the thread asleep (see `_asleep`).
         self._delivering = False
         self.watchdog = Watchdog()
         #: Each endpoint's kept-alive connection (`keep_alive=False`: one connection per attempt).
@@ -257,7 +261,7 @@ class Deliverer:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            wait = POLL_S
+            wait: float | None = POLL_S
             try:
                 wait = self.run_once()
                 if self._failing_store:
@@ -271,9 +275,13 @@ class Deliverer:
                 log.exception("Webhooks: the deliverer failed; it carries on")
             self._wake.wait(wait)
 
-    def run_once(self) -> float:
+    @property
+    def _asleep(self) -> bool:
+        return not self._delivering and not self.store.shared  # no other process writes to it
+
+    def run_once(self) -> float | None:
         """One look: lease and drain the endpoints with events to send; the seconds until the
-        next look, unless something wakes it first."""
+        next look (None: none until something wakes it), unless something wakes it first."""
         self.watchdog.expire()
         drains, schedule = self.drains, self.schedule
         if drains.reap():
@@ -285,7 +293,7 @@ class Deliverer:
         self.connections.close_idle(now)
         position = self.store.events_now()
         if not schedule.due(position, bool(drains.busy), now, epoch_ms()):
-            return schedule.pause(bool(drains.busy))  # idle: one call to the store
+            return schedule.pause(bool(drains.busy), self._asleep)  # idle: one call to the store
         endpoints = self.store.endpoints.all()
         enabled = {e.id for e in endpoints if e.status == ENABLED}
         self._delivering = bool(enabled)
@@ -307,7 +315,7 @@ class Deliverer:
                 # Another process drains it; look again once it may have let go.
                 schedule.refresh_at = min(schedule.refresh_at, now + IDLE_S)
         self.lanes.contended = refused
-        return schedule.pause(bool(drains.busy))
+        return schedule.pause(bool(drains.busy), self._asleep)
 
     def count(self, outcome: Attempt, event_time_ms: int) -> None:
         if self.metrics is None:
