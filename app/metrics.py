@@ -25,8 +25,9 @@ Per application (in its state, app/extension.py): its own registry with
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
 reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
-directory. prometheus_client chooses the mode when it is first imported, so it is imported only
-when an app is built, after the configuration has set the directory.
+directory (not for the in-memory store, whose one worker keeps its metrics in memory: a file's
+increment costs a `getpid` system call). prometheus_client chooses the mode when it is first
+imported, so it is imported only when an app is built, after the configuration has set the directory.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ Run it for every change to a write path (CONTRIBUTING.md).
 
 For each tree (the ref checked out in a temporary `git worktree`), the order of the trees turned
 each round:
-- the worker's req/s through HTTP, one gunicorn worker per store (memory, and Redis on a unix
-  socket), pinned to CPU 0 with wrk on CPU 1: the create, and where both trees have them a PUT
-  that renames and a merge PATCH;
+- the worker's req/s and its CPU per request (/proc: what a busy machine moves least), each as
+  the median of the rounds with the lowest and highest, through HTTP, one gunicorn worker per
+  store (memory, and Redis on a unix socket), pinned to CPU 0 with wrk on CPU 1: the create,
+  and where both trees have them a PUT that renames and a merge PATCH;
 - Redis's CPU per write with the tree's store driven directly from 16 threads, so that Redis is
   busy (a nearly idle Redis spends most of its CPU waking up): all of it (`INFO cpu`) and the
   script's own (`INFO commandstats`), for creates of sequential and of random ids, a replay, a get,
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from bench.harness import BENCH, ROOT, SERVER_CPU
 from bench.harness.load import failed, put_plants, wrk
-from bench.harness.report import benchmark_parser, finish, spread, validity
+from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
 from bench.harness.servers import PYTHON, floor, gunicorn, scratch, start_redis, worktree
 
 FIRST = 7 * 10**12
@@ -115,16 +116,19 @@ def main() -> int:
         redis_process.terminate()
         redis_process.wait()
         stack.close()
-    results: dict = {"ref": args.ref, "rounds": rounds, "seconds": seconds, "http": {}, "redis": {}}
+    results: dict = {"ref": args.ref, "rounds": rounds, "seconds": seconds}
+    results |= {"http": {}, "cpu": {}, "redis": {}}
     for name, name_runs in runs.items():
         results["http"][name] = spread(name_runs, "rps")
+        # The worker's CPU per request (/proc): what a busy machine's req/s hide.
+        results["cpu"][name] = spread(name_runs, "cpu_us_per_request")
     for label, found in directs.items():
         for write in found[0]:
             for key in ("redis_cpu_us", "script_us", "bytes"):
                 if all(key in one.get(write, {}) for one in found):
                     results["redis"][f"{write}: {key}: {label}"] = spread([one[write] for one in found], key)
     results["ratios"] = {}
-    for section in ("http", "redis"):
+    for section in ("http", "cpu", "redis"):
         for name in list(results[section]):
             if name.endswith(": working tree"):
                 for other_label, suffix in ((args.ref, ""), ("gthread", " (against gthread)")):
@@ -142,19 +146,18 @@ def report(results: dict) -> str:
         f"Working tree against {ref}: {results['rounds']} interleaved rounds "
         f"of {results['seconds']:g} s; medians.",
         "",
-        f"| figure | working tree | {ref} | ratio |",
+        f"| figure | working tree (lowest to highest round) | {ref} | ratio of medians |",
         "|---|---:|---:|---:|",
     ]
-    for section, unit in (("http", "req/s"), ("redis", "µs per write; bytes per plant")):
+    units = (("http", "req/s"), ("cpu", "worker CPU µs/request"), ("redis", "µs per write; bytes per plant"))
+    for section, unit in units:
         for name, found in results[section].items():
             if name.endswith(": working tree"):
                 base = name[: -len(": working tree")]
                 other = results[section].get(f"{base}: {ref}")
                 ratio = results["ratios"].get(f"{section}: {base}", float("nan"))
-                shown = f"{other['median']:.1f}" if other else "-"
-                lines.append(
-                    f"| {section}: {base} ({unit}) | {found['median']:.1f} | {shown} | {ratio:.3f} |"
-                )
+                shown = show_spread(other) if other else "-"
+                lines.append(f"| {section}: {base} ({unit}) | {show_spread(found)} | {shown} | {ratio:.3f} |")
                 stock = results[section].get(f"{base}: gthread")
                 if stock:
                     ratio = results["ratios"].get(f"{section}: {base} (against gthread)", float("nan"))

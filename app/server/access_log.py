@@ -11,10 +11,19 @@ milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line a
 request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
 
 A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) is replaced in every atom.
+
+The line's record is made directly (`AccessRecord`) and handed to the logger's `handle`, the same
+bytes as `Logger.info` would write, without what logging looks up for every record and the shipped
+formats never show: the caller's frame, file and function, the thread's name and the process's
+name, and the process id (a `getpid` system call a line; here read once per process).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
 import traceback
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,6 +71,42 @@ def _escape(value: Any) -> Any:
     return value.replace('"', '\\"') if isinstance(value, str) else value
 
 
+#: This process's id, for its records (a forked worker reads its own).
+_pid = os.getpid()
+
+
+def _read_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_read_pid)
+#: When this module was loaded: the records' `relativeCreated` counts from here.
+_LOADED = time.time()
+
+
+class AccessRecord(logging.LogRecord):
+    """An access line's record, as `Logger.makeRecord` makes it with logging's documented switches
+    of its lookups off (`logThreads`, `logMultiprocessing`, no caller), and the process id kept."""
+
+    #: Python 3.12's asyncio task name, which logging then looks up: none here (a class attribute,
+    #: so that python-json-logger, which reads a record's own fields, adds none on 3.11).
+    taskName = None
+
+    def __init__(self, name: str, msg: str, atoms: dict, fields: dict[str, Any]) -> None:
+        now = time.time()
+        self.name, self.msg, self.args = name, msg, atoms
+        self.levelname, self.levelno = "INFO", logging.INFO
+        self.pathname = self.filename = "(unknown file)"
+        self.module, self.funcName, self.lineno = "Unknown module", "(unknown function)", 0
+        self.exc_info = self.exc_text = self.stack_info = None
+        self.created, self.msecs = now, int((now - int(now)) * 1000) + 0.0
+        self.relativeCreated = (now - _LOADED) * 1000
+        self.thread, self.threadName, self.processName = threading.get_ident(), None, None
+        self.process = _pid
+        self.__dict__.update(fields)
+
+
 class AccessLogger(glogging.Logger):
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
@@ -91,6 +136,8 @@ class AccessLogger(glogging.Logger):
                 "status": int(atoms["s"]),
                 "duration_ms": round(request_time.total_seconds() * 1000, 3),
             }
-            self.access_log.info(self.cfg.access_log_format, atoms, extra=fields)
+            logger = self.access_log
+            if logger.isEnabledFor(logging.INFO):
+                logger.handle(AccessRecord(logger.name, self.cfg.access_log_format, atoms, fields))
         except Exception:
             self.error(traceback.format_exc())

@@ -50,6 +50,13 @@ def _store_is_shared() -> bool:
     return StoreUrl.parse(store_location(from_environ())[0]).shared
 
 
+def _shared_or_unknown() -> bool:
+    try:
+        return _store_is_shared()
+    except Exception:  # a bad setting: on_starting reports it next
+        return True
+
+
 def _default_threads() -> str:
     """Request threads per worker: 1 with the in-memory store, 2 with a shared one.
 
@@ -126,8 +133,15 @@ def _prepare_metrics_directory(server: Any) -> None:
     one; a named one is emptied of an earlier run's files. The one made here is the workers' user's
     (directories.py): with `--user` a worker could not write its counts into root's. It is made in
     /dev/shm when that is another file system than the reload's snapshot's: a snapshot that fills
-    its directory must not leave a worker a memory-mapped page it cannot write (SIGBUS)."""
+    its directory must not leave a worker a memory-mapped page it cannot write (SIGBUS).
+
+    The in-memory store runs one worker, whose counts are the total: none is made, and its metrics
+    stay in process, where an increment is a lock and an add (a file's costs a `getpid` system call
+    each, about five per create). A reload then starts the counters again at zero, which
+    Prometheus's `rate()` reads as a counter reset."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory and not _shared_or_unknown():
+        return
     if directory:
         for stale in Path(directory).glob("*.db"):
             stale.unlink()
@@ -346,6 +360,8 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     handoff.forget(worker)
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return  # in-process metrics: no file to mark
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,8 +28,26 @@ from app.telemetry.redact import TICKET_PREFIX, scrub
 FORMATS = ("text", "json")
 
 
+#: The last second `rfc3339` wrote out, and its text: a line's date and time are made once a second.
+_second: tuple[int, str] = (0, "1970-01-01T00:00:00")
+
+
 def rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """`timestamp` in UTC with milliseconds, as `datetime.fromtimestamp(timestamp, UTC)` writes it
+    (rounded to the microsecond half to even, then cut to the millisecond)."""
+    global _second
+    fraction, whole = math.modf(timestamp)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    elif micro < 0:
+        whole, micro = whole - 1, micro + 1_000_000
+    second, text = _second
+    if second != whole:
+        second = int(whole)
+        text = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6]
+        _second = (second, text)
+    return f"{text}.{micro // 1000:03d}Z"
 
 
 class RequestFilter(logging.Filter):

@@ -83,6 +83,8 @@ class Server:
     cwd: Path = ROOT
     #: On SERVER_CPU (the default), or wherever the scheduler puts it.
     pin: bool = True
+    #: How long it may take to answer its first request (under valgrind: minutes).
+    start_s: float = 30.0
 
     def start(self) -> Server:
         env = {
@@ -100,7 +102,7 @@ class Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_s
         while time.monotonic() < deadline:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)

@@ -124,11 +124,13 @@ def test_ab_benchmark_smoke_run(tmp_path):
     assert results["valid"] is True
     for store in ("memory", "redis"):
         assert results["ratios"][f"http: {store}: create"] > 0
+        assert results["cpu"][f"{store}: create: working tree"]["min"] > 0  # the CPU, with its spread
     for write in ("create (sequential ids)", "create (random ids)", "rename", "delete"):
         assert results["redis"][f"{write}: redis_cpu_us: working tree"]["median"] > 0
         assert results["ratios"][f"redis: {write}: script_us"] > 0
     assert results["redis"]["memory per plant: bytes: HEAD"]["median"] > 0
     assert "| http: redis: create (req/s) |" in result.stdout
+    assert "| cpu: memory: create (worker CPU µs/request) |" in result.stdout
 
 
 def test_layouts_benchmark_smoke_run(tmp_path):
@@ -174,3 +176,14 @@ def test_slow_receivers_benchmark_smoke_run(tmp_path):
     assert run["slow"] == 8
     assert run["delivered"] == run["events"] > 0
     assert "| this | 8 |" in result.stdout
+
+
+def test_process_benchmark_smoke_run(tmp_path):
+    """Every request kind on the memory store: its system calls and context switches per request."""
+    result, results = smoke_run("process", tmp_path, "--store", "memory")
+    for kind in ("create", "get", "page", "patch", "watch"):
+        figures = results["memory"][kind]
+        assert figures["syscalls"] >= 3, figures  # at least a wait, a read and a send
+        assert figures["switches"] >= 0, figures
+    assert results["memory"]["watch"]["syscalls"] > results["memory"]["create"]["syscalls"]
+    assert "| memory | create |" in result.stdout

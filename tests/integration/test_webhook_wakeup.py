@@ -79,7 +79,7 @@ def test_a_write_made_as_a_drain_ends_is_not_left_for_the_next_refresh(make_app)
     deliverer, endpoints = plants.deliverer, plants.store.endpoints
     client = service.test_client()
     receiver = Receiver()
-    release, drain = endpoints.release, deliverer._drain
+    release, drain = endpoints.release, deliverer.drains.drain
     written = []
 
     def release_after_a_write(endpoint_id, owner):
@@ -93,12 +93,42 @@ def test_a_write_made_as_a_drain_ends_is_not_left_for_the_next_refresh(make_app)
         time.sleep(0.3)  # the future is done only after the coordinator looked
 
     endpoints.release = release_after_a_write
-    deliverer._drain = drain_that_ends_late
+    deliverer.drains.drain = drain_that_ends_late
     try:
         register(client, receiver.url)
         assert client.post("/plants", json={"id": 1, "name": "Fern 1"}, headers=AUTH).status_code == 200
         deliveries = receiver.wait_for(2, timeout=3.0)
         assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 2]
+    finally:
+        deliverer.stop()
+        receiver.stop()
+
+
+def _switches(thread) -> int:
+    """The context switches of one thread of this process, as the kernel counts them."""
+    with open(f"/proc/self/task/{thread.native_id}/status") as status:
+        return sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
+
+
+def test_writes_do_not_wake_a_deliverer_without_endpoints(make_app):
+    """With no endpoint a write has nothing to deliver: its thread sleeps through 300 creates
+    (the look at the feed every 2 s aside), then an endpoint registered is sent the next write."""
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    deliverer = service.extensions["plants"].deliverer
+    client = service.test_client()
+    receiver = Receiver()
+    try:
+        assert deliverer.start()
+        time.sleep(0.3)  # its first look, done
+        before = _switches(deliverer._thread)
+        for plant_id in range(300):
+            response = client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
+            assert response.status_code == 200
+        assert _switches(deliverer._thread) - before < 20
+        register(client, receiver.url)
+        assert client.post("/plants", json={"id": 1000, "name": "Fern"}, headers=AUTH).status_code == 200
+        (delivery,) = receiver.wait_for(1, timeout=3.0)
+        assert delivery.event["data"]["id"] == 1000
     finally:
         deliverer.stop()
         receiver.stop()

@@ -42,3 +42,24 @@ def test_lines_match_gunicorns(fmt, sent):
     gunicorns = fmt % glogging.SafeAtoms(glogging.Logger.atoms(logger, response, REQUEST, ENVIRON, took))
     assert ours == gunicorns
     assert '"POST /plants?q=\\"x\\" HTTP/1.1"' in ours or "%(r)s" not in fmt
+
+
+@pytest.mark.parametrize("formatter", ["text", "json"])
+def test_the_record_writes_the_bytes_logging_would(formatter):
+    """The access record skips logging's lookups (caller, thread, process), not a byte of the line."""
+    import logging
+
+    from app.server.access_log import AccessRecord
+    from app.telemetry.logs import JsonFormatter, TextFormatter
+
+    fmt, atoms = FORMATS[0], {"h": "203.0.113.9", "{wsgi.url_scheme}e": "https", "r": "GET / HTTP/1.1"}
+    atoms |= {"s": "200", "b": "17", "M": 3}
+    fields = {"request_id": "r-1", "method": "GET", "route": "/plants", "status": 200, "duration_ms": 3.2}
+    ours = AccessRecord("gunicorn.access", fmt, atoms, fields)
+    logging_s = logging.getLogger("gunicorn.access").makeRecord(
+        "gunicorn.access", logging.INFO, "x.py", 1, fmt, (atoms,), None, extra=fields
+    )
+    logging_s.created, logging_s.msecs = ours.created, ours.msecs
+    chosen = TextFormatter() if formatter == "text" else JsonFormatter()
+    assert chosen.format(ours) == chosen.format(logging_s)
+    assert "203.0.113.9 https" in chosen.format(ours)

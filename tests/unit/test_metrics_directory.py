@@ -22,6 +22,7 @@ def _made(monkeypatch, uid: int, gid: int) -> Path:
     """The directory on_starting makes for a master whose workers run as uid:gid."""
     # Empty is unset to on_starting; setenv (not delenv) has the test's end restore the variable.
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.setenv("PLANTS_STORE_URL", "redis://127.0.0.1:6379/0")  # several workers may share it
     server = types.SimpleNamespace(cfg=types.SimpleNamespace(uid=uid, gid=gid))
     gunicorn_conf._prepare_metrics_directory(server)
     directory = Path(server.plants_metrics_directory)
@@ -67,3 +68,13 @@ def test_on_the_snapshots_file_system_it_stays_in_the_temporary_directory(monkey
         assert directory.parent == Path(tempfile.gettempdir())
     finally:
         shutil.rmtree(directory)
+
+
+def test_the_in_memory_stores_one_worker_keeps_its_metrics_in_process(monkeypatch):
+    """One worker's counts are the total: no directory, so no file (and no getpid) per increment."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.setenv("PLANTS_STORE_URL", "memory://")
+    server = types.SimpleNamespace(cfg=types.SimpleNamespace(uid=os.getuid(), gid=os.getgid()))
+    gunicorn_conf._prepare_metrics_directory(server)
+    assert not hasattr(server, "plants_metrics_directory")
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == ""

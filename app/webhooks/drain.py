@@ -1,0 +1,226 @@
+"""One endpoint's drain: while its lease is held, the feed's events after its position, sent in
+order, each outcome stored with the endpoint (the position and the attempt in one atomic step,
+which also renews the lease). The deliverer (deliverer.py) decides which endpoints drain, and runs
+each drain in a thread of its pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Protocol
+
+from app.settings import Settings
+from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore
+from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
+from app.telemetry import tracing
+from app.webhooks.keepalive import Slot
+from app.webhooks.lanes import Lanes
+from app.webhooks.message import (
+    ATTEMPTS,
+    message_id,
+    origin_of,
+    payload,
+    retry_delay,
+    signed_headers,
+    utc_text,
+)
+from app.webhooks.sender import Attempt, Watchdog, send
+
+log = logging.getLogger(__name__)
+
+#: How long a lease lasts unless renewed: the most a dead process keeps an endpoint from others.
+LEASE_MS = 10_000
+#: Events read from the feed at once.
+BATCH = 100
+
+
+def epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Delivering(Protocol):
+    """What a drain reads of the deliverer that runs it."""
+
+    store: PlantStore
+    settings: Settings
+    user_agent: str
+    owner: str
+    watchdog: Watchdog
+    lanes: Lanes
+    tracer: Any
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def count(self, outcome: Attempt, event_time_ms: int) -> None: ...
+
+
+class EndpointDrain:
+    """One endpoint's deliveries while its lease is held: until it has caught up with the feed, an
+    attempt failed (the next is scheduled), or the endpoint changed under it."""
+
+    def __init__(self, deliverer: Delivering, endpoint: Endpoint, slot: Slot | None = None) -> None:
+        self.deliverer = deliverer
+        self.endpoint = endpoint
+        #: The endpoint's kept-alive connection, held for the drain's length.
+        self.slot = slot
+        self.position = endpoint.position
+        #: The position last stored: `position` may run ahead of it over events not subscribed to.
+        self.acked = endpoint.position
+        self.tries = endpoint.tries
+        #: Whether the last attempt was slow (lanes.py).
+        self.slow = False
+        #: When the drain began (monotonic): it gives its thread up after a turn (lanes.py).
+        self.began = time.monotonic()
+
+    def run(self) -> None:
+        store = self.deliverer.store
+        while not self.deliverer.stopping:
+            try:
+                entries, end = store.feed_entries(self.position, BATCH)
+            except (FeedExpiredError, ValueError):
+                if not self._expired():
+                    return
+                continue
+            for entry in entries:
+                if self.deliverer.stopping:
+                    return
+                if not self._subscribed(entry):
+                    self.position = entry.position
+                    continue
+                if not self._deliver(entry):
+                    return
+            # Events it is not subscribed to, or none at all from the oldest kept: store where it is.
+            self.position = end
+            if self.position != self.acked and not self._ack(delivery_fields(end, 0, 0), None):
+                return
+            if len(entries) < BATCH:
+                return
+
+    def _subscribed(self, entry: FeedEntry) -> bool:
+        events = self.endpoint.events
+        return events is None or EVENT_TYPES[entry.event.kind] in events
+
+    def _signing(self) -> list[str]:
+        now = epoch_ms()
+        return [secret for secret, until in self.endpoint.secrets if until is None or until > now]
+
+    def _deliver(self, entry: FeedEntry) -> bool:
+        """Send one event; True when it was delivered and the drain may go on."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        settings = deliverer.settings
+        msg_id = message_id(entry)
+        try:
+            body = payload(entry.event)
+            headers = signed_headers(msg_id, body, self._signing(), deliverer.user_agent)
+        except Exception as exc:
+            # A stored secret the signer refuses, say: a failed attempt, retried on schedule.
+            log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
+            outcome = Attempt(None, "internal", None, 0)
+        else:
+            outcome = self._send(entry, msg_id, body, headers)
+        deliverer.count(outcome, entry.event.time_ms)
+        attempt = _attempt(msg_id, outcome)
+        if outcome.delivered:
+            self.position, self.tries = entry.position, 0
+            # After a slow attempt, or once its turn is over while others wait for a thread, the
+            # drain gives its thread up: the endpoint's next event waits for its next turn in its
+            # lane (lanes.py). Receivers that answer just under the slow threshold, with a
+            # backlog, would otherwise keep the fast lane's threads for as long as writes come
+            # faster than they answer.
+            acked = self._ack(delivery_fields(entry.position, 0, 0), attempt)
+            lanes = deliverer.lanes
+            turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
+            return acked and not self.slow and not turn_over
+        self.tries += 1
+        fields = delivery_fields(self.position, self.tries, 0)
+        if outcome.status == 410:
+            fields.update(status=DISABLED, reason=f"The receiver answered 410 Gone to {msg_id}.")
+        elif self.tries >= ATTEMPTS:
+            fields.update(
+                status=FAILING,
+                reason=f"{ATTEMPTS} attempts to deliver {msg_id} failed; deliveries wait at it until"
+                ' PATCH {"status": "enabled"}.',
+            )
+        else:
+            delay = retry_delay(self.tries, settings.webhooks_retry_scale, outcome.retry_after)
+            fields["due"] = str(epoch_ms() + int(delay * 1000))
+        self._ack(fields, attempt)
+        return False
+
+    def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:
+        """One attempt, with the request id (outside the signed content) and the trace context of
+        the write that made the event: the attempt's own span's, when this process traces, else
+        the write's as stored."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        settings = deliverer.settings
+        request_id, traceparent = origin_of(entry)
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
+
+        def attempt(extra: dict[str, str]) -> Attempt:
+            return send(
+                endpoint.url,
+                body,
+                {**headers, **extra},
+                timeout=settings.webhooks_timeout,
+                allowed=settings.webhooks_allow_hosts,
+                watchdog=deliverer.watchdog,
+                slot=self.slot,
+            )
+
+        deliverer.lanes.begin(endpoint.id)
+        try:
+            if deliverer.tracer is None:
+                return attempt({"traceparent": traceparent} if traceparent is not None else {})
+            attributes = {"webhook.id": msg_id, "webhook.endpoint": endpoint.id}
+            return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
+        finally:
+            self.slow = deliverer.lanes.end(endpoint.id)
+
+    def _expired(self) -> bool:
+        """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
+        self.position, self.tries = None, 0
+        attempt = attempt_record(None, None, "expired", 0)
+        reason = (
+            "Events were lost: the endpoint fell behind the feed's retention, and resumed from the"
+            " oldest event kept."
+        )
+        return self._ack({**delivery_fields(None, 0, 0), "reason": reason}, attempt)
+
+    def _ack(self, fields: dict[str, str], attempt: str | None) -> bool:
+        """Store an outcome; True when the drain may go on (the lease held, the endpoint enabled)."""
+        deliverer, endpoint = self.deliverer, self.endpoint
+        answer = deliverer.store.endpoints.ack(
+            endpoint.id, deliverer.owner, LEASE_MS, endpoint.epoch, fields, attempt
+        )
+        if answer is None:
+            return False
+        self.acked = self.position
+        status, rev = answer
+        if status != ENABLED:
+            return False
+        if rev != endpoint.rev:  # changed through the API meanwhile: its URL, events or secrets
+            fresh = deliverer.store.endpoints.get(endpoint.id)
+            if fresh is None or fresh.epoch != endpoint.epoch:
+                return False
+            self.endpoint = fresh
+        return True
+
+
+def _attempt(msg_id: str, outcome: Attempt) -> str:
+    return attempt_record(msg_id, outcome.status, outcome.error, outcome.duration_ms)
+
+
+def attempt_record(msg_id: str | None, status: int | None, error: str | None, duration_ms: int) -> str:
+    """An attempt as the endpoint keeps it (its `last_attempt`), timed now."""
+    record = {
+        "webhook_id": msg_id,
+        "time": utc_text(epoch_ms()),
+        "status": status,
+        "error": error,
+        "duration_ms": duration_ms,
+    }
+    return json.dumps(record)
