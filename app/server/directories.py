@@ -19,6 +19,9 @@ from pathlib import Path
 
 #: Where the metrics' files go when it is a file system of its own (Linux's shared memory).
 SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - a private 0700 directory is made in it
+#: The room /dev/shm must have free to be used: each worker's files start at 64 KiB a kind of
+#: metric and double as they fill, and a page that cannot be had kills the worker.
+METRICS_ROOM_BYTES = 8 << 20
 
 
 def _give(directory: Path, uid: int | None, gid: int | None) -> None:
@@ -60,10 +63,14 @@ def handoff_directory(bind: list[str], uid: int | None, gid: int | None) -> Path
 
 
 def metrics_parent() -> Path | None:
-    """Where the metrics' directory goes: /dev/shm when it is writable and another file system
-    than the handoff's; else the temporary directory (None)."""
+    """Where the metrics' directory goes: /dev/shm when it is writable, another file system than
+    the handoff's, and has METRICS_ROOM_BYTES free; else the temporary directory (None). Other
+    processes share /dev/shm (a pod's containers): one that filled it would have every worker
+    die of SIGBUS at its first count, and each one started after it."""
     try:
         apart = SHARED_MEMORY.stat().st_dev != handoff_parent().stat().st_dev
+        status = os.statvfs(SHARED_MEMORY)
     except OSError:
         return None
-    return SHARED_MEMORY if apart and os.access(SHARED_MEMORY, os.W_OK | os.X_OK) else None
+    room = status.f_bavail * status.f_frsize >= METRICS_ROOM_BYTES
+    return SHARED_MEMORY if apart and room and os.access(SHARED_MEMORY, os.W_OK | os.X_OK) else None
