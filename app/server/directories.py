@@ -58,6 +58,12 @@ def handoff_directory(bind: list[str], uid: int | None, gid: int | None) -> Path
         if not stat.S_ISDIR(status.st_mode) or status.st_uid not in (owner, os.geteuid()):
             raise SystemExit(f"Plant Store: {directory} is not the service's own directory") from None
         directory.chmod(0o700)
+    except OSError as exc:  # missing, not a directory, read-only: one line, not a traceback
+        setting = "RUNTIME_DIRECTORY" if os.environ.get("RUNTIME_DIRECTORY") else "TMPDIR"
+        raise SystemExit(
+            f"Plant Store: configuration error: {setting} names {str(directory.parent)!r}, where the "
+            f"reload's snapshot directory cannot be made ({exc.strerror})"
+        ) from None
     _give(directory, uid, gid)
     return directory
 
