@@ -5,8 +5,9 @@ added as REMOTE_ADDR, whatever it holds. A client that reaches the service past 
 its own header, and anything in it became the client's address: the key its failed
 authentications were counted under, so random 8 KB strings meant a new counter (and 8 KB of
 memory) a request, and never a 429. This middleware, inside ProxyFix, keeps the forwarded value
-only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets),
-and otherwise restores the peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`.
+only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets,
+and loses its zone id), and otherwise restores the peer's address, which ProxyFix keeps in
+`werkzeug.proxy_fix.orig`.
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ def parsed_address(value: str) -> str | None:
     if value[0] == "[" and value[-1] == "]":
         value = value[1:-1]
     try:
-        return str(ipaddress.ip_address(value))
+        address = ipaddress.ip_address(value)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        # A zone id names an interface of the proxy's own host, and may be any text (spaces,
+        # quotes, control-free Unicode) that would reach the access log as the client's address.
+        address = ipaddress.IPv6Address(int(address))
+    return str(address)
 
 
 class ForwardedAddress:

@@ -19,6 +19,9 @@ from pathlib import Path
 
 #: Where the metrics' files go when it is a file system of its own (Linux's shared memory).
 SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - a private 0700 directory is made in it
+#: The room /dev/shm must have free to be used: each worker's files start at 64 KiB a kind of
+#: metric and double as they fill, and a page that cannot be had kills the worker.
+METRICS_ROOM_BYTES = 8 << 20
 
 
 def _give(directory: Path, uid: int | None, gid: int | None) -> None:
@@ -55,15 +58,25 @@ def handoff_directory(bind: list[str], uid: int | None, gid: int | None) -> Path
         if not stat.S_ISDIR(status.st_mode) or status.st_uid not in (owner, os.geteuid()):
             raise SystemExit(f"Plant Store: {directory} is not the service's own directory") from None
         directory.chmod(0o700)
+    except OSError as exc:  # missing, not a directory, read-only: one line, not a traceback
+        setting = "RUNTIME_DIRECTORY" if os.environ.get("RUNTIME_DIRECTORY") else "TMPDIR"
+        raise SystemExit(
+            f"Plant Store: configuration error: {setting} names {str(directory.parent)!r}, where the "
+            f"reload's snapshot directory cannot be made ({exc.strerror})"
+        ) from None
     _give(directory, uid, gid)
     return directory
 
 
 def metrics_parent() -> Path | None:
-    """Where the metrics' directory goes: /dev/shm when it is writable and another file system
-    than the handoff's; else the temporary directory (None)."""
+    """Where the metrics' directory goes: /dev/shm when it is writable, another file system than
+    the handoff's, and has METRICS_ROOM_BYTES free; else the temporary directory (None). Other
+    processes share /dev/shm (a pod's containers): one that filled it would have every worker
+    die of SIGBUS at its first count, and each one started after it."""
     try:
         apart = SHARED_MEMORY.stat().st_dev != handoff_parent().stat().st_dev
+        status = os.statvfs(SHARED_MEMORY)
     except OSError:
         return None
-    return SHARED_MEMORY if apart and os.access(SHARED_MEMORY, os.W_OK | os.X_OK) else None
+    room = status.f_bavail * status.f_frsize >= METRICS_ROOM_BYTES
+    return SHARED_MEMORY if apart and room and os.access(SHARED_MEMORY, os.W_OK | os.X_OK) else None

@@ -197,6 +197,14 @@ def hand_over(server: Any) -> None:
             deadline = float("inf")
         time.sleep(0.02)
     wanted.unlink(missing_ok=True)
+    snapshot = _path(SNAPSHOT)
+    if old and snapshot is not None and not snapshot.exists():
+        # Killed (SIGKILL, the OOM killer) or its write failed: say so where the reload is logged.
+        server.log.error(
+            "Plant Store: the old worker stopped without handing its plants over (no snapshot in %s):"
+            " the new worker starts empty",
+            snapshot.parent,
+        )
 
 
 def write_if_wanted(store: Any) -> None:

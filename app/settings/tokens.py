@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -16,6 +18,8 @@ TOKEN_SYNTAX = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 #: Longest accepted token: "Authorization: Bearer <token>" must fit the 8 KiB header-line limit
 #: of gunicorn (limit_request_field_size, 8190) and of nginx (large_client_header_buffers 8k).
 MAX_TOKEN_LENGTH = 4096
+#: Largest `_FILE` setting's file read: thousands of tokens, and no more than a master should hold.
+MAX_SECRET_FILE_BYTES = 1 << 20
 
 
 class TokenSettings(NamedTuple):
@@ -54,10 +58,25 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
 
 
 def read_secret_file(key: str, path: str) -> str:
-    """The content of the file a `_FILE` setting names; ConfigurationError when it cannot be read."""
+    """The content of the file a `_FILE` setting names; ConfigurationError when it cannot be read.
+
+    The master reads it again on each reload, in its signal handler: a named pipe would hold the
+    master in `open()` until a writer came (no reload, no stop, no reaping meanwhile), and a link
+    to /dev/zero would fill its memory. So only a regular file (a link to one, as a mounted
+    Secret's, is fine) of at most MAX_SECRET_FILE_BYTES is read, opened without blocking.
+    """
     try:
-        with open(path, encoding="utf-8") as file:
-            return file.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as file:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise ConfigurationError(key, f"names what is not a regular file: {path!r}")
+            content = file.read(MAX_SECRET_FILE_BYTES + 1)
+        if len(content) > MAX_SECRET_FILE_BYTES:
+            raise ConfigurationError(
+                key, f"names a file larger than {MAX_SECRET_FILE_BYTES // 1024} KiB: {path!r}"
+            )
+        return content.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(
             key, f"names a file that cannot be read ({exc.__class__.__name__}): {path!r}"

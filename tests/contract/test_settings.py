@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -334,3 +336,40 @@ def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
         " JWT issuer off; rate limits 50/second per token; workers 1, request threads 2 each"
     ) in line
     assert "secret" not in log
+
+
+def test_a_secret_file_that_is_a_pipe_or_endless_is_refused_at_once(tmp_path):
+    """The master reads it again on every reload: a pipe nobody writes must not hold it, nor an
+    endless file fill it. A link to a regular file (a mounted Secret's) is read as before."""
+    pipe = tmp_path / "tokens-pipe"
+    os.mkfifo(pipe)
+    endless = tmp_path / "tokens-endless"
+    endless.symlink_to("/dev/zero")
+    huge = tmp_path / "tokens-huge"
+    huge.write_text("writer\n" * 200_000)
+    problems: list[str] = []
+
+    def start(path: Path) -> None:
+        try:
+            create_app({"PLANTS_API_TOKENS_FILE": str(path)})
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+
+    for path in (pipe, endless, huge):
+        attempt = threading.Thread(target=start, args=(path,), daemon=True)
+        attempt.start()
+        attempt.join(20)
+        if attempt.is_alive():  # held in open() or read(): let it go before failing
+            os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+            pytest.fail(f"reading {path.name} did not end")
+    assert [problem.split(":")[0] for problem in problems] == [
+        "PLANTS_API_TOKENS_FILE names what is not a regular file",
+        "PLANTS_API_TOKENS_FILE names what is not a regular file",
+        "PLANTS_API_TOKENS_FILE names a file larger than 1024 KiB",
+    ]
+    real = tmp_path / "tokens-real"
+    real.write_text("writer\n")
+    linked = tmp_path / "tokens-linked"
+    linked.symlink_to(real)
+    app = create_app({"PLANTS_API_TOKENS_FILE": str(linked)})
+    assert app.test_client().get("/plants", headers={"Authorization": "Bearer writer"}).status_code == 200

@@ -72,3 +72,14 @@ def test_the_48s_budget_is_a_setting(start):
     gunicorn = start("5/hour", per_48="7/hour")
     statuses = [refused_from(gunicorn, f"2001:db8:9:{n:x}::1")[0] for n in range(9)]
     assert statuses == [401] * 7 + [429] * 2
+
+
+def test_a_forwarded_zone_id_is_dropped_not_logged(start):
+    """`fe80::5%<zone>` parses as an address whatever the zone's text: the zone goes, the address
+    counts (one budget whatever the zone), and the access line carries no text of the client's."""
+    server = start("3/hour")
+    zones = ["z0 evil", "z1", "z2", "\xe9 spoof"]
+    assert [refused_from(server, f"fe80::5%{zone}")[0] for zone in zones] == [401, 401, 401, 429]
+    lines = [line for line in server.output().splitlines() if "gunicorn.access" in line]
+    assert sum(" fe80::5 http " in line for line in lines) == 4
+    assert not [line for line in lines if "evil" in line or "spoof" in line or "%z" in line]

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -280,5 +281,27 @@ def test_a_second_reload_during_the_first_is_refused_or_done_after_never_interle
         server.process.send_signal(signal.SIGHUP)
         wait_for(server, "took over 50 plants", done + 1)
         assert_all_readable(server, plants)
+    finally:
+        server.stop()
+
+
+def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_was_lost(tmp_path):
+    """SIGKILL (the OOM killer's) of the worker that holds the plants cannot keep them; the master
+    says so in one ERROR where the reload is logged, and a new worker serves."""
+    server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    try:
+        create_plants(server, 20)
+        (worker,) = worker_pids(server.process.pid)
+        (directory,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while not (directory.parent / "handoff-wanted").exists():
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.001)
+        os.kill(int(worker), signal.SIGKILL)
+        wait_for(server, "without handing its plants over")
+        wait_for(server, "Booting worker", 2)
+        status, _, body = call(server.connection(), "GET", "/plants", headers=AUTH)
+        assert (status, json.loads(body)["plants"]) == (200, [])
     finally:
         server.stop()

@@ -67,3 +67,19 @@ def test_a_link_in_its_place_is_refused(runtime, tmp_path):
     directory.symlink_to(target)
     with pytest.raises(SystemExit, match="is not the service's own directory"):
         handoff.prepare(BIND)
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_runtime_directory_that_cannot_hold_it_stops_the_start_in_one_line(monkeypatch, tmp_path, where):
+    """Not a traceback: one line naming the setting and the reason, as for any other setting."""
+    (tmp_path / "a-file").touch()
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / where))
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            handoff.prepare(BIND)
+    finally:
+        handoff._directory = None
+    message = str(stopped.value)
+    assert message.startswith("Plant Store: configuration error: RUNTIME_DIRECTORY ")
+    assert str(tmp_path / where) in message
+    assert "\n" not in message
