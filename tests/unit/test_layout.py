@@ -159,6 +159,8 @@ def describe(loop: frozenset[str], graph: Mapping[str, set[str]]) -> list[str]:
 
 
 GRAPH = import_graph(MODULES)
+
+
 def test_no_import_loop_among_modules():
     found = loops(GRAPH)
     assert not found, [describe(loop, GRAPH) for loop in found]
