@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Response, request
 
+from app.auth.caller import current_caller
 from app.auth.tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
     FeedOff,
@@ -91,10 +92,8 @@ def _watch(
 ) -> Response:
     """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
     signal = state.feed_signal
-    caller = request.environ.get(TICKET_CALLER)  # a watch ticket counts against its token's cap
-    if caller is None:
-        _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
-    caller_key = caller.limit_key if caller is not None else b""
+    caller = current_caller()  # a watch ticket's counts against its token's cap
+    caller_key = caller.limit_key
     try:
         signal.admit(caller_key)
     except WatchersFull as exc:
@@ -105,7 +104,7 @@ def _watch(
     common: dict[str, Any] = {
         "cursor_key": key,
         "caller": caller_key,
-        "expires": caller.expires if caller is not None else None,
+        "expires": caller.expires,
         "parks": bool(request.environ.get(PARKING)),
         "records": event_records,
     }
