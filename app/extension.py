@@ -58,7 +58,9 @@ class PlantsState:
         not known): wake this process's deliverer and the watchers it may concern, and count it
         when the app has metrics."""
         if self.store.events_retain:
-            self.feed_signal.notify(Touched(kind, plant_id, tags))
+            signal = self.feed_signal
+            # What the change touched matters only to parked watches: made only when there are some.
+            signal.notify(Touched(kind, plant_id, tags) if signal.parked else None)
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
