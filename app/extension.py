@@ -21,7 +21,8 @@ from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
 from app.store import PlantStore, StoreUnavailableError, store_for
-from app.store.signal import FeedSignal
+from app.watch.signal import FeedSignal
+from app.watch.wake_index import Touched
 from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"
@@ -61,11 +62,14 @@ class PlantsState:
             self.split_guard.check(environ)
         return self.store
 
-    def count_event(self, kind: int) -> None:
-        """A change that the feed recorded: wake this process's deliverer, and count it when the
-        app has metrics."""
+    def count_event(self, kind: int, plant_id: int, tags: tuple[str | None, ...] | None) -> None:
+        """A change that the feed recorded, with the tags its plant is known to have had (None:
+        not known): wake this process's deliverer and the watchers it may concern, and count it
+        when the app has metrics."""
         if self.store.events_retain:
-            self.feed_signal.notify()  # wakes the watchers and the deliverer
+            signal = self.feed_signal
+            # What the change touched matters only to parked watches: made only when there are some.
+            signal.notify(Touched(kind, plant_id, tags) if signal.parked else None)
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
@@ -115,10 +119,13 @@ def _state_for(settings: Settings) -> PlantsState:
         max_watchers=settings.events_max_watchers,
         max_per_caller=settings.events_max_watchers_per_token,
         cheap_to_listen=store.shared,
+        # Filtered watchers move past what they do not select at least twice a retention window.
+        sweep_every=max(1, store.events_retain // 2),
     )
     feed_signal.observe(deliverer.wake)
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
+        metrics.woken = feed_signal.woken
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),

@@ -10,6 +10,9 @@
 - `wake`: M streams, then creates at R a second for T seconds from another connection: for each
   event and each stream, the time from the create's 200 to the event's arrival (p50, p99, max),
   and whether every stream got every event, in order.
+- `wake --filtered`: the same, each stream following a tag of its own (`tags=t<n>`) and each
+  create tagged for one stream; also the streams each write woke, from the worker's
+  `plants_watch_woken_per_change` histogram.
 
 One worker with 2 request threads, pinned to CPU 0; the watchers and the writer run on CPU 1.
 """
@@ -45,12 +48,15 @@ def _request(path: str, stream: bool, token: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{accept}\r\n".encode()
 
 
-def open_watchers(port: int, count: int, streams_share: float, token: str = TOKEN) -> list[socket.socket]:
+def open_watchers(
+    port: int, count: int, streams_share: float, token: str = TOKEN, tagged: bool = False
+) -> list[socket.socket]:
     socks = []
     for number in range(count):
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         stream = number < count * streams_share
-        sock.sendall(_request("/events?after=now" + ("" if stream else "&wait=55"), stream, token))
+        path = "/events?after=now" + ("" if stream else "&wait=55") + (f"&tags=t{number}" if tagged else "")
+        sock.sendall(_request(path, stream, token))
         sock.setblocking(False)
         socks.append(sock)
     return socks
@@ -94,9 +100,21 @@ def feed_since(port: int, cursor: str | None, token: str = TOKEN) -> tuple[list[
             return ids, cursor
 
 
-def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN) -> dict:
+def woken_so_far(port: int, token: str = TOKEN) -> tuple[float, float]:
+    """The worker's `plants_watch_woken_per_change` sum and count."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+    text = conn.getresponse().read().decode()
+    found = dict(re.findall(r"^plants_watch_woken_per_change_(sum|count) (\S+)$", text, re.M))
+    return float(found.get("sum", 0)), float(found.get("count", 0))
+
+
+def wake(
+    port: int, count: int, rate: float, seconds: float, token: str = TOKEN, filtered: bool = False
+) -> dict:
     _, cursor = feed_since(port, None, token)
-    socks = open_watchers(port, count, 1.0, token)
+    socks = open_watchers(port, count, 1.0, token, tagged=filtered)
+    woken_before = woken_so_far(port, token)
     selector = selectors.DefaultSelector()
     seen: dict[int, list[int]] = {}
     arrivals: dict[int, list[float]] = {}
@@ -130,7 +148,17 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
     writers = 4
     threads = [
         threading.Thread(
-            target=_write, args=(port, first + n, writers, rate / writers, seconds, written, token)
+            target=_write,
+            args=(
+                port,
+                first + n,
+                writers,
+                rate / writers,
+                seconds,
+                written,
+                token,
+                count if filtered else 0,
+            ),
         )
         for n in range(writers)
     ]
@@ -142,7 +170,17 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
     stop.set()
     reader.join(5)
     expected, _ = feed_since(port, cursor, token)
-    complete = sum(1 for ids in seen.values() if ids == expected)
+    woken_sum, woken_count = (
+        after - before for after, before in zip(woken_so_far(port, token), woken_before, strict=True)
+    )
+    if filtered:  # the stream of tag t<n> gets the plants whose id is n modulo the streams
+        complete = sum(
+            1
+            for n, sock in enumerate(socks)
+            if seen[sock.fileno()] == [i for i in expected if i % count == n]
+        )
+    else:
+        complete = sum(1 for ids in seen.values() if ids == expected)
     latencies = sorted(
         (arrival - written[plant_id]) * 1000 for plant_id, times in arrivals.items() for arrival in times
     )
@@ -154,7 +192,9 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
 
     return {
         "streams": count,
+        "filtered": filtered,
         "creates": len(expected),
+        "woken_per_write": round(woken_sum / woken_count, 2) if woken_count else 0,
         "rate": rate,
         "streams_with_every_event_in_order": complete,
         "p50_ms": percentile(0.5),
@@ -164,16 +204,25 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
 
 
 def _write(
-    port: int, first: int, step: int, rate: float, seconds: float, written: dict[int, float], token: str
+    port: int,
+    first: int,
+    step: int,
+    rate: float,
+    seconds: float,
+    written: dict[int, float],
+    token: str,
+    tags: int = 0,
 ) -> None:
-    """Creates at `rate` a second on a schedule (open loop): a slow answer does not slow the next."""
+    """Creates at `rate` a second on a schedule (open loop): a slow answer does not slow the next.
+    With `tags`, each plant is tagged `t<id modulo tags>`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     start = time.monotonic()
     plant_id, n = first, 0
     while n / rate < seconds:
         time.sleep(max(0.0, start + n / rate - time.monotonic()))
-        conn.request("POST", "/plants", json.dumps({"id": plant_id, "name": "w"}), headers)
+        plant = {"id": plant_id, "name": "w", **({"tag": f"t{plant_id % tags}"} if tags else {})}
+        conn.request("POST", "/plants", json.dumps(plant), headers)
         response = conn.getresponse()
         response.read()
         written[plant_id] = time.monotonic()
@@ -206,6 +255,7 @@ def main() -> int:
     parser.add_argument("--watchers", type=int, default=10_000)
     parser.add_argument("--streams", type=int, nargs="+", default=[2000, 100])
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--filtered", action="store_true", help="each stream follows a tag of its own")
     args = parser.parse_args()
     watchers = 200 if args.smoke else args.watchers
     streams = [50] if args.smoke else args.streams
@@ -217,7 +267,7 @@ def main() -> int:
         results.append({"store": args.store, "scenario": "hold", **held})
         print(json.dumps(results[-1]), flush=True)
         for count in streams:
-            woken = wake(server.port, count, args.rate, seconds)
+            woken = wake(server.port, count, args.rate, seconds, filtered=args.filtered)
             results.append({"store": args.store, "scenario": "wake", **woken})
             print(json.dumps(results[-1]), flush=True)
     finally:

@@ -1,10 +1,13 @@
-"""An authenticated caller: what it may do, and the key its rate limit counts under."""
+"""An authenticated caller: what it may do, and the key its rate limit counts under; and the
+request's own, which the plants blueprint's guard keeps on `g` (`keep`) for the views to read
+(`current_caller`) instead of authenticating again."""
 
 from __future__ import annotations
 
 import math
 from typing import NamedTuple
 
+from flask import g
 from werkzeug.exceptions import HTTPException
 
 
@@ -24,9 +27,20 @@ class Caller(NamedTuple):
     #: `ticket` (a watch ticket, app/auth/watch_tickets.py).
     kind: str = "full-access"
     #: When its authority ends, in Unix seconds: a JWT's `exp`, a watch ticket's expiry; never for
-    #: a static token. A watch of the feed ends then (app/plants/watch.py).
+    #: a static token. A watch of the feed ends then (app/watch/watches.py).
     expires: float = math.inf
 
 
 #: An authentication's outcome: the refusal, or None and the caller.
 Authentication = tuple[HTTPException | None, Caller | None]
+
+
+def keep(caller: Caller) -> None:
+    """The request's caller, as the guard authenticated it (a token's, or a watch ticket's)."""
+    g.plants_caller = caller
+
+
+def current_caller() -> Caller:
+    """The request's caller: asked by a view behind a token, which the guard let in."""
+    found: Caller = g.plants_caller
+    return found

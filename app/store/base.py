@@ -143,6 +143,10 @@ class FeedEntry(NamedTuple):
     #: What the write that made the event was given as `origin` ('' for none): the request's id,
     #: then, when the write was traced, a space and its W3C `traceparent` (app/telemetry/).
     origin: str = ""
+    #: The plant's tag before the change (None: it had none): another than `event.tag` only for
+    #: an update that moved the plant to another tag, so that a filtered watch selects a plant
+    #: that matched before or after. The stores set it on every entry they read.
+    tag_before: str | None = None
 
 
 class EventPage(NamedTuple):
@@ -255,7 +259,7 @@ class PlantStore(Protocol):
         ...
 
     def feed_listener(self) -> Any:
-        """What hears other processes' writes to the feed (app/store/signal.py), or None when
+        """What hears other processes' writes to the feed (app/watch/signal.py), or None when
         no other process writes to this store."""
         ...
 

@@ -13,8 +13,8 @@ plain iterable, one that can wait (`Parkable`): besides `__next__` and `close`, 
 
 `__next__` returning `b""` means "nothing yet": the worker parks the connection, on its epoll,
 until `wake`, the deadline, or the client leaving (app/server/worker/parking.py). The service
-imports the key from here (app/plants/feed.py); this module imports nothing, so that doing so
-loads none of the worker.
+holds its own copy of the key (app/watch/parking.py, held equal by a test); this module imports
+nothing, so that importing it loads none of the worker.
 """
 
 from __future__ import annotations
