@@ -18,7 +18,7 @@ from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
 from app.store import PlantStore, store_for
-from app.store.signal import FeedSignal
+from app.watch.signal import FeedSignal
 from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"

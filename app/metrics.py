@@ -21,7 +21,7 @@ Per application (in its state, app/extension.py): its own registry with
   the latter only for callers that may manage webhooks: an endpoint id is theirs to see;
 - `plants_stored`: how many plants the store holds, read from the store at scrape time;
 - `plants_watch_shared_reads` and `plants_watch_shared_read_bytes`: the feed's reads kept for
-  watchers at the same position (app/store/shared_reads.py), in the worker answering the scrape.
+  watchers at the same position (app/watch/shared_reads.py), in the worker answering the scrape.
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
 reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
@@ -44,7 +44,7 @@ from app.store import EVENT_TYPES, PlantStore, StoreUnavailableError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from app.store.shared_reads import SharedReads
+    from app.watch.shared_reads import SharedReads
 
 _START = "plants.started"
 #: A request's duration, in seconds: a create takes well under a millisecond, and a request that
@@ -121,7 +121,7 @@ class Metrics:
             registry=self.registry,
         )
         self._store = store
-        #: The watch's shared reads of this process (app/store/shared_reads.py), once it has them.
+        #: The watch's shared reads of this process (app/watch/shared_reads.py), once it has them.
         self.shared_reads: SharedReads | None = None
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)

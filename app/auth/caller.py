@@ -24,7 +24,7 @@ class Caller(NamedTuple):
     #: `ticket` (a watch ticket, app/auth/tickets.py).
     kind: str = "full-access"
     #: When its authority ends, in Unix seconds: a JWT's `exp`, a watch ticket's expiry; never for
-    #: a static token. A watch of the feed ends then (app/plants/watch.py).
+    #: a static token. A watch of the feed ends then (app/watch/watches.py).
     expires: float = math.inf
 
 

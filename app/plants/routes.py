@@ -15,7 +15,7 @@ from flask import Blueprint
 from werkzeug.exceptions import MethodNotAllowed
 
 from app.http.options import options_view
-from app.plants import changes, docs, exposition, feed, items, tickets, webhooks
+from app.plants import changes, docs, events, exposition, items, tickets, webhooks
 
 
 class Access(enum.Enum):
@@ -47,7 +47,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/plants/<plant_id>", "PUT", changes.replace_plant, Access.WRITE, "replacePlant"),
     Route("/plants/<plant_id>", "PATCH", changes.patch_plant, Access.WRITE, "patchPlant"),
     Route("/plants/<plant_id>", "DELETE", items.delete_plant, Access.WRITE, "deletePlant"),
-    Route("/events", "GET", feed.list_events, Access.READ, "listEvents"),
+    Route("/events", "GET", events.list_events, Access.READ, "listEvents"),
     Route("/events/tickets", "POST", tickets.create_watch_ticket, Access.READ, "createWatchTicket"),
     Route("/webhooks", "POST", webhooks.create_webhook, Access.WEBHOOKS, "createWebhook"),
     Route("/webhooks", "GET", webhooks.list_webhooks, Access.WEBHOOKS, "listWebhooks"),
@@ -120,7 +120,7 @@ ACCESS: dict[str, Access] = {
     **{view.__name__: Access.PUBLIC for _, view in OPTIONS},
 }
 #: The views that accept a watch ticket (app/auth/tickets.py) in place of a bearer header.
-TICKET_VIEWS = frozenset({feed.list_events.__name__})
+TICKET_VIEWS = frozenset({events.list_events.__name__})
 #: The views whose requests count against their token's rate limit.
 LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
 #: The documented operations that need the write scope.

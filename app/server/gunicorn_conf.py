@@ -241,7 +241,7 @@ def _drain_on_sigterm(worker: Any) -> None:
 
 def _bound_watch_turns(worker: Any) -> None:
     """Woken watchers read a shared store on at most the request threads but one
-    (app/store/wake_gate.py): the last is left for requests, /healthz among them, however slow
+    (app/watch/wake_gate.py): the last is left for requests, /healthz among them, however slow
     the store is. The in-memory store's reads wait on nothing but the CPU: no bound."""
     from app.extension import EXTENSION, plants_state
 

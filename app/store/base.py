@@ -255,7 +255,7 @@ class PlantStore(Protocol):
         ...
 
     def feed_listener(self) -> Any:
-        """What hears other processes' writes to the feed (app/store/signal.py), or None when
+        """What hears other processes' writes to the feed (app/watch/signal.py), or None when
         no other process writes to this store."""
         ...
 

@@ -105,7 +105,7 @@ def _plant(item: dict) -> Plant:
 def _follow_store(store: Any, cursor: str) -> tuple[list[dict], bytes]:
     """The rest of the feed, read from the store directly (the servers are stopped)."""
     from app.http.cursor import EVENTS, decode_cursor
-    from app.plants.feed import event_records
+    from app.plants.events import event_records
 
     position = decode_cursor(store.cursor_key(), cursor, None, EVENTS)
     events: list[dict] = []

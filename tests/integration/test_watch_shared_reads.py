@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import socket
 
-from app.store.shared_reads import MAX_BYTES, MAX_ENTRIES
+from app.watch.shared_reads import MAX_BYTES, MAX_ENTRIES
 from tests.helpers import call
 from tests.servers import TOKEN, Gunicorn
 

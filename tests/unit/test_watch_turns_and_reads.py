@@ -1,15 +1,15 @@
 """The watch's bounded parts (issue 48): woken watchers take at most the gate's many request
-threads at once, the rest waiting their turn without one (app/store/wake_gate.py); the shared
+threads at once, the rest waiting their turn without one (app/watch/wake_gate.py); the shared
 reads keep only positions several watchers stand at, within their bounds, and share a store
-failure rather than each waiting for it again (app/store/shared_reads.py)."""
+failure rather than each waiting for it again (app/watch/shared_reads.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.store import StoreUnavailableError
-from app.store.shared_reads import SharedReads
-from app.store.wake_gate import WakeGate
+from app.watch.shared_reads import SharedReads
+from app.watch.wake_gate import WakeGate
 
 
 def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_end():

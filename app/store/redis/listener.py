@@ -5,7 +5,7 @@ A thread per stream blocks on it (`XREAD BLOCK` after the newest entry it saw), 
 of the listener's own whose timeout outlasts the block: one `XREAD` can name keys of one slot
 only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads;
 a stream that cannot be read makes `wait` raise, unless another had a new entry, and goes on
-making it raise until it is read again (the feed's signal, app/store/signal.py, decides whom to
+making it raise until it is read again (the feed's signal, app/watch/signal.py, decides whom to
 wake and how often while the store is away: a quiet `wait` would tell it the store is back).
 """
 

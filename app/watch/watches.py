@@ -27,7 +27,7 @@ from typing import Any
 
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
-from app.store.signal import FeedSignal
+from app.watch.signal import FeedSignal
 
 
 class NoTurn(Exception):
@@ -75,7 +75,7 @@ class Watch:
         self.stopping = self.done = False
         self._released = False
         self._wake: Callable[[], None] | None = None
-        #: No turn was free (app/store/wake_gate.py): the next park waits for one, not a change.
+        #: No turn was free (app/watch/wake_gate.py): the next park waits for one, not a change.
         self._awaits_turn = False
         signal.reads.stand(position)
 
@@ -142,7 +142,7 @@ class Watch:
         raise NotImplementedError
 
     def _fetch_in_turn(self, position: bytes | None) -> Any:
-        """`_fetch`, in a turn of the gate's when parked (app/store/wake_gate.py): at most the
+        """`_fetch`, in a turn of the gate's when parked (app/watch/wake_gate.py): at most the
         gate's many at once, so that the worker's other threads stay free for requests however
         slow the store is. NoTurn when none is free: the watch then waits for one, parked. A read
         shared with another watcher takes no turn: it is a few microseconds either way."""

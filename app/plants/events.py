@@ -21,11 +21,11 @@ from app.extension import PlantsState, plants_state
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import error_response
 from app.http.json_provider import json_response
-from app.plants.watch import EventStream, LongPoll, Watch
 from app.schemas.parameters import load_events_query
-from app.server.worker.interface import PARKING
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
-from app.store.signal import WatchersFull
+from app.watch.parking import PARKING
+from app.watch.signal import WatchersFull
+from app.watch.watches import EventStream, LongPoll, Watch
 
 JSON, STREAM = "application/json", "text/event-stream"
 #: A stream's headers besides its type: no cache keeps it, no proxy buffers it (nginx reads the

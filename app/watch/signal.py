@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
-from app.store.shared_reads import SharedReads
-from app.store.wake_gate import WakeGate
+from app.watch.shared_reads import SharedReads
+from app.watch.wake_gate import WakeGate
 
 log = logging.getLogger(__name__)
 #: Seconds a listener blocks in one call; it checks for watchers between calls.

@@ -5,7 +5,7 @@ A watch woken by a change (or by the listener's failure, or its own deadline) re
 a request thread. Under the packaged worker (app/server/worker/parking.py), a watch that finds no
 free turn here for a store call gives its thread back at once and waits parked, holding no
 thread. A turn's end wakes every watch waiting: most now share the read the turn made (or its
-failure, app/store/shared_reads.py) and need no turn; one that still does waits again. Handing
+failure, app/watch/shared_reads.py) and need no turn; one that still does waits again. Handing
 the turn on one watch at a time instead made a chain of wake-ups, each a worker's turn, behind
 one another (bench/README.md). The worker's other threads stay free for requests, `/healthz`
 among them, however slow the store is.
