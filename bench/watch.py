@@ -10,6 +10,11 @@
 - `wake`: M streams, then creates at R a second for T seconds from another connection: for each
   event and each stream, the time from the create's 200 to the event's arrival (p50, p99, max),
   and whether every stream got every event, in order.
+- `filtered`, `creates`, `snapshot`: filtered watchers (bench/watch_filtered.py): 2,000 streams
+  each on its own tag at R creates a second (arrival p99, streams woken per write), create req/s
+  with them open against none, and a `snapshot=true` stream of `--plants` plants (worker RSS).
+
+    python -m bench watch --scenarios filtered creates snapshot --plants 1000000 --store redis
 
 One worker with 2 request threads, pinned to CPU 0; the watchers and the writer run on CPU 1.
 """
@@ -36,8 +41,10 @@ from bench.harness.servers import (
     scratch,
     status_field,
 )
+from bench.watch_filtered import creates_beside_streams, filtered_wake, load_plants, snapshot
 
 _ID = re.compile(rb'"id":(\d+)')
+SCENARIOS = ("hold", "wake", "filtered", "creates", "snapshot")
 
 
 def _request(path: str, stream: bool, token: str) -> bytes:
@@ -206,20 +213,35 @@ def main() -> int:
     parser.add_argument("--watchers", type=int, default=10_000)
     parser.add_argument("--streams", type=int, nargs="+", default=[2000, 100])
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--filtered-streams", type=int, default=2000, help="streams, each on its own tag")
+    parser.add_argument("--plants", type=int, default=1_000_000, help="plants in the snapshot")
     args = parser.parse_args()
     watchers = 200 if args.smoke else args.watchers
     streams = [50] if args.smoke else args.streams
+    filtered = 50 if args.smoke else args.filtered_streams
+    plants = min(args.plants, 2000) if args.smoke else args.plants
     seconds = args.seconds or (2.0 if args.smoke else 10.0)
-    server, redis = serve(args.store, max(watchers, *streams))
-    results = []
-    try:
-        held = hold(server.port, server.pid, watchers, seconds)
-        results.append({"store": args.store, "scenario": "hold", **held})
+    server, redis = serve(args.store, max(watchers, filtered, *streams))
+    results: list[dict] = []
+
+    def report(scenario: str, found: dict) -> None:
+        results.append({"store": args.store, "scenario": scenario, **found})
         print(json.dumps(results[-1]), flush=True)
-        for count in streams:
-            woken = wake(server.port, count, args.rate, seconds)
-            results.append({"store": args.store, "scenario": "wake", **woken})
-            print(json.dumps(results[-1]), flush=True)
+
+    try:
+        if "hold" in args.scenarios:
+            report("hold", hold(server.port, server.pid, watchers, seconds))
+        for count in streams if "wake" in args.scenarios else ():
+            report("wake", wake(server.port, count, args.rate, seconds))
+        if "filtered" in args.scenarios:
+            report("filtered", filtered_wake(server.port, filtered, args.rate, seconds))
+        if "creates" in args.scenarios:
+            report("creates", creates_beside_streams(server, filtered, seconds))
+        if "snapshot" in args.scenarios:
+            url = None if redis is None else redis.unix_url
+            load_plants(server, plants, url, server.env.get("PLANTS_STORE_PREFIX", "plants"))
+            report("snapshot", {"plants": plants, **snapshot(server)})
     finally:
         server.stop()
         if redis is not None:
