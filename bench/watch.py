@@ -241,7 +241,7 @@ def main() -> int:
         if "snapshot" in args.scenarios:
             url = None if redis is None else redis.unix_url
             load_plants(server, plants, url, server.env.get("PLANTS_STORE_PREFIX", "plants"))
-            report("snapshot", {"plants": plants, **snapshot(server)})
+            report("snapshot", {"plants": plants, **snapshot(server, plants)})
     finally:
         server.stop()
         if redis is not None:

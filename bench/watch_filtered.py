@@ -227,8 +227,32 @@ def load_plants(server: Server, plants: int, redis_url: str | None, prefix: str)
     conn.close()
 
 
-def snapshot(server: Server, token: str = TOKEN) -> dict:
-    """One `snapshot=true` stream read to the end of its initial events, and the worker's RSS."""
+def _read_snapshot(
+    response: http.client.HTTPResponse, sent: float, deadline: float
+) -> tuple[float | None, int, bool]:
+    """Read a snapshot stream to its `initial_end` bookmark, or to `deadline`: the milliseconds
+    to its first `plant.existing`, how many it sent, and whether it ended its initial events."""
+    first_ms, existing, tail = None, 0, b""
+    marker, end = b"event: plant.existing", b'"initial_end"'
+    while response.status == 200 and time.monotonic() < deadline:
+        try:
+            data = tail + response.read1(262144)
+        except TimeoutError:
+            break
+        if len(data) == len(tail):
+            break
+        if first_ms is None and marker in data:
+            first_ms = round((time.monotonic() - sent) * 1000, 1)
+        existing += data.count(marker)
+        if end in data:
+            return first_ms, existing, True
+        tail = data[-len(marker) + 1 :]  # a marker split over two reads is counted once, whole
+    return first_ms, existing, False
+
+
+def snapshot(server: Server, plants: int, token: str = TOKEN) -> dict:
+    """One `snapshot=true` stream read to the end of its initial events (or for a minute more
+    than 2,000 plants a second would take), and the worker's RSS meanwhile."""
     worker = children(server.pid)[0]
     rss_before = status_field(worker, "VmRSS")
     try:
@@ -253,18 +277,7 @@ def snapshot(server: Server, token: str = TOKEN) -> dict:
         headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
     )
     response = conn.getresponse()
-    first_ms, existing, tail = None, 0, b""
-    marker, end = b"event: plant.existing", b'"initial_end"'
-    while response.status == 200:
-        data = response.read1(262144)
-        if not data:
-            break
-        if first_ms is None and marker in tail + data:
-            first_ms = round((time.monotonic() - sent) * 1000, 1)
-        existing += (tail + data).count(marker)
-        if end in tail + data:
-            break
-        tail = data[-len(marker) + 1 :]  # a marker split over two reads is seen once, in the second
+    first_ms, existing, ended = _read_snapshot(response, sent, sent + 60 + plants / 2000)
     seconds = time.monotonic() - sent
     done.set()
     sampler.join(5)
@@ -272,6 +285,7 @@ def snapshot(server: Server, token: str = TOKEN) -> dict:
     top = max(peak[0], status_field(worker, "VmHWM")) if hwm else peak[0]
     return {
         "status": response.status,
+        "ended": ended,
         "existing": existing,
         "first_event_ms": first_ms,
         "seconds": round(seconds, 2),
