@@ -174,3 +174,18 @@ def test_slow_receivers_benchmark_smoke_run(tmp_path):
     assert run["slow"] == 8
     assert run["delivered"] == run["events"] > 0
     assert "| this | 8 |" in result.stdout
+
+
+def test_filtered_watch_benchmark_smoke_run(tmp_path):
+    # The filtered streams and the snapshot only (wrk's create runs are left to the full run).
+    _, results = smoke_run("watch", tmp_path, "--scenarios", "filtered", "snapshot")
+    filtered, snapshot = results
+    assert filtered["scenario"] == "filtered"
+    assert filtered["creates"] > 0
+    assert filtered["arrived_once_at_its_stream"] == filtered["creates"]
+    assert filtered["arrived_at_another_stream"] == 0
+    assert filtered["streams_woken_per_write"] is not None
+    assert snapshot["scenario"] == "snapshot"
+    assert snapshot["status"] == 200
+    assert snapshot["ended"] is True
+    assert snapshot["existing"] >= snapshot["plants"]
