@@ -1,10 +1,13 @@
-"""An authenticated caller: what it may do, and the key its rate limit counts under."""
+"""An authenticated caller: what it may do, and the key its rate limit counts under; and the
+request's own, which the plants blueprint's guard keeps on `g` (`keep`) for the views to read
+(`current_caller`) instead of authenticating again."""
 
 from __future__ import annotations
 
 import math
 from typing import NamedTuple
 
+from flask import g
 from werkzeug.exceptions import HTTPException
 
 
@@ -30,3 +33,14 @@ class Caller(NamedTuple):
 
 #: An authentication's outcome: the refusal, or None and the caller.
 Authentication = tuple[HTTPException | None, Caller | None]
+
+
+def keep(caller: Caller) -> None:
+    """The request's caller, as the guard authenticated it (a token's, or a watch ticket's)."""
+    g.plants_caller = caller
+
+
+def current_caller() -> Caller:
+    """The request's caller: asked by a view behind a token, which the guard let in."""
+    found: Caller = g.plants_caller
+    return found

@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Response, request
 
+from app.auth.caller import current_caller
 from app.auth.tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
     FeedOff,
@@ -23,6 +24,7 @@ from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
+from app.watch.filters import EventFilter, scan
 from app.watch.parking import PARKING
 from app.watch.signal import WatchersFull
 from app.watch.watches import EventStream, LongPoll, Watch
@@ -37,6 +39,7 @@ def list_events() -> Response:
     """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept), and `next`; or,
     asked to, a long-poll (`wait`) or a stream of server-sent events (watch.py)."""
     query = load_events_query(request.args)
+    only = EventFilter.from_query(query)
     state = plants_state()
     store = state.serving_store(request.environ)
     if not store.events_retain:
@@ -58,7 +61,11 @@ def list_events() -> Response:
             events, position = [], store.events_now()  # type: ignore[var-annotated]
         else:
             start = None if after is None else decode_cursor(key, after, None, EVENTS)
-            events, position = store.events(start, 1 if streaming else query["limit"])
+            if only is None or streaming:
+                events, position = store.events(start, 1 if streaming else query["limit"])
+            else:  # past what the filter does not select, to the end of what was read
+                found, position, _ = scan(store, start, query["limit"], only)
+                events = [entry.event for entry in found]
             if streaming:
                 position = start  # type: ignore[assignment]  # the stream reads from here, its first event included
     except InvalidCursor as exc:
@@ -70,7 +77,7 @@ def list_events() -> Response:
     if streaming and request.method == "HEAD":
         return Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
     if streaming or (query.get("wait") and not events and request.method == "GET"):
-        return _watch(state, store, key, position, query, streaming)
+        return _watch(state, store, key, position, query, streaming, only)
     metrics = state.metrics
     if metrics is not None and events:
         metrics.count_read(len(events))
@@ -87,14 +94,18 @@ def _wants_stream() -> bool:
 
 
 def _watch(
-    state: PlantsState, store: PlantStore, key: bytes, position: Any, query: dict[str, Any], streaming: bool
+    state: PlantsState,
+    store: PlantStore,
+    key: bytes,
+    position: Any,
+    query: dict[str, Any],
+    streaming: bool,
+    only: EventFilter | None,
 ) -> Response:
     """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
     signal = state.feed_signal
-    caller = request.environ.get(TICKET_CALLER)  # a watch ticket counts against its token's cap
-    if caller is None:
-        _, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
-    caller_key = caller.limit_key if caller is not None else b""
+    caller = current_caller()  # a watch ticket's counts against its token's cap
+    caller_key = caller.limit_key
     try:
         signal.admit(caller_key)
     except WatchersFull as exc:
@@ -105,9 +116,10 @@ def _watch(
     common: dict[str, Any] = {
         "cursor_key": key,
         "caller": caller_key,
-        "expires": caller.expires if caller is not None else None,
+        "expires": caller.expires,
         "parks": bool(request.environ.get(PARKING)),
         "records": event_records,
+        "only": only,
     }
     if streaming:
         watch: Watch = EventStream(
@@ -116,6 +128,7 @@ def _watch(
             position,
             heartbeat=settings.events_heartbeat,
             stream_max=settings.events_stream_max,
+            bookmarks=only is not None or bool(query.get("bookmarks")),
             **common,
         )
         return Response(watch, mimetype=STREAM, headers=STREAM_HEADERS, direct_passthrough=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import Response, request
 from werkzeug.exceptions import NotFound
 
+from app.auth.caller import current_caller
 from app.errors import SplitMetricsRefused
 from app.extension import plants_state
 
@@ -20,7 +21,6 @@ def metrics() -> Response:
         raise NotFound("Metrics are turned off (PLANTS_METRICS).")
     if request.environ.get("wsgi.multiprocess") and not collected.multiprocess:
         raise SplitMetricsRefused()
-    # The guard let the token in with read access; asked again here for the webhooks one.
-    problem, caller = state.auth.authenticate(request.environ.get("HTTP_AUTHORIZATION"))
-    per_endpoint = problem is None and caller is not None and caller.webhooks_refusal is None
+    # The guard let the caller in with read access; the per-endpoint series need the webhooks one.
+    per_endpoint = current_caller().webhooks_refusal is None
     return Response(collected.exposition(per_endpoint=per_endpoint), content_type=CONTENT_TYPE_LATEST)

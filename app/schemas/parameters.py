@@ -12,10 +12,13 @@ from werkzeug.datastructures import MultiDict
 from app.errors import InvalidParameters
 from app.http import strict_json
 from app.schemas.records import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
+from app.store import EVENT_TYPES
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_TAGS = 20
+#: The most plant ids one watch of the feed may name.
+MAX_IDS = 100
 #: A cursor is 28 base64url characters today; the bound leaves room for another version.
 MAX_CURSOR_LENGTH = 64
 #: A feed cursor is up to 50 characters on one Redis, up to about 400 on a cluster (24 feeds).
@@ -42,6 +45,14 @@ class PlantIdSchema(Schema):
     id = IntegralNumber(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
 
 
+def _tags_field() -> fields.List:
+    """`tags`, as `GET /plants` and `GET /events` take it: 1 to MAX_TAGS tags of 1 to 100 characters."""
+    return fields.List(
+        fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
+        validate=validate.Length(min=1, max=MAX_TAGS),
+    )
+
+
 class PageQuerySchema(Schema):
     """The query of `GET /plants`. Unknown parameters are refused, never ignored."""
 
@@ -52,10 +63,7 @@ class PageQuerySchema(Schema):
 
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
-    tags = fields.List(
-        fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
-        validate=validate.Length(min=1, max=MAX_TAGS),
-    )
+    tags = _tags_field()
 
 
 #: The longest long-poll, in seconds.
@@ -84,13 +92,27 @@ class EventsQuerySchema(Schema):
             error="Must be `now` or the `next` of a page of events.",
         )
     )
+    #: Filters (app/watch/filters.py): each repeatable, combined with AND.
+    tags = _tags_field()
+    ids = fields.List(
+        IntegralNumber(validate=validate.Range(min=INT64_MIN, max=INT64_MAX)),
+        validate=validate.Length(min=1, max=MAX_IDS),
+    )
+    types = fields.List(
+        fields.String(validate=validate.OneOf(EVENT_TYPES, error="Must be one of: {choices}.")),
+        validate=validate.Length(min=1, max=len(EVENT_TYPES)),
+    )
+    #: A stream whose heartbeats are bookmarks (a filtered stream's always are).
+    bookmarks = fields.Boolean(truthy={"true"}, falsy={"false"})
+    #: A stream that starts with every matching plant (`plant.existing`), then follows the feed.
+    snapshot = fields.Boolean(truthy={"true"}, falsy={"false"})
 
 
 _plant_id_schema = PlantIdSchema()
 _page_query_schema = PageQuerySchema()
 _events_query_schema = EventsQuerySchema()
 #: Parameters that may be repeated (`?tags=fern&tags=palm`, the form style of OpenAPI).
-_LISTS = frozenset({"tags"})
+_LISTS = frozenset({"tags", "ids", "types"})
 
 
 def _flat(messages: dict[str, Any]) -> dict[str, list[str]]:
@@ -128,9 +150,14 @@ def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
 
 
 def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
-    """The feed's query: `limit` (default 100), `after` (a cursor, or `now`) and `wait` when given;
-    InvalidParameters as for a page."""
-    return _load_query(_events_query_schema, args)
+    """The feed's query: `limit` (default 100), `after` (a cursor, or `now`), `wait`, the filters
+    (`tags`, `ids`, `types`, each deduplicated) and `snapshot` when given; InvalidParameters as
+    for a page."""
+    query = _load_query(_events_query_schema, args)
+    for name in _LISTS:
+        if name in query:
+            query[name] = tuple(dict.fromkeys(query[name]))
+    return query
 
 
 def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:

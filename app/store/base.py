@@ -143,6 +143,10 @@ class FeedEntry(NamedTuple):
     #: What the write that made the event was given as `origin` ('' for none): the request's id,
     #: then, when the write was traced, a space and its W3C `traceparent` (app/telemetry/).
     origin: str = ""
+    #: The plant's tag before the change (None: it had none): another than `event.tag` only for
+    #: an update that moved the plant to another tag, so that a filtered watch selects a plant
+    #: that matched before or after. The stores set it on every entry they read.
+    tag_before: str | None = None
 
 
 class EventPage(NamedTuple):

@@ -27,6 +27,7 @@ from typing import Any
 
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
+from app.watch.filters import EventFilter, scan
 from app.watch.signal import FeedSignal
 
 
@@ -65,8 +66,9 @@ class Watch:
         expires: float | None = None,
         parks: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
+        only: EventFilter | None = None,
     ) -> None:
-        self.store, self.signal, self.position = store, signal, position
+        self.store, self.signal, self.position, self.only = store, signal, position, only
         self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
         self.seen = signal.version
         #: The caller's authority ends then (time.time()), and by the monotonic clock.
@@ -133,9 +135,24 @@ class Watch:
         seen, position = self.signal.version, self.position
         self.seen = seen
         answer: tuple[list[Any], bytes] = self.signal.reads.read(
-            (position, limit), position, self._fetch_in_turn, seen
+            (position, limit, self.only), position, self._fetch_in_turn, seen
         )
         return answer
+
+    def advance(self, end: bytes | None) -> None:
+        """Stand at `end` from now on (past what was sent, or what the filter passed over)."""
+        if end is not None and end != self.position:
+            self.signal.reads.move(self.position, end)
+            self.position = end
+
+    def entries(self, position: bytes | None, limit: int) -> tuple[list[Any], bytes, bool]:
+        """Up to `limit` entries after `position` that the filter selects, the position after the
+        last read, and whether there may be more to read now."""
+        if self.only is None:
+            entries, end = self.store.feed_entries(position, limit)
+            return entries, end, len(entries) == limit
+        found, end, at_end = scan(self.store, position, limit, self.only)
+        return found, end, not at_end
 
     def _fetch(self, position: bytes | None) -> Any:
         """The store call of a read (shared_reads.py calls it when no watcher made it yet)."""
@@ -178,7 +195,8 @@ class LongPoll(Watch):
         return min(self.until, self.authority_ends)
 
     def _fetch(self, position: bytes | None) -> Any:
-        return self.store.feed_entries(position, self.limit)
+        entries, end, _ = self.entries(position, self.limit)
+        return entries, end
 
     def step(self, now: float) -> bytes:
         entries: list[Any] = []
@@ -193,13 +211,15 @@ class LongPoll(Watch):
         except NoTurn:
             return b""
         if self.expired():  # read after `exp`: nothing of it is sent
-            entries, expired = [], True
+            entries, end, expired = [], None, True
+        # A filtered read moves past what it passed over, even when it found nothing.
+        self.advance(end)
         if not entries and now < self.until and not self.stopping and not expired:
             return b""
         self.done = True
         page = {
             "events": self.records([entry.event for entry in entries]),
-            "next": self.cursor(end) if entries and end is not None else self.after,
+            "next": self.after if self.position is None else self.cursor(self.position),
         }
         return json.dumps(page, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
@@ -210,10 +230,14 @@ class EventStream(Watch):
 
     streaming = True
 
-    def __init__(self, *args: Any, heartbeat: float, stream_max: float, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, heartbeat: float, stream_max: float, bookmarks: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         now = time.monotonic()
         self.heartbeat = heartbeat
+        #: Each heartbeat is a bookmark (`event: bookmark`, its `id:` the position), not a comment.
+        self.bookmarks = bookmarks
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
@@ -239,8 +263,17 @@ class EventStream(Watch):
             return chunk
         if now >= self.next_beat:
             self.next_beat = now + self.heartbeat
+            if self.bookmarks and self.position is not None:
+                return self.bookmark()
             return HEARTBEAT
         return b""
+
+    def bookmark(self, **more: Any) -> bytes:
+        """A bookmark: the stream's position, to reconnect from (`Last-Event-ID`) without loss."""
+        assert self.position is not None
+        cursor = self.cursor(self.position)
+        data = json.dumps({"next": cursor, **more}, separators=(",", ":"))
+        return f"id: {cursor}\nevent: bookmark\ndata: {data}\n\n".encode()
 
     def _events(self, now: float) -> bytes:
         seen, position = self.signal.version, self.position
@@ -248,7 +281,7 @@ class EventStream(Watch):
         try:
             # Streams at the same position send the same bytes: made once per change.
             frames, end, full = self.signal.reads.read(
-                ("stream", position), position, self._fetch_in_turn, seen
+                ("stream", position, self.only), position, self._fetch_in_turn, seen
             )
         except NoTurn:
             return b""
@@ -263,21 +296,21 @@ class EventStream(Watch):
             self.done = True
             return b""
         self.current = -1 if full else seen
+        # A filtered stream moves past what its filter passed over too, sending nothing.
+        self.advance(end)
         if frames:
-            self.signal.reads.move(position, end)
-            self.position = end
             self.next_beat = now + self.heartbeat
         return frames
 
     def _fetch(self, position: bytes | None) -> tuple[bytes, bytes | None, bool]:
-        """The events after `position` as server-sent events, the position after them, and
-        whether there may be more (a whole page)."""
-        entries, _ = self.store.feed_entries(position, STREAM_PAGE)
+        """The events after `position` as server-sent events, the position after what was read,
+        and whether there may be more."""
+        entries, end, full = self.entries(position, STREAM_PAGE)
         if not entries:
-            return b"", position, False
+            return b"", end, full
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
             data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
-        return "".join(frames).encode(), entries[-1].position, len(entries) == STREAM_PAGE
+        return "".join(frames).encode(), end, full

@@ -214,7 +214,7 @@ def test_a_retention_of_0_turns_the_feed_off(make_app, auth):
         ("after=" + "A" * 1401, "after"),
         ("after=AAAA", "after"),
         ("after=AgAAAAAAAAAAp_1uyFVTm7-rsLAL", "after"),  # the right shape, not signed
-        ("tags=fern", "tags"),
+        ("tags=fern&tags=", "tags"),  # a filter now: an empty tag is refused
         ("since=now", "since"),
     ],
 )
@@ -301,12 +301,12 @@ def test_the_sync_recipe_copies_the_store_while_writers_run(client, auth):
     assert copy == every_plant(client, auth, limit=1000)
 
 
-def every_plant(client: Any, auth: dict, limit: int) -> dict[int, dict]:
-    """Every page of GET /plants from the first: the items by id."""
+def every_plant(client: Any, auth: dict, limit: int, query: str = "") -> dict[int, dict]:
+    """Every page of GET /plants (with `query`, `&tags=...`) from the first: the items by id."""
     plants: dict[int, dict] = {}
     after = ""
     while True:
-        page = client.get(f"/plants?limit={limit}{after}", headers=auth).json
+        page = client.get(f"/plants?limit={limit}{query}{after}", headers=auth).json
         plants.update({item["id"]: item for item in page["plants"]})
         if "next" not in page:
             return plants

@@ -76,6 +76,8 @@ class Follower:
     def __init__(self, ids: list[int]) -> None:
         self.ids = ids
         self.records: list[dict] = []
+        #: The bookmarks (`bookmarks=true`): each block's id and data.
+        self.bookmarks: list[tuple[str, dict]] = []
         self.retries: list[int | None] = []
         self.last_id: str | None = None
         self.connections = 0
@@ -84,6 +86,16 @@ class Follower:
     def wants_more(self) -> bool:
         mine = [record for record in self.records if record["plant"]["id"] in self.ids]
         return len(mine) < len(self.ids) and time.monotonic() < self.deadline
+
+    def take(self, name: str, data: str, event_id: str, retry: int | None) -> None:
+        """One event as the naive loop takes it: its data parsed as JSON, whatever it is."""
+        record = json.loads(data)
+        if name == "bookmark":
+            self.bookmarks.append((event_id, record))
+        else:
+            self.records.append(record)
+            self.retries.append(retry)
+        self.last_id = event_id
 
     def headers(self) -> dict[str, str]:
         self.connections += 1
@@ -97,37 +109,38 @@ class Follower:
         assert self.retries[0] == 3000  # the reconnection delay rode with the first event
 
 
-def follow_with_httpx_sse(server: Gunicorn, cursor: str, follower: Follower) -> None:
+def follow_with_httpx_sse(server: Gunicorn, path: str, follower: Follower) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client:
         while follower.wants_more():
-            with connect_sse(client, "GET", f"/events?after={cursor}", headers=follower.headers()) as source:
+            with connect_sse(client, "GET", path, headers=follower.headers()) as source:
                 for sse in source.iter_sse():
-                    follower.records.append(json.loads(sse.data))  # the naive loop
-                    follower.retries.append(sse.retry)
-                    follower.last_id = sse.id
+                    follower.take(sse.event, sse.data, sse.id, sse.retry)
 
 
-def follow_with_sseclient_py(server: Gunicorn, cursor: str, follower: Follower) -> None:
+def follow_with_sseclient_py(server: Gunicorn, path: str, follower: Follower) -> None:
     while follower.wants_more():
         headers = {**follower.headers(), "Accept": "text/event-stream"}
-        url = f"http://127.0.0.1:{server.port}/events?after={cursor}"
+        url = f"http://127.0.0.1:{server.port}{path}"
         with requests.get(url, stream=True, headers=headers, timeout=10) as response:
             for event in sseclient.SSEClient(response).events():
-                follower.records.append(json.loads(event.data))  # the naive loop
-                follower.retries.append(None if event.retry is None else int(event.retry))
-                follower.last_id = event.id
+                follower.take(
+                    event.event, event.data, event.id, None if event.retry is None else int(event.retry)
+                )
 
 
-def test_naive_python_clients_parse_every_event_across_reconnects(server):
-    """httpx-sse and sseclient-py at once, on the same writes (each in a thread of its own)."""
+@pytest.mark.parametrize("bookmarks", [False, True])
+def test_naive_python_clients_parse_every_event_across_reconnects(server, bookmarks):
+    """httpx-sse and sseclient-py at once, on the same writes (each in a thread of its own); with
+    `bookmarks=true`, each heartbeat is a bookmark they parse as any event."""
     cursor = now_cursor(server)
-    ids, writer = write_in_bursts(server, 730_000)
+    path = f"/events?after={cursor}" + ("&bookmarks=true" if bookmarks else "")
+    ids, writer = write_in_bursts(server, 730_300 if bookmarks else 730_000)
     followers = {follow: Follower(ids) for follow in (follow_with_httpx_sse, follow_with_sseclient_py)}
     failures: list[BaseException] = []
 
     def run(follow, follower: Follower) -> None:
         try:
-            follow(server, cursor, follower)
+            follow(server, path, follower)
         except BaseException as exc:  # a naive loop's JSONDecodeError, say: the test's failure
             failures.append(exc)
 
@@ -139,15 +152,21 @@ def test_naive_python_clients_parse_every_event_across_reconnects(server):
     assert failures == []
     for follower in followers.values():
         follower.check()
+        assert bool(follower.bookmarks) == bookmarks  # a heartbeat a second, in pauses of 2.5 s
+        assert all(data == {"next": event_id} for event_id, data in follower.bookmarks)
 
 
 # --- the browser's EventSource --------------------------------------------------------------------
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>watch</title><script>
 window.received = []; window.opens = 0; window.unnamed = 0;
-const source = new EventSource("/events?after=CURSOR");
+const source = new EventSource("/events?after=CURSOR&bookmarks=true");
 source.onopen = () => { window.opens += 1; };
 source.onmessage = () => { window.unnamed += 1; };  // every event the service sends has a type
+window.bookmarks = [];
+source.addEventListener("bookmark", (event) => {
+  window.bookmarks.push({ id: event.lastEventId, record: JSON.parse(event.data) });
+});
 for (const type of ["plant.created", "plant.updated", "plant.deleted", "gone"]) {
   source.addEventListener(type, (event) => {
     window.received.push({ type, id: event.lastEventId, record: JSON.parse(event.data) });
@@ -235,7 +254,11 @@ def test_the_browsers_eventsource_parses_every_event_across_reconnects(server, b
         # It reconnected after an event (streams end every 2 s, the bursts take 10 s), and each
         # reconnect resumed from the last event the browser had, by its id.
         assert relay.resumed_from
-        assert set(relay.resumed_from) <= {event["id"] for event in received}
+        # From an event's id or a bookmark's (a heartbeat's, with `bookmarks=true`).
+        bookmarks = browser.execute_script("return window.bookmarks")
+        assert bookmarks
+        assert all(bookmark["record"] == {"next": bookmark["id"]} for bookmark in bookmarks)
+        assert set(relay.resumed_from) <= {event["id"] for event in [*received, *bookmarks]}
         assert b"retry: 3000\n" in relay.relayed
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert errors == []

@@ -24,11 +24,22 @@ class MemoryFeed:
         #: Each event's origin, beside it: apart, so that a page makes its Events straight from the
         #: ring's tuples.
         self._origins: list[str] = []
+        #: Each event's plant's tag before the change, beside it too (FeedEntry.tag_before).
+        self._before: list[str | None] = []
         self._last = 0
         #: Event ids start with it: the numbers start again with the process, the ids never repeat.
         self._epoch = secrets.token_hex(6)
 
-    def append(self, kind: int, plant_id: int, name: str, tag: str | None, origin: str = "") -> None:
+    def append(
+        self,
+        kind: int,
+        plant_id: int,
+        name: str,
+        tag: str | None,
+        origin: str = "",
+        before: str | None = None,
+    ) -> None:
+        """Record a change; `before` is the plant's tag before it (an update's; else `tag`)."""
         if not self.retain:
             return
         # A plain tuple, made an Event only when read: every change pays for the append.
@@ -37,10 +48,12 @@ class MemoryFeed:
         if len(self._ring) < self.retain:
             self._ring.append(event)
             self._origins.append(origin)
+            self._before.append(before)
         else:
             at = (self._last - 1) % self.retain
             self._ring[at] = event
             self._origins[at] = origin
+            self._before[at] = before
 
     def page(self, after: bytes | None, limit: int) -> EventPage:
         """The events after `after` (the number of the last one read, as 8 bytes)."""
@@ -63,9 +76,15 @@ class MemoryFeed:
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         events, end = self.page(after, limit)
         first = int.from_bytes(end, "big") - len(events)
-        origins, retain = self._origins, self.retain
+        origins, before, retain = self._origins, self._before, self.retain
         return [
-            FeedEntry(event, f"{self._epoch}-{n}", n.to_bytes(8, "big"), origins[(n - 1) % retain])
+            FeedEntry(
+                event,
+                f"{self._epoch}-{n}",
+                n.to_bytes(8, "big"),
+                origins[(n - 1) % retain],
+                before[(n - 1) % retain],
+            )
             for n, event in enumerate(events, first + 1)
         ], end
 

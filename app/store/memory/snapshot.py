@@ -20,7 +20,7 @@ from app.store.memory.store import MemoryPlantStore
 #: What a snapshot holds of each part. Not the locks, and not the webhook leases: a lease is held
 #: by a thread of the process that stopped, and lapses with it.
 STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key")
-FEED_FIELDS = ("retain", "_ring", "_origins", "_last", "_epoch")
+FEED_FIELDS = ("retain", "_ring", "_origins", "_before", "_last", "_epoch")
 ENDPOINT_FIELDS = ("_fields", "_attempts")
 
 
@@ -58,6 +58,9 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
     with store._lock, store.endpoints._lock:
         vars(store).update(state["store"])
         if state["feed"]["retain"] == store._feed.retain:
-            vars(store._feed).update(state["feed"])
+            feed = state["feed"]
+            # A snapshot of a version that kept no tag before: each event's own tag.
+            feed.setdefault("_before", [event[3] for event in feed["_ring"]])
+            vars(store._feed).update(feed)
         vars(store.endpoints).update(state["endpoints"])
         return store._count

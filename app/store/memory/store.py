@@ -110,7 +110,7 @@ class MemoryPlantStore:
         self._count += 1
         self._ids.add(plant_id)
         self._tag(plant_id, tag)
-        self._feed.append(CREATED_EVENT, plant_id, name, tag, origin)
+        self._feed.append(CREATED_EVENT, plant_id, name, tag, origin, tag)
 
     def _tag(self, plant_id: int, tag: str | None) -> None:
         if tag is not None:
@@ -159,7 +159,7 @@ class MemoryPlantStore:
             if tag != stored_tag:
                 self._untag(plant_id)
                 self._tag(plant_id, tag)
-            self._feed.append(UPDATED_EVENT, plant_id, name, tag, origin)
+            self._feed.append(UPDATED_EVENT, plant_id, name, tag, origin, stored_tag)
             return Change.CHANGED, Plant(name, tag)
 
     def get(self, plant_id: int) -> Plant | None:
@@ -183,7 +183,7 @@ class MemoryPlantStore:
             self._count -= 1
             self._ids.remove(plant_id)
             self._untag(plant_id)
-            self._feed.append(DELETED_EVENT, plant_id, name, tag, origin)
+            self._feed.append(DELETED_EVENT, plant_id, name, tag, origin, tag)
             return True
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:

@@ -82,19 +82,24 @@ def _one_group(answer: list[Any]) -> EventPage:
     return EventPage(events, encode_position([(*_entry_id(last), int(answer[2]) + len(events))]))
 
 
+def _tag_before(event: Event, recorded: bytes) -> str | None:
+    """An entry's tag before its change: its `b` field (an update's to another tag: 't<tag>', or
+    'n' for none), else the event's own tag."""
+    if not recorded:
+        return event.tag
+    return recorded[1:].decode() if recorded[:1] == b"t" else None
+
+
 def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
     """`_one_group`'s page read with origins, each event with its id (its entry ID), the position
-    after it and its origin."""
+    after it, its origin and its tag before."""
     number = int(answer[2])
-    entries = [
-        FeedEntry(
-            _event(answer[i], answer[i + 1]),
-            answer[i].decode(),
-            encode_position([(*_entry_id(answer[i]), number + k)]),
-            answer[i + 2].decode(),
-        )
-        for k, i in enumerate(range(3, len(answer), 3), 1)
-    ]
+    entries = []
+    for k, i in enumerate(range(3, len(answer), 4), 1):
+        event = _event(answer[i], answer[i + 1])
+        position = encode_position([(*_entry_id(answer[i]), number + k)])
+        before = _tag_before(event, answer[i + 3])
+        entries.append(FeedEntry(event, answer[i].decode(), position, answer[i + 2].decode(), before))
     end = entries[-1].position if entries else encode_position([(*_entry_id(answer[1]), number)])
     return entries, end
 
@@ -109,12 +114,14 @@ class _Merge:
         self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int, *, origins: bool = False
     ) -> None:
         self._feeds, self._limit = feeds, limit
-        self._flag, self._stride = ("1", 3) if origins else ("", 2)
+        self._flag, self._stride = ("1", 4) if origins else ("", 2)
         groups = len(starts)
         first = max(8, -(-(limit + 1) // groups))
         self._size = [first] * groups
         self._next = list(starts)  # where each group's next read starts
-        self._buffers: list[list[tuple[int, int, int, bytes, bytes, bytes]]] = [[] for _ in range(groups)]
+        self._buffers: list[list[tuple[int, int, int, bytes, bytes, bytes, bytes]]] = [
+            [] for _ in range(groups)
+        ]
         self._exhausted = [False] * groups
         self._positions: list[GroupPosition] = []
         for group, answer in enumerate(feeds._read([(*start, first, self._flag) for start in starts])):
@@ -131,7 +138,8 @@ class _Merge:
                 number + k,
                 answer[i],
                 answer[i + 1],
-                answer[i + 2] if stride == 3 else b"",
+                answer[i + 2] if stride == 4 else b"",
+                answer[i + 3] if stride == 4 else b"",
             )
             for k, i in enumerate(range(3, len(answer), stride), 1)
         ]
@@ -154,15 +162,15 @@ class _Merge:
         events: list[Event] = []
         while heap and len(events) < self._limit:
             _, group = heapq.heappop(heap)
-            ms, seq, number, raw_id, value, origin = self._buffers[group].pop()
+            ms, seq, number, raw_id, value, origin, before = self._buffers[group].pop()
             self._positions[group] = (ms, seq, number)
             event = _event(raw_id, value)
             events.append(event)
             if entries is not None:
+                position = encode_position(self._positions)
+                tag_before = _tag_before(event, before)
                 entries.append(
-                    FeedEntry(
-                        event, f"{group}.{raw_id.decode()}", encode_position(self._positions), origin.decode()
-                    )
+                    FeedEntry(event, f"{group}.{raw_id.decode()}", position, origin.decode(), tag_before)
                 )
             # Every group with more to read keeps one buffered event, so the heap's least is the
             # least of all.

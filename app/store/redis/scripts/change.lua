@@ -43,5 +43,7 @@ if tag ~= old_tag then
   if old_tag ~= '' then index_remove('t' .. old_tag, member) end
   if tag ~= '' then index_add('t' .. tag, member) end
 end
-record(feed_key, retention, 1, plant_id, value, origin)
+local before = nil
+if tag ~= old_tag then before = old_tag == '' and 'n' or 't' .. old_tag end
+record(feed_key, retention, 1, plant_id, value, origin, before)
 return {1, value}

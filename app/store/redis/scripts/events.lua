@@ -1,6 +1,6 @@
 -- A page of a group's feed. Answers {0, id, number, entry ID, event, entry ID, event, ...} (the
 -- position the entries follow, then the entries, flat; with origins, entry ID, event, origin,
--- ...), {0, id, number} for 'now', or {1} when some events after the position are no longer
+-- tag before (`b`, '' when the entry has none), ...), {0, id, number} for 'now', or {1} when some events after the position are no longer
 -- kept. Redis counts every entry ever added (`entries-added`), so the entries a trim dropped are
 -- that count less the stream's length. It reads only its declared key, so on a cluster it may
 -- run on either node of a moving slot: its caller passes '' as `cluster`, which skips the probe.
@@ -11,7 +11,7 @@ local feed_key = KEYS[1]
 local after = ARGV[3]
 local number = tonumber(ARGV[4])
 local limit = ARGV[5] -- how many to read
-local origins = ARGV[6] -- '1' for each event's origin too
+local origins = ARGV[6] -- '1' for each event's origin and tag before too
 
 if redis.call('EXISTS', feed_key) == 0 then
   if after ~= '' and after ~= 'now' and number > 0 then return {1} end
@@ -37,6 +37,9 @@ for _, entry in ipairs(redis.call('XRANGE', feed_key, '(' .. after, '+', 'COUNT'
   answer[#answer + 1] = entry[1]
   answer[#answer + 1] = entry[2][2]
   -- An entry recorded before origins were has no `o`.
-  if with_origins then answer[#answer + 1] = entry[2][4] or '' end
+  if with_origins then
+    answer[#answer + 1] = entry[2][4] or ''
+    answer[#answer + 1] = entry[2][6] or ''
+  end
 end
 return answer

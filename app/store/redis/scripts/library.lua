@@ -104,12 +104,18 @@ end
 -- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step, unless the
 -- feed is off (`retention` is '0'). Its entry ID, given by Redis, is when it took effect. Two
 -- fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
--- (FeedEntry.origin; '' for none, and absent from entries written before it existed). Every
--- entry has the same fields, so the stream stores their names once per node.
-local function record(feed_key, retention, kind, plant_id, value, origin)
+-- (FeedEntry.origin; '' for none, and absent from entries written before it existed). An update
+-- that moved the plant to another tag has a third, `b`: its tag before ('t<tag>', or 'n' for
+-- none; FeedEntry.tag_before), so that a filtered watch sees a plant leave its tag. Every other
+-- entry has the same two fields, so the stream stores their names once per node.
+local function record(feed_key, retention, kind, plant_id, value, origin, before)
   if retention ~= '0' then
     local event = kind .. ' ' .. plant_id .. ' ' .. value
-    redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '')
+    if before then
+      redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '', 'b', before)
+    else
+      redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '')
+    end
   end
 end
 

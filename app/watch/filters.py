@@ -1,0 +1,86 @@
+"""Which events a reader of the feed wants: `GET /events`'s `tags`, `ids` and `types`.
+
+Different parameters combine with AND, the values of one with OR. An event is selected when its
+plant matches **before or after** its change: its type is one of `types`, its id one of `ids`,
+and its tag after the change or before it one of `tags`. So an update that moves a plant out of
+a tag reaches that tag's follower, which sees the plant's new tag and drops it; a created plant
+is matched by its tag, a deleted one by the tag it had.
+
+A filtered read walks the feed past what does not match: it reads at most `budget` events, and
+its position is then the end of what it read, matched or not, so that a follower that keeps
+following stays inside the retention window however long its filter matches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from app.store import EVENT_TYPES, FeedEntry, PlantStore
+
+#: The events one store call reads while a filtered read walks the feed.
+SCAN_CHUNK = 1000
+#: The most events one filtered page or long-poll turn reads before it answers what it found.
+SCAN_BUDGET = 10_000
+
+
+class EventFilter(NamedTuple):
+    """A reader's filter; None in a field: that parameter was not given."""
+
+    tags: frozenset[str] | None = None
+    ids: frozenset[int] | None = None
+    kinds: frozenset[int] | None = None
+
+    @classmethod
+    def from_query(cls, query: dict[str, Any]) -> EventFilter | None:
+        """The filter of a loaded `GET /events` query, or None when it has none."""
+        tags, ids, types = query.get("tags"), query.get("ids"), query.get("types")
+        if tags is None and ids is None and types is None:
+            return None
+        return cls(
+            None if tags is None else frozenset(tags),
+            None if ids is None else frozenset(ids),
+            None if types is None else frozenset(EVENT_TYPES.index(name) for name in types),
+        )
+
+    def matches(self, entry: FeedEntry) -> bool:
+        """The entry's plant matched before or after its change."""
+        event = entry.event
+        if self.kinds is not None and event.kind not in self.kinds:
+            return False
+        if self.ids is not None and event.plant_id not in self.ids:
+            return False
+        tags = self.tags
+        return tags is None or event.tag in tags or entry.tag_before in tags
+
+    def wanted(self, kind: int, plant_id: int, tags: Iterable[str | None] | None) -> bool:
+        """Whether a change might concern this filter: `tags` are the plant's known tags (after,
+        and before when known); None: not known, so any tag might."""
+        if self.kinds is not None and kind not in self.kinds:
+            return False
+        if self.ids is not None and plant_id not in self.ids:
+            return False
+        return self.tags is None or tags is None or any(tag in self.tags for tag in tags)
+
+
+def scan(
+    store: PlantStore, after: bytes | None, limit: int, only: EventFilter, budget: int = SCAN_BUDGET
+) -> tuple[list[FeedEntry], bytes, bool]:
+    """Up to `limit` entries after `after` that `only` selects, reading at most `budget` events;
+    the position after the last event read, and whether the read reached the feed's end."""
+    found: list[FeedEntry] = []
+    read = 0
+    while True:
+        asked = min(SCAN_CHUNK, budget - read)
+        entries, end = store.feed_entries(after, asked)
+        read += len(entries)
+        for entry in entries:
+            if only.matches(entry):
+                found.append(entry)
+                if len(found) == limit:
+                    return found, entry.position, entry is entries[-1] and len(entries) < asked
+        if len(entries) < asked:
+            return found, end, True
+        if read >= budget:
+            return found, end, False
+        after = end
