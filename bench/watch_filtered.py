@@ -22,6 +22,7 @@ import selectors
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -208,23 +209,27 @@ def creates_beside_streams(server: Server, count: int, seconds: float, token: st
 
 
 def load_plants(server: Server, plants: int, redis_url: str | None, prefix: str) -> None:
-    """`plants` plants in the store: through the store itself on Redis, else through creates (on
-    one connection for a few, wrk for many)."""
+    """`plants` plants in the store: through the store itself on Redis, else through creates on
+    four keep-alive connections."""
     base = 7 * 10**15
     if redis_url is not None:
         fill_store(redis_url, prefix, ((base + n, f"Plant {n:07d}", f"t{n % 50}") for n in range(plants)))
         return
-    if plants > 10_000:
-        from bench.reads import preload_http  # wrk in runs of 5 s, ids from reads.BASE
 
-        preload_http(server, plants)
-        return
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    for n in range(plants):
-        conn.request("POST", "/plants", json.dumps({"id": base + n, "name": f"Plant {n:07d}"}), headers)
-        conn.getresponse().read()
-    conn.close()
+    def create(first: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        for n in range(first, plants, 4):
+            body = json.dumps({"id": base + n, "name": f"Plant {n:07d}", "tag": f"t{n % 50}"})
+            conn.request("POST", "/plants", body, headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"preload answered {response.status}")
+        conn.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(create, range(4)))
 
 
 def _read_snapshot(
