@@ -206,7 +206,8 @@ def test_one_snapshot_stream_keeps_an_exact_filtered_copy(server):
                 assert client.call("POST", "/plants", last)[0] == 200
             if sentinel is not None and sentinel in copy and copy == listed(client, tags):
                 break
-            assert time.monotonic() < deadline, "the copy did not converge"
+            if time.monotonic() > deadline:
+                break  # the assertion below shows what differs
     finally:
         stream.close()
     assert copy == listed(client, tags)
