@@ -19,6 +19,7 @@ from app.metrics import Metrics
 from app.settings import Settings, load_settings
 from app.store import PlantStore, store_for
 from app.watch.signal import FeedSignal
+from app.watch.wake_index import Touched
 from app.webhooks import Deliverer, user_agent
 
 EXTENSION = "plants"
@@ -52,11 +53,12 @@ class PlantsState:
             self.split_guard.check(environ)
         return self.store
 
-    def count_event(self, kind: int) -> None:
-        """A change that the feed recorded: wake this process's deliverer, and count it when the
-        app has metrics."""
+    def count_event(self, kind: int, plant_id: int, tags: tuple[str | None, ...] | None) -> None:
+        """A change that the feed recorded, with the tags its plant is known to have had (None:
+        not known): wake this process's deliverer and the watchers it may concern, and count it
+        when the app has metrics."""
         if self.store.events_retain:
-            self.feed_signal.notify()  # wakes the watchers and the deliverer
+            self.feed_signal.notify(Touched(kind, plant_id, tags))
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 
@@ -83,10 +85,13 @@ def _state_for(settings: Settings) -> PlantsState:
         max_watchers=settings.events_max_watchers,
         max_per_caller=settings.events_max_watchers_per_token,
         cheap_to_listen=store.shared,
+        # Filtered watchers move past what they do not select at least twice a retention window.
+        sweep_every=max(1, store.events_retain // 2),
     )
     feed_signal.observe(deliverer.wake)
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
+        metrics.woken = feed_signal.woken
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),

@@ -21,7 +21,9 @@ Per application (in its state, app/extension.py): its own registry with
   the latter only for callers that may manage webhooks: an endpoint id is theirs to see;
 - `plants_stored`: how many plants the store holds, read from the store at scrape time;
 - `plants_watch_shared_reads` and `plants_watch_shared_read_bytes`: the feed's reads kept for
-  watchers at the same position (app/watch/shared_reads.py), in the worker answering the scrape.
+  watchers at the same position (app/watch/shared_reads.py), in the worker answering the scrape;
+- `plants_watch_woken_per_change` (a histogram): how many parked watchers each change woke, in
+  the worker answering the scrape, counted while it had any (app/watch/wake_index.py).
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
 reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from app.watch.shared_reads import SharedReads
+    from app.watch.wake_index import WokenTally
 
 _START = "plants.started"
 #: A request's duration, in seconds: a create takes well under a millisecond, and a request that
@@ -123,6 +126,8 @@ class Metrics:
         self._store = store
         #: The watch's shared reads of this process (app/watch/shared_reads.py), once it has them.
         self.shared_reads: SharedReads | None = None
+        #: How many watchers each of this process's changes woke, once it has them.
+        self.woken: WokenTally | None = None
         self._store_collector = _StoreCollector(store)
         self.registry.register(self._store_collector)
 
@@ -186,6 +191,8 @@ class Metrics:
         lag.register(_WebhookLag(self._store, per_endpoint))
         if self.shared_reads is not None:
             lag.register(_SharedReadsCollector(self.shared_reads))
+        if self.woken is not None:
+            lag.register(_WokenCollector(self.woken))
         return generate_latest(self.exposition_registry()) + generate_latest(lag)
 
     def exposition_registry(self) -> CollectorRegistry:
@@ -235,6 +242,34 @@ class _SharedReadsCollector:
         )
         yield GaugeMetricFamily(
             "plants_watch_shared_read_bytes", "The bytes of the reads kept for watchers.", value=size
+        )
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _WokenCollector:
+    """`plants_watch_woken_per_change`, from the signal's own tally (no lock, no cost per change
+    beyond a count, and nothing while nobody watches)."""
+
+    def __init__(self, tally: WokenTally) -> None:
+        self._tally = tally
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        from app.watch.wake_index import WOKEN_BUCKETS
+
+        counts, running = list(self._tally.counts), 0
+        buckets = []
+        for bound, count in zip([*map(str, WOKEN_BUCKETS), "+Inf"], counts, strict=True):
+            running += count
+            buckets.append((bound, running))
+        yield HistogramMetricFamily(
+            "plants_watch_woken_per_change",
+            "Parked watchers of the feed each change woke, while any watched.",
+            buckets=buckets,
+            sum_value=self._tally.total,
         )
 
     def describe(self) -> list[Any]:

@@ -10,17 +10,21 @@
 - `wake`: M streams, then creates at R a second for T seconds from another connection: for each
   event and each stream, the time from the create's 200 to the event's arrival (p50, p99, max),
   and whether every stream got every event, in order.
-- `filtered`, `creates`, `snapshot`: filtered watchers (bench/watch_filtered.py): 2,000 streams
-  each on its own tag at R creates a second (arrival p99, streams woken per write), create req/s
-  with them open against none, and a `snapshot=true` stream of `--plants` plants (worker RSS).
+- `wake --filtered`: the same, each stream following a tag of its own (`tags=t<n>`) and each
+  create tagged for one stream; also the streams each write woke, from the worker's
+  `plants_watch_woken_per_change` histogram.
+- `creates`, `snapshot` (bench/watch_filtered.py): create req/s with M filtered streams open
+  against none, and a `snapshot=true` stream of `--plants` plants (worker RSS growth).
 
-    python -m bench watch --scenarios filtered creates snapshot --plants 1000000 --store redis
+    python -m bench watch --scenarios wake creates --filtered --streams 2000
+    python -m bench watch --scenarios snapshot --plants 1000000 --store redis
 
 One worker with 2 request threads, pinned to CPU 0; the watchers and the writer run on CPU 1.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -41,10 +45,10 @@ from bench.harness.servers import (
     scratch,
     status_field,
 )
-from bench.watch_filtered import creates_beside_streams, filtered_wake, load_plants, snapshot
+from bench.watch_filtered import creates_beside_streams, load_plants, snapshot
 
 _ID = re.compile(rb'"id":(\d+)')
-SCENARIOS = ("hold", "wake", "filtered", "creates", "snapshot")
+SCENARIOS = ("hold", "wake", "creates", "snapshot")
 
 
 def _request(path: str, stream: bool, token: str) -> bytes:
@@ -52,12 +56,15 @@ def _request(path: str, stream: bool, token: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{accept}\r\n".encode()
 
 
-def open_watchers(port: int, count: int, streams_share: float, token: str = TOKEN) -> list[socket.socket]:
+def open_watchers(
+    port: int, count: int, streams_share: float, token: str = TOKEN, tagged: bool = False
+) -> list[socket.socket]:
     socks = []
     for number in range(count):
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         stream = number < count * streams_share
-        sock.sendall(_request("/events?after=now" + ("" if stream else "&wait=55"), stream, token))
+        path = "/events?after=now" + ("" if stream else "&wait=55") + (f"&tags=t{number}" if tagged else "")
+        sock.sendall(_request(path, stream, token))
         sock.setblocking(False)
         socks.append(sock)
     return socks
@@ -101,9 +108,21 @@ def feed_since(port: int, cursor: str | None, token: str = TOKEN) -> tuple[list[
             return ids, cursor
 
 
-def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN) -> dict:
+def woken_so_far(port: int, token: str = TOKEN) -> tuple[float, float]:
+    """The worker's `plants_watch_woken_per_change` sum and count."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+    text = conn.getresponse().read().decode()
+    found = dict(re.findall(r"^plants_watch_woken_per_change_(sum|count) (\S+)$", text, re.M))
+    return float(found.get("sum", 0)), float(found.get("count", 0))
+
+
+def wake(
+    port: int, count: int, rate: float, seconds: float, token: str = TOKEN, filtered: bool = False
+) -> dict:
     _, cursor = feed_since(port, None, token)
-    socks = open_watchers(port, count, 1.0, token)
+    socks = open_watchers(port, count, 1.0, token, tagged=filtered)
+    woken_before = woken_so_far(port, token)
     selector = selectors.DefaultSelector()
     seen: dict[int, list[int]] = {}
     arrivals: dict[int, list[float]] = {}
@@ -137,7 +156,17 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
     writers = 4
     threads = [
         threading.Thread(
-            target=_write, args=(port, first + n, writers, rate / writers, seconds, written, token)
+            target=_write,
+            args=(
+                port,
+                first + n,
+                writers,
+                rate / writers,
+                seconds,
+                written,
+                token,
+                count if filtered else 0,
+            ),
         )
         for n in range(writers)
     ]
@@ -149,7 +178,17 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
     stop.set()
     reader.join(5)
     expected, _ = feed_since(port, cursor, token)
-    complete = sum(1 for ids in seen.values() if ids == expected)
+    woken_sum, woken_count = (
+        after - before for after, before in zip(woken_so_far(port, token), woken_before, strict=True)
+    )
+    if filtered:  # the stream of tag t<n> gets the plants whose id is n modulo the streams
+        complete = sum(
+            1
+            for n, sock in enumerate(socks)
+            if seen[sock.fileno()] == [i for i in expected if i % count == n]
+        )
+    else:
+        complete = sum(1 for ids in seen.values() if ids == expected)
     latencies = sorted(
         (arrival - written[plant_id]) * 1000 for plant_id, times in arrivals.items() for arrival in times
     )
@@ -161,7 +200,9 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
 
     return {
         "streams": count,
+        "filtered": filtered,
         "creates": len(expected),
+        "woken_per_write": round(woken_sum / woken_count, 2) if woken_count else 0,
         "rate": rate,
         "streams_with_every_event_in_order": complete,
         "p50_ms": percentile(0.5),
@@ -171,16 +212,25 @@ def wake(port: int, count: int, rate: float, seconds: float, token: str = TOKEN)
 
 
 def _write(
-    port: int, first: int, step: int, rate: float, seconds: float, written: dict[int, float], token: str
+    port: int,
+    first: int,
+    step: int,
+    rate: float,
+    seconds: float,
+    written: dict[int, float],
+    token: str,
+    tags: int = 0,
 ) -> None:
-    """Creates at `rate` a second on a schedule (open loop): a slow answer does not slow the next."""
+    """Creates at `rate` a second on a schedule (open loop): a slow answer does not slow the next.
+    With `tags`, each plant is tagged `t<id modulo tags>`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     start = time.monotonic()
     plant_id, n = first, 0
     while n / rate < seconds:
         time.sleep(max(0.0, start + n / rate - time.monotonic()))
-        conn.request("POST", "/plants", json.dumps({"id": plant_id, "name": "w"}), headers)
+        plant = {"id": plant_id, "name": "w", **({"tag": f"t{plant_id % tags}"} if tags else {})}
+        conn.request("POST", "/plants", json.dumps(plant), headers)
         response = conn.getresponse()
         response.read()
         written[plant_id] = time.monotonic()
@@ -213,16 +263,15 @@ def main() -> int:
     parser.add_argument("--watchers", type=int, default=10_000)
     parser.add_argument("--streams", type=int, nargs="+", default=[2000, 100])
     parser.add_argument("--rate", type=float, default=50.0)
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--filtered-streams", type=int, default=2000, help="streams, each on its own tag")
+    parser.add_argument("--filtered", action="store_true", help="each stream follows a tag of its own")
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=["hold", "wake"])
     parser.add_argument("--plants", type=int, default=1_000_000, help="plants in the snapshot")
     args = parser.parse_args()
     watchers = 200 if args.smoke else args.watchers
     streams = [50] if args.smoke else args.streams
-    filtered = 50 if args.smoke else args.filtered_streams
     plants = min(args.plants, 2000) if args.smoke else args.plants
     seconds = args.seconds or (2.0 if args.smoke else 10.0)
-    server, redis = serve(args.store, max(watchers, filtered, *streams))
+    server, redis = serve(args.store, max(watchers, *streams))
     results: list[dict] = []
 
     def report(scenario: str, found: dict) -> None:
@@ -233,11 +282,10 @@ def main() -> int:
         if "hold" in args.scenarios:
             report("hold", hold(server.port, server.pid, watchers, seconds))
         for count in streams if "wake" in args.scenarios else ():
-            report("wake", wake(server.port, count, args.rate, seconds))
-        if "filtered" in args.scenarios:
-            report("filtered", filtered_wake(server.port, filtered, args.rate, seconds))
+            report("wake", wake(server.port, count, args.rate, seconds, filtered=args.filtered))
         if "creates" in args.scenarios:
-            report("creates", creates_beside_streams(server, filtered, seconds))
+            opened = functools.partial(open_watchers, server.port, max(streams), 1.0, tagged=True)
+            report("creates", creates_beside_streams(server, opened, seconds))
         if "snapshot" in args.scenarios:
             url = None if redis is None else redis.unix_url
             load_plants(server, plants, url, server.env.get("PLANTS_STORE_PREFIX", "plants"))

@@ -6,8 +6,12 @@ import contextlib
 import http.client
 import importlib
 import json
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -93,3 +97,31 @@ def reloaded(module: ModuleType) -> Iterator[ModuleType]:
     finally:
         vars(module).clear()
         vars(module).update(namespace)
+
+
+@contextlib.contextmanager
+def static_origin(directory: Path) -> Iterator[str]:
+    """`directory` served as static files by Python's own server, on a port of its own (another
+    origin than the service's): its origin, `http://127.0.0.1:<port>`."""
+    from tests.servers import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the page's server exited"
+                assert time.monotonic() < deadline, "the page's server did not start"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -16,7 +16,7 @@ from app.http.conditional import precondition_failed, with_etag, write_precondit
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_plant_id
 from app.schemas.records import MergePatchSchema, ReplacementSchema, plant_record
-from app.store import CREATED_EVENT, KEEP, UPDATED_EVENT, Change, PreconditionFailedError
+from app.store import CREATED_EVENT, KEEP, UPDATED_EVENT, Change, Plant, PreconditionFailedError
 from app.telemetry.context import REQUEST_ID
 
 _replacement_schema = ReplacementSchema()
@@ -45,8 +45,8 @@ def replace_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if change is Change.ABSENT:
         raise precondition_failed(number, absent=True)
-    _count(state, change)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
+    _count(state, change, number, stored, tag_kept=False)
     response = with_etag(json_response(plant_record(stored)), stored)
     if change is Change.CREATED:
         response.status_code = 201
@@ -76,16 +76,18 @@ def patch_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if change is Change.ABSENT:
         raise PlantNotFound(number)
-    _count(state, change)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
+    _count(state, change, number, stored, tag_kept="tag" not in patch)
     return with_etag(json_response(plant_record(stored)), stored)
 
 
-def _count(state: PlantsState, change: Change) -> None:
+def _count(state: PlantsState, change: Change, plant_id: int, stored: Plant, *, tag_kept: bool) -> None:
+    """Count the change, with the tags its plant is known to have had: a create's, and an
+    update's when it kept its tag; an update's tag before is otherwise not known here."""
     if change is Change.CREATED:
-        state.count_event(CREATED_EVENT)
+        state.count_event(CREATED_EVENT, plant_id, (stored.tag,))
     elif change is Change.CHANGED:
-        state.count_event(UPDATED_EVENT)
+        state.count_event(UPDATED_EVENT, plant_id, (stored.tag,) if tag_kept else None)
 
 
 def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any]:

@@ -36,8 +36,9 @@ STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def list_events() -> Response:
-    """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept), and `next`; or,
-    asked to, a long-poll (`wait`) or a stream of server-sent events (watch.py)."""
+    """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept) that the filter
+    selects, and `next`; or, asked to, a long-poll (`wait`) or a stream of server-sent events
+    (app/watch/watches.py), which may start with the plants that match now (`snapshot`)."""
     query = load_events_query(request.args)
     only = EventFilter.from_query(query)
     state = plants_state()
@@ -54,8 +55,12 @@ def list_events() -> Response:
         return error_response(WATCH_ONLY)
     after = query.get("after")
     field = "after"
+    snapshot = _snapshot(query, streaming)
+    if snapshot:
+        after = "now"  # taken before the first page of plants is read
     if streaming and request.headers.get("Last-Event-ID"):
-        after, field = request.headers["Last-Event-ID"].strip(), "Last-Event-ID"
+        # A reconnect resumes from its position: the snapshot was sent (its `initial_end` is a position).
+        after, field, snapshot = request.headers["Last-Event-ID"].strip(), "Last-Event-ID", False
     try:
         if after == "now":
             events, position = [], store.events_now()  # type: ignore[var-annotated]
@@ -77,7 +82,7 @@ def list_events() -> Response:
     if streaming and request.method == "HEAD":
         return Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
     if streaming or (query.get("wait") and not events and request.method == "GET"):
-        return _watch(state, store, key, position, query, streaming, only)
+        return _watch(state, store, key, position, query, streaming, only, snapshot)
     metrics = state.metrics
     if metrics is not None and events:
         metrics.count_read(len(events))
@@ -86,6 +91,19 @@ def list_events() -> Response:
         "next": encode_cursor(key, position, None, EVENTS),
     }
     return json_response(body)
+
+
+def _snapshot(query: dict[str, Any], streaming: bool) -> bool:
+    """`snapshot=true`: only for a stream, and from the current position (no `after`)."""
+    if not query.get("snapshot"):
+        return False
+    if not streaming:
+        raise InvalidParameters({"snapshot": ["Only for a stream (`Accept: text/event-stream`)."]})
+    if "after" in query:
+        raise InvalidParameters(
+            {"snapshot": ["Not with `after`: a snapshot starts at the current position."]}
+        )
+    return True
 
 
 def _wants_stream() -> bool:
@@ -101,6 +119,7 @@ def _watch(
     query: dict[str, Any],
     streaming: bool,
     only: EventFilter | None,
+    snapshot: bool = False,
 ) -> Response:
     """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
     signal = state.feed_signal
@@ -128,7 +147,8 @@ def _watch(
             position,
             heartbeat=settings.events_heartbeat,
             stream_max=settings.events_stream_max,
-            bookmarks=only is not None or bool(query.get("bookmarks")),
+            bookmarks=only is not None or snapshot or bool(query.get("bookmarks")),
+            snapshot=snapshot,
             **common,
         )
         return Response(watch, mimetype=STREAM, headers=STREAM_HEADERS, direct_passthrough=True)

@@ -49,7 +49,7 @@ def create_plant() -> Response:
     if outcome is CreateOutcome.CONFLICT:
         raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
     if outcome is CreateOutcome.CREATED:
-        state.count_event(CREATED_EVENT)
+        state.count_event(CREATED_EVENT, plant["id"], (plant.get("tag"),))
     response = json_response(_plant_schema.dump(plant))
     return with_etag(response, Plant(plant["name"], plant.get("tag")))
 
@@ -111,7 +111,7 @@ def delete_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if not deleted:
         raise PlantNotFound(number)
-    state.count_event(DELETED_EVENT)
+    state.count_event(DELETED_EVENT, number, None)  # the tag it had is not known here
     response = Response(status=204)
     del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)
     return response

@@ -1,6 +1,7 @@
-"""This process's watchers of the change feed: woken together when it changes.
+"""This process's watchers of the change feed: woken when it changes.
 
-A write of this process notifies at once (`notify`). On a shared store, a listener thread hears
+A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
+whose filter it may concern (wake_index.py). On a shared store, a listener thread hears
 every other process's writes too (`store.feed_listener()`: blocking reads of the feed's streams).
 It runs while someone watches, or for good where the process delivers webhooks (`listen`).
 
@@ -20,8 +21,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
+from app.watch.filters import EventFilter
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
+from app.watch.wake_index import Touched, WakeIndex, WokenTally
 
 log = logging.getLogger(__name__)
 #: Seconds a listener blocks in one call; it checks for watchers between calls.
@@ -55,6 +58,7 @@ class FeedSignal:
         max_watchers: int,
         max_per_caller: int,
         cheap_to_listen: bool = False,
+        sweep_every: int = 0,
     ) -> None:
         self._make_listener = listener
         #: The listener costs nothing while idle (a blocking read), so `listen` may keep it on.
@@ -64,7 +68,9 @@ class FeedSignal:
         self.max_watchers, self.max_per_caller = max_watchers, max_per_caller
         self._lock = threading.Lock()
         self._version = 0
-        self._wakes: dict[int, Callable[[], None]] = {}
+        self._wakes = WakeIndex(sweep_every)
+        #: How many watchers each change woke (the metric `plants_watch_woken_per_change`).
+        self.woken = WokenTally()
         self.reads = SharedReads()
         self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
@@ -99,12 +105,13 @@ class FeedSignal:
 
     # --- waking ----------------------------------------------------------------------------------
 
-    def subscribe(self, seen: int, wake: Callable[[], None]) -> None:
-        """Call `wake` once when the feed has changed since version `seen` (at once if it has)."""
+    def subscribe(self, seen: int, wake: Callable[[], None], only: EventFilter | None = None) -> None:
+        """Call `wake` once when the feed has changed since version `seen` (at once if it has),
+        by a change `only` may select (or any, at times: wake_index.py)."""
         with self._lock:
             changed = self._version != seen
             if not changed:
-                self._wakes[id(wake)] = wake
+                self._wakes.add(wake, only)
                 if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
                     self._someone_waits.set()
         if changed:
@@ -114,7 +121,7 @@ class FeedSignal:
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
-            self._wakes.pop(id(wake), None)
+            self._wakes.remove(wake)
             if not self._wakes and not self._always:
                 self._someone_waits.clear()  # the listener rests until the next watcher
 
@@ -130,19 +137,21 @@ class FeedSignal:
             self._someone_waits.set()
             self._start_listener()
 
-    def notify(self) -> None:
-        """The feed changed: wake every watcher and observer. Every write calls it: with no
-        watcher it is a counter, a flag and the observers (measured in bench/README.md)."""
+    def notify(self, change: Touched | None = None) -> None:
+        """The feed changed: wake the watchers it may concern (every one when `change` is not
+        known), and every observer. Every write calls it: with no watcher it is a counter, a flag
+        and the observers (measured in bench/README.md)."""
+        wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
-            wakes = self._wakes
-            if wakes:
-                self._wakes = {}
-                if not self._always:
+            if self._wakes:
+                wakes = self._wakes.take(change)
+                self.woken.observe(len(wakes))
+                if not self._wakes and not self._always:
                     self._someone_waits.clear()
         for observer in self._observers:
             observer()
-        for wake in wakes.values() if wakes else ():
+        for wake in wakes:
             try:
                 wake()
             except Exception:

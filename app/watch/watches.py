@@ -22,13 +22,14 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.filters import EventFilter, scan
 from app.watch.signal import FeedSignal
+from app.watch.snapshot import existing, existing_blocks
 
 
 class NoTurn(Exception):
@@ -109,7 +110,7 @@ class Watch:
             self._awaits_turn = False
             self.signal.gate.defer(wake)
         else:
-            self.signal.subscribe(self.seen, wake)
+            self.signal.subscribe(self.seen, wake, self.only)
 
     def stop(self) -> None:
         self.stopping = True
@@ -231,9 +232,17 @@ class EventStream(Watch):
     streaming = True
 
     def __init__(
-        self, *args: Any, heartbeat: float, stream_max: float, bookmarks: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        heartbeat: float,
+        stream_max: float,
+        bookmarks: bool = False,
+        snapshot: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        #: The snapshot's pages still to send (snapshot.py), then None.
+        self.listing: Iterator[list[Any]] | None = existing(self.store, self.only) if snapshot else None
         now = time.monotonic()
         self.heartbeat = heartbeat
         #: Each heartbeat is a bookmark (`event: bookmark`, its `id:` the position), not a comment.
@@ -251,13 +260,15 @@ class EventStream(Watch):
     def step(self, now: float) -> bytes:
         if not self.started:
             self.started = True
-            return OPENER + self._events(now)
+            return OPENER + (self._existing(now) if self.listing is not None else self._events(now))
         if self.stopping:
             self.done = True
             return STOPPING
         if now >= self.ends or self.expired():
             self.done = True
             return b""
+        if self.listing is not None:
+            return self._existing(now)
         chunk = self._events(now) if self.signal.version != self.current else b""
         if chunk:
             return chunk
@@ -267,6 +278,20 @@ class EventStream(Watch):
                 return self.bookmark()
             return HEARTBEAT
         return b""
+
+    def _existing(self, now: float) -> bytes:
+        """The snapshot's next page of plants, or, after its last, the `initial_end` bookmark."""
+        assert self.listing is not None
+        try:
+            for plants in self.listing:
+                if plants:
+                    return existing_blocks(plants)
+        except StoreUnavailableError:
+            self.done = True
+            return OPENER
+        self.listing = None
+        self.next_beat = now + self.heartbeat
+        return self.bookmark(initial_end=True)
 
     def bookmark(self, **more: Any) -> bytes:
         """A bookmark: the stream's position, to reconnect from (`Last-Event-ID`) without loss."""

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,8 +14,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.chromium import start_chromium
-from tests.helpers import call
-from tests.servers import ROOT, TOKEN, Gunicorn, Nginx, free_port
+from tests.helpers import call, static_origin
+from tests.servers import ROOT, TOKEN, Gunicorn, Nginx
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
@@ -26,24 +23,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 @pytest.fixture(scope="module")
 def page_origin():
     """docs/browser served as static files by Python's own server, on its own port: another origin."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(ROOT / "docs" / "browser")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert process.poll() is None, "the page's server exited"
-            assert time.monotonic() < deadline, "the page's server did not start"
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(10)
+    with static_origin(ROOT / "docs" / "browser") as origin:
+        yield origin
 
 
 @pytest.fixture(scope="module")

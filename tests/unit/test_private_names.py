@@ -35,6 +35,10 @@ DOCUMENTED = {
     "_fields",
 }
 
+#: Names imported from a library that it documents as a namespace for the app's own attributes:
+#: Flask's `g` ("The Application Context": store data there during a request), not a monkeypatch.
+NAMESPACES = {"g"}
+
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
@@ -109,7 +113,8 @@ def problems(source: str, own: set[str], where: str) -> list[str]:
         ):
             targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
         for target in targets:
-            if isinstance(target, ast.Attribute) and _root(target) in imported:
+            root = _root(target)
+            if isinstance(target, ast.Attribute) and root in imported and root not in NAMESPACES:
                 found.append(
                     f"{where}:{node.lineno}: {ast.unparse(node)[:80]} (a library's attribute changed)"
                 )

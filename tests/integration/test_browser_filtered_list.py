@@ -1,0 +1,108 @@
+"""docs/change-feed.md's browser example (a watch ticket, `EventSource` and `snapshot=true`
+keeping the plants tagged `indoor` in a list) in headless Chromium, served from another origin,
+against a real gunicorn: the list equals `GET /plants?tags=indoor` after plants are created,
+moved in and out of the tag and deleted, across streams' ends and tickets' expiry."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.chromium import start_chromium
+from tests.helpers import call, static_origin
+from tests.servers import ROOT, TOKEN, Gunicorn
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def documented_code() -> str:
+    text = (ROOT / "docs" / "change-feed.md").read_text("utf-8")
+    section = text.split("**In a browser**: a page that keeps", 1)[1]
+    return section.split("```js\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def page_dir_and_origin(tmp_path):
+    with static_origin(tmp_path) as origin:
+        yield tmp_path, origin
+
+
+def put(port: int, plant_id: int, name: str, tag: str | None) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    status, _, body = call(conn, "PUT", f"/plants/{plant_id}", {"name": name, "tag": tag}, AUTH)
+    assert status in (200, 201), body
+
+
+def delete(port: int, plant_id: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    assert call(conn, "DELETE", f"/plants/{plant_id}", None, AUTH)[0] == 204
+
+
+def indoor_names(port: int) -> list[str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    status, _, body = call(conn, "GET", "/plants?tags=indoor&limit=1000", None, AUTH)
+    assert status == 200
+    return sorted(plant["name"] for plant in json.loads(body)["plants"])
+
+
+def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_origin, monkeypatch):
+    page_dir, origin = page_dir_and_origin
+    server = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": origin,
+            "PLANTS_EVENTS_HEARTBEAT": "1",
+            "PLANTS_EVENTS_STREAM_MAX": "2",  # streams end and tickets expire within the test
+            "PLANTS_WATCH_TICKET_TTL": "3",
+        }
+    )
+    driver = start_chromium(monkeypatch)
+    try:
+        port = server.port
+        for n in range(6):  # the snapshot's plants, and others it leaves out
+            put(port, 760_000 + n, f"before-{n}", "indoor" if n % 2 else "outdoor")
+        code = documented_code().replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}")
+        code = code.replace('"change-me"', json.dumps(TOKEN))
+        page = (
+            f'<!doctype html><meta charset="utf-8"><title>indoor</title><ul id="plants"></ul><script>{code}'
+        )
+        (page_dir / "index.html").write_text(page + "</script>", "utf-8")
+        driver.get(f"{origin}/index.html")
+
+        def listed() -> list[str]:
+            return sorted(item.text for item in driver.find_elements(By.CSS_SELECTOR, "#plants li"))
+
+        WebDriverWait(driver, 20).until(lambda _: listed() == indoor_names(port))
+        assert listed() == ["before-1", "before-3", "before-5"]
+        changes = [  # about 6 s of them: streams of 2 s end, tickets of 3 s expire
+            (760_000, "indoor"),  # moves in
+            (760_001, "outdoor"),  # moves out
+            (760_003, None),  # deleted
+            (760_006, "indoor"),  # created
+            (760_005, "indoor"),  # renamed
+            (760_002, None),  # deleted, never listed
+            (760_006, "outdoor"),  # moves out again
+            (760_007, "indoor"),
+            (760_000, "indoor"),
+            (760_007, None),
+            (760_008, "outdoor"),
+            (760_008, "indoor"),
+        ]
+        for step, (plant_id, tag) in enumerate(changes):
+            if tag is None:
+                delete(port, plant_id)
+            else:
+                put(port, plant_id, f"step-{step}", tag)
+            time.sleep(0.5)
+        put(port, 760_099, "last", "indoor")
+        WebDriverWait(driver, 20).until(lambda _: listed() == indoor_names(port))
+        assert "last" in listed()
+        errors = [entry for entry in driver.get_log("browser") if "CORS" in entry["message"]]
+        assert errors == []
+    finally:
+        driver.quit()
+        server.stop()
