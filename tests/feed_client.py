@@ -47,6 +47,16 @@ class Client:
             return response.status, json.loads(raw) if raw else None
         raise AssertionError("unreachable")
 
+    def text(self, path: str) -> tuple[int, str]:
+        """A GET whose answer is text (the metrics): the status and the text."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        try:
+            conn.request("GET", path, headers=AUTH)
+            response = conn.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
