@@ -13,7 +13,6 @@ following stays inside the retention window however long its filter matches noth
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from app.store import EVENT_TYPES, FeedEntry, PlantStore
@@ -52,15 +51,6 @@ class EventFilter(NamedTuple):
             return False
         tags = self.tags
         return tags is None or event.tag in tags or entry.tag_before in tags
-
-    def wanted(self, kind: int, plant_id: int, tags: Iterable[str | None] | None) -> bool:
-        """Whether a change might concern this filter: `tags` are the plant's known tags (after,
-        and before when known); None: not known, so any tag might."""
-        if self.kinds is not None and kind not in self.kinds:
-            return False
-        if self.ids is not None and plant_id not in self.ids:
-            return False
-        return self.tags is None or tags is None or any(tag in self.tags for tag in tags)
 
 
 def scan(
