@@ -13,12 +13,18 @@
 - `wake --filtered`: the same, each stream following a tag of its own (`tags=t<n>`) and each
   create tagged for one stream; also the streams each write woke, from the worker's
   `plants_watch_woken_per_change` histogram.
+- `creates`, `snapshot` (bench/watch_filtered.py): create req/s with M filtered streams open
+  against none, and a `snapshot=true` stream of `--plants` plants (worker RSS growth).
+
+    python -m bench watch --scenarios wake creates --filtered --streams 2000
+    python -m bench watch --scenarios snapshot --plants 1000000 --store redis
 
 One worker with 2 request threads, pinned to CPU 0; the watchers and the writer run on CPU 1.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -39,8 +45,10 @@ from bench.harness.servers import (
     scratch,
     status_field,
 )
+from bench.watch_filtered import creates_beside_streams, load_plants, snapshot
 
 _ID = re.compile(rb'"id":(\d+)')
+SCENARIOS = ("hold", "wake", "creates", "snapshot")
 
 
 def _request(path: str, stream: bool, token: str) -> bytes:
@@ -256,20 +264,32 @@ def main() -> int:
     parser.add_argument("--streams", type=int, nargs="+", default=[2000, 100])
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--filtered", action="store_true", help="each stream follows a tag of its own")
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=["hold", "wake"])
+    parser.add_argument("--plants", type=int, default=1_000_000, help="plants in the snapshot")
     args = parser.parse_args()
     watchers = 200 if args.smoke else args.watchers
     streams = [50] if args.smoke else args.streams
+    plants = min(args.plants, 2000) if args.smoke else args.plants
     seconds = args.seconds or (2.0 if args.smoke else 10.0)
     server, redis = serve(args.store, max(watchers, *streams))
-    results = []
-    try:
-        held = hold(server.port, server.pid, watchers, seconds)
-        results.append({"store": args.store, "scenario": "hold", **held})
+    results: list[dict] = []
+
+    def report(scenario: str, found: dict) -> None:
+        results.append({"store": args.store, "scenario": scenario, **found})
         print(json.dumps(results[-1]), flush=True)
-        for count in streams:
-            woken = wake(server.port, count, args.rate, seconds, filtered=args.filtered)
-            results.append({"store": args.store, "scenario": "wake", **woken})
-            print(json.dumps(results[-1]), flush=True)
+
+    try:
+        if "hold" in args.scenarios:
+            report("hold", hold(server.port, server.pid, watchers, seconds))
+        for count in streams if "wake" in args.scenarios else ():
+            report("wake", wake(server.port, count, args.rate, seconds, filtered=args.filtered))
+        if "creates" in args.scenarios:
+            opened = functools.partial(open_watchers, server.port, max(streams), 1.0, tagged=True)
+            report("creates", creates_beside_streams(server, opened, seconds))
+        if "snapshot" in args.scenarios:
+            url = None if redis is None else redis.unix_url
+            load_plants(server, plants, url, server.env.get("PLANTS_STORE_PREFIX", "plants"))
+            report("snapshot", {"plants": plants, **snapshot(server, plants)})
     finally:
         server.stop()
         if redis is not None:

@@ -187,3 +187,19 @@ def test_process_benchmark_smoke_run(tmp_path):
         assert figures["switches"] >= 0, figures
     assert results["memory"]["watch"]["syscalls"] > results["memory"]["create"]["syscalls"]
     assert "| memory | create |" in result.stdout
+
+
+def test_filtered_watch_benchmark_smoke_run(tmp_path):
+    # The filtered streams and the snapshot only (wrk's create runs are left to the full run).
+    _, results = smoke_run("watch", tmp_path, "--scenarios", "wake", "snapshot", "--filtered")
+    wake, snapshot = results
+    assert wake["scenario"] == "wake"
+    assert wake["filtered"] is True
+    assert wake["creates"] > 0
+    assert wake["streams_with_every_event_in_order"] == wake["streams"]
+    # Each create is tagged for one stream: the wake-up index wakes that one (a bound, not a speed).
+    assert 0 < wake["woken_per_write"] <= 2
+    assert snapshot["scenario"] == "snapshot"
+    assert snapshot["status"] == 200
+    assert snapshot["ended"] is True
+    assert snapshot["existing"] >= snapshot["plants"]
