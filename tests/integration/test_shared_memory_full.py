@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import redis_settings
 from tests.helpers import call
 from tests.servers import ROOT, TOKEN, Served, free_port
 
@@ -24,9 +25,12 @@ FILL_DEV_SHM = (
 )
 
 
-def test_a_full_dev_shm_kills_no_worker_and_the_metrics_still_count(tmp_path):
+def test_a_full_dev_shm_kills_no_worker_and_the_metrics_still_count(tmp_path, redis_server):
+    # A shared store: its workers count in files (the in-memory store's one worker counts in process).
     port = free_port()
     env = {
+        **redis_settings(redis_server),
+        "WEB_CONCURRENCY": "1",
         "PATH": os.environ["PATH"],
         "PLANTS_API_TOKENS": TOKEN,
         "GUNICORN_BIND": f"127.0.0.1:{port}",
