@@ -339,6 +339,10 @@ ACCEPT_BATCH = 64
 FD_RESERVE = 128
 #: Out of descriptors with nothing to displace: accepting pauses this long.
 ACCEPT_PAUSE = 0.5
+#: The unsent bytes the kernel takes a TCP socket (TCP_NOTSENT_LOWAT; Linux's number where
+#: Python's `socket` does not name it).
+NOTSENT_LOWAT = 128 * 1024
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -435,6 +439,12 @@ class Admission:
                     self._log.exception("accept() failed")
                 return
             client_sock.setblocking(False)
+            if client_sock.family in (socket.AF_INET, socket.AF_INET6):
+                # The kernel takes at most this much unsent data a socket, and EPOLLOUT waits till
+                # it drains: a slow reader no longer parks its whole answer in TCP memory, which
+                # every socket on the host would feel. The bytes in flight are not limited.
+                with contextlib.suppress(OSError):
+                    client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
             conn.deadline = time.monotonic() + self._first_wait
             registry.add(conn)
