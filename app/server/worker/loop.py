@@ -179,12 +179,19 @@ class Registry:
         self.listeners = {listener.fileno(): listener for listener in listeners}
         self.accepting = False
         self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
-        self.lingering = 0
+        # Lingering closes, the first to end first: each lingers the same time from its start, so
+        # insertion order is deadline order, the order `least_progress` ranks them in.
+        self._lingering: dict[int, Conn] = {}
         # Answers that wait (parking.py) hold a connection each, and are never displaced: they may
         # hold a share of the cap only (`watch_limit`), so that plain requests always
         # find a connection to displace.
         self.watches = 0
         self.watch_limit = 0
+
+    @property
+    def lingering(self) -> int:
+        """How many connections linger (not counted against the cap)."""
+        return len(self._lingering)
 
     def set_accepting(self, accepting: bool) -> None:
         """Register the listeners on the epoll, or not. Called with the lock held."""
@@ -224,17 +231,27 @@ class Registry:
         (busy), or None when there is none to displace. A lingering one only if `lingering`; never
         `spare` (the connection just accepted)."""
         now = time.monotonic()
-        oldest = next(iter(self._idle.values()), None)
-        if oldest is spare:  # the client just accepted is the one that needs the room
-            oldest = None
-        if not lingering and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
-            victim: Conn | None = oldest  # no progress at all, and the longest so: no need to look further
-        else:
-            victim = least_progress(self.conns.values(), now, lingering, spare)
+        # The lingering ones rank first, the oldest first: taken without scanning every
+        # connection (at the descriptors' room, each accept displaces one).
+        victim = self._first_lingering() if lingering else None
+        if victim is None:
+            oldest = next(iter(self._idle.values()), None)
+            if oldest is not spare and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
+                victim = oldest  # no progress at all, and the longest so: no need to look further
+            else:
+                victim = least_progress(self.conns.values(), now, False, spare)
         if victim is not None:
             victim.busy = True
             self._idle.pop(victim.fd, None)
         return victim
+
+    def _first_lingering(self) -> Conn | None:
+        """The longest lingering connection not taken up (a lingering one is never `spare`, a
+        connection just accepted)."""
+        for conn in self._lingering.values():
+            if not conn.busy:
+                return conn
+        return None
 
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
@@ -294,7 +311,7 @@ class Registry:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
             conn.lingering = True
-            self.lingering += 1
+            self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
         """Run by the main thread: the parked connections whose deadline has come (to ask again),
@@ -323,8 +340,7 @@ class Registry:
                 del self.conns[conn.fd]
                 self._idle.pop(conn.fd, None)
                 self.budget.release(conn)
-                if conn.lingering:
-                    self.lingering -= 1
+                self._lingering.pop(conn.fd, None)
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
                 if self._alive():  # the graceful stop turns accepting off under this lock
