@@ -86,7 +86,72 @@ class Context:
         self.log, self.read_timeout, self.limits = log, read_timeout, limits
 
 
-class Conn:
+class Standing:
+    """A connection's standing with its worker: taken up or not (`busy`), its deadline, idle since
+    when, lingering, the bytes it was last counted for, its waiting answer. The loop and parking
+    change it through these methods only, with the registry's lock held."""
+
+    busy: bool
+    deadline: float
+    idle_since: float
+    lingering: bool
+    held: int
+    parked: Any
+    woken: bool
+
+    def holding(self) -> int:
+        raise NotImplementedError
+
+    def take(self) -> bool:
+        """Taken up by a thread for a turn; False when another thread has it."""
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def hand_back(self) -> None:
+        """Its turn has ended: any thread may take it again."""
+        self.busy = False
+
+    def due_by(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def due_no_later_than(self, deadline: float) -> None:
+        self.deadline = min(self.deadline, deadline)
+
+    def rests_since(self, now: float) -> None:
+        """Idle (between requests) from `now`."""
+        self.idle_since = now
+
+    def start_lingering(self) -> None:
+        self.lingering = True
+
+    def recount(self) -> int:
+        """Count what it holds now; the change since it was last counted."""
+        held = self.holding()
+        change, self.held = held - self.held, held
+        return change
+
+    def release_held(self) -> int:
+        """Closed: it holds nothing more; what it held."""
+        held, self.held = self.held, 0
+        return held
+
+    def park(self, parked: Any) -> None:
+        """Its answer waits (parking.py)."""
+        self.parked = parked
+
+    def unpark(self) -> Any:
+        """Its waiting answer, taken off it; None if none."""
+        parked, self.parked = self.parked, None
+        return parked
+
+    def mark_woken(self, woken: bool = True) -> None:
+        """Its waiting answer has (or, False, has not yet) a next step."""
+        self.woken = woken
+
+
+class Conn(Standing):
     """A client connection. Exactly one thread acts on it at a time (`busy`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
@@ -107,6 +172,10 @@ class Conn:
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
         self.parked: Any = None  # an answer that waits (parking.py), and whether it was woken
         self.woken = False
+
+    def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
+        """What every request of this connection shares (environ.py), kept for the next."""
+        self.environ_base, self.trusted_peer = base, trusted_peer
 
     @property
     def reading_request(self) -> bool:
@@ -308,6 +377,14 @@ class Conn:
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
             self.sock.close()
+        self.drop_body()
+
+    def attach_body(self, body: Any) -> None:
+        """The rest of the answer, sent as the client takes it (answer.py's `FileBody`, `IterBody`)."""
+        self.outgoing.body = body
+
+    def drop_body(self) -> None:
+        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
         body, self.outgoing.body = self.outgoing.body, None
         if body is not None:
-            close_body(body, log)
+            close_body(body, self.context.log)

@@ -126,14 +126,11 @@ class Budget:
 
     def account(self, conn: Conn) -> None:
         """Count what `conn` holds now."""
-        held = conn.holding()
-        self.held += held - conn.held
-        conn.held = held
+        self.held += conn.recount()
 
     def release(self, conn: Conn) -> None:
         """`conn` has closed: it holds nothing more."""
-        self.held -= conn.held
-        conn.held = 0
+        self.held -= conn.release_held()
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -210,7 +207,7 @@ class Registry:
 
     def add(self, conn: Conn) -> None:
         with self.lock:
-            conn.idle_since = time.monotonic()
+            conn.rests_since(time.monotonic())
             self.conns[conn.fd] = conn
             self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
@@ -220,9 +217,8 @@ class Registry:
         or it is gone."""
         with self.lock:
             conn = self.conns.get(fd)
-            if conn is None or conn.busy:
+            if conn is None or not conn.take():
                 return None
-            conn.busy = True
             self._idle.pop(fd, None)
         return conn
 
@@ -241,7 +237,7 @@ class Registry:
             else:
                 victim = least_progress(self.conns.values(), now, False, spare)
         if victim is not None:
-            victim.busy = True
+            victim.take()
             self._idle.pop(victim.fd, None)
         return victim
 
@@ -256,11 +252,11 @@ class Registry:
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
         with self.lock:
-            conn.busy = False
+            conn.hand_back()
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
             for victim in victims:
-                victim.busy = True
+                victim.take()
                 self._idle.pop(victim.fd, None)
         if conn not in victims:
             # ValueError: the epoll is closed, because the graceful stop ran out of time.
@@ -275,8 +271,8 @@ class Registry:
         with self.lock:
             if not self._alive():
                 deadline = min(deadline, time.monotonic() + STOP_LINGER)
-            conn.deadline = deadline
-            conn.idle_since = time.monotonic()
+            conn.due_by(deadline)
+            conn.rests_since(time.monotonic())
             self._idle[conn.fd] = conn
         self.rearm(conn, READ)
 
@@ -302,7 +298,7 @@ class Registry:
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked, conn.parked = conn.parked, None
+            parked = conn.unpark()
             if parked is not None:
                 self.watches -= 1
         return parked
@@ -310,7 +306,7 @@ class Registry:
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
-            conn.lingering = True
+            conn.start_lingering()
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
@@ -327,7 +323,7 @@ class Registry:
                     if conn.parked is not None and conn.outgoing.out is None and not conn.woken:
                         due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
-                    conn.busy = True
+                    conn.take()
                     self._idle.pop(conn.fd, None)
                     expired.append(conn)
         return due, expired
@@ -462,7 +458,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.deadline = time.monotonic() + self._first_wait
+            conn.due_by(time.monotonic() + self._first_wait)
             registry.add(conn)
             if not self._make_room(conn):
                 return
