@@ -1,5 +1,6 @@
-"""One client connection and its protocol (`Conn`): its socket, its reader (reader.py), its
-answer on the way out (answer.py's `Outgoing`), its deadline, and the turns a request thread takes on it.
+"""One client connection and its protocol (`Conn`): its socket, the parser's protocol (it is a
+`Reader`, reader.py), its answer on the way out (answer.py's `Outgoing`), its deadline, and the
+turns a request thread takes on it.
 
 Every request thread waits on the worker's one epoll, where each connection is registered with
 `EPOLLONESHOT` (loop.py): the kernel hands each ready connection to exactly one thread, for
@@ -151,7 +152,7 @@ class Standing:
         self.woken = woken
 
 
-class Conn(Standing):
+class Conn(Standing, Reader):
     """A client connection. Exactly one thread acts on it at a time (`busy`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
@@ -160,7 +161,7 @@ class Conn(Standing):
         self.client = client
         self.server = server
         self.context = context
-        self.reader = Reader(context.limits)
+        Reader.__init__(self, context.limits)  # the parser's protocol: its callbacks land here
         self.outgoing = Outgoing(sock)
         self.held = 0  # the bytes of the worker's memory budget this connection was last counted for
         self.busy = False
@@ -180,9 +181,9 @@ class Conn(Standing):
     @property
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
-        reader, outgoing = self.reader, self.outgoing
+        outgoing = self.outgoing
         return (
-            (reader.phase != IDLE or bool(reader.unparsed))
+            (self.phase != IDLE or bool(self.unparsed))
             and outgoing.out is None
             and outgoing.body is None
             and not self.lingering
@@ -191,7 +192,7 @@ class Conn(Standing):
     def holding(self) -> int:
         """The bytes the worker holds for this connection: its unparsed and parsed request bytes,
         its unsent answer, and a waiting answer's collected pieces."""
-        held = self.reader.holding()
+        held = self.request_bytes()
         out = self.outgoing.out
         if out is not None:
             held += len(out.obj)  # type: ignore[arg-type]  # the whole buffer stays while a part is unsent
@@ -209,7 +210,7 @@ class Conn(Standing):
                     self._after_answer(not self.outgoing.close_after)
             elif self.parked is not None:
                 self.context.parking.resume(self)
-            elif self.reader.has_work or self._receive(mask & EPOLLRDHUP):
+            elif self.has_work or self._receive(mask & EPOLLRDHUP):
                 self._answer_next()
         except Exception:
             with contextlib.suppress(Exception):
@@ -230,38 +231,36 @@ class Conn(Standing):
             self.close()
             return False
         now = time.monotonic()
-        reader = self.reader
         idle_deadline = self.deadline
         read_timeout = self.context.read_timeout
-        if reader.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+        if self.phase == IDLE:  # a new request's first bytes: its head's deadline starts
             self.deadline = now + read_timeout
-        had_head = reader.phase == BODY
-        reader.feed(data)
-        if reader.phase == IDLE and not reader.has_work:  # only the empty lines llhttp skips
+        had_head = self.phase == BODY
+        self.feed(data)
+        if self.phase == IDLE and not self.has_work:  # only the empty lines llhttp skips
             self.deadline = idle_deadline
             self.context.registry.rest_idle(self)
             return False
-        if closed and not reader.has_work:
+        if closed and not self.has_work:
             self.close()
             return False
-        if reader.phase == BODY and not had_head and not reader.ready:
+        if self.phase == BODY and not had_head and not self.ready:
             self.deadline = now + read_timeout + self.context.limits.body / BYTES_PER_SECOND
         return True
 
     def _answer_next(self) -> None:
-        reader = self.reader
-        if not reader.ready and reader.unparsed and reader.refusal is None:
-            reader.feed(b"")  # the rest of a pipelining client's bytes
-            if reader.phase != IDLE:
+        if not self.ready and self.unparsed and self.refusal is None:
+            self.feed(b"")  # the rest of a pipelining client's bytes
+            if self.phase != IDLE:
                 self.deadline = time.monotonic() + self.context.read_timeout
-        if reader.ready or reader.refusal is not None:
+        if self.ready or self.refusal is not None:
             self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
-        if reader.ready:
-            served = self.context.serve(self, reader.ready.popleft())
+        if self.ready:
+            served = self.context.serve(self, self.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
                 self.answer(*served)
-        elif reader.refusal is not None:
-            self._refuse(reader.refusal)
+        elif self.refusal is not None:
+            self._refuse(self.refusal)
         else:
             self._await_more()
 
@@ -287,18 +286,17 @@ class Conn(Standing):
             self.context.parking.step(self)
         elif not keep_alive:
             self.close_gracefully()
-        elif self.reader.has_work:
+        elif self.has_work:
             self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
         else:
             self._await_more()
 
     def _await_more(self) -> None:
-        reader = self.reader
-        if reader.phase == IDLE:
+        if self.phase == IDLE:
             self.context.registry.rearm_idle(self)
             return
-        if reader.wants_continue:
-            reader.wants_continue = False
+        if self.wants_continue:
+            self.wants_continue = False
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
@@ -347,7 +345,7 @@ class Conn(Standing):
             self.close()
             return
         self.context.registry.linger(self)  # no longer counted against the cap
-        self.reader.discard()
+        self.discard()
         self.deadline = time.monotonic() + LINGER_SECONDS
         self.context.registry.rearm(self, READ)
 

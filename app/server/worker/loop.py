@@ -69,8 +69,7 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     if conn.parked is not None:
         return None  # a watcher waiting for its app
     if conn.reading_request:
-        reader = conn.reader
-        return (reader.received / max(now - reader.started, 0.001), reader.started)
+        return (conn.received / max(now - conn.started, 0.001), conn.started)
     if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
         return (float("inf"), conn.idle_since)
     return (0.0, conn.idle_since)
