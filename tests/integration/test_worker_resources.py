@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.client
 import resource
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -154,5 +155,41 @@ def test_a_large_answer_is_whole_on_http_1_0_and_1_1():
         response = conn.getresponse()
         assert response.status == 200
         assert response.read() == _fetch(server, "/openapi.json")
+    finally:
+        server.stop()
+
+
+def _unsent_and_in_flight(server_port: int, client_port: int) -> int:
+    """The server side's Send-Q for one client (`ss`): the bytes the kernel holds for it."""
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", f"( sport = :{server_port} and dport = :{client_port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return int(out[1])
+
+
+def test_a_slow_reader_leaves_little_of_its_answer_in_the_kernel():
+    # A client that reads nothing: the kernel takes a bounded part of the 1.48 MB bundle for it
+    # (the rest is sent as it reads), so 1,000 of them do not fill the host's TCP memory.
+    server = Gunicorn()
+    try:
+        bundle = _fetch(server, "/docs/assets/swagger-ui-bundle.js")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"GET /docs/assets/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(1.0)
+        held = _unsent_and_in_flight(server.port, sock.getsockname()[1])
+        assert 0 < held < len(bundle) // 2, held
+        received = b""
+        while not received.endswith(bundle[-1000:]):
+            chunk = sock.recv(65536)
+            assert chunk
+            received += chunk
+        assert received.split(b"\r\n\r\n", 1)[1] == bundle
+        sock.close()
     finally:
         server.stop()

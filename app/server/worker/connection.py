@@ -1,5 +1,6 @@
-"""One client connection and its protocol (`Conn`): its socket, its reader (reader.py), its
-answer on the way out (answer.py's `Outgoing`), its deadline, and the turns a request thread takes on it.
+"""One client connection and its protocol (`Conn`): its socket, the parser's protocol (it is a
+`Reader`, reader.py), its answer on the way out (answer.py's `Outgoing`), its deadline, and the
+turns a request thread takes on it.
 
 Every request thread waits on the worker's one epoll, where each connection is registered with
 `EPOLLONESHOT` (loop.py): the kernel hands each ready connection to exactly one thread, for
@@ -86,7 +87,72 @@ class Context:
         self.log, self.read_timeout, self.limits = log, read_timeout, limits
 
 
-class Conn:
+class Standing:
+    """A connection's standing with its worker: taken up or not (`busy`), its deadline, idle since
+    when, lingering, the bytes it was last counted for, its waiting answer. The loop and parking
+    change it through these methods only, with the registry's lock held."""
+
+    busy: bool
+    deadline: float
+    idle_since: float
+    lingering: bool
+    held: int
+    parked: Any
+    woken: bool
+
+    def holding(self) -> int:
+        raise NotImplementedError
+
+    def take(self) -> bool:
+        """Taken up by a thread for a turn; False when another thread has it."""
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def hand_back(self) -> None:
+        """Its turn has ended: any thread may take it again."""
+        self.busy = False
+
+    def due_by(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def due_no_later_than(self, deadline: float) -> None:
+        self.deadline = min(self.deadline, deadline)
+
+    def rests_since(self, now: float) -> None:
+        """Idle (between requests) from `now`."""
+        self.idle_since = now
+
+    def start_lingering(self) -> None:
+        self.lingering = True
+
+    def recount(self) -> int:
+        """Count what it holds now; the change since it was last counted."""
+        held = self.holding()
+        change, self.held = held - self.held, held
+        return change
+
+    def release_held(self) -> int:
+        """Closed: it holds nothing more; what it held."""
+        held, self.held = self.held, 0
+        return held
+
+    def park(self, parked: Any) -> None:
+        """Its answer waits (parking.py)."""
+        self.parked = parked
+
+    def unpark(self) -> Any:
+        """Its waiting answer, taken off it; None if none."""
+        parked, self.parked = self.parked, None
+        return parked
+
+    def mark_woken(self, woken: bool = True) -> None:
+        """Its waiting answer has (or, False, has not yet) a next step."""
+        self.woken = woken
+
+
+class Conn(Standing, Reader):
     """A client connection. Exactly one thread acts on it at a time (`busy`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
@@ -95,7 +161,7 @@ class Conn:
         self.client = client
         self.server = server
         self.context = context
-        self.reader = Reader(context.limits)
+        Reader.__init__(self, context.limits)  # the parser's protocol: its callbacks land here
         self.outgoing = Outgoing(sock)
         self.held = 0  # the bytes of the worker's memory budget this connection was last counted for
         self.busy = False
@@ -108,12 +174,16 @@ class Conn:
         self.parked: Any = None  # an answer that waits (parking.py), and whether it was woken
         self.woken = False
 
+    def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
+        """What every request of this connection shares (environ.py), kept for the next."""
+        self.environ_base, self.trusted_peer = base, trusted_peer
+
     @property
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
-        reader, outgoing = self.reader, self.outgoing
+        outgoing = self.outgoing
         return (
-            (reader.phase != IDLE or bool(reader.unparsed))
+            (self.phase != IDLE or bool(self.unparsed))
             and outgoing.out is None
             and outgoing.body is None
             and not self.lingering
@@ -122,7 +192,7 @@ class Conn:
     def holding(self) -> int:
         """The bytes the worker holds for this connection: its unparsed and parsed request bytes,
         its unsent answer, and a waiting answer's collected pieces."""
-        held = self.reader.holding()
+        held = self.request_bytes()
         out = self.outgoing.out
         if out is not None:
             held += len(out.obj)  # type: ignore[arg-type]  # the whole buffer stays while a part is unsent
@@ -140,7 +210,7 @@ class Conn:
                     self._after_answer(not self.outgoing.close_after)
             elif self.parked is not None:
                 self.context.parking.resume(self)
-            elif self.reader.has_work or self._receive(mask & EPOLLRDHUP):
+            elif self.has_work or self._receive(mask & EPOLLRDHUP):
                 self._answer_next()
         except Exception:
             with contextlib.suppress(Exception):
@@ -161,38 +231,36 @@ class Conn:
             self.close()
             return False
         now = time.monotonic()
-        reader = self.reader
         idle_deadline = self.deadline
         read_timeout = self.context.read_timeout
-        if reader.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+        if self.phase == IDLE:  # a new request's first bytes: its head's deadline starts
             self.deadline = now + read_timeout
-        had_head = reader.phase == BODY
-        reader.feed(data)
-        if reader.phase == IDLE and not reader.has_work:  # only the empty lines llhttp skips
+        had_head = self.phase == BODY
+        self.feed(data)
+        if self.phase == IDLE and not self.has_work:  # only the empty lines llhttp skips
             self.deadline = idle_deadline
             self.context.registry.rest_idle(self)
             return False
-        if closed and not reader.has_work:
+        if closed and not self.has_work:
             self.close()
             return False
-        if reader.phase == BODY and not had_head and not reader.ready:
+        if self.phase == BODY and not had_head and not self.ready:
             self.deadline = now + read_timeout + self.context.limits.body / BYTES_PER_SECOND
         return True
 
     def _answer_next(self) -> None:
-        reader = self.reader
-        if not reader.ready and reader.unparsed and reader.refusal is None:
-            reader.feed(b"")  # the rest of a pipelining client's bytes
-            if reader.phase != IDLE:
+        if not self.ready and self.unparsed and self.refusal is None:
+            self.feed(b"")  # the rest of a pipelining client's bytes
+            if self.phase != IDLE:
                 self.deadline = time.monotonic() + self.context.read_timeout
-        if reader.ready or reader.refusal is not None:
+        if self.ready or self.refusal is not None:
             self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
-        if reader.ready:
-            served = self.context.serve(self, reader.ready.popleft())
+        if self.ready:
+            served = self.context.serve(self, self.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
                 self.answer(*served)
-        elif reader.refusal is not None:
-            self._refuse(reader.refusal)
+        elif self.refusal is not None:
+            self._refuse(self.refusal)
         else:
             self._await_more()
 
@@ -218,18 +286,17 @@ class Conn:
             self.context.parking.step(self)
         elif not keep_alive:
             self.close_gracefully()
-        elif self.reader.has_work:
+        elif self.has_work:
             self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
         else:
             self._await_more()
 
     def _await_more(self) -> None:
-        reader = self.reader
-        if reader.phase == IDLE:
+        if self.phase == IDLE:
             self.context.registry.rearm_idle(self)
             return
-        if reader.wants_continue:
-            reader.wants_continue = False
+        if self.wants_continue:
+            self.wants_continue = False
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
@@ -278,7 +345,7 @@ class Conn:
             self.close()
             return
         self.context.registry.linger(self)  # no longer counted against the cap
-        self.reader.discard()
+        self.discard()
         self.deadline = time.monotonic() + LINGER_SECONDS
         self.context.registry.rearm(self, READ)
 
@@ -308,6 +375,14 @@ class Conn:
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
             self.sock.close()
+        self.drop_body()
+
+    def attach_body(self, body: Any) -> None:
+        """The rest of the answer, sent as the client takes it (answer.py's `FileBody`, `IterBody`)."""
+        self.outgoing.body = body
+
+    def drop_body(self) -> None:
+        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
         body, self.outgoing.body = self.outgoing.body, None
         if body is not None:
-            close_body(body, log)
+            close_body(body, self.context.log)

@@ -68,17 +68,20 @@ class EnvironBuilder:
         else:
             environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server), "80"
         environ["wsgi.url_scheme"] = "http"
-        trusted = self.trusted
-        if trusted is True:
-            conn.trusted_peer = True
-        else:
-            conn.trusted_peer = isinstance(client, tuple) and any(_within(client[0], net) for net in trusted)
         return environ
+
+    def trusts(self, client: Any) -> bool:
+        """Whether the peer may set the scheme (gunicorn's forwarded_allow_ips)."""
+        trusted = self.trusted
+        return trusted is True or (
+            isinstance(client, tuple) and any(_within(client[0], net) for net in trusted)
+        )
 
     def build(self, conn: Conn, request: Request) -> dict[str, Any]:
         base = conn.environ_base
         if base is None:
-            base = conn.environ_base = self.base(conn)
+            base = self.base(conn)
+            conn.keep_environ(base, self.trusts(conn.client))
         environ = base.copy()
         url = request.url
         if url[:1] == b"/":

@@ -69,8 +69,7 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     if conn.parked is not None:
         return None  # a watcher waiting for its app
     if conn.reading_request:
-        reader = conn.reader
-        return (reader.received / max(now - reader.started, 0.001), reader.started)
+        return (conn.received / max(now - conn.started, 0.001), conn.started)
     if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
         return (float("inf"), conn.idle_since)
     return (0.0, conn.idle_since)
@@ -126,14 +125,11 @@ class Budget:
 
     def account(self, conn: Conn) -> None:
         """Count what `conn` holds now."""
-        held = conn.holding()
-        self.held += held - conn.held
-        conn.held = held
+        self.held += conn.recount()
 
     def release(self, conn: Conn) -> None:
         """`conn` has closed: it holds nothing more."""
-        self.held -= conn.held
-        conn.held = 0
+        self.held -= conn.release_held()
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -179,12 +175,19 @@ class Registry:
         self.listeners = {listener.fileno(): listener for listener in listeners}
         self.accepting = False
         self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
-        self.lingering = 0
+        # Lingering closes, the first to end first: each lingers the same time from its start, so
+        # insertion order is deadline order, the order `least_progress` ranks them in.
+        self._lingering: dict[int, Conn] = {}
         # Answers that wait (parking.py) hold a connection each, and are never displaced: they may
         # hold a share of the cap only (`watch_limit`), so that plain requests always
         # find a connection to displace.
         self.watches = 0
         self.watch_limit = 0
+
+    @property
+    def lingering(self) -> int:
+        """How many connections linger (not counted against the cap)."""
+        return len(self._lingering)
 
     def set_accepting(self, accepting: bool) -> None:
         """Register the listeners on the epoll, or not. Called with the lock held."""
@@ -203,7 +206,7 @@ class Registry:
 
     def add(self, conn: Conn) -> None:
         with self.lock:
-            conn.idle_since = time.monotonic()
+            conn.rests_since(time.monotonic())
             self.conns[conn.fd] = conn
             self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
@@ -213,9 +216,8 @@ class Registry:
         or it is gone."""
         with self.lock:
             conn = self.conns.get(fd)
-            if conn is None or conn.busy:
+            if conn is None or not conn.take():
                 return None
-            conn.busy = True
             self._idle.pop(fd, None)
         return conn
 
@@ -224,26 +226,36 @@ class Registry:
         (busy), or None when there is none to displace. A lingering one only if `lingering`; never
         `spare` (the connection just accepted)."""
         now = time.monotonic()
-        oldest = next(iter(self._idle.values()), None)
-        if oldest is spare:  # the client just accepted is the one that needs the room
-            oldest = None
-        if not lingering and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
-            victim: Conn | None = oldest  # no progress at all, and the longest so: no need to look further
-        else:
-            victim = least_progress(self.conns.values(), now, lingering, spare)
+        # The lingering ones rank first, the oldest first: taken without scanning every
+        # connection (at the descriptors' room, each accept displaces one).
+        victim = self._first_lingering() if lingering else None
+        if victim is None:
+            oldest = next(iter(self._idle.values()), None)
+            if oldest is not spare and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
+                victim = oldest  # no progress at all, and the longest so: no need to look further
+            else:
+                victim = least_progress(self.conns.values(), now, False, spare)
         if victim is not None:
-            victim.busy = True
+            victim.take()
             self._idle.pop(victim.fd, None)
         return victim
+
+    def _first_lingering(self) -> Conn | None:
+        """The longest lingering connection not taken up (a lingering one is never `spare`, a
+        connection just accepted)."""
+        for conn in self._lingering.values():
+            if not conn.busy:
+                return conn
+        return None
 
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
         with self.lock:
-            conn.busy = False
+            conn.hand_back()
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
             for victim in victims:
-                victim.busy = True
+                victim.take()
                 self._idle.pop(victim.fd, None)
         if conn not in victims:
             # ValueError: the epoll is closed, because the graceful stop ran out of time.
@@ -258,8 +270,8 @@ class Registry:
         with self.lock:
             if not self._alive():
                 deadline = min(deadline, time.monotonic() + STOP_LINGER)
-            conn.deadline = deadline
-            conn.idle_since = time.monotonic()
+            conn.due_by(deadline)
+            conn.rests_since(time.monotonic())
             self._idle[conn.fd] = conn
         self.rearm(conn, READ)
 
@@ -285,7 +297,7 @@ class Registry:
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked, conn.parked = conn.parked, None
+            parked = conn.unpark()
             if parked is not None:
                 self.watches -= 1
         return parked
@@ -293,8 +305,8 @@ class Registry:
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
-            conn.lingering = True
-            self.lingering += 1
+            conn.start_lingering()
+            self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
         """Run by the main thread: the parked connections whose deadline has come (to ask again),
@@ -310,7 +322,7 @@ class Registry:
                     if conn.parked is not None and conn.outgoing.out is None and not conn.woken:
                         due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
-                    conn.busy = True
+                    conn.take()
                     self._idle.pop(conn.fd, None)
                     expired.append(conn)
         return due, expired
@@ -323,8 +335,7 @@ class Registry:
                 del self.conns[conn.fd]
                 self._idle.pop(conn.fd, None)
                 self.budget.release(conn)
-                if conn.lingering:
-                    self.lingering -= 1
+                self._lingering.pop(conn.fd, None)
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
                 if self._alive():  # the graceful stop turns accepting off under this lock
@@ -339,6 +350,10 @@ ACCEPT_BATCH = 64
 FD_RESERVE = 128
 #: Out of descriptors with nothing to displace: accepting pauses this long.
 ACCEPT_PAUSE = 0.5
+#: The unsent bytes the kernel takes a TCP socket (TCP_NOTSENT_LOWAT; Linux's number where
+#: Python's `socket` does not name it).
+NOTSENT_LOWAT = 128 * 1024
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -435,8 +450,14 @@ class Admission:
                     self._log.exception("accept() failed")
                 return
             client_sock.setblocking(False)
+            if client_sock.family in (socket.AF_INET, socket.AF_INET6):
+                # The kernel takes at most this much unsent data a socket, and EPOLLOUT waits till
+                # it drains: a slow reader no longer parks its whole answer in TCP memory, which
+                # every socket on the host would feel. The bytes in flight are not limited.
+                with contextlib.suppress(OSError):
+                    client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.deadline = time.monotonic() + self._first_wait
+            conn.due_by(time.monotonic() + self._first_wait)
             registry.add(conn)
             if not self._make_room(conn):
                 return

@@ -135,12 +135,12 @@ class Parking:
         """Hand the connection back with its next step due at once, after the others' turns."""
         registry = self._registry
         with registry.lock:
-            conn.woken = True
-            conn.busy = False
+            conn.mark_woken()
+            conn.hand_back()
             registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
             # read timeout is closed (loop.py), to reconnect from its last id.
-            conn.deadline = time.monotonic() + self._read_timeout
+            conn.due_by(time.monotonic() + self._read_timeout)
             registry.modify(conn, WAKE)
 
     def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
@@ -154,16 +154,16 @@ class Parking:
     def _park(self, conn: Conn) -> None:
         parked = conn.parked
         assert parked is not None
-        conn.woken = False
+        conn.mark_woken(False)
         if parked.wake is None:  # one callable for every park: the signal keeps one entry
             parked.wake = partial(self.wake, conn)
         parked.iterable.subscribe(parked.wake)
         registry = self._registry
         with registry.lock:
-            conn.deadline = parked.iterable.deadline()
+            conn.due_by(parked.iterable.deadline())
             if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
-                conn.deadline = time.monotonic() + self._read_timeout
-            conn.busy = False
+                conn.due_by(time.monotonic() + self._read_timeout)
+            conn.hand_back()
             registry.budget.account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
             events = WAKE if conn.woken else PARKED
@@ -174,9 +174,9 @@ class Parking:
         with self._registry.lock:
             if conn.woken:
                 return
-            conn.woken = True
+            conn.mark_woken()
             if not conn.busy and conn.parked is not None:
-                conn.deadline = time.monotonic() + self._read_timeout  # as in _yield_turn
+                conn.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
                 self._registry.modify(conn, WAKE)
 
     def resume(self, conn: Conn) -> None:

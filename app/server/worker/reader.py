@@ -1,9 +1,10 @@
-"""A connection's reading of its requests, as llhttp frames them (`Reader`, one per connection).
+"""A connection's reading of its requests, as llhttp frames them (`Reader`).
 
-httptools (llhttp, Node.js's parser) is the only parser of a request's bytes. Each connection
-(connection.py) has one reader, whose parser is fed every byte exactly once as it arrives; its
-callbacks build whole requests (head and body) into `ready`, in order. The limits are counted as
-the bytes go by:
+httptools (llhttp, Node.js's parser) is the only parser of a request's bytes. `Reader` is the
+parser's protocol: a connection (connection.py's `Conn`) is a `Reader`, so the parser's callbacks
+land on the connection, as in uvicorn's httptools protocol. Its parser is fed every byte exactly
+once as it arrives; the callbacks build whole requests (head and body) into `ready`, in order.
+The limits are counted as the bytes go by:
 
 - the request line (`limit_request_line`, 414), the number of header fields
   (`limit_request_fields`) and each field's size (`limit_request_field_size`), and the whole head
@@ -110,7 +111,8 @@ class Request:
 
 
 class Reader:
-    """A connection's parser and the requests it has framed; see the module docstring."""
+    """The parser's protocol and the requests it has framed; see the module docstring. A
+    connection is one (connection.py); alone, it frames bytes (the framing tests)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -131,7 +133,7 @@ class Reader:
         self._content_length = 0
         self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
 
-    def holding(self) -> int:
+    def request_bytes(self) -> int:
         """The request bytes held: unparsed, parsed and not yet served."""
         held = len(self.unparsed) + self._body_size
         if self.phase == HEAD:

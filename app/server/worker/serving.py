@@ -68,7 +68,7 @@ class Serving:
             result = self._app(environ, answer.start_response)
             if parkable(result):
                 if registry.admit_watch():
-                    conn.parked = Parked(result, answer, request, environ, keep_alive, started)
+                    conn.park(Parked(result, answer, request, environ, keep_alive, started))
                     if not worker.alive:  # arrived during the graceful stop: it ends at once
                         result.stop()
                     self._parking.step(conn)
@@ -79,9 +79,7 @@ class Serving:
                 data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
         except Exception:
             registry.unpark(conn)
-            body, conn.outgoing.body = conn.outgoing.body, None
-            if body is not None:
-                close_body(body, log)
+            conn.drop_body()
             log.exception("Error handling request %s %s", request.method, request.path)
             data, keep_alive = self._refuse(answer, APP_ERROR)
         log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
@@ -116,7 +114,7 @@ class Serving:
                 raise
             answer.sent = file.left if head.sends_body else 0
             if head.sends_body and file.left:
-                conn.outgoing.body = file
+                conn.attach_body(file)
             else:
                 close_body(file, self._worker.log)
             return head.data, head.keep_alive
@@ -147,7 +145,7 @@ class Serving:
             answer.sent = 0
             return head.data, head.keep_alive
         answer.sent = head.declared
-        conn.outgoing.body = IterBody(iterator, getattr(result, "close", None), head.chunked, left)
+        conn.attach_body(IterBody(iterator, getattr(result, "close", None), head.chunked, left))
         if head.chunked:
             first = b"%x\r\n%s\r\n" % (len(first), first)
         return head.data + first, head.keep_alive

@@ -160,7 +160,7 @@ class PlantsWorker(base.Worker):
             waiting = [conn for conn in registry.conns.values() if conn.parked is not None]
             for conn in registry.conns.values():
                 if conn.parked is None:
-                    conn.deadline = min(conn.deadline, linger)
+                    conn.due_no_later_than(linger)
         self.parking.stop(waiting)  # each ends its answer now: a long-poll's page, a stream's end
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:

@@ -1,0 +1,70 @@
+"""The worker's registry chooses whom to displace: past the descriptors' room, the connection
+that has lingered longest (its answer is out; only its client's FIN is awaited) goes first, and
+never one a thread is serving, on real sockets."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from app.server.worker.connection import Conn, Context
+from app.server.worker.loop import Budget, Registry
+from app.server.worker.reader import Limits
+
+
+class _NoParking:
+    def step(self, conn: Conn) -> None:
+        raise AssertionError("no connection here waits for its answer")
+
+    def resume(self, conn: Conn) -> None:
+        raise AssertionError("no connection here waits for its answer")
+
+
+@pytest.fixture
+def registry() -> Iterator[Registry]:
+    registry = Registry(lambda: True, [], 5.0, Budget(1 << 20, logging.getLogger("test")))
+    yield registry
+    for conn in list(registry.conns.values()):
+        conn.close()
+    registry.epoll.close()
+
+
+def _connections(registry: Registry, count: int) -> tuple[list[Conn], list[socket.socket]]:
+    log = logging.getLogger("test")
+    context = Context(
+        registry, _NoParking(), lambda conn, request: None, log, 5.0, Limits(0, 0, 0, 8192, 1 << 20)
+    )
+    conns, clients = [], []
+    for _ in range(count):
+        server_side, client = socket.socketpair()
+        server_side.setblocking(False)
+        conn = Conn(server_side, ("127.0.0.1", 1), ("127.0.0.1", 2), context)
+        registry.add(conn)
+        conns.append(conn)
+        clients.append(client)
+    return conns, clients
+
+
+def _linger(registry: Registry, conn: Conn) -> None:
+    assert registry.take(conn.fd) is conn
+    conn.close_gracefully()
+
+
+def test_the_longest_lingering_connection_is_displaced_first(registry):
+    conns, clients = _connections(registry, 4)
+    first, second, third = conns[2], conns[0], conns[3]
+    for conn in (first, second, third):
+        _linger(registry, conn)
+    assert registry.lingering == 3
+    with registry.lock:
+        assert registry.evict(lingering=True) is first
+    first.close()
+    assert registry.lingering == 2
+    assert registry.take(second.fd) is second  # being served: never displaced
+    with registry.lock:
+        assert registry.evict(lingering=True) is third
+    for client in clients:
+        client.close()
