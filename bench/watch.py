@@ -13,7 +13,7 @@
 - `wake --filtered`: the same, each stream following a tag of its own (`tags=t<n>`) and each
   create tagged for one stream; also the streams each write woke, from the worker's
   `plants_watch_woken_per_change` histogram.
-- `creates`, `snapshot` (bench/watch_filtered.py): create req/s with M filtered streams open
+- `creates`, `snapshot` (bench/harness/watch_scenarios.py): create req/s with M filtered streams open
   against none, and a `snapshot=true` stream of `--plants` plants (worker RSS growth).
 
     python -m bench watch --scenarios wake creates --filtered --streams 2000
@@ -45,7 +45,7 @@ from bench.harness.servers import (
     scratch,
     status_field,
 )
-from bench.watch_filtered import creates_beside_streams, load_plants, snapshot
+from bench.harness.watch_scenarios import creates_beside_streams, load_plants, snapshot
 
 _ID = re.compile(rb'"id":(\d+)')
 SCENARIOS = ("hold", "wake", "creates", "snapshot")

@@ -25,7 +25,7 @@ from app.http.json_provider import json_response
 from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
 from app.watch.filters import EventFilter, scan
-from app.watch.parking import PARKING
+from app.watch.parkable import PARKING
 from app.watch.signal import WatchersFull
 from app.watch.watches import EventStream, LongPoll, Watch
 

@@ -28,8 +28,8 @@ from typing import Any
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.filters import EventFilter, scan
+from app.watch.initial_state import existing, existing_blocks
 from app.watch.signal import FeedSignal
-from app.watch.snapshot import existing, existing_blocks
 
 
 class NoTurn(Exception):

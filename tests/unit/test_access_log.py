@@ -57,7 +57,7 @@ def test_the_record_writes_the_bytes_logging_would(formatter):
     fields = {"request_id": "r-1", "method": "GET", "route": "/plants", "status": 200, "duration_ms": 3.2}
     ours = AccessRecord("gunicorn.access", fmt, atoms, fields)
     logging_s = logging.getLogger("gunicorn.access").makeRecord(
-        "gunicorn.access", logging.INFO, "x.py", 1, fmt, (atoms,), None, extra=fields
+        "gunicorn.access", logging.INFO, __file__, 1, fmt, (atoms,), None, extra=fields
     )
     logging_s.created, logging_s.msecs = ours.created, ours.msecs
     chosen = TextFormatter() if formatter == "text" else JsonFormatter()

@@ -1,9 +1,9 @@
-"""The app's copy of the worker's parking interface (app/watch/parking.py) names the same environ
+"""The app's copy of the worker's parking interface (app/watch/parkable.py) names the same environ
 key as the worker's (app/server/worker/interface.py): an app that looked under another key would
 never park, and every watch would hold a request thread."""
 
 from app.server.worker import interface
-from app.watch import parking
+from app.watch import parkable as parking
 
 
 def test_the_app_and_the_worker_agree_on_the_parking_key():

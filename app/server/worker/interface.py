@@ -13,7 +13,7 @@ plain iterable, one that can wait (`Parkable`): besides `__next__` and `close`, 
 
 `__next__` returning `b""` means "nothing yet": the worker parks the connection, on its epoll,
 until `wake`, the deadline, or the client leaving (app/server/worker/parking.py). The service
-holds its own copy of the key (app/watch/parking.py, held equal by a test); this module imports
+holds its own copy of the key (app/watch/parkable.py, held equal by a test); this module imports
 nothing, so that importing it loads none of the worker.
 """
 

@@ -1,7 +1,7 @@
 """What the packaged worker offers an app beyond WSGI: an answer that waits without a thread.
 
 The worker puts `PARKING` (true) in the environ. An app that sees it may return, instead of a
-plain iterable, one that can wait (`Parkable`): besides `__next__` and `close`, it has
+plain iterable, one that can wait (`ParkableAnswer`): besides `__next__` and `close`, it has
 
 - `subscribe(wake)`: before it parks, the worker hands over a callable; the iterable calls it
   once, from any thread, when it has something to give (at once if it already has);
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 PARKING = "plants.worker.parking"
 
 
-class Parkable(Protocol):
+class ParkableAnswer(Protocol):
     """An app's iterable that can wait (see the module docstring)."""
 
     streaming: bool
