@@ -78,3 +78,23 @@ def test_a_worker_whose_snapshot_does_not_fit_says_so_and_leaves_no_partial_file
     (record,) = [record for record in caplog.records if record.levelname == "ERROR"]
     assert "could not be written whole" in record.getMessage()
     assert str(small) in record.getMessage()
+
+
+def test_the_feed_reads_back_its_events_and_origins_after_wrapping_and_a_snapshot(tmp_path):
+    store = MemoryPlantStore(capacity=10, events_retain=3)
+    hex_id = "0123456789abcdef0123456789abcdef"
+    origins = [hex_id, hex_id.upper(), "req-1 00-trace-01", ""]
+    for plant_id, origin in enumerate(origins):
+        store.create(plant_id, f"plant {plant_id}", "fern" if plant_id % 2 else None, origin=origin)
+    path = tmp_path / "store.snapshot"
+    snapshot.write(store, path)
+    again = MemoryPlantStore(capacity=10, events_retain=3)
+    snapshot.read_into(again, path)
+    for read in (store, again):
+        entries, _ = read.feed_entries(None, 10)
+        assert [entry.origin for entry in entries] == origins[1:]
+        assert [(e.event.plant_id, e.event.name, e.event.tag) for e in entries] == [
+            (1, "plant 1", "fern"),
+            (2, "plant 2", None),
+            (3, "plant 3", "fern"),
+        ]

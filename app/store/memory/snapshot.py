@@ -25,7 +25,7 @@ from app.store.memory.store import MemoryPlantStore
 #: What a snapshot holds of each part. Not the locks, and not the webhook leases: a lease is held
 #: by a thread of the process that stopped, and lapses with it.
 STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key")
-FEED_FIELDS = ("retain", "_ring", "_origins", "_last", "_epoch")
+FEED_FIELDS = ("retain", "_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_last", "_epoch")
 ENDPOINT_FIELDS = ("_fields", "_attempts")
 #: Room reserved beyond the store's size now, for the writes the worker answers until it stops.
 MARGIN_BYTES = 64 << 10
