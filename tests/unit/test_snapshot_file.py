@@ -5,6 +5,7 @@ readable by the service's user alone, whatever the umask, not only by its direct
 from __future__ import annotations
 
 import os
+import pickle
 import stat
 
 import pytest
@@ -98,3 +99,22 @@ def test_the_feed_reads_back_its_events_and_origins_after_wrapping_and_a_snapsho
             (2, "plant 2", None),
             (3, "plant 3", "fern"),
         ]
+
+
+def test_a_feed_snapshotted_in_another_form_starts_again_and_the_plants_read_back(tmp_path):
+    store = MemoryPlantStore(capacity=10, events_retain=3)
+    store.create(1, "Fern", None)
+    state = {
+        "store": snapshot._fields(store, snapshot.STORE_FIELDS),
+        # The earlier form: a tuple per event.
+        "feed": {"retain": 3, "_ring": [(0, 1, "Fern", None, 0)], "_origins": [""], "_last": 1},
+        "endpoints": snapshot._fields(store.endpoints, snapshot.ENDPOINT_FIELDS),
+    }
+    path = tmp_path / "store.snapshot"
+    path.write_bytes(pickle.dumps(state))
+    again = MemoryPlantStore(capacity=10, events_retain=3)
+    assert snapshot.read_into(again, path) == 1
+    assert again.get(1) is not None
+    assert again.feed_entries(None, 10) == ([], (0).to_bytes(8, "big"))
+    again.create(2, "Ivy", None)
+    assert [entry.event.plant_id for entry in again.feed_entries(None, 10)[0]] == [2]

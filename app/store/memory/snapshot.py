@@ -100,14 +100,15 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
 
     The store keeps its own capacity (the reload may have changed PLANTS_MAX_PLANTS). The feed
     comes back only when PLANTS_EVENTS_RETAIN is unchanged, since an event's place in the ring
-    depends on it; otherwise the feed starts again with a new epoch, and a reader starts again
-    from its first page.
+    depends on it, and was written by this version (its fields); otherwise the feed starts again
+    with a new epoch, and a reader starts again from its first page.
     """
     with path.open("rb") as file:
         state = pickle.load(file)  # noqa: S301 - our own worker's file, in a 0700 directory
     with store._lock, store.endpoints._lock:
         vars(store).update(state["store"])
-        if state["feed"]["retain"] == store._feed.retain:
+        # A feed kept in another form (a snapshot of an earlier version) starts again too.
+        if state["feed"]["retain"] == store._feed.retain and state["feed"].keys() == set(FEED_FIELDS):
             vars(store._feed).update(state["feed"])
         vars(store.endpoints).update(state["endpoints"])
         return store._count
