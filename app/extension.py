@@ -123,6 +123,11 @@ def _state_for(settings: Settings) -> PlantsState:
         sweep_every=max(1, store.events_retain // 2),
     )
     feed_signal.observe(deliverer.wake)
+    # The deliverer hears other processes' writes on the feed's listener once it has an endpoint
+    # to deliver to: before, the listener's thread would wake at every write (this process's own
+    # too) with nothing to do; the deliverer's look every IDLE_S sees an endpoint another process
+    # enables.
+    deliverer.on_delivering = feed_signal.listen
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
         metrics.woken = feed_signal.woken

@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -139,3 +140,16 @@ def static_origin(directory: Path) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+def packaged_env(port: int, tmp_path: Any) -> dict[str, str]:
+    """The packaged gunicorn's environment, as a unit gives it: the memory store, one token, the
+    bind, and a temporary directory of the test's own."""
+    from tests.servers import TOKEN
+
+    return {
+        "PATH": os.environ["PATH"],
+        "PLANTS_API_TOKENS": TOKEN,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "TMPDIR": str(tmp_path),
+    }

@@ -207,13 +207,27 @@ class HeldConnections:
     def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
         """This thread's connections, by the id of their client: (client, connection)."""
         local = self._local
-        # A forked worker must not share its parent's sockets: it makes its own.
-        if getattr(local, "pid", None) != os.getpid():
+        # A forked worker must not share its parent's sockets: it makes its own. The count of
+        # forks, not os.getpid(): that is a system call on every write.
+        if getattr(local, "forks", None) != _Forks.count:
             held: dict[int, tuple[redis.Redis, Any]] = {}
-            local.pid, local.held, local.end = os.getpid(), held, _ThreadEnd()
+            local.forks, local.held, local.end = _Forks.count, held, _ThreadEnd()
             # When the thread ends its locals go, and with `end` the connections go back.
             weakref.finalize(local.end, _release, held)
         return local.held
+
+
+class _Forks:
+    """How many times this process is a fork's child: a held connection is one of this count's."""
+
+    count = 0
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.count += 1
+
+
+os.register_at_fork(after_in_child=_Forks.forked)
 
 
 def _sent(connection: Any, send: Callable[[], None]) -> None:

@@ -247,11 +247,8 @@ def post_worker_init(worker: Any) -> None:
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
     if deliverer is not None:
+        # It starts the feed's listener once it has an endpoint to deliver to (app/extension.py).
         deliverer.start()
-        from app.extension import plants_state
-
-        # The deliverer wakes on the feed's listener, which hears every process's writes.
-        plants_state(worker.wsgi).feed_signal.listen()
 
 
 def _prepare_on_sigwinch(worker: Any, store: Any) -> None:

@@ -29,6 +29,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -199,6 +200,10 @@ class Deliverer:
         #: Whether the last read of the endpoints found one enabled: until then a write's `wake`
         #: has nothing to deliver, and leaves the thread asleep (see `_asleep`).
         self._delivering = False
+        #: Called (on the coordinator's thread) when a read of the endpoints first finds one
+        #: enabled: where the process hears other processes' writes only for its deliveries,
+        #: it starts listening then, not for every write while there is nothing to deliver.
+        self.on_delivering: Callable[[], None] | None = None
         self.watchdog = Watchdog()
         #: Each endpoint's kept-alive connection (`keep_alive=False`: one connection per attempt).
         self.connections = KeptAlive(keep_alive)
@@ -296,6 +301,8 @@ class Deliverer:
             return schedule.pause(bool(drains.busy), self._asleep)  # idle: one call to the store
         endpoints = self.store.endpoints.all()
         enabled = {e.id for e in endpoints if e.status == ENABLED}
+        if enabled and not self._delivering and self.on_delivering is not None:
+            self.on_delivering()
         self._delivering = bool(enabled)
         # A deleted, disabled or failing endpoint's connection is not kept.
         self.connections.keep_only(enabled)

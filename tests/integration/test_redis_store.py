@@ -445,3 +445,28 @@ def test_min_replicas_on_a_single_redis_waits_for_its_replica(tmp_path):
     finally:
         replica.stop()
         primary.stop()
+
+
+def test_a_forked_process_writes_on_connections_of_its_own(request):
+    """A worker forked from a process that already wrote holds none of its parent's connections:
+    parent and child writing at once each read their own answers."""
+    store = open_store(settings_for_store(request, "redis"))
+    assert store.create(1, "parent", None) is CreateOutcome.CREATED  # a connection now held
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        ids = range(1000, 1300)
+        ok = all(store.create(i, f"child {i}", None) is CreateOutcome.CREATED for i in ids)
+        ok = ok and all(store.get(i) == Plant(f"child {i}", None) for i in ids)
+        os.write(writer, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(writer)
+    try:
+        for plant_id in range(2000, 2300):
+            assert store.create(plant_id, f"parent {plant_id}", None) is CreateOutcome.CREATED
+            assert store.get(plant_id) == Plant(f"parent {plant_id}", None)
+        assert os.read(reader, 1) == b"1"
+    finally:
+        os.waitpid(child, 0)
+        os.close(reader)
+        store.close()

@@ -132,3 +132,28 @@ def test_writes_do_not_wake_a_deliverer_without_endpoints(make_app):
     finally:
         deliverer.stop()
         receiver.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_another_processs_writes_reach_an_endpoint_at_once_not_at_the_next_poll(make_app):
+    """The deliverer hears other processes' writes once it has an endpoint (the feed's listener
+    starts then, not at the first write): a write made by another service on the same Redis is
+    delivered about at once, not at the look every 2 s."""
+    delivering = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    writer = make_app(PLANTS_WEBHOOKS_DELIVER="false").test_client()
+    receiver = Receiver()
+    try:
+        register(delivering.test_client(), receiver.url)
+        time.sleep(0.5)  # its first look, done: the listener starts with the endpoint seen
+        delays = []
+        for plant_id in range(12):
+            response = writer.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
+            answered = time.monotonic()
+            assert response.status_code == 200
+            delivery = receiver.wait_for(plant_id + 1, timeout=5.0)[-1]
+            assert delivery.event["data"]["id"] == plant_id
+            delays.append(delivery.at - answered)
+        # A look every 2 s would show as a median of about a second.
+        assert statistics.median(delays) < 0.5, delays
+    finally:
+        receiver.stop()

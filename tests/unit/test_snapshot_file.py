@@ -5,6 +5,7 @@ readable by the service's user alone, whatever the umask, not only by its direct
 from __future__ import annotations
 
 import os
+import pickle
 import stat
 
 import pytest
@@ -78,3 +79,42 @@ def test_a_worker_whose_snapshot_does_not_fit_says_so_and_leaves_no_partial_file
     (record,) = [record for record in caplog.records if record.levelname == "ERROR"]
     assert "could not be written whole" in record.getMessage()
     assert str(small) in record.getMessage()
+
+
+def test_the_feed_reads_back_its_events_and_origins_after_wrapping_and_a_snapshot(tmp_path):
+    store = MemoryPlantStore(capacity=10, events_retain=3)
+    hex_id = "0123456789abcdef0123456789abcdef"
+    origins = [hex_id, hex_id.upper(), "req-1 00-trace-01", ""]
+    for plant_id, origin in enumerate(origins):
+        store.create(plant_id, f"plant {plant_id}", "fern" if plant_id % 2 else None, origin=origin)
+    path = tmp_path / "store.snapshot"
+    snapshot.write(store, path)
+    again = MemoryPlantStore(capacity=10, events_retain=3)
+    snapshot.read_into(again, path)
+    for read in (store, again):
+        entries, _ = read.feed_entries(None, 10)
+        assert [entry.origin for entry in entries] == origins[1:]
+        assert [(e.event.plant_id, e.event.name, e.event.tag) for e in entries] == [
+            (1, "plant 1", "fern"),
+            (2, "plant 2", None),
+            (3, "plant 3", "fern"),
+        ]
+
+
+def test_a_feed_snapshotted_in_another_form_starts_again_and_the_plants_read_back(tmp_path):
+    store = MemoryPlantStore(capacity=10, events_retain=3)
+    store.create(1, "Fern", None)
+    state = {
+        "store": snapshot._fields(store, snapshot.STORE_FIELDS),
+        # The earlier form: a tuple per event.
+        "feed": {"retain": 3, "_ring": [(0, 1, "Fern", None, 0)], "_origins": [""], "_last": 1},
+        "endpoints": snapshot._fields(store.endpoints, snapshot.ENDPOINT_FIELDS),
+    }
+    path = tmp_path / "store.snapshot"
+    path.write_bytes(pickle.dumps(state))
+    again = MemoryPlantStore(capacity=10, events_retain=3)
+    assert snapshot.read_into(again, path) == 1
+    assert again.get(1) is not None
+    assert again.feed_entries(None, 10) == ([], (0).to_bytes(8, "big"))
+    again.create(2, "Ivy", None)
+    assert [entry.event.plant_id for entry in again.feed_entries(None, 10)[0]] == [2]

@@ -25,7 +25,9 @@ from app.store.memory.store import MemoryPlantStore
 #: What a snapshot holds of each part. Not the locks, and not the webhook leases: a lease is held
 #: by a thread of the process that stopped, and lapses with it.
 STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key")
-FEED_FIELDS = ("retain", "_ring", "_origins", "_before", "_last", "_epoch")
+FEED_FIELDS = (
+    "retain", "_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_before", "_last", "_epoch",
+)  # fmt: skip
 ENDPOINT_FIELDS = ("_fields", "_attempts")
 #: Room reserved beyond the store's size now, for the writes the worker answers until it stops.
 MARGIN_BYTES = 64 << 10
@@ -100,17 +102,15 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
 
     The store keeps its own capacity (the reload may have changed PLANTS_MAX_PLANTS). The feed
     comes back only when PLANTS_EVENTS_RETAIN is unchanged, since an event's place in the ring
-    depends on it; otherwise the feed starts again with a new epoch, and a reader starts again
-    from its first page.
+    depends on it, and was written by this version (its fields); otherwise the feed starts again
+    with a new epoch, and a reader starts again from its first page.
     """
     with path.open("rb") as file:
         state = pickle.load(file)  # noqa: S301 - our own worker's file, in a 0700 directory
     with store._lock, store.endpoints._lock:
         vars(store).update(state["store"])
-        if state["feed"]["retain"] == store._feed.retain:
-            feed = state["feed"]
-            # A snapshot of a version that kept no tag before: each event's own tag.
-            feed.setdefault("_before", [event[3] for event in feed["_ring"]])
-            vars(store._feed).update(feed)
+        # A feed kept in another form (a snapshot of an earlier version) starts again too.
+        if state["feed"]["retain"] == store._feed.retain and state["feed"].keys() == set(FEED_FIELDS):
+            vars(store._feed).update(state["feed"])
         vars(store.endpoints).update(state["endpoints"])
         return store._count

@@ -109,16 +109,19 @@ class MemoryPlantStore:
         self._names[plant_id % SHARDS][plant_id] = name
         self._count += 1
         self._ids.add(plant_id)
-        self._tag(plant_id, tag)
+        # The event holds the interned tag, not the request's own copy of it.
+        tag = self._tag(plant_id, tag)
         self._feed.append(CREATED_EVENT, plant_id, name, tag, origin, tag)
 
-    def _tag(self, plant_id: int, tag: str | None) -> None:
+    def _tag(self, plant_id: int, tag: str | None) -> str | None:
+        """Index the plant under its tag; the tag, interned (None for none)."""
         if tag is not None:
             tag = self._tags[plant_id % SHARDS][plant_id] = sys.intern(tag)
             tagged = self._ids_by_tag.get(tag)
             if tagged is None:
                 tagged = self._ids_by_tag[tag] = SortedList()
             tagged.add(plant_id)
+        return tag
 
     def _untag(self, plant_id: int) -> None:
         tag = self._tags[plant_id % SHARDS].pop(plant_id, None)
@@ -158,7 +161,9 @@ class MemoryPlantStore:
             names[plant_id] = name
             if tag != stored_tag:
                 self._untag(plant_id)
-                self._tag(plant_id, tag)
+                tag = self._tag(plant_id, tag)
+            else:
+                tag = stored_tag
             self._feed.append(UPDATED_EVENT, plant_id, name, tag, origin, stored_tag)
             return Change.CHANGED, Plant(name, tag)
 
