@@ -182,8 +182,10 @@ def on_starting(server: Any) -> None:
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
         directory = handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)
-        metrics = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
-        if metrics.stat().st_dev == directory.stat().st_dev:
+        # None on the memory store unless the operator named one: its metrics stay in process.
+        named = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        metrics = Path(named) if named else None
+        if metrics is not None and metrics.stat().st_dev == directory.stat().st_dev:
             server.log.warning(
                 "Plant Store: the metrics' files (%s) share a file system with the reload's snapshot "
                 "(%s): a snapshot that fills it would kill the workers (SIGBUS). Set "
