@@ -3,8 +3,10 @@ may concern rather than all of them.
 
 A watcher is filed under one part of its filter, the most selective it has: each of its `ids`,
 else each of its `tags`, else each of its `types`; one without a filter under "all". A change of
-this process names its type, its plant's id and the tags it knows (a create's; an update's or a
-delete's tag before is not known to the view, so those wake every watcher filed by tag). A
+this process names its type, its plant's id and its plant's tags after and before the change (a
+delete's: the deleted plant's), as the store tells them (`tag_before`): the memory store does;
+on Redis an update to another tag or a delete is not known to the view and wakes every watcher
+filed by tag, while the listener below wakes the right ones again. A
 change heard from the store's feed (another process's, on a shared store) names its plant's tag
 after and before, read from the feed's entry; a burst too long to read entry by entry, or a
 store that did not answer, is not known and wakes everyone. A woken watcher reads
