@@ -192,7 +192,9 @@ class MemoryPlantStore:
 
     def tag_before(self) -> tuple[str | None] | None:
         """Set in this thread, under the lock, by the change or delete just made: exact however
-        many threads write."""
+        many threads write. None (not known) in a thread that has made neither."""
+        if not hasattr(self._before, "tag"):
+            return None
         return (self._before.tag,)
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
