@@ -28,7 +28,7 @@ BLOCK_MS = 5000
 REST_SECONDS = 0.02
 #: At most this many entries are read at once and kept as what they touched; a stream with more
 #: new entries than that is skipped to its newest, and the change is "not known".
-BATCH = 64
+BATCH = 256
 #: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
 Touch = tuple[int, int, tuple[str | None, ...]]
 
