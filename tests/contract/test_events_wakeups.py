@@ -10,6 +10,7 @@ import time
 import pytest
 
 from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
+from app.store.redis import listener as listener_module
 from app.watch.filters import EventFilter
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -68,3 +69,28 @@ def test_the_listener_hears_each_writes_tag_before_and_after(client, auth, store
         (UPDATED_EVENT, plant_id, ("sun", "sun")),
         (DELETED_EVENT, plant_id, ("sun", "sun")),
     ]
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_a_burst_of_writes_is_heard_write_by_write(store, monkeypatch):
+    """More entries than one read takes (listener.BATCH) come while the listener rests: it reads
+    on, so each is still known, and no watcher filed by another tag is woken for them."""
+    monkeypatch.setattr(listener_module, "REST_SECONDS", 0.5)
+    listener = store.feed_listener()
+    count = listener_module.BATCH * 2 + 10
+    try:
+        listener.wait(0.01)
+        time.sleep(1.0)
+        base = random.randrange(1, 1 << 40) << 12
+        for n in range(count):
+            store.create(base + n, "burst", f"t{n}")
+        heard: list = []
+        deadline = time.monotonic() + 10
+        while len(heard) < count and time.monotonic() < deadline:
+            if listener.wait(1.0):
+                touched = listener.take()
+                assert touched is not None
+                heard += touched
+    finally:
+        listener.close()
+    assert heard == [(CREATED_EVENT, base + n, (f"t{n}", f"t{n}")) for n in range(count)]

@@ -5,11 +5,12 @@ A thread per stream blocks on it (`XREAD BLOCK` after the newest entry it saw), 
 of the listener's own whose timeout outlasts the block: one `XREAD` can name keys of one slot
 only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads,
 and is kept as what it touched (its kind, its plant's id, its plant's tag after and before:
-`take`), so that the signal wakes only the watchers it concerns; a burst of more than `BATCH`
-entries at once is kept as "not known" (None), which wakes every watcher, as a failure does;
-a stream that cannot be read makes `wait` raise, unless another had a new entry, and goes on
-making it raise until it is read again (the feed's signal, app/watch/signal.py, decides whom to
-wake and how often while the store is away: a quiet `wait` would tell it the store is back).
+`take`), so that the signal wakes only the watchers it concerns; a burst of more than
+`BATCH * BURST_READS` entries at once is kept as "not known" (None), which wakes every watcher,
+as a failure does. A stream that cannot be read makes `wait` raise, unless another had a new
+entry, and goes on making it raise until it is read again (the feed's signal, app/watch/signal.py,
+decides whom to wake and how often while the store is away: a quiet `wait` would tell it the
+store is back).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ BLOCK_MS = 5000
 #: it wakes the process at most this often instead of once per write, each wake-up costing the
 #: worker's core a look (its watchers', its deliverer's) and Redis two commands.
 REST_SECONDS = 0.02
-#: At most this many entries are read at once and kept as what they touched; a stream with more
-#: new entries than that is skipped to its newest, and the change is "not known".
+#: At most this many entries are read in one call and kept as what they touched.
 BATCH = 256
+#: How many full batches one wake-up reads on before it gives up and skips to the newest: each
+#: entry costs the listener a parse, a wake-all costs every filtered watcher a read of the feed.
+BURST_READS = 8
 #: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
 Touch = tuple[int, int, tuple[str | None, ...]]
 
@@ -98,12 +101,7 @@ class StreamsListener:
                 answer: Any = self._client.xread({key: last}, count=BATCH, block=BLOCK_MS)
                 entries = _entries_of(answer)
                 if entries:
-                    if len(entries) < BATCH:
-                        last = entries[-1][0]
-                        self._heard([touched_by(fields) for _, fields in entries])
-                    else:  # a burst: skip to the newest, one wake-up of everyone covers it
-                        last = self._newest(key)
-                        self._heard(None)
+                    last = self._read_on(key, entries)
                     time.sleep(REST_SECONDS)
             except Exception as exc:  # the store is away: say so, then try again
                 last, failed = None, True
@@ -112,6 +110,24 @@ class StreamsListener:
                     self._touched = None
                 self._changed.set()
                 time.sleep(1.0)
+
+    def _read_on(self, key: str, entries: list[Any]) -> Any:
+        """Keep what `entries` and those after them touched, reading on while a batch comes full;
+        past BURST_READS batches, skip to the newest (one wake-up of everyone covers the burst).
+        Returns the entry ID read up to."""
+        touched: list[Touch] = []
+        for _ in range(BURST_READS):
+            touched += [touched_by(fields) for _, fields in entries]
+            last = entries[-1][0]
+            if len(entries) < BATCH:
+                self._heard(touched)
+                return last
+            entries = _entries_of(self._client.xread({key: last}, count=BATCH))
+            if not entries:
+                self._heard(touched)
+                return last
+        self._heard(None)
+        return self._newest(key)
 
     def _newest(self, key: str) -> Any:
         entries = self._client.xrevrange(key, count=1)
