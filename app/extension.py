@@ -62,16 +62,25 @@ class PlantsState:
             self.split_guard.check(environ)
         return self.store
 
-    def count_event(self, kind: int, plant_id: int, tags: tuple[str | None, ...] | None) -> None:
-        """A change that the feed recorded, with the tags its plant is known to have had (None:
-        not known): wake this process's deliverer and the watchers it may concern, and count it
-        when the app has metrics."""
+    def count_event(
+        self, kind: int, plant_id: int, tags: tuple[str | None, ...], *, with_before: bool = False
+    ) -> None:
+        """A change that the feed recorded, with the tags its plant is known to have had, and
+        (`with_before`) the tag before, which this thread's store tells when it can (else every
+        watcher filed by tag may be concerned): wake this process's deliverer and the watchers it
+        may concern, and count it when the app has metrics."""
         if self.store.events_retain:
             signal = self.feed_signal
             # What the change touched matters only to parked watches: made only when there are some.
-            signal.notify(Touched(kind, plant_id, tags) if signal.parked else None)
+            signal.notify(self._touched(kind, plant_id, tags, with_before) if signal.parked else None)
             if self.metrics is not None:
                 self.metrics.count_event(kind)
+
+    def _touched(self, kind: int, plant_id: int, tags: tuple[str | None, ...], with_before: bool) -> Touched:
+        if not with_before:
+            return Touched(kind, plant_id, tags)
+        before = self.store.tag_before()
+        return Touched(kind, plant_id, None if before is None else (*tags, *before))
 
     def store_unavailable(self, exc: StoreUnavailableError) -> ServiceUnavailable:
         """The 503 for a store that did not answer in time; the client may retry after a second."""

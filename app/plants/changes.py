@@ -82,12 +82,12 @@ def patch_plant(plant_id: str) -> Response:
 
 
 def _count(state: PlantsState, change: Change, plant_id: int, stored: Plant, *, tag_kept: bool) -> None:
-    """Count the change, with the tags its plant is known to have had: a create's, and an
-    update's when it kept its tag; an update's tag before is otherwise not known here."""
+    """Count the change, with the tags its plant has had: a create's, and an update's after and,
+    unless it kept its tag, before (as the store tells it)."""
     if change is Change.CREATED:
         state.count_event(CREATED_EVENT, plant_id, (stored.tag,))
     elif change is Change.CHANGED:
-        state.count_event(UPDATED_EVENT, plant_id, (stored.tag,) if tag_kept else None)
+        state.count_event(UPDATED_EVENT, plant_id, (stored.tag,), with_before=not tag_kept)
 
 
 def _load(schema: Any, body: dict[str, Any], number: int, record: str) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def delete_plant(plant_id: str) -> Response:
         raise precondition_failed(number) from None
     if not deleted:
         raise PlantNotFound(number)
-    state.count_event(DELETED_EVENT, number, None)  # the tag it had is not known here
+    state.count_event(DELETED_EVENT, number, (), with_before=True)  # the tag it had: the store's
     response = Response(status=204)
     del response.headers["Content-Type"]  # no content, so no type (Werkzeug sets one by default)
     return response

@@ -258,6 +258,12 @@ class PlantStore(Protocol):
         """The position after the latest event: following it yields only later changes."""
         ...
 
+    def tag_before(self) -> tuple[str | None] | None:
+        """The plant's tag before the last change or delete this thread made that the feed
+        recorded (a delete's: the deleted plant's), for waking the watchers it concerns; None when
+        the store does not tell (the Redis store's listener reads it from the feed instead)."""
+        ...
+
     def feed_listener(self) -> Any:
         """What hears other processes' writes to the feed (app/watch/signal.py), or None when
         no other process writes to this store."""

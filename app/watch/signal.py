@@ -45,6 +45,10 @@ class FeedListener(Protocol):
     def wait(self, timeout: float) -> bool:
         """Block until the feed changes (True) or `timeout` passes (False)."""
 
+    def take(self) -> list[tuple[int, int, tuple[str | None, ...]]] | None:
+        """What the changes heard since the last call touched: each one's kind, plant id and
+        tags after and before (None: not known)."""
+
     def close(self) -> None: ...
 
 
@@ -145,11 +149,15 @@ class FeedSignal:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
         known), and every observer. Every write calls it: with no watcher it is a counter, a flag
         and the observers (measured in bench/README.md)."""
+        self._notify(None if change is None else [change])
+
+    def _notify(self, changes: list[Touched] | None) -> None:
+        """Wake the watchers `changes` may concern (None: every one), and every observer."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
             if self.parked:
-                wakes = self._wakes.take(change)
+                wakes = self._wakes.take_all(changes)
                 self.woken.observe(len(wakes))
                 self.parked = len(self._wakes)
                 if not self.parked and not self._always:
@@ -193,7 +201,8 @@ class FeedSignal:
                 if failures:  # back: what was written meanwhile, watchers read now
                     failures, changed = 0, True
                 if changed:
-                    self.notify()
+                    touched = listener.take()
+                    self._notify(None if touched is None else [Touched._make(t) for t in touched])
         finally:
             if listener is not None:
                 listener.close()

@@ -3,9 +3,13 @@ may concern rather than all of them.
 
 A watcher is filed under one part of its filter, the most selective it has: each of its `ids`,
 else each of its `tags`, else each of its `types`; one without a filter under "all". A change of
-this process names its type, its plant's id and the tags it knows (a create's; an update's or a
-delete's tag before is not known to the view, so those wake every watcher filed by tag). A
-change heard from another process is not known at all and wakes everyone. A woken watcher reads
+this process names its type, its plant's id and its plant's tags after and before the change (a
+delete's: the deleted plant's), as the store tells them (`tag_before`): the memory store does;
+on Redis an update to another tag or a delete is not known to the view and wakes every watcher
+filed by tag, while the listener below wakes the right ones again. A
+change heard from the store's feed (another process's, on a shared store) names its plant's tag
+after and before, read from the feed's entry; a burst too long to read entry by entry, or a
+store that did not answer, is not known and wakes everyone. A woken watcher reads
 the feed through its full filter, so a wake-up too many costs a read, never a wrong event.
 
 Every `sweep_every` known changes everyone is woken anyway: a watcher that is never woken would
@@ -76,6 +80,15 @@ class WakeIndex:
             del bucket[id(wake)]
             if not bucket:
                 del self._filed[key]
+
+    def take_all(self, changes: list[Touched] | None) -> list[Wake]:
+        """The wake-ups any of `changes` calls for (None: every one), taken out of the index."""
+        if changes is None or len(changes) == 1:
+            return self.take(None if changes is None else changes[0])
+        woken: list[Wake] = []
+        for change in changes:
+            woken.extend(self.take(change))
+        return woken
 
     def take(self, change: Touched | None) -> list[Wake]:
         """The wake-ups `change` calls for (None: every one), taken out of the index."""

@@ -7,7 +7,8 @@ Redis and the 3+3 Redis Cluster, while four writers create, retag and delete at 
   1,000 is never answered 410, by pages, long-polls or a stream it resumes from its bookmarks,
   and gets its next match.
 - A create wakes the stream of its tag, not every stream: at most two a write by the worker's
-  `plants_watch_woken_per_change` (met on memory; on Redis and the cluster, marked xfail strict).
+  `plants_watch_woken_per_change`, on memory, Redis and the cluster (where the store's listener
+  reads each change's tags from the feed).
 """
 
 from __future__ import annotations
@@ -360,18 +361,9 @@ def test_a_quiet_filtered_follower_is_never_410_and_gets_its_next_match(server):
 # --- c. a write wakes the streams of its tag, not every stream -------------------------------------
 
 TAGGED_STREAMS = 50
-#: On a shared store every change also reaches the worker through the store's listener, which
-#: does not know the change's tag and wakes every stream filed by tag.
-NOT_INDEXED = pytest.mark.xfail(
-    strict=True,
-    reason="a change heard through a shared store's listener carries no tag and wakes every "
-    "watcher filed by tag (app/watch/wake_index.py): issue 57's <= 2 a write is met on memory only",
-)
 
 
-@pytest.fixture(
-    params=["memory", pytest.param("redis", marks=NOT_INDEXED), pytest.param("cluster", marks=NOT_INDEXED)]
-)
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def one_worker(request):
     """One worker (whose metric is the one scraped), with room for the streams."""
     env = {

@@ -83,3 +83,13 @@ def test_the_tally_counts_each_change_in_its_bucket():
         tally.observe(woken)
     assert tally.counts == [1, 1, 1, 1, 0, 0, 0, 0, 1]
     assert (tally.changes, tally.total) == (5, 20_006)
+
+
+def test_changes_heard_together_wake_the_watchers_of_each_once():
+    index, woken = WakeIndex(), []
+    filed(index, woken, **{tag: EventFilter(tags=frozenset({tag})) for tag in ("green", "blue", "red")})
+    heard = [Touched(UPDATED_EVENT, 1, ("blue", "green")), Touched(CREATED_EVENT, 2, ("green", "green"))]
+    for wake in index.take_all(heard):
+        wake()
+    assert sorted(woken) == ["blue", "green"]
+    assert len(index) == 1

@@ -84,6 +84,8 @@ class MemoryPlantStore:
         self._ids = SortedList()
         self._ids_by_tag: dict[str, SortedList] = {}
         self._lock = threading.Lock()
+        #: Each thread's last change's or delete's tag before (`tag_before`).
+        self._before = threading.local()
         self._cursor_key = secrets.token_bytes(32)
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
@@ -165,6 +167,7 @@ class MemoryPlantStore:
             else:
                 tag = stored_tag
             self._feed.append(UPDATED_EVENT, plant_id, name, tag, origin, stored_tag)
+            self._before.tag = stored_tag
             return Change.CHANGED, Plant(name, tag)
 
     def get(self, plant_id: int) -> Plant | None:
@@ -189,7 +192,15 @@ class MemoryPlantStore:
             self._ids.remove(plant_id)
             self._untag(plant_id)
             self._feed.append(DELETED_EVENT, plant_id, name, tag, origin, tag)
+            self._before.tag = tag
             return True
+
+    def tag_before(self) -> tuple[str | None] | None:
+        """Set in this thread, under the lock, by the change or delete just made: exact however
+        many threads write. None (not known) in a thread that has made neither."""
+        if not hasattr(self._before, "tag"):
+            return None
+        return (self._before.tag,)
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         after_id = None if after is None else position_id(after)

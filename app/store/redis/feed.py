@@ -90,6 +90,13 @@ def _tag_before(event: Event, recorded: bytes) -> str | None:
     return recorded[1:].decode() if recorded[:1] == b"t" else None
 
 
+def touched_by(fields: dict[bytes, bytes]) -> tuple[int, int, tuple[str | None, ...]]:
+    """What an entry (its fields, as `XREAD` answers them) touched: its kind, its plant's id, and
+    its plant's tag after and before the change (a delete's: the deleted plant's)."""
+    event = _event(b"0-0", fields[b"e"])
+    return event.kind, event.plant_id, (event.tag, _tag_before(event, fields.get(b"b", b"")))
+
+
 def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
     """`_one_group`'s page read with origins, each event with its id (its entry ID), the position
     after it, its origin and its tag before."""

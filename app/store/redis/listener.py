@@ -3,10 +3,14 @@
 The feed is a stream per bucket group: one on a single Redis, 24 spread over a cluster's shards.
 A thread per stream blocks on it (`XREAD BLOCK` after the newest entry it saw), on connections
 of the listener's own whose timeout outlasts the block: one `XREAD` can name keys of one slot
-only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads;
-a stream that cannot be read makes `wait` raise, unless another had a new entry, and goes on
-making it raise until it is read again (the feed's signal, app/watch/signal.py, decides whom to
-wake and how often while the store is away: a quiet `wait` would tell it the store is back).
+only, and the groups' slots differ on purpose. Any new entry sets one flag, which `wait` reads,
+and is kept as what it touched (its kind, its plant's id, its plant's tag after and before:
+`take`), so that the signal wakes only the watchers it concerns; a burst of more than
+`BATCH * BURST_READS` entries at once is kept as "not known" (None), which wakes every watcher,
+as a failure does. A stream that cannot be read makes `wait` raise, unless another had a new
+entry, and goes on making it raise until it is read again (the feed's signal, app/watch/signal.py,
+decides whom to wake and how often while the store is away: a quiet `wait` would tell it the
+store is back).
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ import threading
 import time
 from typing import Any
 
+from app.store.redis.feed import touched_by
+
 #: How long one `XREAD` blocks, in milliseconds.
 BLOCK_MS = 5000
 #: After a read that found entries, a stream's thread rests this long: under a stream of writes
 #: it wakes the process at most this often instead of once per write, each wake-up costing the
 #: worker's core a look (its watchers', its deliverer's) and Redis two commands.
 REST_SECONDS = 0.02
+#: At most this many entries are read in one call and kept as what they touched.
+BATCH = 256
+#: How many full batches one wake-up reads on before it gives up and skips to the newest: each
+#: entry costs the listener a parse, a wake-all costs every filtered watcher a read of the feed.
+BURST_READS = 8
+#: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
+Touch = tuple[int, int, tuple[str | None, ...]]
 
 
 class StreamsListener:
@@ -35,6 +48,9 @@ class StreamsListener:
         #: away, though its thread, blocked on a hung Redis, has not failed again yet.
         self._away: dict[str, Exception] = {}
         self._entries = False
+        #: What the entries since the last `take` touched; None: not known (a burst, a failure).
+        self._touched: list[Touch] | None = []
+        self._lock = threading.Lock()
         self._closed = False
         self._started = False
 
@@ -56,6 +72,21 @@ class StreamsListener:
             raise failure
         return changed
 
+    def take(self) -> list[Touch] | None:
+        """What the entries heard since the last call touched (None: not known), forgotten."""
+        with self._lock:
+            touched, self._touched = self._touched, []
+        return touched
+
+    def _heard(self, touched: list[Touch] | None) -> None:
+        with self._lock:
+            if touched is None or self._touched is None:
+                self._touched = None
+            else:
+                self._touched.extend(touched)
+        self._entries = True
+        self._changed.set()
+
     def _follow(self, key: str) -> None:
         last = None
         failed = False
@@ -66,20 +97,37 @@ class StreamsListener:
                     if failed:  # back after a failure: what came meanwhile is worth a look
                         failed = False
                         self._away.pop(key, None)
-                        self._entries = True
-                        self._changed.set()
-                answer: Any = self._client.xread({key: last}, count=1, block=BLOCK_MS)
-                if answer:
-                    # Skip to the newest: one wake-up covers a burst, and nothing after it is missed.
-                    last = self._newest(key)
-                    self._entries = True
-                    self._changed.set()
+                        self._heard(None)
+                answer: Any = self._client.xread({key: last}, count=BATCH, block=BLOCK_MS)
+                entries = _entries_of(answer)
+                if entries:
+                    last = self._read_on(key, entries)
                     time.sleep(REST_SECONDS)
             except Exception as exc:  # the store is away: say so, then try again
                 last, failed = None, True
                 self._failure = self._away[key] = exc
+                with self._lock:
+                    self._touched = None
                 self._changed.set()
                 time.sleep(1.0)
+
+    def _read_on(self, key: str, entries: list[Any]) -> Any:
+        """Keep what `entries` and those after them touched, reading on while a batch comes full;
+        past BURST_READS batches, skip to the newest (one wake-up of everyone covers the burst).
+        Returns the entry ID read up to."""
+        touched: list[Touch] = []
+        for _ in range(BURST_READS):
+            touched += [touched_by(fields) for _, fields in entries]
+            last = entries[-1][0]
+            if len(entries) < BATCH:
+                self._heard(touched)
+                return last
+            entries = _entries_of(self._client.xread({key: last}, count=BATCH))
+            if not entries:
+                self._heard(touched)
+                return last
+        self._heard(None)
+        return self._newest(key)
 
     def _newest(self, key: str) -> Any:
         entries = self._client.xrevrange(key, count=1)
@@ -88,3 +136,8 @@ class StreamsListener:
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+
+def _entries_of(answer: Any) -> list[Any]:
+    """The entries of one stream's `XREAD` answer: [[key, [(entry ID, fields), ...]]] or none."""
+    return answer[0][1] if answer else []

@@ -155,6 +155,9 @@ class RedisPlantStore(RedisBacked):
     def events_now(self) -> bytes:
         return self._feeds.now()
 
+    def tag_before(self) -> None:
+        return None  # the listener reads it from the feed's entries (listener.py)
+
     def feed_listener(self) -> StreamsListener:
         """What hears the other processes' writes to the feed (listener.py): a client of its own,
         whose timeout outlasts a blocking read."""

@@ -1,0 +1,96 @@
+"""Which parked watchers a write wakes (app/watch/wake_index.py): those filed under its plant's
+tag before or after the change. The memory store tells the writing request its tag before; on a
+shared store the listener reads both from the feed's entries, for every process's writes."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
+from app.store.redis import listener as listener_module
+from app.watch.filters import EventFilter
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def park(signal, woken: list[str], *tags: str) -> None:
+    for tag in tags:
+        signal.subscribe(
+            signal.version, lambda tag=tag: woken.append(tag), EventFilter(tags=frozenset({tag}))
+        )
+
+
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)
+def test_a_retag_and_a_delete_wake_the_watchers_of_the_tag_before_and_after_only(app, client, auth):
+    signal = app.extensions["plants"].feed_signal
+    woken: list[str] = []
+    assert (
+        client.post("/plants", json={"id": 1, "name": "fern", "tag": "shade"}, headers=auth).status_code
+        == 200
+    )
+    park(signal, woken, "shade", "sun", "dry")
+    answer = client.patch("/plants/1", json={"tag": "sun"}, headers={**auth, "Content-Type": MERGE_PATCH})
+    assert answer.status_code == 200
+    assert sorted(woken) == ["shade", "sun"]
+    woken.clear()
+    park(signal, woken, "shade", "sun")  # "dry" is still parked
+    assert client.delete("/plants/1", headers=auth).status_code == 204
+    assert woken == ["sun"]
+
+
+@pytest.mark.parametrize("store_settings", ["redis", "cluster"], indirect=True)
+def test_the_listener_hears_each_writes_tag_before_and_after(client, auth, store):
+    listener = store.feed_listener()
+    try:
+        listener.wait(0.01)  # its threads start from each stream's newest entry
+        time.sleep(1.0)
+        plant_id = random.randrange(1, 1 << 40)
+        path = f"/plants/{plant_id}"
+        assert client.put(path, json={"name": "fern", "tag": "shade"}, headers=auth).status_code == 201
+        patch = {**auth, "Content-Type": MERGE_PATCH}
+        assert client.patch(path, json={"tag": "sun"}, headers=patch).status_code == 200
+        assert client.patch(path, json={"name": "fern 2"}, headers=patch).status_code == 200
+        assert client.delete(path, headers=auth).status_code == 204
+        heard: list = []
+        deadline = time.monotonic() + 10
+        while len(heard) < 4 and time.monotonic() < deadline:
+            if listener.wait(1.0):
+                touched = listener.take()
+                assert touched is not None  # four entries: read one by one, never "not known"
+                heard += [change for change in touched if change[1] == plant_id]
+    finally:
+        listener.close()
+    assert heard == [
+        (CREATED_EVENT, plant_id, ("shade", "shade")),
+        (UPDATED_EVENT, plant_id, ("sun", "shade")),
+        (UPDATED_EVENT, plant_id, ("sun", "sun")),
+        (DELETED_EVENT, plant_id, ("sun", "sun")),
+    ]
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_a_burst_of_writes_is_heard_write_by_write(store, monkeypatch):
+    """More entries than one read takes (listener.BATCH) come while the listener rests: it reads
+    on, so each is still known, and no watcher filed by another tag is woken for them."""
+    monkeypatch.setattr(listener_module, "REST_SECONDS", 0.5)
+    listener = store.feed_listener()
+    count = listener_module.BATCH * 2 + 10
+    try:
+        listener.wait(0.01)
+        time.sleep(1.0)
+        base = random.randrange(1, 1 << 40) << 12
+        for n in range(count):
+            store.create(base + n, "burst", f"t{n}")
+        heard: list = []
+        deadline = time.monotonic() + 10
+        while len(heard) < count and time.monotonic() < deadline:
+            if listener.wait(1.0):
+                touched = listener.take()
+                assert touched is not None
+                heard += touched
+    finally:
+        listener.close()
+    assert heard == [(CREATED_EVENT, base + n, (f"t{n}", f"t{n}")) for n in range(count)]
