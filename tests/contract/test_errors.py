@@ -149,4 +149,4 @@ def test_openapi_json_needs_no_auth(client):
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "application/json"
     assert response.json["openapi"] == "3.1.0"
-    assert response.json["info"]["version"] == "1.5.0"
+    assert response.json["info"]["version"] == "1.6.0"

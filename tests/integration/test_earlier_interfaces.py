@@ -17,7 +17,7 @@ from app.telemetry.version import VERSION
 from tests.servers import ROOT, TOKEN, Gunicorn
 
 INTERFACES = ROOT / "docs" / "interfaces"
-VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"]
+VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"]
 #: What an old client relies on: the answers. Negative data is today's document's to test
 #: (tests/integration/test_contract.py), since a refusal an old document did not list is an addition.
 CHECKS = ",".join([

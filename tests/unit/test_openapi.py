@@ -38,7 +38,7 @@ def test_document_is_valid_openapi_3_1(document):
 
 
 def test_document_keeps_the_seed_facts(document):
-    assert document["info"]["version"] == "1.5.0"
+    assert document["info"]["version"] == "1.6.0"
     assert document["info"]["license"]["name"] == "MIT"
     assert document["security"] == [{"bearerAuth": []}]
     bearer = document["components"]["securitySchemes"]["bearerAuth"]
