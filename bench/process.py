@@ -60,7 +60,10 @@ IDLE_S = 2.0
 BUDGET = BENCH / "instruction-budget.json"
 #: How far over its budget a figure may go: instructions by a share, the others by a count per
 #: request (one more system call, or one thread woken, per request goes past it).
-TOLERANCE = {"instructions": 0.03, "syscalls": 0.5, "switches": 0.5}
+#: Instructions vary 2-3% run to run over the whole process (its threads run by the clock), and a
+#: loaded machine adds a fraction of a system call a request: 4% and 0.8 still fail on 5% more
+#: instructions or one more system call a request.
+TOLERANCE = {"instructions": 0.04, "syscalls": 0.8, "switches": 0.5}
 
 
 def service(store_url: str | None, valgrind: Path | None = None, app: str = "wsgi:app") -> Server:
