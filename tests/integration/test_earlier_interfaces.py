@@ -33,6 +33,8 @@ def server():
     served = Gunicorn(
         env={
             "PLANTS_WEBHOOKS_DELIVER": "false",
+            # Each document's run registers endpoints on this one service: room for all of them.
+            "PLANTS_WEBHOOKS_MAX": "1000",
             "PLANTS_EVENTS_MAX_WAIT": "0.01",
             "PLANTS_EVENTS_STREAM_MAX": "1",
         }
