@@ -12,9 +12,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.chromium import start_chromium
+from tests.chromium import start_chromium, wait
 from tests.helpers import assert_error, call
 from tests.servers import TOKEN, Gunicorn
 
@@ -36,21 +35,19 @@ def browser(monkeypatch):
 
 
 def visible(driver, css: str, timeout: float = 20):
-    return WebDriverWait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
+    return wait(driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
 def try_it_out(block):
     """Open an operation and press its "Try it out": the page opens every operation read-only,
     so the button reads "Try it out", never "Cancel"."""
     block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
-    button = WebDriverWait(block.parent, 20).until(
+    button = wait(block.parent, 20).until(
         lambda _: block.find_element(By.CSS_SELECTOR, "button.try-out__btn")
     )
     assert button.text.strip() == "Try it out"
     button.click()
-    return WebDriverWait(block.parent, 20).until(
-        lambda _: block.find_element(By.CSS_SELECTOR, "button.execute")
-    )
+    return wait(block.parent, 20).until(lambda _: block.find_element(By.CSS_SELECTOR, "button.execute"))
 
 
 def get_operation(browser, path: str):
@@ -93,7 +90,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     tags = listing.find_elements(By.CSS_SELECTOR, 'tr[data-param-name="tags"] input')
     assert [field.get_attribute("value") for field in tags] in ([], [""])
     execute.click()
-    listed = WebDriverWait(browser, 20).until(
+    listed = wait(browser, 20).until(
         lambda _: listing.find_element(
             By.CSS_SELECTOR, ".live-responses-table .response .response-col_status"
         )
@@ -107,7 +104,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     # The page edits a plant too: PUT /plants/{id}, tried with the id and a new body.
     replace = visible(browser, ".opblock-put")
     try_it_out(replace)
-    id_input = WebDriverWait(browser, 20).until(
+    id_input = wait(browser, 20).until(
         lambda _: replace.find_element(By.CSS_SELECTOR, 'tr[data-param-name="id"] input')
     )
     id_input.clear()
@@ -117,7 +114,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     edit.send_keys(Keys.DELETE)
     edit.send_keys(json.dumps({"name": "Edited fern", "tag": "fern"}))
     replace.find_element(By.CSS_SELECTOR, "button.execute").click()
-    edited = WebDriverWait(browser, 20).until(
+    edited = wait(browser, 20).until(
         lambda _: replace.find_element(
             By.CSS_SELECTOR, ".live-responses-table .response .response-col_status"
         )
@@ -131,7 +128,7 @@ def test_the_page_authorizes_creates_and_lists_plants(server, browser, tmp_path)
     # creation and the edit just made.
     feed = get_operation(browser, "/events")
     try_it_out(feed).click()
-    followed = WebDriverWait(browser, 20).until(
+    followed = wait(browser, 20).until(
         lambda _: feed.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
     )
     assert followed.text.strip() == "200"
@@ -236,13 +233,13 @@ def execute_with_defaults(browser, block, fill: dict[str, str] | None = None) ->
     browser.execute_script("arguments[0].scrollIntoView()", block)
     execute = try_it_out(block)
     for name, value in (fill or {}).items():
-        field = WebDriverWait(browser, 20).until(
+        field = wait(browser, 20).until(
             lambda _, name=name: block.find_element(By.CSS_SELECTOR, f'tr[data-param-name="{name}"] input')
         )
         field.clear()
         field.send_keys(value)
     execute.click()
-    status = WebDriverWait(browser, 20).until(
+    status = wait(browser, 20).until(
         lambda _: block.find_element(By.CSS_SELECTOR, ".live-responses-table .response .response-col_status")
     )
     result = (method, path, status.text.strip())

@@ -11,9 +11,8 @@ import time
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.chromium import start_chromium
+from tests.chromium import start_chromium, wait
 from tests.helpers import call, static_origin
 from tests.servers import ROOT, TOKEN, Gunicorn
 
@@ -76,7 +75,7 @@ def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_orig
         def listed() -> list[str]:
             return sorted(item.text for item in driver.find_elements(By.CSS_SELECTOR, "#plants li"))
 
-        WebDriverWait(driver, 20).until(lambda _: listed() == indoor_names(port))
+        wait(driver, 20).until(lambda _: listed() == indoor_names(port))
         assert listed() == ["before-1", "before-3", "before-5"]
         changes = [  # about 6 s of them: streams of 2 s end, tickets of 3 s expire
             (760_000, "indoor"),  # moves in
@@ -99,7 +98,7 @@ def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_orig
                 put(port, plant_id, f"step-{step}", tag)
             time.sleep(0.5)
         put(port, 760_099, "last", "indoor")
-        WebDriverWait(driver, 20).until(lambda _: listed() == indoor_names(port))
+        wait(driver, 20).until(lambda _: listed() == indoor_names(port))
         assert "last" in listed()
         errors = [entry for entry in driver.get_log("browser") if "CORS" in entry["message"]]
         assert errors == []

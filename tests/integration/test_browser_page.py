@@ -11,9 +11,8 @@ import time
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.chromium import start_chromium
+from tests.chromium import start_chromium, wait
 from tests.helpers import call, static_origin
 from tests.servers import ROOT, TOKEN, Gunicorn, Nginx
 
@@ -62,7 +61,7 @@ def create(port: int, plant_id: int, name: str) -> None:
 
 
 def shown(driver, css: str, timeout: float = 15):
-    return WebDriverWait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
+    return wait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
 
 
 @pytest.mark.parametrize("through", ["direct", "nginx"])
@@ -78,7 +77,7 @@ def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin
     api.send_keys(f"http://127.0.0.1:{port}")
     chromium.find_element(By.ID, "token").send_keys(TOKEN)
     chromium.find_element(By.ID, "connect-button").click()
-    WebDriverWait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
     shown(chromium, f'#plants li[data-id="{base}"]')
 
     # a plant created by the page arrives on its own feed, and in its list

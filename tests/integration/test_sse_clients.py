@@ -25,8 +25,8 @@ import pytest
 import requests
 import sseclient
 from httpx_sse import connect_sse
-from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.chromium import wait
 from tests.integration.test_browser import browser  # noqa: F401  (the fixture)
 from tests.servers import TOKEN, Gunicorn
 
@@ -234,7 +234,7 @@ def arrived_ids(browser, ids: list[int], script: str) -> list[int]:  # noqa: F81
         got = driver.execute_script(script)
         return [plant_id for plant_id in got if plant_id in ids] == ids or len(got) > len(ids)
 
-    WebDriverWait(browser, 3 * STREAM_MAX + 15).until(arrived)
+    wait(browser, 3 * STREAM_MAX + 15).until(arrived)
     return browser.execute_script(script)
 
 
@@ -278,7 +278,7 @@ def test_the_documented_browser_client_parses_every_event_across_reconnects(serv
     relay = Relay(server, page)
     try:
         browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
-        WebDriverWait(browser, 10).until(lambda _: relay.resumed_from)  # it took its position
+        wait(browser, 10).until(lambda _: relay.resumed_from)  # it took its position
         ids, writer = write_in_bursts(server, 730_200)
         writer.join(30)
         got = arrived_ids(browser, ids, "return window.received.map((event) => event.plant.id)")
