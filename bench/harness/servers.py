@@ -157,11 +157,24 @@ def floor(name: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Ser
     return Server(name, [*GUNICORN, "--pythonpath", str(APPS), "floor:app"], dict(env or {}), cwd=cwd)
 
 
-def peer(name: str, redis: bool, env: dict[str, str] | None = None, workers: int = 1) -> Server:
-    """The FastAPI peer under uvicorn: in memory, or on Redis (PLANTS_STORE_URL) with redis.asyncio."""
-    module = "fastapi_redis_peer" if redis else "fastapi_peer"
+def peer(
+    name: str,
+    redis: bool,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    *,
+    contract: bool = False,
+    access_log: bool = False,
+) -> Server:
+    """A FastAPI peer under uvicorn: the bare one in memory, or on Redis (PLANTS_STORE_URL) with
+    redis.asyncio; or, with `contract`, the service's whole create contract in memory
+    (bench/apps/fastapi_contract_peer.py). With `access_log`, uvicorn's access line is on as uvicorn
+    ships it (`--log-level info`, one line a request on stdout: where the service's gunicorn writes
+    its own, and here both go to /dev/null); otherwise `--log-level warning` turns it off."""
+    module = "fastapi_contract_peer" if contract else "fastapi_redis_peer" if redis else "fastapi_peer"
+    level = "info" if access_log else "warning"
     argv = [PYTHON, "-m", "uvicorn", f"bench.apps.{module}:app", "--workers", str(workers),
-            "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]  # fmt: skip
+            "--host", "127.0.0.1", "--port", "{port}", "--log-level", level]  # fmt: skip
     if workers > 1:
         argv = ["taskset", "-c", f"{SERVER_CPU},{CLIENT_CPU}", *argv]
     return Server(name, argv, dict(env or {}))
