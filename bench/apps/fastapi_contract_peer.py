@@ -36,15 +36,17 @@ import itertools
 import os
 import time
 from collections import deque
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from sortedcontainers import SortedList
 from starlette.exceptions import HTTPException
+
+# The same body and answer models as the bare peer's: one definition of the strict NewPlant.
+from bench.apps.fastapi_peer import NewPlant, Plant
 
 TOKENS = [t.strip().encode() for t in os.environ["PLANTS_API_TOKENS"].split(",") if t.strip()]
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)  # app/metrics.py's
@@ -54,18 +56,6 @@ REQUESTS = Counter("plants_http_requests", "Requests answered.", ["route", "meth
 DURATION = Histogram("plants_http_request_duration_seconds", "Time to the response.", ["route"],
                      buckets=BUCKETS, registry=registry)  # fmt: skip
 EVENTS = Counter("plants_events_appended", "Changes written to the change feed.", ["type"], registry=registry)
-
-
-class NewPlant(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    id: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
-    name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
-    tag: Annotated[StrictStr, Field(min_length=1, max_length=100)] | None = None
-
-
-class Plant(BaseModel):
-    name: str
-    tag: str | None = None
 
 
 plants: dict[int, tuple[str, str | None]] = {}
