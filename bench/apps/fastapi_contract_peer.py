@@ -142,8 +142,8 @@ async def create_plant(new: NewPlant, response: Response) -> Plant:
             if tagged is None:
                 tagged = ids_by_tag[new.tag] = SortedList()
             tagged.add(new.id)
-        feed.append((next(sequence), "created", new.id, new.name, new.tag, time.time_ns() // 1_000_000))
-        EVENTS.labels("created").inc()
+        feed.append((next(sequence), "plant.created", new.id, new.name, new.tag, time.time_ns() // 1_000_000))
+        EVENTS.labels("plant.created").inc()
     elif stored != record:
         raise HTTPException(409, f"A plant with id {new.id} already exists with a different name or tag.")
     response.headers["ETag"] = etag(new.name, new.tag)

@@ -85,6 +85,8 @@ class Server:
     pin: bool = True
     #: How long it may take to answer its first request (under valgrind: minutes).
     start_s: float = 30.0
+    #: Where its stdout (the access lines) goes: /dev/null unless a test reads them.
+    stdout: Path | None = None
 
     def start(self) -> Server:
         env = {
@@ -95,13 +97,14 @@ class Server:
             **self.env,
         }
         argv = [arg.replace("{port}", str(self.port)) for arg in self.argv]
-        self.process = subprocess.Popen(
-            ["taskset", "-c", SERVER_CPU, *argv] if self.pin else argv,
-            cwd=self.cwd,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.stdout.open("ab") if self.stdout else open(os.devnull, "wb") as out:
+            self.process = subprocess.Popen(
+                ["taskset", "-c", SERVER_CPU, *argv] if self.pin else argv,
+                cwd=self.cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.PIPE,
+            )
         deadline = time.monotonic() + self.start_s
         while time.monotonic() < deadline:
             try:
