@@ -203,9 +203,14 @@ def peers(with_instructions: bool) -> dict[str, dict]:
         ("floor", lambda: service(None, app="floor:app")),
     ):
         found[name] = _run(make(), lambda server: counts(server, ("create",), None))["create"]
-        if with_instructions and name == "floor":
-            where = scratch("process-floor")
-            under = service(None, valgrind=where, app="floor:app")
+        if with_instructions and name != "fastapi-peer":
+            where = scratch(f"process-{name}")
+            tool = [*CALLGRIND, f"--callgrind-out-file={where}/cg.%p"]
+            under = (
+                peer("contract peer", False, contract=True, access_log=True, valgrind=tool)
+                if name == "fastapi-contract-peer"
+                else service(None, valgrind=where, app="floor:app")
+            )
             counted = _run(under, lambda server: instructions(server, where, ("create",)))  # noqa: B023
             found[name]["instructions"] = counted["create"]
     return found

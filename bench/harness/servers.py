@@ -168,18 +168,24 @@ def peer(
     *,
     contract: bool = False,
     access_log: bool = False,
+    valgrind: list[str] | None = None,
 ) -> Server:
     """A FastAPI peer under uvicorn: the bare one in memory, or on Redis (PLANTS_STORE_URL) with
     redis.asyncio; or, with `contract`, the service's whole create contract in memory
     (bench/apps/fastapi_contract_peer.py). With `access_log`, uvicorn's access line is on as uvicorn
     ships it (`--log-level info`, one line a request on stdout: where the service's gunicorn writes
-    its own, and here both go to /dev/null); otherwise `--log-level warning` turns it off."""
+    its own, and here both go to /dev/null); otherwise `--log-level warning` turns it off. Under
+    `valgrind` (callgrind's argv), the contract peer with its dump mark (bench/apps/callgrind_mark.py)."""
     module = "fastapi_contract_peer" if contract else "fastapi_redis_peer" if redis else "fastapi_peer"
+    if valgrind:
+        module = "callgrind_mark"
     level = "info" if access_log else "warning"
     argv = [PYTHON, "-m", "uvicorn", f"bench.apps.{module}:app", "--workers", str(workers),
             "--host", "127.0.0.1", "--port", "{port}", "--log-level", level]  # fmt: skip
     if workers > 1:
         argv = ["taskset", "-c", f"{SERVER_CPU},{CLIENT_CPU}", *argv]
+    if valgrind:
+        return Server(name, [*valgrind, *argv], dict(env or {}), start_s=600)
     return Server(name, argv, dict(env or {}))
 
 
