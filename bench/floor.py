@@ -1,25 +1,31 @@
-"""The service's create against the floor (a bare Flask route) and the FastAPI peer, in one run.
+"""The service's create against the floor (a bare Flask route) and the FastAPI peers, in one run.
 
     python -m bench floor            # full run (about 15 minutes: includes preloading 1,000,000 plants)
     python -m bench floor --smoke    # about a second per contestant
+    python -m bench floor --rounds 5 --seconds 10 --plants 5000   # issue 55's figures, in one run
 
-Contestants, one gunicorn worker each on the memory store (the peer: uvicorn): the service's
-create, the floor (bench/apps/floor.py, the speed limit of this stack), the FastAPI peer, the
-service with a store of `--plants` plants (its p99, and the worker's RSS per plant), and the
-service's refusals (401, 400). Servers are pinned to CPU 0 and wrk to CPU 1. Contestants run
-interleaved (A B C, A B C, ...) and the medians are reported, with ratios measured in this one
-run. A run in which any create is not 2xx (or any refusal has another status) is invalid: it
-says so and exits 1.
+Contestants, one gunicorn worker each on the memory store (the peers: uvicorn, one process): the
+service's create, the floor (bench/apps/floor.py, the speed limit of this stack), the bare FastAPI
+peer (bench/apps/fastapi_peer.py, its access line off), the contract peer (bench/apps/
+fastapi_contract_peer.py: the service's whole create contract in FastAPI, uvicorn's access line on
+as it ships), the service with a store of `--plants` plants (its p99, and the worker's RSS per
+plant), and the service's refusals (401, 400). Servers are pinned to CPU 0 and wrk to CPU 1.
+Contestants run interleaved (A B C, A B C, ...) and the medians are reported with their spread
+(the lowest and highest round). A ratio of the service to another contestant is taken in each
+round, of the two runs next to each other, and reported as the median of the rounds' ratios
+with their spread. A run in which any create is not 2xx (or any refusal has another status) is
+invalid: it says so and exits 1.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 
 from bench.harness import CLIENT_CPU, SERVER_CPU
 from bench.harness.load import failed, wrk
-from bench.harness.report import benchmark_parser, finish, median_of, validity
+from bench.harness.report import benchmark_parser, finish, median_of, show_spread, spread, validity
 from bench.harness.servers import Server, floor, gunicorn, peer
 
 
@@ -32,7 +38,12 @@ def main() -> int:
     rounds = args.rounds or (1 if args.smoke else 5)
     seconds = args.seconds or (1 if args.smoke else 10)
     plants = args.plants or (5_000 if args.smoke else 1_000_000)
-    contestants = {"service": gunicorn("service"), "floor": floor("floor"), "peer": peer("peer", False)}
+    contestants = {
+        "service": gunicorn("service"),
+        "floor": floor("floor"),
+        "peer": peer("peer", False),
+        "contract_peer": peer("contract peer", False, contract=True, access_log=True),
+    }
     # Room for the preload and the measured creates after it (the default capacity is 1,000,000).
     loaded = gunicorn("service, store preloaded", {"PLANTS_MAX_PLANTS": str(2 * plants + 10**6)})
     servers = [*contestants.values(), loaded]
@@ -85,15 +96,20 @@ def main() -> int:
             results[name] = {
                 key: median_of(name_runs, key) for key in ("rps", "p50_us", "p99_us", "cpu_us_per_request")
             }
+            results[name]["spread"] = {key: spread(name_runs, key) for key in SPREAD}
             results[name]["runs"] = name_runs
     finally:
         for server in servers:
             server.stop()
 
     service = results["service"]
+    results["round_ratios"] = {
+        f"service_to_{other}_{short}": round_ratios(service["runs"], results[other]["runs"], key)
+        for other, _ in COMPARED
+        for short, key in (("rps", "rps"), ("cpu", "cpu_us_per_request"))
+    }
     results["ratios"] = {
-        "service_to_floor_rps": service["rps"] / results["floor"]["rps"],
-        "service_to_peer_rps": service["rps"] / results["peer"]["rps"],
+        **{name: found["median"] for name, found in results["round_ratios"].items()},
         "service_to_peer_p99": service["p99_us"] / results["peer"]["p99_us"],
         "loaded_to_empty_p99": results["loaded"]["p99_us"] / service["p99_us"],
         "refused_401_to_create_rps": results["refused_401"]["rps"] / service["rps"],
@@ -105,11 +121,29 @@ def main() -> int:
     return finish(results, problems, report, args.json)
 
 
+#: The figures reported with their spread across rounds.
+SPREAD = ("rps", "cpu_us_per_request")
+#: The ratios of the service's create to each other contestant's, per round, in the report.
+COMPARED = (
+    ("contract_peer", "the FastAPI contract peer (access line on)"),
+    ("peer", "the bare FastAPI peer (access line off)"),
+    ("floor", "the floor (bare Flask route)"),
+)
+
+
+def round_ratios(runs: list[dict], others: list[dict], key: str) -> dict[str, float]:
+    """`key` of each round's run over the other contestant's run of the same round: the median
+    of the rounds' ratios, and the lowest and highest (interleaved runs share the machine's mood)."""
+    values = [run[key] / other[key] for run, other in zip(runs, others, strict=True)]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def report(results: dict) -> str:
     rows = [
         ("service (create)", results["service"]),
         ("floor (bare Flask route)", results["floor"]),
         ("FastAPI peer (create)", results["peer"]),
+        ("FastAPI contract peer (create, access line on)", results["contract_peer"]),
         (f"service, {results['plants']:,} plants stored", results["loaded"]),
         ("service, refused 401", results["refused_401"]),
         ("service, refused 400", results["refused_400"]),
@@ -121,18 +155,24 @@ def report(results: dict) -> str:
         f"Mode: {results['mode']}; {results['rounds']} interleaved rounds of {results['seconds']:g} s, "
         f"wrk -t1 -c{results['connections']}; server on CPU {SERVER_CPU}, wrk on CPU {CLIENT_CPU}; medians.",
         "",
-        "| contestant | req/s | p50 | p99 | server CPU / request |",
+        "| contestant | req/s (lowest to highest round) | p50 | p99 | server CPU / request, µs |",
         "|---|---:|---:|---:|---:|",
         *(
-            f"| {name} | {r['rps']:,.0f} | {r['p50_us'] / 1000:.2f} ms | {r['p99_us'] / 1000:.2f} ms "
-            f"| {r['cpu_us_per_request']:.0f} µs |"
+            f"| {name} | {show_spread(r['spread']['rps'], ',.0f')} | {r['p50_us'] / 1000:.2f} ms "
+            f"| {r['p99_us'] / 1000:.2f} ms | {show_spread(r['spread']['cpu_us_per_request'], '.0f')} |"
             for name, r in rows
+        ),
+        "",
+        "| the service's create against | req/s ratio (each round's) | CPU per create ratio (each round's) |",
+        "|---|---:|---:|",
+        *(
+            f"| {label} | {show_spread(results['round_ratios'][f'service_to_{other}_rps'], '.2f')} "
+            f"| {show_spread(results['round_ratios'][f'service_to_{other}_cpu'], '.2f')} |"
+            for other, label in COMPARED
         ),
         "",
         "| ratio | value |",
         "|---|---:|",
-        f"| create throughput / floor | {ratios['service_to_floor_rps']:.2f} |",
-        f"| create throughput / FastAPI peer | {ratios['service_to_peer_rps']:.2f} |",
         f"| create p99 / FastAPI peer p99 | {ratios['service_to_peer_p99']:.2f} |",
         f"| p99 with {results['plants']:,} plants / p99 near-empty | {ratios['loaded_to_empty_p99']:.2f} |",
         f"| refused 401 throughput / create | {ratios['refused_401_to_create_rps']:.2f} |",

@@ -47,6 +47,7 @@ from bench.harness.servers import (
     Server,
     children,
     cpu_seconds,
+    peer,
     scratch,
     start_redis,
 )
@@ -193,13 +194,23 @@ def _run(server: Server, measure: Callable[[Server], dict]) -> dict:
 
 
 def peers(with_instructions: bool) -> dict[str, dict]:
-    """The create of the FastAPI peer and of the bare Flask route, counted alike."""
+    """The create of the FastAPI peers (bare, and the contract's) and of the bare Flask route,
+    counted alike."""
     found = {}
-    for name, make in (("fastapi-peer", peer_server), ("floor", lambda: service(None, app="floor:app"))):
+    for name, make in (
+        ("fastapi-peer", peer_server),
+        ("fastapi-contract-peer", lambda: peer("contract peer", False, contract=True, access_log=True)),
+        ("floor", lambda: service(None, app="floor:app")),
+    ):
         found[name] = _run(make(), lambda server: counts(server, ("create",), None))["create"]
-        if with_instructions and name == "floor":
-            where = scratch("process-floor")
-            under = service(None, valgrind=where, app="floor:app")
+        if with_instructions and name != "fastapi-peer":
+            where = scratch(f"process-{name}")
+            tool = [*CALLGRIND, f"--callgrind-out-file={where}/cg.%p"]
+            under = (
+                peer("contract peer", False, contract=True, access_log=True, valgrind=tool)
+                if name == "fastapi-contract-peer"
+                else service(None, valgrind=where, app="floor:app")
+            )
             counted = _run(under, lambda server: instructions(server, where, ("create",)))  # noqa: B023
             found[name]["instructions"] = counted["create"]
     return found

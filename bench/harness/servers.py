@@ -85,6 +85,8 @@ class Server:
     pin: bool = True
     #: How long it may take to answer its first request (under valgrind: minutes).
     start_s: float = 30.0
+    #: Where its stdout (the access lines) goes: /dev/null unless a test reads them.
+    stdout: Path | None = None
 
     def start(self) -> Server:
         env = {
@@ -95,13 +97,14 @@ class Server:
             **self.env,
         }
         argv = [arg.replace("{port}", str(self.port)) for arg in self.argv]
-        self.process = subprocess.Popen(
-            ["taskset", "-c", SERVER_CPU, *argv] if self.pin else argv,
-            cwd=self.cwd,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.stdout.open("ab") if self.stdout else open(os.devnull, "wb") as out:
+            self.process = subprocess.Popen(
+                ["taskset", "-c", SERVER_CPU, *argv] if self.pin else argv,
+                cwd=self.cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.PIPE,
+            )
         deadline = time.monotonic() + self.start_s
         while time.monotonic() < deadline:
             try:
@@ -157,13 +160,32 @@ def floor(name: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Ser
     return Server(name, [*GUNICORN, "--pythonpath", str(APPS), "floor:app"], dict(env or {}), cwd=cwd)
 
 
-def peer(name: str, redis: bool, env: dict[str, str] | None = None, workers: int = 1) -> Server:
-    """The FastAPI peer under uvicorn: in memory, or on Redis (PLANTS_STORE_URL) with redis.asyncio."""
-    module = "fastapi_redis_peer" if redis else "fastapi_peer"
+def peer(
+    name: str,
+    redis: bool,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    *,
+    contract: bool = False,
+    access_log: bool = False,
+    valgrind: list[str] | None = None,
+) -> Server:
+    """A FastAPI peer under uvicorn: the bare one in memory, or on Redis (PLANTS_STORE_URL) with
+    redis.asyncio; or, with `contract`, the service's whole create contract in memory
+    (bench/apps/fastapi_contract_peer.py). With `access_log`, uvicorn's access line is on as uvicorn
+    ships it (`--log-level info`, one line a request on stdout: where the service's gunicorn writes
+    its own, and here both go to /dev/null); otherwise `--log-level warning` turns it off. Under
+    `valgrind` (callgrind's argv), the contract peer with its dump mark (bench/apps/callgrind_mark.py)."""
+    module = "fastapi_contract_peer" if contract else "fastapi_redis_peer" if redis else "fastapi_peer"
+    if valgrind:
+        module = "callgrind_mark"
+    level = "info" if access_log else "warning"
     argv = [PYTHON, "-m", "uvicorn", f"bench.apps.{module}:app", "--workers", str(workers),
-            "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]  # fmt: skip
+            "--host", "127.0.0.1", "--port", "{port}", "--log-level", level]  # fmt: skip
     if workers > 1:
         argv = ["taskset", "-c", f"{SERVER_CPU},{CLIENT_CPU}", *argv]
+    if valgrind:
+        return Server(name, [*valgrind, *argv], dict(env or {}), start_s=600)
     return Server(name, argv, dict(env or {}))
 
 

@@ -27,16 +27,23 @@ def test_floor_benchmark_smoke_run(tmp_path):
     result, results = smoke_run("floor", tmp_path)
     assert results["valid"] is True
     assert results["problems"] == []
-    for name in ("service", "floor", "peer", "loaded", "refused_401", "refused_400"):
+    for name in ("service", "floor", "peer", "contract_peer", "loaded", "refused_401", "refused_400"):
         assert results[name]["rps"] > 0
         assert results[name]["p99_us"] >= results[name]["p50_us"] > 0
         assert results[name]["cpu_us_per_request"] > 0
+        cpu = results[name]["spread"]["cpu_us_per_request"]
+        assert 0 < cpu["min"] <= cpu["median"] <= cpu["max"]
     assert set(results["ratios"]) == {
-        "service_to_floor_rps", "service_to_peer_rps", "service_to_peer_p99", "loaded_to_empty_p99",
-        "refused_401_to_create_rps", "refused_400_to_create_rps",
+        "service_to_contract_peer_rps", "service_to_contract_peer_cpu", "service_to_peer_rps",
+        "service_to_peer_cpu", "service_to_floor_rps", "service_to_floor_cpu", "service_to_peer_p99",
+        "loaded_to_empty_p99", "refused_401_to_create_rps", "refused_400_to_create_rps",
     }  # fmt: skip
+    for ratio in results["round_ratios"].values():
+        assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
     assert results["bytes_per_plant"] > 0
     assert "| service (create) |" in result.stdout
+    assert "| FastAPI contract peer (create, access line on) |" in result.stdout
+    assert "| the FastAPI contract peer (access line on) |" in result.stdout
     assert "VALID" in result.stdout
 
 
