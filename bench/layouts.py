@@ -9,7 +9,7 @@ Each layout is the service's own CREATE script (app/store/redis/lua.py) with one
 changed, run on one redis-server (pinned to CPU 1, this process on CPU 0) under its own prefix:
 
 - `no index`: the create of c341a06, before the read indexes (HGET, GET, HSET, INCR);
-- `B-tree, leaves of N`: the shipped layout with LEAF_SIZE = N (128 is the readable store's);
+- `B-tree, leaves of N`: the shipped layout with LEAF_SIZE = N (64 is the shipped size, 128 the one before);
 - `B-tree 64, 8-byte members`: members without their decimal id, so every leaf entry is 13
   bytes shorter (the page script would have to spell the id itself);
 - `one sorted set per index`: no leaves and no fence, one ZADD per index (Redis makes it a

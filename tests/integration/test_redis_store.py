@@ -19,6 +19,7 @@ import redis
 from app import create_app
 from app.store import CreateOutcome, Page, Plant
 from app.store.redis.groups import Groups, encode
+from app.store.redis.lua import CREATE, LEAF_SIZE
 from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import assert_error, call, walk_pages
 from tests.load import (
@@ -296,7 +297,8 @@ def test_a_thread_per_request_reuses_connections_rather_than_opening_one_each(ow
 
 def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server):
     """Thousands of creates and deletes over many leaves: pages equal a sorted dict throughout, every
-    leaf stays a listpack of at most 128 members, and deleting everything leaves only the counters."""
+    leaf stays a listpack of fewer than LEAF_SIZE members, and deleting everything leaves only the
+    counters."""
     settings = redis_settings(redis_server)
     store = open_store(settings)
     prefix = "{" + settings["PLANTS_STORE_PREFIX"] + "}"
@@ -323,7 +325,7 @@ def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server
         leaves = list(client.scan_iter(match=f"{prefix}:l:*", count=1000))
         assert len(leaves) > 20  # several leaves per index: splits happened
         for leaf in leaves:
-            assert client.zcard(leaf) < 128
+            assert client.zcard(leaf) < LEAF_SIZE
             assert client.object("encoding", leaf) == b"listpack"
         for plant_id in list(model):
             assert store.delete(plant_id)
@@ -331,6 +333,45 @@ def test_indexes_stay_small_listpack_leaves_and_leave_no_key_behind(redis_server
         left = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
         assert left == [f"{prefix}:count".encode(), f"{prefix}:layout".encode()]
         assert client.get(f"{prefix}:count") == b"0"
+    finally:
+        store.close()
+        client.close()
+
+
+def test_leaves_written_with_128_members_are_read_and_split_at_their_next_insert(redis_server):
+    """A store written before leaves held fewer than LEAF_SIZE members (up to 127): its pages are
+    whole, and a write into such a leaf splits it, so every leaf ends under LEAF_SIZE."""
+    settings = redis_settings(redis_server)
+    store = open_store(settings)
+    prefix = "{" + settings["PLANTS_STORE_PREFIX"] + "}"
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    shipped = f"local LEAF_SIZE = {LEAF_SIZE}\n"
+    older = client.register_script(CREATE.replace(shipped, "local LEAF_SIZE = 128\n"))
+    rng = random.Random(11)
+    model: dict[int, Plant] = {}
+    try:
+        for plant_id in rng.sample(range(-5000, 5000), 600):
+            tag = rng.choice([None, "fern"])
+            keys, args = store.groups.create_call(plant_id, encode(f"n{plant_id}", tag))
+            assert older(keys, args) == 0
+            model[plant_id] = Plant(f"n{plant_id}", tag)
+        leaves = list(client.scan_iter(match=f"{prefix}:l:*", count=1000))
+        assert max(client.zcard(leaf) for leaf in leaves) >= LEAF_SIZE  # as the older store left them
+        assert walk_pages(store, 37) == sorted(model.items())
+        for plant_id in rng.sample(range(-5000, 5000), 1500):
+            if plant_id in model and rng.random() < 0.5:
+                assert store.delete(plant_id)
+                del model[plant_id]
+            elif plant_id not in model:
+                assert store.create(plant_id, f"n{plant_id}", "fern") is CreateOutcome.CREATED
+                model[plant_id] = Plant(f"n{plant_id}", "fern")
+        assert walk_pages(store, 37) == sorted(model.items())
+        assert walk_pages(store, 50, ["fern"]) == sorted(
+            (key, plant) for key, plant in model.items() if plant.tag == "fern"
+        )
+        for leaf in client.scan_iter(match=f"{prefix}:l:*", count=1000):
+            assert client.zcard(leaf) < LEAF_SIZE
+            assert client.object("encoding", leaf) == b"listpack"
     finally:
         store.close()
         client.close()

@@ -21,10 +21,16 @@ so each script's keys sit in one Redis Cluster slot:
   `{prefix}:groups:<hint>`, the groups each index has used (hints.py): outside any group.
 - Two kinds of index, each a B-tree of two levels in sorted sets: index `a` holds every plant,
   index `t<tag>` the plants with that tag. An index's *leaves* `P:l:<fence id>:<index>` are
-  sorted sets of at most 128 members, so Redis keeps them as listpacks (about 25 bytes a
-  member); its *fence* `P:f:<index>` holds the smallest member of each leaf (the first leaf's
-  is the empty string). A leaf that reaches 128 gives its upper half to a new leaf; an emptied
-  leaf is removed. Finding a member's leaf is one ZREVRANGEBYLEX on the fence: O(log n).
+  sorted sets of fewer than `LEAF_SIZE` (64) members, so Redis keeps them as listpacks (about
+  25 bytes a member); its *fence* `P:f:<index>` holds the smallest member of each leaf (the
+  first leaf's is the empty string). A leaf that reaches `LEAF_SIZE` keeps its lowest
+  `LEAF_SIZE / 2` members and gives the rest to a new leaf; an emptied leaf is removed. Finding
+  a member's leaf is one ZREVRANGEBYLEX on the fence: O(log n). Every ZADD into a listpack
+  walks the leaf twice (to find the member, then its place), so a leaf's size is most of a
+  create's cost in Redis: leaves of 64 cost a sequential create about 18% fewer of Redis's
+  instructions than leaves of 128, for about 6 bytes a plant more (bench/FIGURES.md). Stores
+  written before, whose leaves hold up to 127 members, are read as they are; such a leaf splits
+  at its next insert.
 
 An index member is the id as 8 bytes that sort as the id does (big-endian, sign bit flipped),
 then the decimal id. All scores are 0, so members sort by their bytes (ZRANGEBYLEX); the
@@ -41,7 +47,7 @@ from importlib import resources
 from typing import NamedTuple
 
 #: The most members an index leaf holds (`LEAF_SIZE` in scripts/library.lua).
-LEAF_SIZE = 128
+LEAF_SIZE = 64
 
 
 def _script(name: str) -> str:

@@ -6,7 +6,6 @@ The key layout and the scripts are in `lua.py`; how plants spread over bucket gr
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Collection
 from typing import Any
 
@@ -25,6 +24,7 @@ from app.store.base import (
 )
 from app.store.readiness import Readiness
 from app.store.redis.client import LazyClient, ScriptRunner, connect
+from app.store.redis.cursor_secret import shared_secret
 from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.failures import RedisBacked
@@ -174,14 +174,7 @@ class RedisPlantStore(RedisBacked):
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks."""
         if self._cursor_key is None:
-            client = self._clients.get()
-            # A read first, so that a read-only replica can serve pages; SET NX GET then
-            # answers the key another process made meanwhile, or nil when this call made it.
-            found = client.get(self._cursor_key_name)
-            if found is None:
-                made = secrets.token_bytes(32)
-                found = client.set(self._cursor_key_name, made, nx=True, get=True) or made
-            self._cursor_key = found
+            self._cursor_key = shared_secret(self._clients.get(), self._cursor_key_name)
         return self._cursor_key
 
     def __len__(self) -> int:

@@ -7,7 +7,7 @@
 -- `cluster`: '1' on a cluster, else ''.
 local hash_tag = ARGV[1]
 local cluster = ARGV[2]
-local LEAF_SIZE = 128
+local LEAF_SIZE = 64
 
 -- Undeclared keys: a script declares the keys it is given (its KEYS), but the functions below
 -- also build keys from `hash_tag` that no caller can name in advance: the index fences and leaves
