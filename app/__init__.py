@@ -6,7 +6,9 @@ another Flask app. CONTRIBUTING.md maps the package.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+from inspect import iscoroutinefunction
 from typing import Any
 
 from flask import Flask
@@ -37,6 +39,19 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
 class _Service(Flask):
     url_map_class = ExactPaths
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Flask's, answered from a cache for plain functions: Flask asks it of the view and of
+        every hook on every request, and whether a function is a coroutine function never changes."""
+        if _plain(func):
+            return func
+        return super().ensure_sync(func)
+
+
+#: Bounded: the keys are the app's views and hooks (a bound method is equal to its next binding).
+@functools.lru_cache(maxsize=1024)
+def _plain(func: Callable[..., Any]) -> bool:
+    return not iscoroutinefunction(func)
 
 
 def _create_app(config: Mapping[str, Any] | None) -> Flask:
