@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
-from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +56,6 @@ _START = "plants.started"
 REQUEST_DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 #: From a change to its webhook's 2xx, in seconds: a poll and a round trip, up to the retries' hours.
 WEBHOOK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0, 300.0, 3600.0, 36000.0)
-#: The name and help of the two metrics of every request.
-_REQUESTS = ("plants_http_requests", "Requests the plants blueprint answered.")
-_DURATION = ("plants_http_request_duration_seconds", "Time from routing to the response, per route.")
 
 
 class Metrics:
@@ -71,23 +66,19 @@ class Metrics:
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry(auto_describe=True)
-        # In one process the two metrics of every request are plain counts (RequestTally); in
-        # multiprocess mode they are prometheus_client's, which write the files the scrape sums.
-        self.tally: RequestTally | None = None
-        if self.multiprocess:
-            self.requests = Counter(
-                _REQUESTS[0], _REQUESTS[1], ["route", "method", "status"], registry=self.registry
-            )
-            self.duration = Histogram(
-                _DURATION[0],
-                _DURATION[1],
-                ["route"],
-                buckets=REQUEST_DURATION_BUCKETS,
-                registry=self.registry,
-            )
-        else:
-            self.tally = RequestTally()
-            self.registry.register(self.tally)
+        self.requests = Counter(
+            "plants_http_requests",
+            "Requests the plants blueprint answered.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "plants_http_request_duration_seconds",
+            "Time from routing to the response, per route.",
+            ["route"],
+            buckets=REQUEST_DURATION_BUCKETS,
+            registry=self.registry,
+        )
         self.deprecated_requests = Counter(
             "plants_deprecated_requests",
             "Requests to operations the document marks deprecated (docs/versions.md), per operation.",
@@ -148,9 +139,6 @@ class Metrics:
             return
         rule = req.url_rule
         route = rule.rule if rule is not None else "unrouted"
-        if self.tally is not None:
-            self.tally.count(route, req.method, response.status_code, time.perf_counter() - started)
-            return
         key = (route, req.method, response.status_code)
         children = self._children.get(key)
         if children is None:
@@ -221,72 +209,6 @@ class Metrics:
         return registry
 
 
-class RequestTally:
-    """`plants_http_requests_total` and `plants_http_request_duration_seconds` of a process that
-    keeps its metrics in memory: counted under one lock, and exposed at scrape time as a Counter
-    and a Histogram of prometheus_client expose them (the same samples, in the same order).
-    Counted through prometheus_client's children, a request took a lock per counter and for the
-    histogram's sum and bucket, and a check per call: 2% of a create's instructions in process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        #: (route, method, status): [requests, created]
-        self._requests: dict[tuple[str, str, int], list[float]] = {}
-        #: route: [each bucket's own count..., sum, created]; the last bucket is +Inf.
-        self._durations: dict[str, list[float]] = {}
-        self._bounds = (*REQUEST_DURATION_BUCKETS, float("inf"))
-
-    def count(self, route: str, method: str, status: int, seconds: float) -> None:
-        with self._lock:
-            counted = self._requests.get((route, method, status))
-            if counted is None:
-                counted = self._requests[route, method, status] = [0.0, time.time()]
-            counted[0] += 1
-            durations = self._durations.get(route)
-            if durations is None:
-                durations = self._durations[route] = [0.0] * len(self._bounds) + [0.0, time.time()]
-            durations[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds
-            durations[-2] += seconds
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-        from prometheus_client.samples import Sample
-        from prometheus_client.utils import floatToGoString
-
-        created = _created_series()
-        with self._lock:
-            requests = [(key, counted[0], counted[1]) for key, counted in self._requests.items()]
-            durations = [(route, list(counts)) for route, counts in self._durations.items()]
-        counter = CounterMetricFamily(*_REQUESTS, labels=["route", "method", "status"])
-        for (route, method, status), value, since in requests:
-            counter.add_metric([route, method, str(status)], value, created=since if created else None)
-        histogram = HistogramMetricFamily(*_DURATION, labels=["route"])
-        for route, counts in durations:
-            buckets, total = [], 0.0
-            for bound, count in zip(self._bounds, counts, strict=False):
-                total += count
-                buckets.append((floatToGoString(bound), total))
-            histogram.add_metric([route], buckets, counts[-2])
-            if created:
-                histogram.samples.append(Sample(f"{_DURATION[0]}_created", {"route": route}, counts[-1]))
-        yield counter
-        yield histogram
-
-    def describe(self) -> list[Any]:
-        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-
-        return [CounterMetricFamily(*_REQUESTS), HistogramMetricFamily(*_DURATION)]
-
-
-def _created_series() -> bool:
-    """Whether prometheus_client writes the `_created` series now (PROMETHEUS_DISABLE_CREATED_SERIES,
-    `disable_created_metrics()`): asked of a Counter of its own, which has no public flag."""
-    from prometheus_client import Counter
-
-    probe = Counter("probe", "", registry=None)
-    return any(sample.name.endswith("_created") for family in probe.collect() for sample in family.samples)
-
-
 class _StoreCollector:
     """`plants_stored`, asked of the store at scrape time (left out when the store cannot answer)."""
 
@@ -332,14 +254,14 @@ class _WokenCollector:
     beyond a count, and nothing while nobody watches)."""
 
     def __init__(self, tally: WokenTally) -> None:
-        self.tally = tally
+        self._tally = tally
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import HistogramMetricFamily
 
         from app.watch.wake_index import WOKEN_BUCKETS
 
-        counts, running = list(self.tally.counts), 0
+        counts, running = list(self._tally.counts), 0
         buckets = []
         for bound, count in zip([*map(str, WOKEN_BUCKETS), "+Inf"], counts, strict=True):
             running += count
@@ -348,7 +270,7 @@ class _WokenCollector:
             "plants_watch_woken_per_change",
             "Parked watchers of the feed each change woke, while any watched.",
             buckets=buckets,
-            sum_value=self.tally.total,
+            sum_value=self._tally.total,
         )
 
     def describe(self) -> list[Any]:
