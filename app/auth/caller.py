@@ -1,13 +1,13 @@
 """An authenticated caller: what it may do, and the key its rate limit counts under; and the
-request's own, which the plants blueprint's guard keeps in the request's environ (`keep`) for the
-views to read (`current_caller`) instead of authenticating again."""
+request's own, which the plants blueprint's guard keeps on `g` (`keep`) for the views to read
+(`current_caller`) instead of authenticating again."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from flask import request
+from flask import g
 from werkzeug.exceptions import HTTPException
 
 
@@ -35,17 +35,12 @@ class Caller(NamedTuple):
 Authentication = tuple[HTTPException | None, Caller | None]
 
 
-#: The environ key of the request's caller: the guard has the environ at hand, where `g` is a
-#: context look-up and an attribute set through its proxy on every request.
-CALLER = "plants.caller"
-
-
-def keep(environ: dict[str, Any], caller: Caller) -> None:
+def keep(caller: Caller) -> None:
     """The request's caller, as the guard authenticated it (a token's, or a watch ticket's)."""
-    environ[CALLER] = caller
+    g.plants_caller = caller
 
 
 def current_caller() -> Caller:
     """The request's caller: asked by a view behind a token, which the guard let in."""
-    found: Caller = request.environ[CALLER]
+    found: Caller = g.plants_caller
     return found

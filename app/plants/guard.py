@@ -3,7 +3,7 @@
 What each view needs comes from the route table (app/plants/routes.py). A refusal is returned,
 not raised: Flask then answers with it and skips the view, without its exception handling. An
 unauthenticated client cannot make the service read anything. One hook, with one look-up of the
-request and the state: it runs on every request. The caller it let in is kept in the environ for the
+request and the state: it runs on every request. The caller it let in is kept on `g` for the
 views (app/auth/caller.py's `current_caller`): a request is authenticated once.
 """
 
@@ -56,7 +56,7 @@ def guard() -> Response | None:
                 environ[TICKET_CALLER] = caller
     if caller is not None:
         environ[CALLER_KIND] = caller.kind
-        keep(environ, caller)
+        keep(caller)
     limits = state.rate_limits
     # A 503 (the provider's keys not loaded yet) is not the client's failure.
     if limits is not None and (problem is None or problem.code != 503):
