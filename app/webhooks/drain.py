@@ -14,11 +14,10 @@ from app.settings import Settings
 from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore
 from app.store.endpoints import ENABLED, Endpoint, delivery_fields
 from app.telemetry import tracing
-from app.webhooks import outcomes
 from app.webhooks.keepalive import Slot
 from app.webhooks.lanes import Lanes
 from app.webhooks.message import message_id, origin_of, payload, signed_headers
-from app.webhooks.outcomes import after_failure, attempt_record, epoch_ms, outcome_record
+from app.webhooks.outcomes import after_failure, attempt_record, count_attempt, epoch_ms, outcome_record
 from app.webhooks.sender import Attempt, Watchdog, send
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-        outcomes.count(deliverer.metrics, outcome, entry.event.time_ms)
+        count_attempt(deliverer.metrics, outcome, entry.event.time_ms)
         attempt = outcome_record(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
@@ -126,9 +125,8 @@ class EndpointDrain:
             turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
             return acked and not self.slow and not turn_over
         self.tries += 1
-        self._ack(
-            after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale), attempt
-        )
+        fields = after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale)
+        self._ack(fields, attempt)
         return False
 
     def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:

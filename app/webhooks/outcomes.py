@@ -57,7 +57,7 @@ def after_failure(
     return fields
 
 
-def count(metrics: Metrics | None, outcome: Attempt, event_time_ms: int) -> None:
+def count_attempt(metrics: Metrics | None, outcome: Attempt, event_time_ms: int) -> None:
     """The attempt in `metrics` (when this process keeps them): its kind, and when it delivered,
     the time since the event was written."""
     if metrics is None:
