@@ -265,8 +265,8 @@ class PlantStore(Protocol):
         ...
 
     def feed_listener(self) -> Any:
-        """What hears other processes' writes to the feed (app/watch/signal.py), or None when
-        no other process writes to this store."""
+        """What hears other processes' writes to the feed (app/watch/listener_thread.py), or None
+        when no other process writes to this store."""
         ...
 
     def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:

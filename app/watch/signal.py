@@ -2,35 +2,28 @@
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
 whose filter it may concern (wake_index.py). On a shared store, a listener thread hears
-every other process's writes too (`store.feed_listener()`: blocking reads of the feed's streams).
-It runs while someone watches, or for good where the process delivers webhooks (`listen`).
+every other process's writes too (listener_thread.py). It runs while someone watches, or for good
+where the process delivers webhooks (`listen`).
 
 Watchers woken by one change mostly read the same page from the same position: `reads` makes
 that read once per change and hands the others the same answer (shared_reads.py); `gate` bounds
-how many woken watchers take a request thread at once (wake_gate.py). A listener that fails (the
-store is away) wakes the watchers once, then at growing intervals: each wake-up would have them
-read a store that is not answering.
+how many woken watchers take a request thread at once (wake_gate.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
 
 from app.watch.filters import EventFilter
+from app.watch.listener_thread import FeedListener, ListenerThread
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
 from app.watch.wake_index import Touched, WakeIndex, WokenTally
 
 log = logging.getLogger(__name__)
-#: Seconds a listener blocks in one call; it checks for watchers between calls.
-LISTEN_SECONDS = 5.0
-#: While the listener keeps failing, it wakes the watchers at intervals doubling up to this.
-MAX_BACKOFF_SECONDS = 30.0
 
 
 class WatchersFull(Exception):
@@ -39,17 +32,6 @@ class WatchersFull(Exception):
     def __init__(self, *, per_caller: bool) -> None:
         super().__init__("per caller" if per_caller else "per process")
         self.per_caller = per_caller
-
-
-class FeedListener(Protocol):
-    def wait(self, timeout: float) -> bool:
-        """Block until the feed changes (True) or `timeout` passes (False)."""
-
-    def take(self) -> list[tuple[int, int, tuple[str | None, ...]]] | None:
-        """What the changes heard since the last call touched: each one's kind, plant id and
-        tags after and before (None: not known)."""
-
-    def close(self) -> None: ...
 
 
 class FeedSignal:
@@ -64,7 +46,6 @@ class FeedSignal:
         cheap_to_listen: bool = False,
         sweep_every: int = 0,
     ) -> None:
-        self._make_listener = listener
         #: The listener costs nothing while idle (a blocking read), so `listen` may keep it on.
         self._cheap_to_listen = cheap_to_listen
         self._always = False
@@ -81,8 +62,7 @@ class FeedSignal:
         self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        self._listener = ListenerThread(listener, self._someone_waits, self._notify, self._lock)
 
     @property
     def version(self) -> int:
@@ -124,7 +104,7 @@ class FeedSignal:
         if changed:
             wake()
         else:
-            self._start_listener()
+            self._listener.start()
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
@@ -143,7 +123,7 @@ class FeedSignal:
         if self._cheap_to_listen:
             self._always = True
             self._someone_waits.set()
-            self._start_listener()
+            self._listener.start()
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
@@ -170,57 +150,5 @@ class FeedSignal:
             except Exception:
                 log.exception("A feed watcher's wake-up failed")
 
-    # --- hearing other processes -------------------------------------------------------------------
-
-    def _start_listener(self) -> None:
-        if self._thread is not None or self._closed:
-            return
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._listen, name="feed-listener", daemon=True)
-        self._thread.start()
-
-    def _listen(self) -> None:
-        listener = None
-        failures, wake_at = 0, 0.0
-        try:
-            listener = self._make_listener()
-            if listener is None:  # a per-process store: this process's writes are all there are
-                return
-            while not self._closed:
-                self._someone_waits.wait(LISTEN_SECONDS)
-                if self._closed or not self._someone_waits.is_set():
-                    continue
-                try:
-                    changed = listener.wait(LISTEN_SECONDS)
-                except Exception as exc:
-                    failures += 1
-                    wake_at = self._after_failure(exc, failures, wake_at)
-                    continue
-                if failures:  # back: what was written meanwhile, watchers read now
-                    failures, changed = 0, True
-                if changed:
-                    touched = listener.take()
-                    self._notify(None if touched is None else [Touched._make(t) for t in touched])
-        finally:
-            if listener is not None:
-                listener.close()
-
-    def _after_failure(self, exc: Exception, failures: int, wake_at: float) -> float:
-        """The store is away. The first failure in a row wakes everyone to find out (a stream
-        ends with its `retry:`); later ones wake them only at doubling intervals (1 s, 2 s, ...
-        MAX_BACKOFF_SECONDS), since each wake-up has the watchers read a store that is not
-        answering. Those reads share one failure (shared_reads.py) and take turns (wake_gate.py).
-        Returns when the next failure may wake them."""
-        now = time.monotonic()
-        log.warning("The change feed's listener failed (%s, %d in a row)", type(exc).__name__, failures)
-        if failures == 1 or now >= wake_at:
-            self.notify()
-            wake_at = now + min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
-        time.sleep(1.0)  # the listener's next try
-        return wake_at
-
     def close(self) -> None:
-        self._closed = True
-        self._someone_waits.set()
+        self._listener.close()

@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 from app.settings import Settings
 from app.store import PlantStore, StoreUnavailableError
 from app.store.endpoints import ENABLED, Endpoint
-from app.webhooks.drain import LEASE_MS, EndpointDrain, epoch_ms
+from app.webhooks.drain import LEASE_MS, EndpointDrain
 from app.webhooks.keepalive import KeptAlive
 from app.webhooks.lanes import THREADS, Lanes
-from app.webhooks.sender import Attempt, Watchdog
+from app.webhooks.outcomes import epoch_ms
+from app.webhooks.sender import Watchdog
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -116,6 +117,26 @@ class InFlight:
                 deliverer.store.endpoints.release(endpoint.id, deliverer.owner)
             # A change another process made while this one held the lease is this one's to send.
             deliverer.look_now()
+
+    def start(self, endpoint_ids: list[str]) -> bool:
+        """Lease the endpoints and drain them, in the lanes' order, as far as the lanes admit;
+        whether another process held the lease of one."""
+        deliverer = self.deliverer
+        lanes = deliverer.lanes
+        # Whether an endpoint not slow waits for a thread: the drains then end at their turn's end.
+        refused = held_elsewhere = False
+        for endpoint_id in lanes.order(endpoint_ids):
+            if self.pool is None or not lanes.admits(endpoint_id, self.busy.keys()):
+                refused = refused or not lanes.slow(endpoint_id)
+                continue
+            leased = deliverer.store.endpoints.lease(endpoint_id, deliverer.owner, LEASE_MS)
+            if leased is not None:
+                lanes.started(endpoint_id)
+                self.busy[endpoint_id] = self.pool.submit(self.drain, leased)
+            else:
+                held_elsewhere = True
+        lanes.contended = refused
+        return held_elsewhere
 
     def waiting(
         self, endpoints: list[Endpoint], position: bytes | None, now: float, now_ms: int
@@ -308,26 +329,7 @@ class Deliverer:
         self.connections.keep_only(enabled)
         self.lanes.keep_only({e.id for e in endpoints})
         schedule.read(endpoints, enabled, position, now)
-        # Whether an endpoint not slow waits for a thread: the drains then end at their turn's end.
-        refused = False
-        for endpoint_id in self.lanes.order(drains.waiting(endpoints, position, now, epoch_ms())):
-            if drains.pool is None or not self.lanes.admits(endpoint_id, drains.busy.keys()):
-                refused = refused or not self.lanes.slow(endpoint_id)
-                continue
-            leased = self.store.endpoints.lease(endpoint_id, self.owner, LEASE_MS)
-            if leased is not None:
-                self.lanes.started(endpoint_id)
-                drains.busy[endpoint_id] = drains.pool.submit(drains.drain, leased)
-            else:
-                # Another process drains it; look again once it may have let go.
-                schedule.refresh_at = min(schedule.refresh_at, now + IDLE_S)
-        self.lanes.contended = refused
+        if drains.start(drains.waiting(endpoints, position, now, epoch_ms())):
+            # Another process drains one; look again once it may have let go.
+            schedule.refresh_at = min(schedule.refresh_at, now + IDLE_S)
         return schedule.pause(bool(drains.busy), self._asleep)
-
-    def count(self, outcome: Attempt, event_time_ms: int) -> None:
-        if self.metrics is None:
-            return
-        kind = "delivered" if outcome.delivered else outcome.error or "status"
-        self.metrics.count_webhook_attempt(kind)
-        if outcome.delivered:
-            self.metrics.observe_webhook_latency(max(0.0, (epoch_ms() - event_time_ms) / 1000))

@@ -6,27 +6,22 @@ each drain in a thread of its pool.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.settings import Settings
 from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore
-from app.store.endpoints import DISABLED, ENABLED, FAILING, Endpoint, delivery_fields
+from app.store.endpoints import ENABLED, Endpoint, delivery_fields
 from app.telemetry import tracing
 from app.webhooks.keepalive import Slot
 from app.webhooks.lanes import Lanes
-from app.webhooks.message import (
-    ATTEMPTS,
-    message_id,
-    origin_of,
-    payload,
-    retry_delay,
-    signed_headers,
-    utc_text,
-)
+from app.webhooks.message import message_id, origin_of, payload, signed_headers
+from app.webhooks.outcomes import after_failure, attempt_record, count_attempt, epoch_ms, outcome_record
 from app.webhooks.sender import Attempt, Watchdog, send
+
+if TYPE_CHECKING:
+    from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +29,6 @@ log = logging.getLogger(__name__)
 LEASE_MS = 10_000
 #: Events read from the feed at once.
 BATCH = 100
-
-
-def epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Delivering(Protocol):
@@ -50,11 +41,10 @@ class Delivering(Protocol):
     watchdog: Watchdog
     lanes: Lanes
     tracer: Any
+    metrics: Metrics | None
 
     @property
     def stopping(self) -> bool: ...
-
-    def count(self, outcome: Attempt, event_time_ms: int) -> None: ...
 
 
 class EndpointDrain:
@@ -121,8 +111,8 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-        deliverer.count(outcome, entry.event.time_ms)
-        attempt = _attempt(msg_id, outcome)
+        count_attempt(deliverer.metrics, outcome, entry.event.time_ms)
+        attempt = outcome_record(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
             # After a slow attempt, or once its turn is over while others wait for a thread, the
@@ -135,18 +125,7 @@ class EndpointDrain:
             turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
             return acked and not self.slow and not turn_over
         self.tries += 1
-        fields = delivery_fields(self.position, self.tries, 0)
-        if outcome.status == 410:
-            fields.update(status=DISABLED, reason=f"The receiver answered 410 Gone to {msg_id}.")
-        elif self.tries >= ATTEMPTS:
-            fields.update(
-                status=FAILING,
-                reason=f"{ATTEMPTS} attempts to deliver {msg_id} failed; deliveries wait at it until"
-                ' PATCH {"status": "enabled"}.',
-            )
-        else:
-            delay = retry_delay(self.tries, settings.webhooks_retry_scale, outcome.retry_after)
-            fields["due"] = str(epoch_ms() + int(delay * 1000))
+        fields = after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale)
         self._ack(fields, attempt)
         return False
 
@@ -208,19 +187,3 @@ class EndpointDrain:
                 return False
             self.endpoint = fresh
         return True
-
-
-def _attempt(msg_id: str, outcome: Attempt) -> str:
-    return attempt_record(msg_id, outcome.status, outcome.error, outcome.duration_ms)
-
-
-def attempt_record(msg_id: str | None, status: int | None, error: str | None, duration_ms: int) -> str:
-    """An attempt as the endpoint keeps it (its `last_attempt`), timed now."""
-    record = {
-        "webhook_id": msg_id,
-        "time": utc_text(epoch_ms()),
-        "status": status,
-        "error": error,
-        "duration_ms": duration_ms,
-    }
-    return json.dumps(record)

@@ -219,6 +219,23 @@ def test_a_class_name_says_one_thing():
     assert not [name for name, count in classes.items() if count > 1]
 
 
+#: The longest a class of app/ may be, in lines: the style guide asks for about 150, and a class
+#: past this has two concerns, each of which can be a class of its own.
+MAX_CLASS_LINES = 200
+
+
+def test_no_class_is_longer_than_the_bound():
+    """Every class of app/, a nested one too, from its `class` line to its last."""
+    long = {
+        f"{module}.{node.name}": lines
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and (lines := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLASS_LINES
+    }
+    assert not long, long
+
+
 #: What only the serving side knows: the WSGI environ's keys and the server that runs the app.
 SERVING_DETAILS = ("wsgi.", "SERVER_SOFTWARE", "REMOTE_ADDR", "gunicorn")
 

@@ -105,7 +105,7 @@ def test_a_feed_snapshotted_in_another_form_starts_again_and_the_plants_read_bac
     store = MemoryPlantStore(capacity=10, events_retain=3)
     store.create(1, "Fern", None)
     state = {
-        "store": snapshot._fields(store, snapshot.STORE_FIELDS),
+        "store": snapshot.store_state(store),
         # The earlier form: a tuple per event.
         "feed": {"retain": 3, "_ring": [(0, 1, "Fern", None, 0)], "_origins": [""], "_last": 1},
         "endpoints": snapshot._fields(store.endpoints, snapshot.ENDPOINT_FIELDS),

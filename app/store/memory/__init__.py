@@ -1,2 +1,2 @@
-"""The in-memory store: plants in this process (store.py) and its change feed (feed.py). The app
-never serves it from several processes (app/http/split_guard.py)."""
+"""The in-memory store: plants in this process (store.py, their table in table.py) and its change
+feed (feed.py). The app never serves it from several processes (app/http/split_guard.py)."""

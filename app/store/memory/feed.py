@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 import time
 from array import array
 
@@ -128,3 +129,31 @@ class MemoryFeed:
 
     def now(self) -> bytes:
         return self._last.to_bytes(8, "big")
+
+
+class FeedReads:
+    """The feed's reads that the store answers (the PlantStore protocol's), each under the
+    store's lock: a part of MemoryPlantStore (its base class), as flask-smorest composes its Api
+    and Blueprint of one class per concern."""
+
+    _lock: threading.Lock
+    _feed: MemoryFeed
+
+    def events(self, after: bytes | None, limit: int) -> EventPage:
+        with self._lock:
+            return self._feed.page(after, limit)
+
+    def feed_listener(self) -> None:
+        """None: only this process writes to its store, and its writes notify their watchers."""
+        return None
+
+    def events_now(self) -> bytes:
+        with self._lock:
+            return self._feed.now()
+
+    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+        with self._lock:
+            return self._feed.entries(after, limit)
+
+    def feed_count(self, position: bytes) -> int:
+        return self._feed.count(position)

@@ -23,8 +23,17 @@ from typing import Any
 from app.store.memory.store import MemoryPlantStore
 
 #: What a snapshot holds of each part. Not the locks, and not the webhook leases: a lease is held
-#: by a thread of the process that stopped, and lapses with it.
-STORE_FIELDS = ("_names", "_tags", "_count", "_ids", "_ids_by_tag", "_cursor_key")
+#: by a thread of the process that stopped, and lapses with it. The plants' table (table.py) is
+#: kept under the names its fields had on the store itself, so the file has one form across
+#: versions: the snapshot's name of each field, then the table's.
+TABLE_FIELDS = {
+    "_names": "names",
+    "_tags": "tags",
+    "_count": "count",
+    "_ids": "ids",
+    "_ids_by_tag": "ids_by_tag",
+}
+STORE_FIELDS = ("_cursor_key",)
 FEED_FIELDS = (
     "retain", "_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_before", "_last", "_epoch",
 )  # fmt: skip
@@ -37,15 +46,30 @@ def _fields(part: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(part, name) for name in names}
 
 
+def store_state(store: MemoryPlantStore) -> dict[str, Any]:
+    """The store's own part of a snapshot: its plants' table and its cursor key."""
+    table = {key: getattr(store._table, name) for key, name in TABLE_FIELDS.items()}
+    return {**table, **_fields(store, STORE_FIELDS)}
+
+
 def dump(store: MemoryPlantStore) -> bytes:
     """The store's state, pickled, as one consistent cut."""
     with store._lock, store.endpoints._lock:
         state = {
-            "store": _fields(store, STORE_FIELDS),
+            "store": store_state(store),
             "feed": _fields(store._feed, FEED_FIELDS),
             "endpoints": _fields(store.endpoints, ENDPOINT_FIELDS),
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _restore_store(store: MemoryPlantStore, fields: dict[str, Any]) -> None:
+    table = vars(store._table)
+    for key, value in fields.items():
+        if key in TABLE_FIELDS:
+            table[TABLE_FIELDS[key]] = value
+        else:
+            vars(store)[key] = value
 
 
 def partial_of(path: Path) -> Path:
@@ -94,7 +118,7 @@ def write(store: MemoryPlantStore, path: Path) -> int:
     except OSError:
         partial_of(path).unlink(missing_ok=True)
         raise
-    return store._count
+    return len(store)
 
 
 def read_into(store: MemoryPlantStore, path: Path) -> int:
@@ -108,9 +132,9 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
     with path.open("rb") as file:
         state = pickle.load(file)  # noqa: S301 - our own worker's file, in a 0700 directory
     with store._lock, store.endpoints._lock:
-        vars(store).update(state["store"])
+        _restore_store(store, state["store"])
         # A feed kept in another form (a snapshot of an earlier version) starts again too.
         if state["feed"]["retain"] == store._feed.retain and state["feed"].keys() == set(FEED_FIELDS):
             vars(store._feed).update(state["feed"])
         vars(store.endpoints).update(state["endpoints"])
-        return store._count
+        return len(store)

@@ -1,0 +1,109 @@
+"""The thread that hears other processes' writes to a shared store (its `feed_listener()`:
+blocking reads of the feed's streams) and hands each change to the feed signal (signal.py).
+
+It starts with the first watcher (or `listen`), rests while no one waits, and ends with `close`.
+A listener that fails (the store is away) wakes the watchers once, then at growing intervals:
+each wake-up would have them read a store that is not answering.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from app.watch.wake_index import Touched
+
+#: The signal's logger: its lines read as they did before the thread had a module of its own.
+log = logging.getLogger("app.watch.signal")
+#: Seconds a listener blocks in one call; it checks for watchers between calls.
+LISTEN_SECONDS = 5.0
+#: While the listener keeps failing, it wakes the watchers at intervals doubling up to this.
+MAX_BACKOFF_SECONDS = 30.0
+
+
+class FeedListener(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """Block until the feed changes (True) or `timeout` passes (False)."""
+
+    def take(self) -> list[tuple[int, int, tuple[str | None, ...]]] | None:
+        """What the changes heard since the last call touched: each one's kind, plant id and
+        tags after and before (None: not known)."""
+
+    def close(self) -> None: ...
+
+
+class ListenerThread:
+    """One process's listener of the feed, in a thread of its own: it waits on `someone_waits`
+    (set and cleared by the signal, under its lock) and passes what it hears to `notify` (the
+    changes, or None: not known, wake every watcher)."""
+
+    def __init__(
+        self,
+        make_listener: Callable[[], FeedListener | None],
+        someone_waits: threading.Event,
+        notify: Callable[[list[Touched] | None], None],
+        lock: threading.Lock,
+    ) -> None:
+        self._make_listener = make_listener
+        self._someone_waits = someone_waits
+        self._notify = notify
+        self._lock = lock
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the thread unless it runs (or ran) already; from any thread."""
+        if self._thread is not None or self._closed:
+            return
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._listen, name="feed-listener", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        listener = None
+        failures, wake_at = 0, 0.0
+        try:
+            listener = self._make_listener()
+            if listener is None:  # a per-process store: this process's writes are all there are
+                return
+            while not self._closed:
+                self._someone_waits.wait(LISTEN_SECONDS)
+                if self._closed or not self._someone_waits.is_set():
+                    continue
+                try:
+                    changed = listener.wait(LISTEN_SECONDS)
+                except Exception as exc:
+                    failures += 1
+                    wake_at = self._after_failure(exc, failures, wake_at)
+                    continue
+                if failures:  # back: what was written meanwhile, watchers read now
+                    failures, changed = 0, True
+                if changed:
+                    touched = listener.take()
+                    self._notify(None if touched is None else [Touched._make(t) for t in touched])
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _after_failure(self, exc: Exception, failures: int, wake_at: float) -> float:
+        """The store is away. The first failure in a row wakes everyone to find out (a stream
+        ends with its `retry:`); later ones wake them only at doubling intervals (1 s, 2 s, ...
+        MAX_BACKOFF_SECONDS), since each wake-up has the watchers read a store that is not
+        answering. Those reads share one failure (shared_reads.py) and take turns (wake_gate.py).
+        Returns when the next failure may wake them."""
+        now = time.monotonic()
+        log.warning("The change feed's listener failed (%s, %d in a row)", type(exc).__name__, failures)
+        if failures == 1 or now >= wake_at:
+            self._notify(None)
+            wake_at = now + min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        time.sleep(1.0)  # the listener's next try
+        return wake_at
+
+    def close(self) -> None:
+        self._closed = True
+        self._someone_waits.set()
