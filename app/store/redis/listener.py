@@ -9,8 +9,8 @@ and is kept as what it touched (its kind, its plant's id, its plant's tag after 
 `BATCH * BURST_READS` entries at once is kept as "not known" (None), which wakes every watcher,
 as a failure does. A stream that cannot be read makes `wait` raise, unless another had a new
 entry, and goes on making it raise until it is read again (the feed's signal, app/watch/signal.py,
-decides whom to wake and how often while the store is away: a quiet `wait` would tell it the
-store is back).
+decides whom to wake, and its listener thread, app/watch/listener_thread.py, how often while the
+store is away: a quiet `wait` would tell it the store is back).
 """
 
 from __future__ import annotations
