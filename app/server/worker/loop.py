@@ -129,7 +129,7 @@ class Budget:
 
     def release(self, conn: Conn) -> None:
         """`conn` has closed: it holds nothing more."""
-        self.held -= conn.release_held()
+        self.held += conn.recount(closed=True)
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -297,7 +297,7 @@ class Registry:
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked = conn.unpark()
+            parked = conn.park(None)
             if parked is not None:
                 self.watches -= 1
         return parked

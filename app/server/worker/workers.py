@@ -31,8 +31,8 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.answer import HttpDate
-from app.server.worker.connection import Conn, Context
+from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.cycle import Serving
 from app.server.worker.loop import (
     MEMORY_BUDGET,
     STOP_LINGER,
@@ -42,9 +42,7 @@ from app.server.worker.loop import (
     connection_cap,
     watch_limit,
 )
-from app.server.worker.parking import Parking
-from app.server.worker.reader import Limits
-from app.server.worker.serving import Serving
+from app.server.worker.parking import PARKING, Parking
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
 DEFAULT_MAX_BODY = 64 * 1024
@@ -71,12 +69,11 @@ class PlantsWorker(base.Worker):
     def run(self) -> None:
         cfg, log = self.cfg, self.log
         alive = self._is_alive
-        date = HttpDate()
         cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
-        self.parking = Parking(self.registry, log, self.read_timeout, date, alive)
-        self.serving = Serving(self, self.registry, self.parking, date, cap[0])
+        self.parking = Parking(self.registry, log, self.read_timeout, alive)
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0])
         limits = self._limits()
         context = Context(self.registry, self.parking, self.serving.serve, log, self.read_timeout, limits)
         first_wait = max(cfg.keepalive, self.read_timeout)
@@ -160,7 +157,7 @@ class PlantsWorker(base.Worker):
             waiting = [conn for conn in registry.conns.values() if conn.parked is not None]
             for conn in registry.conns.values():
                 if conn.parked is None:
-                    conn.due_no_later_than(linger)
+                    conn.due_by(linger, sooner_only=True)
         self.parking.stop(waiting)  # each ends its answer now: a long-poll's page, a stream's end
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
