@@ -25,16 +25,7 @@ from typing import Any
 
 import httptools
 
-from app.server.worker.cycle import (
-    DONE,
-    TIMED_OUT,
-    WAITING,
-    Outgoing,
-    Refusal,
-    Request,
-    close_body,
-    encode_refusal,
-)
+from app.server.worker.cycle import BYTES_PER_SECOND, TIMED_OUT, Outgoing, Refusal, Request, encode_refusal
 
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -43,8 +34,6 @@ WRITE = select.EPOLLOUT | select.EPOLLONESHOT
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-#: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
-BYTES_PER_SECOND = 65536
 #: How long, and for how many bytes, a closed connection lingers for its client to close (as
 #: gunicorn's util.close_graceful, which blocks: this one waits on the epoll).
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
@@ -94,7 +83,7 @@ class Conn:
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
         self.limits = context.limits
         self.parser = httptools.HttpRequestParser(self)
-        self.outgoing = Outgoing(sock)
+        self.outgoing = Outgoing(self)
         self.ready: deque[Request] = deque()
         self.refusal: Refusal | None = None  # answered once `ready` is served, then close
         self.unparsed = b""  # read, not yet fed: parsing waits while a request is ready
@@ -185,8 +174,7 @@ class Conn:
             if self.lingering:
                 self._drain()
             elif self.outgoing.out is not None or self.outgoing.body is not None:
-                if self._went(self.outgoing.flush(self.context.log)):
-                    self._after_answer(not self.outgoing.close_after)
+                self.outgoing.flush()
             elif self.parked is not None:
                 self.context.parking.resume(self)
             elif self.has_work or self._receive(mask & EPOLLRDHUP):
@@ -235,28 +223,16 @@ class Conn:
         if self.ready:
             served = self.context.serve(self, self.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
-                self.answer(*served)
+                self.outgoing.answer(*served)
         elif self.refusal is not None:
             self.context.log.warning("Answered %s to a client: %s", self.refusal.status, self.refusal.message)
-            self.answer(encode_refusal(self.refusal), keep_alive=False)
+            self.outgoing.answer(encode_refusal(self.refusal), keep_alive=False)
         else:
             self._await_more()
 
-    # --- sending ---
+    # --- after an answer (cycle.py's `Outgoing` sends it) ---
 
-    def answer(self, data: bytes, keep_alive: bool) -> None:
-        """Send an answer (its rest, if any, is `outgoing.body`), then hand the connection back."""
-        body = self.outgoing.body
-        if body is not None:
-            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
-            size = len(data) + (body.left or 0)
-            self.deadline = time.monotonic() + self.context.read_timeout + size / BYTES_PER_SECOND
-        if self.send(data, close_after=not keep_alive) and (
-            body is None or self._went(self.outgoing.pump(self.context.log))
-        ):
-            self._after_answer(keep_alive)
-
-    def _after_answer(self, keep_alive: bool) -> None:
+    def after_answer(self, keep_alive: bool) -> None:
         if self.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
@@ -276,34 +252,8 @@ class Conn:
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
 
-    def send(self, data: bytes, *, close_after: bool) -> bool:
-        """Send what the socket takes now; True when all of it went. The rest waits on the epoll."""
-        went = self.outgoing.send(data, close_after)
-        if went == WAITING and self.outgoing.body is None:
-            assert self.outgoing.out is not None
-            wait = self.context.read_timeout + len(self.outgoing.out) / BYTES_PER_SECOND
-            self.deadline = time.monotonic() + wait
-        return self._went(went)
-
-    def _went(self, went: int) -> bool:
-        """Act on how a send went: True when it is all out; else re-armed, or closed."""
-        if went == DONE:
-            return True
-        if went == WAITING:
-            self.context.registry.rearm(self, WRITE)
-        else:
-            self.close()
-        return False
-
-    def attach_body(self, body: Any) -> None:
-        """The rest of the answer, sent as the client takes it (cycle.py's `FileBody`, `IterBody`)."""
-        self.outgoing.body = body
-
-    def drop_body(self) -> None:
-        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
-        body, self.outgoing.body = self.outgoing.body, None
-        if body is not None:
-            close_body(body, self.context.log)
+    def wait_writable(self) -> None:
+        self.context.registry.rearm(self, WRITE)
 
     # --- ending ---
 
@@ -359,7 +309,7 @@ class Conn:
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.drop_body()
+        self.outgoing.drop()
 
     # --- the parser: fed in slices, its callbacks ---
 

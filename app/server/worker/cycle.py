@@ -22,7 +22,6 @@ import io
 import ipaddress
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +42,8 @@ HOLD_BYTES = 64 * 1024
 #: The most of a large answer one turn sends before the connection goes to the back of the queue.
 TURN_BYTES = 256 * 1024
 DONE, WAITING, GONE = 0, 1, 2
+#: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
+BYTES_PER_SECOND = 65536
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 _SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
 
@@ -297,19 +298,66 @@ def close_body(body: Any, log: Any) -> None:
 
 
 class Outgoing:
-    """The unsent part of a connection's answer, and the bytes its client has taken of it. Each
-    step says how it went: `DONE`, `WAITING` for the socket, or `GONE` (the client has gone)."""
+    """Sending a connection's answer: what its client has not taken yet (`out`, and a large
+    answer's rest, `body`), sent as the socket takes it, and the bytes taken. Each step says how it
+    went (`DONE`, `WAITING` for the socket, `GONE`: the client left); `went` acts on it."""
 
-    __slots__ = ("_sock", "body", "close_after", "fd", "out", "sent", "started")
+    __slots__ = ("_conn", "_sock", "body", "close_after", "fd", "out", "sent", "started")
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.fd = sock.fileno()
+    def __init__(self, conn: Any) -> None:
+        self._conn, self._sock, self.fd = conn, conn.sock, conn.fd
         self.out: memoryview | None = None
         self.body: Any = None  # the rest of an answer, sent as the client takes it
         self.close_after = False
         self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
         self.sent = 0
+
+    def answer(self, data: bytes, keep_alive: bool) -> None:
+        """Send an answer (its rest, if any, is `body`); the connection goes on once it is out."""
+        conn, body = self._conn, self.body
+        if body is not None:
+            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
+            size = len(data) + (body.left or 0)
+            conn.due_by(time.monotonic() + conn.context.read_timeout + size / BYTES_PER_SECOND)
+        if self.send(data, close_after=not keep_alive) and (body is None or self.went(self._pump())):
+            conn.after_answer(keep_alive)
+
+    def send(self, data: bytes, *, close_after: bool) -> bool:
+        """Send what the socket takes now; True when all of it went. The rest waits on the epoll."""
+        went = self._put(memoryview(data))
+        if went != GONE:
+            self.close_after = close_after
+        if went == WAITING and self.body is None:
+            assert self.out is not None
+            conn = self._conn
+            conn.due_by(time.monotonic() + conn.context.read_timeout + len(self.out) / BYTES_PER_SECOND)
+        return self.went(went)
+
+    def flush(self) -> None:
+        """A turn for what waited for the socket, then the rest of a large answer."""
+        went = self._put(self.out) if self.out is not None else DONE
+        if self.went(went if went != DONE or self.body is None else self._pump()):
+            self._conn.after_answer(not self.close_after)
+
+    def went(self, went: int) -> bool:
+        """Act on how a send went: True when it is all out; else re-armed, or closed."""
+        if went == DONE:
+            return True
+        if went == WAITING:
+            self._conn.wait_writable()
+        else:
+            self._conn.close()
+        return False
+
+    def attach(self, body: Any) -> None:
+        """The rest of the answer, sent as the client takes it (`FileBody`, `IterBody`)."""
+        self.body = body
+
+    def drop(self) -> None:
+        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
+        body, self.body = self.body, None
+        if body is not None:
+            close_body(body, self._conn.context.log)
 
     def send_now(self, view: memoryview) -> int | None:
         """What the socket takes of `view` without waiting; None when the client has gone."""
@@ -332,16 +380,9 @@ class Outgoing:
         self.out = None
         return DONE
 
-    def send(self, data: bytes, close_after: bool) -> int:
-        """Send what the socket takes now; the rest is kept in `out`."""
-        went = self._put(memoryview(data))
-        if went != GONE:
-            self.close_after = close_after
-        return went
-
-    def pump(self, log: Any) -> int:
+    def _pump(self) -> int:
         """Send the rest of a large answer as the socket takes it, `TURN_BYTES` at most."""
-        body = self.body
+        body, log = self.body, self._conn.context.log
         turn = TURN_BYTES
         try:
             while turn > 0:
@@ -372,14 +413,6 @@ class Outgoing:
         self.body = None
         close_body(body, log)
         return DONE
-
-    def flush(self, log: Any) -> int:
-        """Send what waited for the socket, then the rest of a large answer."""
-        if self.out is not None:
-            went = self._put(self.out)
-            if went != DONE:
-                return went
-        return DONE if self.body is None else self.pump(log)
 
 
 class EnvironBuilder:
@@ -555,7 +588,7 @@ class Serving:
                 data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
         except Exception:
             registry.unpark(conn)
-            conn.drop_body()
+            conn.outgoing.drop()
             log.exception("Error handling request %s %s", request.method, request.path)
             data, keep_alive = self._refuse(answer, APP_ERROR)
         log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
@@ -588,7 +621,7 @@ class Serving:
                 raise
             answer.sent = file.left if head.sends_body else 0
             if head.sends_body and file.left:
-                conn.attach_body(file)
+                conn.outgoing.attach(file)
             else:
                 close_body(file, self._log)
             return head.data, head.keep_alive
@@ -619,7 +652,7 @@ class Serving:
             answer.sent = 0
             return head.data, head.keep_alive
         answer.sent = head.declared
-        conn.attach_body(IterBody(iterator, getattr(result, "close", None), head.chunked, left))
+        conn.outgoing.attach(IterBody(iterator, getattr(result, "close", None), head.chunked, left))
         if head.chunked:
             first = b"%x\r\n%s\r\n" % (len(first), first)
         return head.data + first, head.keep_alive

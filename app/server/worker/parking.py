@@ -156,7 +156,7 @@ class Parking:
         if not parked.head_sent:
             parked.head_sent = True
             out.insert(0, parked.stream_head())
-        return not out or conn.send(b"".join(out), close_after=False)
+        return not out or conn.outgoing.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
         parked = conn.parked
@@ -213,7 +213,7 @@ class Parking:
             )
         elapsed = timedelta(seconds=time.perf_counter() - parked.started)
         self._log.access(parked.answer, parked.request, parked.environ, elapsed)
-        conn.answer(data, keep_alive)
+        conn.outgoing.answer(data, keep_alive)
 
     def stop(self, conns: list[Conn]) -> None:
         """The worker stops: every parked answer is asked to end now."""
