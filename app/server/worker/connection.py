@@ -335,7 +335,7 @@ class Conn:
             # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
             # the request is served as any other, and the connection then closes.
             if self.ready:
-                self.ready[-1].keep_alive, self.ready[-1].upgrade = False, True
+                self.ready[-1].keep_alive = False
             else:
                 self.refusal = Refusal(400, "Bad Request", "This server does not switch protocols.")
             return

@@ -87,7 +87,7 @@ class Request:
     """A request as the parser framed it. gunicorn's `pre_request`/`post_request` hooks and the
     access log read the attributes gunicorn documents for its own; `body` is all the body's bytes."""
 
-    __slots__ = ("body", "fields", "http", "keep_alive", "method", "upgrade", "url")
+    __slots__ = ("body", "fields", "http", "keep_alive", "method", "url")
 
     scheme = "http"  # TLS ends at the reverse proxy
 
@@ -98,7 +98,6 @@ class Request:
         self.method = "GET"
         self.http = "1.1"
         self.keep_alive = True
-        self.upgrade = False
 
     @property
     def uri(self) -> str:

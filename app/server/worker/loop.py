@@ -1,36 +1,24 @@
 """The worker's loop around its connections: the registry on the epoll, admission, the memory
 budget and displacement.
 
-**The registry** (`Registry`). Every connection is registered with `EPOLLONESHOT`: a request
-thread takes it for one turn (`take`), and the connection hands itself back (`rearm`) when its
-turn ends (connection.py). An idle connection (between requests) is closed after the keep-alive
-time; a request's head must arrive within `read_timeout` of its first byte, and its body within
-`read_timeout` of the head (plus a second per 64 KiB): past either, 408 and close; an answer must
-be taken within the same time (plus a second per 64 KiB of it), or the connection is closed. The
-listeners are registered on the same epoll while the worker accepts (`set_accepting`).
-
-**Admission** (`Admission`). At most `worker_connections` connections (lowered at start to what
-the open-file limit allows, with one line that says so); a connection lingering after its close
-does not count against it (those are bounded apart, and displaced first when descriptors run
-short). Past the cap, the client just accepted displaces the connection making the least
-progress, never itself: N newcomers displace N connections at most. Waiting answers (watches,
-parking.py) are never displaced, so they hold a share of the cap (`watch_limit`). When
-descriptors run out (EMFILE, ENFILE on accept) one connection is displaced in the same order and
-accepting goes on; with none to displace, accepting pauses for `ACCEPT_PAUSE`. No connection is
-accepted once the graceful stop has stopped accepting: a batch under way ends first, under its
-own lock.
-
-**The memory budget** (`Budget`, GUNICORN_MEMORY_BUDGET) counts unparsed and parsed request
-bytes, unsent answer bytes and a waiting answer's collected pieces (`Conn.holding()`), as each
-connection is handed back to the epoll. Past it, connections holding bytes are displaced until it
-holds again.
-
-**Displacement**: whom to displace first, the connection making the least progress. A lingering
-close first (its answer is out; only its client's FIN is awaited), then an idle one (the longest
-idle first) or one whose request arrives, or whose answer is taken, at the fewest bytes a second.
-A connection that has just connected or been answered is spared for `IDLE_GRACE`; one whose
-request is being served (busy), or whose answer waits for its app with nothing unsent, is never
-displaced. One line is logged per `LOG_PERIOD` at most, for descriptors and for the budget each.
+**Registry**: each connection is on the epoll with `EPOLLONESHOT`; a request thread takes it for
+one turn (`take`) and it hands itself back (`rearm`). Deadlines: an idle connection, the
+keep-alive time; a request's head, `read_timeout` from its first byte, its body `read_timeout`
+from the head (plus a second per 64 KiB); past either, 408 and close. An answer must be taken in
+the same time (plus a second per 64 KiB of it), or the connection closes.
+**Admission**: at most `worker_connections` (lowered at start to what the open-file limit allows,
+said in one line); a lingering close does not count. Past the cap, the client just accepted
+displaces the connection making the least progress, never itself, so N newcomers displace N at
+most. Out of descriptors (EMFILE, ENFILE), one connection is displaced the same way, or with none,
+accepting pauses `ACCEPT_PAUSE`. Waiting answers (parking.py) are never displaced, so they hold a
+share of the cap only (`watch_limit`). After the graceful stop stops accepting, none is accepted.
+**Budget** (GUNICORN_MEMORY_BUDGET): request bytes, unsent answer bytes and a waiting answer's
+pieces (`Conn.holding()`), counted as each connection is handed back; past it, connections
+holding bytes are displaced until it holds.
+**Displacement** order, least progress first: a lingering close (only its client's FIN is
+awaited), then an idle one (the longest idle first) or the one whose request arrives, or answer is
+taken, at the fewest bytes a second. One just connected or answered is spared `IDLE_GRACE`; one
+being served, or waiting for its app with nothing unsent, never goes. One line per `LOG_PERIOD`.
 """
 
 from __future__ import annotations
@@ -50,7 +38,6 @@ from app.server.worker.connection import READ
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
 
-# --- displacement --------------------------------------------------------------------------------
 
 #: How long a connection that has just connected, or been answered, is spared.
 IDLE_GRACE = 1.0
@@ -106,8 +93,6 @@ def to_fit(conns: Iterable[Conn], held: int, budget: int, now: float) -> list[Co
     return victims
 
 
-# --- the memory budget ----------------------------------------------------------------------------
-
 #: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
 MEMORY_BUDGET = 64 * 1024 * 1024
 #: One line is logged per period at most, for descriptors (admission) and for the budget each.
@@ -152,8 +137,6 @@ class Budget:
         return victims
 
 
-# --- the registry --------------------------------------------------------------------------------
-
 #: How long a stopping worker keeps an idle connection for a request already on its way.
 STOP_LINGER = 2.0
 
@@ -178,10 +161,7 @@ class Registry:
         # Lingering closes, the first to end first: each lingers the same time from its start, so
         # insertion order is deadline order, the order `least_progress` ranks them in.
         self._lingering: dict[int, Conn] = {}
-        # Answers that wait (parking.py) hold a connection each, and are never displaced: they may
-        # hold a share of the cap only (`watch_limit`), so that plain requests always
-        # find a connection to displace.
-        self.watches = 0
+        self.watches = 0  # waiting answers (parking.py), never displaced: `watch_limit` at most
         self.watch_limit = 0
 
     @property
@@ -341,8 +321,6 @@ class Registry:
                 if self._alive():  # the graceful stop turns accepting off under this lock
                     self.set_accepting(True)
 
-
-# --- admission --------------------------------------------------------------------------------
 
 #: The most connections one wake-up of a listener accepts (each displacing another at the cap).
 ACCEPT_BATCH = 64

@@ -1,25 +1,12 @@
 """The gunicorn worker for the Plant Store service: request threads that never wait on a client.
 
-`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
-worker class on gunicorn's public worker API only, as uvicorn's `UvicornWorker` is: it uses the
-settings (`cfg`), the listening `sockets`, `log`, `notify()`, `alive`, the loaded `wsgi` app, and
-gunicorn's server hooks and signal handling as the base class sets them up. Like
-`UvicornWorker`, it only builds the parts and runs the loop; everything between the socket and
-the app is theirs, on httptools:
-
-- **One parser.** llhttp frames every request, once, as its bytes arrive (reader.py); the
-  WSGI environ is built from that reading (environ.py). Framing errors are a JSON 400 and close.
-- **No slow client holds a thread.** Sockets are non-blocking; each connection is one protocol
-  object (connection.py), and a request thread takes a request only once all of it has arrived,
-  and leaves an answer that the client does not take at once to the epoll (loop.py). Heads,
-  bodies and answers have deadlines (408 and close).
-- **Fair.** One request per connection per turn; a pipelining client waits its turn.
-- **One send per answer.** Status line, headers and body go out in one write (answer.py).
-
-The parts: `Registry` (the connections on the epoll, with the memory budget) and
-`Admission` (accepting, the cap, descriptors running out), both in loop.py, `Parking` (answers that
-wait: parking.py), `Serving` (the app, for one whole request: serving.py), and a `Conn` per
-connection. It serves plain HTTP/1.1: TLS ends at the reverse proxy.
+`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
+public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
+`wsgi`, and the hooks and signals the base class sets up. It builds the parts and runs the loop:
+llhttp frames each request once, as its bytes arrive (connection.py); a request thread takes a
+request only once all of it has arrived, and leaves an answer the client does not take at once to
+the epoll (loop.py), so no slow client holds a thread; one request per connection per turn; one
+send per small answer (cycle.py). Plain HTTP/1.1: TLS ends at the reverse proxy.
 """
 
 from __future__ import annotations
@@ -52,8 +39,7 @@ MAX_HEAD = 64 * 1024
 
 
 class PlantsWorker(base.Worker):
-    """`threads` request threads sharing one epoll; see the module docstring. Its own name:
-    `ThreadWorker` is gunicorn's gthread worker's."""
+    """`threads` request threads sharing one epoll (its own name: `ThreadWorker` is gthread's)."""
 
     #: Seconds a client has to send a request's head, its body, or to take its answer
     #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
