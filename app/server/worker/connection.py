@@ -1,15 +1,11 @@
 """One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (llhttp's
-callbacks are its methods), its limits, and the turns a request thread takes on it.
-
-Every connection is on the worker's one epoll with `EPOLLONESHOT` (loop.py): the kernel hands a
-ready connection to one thread for one turn (`turn`), which makes progress or closes. It reads
-once and feeds the parser, in slices, checking the limits between them; parsing stops while a
-whole request waits, so a pipelining client's bytes wait in its socket. A whole request is served
-in this thread (cycle.py) and its answer sent without blocking: what the client does not take at
-once waits on the epoll. A connection with more requests buffered is re-armed for writing, which
-puts it behind every other ready connection. So a slow client holds no thread, only its bytes and
-its deadline. Framing errors are refused (a JSON 400, 413, 414, 431 or 501) and the connection
-closes; the message never quotes the request.
+callbacks are its methods), its limits, and the turns a request thread takes on it (loop.py hands
+a ready connection to one thread, `EPOLLONESHOT`). A turn reads once and feeds the parser in
+slices, checking the limits between them; parsing stops while a whole request waits, so a
+pipelining client's bytes wait in its socket. A whole request is served in the thread (cycle.py);
+more buffered, the connection is re-armed for writing, behind every other ready one. A slow client
+holds no thread, only its bytes and its deadline. Framing errors are a JSON 400, 413, 414, 431 or
+501, then close; the message never quotes the request.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """A request's cycle, as uvicorn's `RequestResponseCycle`: the environ, the app's call with
 gunicorn's hooks and access line, the answer's bytes, its large or file body, and sending them.
 
-**One write when small.** `start_response` fills an `Answer`; `encode()` makes head and body one
-send. The worker owns the framing fields (`Content-Length`, chunked, `Date`, `Connection`); the
-app's hop-by-hop fields are dropped (PEP 3333), and no body goes for HEAD, 1xx, 204 or 304.
-**A large answer is never held whole**: past `HOLD_BYTES` the app's iterable is asked for the next
-piece only once the client took the last (`IterBody`); a `wsgi.file_wrapper` file goes by
-`os.sendfile` (`FileBody`). **Sends never wait**: what the client does not take at once is kept
-(`Outgoing`) until its socket is writable, `TURN_BYTES` a turn. An app error before anything was
-sent is the JSON 500 (`APP_ERROR`), and the connection closes.
-
-The environ has the keys gunicorn's has that the service, Werkzeug and ProxyFix read, except that
-a chunked body is decoded first (the app sees its `CONTENT_LENGTH`, no `Transfer-Encoding`), and a
-field name with an underscore is dropped (gunicorn's default `header_map`), so `X_Forwarded_For`
-never passes for `X-Forwarded-For`.
+A small answer is one send; the worker owns the framing fields, drops the app's hop-by-hop ones
+(PEP 3333) and sends no body for HEAD, 1xx, 204 or 304. Past `HOLD_BYTES` the app's iterable is
+asked for more only once the client took the last (`IterBody`); a `wsgi.file_wrapper` file goes by
+`os.sendfile` (`FileBody`). What the client does not take at once waits for its socket
+(`Outgoing`). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
+`CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
+`header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
 
 from __future__ import annotations

@@ -74,25 +74,6 @@ def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Co
     return victim
 
 
-def to_fit(conns: Iterable[Conn], held: int, budget: int, now: float) -> list[Conn]:
-    """The connections holding bytes to displace, the least progress first, until the bytes
-    held (`held` in all) fit in `budget`."""
-    ranked = []
-    for conn in conns:
-        if conn.held:
-            going = progress(conn, now)
-            if going is not None:
-                ranked.append((going, conn.fd, conn))
-    ranked.sort()
-    victims = []
-    for _, _, conn in ranked:
-        if held <= budget:
-            break
-        victims.append(conn)
-        held -= conn.held
-    return victims
-
-
 #: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
 MEMORY_BUDGET = 64 * 1024 * 1024
 #: One line is logged per period at most, for descriptors (admission) and for the budget each.
@@ -108,13 +89,9 @@ class Budget:
         self._log = log
         self._logged_at, self._displaced = 0.0, 0
 
-    def account(self, conn: Conn) -> None:
-        """Count what `conn` holds now."""
-        self.held += conn.recount()
-
-    def release(self, conn: Conn) -> None:
-        """`conn` has closed: it holds nothing more."""
-        self.held += conn.recount(closed=True)
+    def account(self, conn: Conn, closed: bool = False) -> None:
+        """Count what `conn` holds now (nothing once `closed`)."""
+        self.held += conn.recount(closed)
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -122,7 +99,15 @@ class Budget:
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        victims = to_fit(conns, self.held, self.limit, now)
+        ranked = sorted(
+            (going, conn.fd, conn) for conn in conns if conn.held and (going := progress(conn, now))
+        )
+        victims, held = [], self.held
+        for _, _, conn in ranked:
+            if held <= self.limit:
+                break
+            victims.append(conn)
+            held -= conn.held
         self._displaced += len(victims)
         if victims and now >= self._logged_at + LOG_PERIOD:
             self._log.warning(
@@ -314,7 +299,7 @@ class Registry:
             if self.conns.get(conn.fd) is conn:
                 del self.conns[conn.fd]
                 self._idle.pop(conn.fd, None)
-                self.budget.release(conn)
+                self.budget.account(conn, closed=True)
                 self._lingering.pop(conn.fd, None)
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
