@@ -432,8 +432,9 @@ class EnvironBuilder:
             for name, value in (cfg.secure_scheme_headers or {}).items()
         }
 
-    def base(self, client: Any, server: Any) -> dict[str, Any]:
-        """What every request of a connection shares."""
+    def shared(self, client: Any, server: Any) -> tuple[dict[str, Any], bool]:
+        """What every request of a connection shares, and whether its peer may set the scheme
+        (gunicorn's forwarded_allow_ips)."""
         environ = dict(self.static)
         if isinstance(client, tuple):
             environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = client[0], str(client[1])
@@ -444,20 +445,16 @@ class EnvironBuilder:
         else:
             environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server), "80"
         environ["wsgi.url_scheme"] = "http"
-        return environ
-
-    def trusts(self, client: Any) -> bool:
-        """Whether the peer may set the scheme (gunicorn's forwarded_allow_ips)."""
-        trusted = self.trusted
-        return trusted is True or (
-            isinstance(client, tuple) and any(_within(client[0], net) for net in trusted)
+        trusted = self.trusted is True or (
+            isinstance(client, tuple) and any(_within(client[0], net) for net in self.trusted)
         )
+        return environ, trusted
 
     def build(self, conn: Any, request: Request) -> dict[str, Any]:
         base = conn.environ_base
         if base is None:
-            base = self.base(conn.client, conn.server)
-            conn.keep_environ(base, self.trusts(conn.client))
+            base, trusted = self.shared(conn.client, conn.server)
+            conn.keep_environ(base, trusted)
         environ = base.copy()
         url = request.url
         if url[:1] == b"/":
