@@ -15,7 +15,7 @@ import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.server.worker.connection import IDLE, Conn, Context, Limits
+from app.server.worker.connection import IDLE, Conn, Context, Incoming, Limits
 
 LIMIT = 64 * 1024
 #: The generated methods, all of which llhttp knows.
@@ -28,10 +28,12 @@ Reading = tuple[list[tuple[str, str, bytes]], str]
 def worker_reading(chunks: list[bytes]) -> Reading:
     limits = Limits(8190, 100, 8190, LIMIT, LIMIT)
     with socket.socket() as sock:  # never connected: only the parser is fed
-        return _reading(Conn(sock, None, None, Context(None, None, print, None, 10.0, limits)), chunks)
+        return _reading(
+            Conn(sock, None, None, Context(None, None, print, None, 10.0, limits)).incoming, chunks
+        )
 
 
-def _reading(conn: Conn, chunks: list[bytes]) -> Reading:
+def _reading(conn: Incoming, chunks: list[bytes]) -> Reading:
     requests: list[tuple[str, str, bytes]] = []
     for chunk in chunks:
         conn.feed(chunk)

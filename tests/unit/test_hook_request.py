@@ -24,8 +24,8 @@ def test_the_hooks_request_reads_as_gunicorns(data):
     limits = Limits(4094, 100, 8190, 65536, 65536)
     with socket.socket() as sock:  # never connected: only the parser is fed
         conn = Conn(sock, None, None, Context(None, None, print, None, 10.0, limits))
-        conn.feed(data)
-    ours = conn.ready.popleft()
+        conn.incoming.feed(data)
+    ours = conn.incoming.ready.popleft()
     theirs = next(iter(RequestParser(Config(), iter([data]), ("127.0.0.1", 1))))
     for name in ("method", "uri", "path", "query", "fragment", "version", "headers", "trailers", "scheme"):
         assert getattr(ours, name) == getattr(theirs, name), name

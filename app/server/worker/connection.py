@@ -71,246 +71,48 @@ class Context:
         self.log, self.read_timeout, self.limits = log, read_timeout, limits
 
 
-class Conn:
-    """A client connection. Exactly one thread acts on it at a time (`busy`)."""
+class Incoming:
+    """A connection's request side: bytes read and not yet parsed (`unparsed`: parsing waits while
+    a request is ready), the requests parsed whole (`ready`), a refusal (answered once `ready` is
+    served, then close), and the framing counters of the request being read, checked against the
+    limits. The parser's callbacks land on `Conn`, which hands them on here."""
 
-    def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
-        self.sock, self.client, self.server, self.context = sock, client, server, context
-        self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.limits = context.limits
-        self.parser = httptools.HttpRequestParser(self)
-        self.outgoing = Outgoing(self)
+    _body: list[bytes]
+    _size_line: int | None  # a chunk's size line being read: its bytes so far
+
+    def __init__(self, parser: httptools.HttpRequestParser, limits: Limits) -> None:
+        self.parser, self.limits = parser, limits
         self.ready: deque[Request] = deque()
-        self.refusal: Refusal | None = None  # answered once `ready` is served, then close
-        self.unparsed = b""  # read, not yet fed: parsing waits while a request is ready
-        self.phase = IDLE
+        self.refusal: Refusal | None = None
+        self.unparsed = b""
         self.started = 0.0  # when the request being read began, and its bytes so far (displacement)
         self.received = 0
         self.wants_continue = False
-        self._request = Request()
-        self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
-        self._body: list[bytes] = []
-        self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
-        # Its standing with the worker, changed by the loop and parking through the methods below.
-        self.busy = self.lingering = self.woken = False
-        self.held = self.lingered = 0  # `held`: what the memory budget last counted for it
-        self.deadline = self.idle_since = 0.0
-        self.parked: Any = None  # an answer that waits (parking.py)
-        self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
-        self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
-
-    # --- the standing, changed with the registry's lock held ---
-
-    def take(self) -> bool:
-        """Taken up by a thread for a turn; False when another thread has it."""
-        if self.busy:
-            return False
-        self.busy = True
-        return True
-
-    def hand_back(self) -> None:
-        self.busy = False
-
-    def due_by(self, deadline: float, sooner_only: bool = False) -> None:
-        self.deadline = min(self.deadline, deadline) if sooner_only else deadline
-
-    def rests_since(self, now: float) -> None:
-        self.idle_since = now
-
-    def start_lingering(self) -> None:
-        self.lingering = True
-
-    def recount(self, closed: bool = False) -> int:
-        """Count what it holds now (nothing once closed); the change since it was last counted."""
-        held = 0 if closed else self.holding()
-        change, self.held = held - self.held, held
-        return change
-
-    def park(self, parked: Any) -> Any:
-        """Its answer waits (`parked`); None: taken off it. The answer it had."""
-        before, self.parked = self.parked, parked
-        return before
-
-    def mark_woken(self, woken: bool = True) -> None:
-        self.woken = woken
-
-    def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
-        self.environ_base, self.trusted_peer = base, trusted_peer
-
-    @property
-    def reading_request(self) -> bool:
-        """Part of a request has come, and not all of it."""
-        out = self.outgoing
-        return (
-            (self.phase != IDLE or bool(self.unparsed))
-            and out.out is None
-            and out.body is None
-            and not self.lingering
-        )
+        self.on_message_begin()
+        self.phase = IDLE
 
     @property
     def has_work(self) -> bool:
         """A request (or a refusal) is ready to be answered without reading more."""
         return bool(self.ready or self.refusal or self.unparsed)
 
-    def holding(self) -> int:
-        """The bytes held for it: its request bytes, unsent answer and a waiting answer's pieces."""
+    def held(self) -> int:
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
-        for request in self.ready:
-            held += len(request.body) + len(request.url)
-        if self.outgoing.out is not None:
-            held += len(self.outgoing.out.obj)  # type: ignore[arg-type]  # the whole buffer stays
-        return held + (self.parked.held() if self.parked is not None else 0)
+        return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
-    # --- a turn ---
-
-    def turn(self, mask: int) -> None:
-        """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
-        try:
-            if self.lingering:
-                self._drain()
-            elif self.outgoing.out is not None or self.outgoing.body is not None:
-                self.outgoing.flush()
-            elif self.parked is not None:
-                self.context.parking.resume(self)
-            elif self.has_work or self._receive(mask & EPOLLRDHUP):
-                self._answer_next()
-        except Exception:
-            with contextlib.suppress(Exception):
-                self.close()
-            raise
-
-    def _receive(self, closed: int) -> bool:
-        """Read once and parse; False when there is nothing to do (closed, or re-armed).
-        `closed`: the client has closed its side, so what it sent is all there will be."""
-        try:
-            data = self.sock.recv(_RECV_BYTES)
-        except BlockingIOError:
-            self.context.registry.rearm(self, READ)
-            return False
-        except OSError:
-            data = b""
-        if not data:  # the client closed: a request it had begun can never be whole
-            self.close()
-            return False
-        now, idle_deadline, read_timeout = time.monotonic(), self.deadline, self.context.read_timeout
-        if self.phase == IDLE:  # a new request's first bytes: its head's deadline starts
-            self.deadline = now + read_timeout
-        had_head = self.phase == BODY
-        self.feed(data)
-        if self.phase == IDLE and not self.has_work:  # only the empty lines llhttp skips
-            self.deadline = idle_deadline
-            self.context.registry.rest_idle(self)
-            return False
-        if closed and not self.has_work:
-            self.close()
-            return False
-        if self.phase == BODY and not had_head and not self.ready:
-            self.deadline = now + read_timeout + self.limits.body / BYTES_PER_SECOND
-        return True
-
-    def _answer_next(self) -> None:
-        if not self.ready and self.unparsed and self.refusal is None:
-            self.feed(b"")  # the rest of a pipelining client's bytes
-            if self.phase != IDLE:
-                self.deadline = time.monotonic() + self.context.read_timeout
-        if self.ready or self.refusal is not None:
-            self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
-        if self.ready:
-            served = self.context.serve(self, self.ready.popleft())
-            if served is not None:  # else a waiting answer has the connection (parking.py)
-                self.outgoing.answer(*served)
-        elif self.refusal is not None:
-            self.context.log.warning("Answered %s to a client: %s", self.refusal.status, self.refusal.message)
-            self.outgoing.answer(encode_refusal(self.refusal), keep_alive=False)
-        else:
-            self._await_more()
-
-    # --- after an answer (cycle.py's `Outgoing` sends it) ---
-
-    def after_answer(self, keep_alive: bool) -> None:
-        if self.parked is not None:  # a stream's chunk went out: ask for the next
-            self.context.parking.step(self)
-        elif not keep_alive:
-            self.close_gracefully()
-        elif self.has_work:
-            self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
-        else:
-            self._await_more()
-
-    def _await_more(self) -> None:
-        if self.phase == IDLE:
-            self.context.registry.rearm_idle(self)
-            return
-        if self.wants_continue:
-            self.wants_continue = False
-            with contextlib.suppress(OSError):
-                self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
-        self.context.registry.rearm(self, READ)
-
-    def wait_writable(self) -> None:
-        self.context.registry.rearm(self, WRITE)
-
-    # --- ending ---
-
-    def time_out(self) -> None:
-        """Past its deadline (run by the main thread, which has taken it)."""
-        if self.reading_request:  # too slow with its request: 408, then close as after any answer
-            timeout = self.context.read_timeout
-            self.context.log.warning(
-                "Answered 408 to a client that did not send its whole request within %ss", timeout
-            )
-            with contextlib.suppress(OSError):
-                self.sock.send(encode_refusal(TIMED_OUT))
-            self.close_gracefully()
-        else:  # idle, lingering, not taking its answer (a stream's included)
-            self.close()
-
-    def close_gracefully(self) -> None:
-        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
-        # it closes, so that unread request bytes cannot make the kernel reset the connection and
-        # cut off the answer. The lingering happens on the epoll.
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self.close()
-            return
-        self.context.registry.linger(self)  # no longer counted against the cap
-        self.ready.clear()  # every request byte read is forgotten
+    def forget(self) -> None:
+        """Every request byte read is forgotten (the connection is closing)."""
+        self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
-        self.deadline = time.monotonic() + LINGER_SECONDS
-        self.context.registry.rearm(self, READ)
 
-    def _drain(self) -> None:
-        try:
-            data = self.sock.recv(LINGER_BYTES)
-        except BlockingIOError:  # woken with nothing to read: keep lingering
-            self.context.registry.rearm(self, READ)
-            return
-        except OSError:
-            data = b""
-        self.lingered += len(data)
-        if data and self.lingered < LINGER_BYTES:
-            self.context.registry.rearm(self, READ)
-        else:
-            self.close()
-
-    def close(self) -> None:
-        """Close, whichever way it ends (its client left, a send failed, a deadline passed); a
-        waiting answer ends too, its access line written and its watch's place given back."""
-        parked = self.context.registry.unpark(self)
-        if parked is not None:
-            parked.left(self.context.log)
-        # Forgotten before it is closed: once closed, its number can be reused by the next accept.
-        self.context.registry.forget(self)
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        self.outgoing.drop()
-
-    # --- the parser: fed in slices, its callbacks ---
+    def take_continue(self) -> bool:
+        """Whether the client waits for a 100 Continue before its body; it is owed once."""
+        wants, self.wants_continue = self.wants_continue, False
+        return wants
 
     def feed(self, data: bytes) -> None:
-        """Parse `data` (and what was held back) until a request is whole, in slices; keep the rest."""
+        """Parse `data` (and what was held back) until a request is whole, in slices (the limits
+        are checked between them); keep the rest."""
         data = self.unparsed + data if self.unparsed else data
         self.unparsed = b""
         position = 0
@@ -418,11 +220,9 @@ class Conn:
             )
         )
 
-    def on_chunk_header(self) -> None:
-        self._size_line = None  # the chunk's data follows
-
-    def on_chunk_complete(self) -> None:
-        self._size_line = 0  # the next chunk's size line follows
+    def on_chunk(self, data_follows: bool) -> None:
+        """A chunk's data follows (its size line is read), or the next chunk's size line does."""
+        self._size_line = None if data_follows else 0
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -433,11 +233,259 @@ class Conn:
     def on_message_complete(self) -> None:
         request = self._request
         request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
-        self._body, self._body_size = [], 0  # counted in the request now (holding())
+        self._body, self._body_size = [], 0  # counted in the request now (held())
         self.ready.append(request)
         self.phase = IDLE
         self.wants_continue = False
         self._size_line = None
+
+
+class Standing:
+    """A connection's standing with the worker, kept by the loop (loop.py) and parking, with the
+    registry's lock held, through these methods only: whether a thread has it (`busy`), its
+    deadline, since when it rests, whether it lingers, its waiting answer and whether that was
+    woken, and what the memory budget last counted for it (`held`)."""
+
+    __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
+
+    def __init__(self) -> None:
+        self.busy = self.lingering = self.woken = False
+        self.held = 0
+        self.deadline = self.idle_since = 0.0
+        self.parked: Any = None  # an answer that waits (parking.py)
+
+    def take(self) -> bool:
+        """Taken up by a thread for a turn; False when another thread has it."""
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def hand_back(self) -> None:
+        self.busy = False
+
+    def due_by(self, deadline: float, sooner_only: bool = False) -> None:
+        self.deadline = min(self.deadline, deadline) if sooner_only else deadline
+
+    def rests_since(self, now: float) -> None:
+        self.idle_since = now
+
+    def start_lingering(self) -> None:
+        self.lingering = True
+
+    def recount(self, held: int) -> int:
+        """Count what it holds now; the change since it was last counted."""
+        change, self.held = held - self.held, held
+        return change
+
+    def park(self, parked: Any) -> Any:
+        """Its answer waits (`parked`); None: taken off it. The answer it had."""
+        before, self.parked = self.parked, parked
+        return before
+
+    def mark_woken(self, woken: bool = True) -> None:
+        self.woken = woken
+
+
+class Conn:
+    """A client connection. Exactly one thread acts on it at a time (its standing's `busy`)."""
+
+    def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
+        self.sock, self.client, self.server, self.context = sock, client, server, context
+        self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
+        self.parser = httptools.HttpRequestParser(self)
+        self.incoming = Incoming(self.parser, context.limits)
+        self.outgoing = Outgoing(self)
+        self.standing = Standing()
+        self.lingered = 0  # bytes read and discarded while it lingers
+        self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
+        self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
+
+    def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
+        self.environ_base, self.trusted_peer = base, trusted_peer
+
+    @property
+    def reading_request(self) -> bool:
+        """Part of a request has come, and not all of it."""
+        incoming, out = self.incoming, self.outgoing
+        started = incoming.phase != IDLE or bool(incoming.unparsed)
+        return started and out.out is None and out.body is None and not self.standing.lingering
+
+    def holding(self) -> int:
+        """The bytes held for it: its request bytes, unsent answer and a waiting answer's pieces."""
+        held = self.incoming.held() + (self.standing.parked.held() if self.standing.parked is not None else 0)
+        if self.outgoing.out is not None:
+            held += len(self.outgoing.out.obj)  # type: ignore[arg-type]  # the whole buffer stays
+        return held
+
+    # --- a turn ---
+
+    def turn(self, mask: int) -> None:
+        """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
+        try:
+            if self.standing.lingering:
+                self._drain()
+            elif self.outgoing.out is not None or self.outgoing.body is not None:
+                self.outgoing.flush()
+            elif self.standing.parked is not None:
+                self.context.parking.resume(self)
+            elif self.incoming.has_work or self._receive(mask & EPOLLRDHUP):
+                self._answer_next()
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
+
+    def _receive(self, closed: int) -> bool:
+        """Read once and parse; False when there is nothing to do (closed, or re-armed).
+        `closed`: the client has closed its side, so what it sent is all there will be."""
+        try:
+            data = self.sock.recv(_RECV_BYTES)
+        except BlockingIOError:
+            self.context.registry.rearm(self, READ)
+            return False
+        except OSError:
+            data = b""
+        if not data:  # the client closed: a request it had begun can never be whole
+            self.close()
+            return False
+        incoming, now, idle_deadline = self.incoming, time.monotonic(), self.standing.deadline
+        if incoming.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+            self.standing.due_by(now + self.context.read_timeout)
+        had_head = incoming.phase == BODY
+        incoming.feed(data)
+        if incoming.phase == IDLE and not incoming.has_work:  # only the empty lines llhttp skips
+            self.standing.due_by(idle_deadline)
+            self.context.registry.rest_idle(self)
+            return False
+        if closed and not incoming.has_work:
+            self.close()
+            return False
+        if incoming.phase == BODY and not had_head and not incoming.ready:
+            self.standing.due_by(now + self.context.read_timeout + incoming.limits.body / BYTES_PER_SECOND)
+        return True
+
+    def _answer_next(self) -> None:
+        incoming = self.incoming
+        if not incoming.ready and incoming.unparsed and incoming.refusal is None:
+            incoming.feed(b"")  # the rest of a pipelining client's bytes
+            if incoming.phase != IDLE:
+                self.standing.due_by(time.monotonic() + self.context.read_timeout)
+        if incoming.ready or incoming.refusal is not None:
+            self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
+        if incoming.ready:
+            served = self.context.serve(self, incoming.ready.popleft())
+            if served is not None:  # else a waiting answer has the connection (parking.py)
+                self.outgoing.answer(*served)
+        elif incoming.refusal is not None:
+            refusal = incoming.refusal
+            self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
+            self.outgoing.answer(encode_refusal(refusal), keep_alive=False)
+        else:
+            self._await_more()
+
+    # --- after an answer (cycle.py's `Outgoing` sends it) ---
+
+    def after_answer(self, keep_alive: bool) -> None:
+        if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
+            self.context.parking.step(self)
+        elif not keep_alive:
+            self.close_gracefully()
+        elif self.incoming.has_work:
+            self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
+        else:
+            self._await_more()
+
+    def _await_more(self) -> None:
+        if self.incoming.phase == IDLE:
+            self.context.registry.rearm_idle(self)
+            return
+        if self.incoming.take_continue():
+            with contextlib.suppress(OSError):
+                self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
+        self.context.registry.rearm(self, READ)
+
+    def wait_writable(self) -> None:
+        self.context.registry.rearm(self, WRITE)
+
+    # --- ending ---
+
+    def time_out(self) -> None:
+        """Past its deadline (run by the main thread, which has taken it)."""
+        if self.reading_request:  # too slow with its request: 408, then close as after any answer
+            message = "Answered 408 to a client that did not send its whole request within %ss"
+            self.context.log.warning(message, self.context.read_timeout)
+            with contextlib.suppress(OSError):
+                self.sock.send(encode_refusal(TIMED_OUT))
+            self.close_gracefully()
+        else:  # idle, lingering, not taking its answer (a stream's included)
+            self.close()
+
+    def close_gracefully(self) -> None:
+        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
+        # it closes, so that unread request bytes cannot make the kernel reset the connection and
+        # cut off the answer. The lingering happens on the epoll.
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close()
+            return
+        self.context.registry.linger(self)  # no longer counted against the cap
+        self.incoming.forget()
+        self.standing.due_by(time.monotonic() + LINGER_SECONDS)
+        self.context.registry.rearm(self, READ)
+
+    def _drain(self) -> None:
+        try:
+            data = self.sock.recv(LINGER_BYTES)
+        except BlockingIOError:  # woken with nothing to read: keep lingering
+            self.context.registry.rearm(self, READ)
+            return
+        except OSError:
+            data = b""
+        self.lingered += len(data)
+        if data and self.lingered < LINGER_BYTES:
+            self.context.registry.rearm(self, READ)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        """Close, whichever way it ends (its client left, a send failed, a deadline passed); a
+        waiting answer ends too, its access line written and its watch's place given back."""
+        parked = self.context.registry.unpark(self)
+        if parked is not None:
+            parked.left(self.context.log)
+        # Forgotten before it is closed: once closed, its number can be reused by the next accept.
+        self.context.registry.forget(self)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.outgoing.drop()
+
+    # --- the parser's callbacks (llhttp's protocol, as uvicorn's), its request side counts them ---
+
+    def on_message_begin(self) -> None:
+        self.incoming.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self.incoming.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.incoming.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.incoming.on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self.incoming.on_chunk(data_follows=True)
+
+    def on_chunk_complete(self) -> None:
+        self.incoming.on_chunk(data_follows=False)
+
+    def on_body(self, body: bytes) -> None:
+        self.incoming.on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.incoming.on_message_complete()
 
 
 def _head_refusal(request: Request, content_length: int, limits: Limits) -> tuple[Refusal | None, bool]:

@@ -311,7 +311,7 @@ class Outgoing:
         if body is not None:
             # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
             size = len(data) + (body.left or 0)
-            conn.due_by(time.monotonic() + conn.context.read_timeout + size / BYTES_PER_SECOND)
+            conn.standing.due_by(time.monotonic() + conn.context.read_timeout + size / BYTES_PER_SECOND)
         if self.send(data, close_after=not keep_alive) and (body is None or self.went(self._pump())):
             conn.after_answer(keep_alive)
 
@@ -323,7 +323,9 @@ class Outgoing:
         if went == WAITING and self.body is None:
             assert self.out is not None
             conn = self._conn
-            conn.due_by(time.monotonic() + conn.context.read_timeout + len(self.out) / BYTES_PER_SECOND)
+            conn.standing.due_by(
+                time.monotonic() + conn.context.read_timeout + len(self.out) / BYTES_PER_SECOND
+            )
         return self.went(went)
 
     def flush(self) -> None:

@@ -46,27 +46,28 @@ IDLE_GRACE = 1.0
 def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     """How fast `conn` is going (bytes a second, then since when: the least goes first); None
     when it is not to be displaced."""
-    if conn.busy:
+    if conn.standing.busy:
         return None
-    if conn.lingering:
-        return (-1.0, conn.deadline)
+    if conn.standing.lingering:
+        return (-1.0, conn.standing.deadline)
     outgoing = conn.outgoing
     if outgoing.out is not None or outgoing.body is not None:  # a reader: the bytes it has taken
         return (outgoing.sent / max(now - outgoing.started, 0.001), outgoing.started)
-    if conn.parked is not None:
+    if conn.standing.parked is not None:
         return None  # a watcher waiting for its app
     if conn.reading_request:
-        return (conn.received / max(now - conn.started, 0.001), conn.started)
-    if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
-        return (float("inf"), conn.idle_since)
-    return (0.0, conn.idle_since)
+        incoming = conn.incoming
+        return (incoming.received / max(now - incoming.started, 0.001), incoming.started)
+    if conn.standing.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
+        return (float("inf"), conn.standing.idle_since)
+    return (0.0, conn.standing.idle_since)
 
 
 def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Conn | None) -> Conn | None:
     """The connection to displace first; a lingering one only if `lingering`; never `spare`."""
     victim, least = None, None
     for conn in conns:
-        if (conn.lingering and not lingering) or conn is spare:
+        if (conn.standing.lingering and not lingering) or conn is spare:
             continue
         going = progress(conn, now)
         if going is not None and (least is None or going < least):
@@ -91,7 +92,7 @@ class Budget:
 
     def account(self, conn: Conn, closed: bool = False) -> None:
         """Count what `conn` holds now (nothing once `closed`)."""
-        self.held += conn.recount(closed)
+        self.held += conn.standing.recount(0 if closed else conn.holding())
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -100,14 +101,14 @@ class Budget:
             return []
         now = time.monotonic()
         ranked = sorted(
-            (going, conn.fd, conn) for conn in conns if conn.held and (going := progress(conn, now))
+            (going, conn.fd, conn) for conn in conns if conn.standing.held and (going := progress(conn, now))
         )
         victims, held = [], self.held
         for _, _, conn in ranked:
             if held <= self.limit:
                 break
             victims.append(conn)
-            held -= conn.held
+            held -= conn.standing.held
         self._displaced += len(victims)
         if victims and now >= self._logged_at + LOG_PERIOD:
             self._log.warning(
@@ -171,7 +172,7 @@ class Registry:
 
     def add(self, conn: Conn) -> None:
         with self.lock:
-            conn.rests_since(time.monotonic())
+            conn.standing.rests_since(time.monotonic())
             self.conns[conn.fd] = conn
             self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
@@ -181,7 +182,7 @@ class Registry:
         or it is gone."""
         with self.lock:
             conn = self.conns.get(fd)
-            if conn is None or not conn.take():
+            if conn is None or not conn.standing.take():
                 return None
             self._idle.pop(fd, None)
         return conn
@@ -196,12 +197,12 @@ class Registry:
         victim = self._first_lingering() if lingering else None
         if victim is None:
             oldest = next(iter(self._idle.values()), None)
-            if oldest is not spare and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
+            if oldest is not spare and oldest is not None and oldest.standing.idle_since + IDLE_GRACE <= now:
                 victim = oldest  # no progress at all, and the longest so: no need to look further
             else:
                 victim = least_progress(self.conns.values(), now, False, spare)
         if victim is not None:
-            victim.take()
+            victim.standing.take()
             self._idle.pop(victim.fd, None)
         return victim
 
@@ -209,18 +210,18 @@ class Registry:
         """The longest lingering connection not taken up (a lingering one is never `spare`, a
         connection just accepted)."""
         for conn in self._lingering.values():
-            if not conn.busy:
+            if not conn.standing.busy:
                 return conn
         return None
 
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
         with self.lock:
-            conn.hand_back()
+            conn.standing.hand_back()
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
             for victim in victims:
-                victim.take()
+                victim.standing.take()
                 self._idle.pop(victim.fd, None)
         if conn not in victims:
             # ValueError: the epoll is closed, because the graceful stop ran out of time.
@@ -235,8 +236,8 @@ class Registry:
         with self.lock:
             if not self._alive():
                 deadline = min(deadline, time.monotonic() + STOP_LINGER)
-            conn.due_by(deadline)
-            conn.rests_since(time.monotonic())
+            conn.standing.due_by(deadline)
+            conn.standing.rests_since(time.monotonic())
             self._idle[conn.fd] = conn
         self.rearm(conn, READ)
 
@@ -262,7 +263,7 @@ class Registry:
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked = conn.park(None)
+            parked = conn.standing.park(None)
             if parked is not None:
                 self.watches -= 1
         return parked
@@ -270,7 +271,7 @@ class Registry:
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
-            conn.start_lingering()
+            conn.standing.start_lingering()
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
@@ -283,11 +284,15 @@ class Registry:
             if self.paused_until and now >= self.paused_until and self._alive():
                 self.set_accepting(True)
             for conn in self.conns.values():
-                if not conn.busy and conn.deadline <= now:
-                    if conn.parked is not None and conn.outgoing.out is None and not conn.woken:
+                if not conn.standing.busy and conn.standing.deadline <= now:
+                    if (
+                        conn.standing.parked is not None
+                        and conn.outgoing.out is None
+                        and not conn.standing.woken
+                    ):
                         due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
-                    conn.take()
+                    conn.standing.take()
                     self._idle.pop(conn.fd, None)
                     expired.append(conn)
         return due, expired
@@ -420,7 +425,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.due_by(time.monotonic() + self._first_wait)
+            conn.standing.due_by(time.monotonic() + self._first_wait)
             registry.add(conn)
             if not self._make_room(conn):
                 return

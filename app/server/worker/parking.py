@@ -100,7 +100,7 @@ class Parking:
         started); False when the watches' share of the connections is full."""
         if not self._registry.admit_watch():
             return False
-        conn.park(Parked(iterable, answer, *args))
+        conn.standing.park(Parked(iterable, answer, *args))
         if not self._alive():  # arrived during the graceful stop: it ends at once
             iterable.stop()
         self.step(conn)
@@ -108,7 +108,7 @@ class Parking:
 
     def step(self, conn: Conn) -> None:
         """Ask the parked iterable for what it has, on a connection this thread holds."""
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
         streaming = parked.iterable.streaming
         out: list[bytes] = []
@@ -142,16 +142,16 @@ class Parking:
         """Hand the connection back with its next step due at once, after the others' turns."""
         registry = self._registry
         with registry.lock:
-            conn.mark_woken()
-            conn.hand_back()
+            conn.standing.mark_woken()
+            conn.standing.hand_back()
             registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
             # read timeout is closed (loop.py), to reconnect from its last id.
-            conn.due_by(time.monotonic() + self._read_timeout)
+            conn.standing.due_by(time.monotonic() + self._read_timeout)
             registry.modify(conn, WAKE)
 
     def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
         if not parked.head_sent:
             parked.head_sent = True
@@ -159,35 +159,35 @@ class Parking:
         return not out or conn.outgoing.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
-        conn.mark_woken(False)
+        conn.standing.mark_woken(False)
         if parked.wake is None:  # one callable for every park: the signal keeps one entry
             parked.wake = partial(self.wake, conn)
         parked.iterable.subscribe(parked.wake)
         registry = self._registry
         with registry.lock:
-            conn.due_by(parked.iterable.deadline())
-            if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
-                conn.due_by(time.monotonic() + self._read_timeout)
-            conn.hand_back()
+            conn.standing.due_by(parked.iterable.deadline())
+            if conn.standing.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
+                conn.standing.due_by(time.monotonic() + self._read_timeout)
+            conn.standing.hand_back()
             registry.budget.account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
-            registry.modify(conn, WAKE if conn.woken else PARKED)
+            registry.modify(conn, WAKE if conn.standing.woken else PARKED)
 
     def wake(self, conn: Conn) -> None:
         """From any thread: hand the parked connection to a request thread."""
         with self._registry.lock:
-            if conn.woken:
+            if conn.standing.woken:
                 return
-            conn.mark_woken()
-            if not conn.busy and conn.parked is not None:
-                conn.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
+            conn.standing.mark_woken()
+            if not conn.standing.busy and conn.standing.parked is not None:
+                conn.standing.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
                 self._registry.modify(conn, WAKE)
 
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
-        if conn.woken:
+        if conn.standing.woken:
             self.step(conn)
         else:
             conn.close()
@@ -218,7 +218,7 @@ class Parking:
     def stop(self, conns: list[Conn]) -> None:
         """The worker stops: every parked answer is asked to end now."""
         for conn in conns:
-            parked = conn.parked
+            parked = conn.standing.parked
             if parked is not None:
                 try:
                     parked.iterable.stop()

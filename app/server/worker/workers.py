@@ -140,10 +140,10 @@ class PlantsWorker(base.Worker):
         self.admission.stop()
         registry = self.registry
         with registry.lock:
-            waiting = [conn for conn in registry.conns.values() if conn.parked is not None]
+            waiting = [conn for conn in registry.conns.values() if conn.standing.parked is not None]
             for conn in registry.conns.values():
-                if conn.parked is None:
-                    conn.due_by(linger, sooner_only=True)
+                if conn.standing.parked is None:
+                    conn.standing.due_by(linger, sooner_only=True)
         self.parking.stop(waiting)  # each ends its answer now: a long-poll's page, a stream's end
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
