@@ -16,6 +16,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from select import EPOLLRDHUP
 from typing import Any
 
@@ -52,23 +53,17 @@ class Limits:
         self.head, self.body = head, body
 
 
+@dataclass(slots=True)
 class Context:
     """What every connection of a worker shares: its registry (loop.py), parking, the app's call
     (cycle.py's `Serving.serve`), log and settings."""
 
-    __slots__ = ("limits", "log", "parking", "read_timeout", "registry", "serve")
-
-    def __init__(
-        self,
-        registry: Any,
-        parking: Any,
-        serve: Callable[..., Any],
-        log: Any,
-        read_timeout: float,
-        limits: Limits,
-    ) -> None:
-        self.registry, self.parking, self.serve = registry, parking, serve
-        self.log, self.read_timeout, self.limits = log, read_timeout, limits
+    registry: Any
+    parking: Any
+    serve: Callable[..., Any]
+    log: Any
+    read_timeout: float
+    limits: Limits
 
 
 class Incoming:
@@ -184,16 +179,13 @@ class Incoming:
         self._head_count += 1
         size = len(name) + len(value) + 2
         self._head_bytes += size + 2
-        if self._head_count > self.limits.fields:
-            raise self._refuse(
-                _fields_refusal(f"a request may have {self.limits.fields} header fields at most")
-            )
-        if size > self.limits.field_size:
-            raise self._refuse(
-                _fields_refusal(f"a header field may take {self.limits.field_size} bytes at most")
-            )
-        if self._head_bytes > self.limits.head:
-            raise self._refuse(_head_too_large(self.limits.head))
+        limits = self.limits
+        if self._head_count > limits.fields:
+            raise self._refuse(_fields_refusal(f"a request may have {limits.fields} header fields at most"))
+        if size > limits.field_size:
+            raise self._refuse(_fields_refusal(f"a header field may take {limits.field_size} bytes at most"))
+        if self._head_bytes > limits.head:
+            raise self._refuse(_head_too_large(limits.head))
         if self.phase == BODY:
             return  # a trailer field: framing, counted against the body, not passed on
         if name.lower() == b"content-length":

@@ -178,7 +178,7 @@ class Answer:
         declared its length (on HTTP/1.0, ended by the close)."""
         status = self.status
         code = int(status[:3])
-        bodyless = code < 200 or code in (204, 304)
+        sends_body = not (code < 200 or code in (204, 304) or method == "HEAD")
         lines = [f"HTTP/1.1 {status}\r\n"]
         declared = None
         for name, value in self.headers:
@@ -194,32 +194,26 @@ class Answer:
             lines.append(f"{name}: {value}\r\n")
         chunked = False
         if length is None:
-            if declared is None and not bodyless and method != "HEAD":
+            if declared is None and sends_body:
                 chunked = http11
                 keep_alive = keep_alive and http11
                 lines.append("Transfer-Encoding: chunked\r\n" if chunked else "")
-        elif declared is None and not bodyless and method != "HEAD":
+        elif declared is None and sends_body:
             # A HEAD's body is not here to count (RFC 9110 §8.6: no Content-Length but GET's).
             lines.append(f"Content-Length: {length}\r\n")
-        elif declared is not None and declared != length and method != "HEAD" and not bodyless:
+        elif declared is not None and declared != length and sends_body:
             raise ValueError(f"the app declared Content-Length {declared} for a body of {length} bytes")
         lines.append(f"Date: {http_date()}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
-        return Head(
-            "".join(lines).encode("latin-1"),
-            keep_alive,
-            not (method == "HEAD" or bodyless),
-            chunked,
-            declared,
-        )
+        return Head("".join(lines).encode("latin-1"), keep_alive, sends_body, chunked, declared)
 
 
 class IterBody:
     """The rest of an app's iterable, framed (chunked, or counted against its Content-Length)."""
 
-    __slots__ = ("_close", "_iterator", "chunked", "left")
+    __slots__ = ("_iterator", "chunked", "left", "result")
 
-    def __init__(self, iterator: Iterator[bytes], close: Any, chunked: bool, length: int | None) -> None:
-        self._iterator, self._close = iterator, close
+    def __init__(self, iterator: Iterator[bytes], result: Any, chunked: bool, length: int | None) -> None:
+        self._iterator, self.result = iterator, result
         self.chunked = chunked
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
@@ -239,19 +233,14 @@ class IterBody:
         self.left = 0
         return b"0\r\n\r\n" if self.chunked else None
 
-    def close(self) -> None:
-        if self._close is not None:
-            close, self._close = self._close, None
-            close()
-
 
 class FileBody:
     """A file's bytes, sent by the kernel from the file to the socket, as gunicorn does."""
 
-    __slots__ = ("_wrapper", "fileno", "left", "offset")
+    __slots__ = ("fileno", "left", "offset", "result")
 
-    def __init__(self, wrapper: FileWrapper, fileno: int, offset: int, count: int) -> None:
-        self._wrapper = wrapper
+    def __init__(self, result: FileWrapper, fileno: int, offset: int, count: int) -> None:
+        self.result = result
         self.fileno, self.offset, self.left = fileno, offset, count
 
     @classmethod
@@ -276,18 +265,19 @@ class FileBody:
         self.left -= sent
         return sent
 
-    def close(self) -> None:
-        close = getattr(self._wrapper, "close", None)
-        if close is not None:
-            close()
 
-
-def close_body(body: Any, log: Any) -> None:
-    """Close the rest of an answer (the app's iterable, or its file); an error is logged."""
+def close_result(result: Any, log: Any = None) -> None:
+    """PEP 3333: the app's iterable's `close`, if it has one, is called however its answer ends
+    (once). With `log`, its error is logged, not raised."""
+    close = getattr(result, "close", None)
+    if close is None:
+        return
     try:
-        body.close()
+        close()
     except Exception:
-        log.exception("Error closing an answer's body")
+        if log is None:
+            raise
+        log.exception("Error closing an answer")
 
 
 class Outgoing:
@@ -352,7 +342,7 @@ class Outgoing:
         """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
         body, self.body = self.body, None
         if body is not None:
-            close_body(body, self._conn.context.log)
+            close_result(body.result, self._conn.context.log)
 
     def send_now(self, view: memoryview) -> int | None:
         """What the socket takes of `view` without waiting; None when the client has gone."""
@@ -406,7 +396,7 @@ class Outgoing:
             log.exception("Error sending an answer's body: the connection is closed")
             return GONE
         self.body = None
-        close_body(body, log)
+        close_result(body.result, log)
         return DONE
 
 
@@ -574,7 +564,7 @@ class Serving:
             if parkable(result):
                 if self._park(conn, result, answer, request, environ, keep_alive, started):
                     return None
-                _close(result)  # its place in the app's own count is given back
+                close_result(result)  # its place in the app's own count is given back
                 data, keep_alive = self._refuse(answer, watches_full(registry.watch_limit))
             else:
                 data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
@@ -609,13 +599,13 @@ class Serving:
             try:
                 head = answer.head(method, keep_alive, file.left)
             except BaseException:
-                close_body(file, self._log)
+                close_result(file.result, self._log)
                 raise
             answer.sent = file.left if head.sends_body else 0
             if head.sends_body and file.left:
                 conn.outgoing.attach(file)
             else:
-                close_body(file, self._log)
+                close_result(file.result, self._log)
             return head.data, head.keep_alive
         chunks, held, whole = answer.chunks, 0, True
         iterator = iter(result)
@@ -628,29 +618,23 @@ class Serving:
                         whole = False
                         break
         except BaseException:
-            _close(result)
+            close_result(result)
             raise
         if whole:
-            _close(result)
+            close_result(result)
             return answer.encode(method, keep_alive)
         # Too large to hold: what came so far goes now, the rest as the client takes it.
         head = answer.head(method, keep_alive, None, http11=request.http == "1.1")
         first = b"".join(chunks)
         left = None if head.declared is None else head.declared - len(first)
         if not head.sends_body or (left is not None and left < 0):
-            _close(result)
+            close_result(result)
             if head.sends_body:
                 raise ValueError(f"the app declared Content-Length {head.declared} for a longer body")
             answer.sent = 0
             return head.data, head.keep_alive
         answer.sent = head.declared
-        conn.outgoing.attach(IterBody(iterator, getattr(result, "close", None), head.chunked, left))
+        conn.outgoing.attach(IterBody(iterator, result, head.chunked, left))
         if head.chunked:
             first = b"%x\r\n%s\r\n" % (len(first), first)
         return head.data + first, head.keep_alive
-
-
-def _close(result: Any) -> None:
-    close = getattr(result, "close", None)
-    if close is not None:
-        close()

@@ -284,12 +284,9 @@ class Registry:
             if self.paused_until and now >= self.paused_until and self._alive():
                 self.set_accepting(True)
             for conn in self.conns.values():
-                if not conn.standing.busy and conn.standing.deadline <= now:
-                    if (
-                        conn.standing.parked is not None
-                        and conn.outgoing.out is None
-                        and not conn.standing.woken
-                    ):
+                standing = conn.standing
+                if not standing.busy and standing.deadline <= now:
+                    if standing.parked is not None and conn.outgoing.out is None and not standing.woken:
                         due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
                     conn.standing.take()

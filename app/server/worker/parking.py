@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
-from app.server.worker.cycle import APP_ERROR, HOP_BY_HOP, Answer, Request, encode_refusal
+from app.server.worker.cycle import APP_ERROR, HOP_BY_HOP, Answer, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -55,12 +55,7 @@ class Parked:
 
     def close(self, log: Any) -> None:
         """End the waiting answer (its watch's place is given back)."""
-        close = getattr(self.iterable, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:
-                log.exception("Error closing a waiting answer")
+        close_result(self.iterable, log)
 
     def left(self, log: Any) -> None:
         """The access line of an answer its client left (or that timed out) before its end: the
