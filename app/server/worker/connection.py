@@ -303,13 +303,6 @@ class Conn:
         started = incoming.phase != IDLE or bool(incoming.unparsed)
         return started and out.out is None and out.body is None and not self.standing.lingering
 
-    def holding(self) -> int:
-        """The bytes held for it: its request bytes, unsent answer and a waiting answer's pieces."""
-        held = self.incoming.held() + (self.standing.parked.held() if self.standing.parked is not None else 0)
-        if self.outgoing.out is not None:
-            held += len(self.outgoing.out.obj)  # type: ignore[arg-type]  # the whole buffer stays
-        return held
-
     # --- a turn ---
 
     def turn(self, mask: int) -> None:

@@ -13,7 +13,7 @@ most. Out of descriptors (EMFILE, ENFILE), one connection is displaced the same 
 accepting pauses `ACCEPT_PAUSE`. Waiting answers (parking.py) are never displaced, so they hold a
 share of the cap only (`watch_limit`). After the graceful stop stops accepting, none is accepted.
 **Budget** (GUNICORN_MEMORY_BUDGET): request bytes, unsent answer bytes and a waiting answer's
-pieces (`Conn.holding()`), counted as each connection is handed back; past it, connections
+pieces (`holding`), counted as each connection is handed back; past it, connections
 holding bytes are displaced until it holds.
 **Displacement** order, least progress first: a lingering close (only its client's FIN is
 awaited), then an idle one (the longest idle first) or the one whose request arrives, or answer is
@@ -75,6 +75,13 @@ def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Co
     return victim
 
 
+def holding(conn: Conn) -> int:
+    """The bytes held for `conn`: its request bytes, unsent answer and a waiting answer's pieces."""
+    parked, out = conn.standing.parked, conn.outgoing.out
+    held = conn.incoming.held() + (parked.held() if parked is not None else 0)
+    return held + (len(out.obj) if out is not None else 0)  # type: ignore[arg-type]  # the whole buffer stays
+
+
 #: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
 MEMORY_BUDGET = 64 * 1024 * 1024
 #: One line is logged per period at most, for descriptors (admission) and for the budget each.
@@ -92,7 +99,7 @@ class Budget:
 
     def account(self, conn: Conn, closed: bool = False) -> None:
         """Count what `conn` holds now (nothing once `closed`)."""
-        self.held += conn.standing.recount(0 if closed else conn.holding())
+        self.held += conn.standing.recount(0 if closed else holding(conn))
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
