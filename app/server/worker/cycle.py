@@ -344,21 +344,15 @@ class Outgoing:
         if body is not None:
             close_result(body.result, self._conn.context.log)
 
-    def send_now(self, view: memoryview) -> int | None:
-        """What the socket takes of `view` without waiting; None when the client has gone."""
+    def _put(self, view: memoryview) -> int:
+        """Send what the socket takes of `view` now; the rest waits (`out`)."""
         try:
             sent = self._sock.send(view) if view else 0
         except BlockingIOError:
-            return 0
-        except OSError:
-            return None
-        self.sent += sent
-        return sent
-
-    def _put(self, view: memoryview) -> int:
-        sent = self.send_now(view)
-        if sent is None:
+            sent = 0
+        except OSError:  # the client has gone
             return GONE
+        self.sent += sent
         if sent < len(view):
             self.out = view[sent:]
             return WAITING

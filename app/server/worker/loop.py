@@ -199,9 +199,11 @@ class Registry:
         (busy), or None when there is none to displace. A lingering one only if `lingering`; never
         `spare` (the connection just accepted)."""
         now = time.monotonic()
-        # The lingering ones rank first, the oldest first: taken without scanning every
-        # connection (at the descriptors' room, each accept displaces one).
-        victim = self._first_lingering() if lingering else None
+        # The lingering ones rank first, the oldest first (none is `spare`): taken without
+        # scanning every connection (at the descriptors' room, each accept displaces one).
+        victim = (
+            next((c for c in self._lingering.values() if not c.standing.busy), None) if lingering else None
+        )
         if victim is None:
             oldest = next(iter(self._idle.values()), None)
             if oldest is not spare and oldest is not None and oldest.standing.idle_since + IDLE_GRACE <= now:
@@ -212,14 +214,6 @@ class Registry:
             victim.standing.take()
             self._idle.pop(victim.fd, None)
         return victim
-
-    def _first_lingering(self) -> Conn | None:
-        """The longest lingering connection not taken up (a lingering one is never `spare`, a
-        connection just accepted)."""
-        for conn in self._lingering.values():
-            if not conn.standing.busy:
-                return conn
-        return None
 
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
