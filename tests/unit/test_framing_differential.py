@@ -2,19 +2,20 @@
 be read the same way by both: where each request ends, its method, target and body, and whether
 the stream is refused. Where the two differ by design, `by_design` names the case and the RFC.
 
-The worker's reading is its connection's reader (app/server/worker/reader.py) fed as the
-connection feeds it; h11's is a server connection that answers each request before the next.
+The worker's reading is its connection, the parser's protocol (app/server/worker/connection.py), fed
+as its turns feed it; h11's is a server connection that answers each request before the next.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 
 import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.server.worker.reader import IDLE, Limits, Reader
+from app.server.worker.connection import IDLE, Conn, Context, Incoming, Limits
 
 LIMIT = 64 * 1024
 #: The generated methods, all of which llhttp knows.
@@ -25,7 +26,14 @@ Reading = tuple[list[tuple[str, str, bytes]], str]
 
 
 def worker_reading(chunks: list[bytes]) -> Reading:
-    conn = Reader(Limits(8190, 100, 8190, LIMIT, LIMIT))
+    limits = Limits(8190, 100, 8190, LIMIT, LIMIT)
+    with socket.socket() as sock:  # never connected: only the parser is fed
+        return _reading(
+            Conn(sock, None, None, Context(None, None, print, None, 10.0, limits)).incoming, chunks
+        )
+
+
+def _reading(conn: Incoming, chunks: list[bytes]) -> Reading:
     requests: list[tuple[str, str, bytes]] = []
     for chunk in chunks:
         conn.feed(chunk)

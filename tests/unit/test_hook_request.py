@@ -3,12 +3,14 @@ the attributes gunicorn documents for its own: read here against gunicorn's pars
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
-from app.server.worker.answer import Answer
-from app.server.worker.reader import Limits, Reader
+from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.cycle import Answer
 
 REQUESTS = [
     b"GET /plants?limit=5&tag=x HTTP/1.1\r\nHost: a\r\nX-Thing: 1\r\n\r\n",
@@ -19,9 +21,11 @@ REQUESTS = [
 
 @pytest.mark.parametrize("data", REQUESTS)
 def test_the_hooks_request_reads_as_gunicorns(data):
-    reader = Reader(Limits(4094, 100, 8190, 65536, 65536))
-    reader.feed(data)
-    ours = reader.ready.popleft()
+    limits = Limits(4094, 100, 8190, 65536, 65536)
+    with socket.socket() as sock:  # never connected: only the parser is fed
+        conn = Conn(sock, None, None, Context(None, None, print, None, 10.0, limits))
+        conn.incoming.feed(data)
+    ours = conn.incoming.ready.popleft()
     theirs = next(iter(RequestParser(Config(), iter([data]), ("127.0.0.1", 1))))
     for name in ("method", "uri", "path", "query", "fragment", "version", "headers", "trailers", "scheme"):
         assert getattr(ours, name) == getattr(theirs, name), name

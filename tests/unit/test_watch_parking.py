@@ -1,13 +1,13 @@
 """The app's copy of the worker's parking interface (app/watch/parkable.py) names the same environ
-key as the worker's (app/server/worker/interface.py): an app that looked under another key would
+key as the worker's (app/server/worker/parking.py): an app that looked under another key would
 never park, and every watch would hold a request thread."""
 
-from app.server.worker import interface
-from app.watch import parkable as parking
+from app.server.worker import parking as worker
+from app.watch import parkable
 
 
 def test_the_app_and_the_worker_agree_on_the_parking_key():
-    assert parking.PARKING == interface.PARKING
+    assert parkable.PARKING == worker.PARKING
 
 
 def test_the_watches_offer_what_the_worker_parks():

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.server.worker.connection import Conn, Context
+from app.server.worker.connection import Conn, Context, Limits
 from app.server.worker.loop import Budget, Registry
-from app.server.worker.reader import Limits
 
 
 class _NoParking:

@@ -1,17 +1,9 @@
-"""The packaged gunicorn worker, `PlantsWorker`: one parser (httptools), and slow clients never
-hold a request thread (workers.py).
-
-`PlantsWorker` is imported when gunicorn asks for it, so that the service can import the
-interface the worker offers it (interface.py) without loading the worker. `ThreadWorker`, its
-name before 1.6.0, still names it, for configurations that set it (GUNICORN_WORKER_CLASS).
-"""
+"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported when gunicorn asks for it.
+`ThreadWorker`, its name before 1.6.0, still names it for configurations that set it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from app.server.worker.workers import PlantsWorker
+from typing import Any
 
 __all__ = ["PlantsWorker"]
 

@@ -1,24 +1,11 @@
-"""One client connection and its protocol (`Conn`): its socket, the parser's protocol (it is a
-`Reader`, reader.py), its answer on the way out (answer.py's `Outgoing`), its deadline, and the
-turns a request thread takes on it.
-
-Every request thread waits on the worker's one epoll, where each connection is registered with
-`EPOLLONESHOT` (loop.py): the kernel hands each ready connection to exactly one thread, for
-one turn (`turn`). A turn makes progress or closes:
-
-- it reads once from the socket and feeds the bytes to the connection's parser; end-of-file in
-  the middle of a request closes the connection at once;
-- once a request is whole, it serves that one request, in this thread (serving.py), and sends
-  the answer without blocking: what the client does not take at once waits on the epoll for the
-  socket to become writable;
-- a connection with more requests buffered (a pipelining client) is then armed for writing,
-  which puts it at the back of the kernel's ready list: every other ready connection gets a
-  turn before its next request is served.
-
-So a slow client holds no thread, only its buffered bytes and its deadline. An answer can be
-completed later by any thread, through `answer(data, keep_alive)`. Where a step needs the
-worker's registry (re-arm on the epoll, forget, account bytes) or its parking, it calls them
-through the `Context` every connection of the worker shares.
+"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (llhttp's
+callbacks are its methods), its limits, and the turns a request thread takes on it (loop.py hands
+a ready connection to one thread, `EPOLLONESHOT`). A turn reads once and feeds the parser in
+slices, checking the limits between them; parsing stops while a whole request waits, so a
+pipelining client's bytes wait in its socket. A whole request is served in the thread (cycle.py);
+more buffered, the connection is re-armed for writing, behind every other ready one. A slow client
+holds no thread, only its bytes and its deadline. Framing errors are a JSON 400, 413, 414, 431 or
+501, then close; the message never quotes the request.
 """
 
 from __future__ import annotations
@@ -27,15 +14,15 @@ import contextlib
 import select
 import socket
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from select import EPOLLRDHUP
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from app.server.worker.answer import DONE, WAITING, Outgoing, close_body
-from app.server.worker.reader import BODY, IDLE, TIMED_OUT, Limits, Reader, Refusal, Request, encode_refusal
+import httptools
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
+from app.server.worker.cycle import BYTES_PER_SECOND, TIMED_OUT, Outgoing, Refusal, Request, encode_refusal
 
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -44,64 +31,220 @@ WRITE = select.EPOLLOUT | select.EPOLLONESHOT
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-#: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
-BYTES_PER_SECOND = 65536
-#: How long, and for how many bytes, a connection closed after its answer lingers for the client
-#: to close its side (as gunicorn's util.close_graceful, which blocks: this one waits on the epoll).
+#: How long, and for how many bytes, a closed connection lingers for its client to close (as
+#: gunicorn's util.close_graceful, which blocks: this one waits on the epoll).
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
+#: The most bytes fed to the parser at once: the limits are checked between slices.
+SLICE = 16 * 1024
+#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
+FRAMING_ALLOWANCE = 16 * 1024
+#: A chunk's size line with its extensions: llhttp reads extensions of any length; none is read here.
+MAX_SIZE_LINE = 16 * 1024
+IDLE, HEAD, BODY = 0, 1, 2
 
 
-class RegistryPort(Protocol):
-    """What a connection asks of its worker's registry (loop.py)."""
+class Limits:
+    """What one request may take; gunicorn's convention: 0 is "no limit" for the first three."""
 
-    def rearm(self, conn: Conn, events: int) -> None: ...
-    def rearm_idle(self, conn: Conn) -> None: ...
-    def rest_idle(self, conn: Conn) -> None: ...
-    def linger(self, conn: Conn) -> None: ...
-    def forget(self, conn: Conn) -> None: ...
-    def unpark(self, conn: Conn) -> Any: ...
-
-
-class ParkingPort(Protocol):
-    """What a connection asks of its worker's parking (parking.py)."""
-
-    def step(self, conn: Conn) -> None: ...
-    def resume(self, conn: Conn) -> None: ...
+    def __init__(self, request_line: int, fields: int, field_size: int, head: int, body: int) -> None:
+        self.request_line = request_line or 1 << 62
+        self.fields = fields or 1 << 62
+        self.field_size = field_size or 1 << 62
+        self.head, self.body = head, body
 
 
+@dataclass(slots=True)
 class Context:
-    """What every connection of a worker shares: its collaborators and its settings."""
+    """What every connection of a worker shares: its registry (loop.py), parking, the app's call
+    (cycle.py's `Serving.serve`), log and settings."""
 
-    __slots__ = ("limits", "log", "parking", "read_timeout", "registry", "serve")
+    registry: Any
+    parking: Any
+    serve: Callable[..., Any]
+    log: Any
+    read_timeout: float
+    limits: Limits
 
-    def __init__(
-        self,
-        registry: RegistryPort,
-        parking: ParkingPort,
-        serve: Callable[[Conn, Request], tuple[bytes, bool] | None],
-        log: Any,
-        read_timeout: float,
-        limits: Limits,
-    ) -> None:
-        self.registry, self.parking, self.serve = registry, parking, serve
-        self.log, self.read_timeout, self.limits = log, read_timeout, limits
+
+class Incoming:
+    """A connection's request side: bytes read and not yet parsed (`unparsed`: parsing waits while
+    a request is ready), the requests parsed whole (`ready`), a refusal (answered once `ready` is
+    served, then close), and the framing counters of the request being read, checked against the
+    limits. The parser's callbacks land on `Conn`, which hands them on here."""
+
+    _body: list[bytes]
+    _size_line: int | None  # a chunk's size line being read: its bytes so far
+
+    def __init__(self, parser: httptools.HttpRequestParser, limits: Limits) -> None:
+        self.parser, self.limits = parser, limits
+        self.ready: deque[Request] = deque()
+        self.refusal: Refusal | None = None
+        self.unparsed = b""
+        self.started = 0.0  # when the request being read began, and its bytes so far (displacement)
+        self.received = 0
+        self.wants_continue = False
+        self.on_message_begin()
+        self.phase = IDLE
+
+    @property
+    def has_work(self) -> bool:
+        """A request (or a refusal) is ready to be answered without reading more."""
+        return bool(self.ready or self.refusal or self.unparsed)
+
+    def held(self) -> int:
+        held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
+        return held + sum(len(request.body) + len(request.url) for request in self.ready)
+
+    def forget(self) -> None:
+        """Every request byte read is forgotten (the connection is closing)."""
+        self.ready.clear()
+        self.unparsed, self._body, self._body_size = b"", [], 0
+
+    def take_continue(self) -> bool:
+        """Whether the client waits for a 100 Continue before its body; it is owed once."""
+        wants, self.wants_continue = self.wants_continue, False
+        return wants
+
+    def feed(self, data: bytes) -> None:
+        """Parse `data` (and what was held back) until a request is whole, in slices (the limits
+        are checked between them); keep the rest."""
+        data = self.unparsed + data if self.unparsed else data
+        self.unparsed = b""
+        position = 0
+        while position < len(data) and not self.ready and self.refusal is None:
+            piece = data[position : position + SLICE]
+            position += len(piece)
+            self._feed_slice(piece)
+        if self.refusal is None:
+            self.unparsed = data[position:]
+
+    def _feed_slice(self, piece: bytes) -> None:
+        phase_before = self.phase
+        if phase_before == IDLE:
+            self.started, self.received = time.monotonic(), 0
+        try:
+            self.parser.feed_data(piece)
+        except httptools.HttpParserUpgrade:
+            # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
+            # the request is served as any other, and the connection then closes.
+            if self.ready:
+                self.ready[-1].keep_alive = False
+            else:
+                self.refusal = Refusal(400, "Bad Request", "This server does not switch protocols.")
+            return
+        except httptools.HttpParserCallbackError:
+            # A callback's refusal, or (never expected) its error, whose text may quote the request.
+            self.refusal = self.refusal or _malformed("a field could not be read")
+            return
+        except httptools.HttpParserError as exc:
+            self.refusal = self.refusal or _malformed(str(exc))
+            return
+        self.received += len(piece)
+        # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
+        if self.phase == phase_before == HEAD:
+            self._head_bytes += len(piece)
+            if self._head_bytes > self.limits.head:
+                self.refusal = _head_too_large(self.limits.head)
+        elif self.phase == phase_before == BODY:
+            self._framing_bytes += len(piece)
+            if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
+                self.refusal = _too_large(self.limits.body)
+        if self._size_line is not None and self.phase == BODY:
+            # A size line holds no LF: it began after the last LF of this slice, if it has one.
+            line_feed = piece.rfind(b"\n")
+            self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
+            if self._size_line > MAX_SIZE_LINE:
+                detail = f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most"
+                self.refusal = self.refusal or _malformed(detail)
+
+    def _refuse(self, refusal: Refusal) -> Refusal:
+        """Record the refusal (raising it from a callback stops the parser where it is)."""
+        self.refusal = refusal
+        return refusal
+
+    def on_message_begin(self) -> None:
+        self.phase = HEAD
+        self._request = Request()
+        self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
+        self._body = []
+        self._size_line = None
+
+    def on_url(self, url: bytes) -> None:
+        self._request.url += url
+        if len(self._request.url) > self.limits.request_line:
+            message = f"URI Too Long: the request line may take {self.limits.request_line} bytes at most."
+            raise self._refuse(Refusal(414, "URI Too Long", message))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_count += 1
+        size = len(name) + len(value) + 2
+        self._head_bytes += size + 2
+        limits = self.limits
+        if self._head_count > limits.fields:
+            raise self._refuse(_fields_refusal(f"a request may have {limits.fields} header fields at most"))
+        if size > limits.field_size:
+            raise self._refuse(_fields_refusal(f"a header field may take {limits.field_size} bytes at most"))
+        if self._head_bytes > limits.head:
+            raise self._refuse(_head_too_large(limits.head))
+        if self.phase == BODY:
+            return  # a trailer field: framing, counted against the body, not passed on
+        if name.lower() == b"content-length":
+            self._content_length = int(value)  # llhttp has checked that it is digits only
+        self._request.fields.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        request, parser = self._request, self.parser
+        request.http = parser.get_http_version()
+        request.method = parser.get_method().decode("ascii")
+        request.keep_alive = parser.should_keep_alive()
+        self.phase = BODY
+        refusal, transfer_coded = _head_refusal(request, self._content_length, self.limits)
+        if refusal is not None:
+            raise self._refuse(refusal)
+        if transfer_coded:
+            self._size_line = 0
+        self.wants_continue = (
+            request.http == "1.1"
+            and (transfer_coded or self._content_length > 0)
+            and any(
+                name.lower() == b"expect" and value.lower() == b"100-continue"
+                for name, value in request.fields
+            )
+        )
+
+    def on_chunk(self, data_follows: bool) -> None:
+        """A chunk's data follows (its size line is read), or the next chunk's size line does."""
+        self._size_line = None if data_follows else 0
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self.limits.body:
+            raise self._refuse(_too_large(self.limits.body))
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        request = self._request
+        request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
+        self._body, self._body_size = [], 0  # counted in the request now (held())
+        self.ready.append(request)
+        self.phase = IDLE
+        self.wants_continue = False
+        self._size_line = None
 
 
 class Standing:
-    """A connection's standing with its worker: taken up or not (`busy`), its deadline, idle since
-    when, lingering, the bytes it was last counted for, its waiting answer. The loop and parking
-    change it through these methods only, with the registry's lock held."""
+    """A connection's standing with the worker, kept by the loop (loop.py) and parking, with the
+    registry's lock held, through these methods only: whether a thread has it (`busy`), its
+    deadline, since when it rests, whether it lingers, its waiting answer and whether that was
+    woken, and what the memory budget last counted for it (`held`)."""
 
-    busy: bool
-    deadline: float
-    idle_since: float
-    lingering: bool
-    held: int
-    parked: Any
-    woken: bool
+    __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
 
-    def holding(self) -> int:
-        raise NotImplementedError
+    def __init__(self) -> None:
+        self.busy = self.lingering = self.woken = False
+        self.held = 0
+        self.deadline = self.idle_since = 0.0
+        self.parked: Any = None  # an answer that waits (parking.py)
 
     def take(self) -> bool:
         """Taken up by a thread for a turn; False when another thread has it."""
@@ -111,106 +254,67 @@ class Standing:
         return True
 
     def hand_back(self) -> None:
-        """Its turn has ended: any thread may take it again."""
         self.busy = False
 
-    def due_by(self, deadline: float) -> None:
-        self.deadline = deadline
-
-    def due_no_later_than(self, deadline: float) -> None:
-        self.deadline = min(self.deadline, deadline)
+    def due_by(self, deadline: float, sooner_only: bool = False) -> None:
+        self.deadline = min(self.deadline, deadline) if sooner_only else deadline
 
     def rests_since(self, now: float) -> None:
-        """Idle (between requests) from `now`."""
         self.idle_since = now
 
     def start_lingering(self) -> None:
         self.lingering = True
 
-    def recount(self) -> int:
+    def recount(self, held: int) -> int:
         """Count what it holds now; the change since it was last counted."""
-        held = self.holding()
         change, self.held = held - self.held, held
         return change
 
-    def release_held(self) -> int:
-        """Closed: it holds nothing more; what it held."""
-        held, self.held = self.held, 0
-        return held
-
-    def park(self, parked: Any) -> None:
-        """Its answer waits (parking.py)."""
-        self.parked = parked
-
-    def unpark(self) -> Any:
-        """Its waiting answer, taken off it; None if none."""
-        parked, self.parked = self.parked, None
-        return parked
+    def park(self, parked: Any) -> Any:
+        """Its answer waits (`parked`); None: taken off it. The answer it had."""
+        before, self.parked = self.parked, parked
+        return before
 
     def mark_woken(self, woken: bool = True) -> None:
-        """Its waiting answer has (or, False, has not yet) a next step."""
         self.woken = woken
 
 
-class Conn(Standing, Reader):
-    """A client connection. Exactly one thread acts on it at a time (`busy`)."""
+class Conn:
+    """A client connection. Exactly one thread acts on it at a time (its standing's `busy`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
-        self.sock = sock
+        self.sock, self.client, self.server, self.context = sock, client, server, context
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.client = client
-        self.server = server
-        self.context = context
-        Reader.__init__(self, context.limits)  # the parser's protocol: its callbacks land here
-        self.outgoing = Outgoing(sock)
-        self.held = 0  # the bytes of the worker's memory budget this connection was last counted for
-        self.busy = False
-        self.lingering = False
-        self.lingered = 0
-        self.deadline = 0.0
-        self.idle_since = 0.0
+        self.parser = httptools.HttpRequestParser(self)
+        self.incoming = Incoming(self.parser, context.limits)
+        self.outgoing = Outgoing(self)
+        self.standing = Standing()
+        self.lingered = 0  # bytes read and discarded while it lingers
         self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
-        self.parked: Any = None  # an answer that waits (parking.py), and whether it was woken
-        self.woken = False
 
     def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
-        """What every request of this connection shares (environ.py), kept for the next."""
         self.environ_base, self.trusted_peer = base, trusted_peer
 
     @property
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
-        outgoing = self.outgoing
-        return (
-            (self.phase != IDLE or bool(self.unparsed))
-            and outgoing.out is None
-            and outgoing.body is None
-            and not self.lingering
-        )
+        incoming, out = self.incoming, self.outgoing
+        started = incoming.phase != IDLE or bool(incoming.unparsed)
+        return started and out.out is None and out.body is None and not self.standing.lingering
 
-    def holding(self) -> int:
-        """The bytes the worker holds for this connection: its unparsed and parsed request bytes,
-        its unsent answer, and a waiting answer's collected pieces."""
-        held = self.request_bytes()
-        out = self.outgoing.out
-        if out is not None:
-            held += len(out.obj)  # type: ignore[arg-type]  # the whole buffer stays while a part is unsent
-        if self.parked is not None:
-            held += self.parked.held()
-        return held
+    # --- a turn ---
 
     def turn(self, mask: int) -> None:
         """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
         try:
-            if self.lingering:
+            if self.standing.lingering:
                 self._drain()
             elif self.outgoing.out is not None or self.outgoing.body is not None:
-                if self._went(self.outgoing.flush(self.context.log)):
-                    self._after_answer(not self.outgoing.close_after)
-            elif self.parked is not None:
+                self.outgoing.flush()
+            elif self.standing.parked is not None:
                 self.context.parking.resume(self)
-            elif self.has_work or self._receive(mask & EPOLLRDHUP):
+            elif self.incoming.has_work or self._receive(mask & EPOLLRDHUP):
                 self._answer_next()
         except Exception:
             with contextlib.suppress(Exception):
@@ -230,105 +334,72 @@ class Conn(Standing, Reader):
         if not data:  # the client closed: a request it had begun can never be whole
             self.close()
             return False
-        now = time.monotonic()
-        idle_deadline = self.deadline
-        read_timeout = self.context.read_timeout
-        if self.phase == IDLE:  # a new request's first bytes: its head's deadline starts
-            self.deadline = now + read_timeout
-        had_head = self.phase == BODY
-        self.feed(data)
-        if self.phase == IDLE and not self.has_work:  # only the empty lines llhttp skips
-            self.deadline = idle_deadline
+        incoming, now, idle_deadline = self.incoming, time.monotonic(), self.standing.deadline
+        if incoming.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+            self.standing.due_by(now + self.context.read_timeout)
+        had_head = incoming.phase == BODY
+        incoming.feed(data)
+        if incoming.phase == IDLE and not incoming.has_work:  # only the empty lines llhttp skips
+            self.standing.due_by(idle_deadline)
             self.context.registry.rest_idle(self)
             return False
-        if closed and not self.has_work:
+        if closed and not incoming.has_work:
             self.close()
             return False
-        if self.phase == BODY and not had_head and not self.ready:
-            self.deadline = now + read_timeout + self.context.limits.body / BYTES_PER_SECOND
+        if incoming.phase == BODY and not had_head and not incoming.ready:
+            self.standing.due_by(now + self.context.read_timeout + incoming.limits.body / BYTES_PER_SECOND)
         return True
 
     def _answer_next(self) -> None:
-        if not self.ready and self.unparsed and self.refusal is None:
-            self.feed(b"")  # the rest of a pipelining client's bytes
-            if self.phase != IDLE:
-                self.deadline = time.monotonic() + self.context.read_timeout
-        if self.ready or self.refusal is not None:
+        incoming = self.incoming
+        if not incoming.ready and incoming.unparsed and incoming.refusal is None:
+            incoming.feed(b"")  # the rest of a pipelining client's bytes
+            if incoming.phase != IDLE:
+                self.standing.due_by(time.monotonic() + self.context.read_timeout)
+        if incoming.ready or incoming.refusal is not None:
             self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
-        if self.ready:
-            served = self.context.serve(self, self.ready.popleft())
+        if incoming.ready:
+            served = self.context.serve(self, incoming.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
-                self.answer(*served)
-        elif self.refusal is not None:
-            self._refuse(self.refusal)
+                self.outgoing.answer(*served)
+        elif incoming.refusal is not None:
+            refusal = incoming.refusal
+            self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
+            self.outgoing.answer(encode_refusal(refusal), keep_alive=False)
         else:
             self._await_more()
 
-    def _refuse(self, refusal: Refusal) -> None:
-        self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
-        self.answer(encode_refusal(refusal), keep_alive=False)
+    # --- after an answer (cycle.py's `Outgoing` sends it) ---
 
-    def answer(self, data: bytes, keep_alive: bool) -> None:
-        """Send an answer on this connection, which this thread holds (busy), then hand it back.
-        Its body's rest, if it has one, is `outgoing.body`, sent as the client takes it."""
-        body = self.outgoing.body
-        if body is not None:
-            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
-            size = len(data) + (body.left or 0)
-            self.deadline = time.monotonic() + self.context.read_timeout + size / BYTES_PER_SECOND
-        if self.send(data, close_after=not keep_alive) and (
-            body is None or self._went(self.outgoing.pump(self.context.log))
-        ):
-            self._after_answer(keep_alive)
-
-    def _after_answer(self, keep_alive: bool) -> None:
-        if self.parked is not None:  # a stream's chunk went out: ask for the next
+    def after_answer(self, keep_alive: bool) -> None:
+        if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
             self.close_gracefully()
-        elif self.has_work:
+        elif self.incoming.has_work:
             self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
         else:
             self._await_more()
 
     def _await_more(self) -> None:
-        if self.phase == IDLE:
+        if self.incoming.phase == IDLE:
             self.context.registry.rearm_idle(self)
             return
-        if self.wants_continue:
-            self.wants_continue = False
+        if self.incoming.take_continue():
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
 
-    def send(self, data: bytes, *, close_after: bool) -> bool:
-        """Send what the socket takes now; True when all of it went. The rest waits on the epoll."""
-        outgoing = self.outgoing
-        went = outgoing.send(data, close_after)
-        if went == WAITING and outgoing.body is None:
-            assert outgoing.out is not None
-            wait = self.context.read_timeout + len(outgoing.out) / BYTES_PER_SECOND
-            self.deadline = time.monotonic() + wait
-        return self._went(went)
+    def wait_writable(self) -> None:
+        self.context.registry.rearm(self, WRITE)
 
-    def _went(self, went: int) -> bool:
-        """Act on how a send went: True when it is all out; else re-armed, or closed."""
-        if went == DONE:
-            return True
-        if went == WAITING:
-            self.context.registry.rearm(self, WRITE)
-        else:
-            self.close()
-        return False
+    # --- ending ---
 
     def time_out(self) -> None:
         """Past its deadline (run by the main thread, which has taken it)."""
-        if self.reading_request:
-            # Too slow with its request: 408, then close as after any answer.
-            self.context.log.warning(
-                "Answered 408 to a client that did not send its whole request within %ss",
-                self.context.read_timeout,
-            )
+        if self.reading_request:  # too slow with its request: 408, then close as after any answer
+            message = "Answered 408 to a client that did not send its whole request within %ss"
+            self.context.log.warning(message, self.context.read_timeout)
             with contextlib.suppress(OSError):
                 self.sock.send(encode_refusal(TIMED_OUT))
             self.close_gracefully()
@@ -336,17 +407,17 @@ class Conn(Standing, Reader):
             self.close()
 
     def close_gracefully(self) -> None:
-        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends
-        # until it closes, so that unread request bytes cannot make the kernel reset the
-        # connection and cut off the answer. The lingering happens on the epoll.
+        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
+        # it closes, so that unread request bytes cannot make the kernel reset the connection and
+        # cut off the answer. The lingering happens on the epoll.
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             self.close()
             return
         self.context.registry.linger(self)  # no longer counted against the cap
-        self.discard()
-        self.deadline = time.monotonic() + LINGER_SECONDS
+        self.incoming.forget()
+        self.standing.due_by(time.monotonic() + LINGER_SECONDS)
         self.context.registry.rearm(self, READ)
 
     def _drain(self) -> None:
@@ -364,25 +435,83 @@ class Conn(Standing, Reader):
             self.close()
 
     def close(self) -> None:
-        """Close the connection, and end its waiting answer if it has one (its watch's place is
-        given back), whichever way the connection ends: its client left, a send failed, or a
-        deadline passed."""
+        """Close, whichever way it ends (its client left, a send failed, a deadline passed); a
+        waiting answer ends too, its access line written and its watch's place given back."""
         parked = self.context.registry.unpark(self)
-        log = self.context.log
-        if parked is not None:  # left before its end: its access line now
-            parked.left(log)
+        if parked is not None:
+            parked.left(self.context.log)
         # Forgotten before it is closed: once closed, its number can be reused by the next accept.
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.drop_body()
+        self.outgoing.drop()
 
-    def attach_body(self, body: Any) -> None:
-        """The rest of the answer, sent as the client takes it (answer.py's `FileBody`, `IterBody`)."""
-        self.outgoing.body = body
+    # --- the parser's callbacks (llhttp's protocol, as uvicorn's), its request side counts them ---
 
-    def drop_body(self) -> None:
-        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
-        body, self.outgoing.body = self.outgoing.body, None
-        if body is not None:
-            close_body(body, self.context.log)
+    def on_message_begin(self) -> None:
+        self.incoming.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self.incoming.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.incoming.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.incoming.on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self.incoming.on_chunk(data_follows=True)
+
+    def on_chunk_complete(self) -> None:
+        self.incoming.on_chunk(data_follows=False)
+
+    def on_body(self, body: bytes) -> None:
+        self.incoming.on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.incoming.on_message_complete()
+
+
+def _head_refusal(request: Request, content_length: int, limits: Limits) -> tuple[Refusal | None, bool]:
+    """Whether a whole head is refused (and how), and whether its body is transfer-coded."""
+    if request.http not in ("1.1", "1.0"):
+        return _malformed(f"HTTP/{request.http} is not served"), False
+    if request.method == "CONNECT":
+        return Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."), False
+    fields = request.fields
+    hosts = sum(1 for name, _ in fields if name.lower() == b"host")
+    if hosts > 1 or (hosts == 0 and request.http == "1.1"):  # RFC 9112 section 3.2: exactly one
+        return Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."), False
+    codings = [
+        coding.strip().lower()
+        for name, value in fields
+        if name.lower() == b"transfer-encoding"
+        for coding in value.split(b",")
+    ]
+    transfer_coded = bool(codings)
+    if transfer_coded and request.http == "1.0":  # RFC 9112 section 6.1: HTTP/1.0 has none
+        return _malformed("Transfer-Encoding in an HTTP/1.0 request"), True
+    if transfer_coded and codings != [b"chunked"]:  # RFC 9112 section 6.1: one not understood is a 501
+        message = "Not Implemented: the only transfer coding served is chunked."
+        return Refusal(501, "Not Implemented", message), True
+    if content_length > limits.body:
+        return _too_large(limits.body), transfer_coded
+    return None, transfer_coded
+
+
+def _malformed(detail: str) -> Refusal:
+    return Refusal(400, "Bad Request", f"Bad Request: the request's HTTP framing is malformed ({detail}).")
+
+
+def _fields_refusal(detail: str) -> Refusal:
+    return Refusal(431, "Request Header Fields Too Large", f"Request Header Fields Too Large: {detail}.")
+
+
+def _head_too_large(limit: int) -> Refusal:
+    return _fields_refusal(f"the request line and headers may take {limit} bytes at most")
+
+
+def _too_large(limit: int) -> Refusal:
+    message = f"Request Entity Too Large: the request body is larger than the limit of {limit} bytes."
+    return Refusal(413, "Request Entity Too Large", message)

@@ -1,36 +1,24 @@
 """The worker's loop around its connections: the registry on the epoll, admission, the memory
 budget and displacement.
 
-**The registry** (`Registry`). Every connection is registered with `EPOLLONESHOT`: a request
-thread takes it for one turn (`take`), and the connection hands itself back (`rearm`) when its
-turn ends (connection.py). An idle connection (between requests) is closed after the keep-alive
-time; a request's head must arrive within `read_timeout` of its first byte, and its body within
-`read_timeout` of the head (plus a second per 64 KiB): past either, 408 and close; an answer must
-be taken within the same time (plus a second per 64 KiB of it), or the connection is closed. The
-listeners are registered on the same epoll while the worker accepts (`set_accepting`).
-
-**Admission** (`Admission`). At most `worker_connections` connections (lowered at start to what
-the open-file limit allows, with one line that says so); a connection lingering after its close
-does not count against it (those are bounded apart, and displaced first when descriptors run
-short). Past the cap, the client just accepted displaces the connection making the least
-progress, never itself: N newcomers displace N connections at most. Waiting answers (watches,
-parking.py) are never displaced, so they hold a share of the cap (`watch_limit`). When
-descriptors run out (EMFILE, ENFILE on accept) one connection is displaced in the same order and
-accepting goes on; with none to displace, accepting pauses for `ACCEPT_PAUSE`. No connection is
-accepted once the graceful stop has stopped accepting: a batch under way ends first, under its
-own lock.
-
-**The memory budget** (`Budget`, GUNICORN_MEMORY_BUDGET) counts unparsed and parsed request
-bytes, unsent answer bytes and a waiting answer's collected pieces (`Conn.holding()`), as each
-connection is handed back to the epoll. Past it, connections holding bytes are displaced until it
-holds again.
-
-**Displacement**: whom to displace first, the connection making the least progress. A lingering
-close first (its answer is out; only its client's FIN is awaited), then an idle one (the longest
-idle first) or one whose request arrives, or whose answer is taken, at the fewest bytes a second.
-A connection that has just connected or been answered is spared for `IDLE_GRACE`; one whose
-request is being served (busy), or whose answer waits for its app with nothing unsent, is never
-displaced. One line is logged per `LOG_PERIOD` at most, for descriptors and for the budget each.
+**Registry**: each connection is on the epoll with `EPOLLONESHOT`; a request thread takes it for
+one turn (`take`) and it hands itself back (`rearm`). Deadlines: an idle connection, the
+keep-alive time; a request's head, `read_timeout` from its first byte, its body `read_timeout`
+from the head (plus a second per 64 KiB); past either, 408 and close. An answer must be taken in
+the same time (plus a second per 64 KiB of it), or the connection closes.
+**Admission**: at most `worker_connections` (lowered at start to what the open-file limit allows,
+said in one line); a lingering close does not count. Past the cap, the client just accepted
+displaces the connection making the least progress, never itself, so N newcomers displace N at
+most. Out of descriptors (EMFILE, ENFILE), one connection is displaced the same way, or with none,
+accepting pauses `ACCEPT_PAUSE`. Waiting answers (parking.py) are never displaced, so they hold a
+share of the cap only (`watch_limit`). After the graceful stop stops accepting, none is accepted.
+**Budget** (GUNICORN_MEMORY_BUDGET): request bytes, unsent answer bytes and a waiting answer's
+pieces (`holding`), counted as each connection is handed back; past it, connections
+holding bytes are displaced until it holds.
+**Displacement** order, least progress first: a lingering close (only its client's FIN is
+awaited), then an idle one (the longest idle first) or the one whose request arrives, or answer is
+taken, at the fewest bytes a second. One just connected or answered is spared `IDLE_GRACE`; one
+being served, or waiting for its app with nothing unsent, never goes. One line per `LOG_PERIOD`.
 """
 
 from __future__ import annotations
@@ -50,7 +38,6 @@ from app.server.worker.connection import READ
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
 
-# --- displacement --------------------------------------------------------------------------------
 
 #: How long a connection that has just connected, or been answered, is spared.
 IDLE_GRACE = 1.0
@@ -59,27 +46,28 @@ IDLE_GRACE = 1.0
 def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     """How fast `conn` is going (bytes a second, then since when: the least goes first); None
     when it is not to be displaced."""
-    if conn.busy:
+    if conn.standing.busy:
         return None
-    if conn.lingering:
-        return (-1.0, conn.deadline)
+    if conn.standing.lingering:
+        return (-1.0, conn.standing.deadline)
     outgoing = conn.outgoing
     if outgoing.out is not None or outgoing.body is not None:  # a reader: the bytes it has taken
         return (outgoing.sent / max(now - outgoing.started, 0.001), outgoing.started)
-    if conn.parked is not None:
+    if conn.standing.parked is not None:
         return None  # a watcher waiting for its app
     if conn.reading_request:
-        return (conn.received / max(now - conn.started, 0.001), conn.started)
-    if conn.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
-        return (float("inf"), conn.idle_since)
-    return (0.0, conn.idle_since)
+        incoming = conn.incoming
+        return (incoming.received / max(now - incoming.started, 0.001), incoming.started)
+    if conn.standing.idle_since + IDLE_GRACE > now:  # just connected, or just answered: last of all
+        return (float("inf"), conn.standing.idle_since)
+    return (0.0, conn.standing.idle_since)
 
 
 def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Conn | None) -> Conn | None:
     """The connection to displace first; a lingering one only if `lingering`; never `spare`."""
     victim, least = None, None
     for conn in conns:
-        if (conn.lingering and not lingering) or conn is spare:
+        if (conn.standing.lingering and not lingering) or conn is spare:
             continue
         going = progress(conn, now)
         if going is not None and (least is None or going < least):
@@ -87,26 +75,12 @@ def least_progress(conns: Iterable[Conn], now: float, lingering: bool, spare: Co
     return victim
 
 
-def to_fit(conns: Iterable[Conn], held: int, budget: int, now: float) -> list[Conn]:
-    """The connections holding bytes to displace, the least progress first, until the bytes
-    held (`held` in all) fit in `budget`."""
-    ranked = []
-    for conn in conns:
-        if conn.held:
-            going = progress(conn, now)
-            if going is not None:
-                ranked.append((going, conn.fd, conn))
-    ranked.sort()
-    victims = []
-    for _, _, conn in ranked:
-        if held <= budget:
-            break
-        victims.append(conn)
-        held -= conn.held
-    return victims
+def holding(conn: Conn) -> int:
+    """The bytes held for `conn`: its request bytes, unsent answer and a waiting answer's pieces."""
+    parked, out = conn.standing.parked, conn.outgoing.out
+    held = conn.incoming.held() + (parked.held() if parked is not None else 0)
+    return held + (len(out.obj) if out is not None else 0)  # type: ignore[arg-type]  # the whole buffer stays
 
-
-# --- the memory budget ----------------------------------------------------------------------------
 
 #: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
 MEMORY_BUDGET = 64 * 1024 * 1024
@@ -123,13 +97,9 @@ class Budget:
         self._log = log
         self._logged_at, self._displaced = 0.0, 0
 
-    def account(self, conn: Conn) -> None:
-        """Count what `conn` holds now."""
-        self.held += conn.recount()
-
-    def release(self, conn: Conn) -> None:
-        """`conn` has closed: it holds nothing more."""
-        self.held -= conn.release_held()
+    def account(self, conn: Conn, closed: bool = False) -> None:
+        """Count what `conn` holds now (nothing once `closed`)."""
+        self.held += conn.standing.recount(0 if closed else holding(conn))
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit; none while
@@ -137,7 +107,15 @@ class Budget:
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        victims = to_fit(conns, self.held, self.limit, now)
+        ranked = sorted(
+            (going, conn.fd, conn) for conn in conns if conn.standing.held and (going := progress(conn, now))
+        )
+        victims, held = [], self.held
+        for _, _, conn in ranked:
+            if held <= self.limit:
+                break
+            victims.append(conn)
+            held -= conn.standing.held
         self._displaced += len(victims)
         if victims and now >= self._logged_at + LOG_PERIOD:
             self._log.warning(
@@ -151,8 +129,6 @@ class Budget:
             self._logged_at, self._displaced = now, 0
         return victims
 
-
-# --- the registry --------------------------------------------------------------------------------
 
 #: How long a stopping worker keeps an idle connection for a request already on its way.
 STOP_LINGER = 2.0
@@ -178,10 +154,7 @@ class Registry:
         # Lingering closes, the first to end first: each lingers the same time from its start, so
         # insertion order is deadline order, the order `least_progress` ranks them in.
         self._lingering: dict[int, Conn] = {}
-        # Answers that wait (parking.py) hold a connection each, and are never displaced: they may
-        # hold a share of the cap only (`watch_limit`), so that plain requests always
-        # find a connection to displace.
-        self.watches = 0
+        self.watches = 0  # waiting answers (parking.py), never displaced: `watch_limit` at most
         self.watch_limit = 0
 
     @property
@@ -206,7 +179,7 @@ class Registry:
 
     def add(self, conn: Conn) -> None:
         with self.lock:
-            conn.rests_since(time.monotonic())
+            conn.standing.rests_since(time.monotonic())
             self.conns[conn.fd] = conn
             self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
@@ -216,7 +189,7 @@ class Registry:
         or it is gone."""
         with self.lock:
             conn = self.conns.get(fd)
-            if conn is None or not conn.take():
+            if conn is None or not conn.standing.take():
                 return None
             self._idle.pop(fd, None)
         return conn
@@ -226,36 +199,30 @@ class Registry:
         (busy), or None when there is none to displace. A lingering one only if `lingering`; never
         `spare` (the connection just accepted)."""
         now = time.monotonic()
-        # The lingering ones rank first, the oldest first: taken without scanning every
-        # connection (at the descriptors' room, each accept displaces one).
-        victim = self._first_lingering() if lingering else None
+        # The lingering ones rank first, the oldest first (none is `spare`): taken without
+        # scanning every connection (at the descriptors' room, each accept displaces one).
+        victim = (
+            next((c for c in self._lingering.values() if not c.standing.busy), None) if lingering else None
+        )
         if victim is None:
             oldest = next(iter(self._idle.values()), None)
-            if oldest is not spare and oldest is not None and oldest.idle_since + IDLE_GRACE <= now:
+            if oldest is not spare and oldest is not None and oldest.standing.idle_since + IDLE_GRACE <= now:
                 victim = oldest  # no progress at all, and the longest so: no need to look further
             else:
                 victim = least_progress(self.conns.values(), now, False, spare)
         if victim is not None:
-            victim.take()
+            victim.standing.take()
             self._idle.pop(victim.fd, None)
         return victim
-
-    def _first_lingering(self) -> Conn | None:
-        """The longest lingering connection not taken up (a lingering one is never `spare`, a
-        connection just accepted)."""
-        for conn in self._lingering.values():
-            if not conn.busy:
-                return conn
-        return None
 
     def rearm(self, conn: Conn, events: int) -> None:
         """Hand the connection back, to be woken for `events`."""
         with self.lock:
-            conn.hand_back()
+            conn.standing.hand_back()
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
             for victim in victims:
-                victim.take()
+                victim.standing.take()
                 self._idle.pop(victim.fd, None)
         if conn not in victims:
             # ValueError: the epoll is closed, because the graceful stop ran out of time.
@@ -270,8 +237,8 @@ class Registry:
         with self.lock:
             if not self._alive():
                 deadline = min(deadline, time.monotonic() + STOP_LINGER)
-            conn.due_by(deadline)
-            conn.rests_since(time.monotonic())
+            conn.standing.due_by(deadline)
+            conn.standing.rests_since(time.monotonic())
             self._idle[conn.fd] = conn
         self.rearm(conn, READ)
 
@@ -297,7 +264,7 @@ class Registry:
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked = conn.unpark()
+            parked = conn.standing.park(None)
             if parked is not None:
                 self.watches -= 1
         return parked
@@ -305,7 +272,7 @@ class Registry:
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
-            conn.start_lingering()
+            conn.standing.start_lingering()
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
@@ -318,11 +285,12 @@ class Registry:
             if self.paused_until and now >= self.paused_until and self._alive():
                 self.set_accepting(True)
             for conn in self.conns.values():
-                if not conn.busy and conn.deadline <= now:
-                    if conn.parked is not None and conn.outgoing.out is None and not conn.woken:
+                standing = conn.standing
+                if not standing.busy and standing.deadline <= now:
+                    if standing.parked is not None and conn.outgoing.out is None and not standing.woken:
                         due.append(conn)  # a waiting answer's deadline: ask it again
                         continue
-                    conn.take()
+                    conn.standing.take()
                     self._idle.pop(conn.fd, None)
                     expired.append(conn)
         return due, expired
@@ -334,15 +302,13 @@ class Registry:
             if self.conns.get(conn.fd) is conn:
                 del self.conns[conn.fd]
                 self._idle.pop(conn.fd, None)
-                self.budget.release(conn)
+                self.budget.account(conn, closed=True)
                 self._lingering.pop(conn.fd, None)
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
                 if self._alive():  # the graceful stop turns accepting off under this lock
                     self.set_accepting(True)
 
-
-# --- admission --------------------------------------------------------------------------------
 
 #: The most connections one wake-up of a listener accepts (each displacing another at the cap).
 ACCEPT_BATCH = 64
@@ -457,7 +423,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.due_by(time.monotonic() + self._first_wait)
+            conn.standing.due_by(time.monotonic() + self._first_wait)
             registry.add(conn)
             if not self._make_room(conn):
                 return

@@ -1,9 +1,13 @@
-"""The worker's side of parking (`Parking`): answers that wait without a thread (the feed's
-long-polls and streams), on the worker's epoll, until their wake-up, their deadline or their
-client leaving. A connection's turn hands a parked answer to it (connection.py).
+"""Answers that wait without a thread (the feed's long-polls and streams), parked on the worker's
+epoll until their wake-up, their deadline or their client leaving.
 
-The interface an app's iterable offers, and the environ key by which the worker offers parking,
-are defined once, in app/server/worker/interface.py.
+The worker puts `PARKING` (true) in the environ. An app that sees it may return an iterable that
+can wait: besides `__next__` (`b""`: nothing yet) and `close`, it has `subscribe(wake)` (the
+iterable calls `wake` once, from any thread, when it has something to give), `deadline()` (the
+`time.monotonic()` by which the worker asks again anyway), `stop()` (the worker stops: end
+promptly) and `streaming` (True: each chunk goes as it comes, chunked, then close; False: the whole
+answer goes at its end). The service holds its own copy of this interface (app/watch/parkable.py,
+its key kept equal by tests/unit/test_watch_parking.py), since neither imports the other.
 """
 
 from __future__ import annotations
@@ -15,21 +19,23 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.answer import HOP_BY_HOP, Answer, HttpDate
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
-from app.server.worker.loop import Registry
-from app.server.worker.reader import APP_ERROR, Request, encode_refusal
+from app.server.worker.cycle import APP_ERROR, HOP_BY_HOP, Answer, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
+    from app.server.worker.loop import Registry
+
+#: The environ key by which the worker offers to park an answer.
+PARKING = "plants.worker.parking"
 
 
 @dataclass
 class Parked:
     """An answer in progress on a connection."""
 
-    iterable: Any
+    iterable: Any  # the app's answer that can wait (the module docstring)
     answer: Answer
     request: Request
     environ: dict[str, Any]
@@ -49,12 +55,7 @@ class Parked:
 
     def close(self, log: Any) -> None:
         """End the waiting answer (its watch's place is given back)."""
-        close = getattr(self.iterable, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:
-                log.exception("Error closing a waiting answer")
+        close_result(self.iterable, log)
 
     def left(self, log: Any) -> None:
         """The access line of an answer its client left (or that timed out) before its end: the
@@ -67,41 +68,42 @@ class Parked:
             answer.status, answer.sent = "499 Client Closed Request", 0
         log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
 
-
-def parkable(result: Any) -> bool:
-    """The app's iterable can wait (interface.Parkable): asked of every answer, so two look-ups,
-    not a runtime protocol check."""
-    return hasattr(result, "subscribe") and hasattr(result, "deadline")
-
-
-def stream_head(parked: Parked) -> bytes:
-    lines = [f"HTTP/1.1 {parked.answer.status}\r\n"]
-    lines += [
-        f"{name}: {value}\r\n"
-        for name, value in parked.answer.headers
-        if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
-    ]
-    # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
-    lines.append("Transfer-Encoding: chunked\r\n" if parked.chunked else "")
-    lines.append("Connection: close\r\n\r\n")
-    return "".join(lines).encode("latin-1")
+    def stream_head(self) -> bytes:
+        lines = [f"HTTP/1.1 {self.answer.status}\r\n"]
+        lines += [
+            f"{name}: {value}\r\n"
+            for name, value in self.answer.headers
+            if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
+        ]
+        # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
+        lines.append("Transfer-Encoding: chunked\r\n" if self.chunked else "")
+        lines.append("Connection: close\r\n\r\n")
+        return "".join(lines).encode("latin-1")
 
 
 class Parking:
     """Steps, parks and wakes the waiting answers of a worker's connections."""
 
-    def __init__(
-        self, registry: Registry, log: Any, read_timeout: float, date: HttpDate, alive: Callable[[], bool]
-    ) -> None:
+    def __init__(self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool]) -> None:
         self._registry = registry
         self._log = log
         self._read_timeout = read_timeout
-        self._date = date
         self._alive = alive
+
+    def start(self, conn: Conn, iterable: Any, answer: Answer, *args: Any) -> bool:
+        """Park the app's answer on `conn` (`args`: Parked's request, environ, keep_alive,
+        started); False when the watches' share of the connections is full."""
+        if not self._registry.admit_watch():
+            return False
+        conn.standing.park(Parked(iterable, answer, *args))
+        if not self._alive():  # arrived during the graceful stop: it ends at once
+            iterable.stop()
+        self.step(conn)
+        return True
 
     def step(self, conn: Conn) -> None:
         """Ask the parked iterable for what it has, on a connection this thread holds."""
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
         streaming = parked.iterable.streaming
         out: list[bytes] = []
@@ -135,53 +137,52 @@ class Parking:
         """Hand the connection back with its next step due at once, after the others' turns."""
         registry = self._registry
         with registry.lock:
-            conn.mark_woken()
-            conn.hand_back()
+            conn.standing.mark_woken()
+            conn.standing.hand_back()
             registry.budget.account(conn)
             # The step comes when the socket is writable: a client that takes nothing within the
             # read timeout is closed (loop.py), to reconnect from its last id.
-            conn.due_by(time.monotonic() + self._read_timeout)
+            conn.standing.due_by(time.monotonic() + self._read_timeout)
             registry.modify(conn, WAKE)
 
     def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
         if not parked.head_sent:
             parked.head_sent = True
-            out.insert(0, stream_head(parked))
-        return not out or conn.send(b"".join(out), close_after=False)
+            out.insert(0, parked.stream_head())
+        return not out or conn.outgoing.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
-        parked = conn.parked
+        parked = conn.standing.parked
         assert parked is not None
-        conn.mark_woken(False)
+        conn.standing.mark_woken(False)
         if parked.wake is None:  # one callable for every park: the signal keeps one entry
             parked.wake = partial(self.wake, conn)
         parked.iterable.subscribe(parked.wake)
         registry = self._registry
         with registry.lock:
-            conn.due_by(parked.iterable.deadline())
-            if conn.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
-                conn.due_by(time.monotonic() + self._read_timeout)
-            conn.hand_back()
+            conn.standing.due_by(parked.iterable.deadline())
+            if conn.standing.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
+                conn.standing.due_by(time.monotonic() + self._read_timeout)
+            conn.standing.hand_back()
             registry.budget.account(conn)
             # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
-            events = WAKE if conn.woken else PARKED
-            registry.modify(conn, events)
+            registry.modify(conn, WAKE if conn.standing.woken else PARKED)
 
     def wake(self, conn: Conn) -> None:
         """From any thread: hand the parked connection to a request thread."""
         with self._registry.lock:
-            if conn.woken:
+            if conn.standing.woken:
                 return
-            conn.mark_woken()
-            if not conn.busy and conn.parked is not None:
-                conn.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
+            conn.standing.mark_woken()
+            if not conn.standing.busy and conn.standing.parked is not None:
+                conn.standing.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
                 self._registry.modify(conn, WAKE)
 
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
-        if conn.woken:
+        if conn.standing.woken:
             self.step(conn)
         else:
             conn.close()
@@ -196,22 +197,23 @@ class Parking:
             data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
             if not parked.head_sent:
-                out.insert(0, stream_head(parked))
+                out.insert(0, parked.stream_head())
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
             parked.answer.sent = parked.sent
         else:
-            keep_alive = parked.keep_alive and self._alive()
-            data, keep_alive = parked.answer.encode(parked.request.method, keep_alive, self._date.now())
+            data, keep_alive = parked.answer.encode(
+                parked.request.method, parked.keep_alive and self._alive()
+            )
         elapsed = timedelta(seconds=time.perf_counter() - parked.started)
         self._log.access(parked.answer, parked.request, parked.environ, elapsed)
-        conn.answer(data, keep_alive)
+        conn.outgoing.answer(data, keep_alive)
 
     def stop(self, conns: list[Conn]) -> None:
         """The worker stops: every parked answer is asked to end now."""
         for conn in conns:
-            parked = conn.parked
+            parked = conn.standing.parked
             if parked is not None:
                 try:
                     parked.iterable.stop()

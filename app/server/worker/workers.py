@@ -1,25 +1,12 @@
 """The gunicorn worker for the Plant Store service: request threads that never wait on a client.
 
-`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py). It is a gunicorn
-worker class on gunicorn's public worker API only, as uvicorn's `UvicornWorker` is: it uses the
-settings (`cfg`), the listening `sockets`, `log`, `notify()`, `alive`, the loaded `wsgi` app, and
-gunicorn's server hooks and signal handling as the base class sets them up. Like
-`UvicornWorker`, it only builds the parts and runs the loop; everything between the socket and
-the app is theirs, on httptools:
-
-- **One parser.** llhttp frames every request, once, as its bytes arrive (reader.py); the
-  WSGI environ is built from that reading (environ.py). Framing errors are a JSON 400 and close.
-- **No slow client holds a thread.** Sockets are non-blocking; each connection is one protocol
-  object (connection.py), and a request thread takes a request only once all of it has arrived,
-  and leaves an answer that the client does not take at once to the epoll (loop.py). Heads,
-  bodies and answers have deadlines (408 and close).
-- **Fair.** One request per connection per turn; a pipelining client waits its turn.
-- **One send per answer.** Status line, headers and body go out in one write (answer.py).
-
-The parts: `Registry` (the connections on the epoll, with the memory budget) and
-`Admission` (accepting, the cap, descriptors running out), both in loop.py, `Parking` (answers that
-wait: parking.py), `Serving` (the app, for one whole request: serving.py), and a `Conn` per
-connection. It serves plain HTTP/1.1: TLS ends at the reverse proxy.
+`worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
+public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
+`wsgi`, and the hooks and signals the base class sets up. It builds the parts and runs the loop:
+llhttp frames each request once, as its bytes arrive (connection.py); a request thread takes a
+request only once all of it has arrived, and leaves an answer the client does not take at once to
+the epoll (loop.py), so no slow client holds a thread; one request per connection per turn; one
+send per small answer (cycle.py). Plain HTTP/1.1: TLS ends at the reverse proxy.
 """
 
 from __future__ import annotations
@@ -31,8 +18,8 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.answer import HttpDate
-from app.server.worker.connection import Conn, Context
+from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.cycle import Serving
 from app.server.worker.loop import (
     MEMORY_BUDGET,
     STOP_LINGER,
@@ -42,9 +29,7 @@ from app.server.worker.loop import (
     connection_cap,
     watch_limit,
 )
-from app.server.worker.parking import Parking
-from app.server.worker.reader import Limits
-from app.server.worker.serving import Serving
+from app.server.worker.parking import PARKING, Parking
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
 DEFAULT_MAX_BODY = 64 * 1024
@@ -54,8 +39,7 @@ MAX_HEAD = 64 * 1024
 
 
 class PlantsWorker(base.Worker):
-    """`threads` request threads sharing one epoll; see the module docstring. Its own name:
-    `ThreadWorker` is gunicorn's gthread worker's."""
+    """`threads` request threads sharing one epoll (its own name: `ThreadWorker` is gthread's)."""
 
     #: Seconds a client has to send a request's head, its body, or to take its answer
     #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
@@ -71,12 +55,11 @@ class PlantsWorker(base.Worker):
     def run(self) -> None:
         cfg, log = self.cfg, self.log
         alive = self._is_alive
-        date = HttpDate()
         cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
-        self.parking = Parking(self.registry, log, self.read_timeout, date, alive)
-        self.serving = Serving(self, self.registry, self.parking, date, cap[0])
+        self.parking = Parking(self.registry, log, self.read_timeout, alive)
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0])
         limits = self._limits()
         context = Context(self.registry, self.parking, self.serving.serve, log, self.read_timeout, limits)
         first_wait = max(cfg.keepalive, self.read_timeout)
@@ -157,10 +140,10 @@ class PlantsWorker(base.Worker):
         self.admission.stop()
         registry = self.registry
         with registry.lock:
-            waiting = [conn for conn in registry.conns.values() if conn.parked is not None]
+            waiting = [conn for conn in registry.conns.values() if conn.standing.parked is not None]
             for conn in registry.conns.values():
-                if conn.parked is None:
-                    conn.due_no_later_than(linger)
+                if conn.standing.parked is None:
+                    conn.standing.due_by(linger, sooner_only=True)
         self.parking.stop(waiting)  # each ends its answer now: a long-poll's page, a stream's end
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
