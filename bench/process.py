@@ -4,6 +4,7 @@
     python -m bench process --store memory create # some of them
     python -m bench process --budget              # against bench/instruction-budget.json ("process")
     python -m bench process --peer                # the creates of the FastAPI peer and the bare route too
+    python -m bench process --budget --regress syscall create  # a deliberate regression: must fail
 
 The service runs as shipped (gunicorn, the packaged configuration and worker, its access line
 written, one worker), and a client on the other core sends each request kind one at a time on a
@@ -64,12 +65,17 @@ BUDGET = BENCH / "instruction-budget.json"
 #: loaded machine adds a fraction of a system call a request: 4% and 0.8 still fail on 5% more
 #: instructions or one more system call a request.
 TOLERANCE = {"instructions": 0.04, "syscalls": 0.8, "switches": 0.5}
+#: The deliberate regression the service is run with (`--regress`), or none.
+REGRESS: str | None = None
 
 
 def service(store_url: str | None, valgrind: Path | None = None, app: str = "wsgi:app") -> Server:
     """The service (or another app) under the packaged gunicorn configuration, one worker; under
-    callgrind when `valgrind` names the directory of its counts."""
+    callgrind when `valgrind` names the directory of its counts. With REGRESS set, the service
+    with that deliberate regression per create (bench/apps/regressed.py)."""
     env = {"WEB_CONCURRENCY": "1", "PLANTS_MAX_PLANTS": "10000000"}
+    if REGRESS and app == "wsgi:app":
+        app, env["BENCH_REGRESS"] = "regressed:app", REGRESS
     if store_url:
         env["PLANTS_STORE_URL"] = store_url
     argv = [*GUNICORN, "--timeout", "600", *(["--pythonpath", str(APPS)] if app != "wsgi:app" else []), app]
@@ -248,6 +254,10 @@ def main() -> int:
     parser.add_argument("--budget", action="store_true", help=f'check against {BUDGET.name}\'s "process"')
     parser.add_argument("--no-instructions", action="store_true", help="no callgrind (seconds, not minutes)")
     parser.add_argument("--peer", action="store_true", help="the FastAPI peer's, bare route's create")
+    parser.add_argument(
+        "--regress", choices=("thread", "syscall", "instructions"),
+        help="the service with this deliberate regression per create (bench/apps/regressed.py)",
+    )  # fmt: skip
     args = parser.parse_args()
     unknown = set(args.kinds) - set(KINDS)
     if unknown:
@@ -255,8 +265,9 @@ def main() -> int:
     os.environ.setdefault("PLANTS_API_TOKENS", TOKEN)
     # The client on the other core: beside the server it would preempt it once a request.
     os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    global WARMUP, MEASURED, REGRESS
+    REGRESS = args.regress
     if args.smoke:  # fewer requests, and no callgrind
-        global WARMUP, MEASURED
         WARMUP, MEASURED = 30, 100
         args.no_instructions = True
     budget = json.loads(BUDGET.read_text())["process"] if args.budget else {}
