@@ -78,7 +78,10 @@ def service(store_url: str | None, valgrind: Path | None = None, app: str = "wsg
         app, env["BENCH_REGRESS"] = "regressed:app", REGRESS
     if store_url:
         env["PLANTS_STORE_URL"] = store_url
-    argv = [*GUNICORN, "--timeout", "600", *(["--pythonpath", str(APPS)] if app != "wsgi:app" else []), app]
+    # gunicorn's timeout also bounds a worker's import of the app, which under callgrind on a loaded
+    # machine passed 600 s: the master killed the worker and forked another, again and again.
+    timeout = "600" if valgrind is None else "1500"
+    argv = [*GUNICORN, "--timeout", timeout, *(["--pythonpath", str(APPS)] if app != "wsgi:app" else []), app]
     if valgrind is None:
         return Server(f"{app} {store_url or 'memory'}", argv, env)
     argv[argv.index("gunicorn.conf.py")] = str(BENCH / "harness" / "callgrind_conf.py")
