@@ -1,5 +1,6 @@
 """Watching the change feed: the process's watchers and what wakes them (signal.py; other
 processes' writes heard by listener_thread.py), the reads they share (shared_reads.py), the turns
 they take on a request thread (wake_gate.py), the long-polls and streams themselves (watches.py),
-and what the packaged worker offers them to wait without a thread (parking.py). The views
+and the contract the packaged worker's parking (app/server/worker/parking.py) offers them to
+wait without a thread (parkable.py). The views
 (app/plants/events.py) build on it; the store knows nothing of it."""

@@ -241,7 +241,7 @@ class EventStream(Watch):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        #: The snapshot's pages still to send (snapshot.py), then None.
+        #: The snapshot's pages still to send (initial_state.py), then None.
         self.listing: Iterator[list[Any]] | None = existing(self.store, self.only) if snapshot else None
         now = time.monotonic()
         self.heartbeat = heartbeat

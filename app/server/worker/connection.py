@@ -233,10 +233,12 @@ class Incoming:
 
 
 class Standing:
-    """A connection's standing with the worker, kept by the loop (loop.py) and parking, with the
-    registry's lock held, through these methods only: whether a thread has it (`busy`), its
-    deadline, since when it rests, whether it lingers, its waiting answer and whether that was
-    woken, and what the memory budget last counted for it (`held`)."""
+    """A connection's standing with the worker, changed through these methods only: whether a
+    thread has it (`busy`), its deadline, since when it rests, whether it lingers, its waiting
+    answer and whether that was woken, and what the memory budget last counted for it (`held`).
+    The thread that has the connection (`busy`) changes it freely; any other, the loop's expiry
+    and the graceful stop, only with the registry's lock held, and a deadline it sets on a busy
+    connection only shortens it (the thread's next `rearm_idle` applies the stop's too)."""
 
     __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
 
