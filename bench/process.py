@@ -64,9 +64,9 @@ BUDGET = BENCH / "instruction-budget.json"
 #: request (one more system call, or one thread woken, per request goes past it).
 #: Instructions varied 2-3% run to run under a random hash seed (fixed now: within 0.25%), and a
 #: loaded machine adds a fraction of a system call a request: 0.8 fails on one more system call a
-#: request (`--regress syscall`), and 4% on 5% more instructions when a run is no more than 1%
-#: under the budget (bench/README.md, "Is 4% enough against 5% more?").
-TOLERANCE = {"instructions": 0.04, "syscalls": 0.8, "switches": 0.5}
+#: request (`--regress syscall`), and 3% on 5% more instructions with 2% to spare, well past the
+#: seeded runs' spread (bench/README.md, "Is 4% enough against 5% more?").
+TOLERANCE = {"instructions": 0.03, "syscalls": 0.8, "switches": 0.5}
 #: The deliberate regression the service is run with (`--regress`), or none.
 REGRESS: str | None = None
 
