@@ -57,7 +57,7 @@ def encode_refusal(refusal: Refusal) -> bytes:
     retry = "" if refusal.retry_after is None else f"Retry-After: {refusal.retry_after}\r\n"
     head = (
         f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nConnection: close\r\n{retry}"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nDate: {http_date()}\r\n\r\n"
     )
     return head.encode("latin-1") + body
 

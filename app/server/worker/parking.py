@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
-from app.server.worker.cycle import APP_ERROR, HOP_BY_HOP, Answer, Request, close_result, encode_refusal
+from app.server.worker.cycle import APP_ERROR, Answer, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -69,16 +69,12 @@ class Parked:
         log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
 
     def stream_head(self) -> bytes:
-        lines = [f"HTTP/1.1 {self.answer.status}\r\n"]
-        lines += [
-            f"{name}: {value}\r\n"
-            for name, value in self.answer.headers
-            if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
-        ]
-        # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
-        lines.append("Transfer-Encoding: chunked\r\n" if self.chunked else "")
-        lines.append("Connection: close\r\n\r\n")
-        return "".join(lines).encode("latin-1")
+        """A stream's head, through `Answer.head` (its Date, its checks): the app's Content-Length
+        is dropped, the stream is chunked (on HTTP/1.0 it ends where the connection closes)."""
+        answer = self.answer
+        answer.headers = [(name, value) for name, value in answer.headers if name.lower() != "content-length"]
+        # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
+        return answer.head("GET", False, None, http11=self.chunked).data
 
 
 class Parking:
@@ -149,8 +145,8 @@ class Parking:
         parked = conn.standing.parked
         assert parked is not None
         if not parked.head_sent:
+            out.insert(0, parked.stream_head())  # a ValueError (a bad field) fails it with a 500
             parked.head_sent = True
-            out.insert(0, parked.stream_head())
         return not out or conn.outgoing.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
@@ -192,12 +188,17 @@ class Parking:
         assert parked is not None
         parked.close(self._log)
         keep_alive = False
+        if parked.iterable.streaming and not parked.head_sent and not failed:
+            try:
+                out.insert(0, parked.stream_head())
+                parked.head_sent = True
+            except ValueError:
+                self._log.exception("Error in a waiting answer's head %s", parked.request.path)
+                failed = True
         if failed and not parked.head_sent:
             parked.answer.status = "500 Internal Server Error"
             data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
-            if not parked.head_sent:
-                out.insert(0, parked.stream_head())
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
