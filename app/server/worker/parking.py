@@ -15,13 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
-from app.server.worker.cycle import APP_ERROR, Answer, Request, close_result, encode_refusal
+from app.server.worker.cycle import APP_ERROR, Answer, Record, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -41,6 +40,7 @@ class Parked:
     environ: dict[str, Any]
     keep_alive: bool
     started: float
+    record: Record  # the access line and post_request (cycle.py's `Recorder`)
     head_sent: bool = False
     wake: Any = None
     sent: int = 0  # a stream's bytes sent so far (its events), for the access line
@@ -58,15 +58,16 @@ class Parked:
         close_result(self.iterable, log)
 
     def left(self, log: Any) -> None:
-        """The access line of an answer its client left (or that timed out) before its end: the
-        status it began with and the bytes sent, or nginx's 499 when nothing was sent yet."""
+        """The end of an answer its client left (or that timed out) before its end, recorded
+        (access line, post_request) with the status it began with and the bytes sent, or nginx's
+        499 when nothing was sent yet."""
         self.close(log)
         answer = self.answer
         if self.head_sent:
             answer.sent = self.sent
         else:
             answer.status, answer.sent = "499 Client Closed Request", 0
-        log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
+        self.record(answer, self.request, self.environ, self.started)
 
     def stream_head(self) -> bytes:
         """A stream's head, through `Answer.head` (its Date, its checks): the app's Content-Length
@@ -80,18 +81,29 @@ class Parked:
 class Parking:
     """Steps, parks and wakes the waiting answers of a worker's connections."""
 
-    def __init__(self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool]) -> None:
+    def __init__(
+        self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool], record: Record
+    ) -> None:
         self._registry = registry
+        self._record = record
         self._log = log
         self._read_timeout = read_timeout
         self._alive = alive
 
-    def start(self, conn: Conn, iterable: Any, answer: Answer, *args: Any) -> bool:
-        """Park the app's answer on `conn` (`args`: Parked's request, environ, keep_alive,
-        started); False when the watches' share of the connections is full."""
+    def start(
+        self,
+        conn: Conn,
+        iterable: Any,
+        answer: Answer,
+        request: Request,
+        environ: dict[str, Any],
+        keep_alive: bool,
+        started: float,
+    ) -> bool:
+        """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
         if not self._registry.admit_watch():
             return False
-        conn.standing.park(Parked(iterable, answer, *args))
+        conn.standing.park(Parked(iterable, answer, request, environ, keep_alive, started, self._record))
         if not self._alive():  # arrived during the graceful stop: it ends at once
             iterable.stop()
         self.step(conn)
@@ -207,8 +219,7 @@ class Parking:
             data, keep_alive = parked.answer.encode(
                 parked.request.method, parked.keep_alive and self._alive()
             )
-        elapsed = timedelta(seconds=time.perf_counter() - parked.started)
-        self._log.access(parked.answer, parked.request, parked.environ, elapsed)
+        parked.record(parked.answer, parked.request, parked.environ, parked.started)
         conn.outgoing.answer(data, keep_alive)
 
     def stop(self, conns: list[Conn]) -> None:
