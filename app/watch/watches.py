@@ -80,6 +80,8 @@ class Watch:
         self._wake: Callable[[], None] | None = None
         #: No turn was free (app/watch/wake_gate.py): the next park waits for one, not a change.
         self._awaits_turn = False
+        #: It answered "nothing yet" and was not subscribed since: nobody parked it.
+        self._unsubscribed = False
         signal.reads.stand(position)
 
     def __iter__(self) -> Watch:
@@ -95,8 +97,16 @@ class Watch:
                     return chunk
                 self._block()
                 continue
+            if self._unsubscribed:
+                # Asked again with no subscribe() since its "nothing yet": no server parked it (a
+                # host app's middleware wrapped this iterable, so the worker saw a plain one).
+                # Asking at once would read the store in a loop: it waits in this thread instead.
+                self.parks = False
+                continue
             self._awaits_turn = False
-            return self.step(time.monotonic())
+            chunk = self.step(time.monotonic())
+            self._unsubscribed = not chunk
+            return chunk
 
     def step(self, now: float) -> bytes:
         raise NotImplementedError
@@ -106,6 +116,7 @@ class Watch:
 
     def subscribe(self, wake: Callable[[], None]) -> None:
         self._wake = wake
+        self._unsubscribed = False
         if self._awaits_turn:
             self._awaits_turn = False
             self.signal.gate.defer(wake)

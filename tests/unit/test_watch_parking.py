@@ -1,6 +1,8 @@
 """The app's copy of the worker's parking interface (app/watch/parkable.py) names the same environ
-key as the worker's (app/server/worker/parking.py): an app that looked under another key would
-never park, and every watch would hold a request thread."""
+key as the worker's (app/server/worker/parking.py). The worker parks any iterable that has
+`subscribe` and `deadline`, whatever the key: an app that looked under another key would still be
+parked, but its watch, believing itself unparked, would wait inside each of the worker's steps
+(`Watch._block`), holding a request thread for the whole wait."""
 
 from app.server.worker import parking as worker
 from app.watch import parkable

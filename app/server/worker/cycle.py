@@ -57,7 +57,7 @@ def encode_refusal(refusal: Refusal) -> bytes:
     retry = "" if refusal.retry_after is None else f"Retry-After: {refusal.retry_after}\r\n"
     head = (
         f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nConnection: close\r\n{retry}"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nDate: {http_date()}\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
@@ -514,12 +514,43 @@ def parkable(result: Any) -> bool:
     return hasattr(result, "subscribe") and hasattr(result, "deadline")
 
 
+#: How an answer's end is recorded (`Recorder.record`): answer, request, environ, its start.
+Record = Callable[[Answer, Request, dict[str, Any], float], None]
+
+
+class Recorder:
+    """The end of every answer, served at once or after parking (parking.py), whole or left by
+    its client: gunicorn's access line, then its `post_request` hook, as gunicorn's own workers
+    call it after each request however it went."""
+
+    __slots__ = ("_log", "_post_request", "_worker")
+
+    def __init__(self, worker: Any) -> None:
+        self._worker, self._log = worker, worker.log
+        self._post_request = worker.cfg.post_request  # read once: each read of a setting validates
+
+    def record(self, answer: Answer, request: Request, environ: dict[str, Any], started: float) -> None:
+        """`started`: the answer's `time.perf_counter()` at its start."""
+        log = self._log
+        log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
+        try:
+            self._post_request(self._worker, request, environ, answer)
+        except Exception:
+            log.exception("Exception in post_request hook")
+
+
 class Serving:
     """Runs the app for whole requests of a gunicorn `worker` (its `cfg`, `log`, `wsgi`, `alive`,
     `max_requests`); `park` hands an answer that can wait to parking.py (False: no room)."""
 
     def __init__(
-        self, worker: Any, registry: Any, park: Callable[..., bool], offers: dict[str, Any], cap: int
+        self,
+        worker: Any,
+        registry: Any,
+        park: Callable[..., bool],
+        offers: dict[str, Any],
+        cap: int,
+        record: Record,
     ) -> None:
         self._worker = worker
         self._registry = registry
@@ -531,7 +562,8 @@ class Serving:
         # Read once: each of gunicorn's settings is a lookup and a validation on every read.
         self._app = worker.wsgi
         self._log = worker.log
-        self._pre_request, self._post_request = cfg.pre_request, cfg.post_request
+        self._pre_request = cfg.pre_request
+        self._record = record
         self._keepalive = cfg.keepalive > 0
         self._max_requests = worker.max_requests
 
@@ -567,11 +599,7 @@ class Serving:
             conn.outgoing.drop()
             log.exception("Error handling request %s %s", request.method, request.path)
             data, keep_alive = self._refuse(answer, APP_ERROR)
-        log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
-        try:
-            self._post_request(worker, request, environ, answer)
-        except Exception:
-            log.exception("Exception in post_request hook")
+        self._record(answer, request, environ, started)
         return data, keep_alive
 
     @staticmethod

@@ -15,13 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED
 from app.server.worker.connection import WRITE as WAKE
-from app.server.worker.cycle import APP_ERROR, HOP_BY_HOP, Answer, Request, close_result, encode_refusal
+from app.server.worker.cycle import APP_ERROR, Answer, Record, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -41,6 +40,7 @@ class Parked:
     environ: dict[str, Any]
     keep_alive: bool
     started: float
+    record: Record  # the access line and post_request (cycle.py's `Recorder`)
     head_sent: bool = False
     wake: Any = None
     sent: int = 0  # a stream's bytes sent so far (its events), for the access line
@@ -58,44 +58,52 @@ class Parked:
         close_result(self.iterable, log)
 
     def left(self, log: Any) -> None:
-        """The access line of an answer its client left (or that timed out) before its end: the
-        status it began with and the bytes sent, or nginx's 499 when nothing was sent yet."""
+        """The end of an answer its client left (or that timed out) before its end, recorded
+        (access line, post_request) with the status it began with and the bytes sent, or nginx's
+        499 when nothing was sent yet."""
         self.close(log)
         answer = self.answer
         if self.head_sent:
             answer.sent = self.sent
         else:
             answer.status, answer.sent = "499 Client Closed Request", 0
-        log.access(answer, self.request, self.environ, timedelta(seconds=time.perf_counter() - self.started))
+        self.record(answer, self.request, self.environ, self.started)
 
     def stream_head(self) -> bytes:
-        lines = [f"HTTP/1.1 {self.answer.status}\r\n"]
-        lines += [
-            f"{name}: {value}\r\n"
-            for name, value in self.answer.headers
-            if name.lower() != "content-length" and name.lower() not in HOP_BY_HOP
-        ]
-        # HTTP/1.0 has no chunked coding: its stream ends where the connection closes.
-        lines.append("Transfer-Encoding: chunked\r\n" if self.chunked else "")
-        lines.append("Connection: close\r\n\r\n")
-        return "".join(lines).encode("latin-1")
+        """A stream's head, through `Answer.head` (its Date, its checks): the app's Content-Length
+        is dropped, the stream is chunked (on HTTP/1.0 it ends where the connection closes)."""
+        answer = self.answer
+        answer.headers = [(name, value) for name, value in answer.headers if name.lower() != "content-length"]
+        # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
+        return answer.head("GET", False, None, http11=self.chunked).data
 
 
 class Parking:
     """Steps, parks and wakes the waiting answers of a worker's connections."""
 
-    def __init__(self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool]) -> None:
+    def __init__(
+        self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool], record: Record
+    ) -> None:
         self._registry = registry
+        self._record = record
         self._log = log
         self._read_timeout = read_timeout
         self._alive = alive
 
-    def start(self, conn: Conn, iterable: Any, answer: Answer, *args: Any) -> bool:
-        """Park the app's answer on `conn` (`args`: Parked's request, environ, keep_alive,
-        started); False when the watches' share of the connections is full."""
+    def start(
+        self,
+        conn: Conn,
+        iterable: Any,
+        answer: Answer,
+        request: Request,
+        environ: dict[str, Any],
+        keep_alive: bool,
+        started: float,
+    ) -> bool:
+        """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
         if not self._registry.admit_watch():
             return False
-        conn.standing.park(Parked(iterable, answer, *args))
+        conn.standing.park(Parked(iterable, answer, request, environ, keep_alive, started, self._record))
         if not self._alive():  # arrived during the graceful stop: it ends at once
             iterable.stop()
         self.step(conn)
@@ -149,8 +157,8 @@ class Parking:
         parked = conn.standing.parked
         assert parked is not None
         if not parked.head_sent:
+            out.insert(0, parked.stream_head())  # a ValueError (a bad field) fails it with a 500
             parked.head_sent = True
-            out.insert(0, parked.stream_head())
         return not out or conn.outgoing.send(b"".join(out), close_after=False)
 
     def _park(self, conn: Conn) -> None:
@@ -192,12 +200,17 @@ class Parking:
         assert parked is not None
         parked.close(self._log)
         keep_alive = False
+        if parked.iterable.streaming and not parked.head_sent and not failed:
+            try:
+                out.insert(0, parked.stream_head())
+                parked.head_sent = True
+            except ValueError:
+                self._log.exception("Error in a waiting answer's head %s", parked.request.path)
+                failed = True
         if failed and not parked.head_sent:
             parked.answer.status = "500 Internal Server Error"
             data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
-            if not parked.head_sent:
-                out.insert(0, parked.stream_head())
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
@@ -206,8 +219,7 @@ class Parking:
             data, keep_alive = parked.answer.encode(
                 parked.request.method, parked.keep_alive and self._alive()
             )
-        elapsed = timedelta(seconds=time.perf_counter() - parked.started)
-        self._log.access(parked.answer, parked.request, parked.environ, elapsed)
+        parked.record(parked.answer, parked.request, parked.environ, parked.started)
         conn.outgoing.answer(data, keep_alive)
 
     def stop(self, conns: list[Conn]) -> None:

@@ -19,7 +19,7 @@ from functools import partial
 from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, Limits
-from app.server.worker.cycle import Serving
+from app.server.worker.cycle import Recorder, Serving
 from app.server.worker.loop import (
     MEMORY_BUDGET,
     STOP_LINGER,
@@ -58,8 +58,9 @@ class PlantsWorker(base.Worker):
         cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
-        self.parking = Parking(self.registry, log, self.read_timeout, alive)
-        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0])
+        record = Recorder(self).record  # one for answers served at once and after parking
+        self.parking = Parking(self.registry, log, self.read_timeout, alive, record)
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0], record)
         limits = self._limits()
         context = Context(self.registry, self.parking, self.serving.serve, log, self.read_timeout, limits)
         first_wait = max(cfg.keepalive, self.read_timeout)

@@ -1,0 +1,81 @@
+"""gunicorn's `post_request` hook runs once for every request on the packaged worker, as on
+gunicorn's own workers: for an answer served after parking (a long-poll) and for a stream its
+client left, as for any other; counted by hooks in a gunicorn config under tmp_path."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.rawhttp import exchange, request
+from tests.servers import TOKEN, Gunicorn
+
+HOOKS = """
+from app.server.gunicorn_conf import *  # noqa: F403
+
+
+def _note(line):
+    with open({path!r}, "a") as out:
+        out.write(line + "\\n")
+
+
+def pre_request(worker, req):
+    _note(f"pre {{req.path}}")
+
+
+def post_request(worker, req, environ, resp):
+    _note(f"post {{req.path}} {{resp.status_code}}")
+"""
+
+
+@pytest.fixture
+def hooked(tmp_path):
+    notes = tmp_path / "hooks.txt"
+    config = tmp_path / "gunicorn_hooks.py"
+    config.write_text(HOOKS.format(path=str(notes)))
+    server = Gunicorn(env={"GUNICORN_THREADS": "1", "WEB_CONCURRENCY": "1"}, args=("-c", str(config)))
+    yield server, notes
+    server.stop()
+
+
+def notes_of(notes: Path, path: str) -> list[str]:
+    lines = notes.read_text().splitlines() if notes.exists() else []
+    return [line for line in lines if line.split(" ")[1] == path]
+
+
+def wait_for_notes(notes: Path, path: str, count: int, timeout: float = 15) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(found := notes_of(notes, path)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def test_a_long_poll_answered_after_parking_runs_post_request_once(hooked):
+    server, notes = hooked
+    started = time.monotonic()
+    auth = [("Authorization", f"Bearer {TOKEN}")]
+    answer = exchange(server.port, request("GET", "/events?after=now&wait=1", headers=auth))
+    assert answer is not None
+    assert answer.status == 200, answer.body
+    assert time.monotonic() - started >= 0.9  # parked until its deadline
+    assert wait_for_notes(notes, "/events", 2) == ["pre /events", "post /events 200"]
+
+
+def test_a_stream_its_client_left_runs_post_request_once(hooked):
+    server, notes = hooked
+    lines = ["GET /events HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}", "Accept: text/event-stream"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall("\r\n".join([*lines, "", ""]).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert notes_of(notes, "/events") == ["pre /events"]  # still streaming
+    assert wait_for_notes(notes, "/events", 2) == ["pre /events", "post /events 200"]
+    time.sleep(0.5)  # and no second one follows
+    assert notes_of(notes, "/events") == ["pre /events", "post /events 200"]
