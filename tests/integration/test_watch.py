@@ -387,7 +387,9 @@ def test_the_watch_benchmark_in_small(server):
     """bench/watch.py's two scenarios, small: holding watchers adds no thread, and every stream
     gets every event of an open-loop writer, in the feed's order."""
     held = hold(server.port, server.process.pid, 200, 1.0, token=TOKEN)
-    assert held["threads_after"] <= held["threads_before"] + 1  # at most the feed's listener
+    # At most the feed signal's threads, which start with a worker's first watch (its listener,
+    # and on one Redis one thread following the feed's stream), whichever test came first.
+    assert held["threads_after"] <= held["threads_before"] + 2
     assert held["rss_kib_per_watcher"] < 40
     woken = wake(server.port, 50, 20.0, 2.0, token=TOKEN)
     assert woken["creates"] >= 30

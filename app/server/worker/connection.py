@@ -27,8 +27,10 @@ from app.server.worker.cycle import BYTES_PER_SECOND, TIMED_OUT, Outgoing, Refus
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
-#: A parked answer's connection: woken by its client leaving (or, armed WRITE, by its `wake`).
+#: A parked answer's connection: woken by its client leaving, or armed WAKE by its `wake` (a
+#: socket with room to write is ready at once, so the next turn resumes the answer).
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
+WAKE = WRITE
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: How long, and for how many bytes, a closed connection lingers for its client to close (as

@@ -554,7 +554,7 @@ class Serving:
     ) -> None:
         self._worker = worker
         self._registry = registry
-        self._park = park
+        self._start_parking = park
         self._max_connections = cap
         cfg = worker.cfg
         self.environs = EnvironBuilder(cfg, offers)
@@ -588,7 +588,7 @@ class Serving:
         try:
             result = self._app(environ, answer.start_response)
             if parkable(result):
-                if self._park(conn, result, answer, request, environ, keep_alive, started):
+                if self._start_parking(conn, result, answer, request, environ, keep_alive, started):
                     return None
                 close_result(result)  # its place in the app's own count is given back
                 data, keep_alive = self._refuse(answer, watches_full(registry.watch_limit))

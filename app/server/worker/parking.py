@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.connection import PARKED
-from app.server.worker.connection import WRITE as WAKE
+from app.server.worker.connection import PARKED, WAKE
 from app.server.worker.cycle import APP_ERROR, Answer, Record, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
