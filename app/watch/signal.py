@@ -54,8 +54,9 @@ class FeedSignal:
         self._lock = threading.Lock()
         self._version = 0
         self._wakes = WakeIndex(sweep_every)
-        #: How many watches are parked (len(self._wakes), kept as a plain number for the writes).
-        self.parked = 0
+        #: How many watches wait for a change, however they wait: parked by the packaged worker or
+        #: blocked in a request thread elsewhere (len(self._wakes), a plain number for the writes).
+        self.waiting = 0
         #: How many watchers each change woke (the metric `plants_watch_woken_per_change`).
         self.woken = WokenTally()
         self.reads = SharedReads()
@@ -98,7 +99,7 @@ class FeedSignal:
             changed = self._version != seen
             if not changed:
                 self._wakes.add(wake, only)
-                self.parked = len(self._wakes)
+                self.waiting = len(self._wakes)
                 if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
                     self._someone_waits.set()
         if changed:
@@ -109,8 +110,8 @@ class FeedSignal:
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
             self._wakes.remove(wake)
-            self.parked = len(self._wakes)
-            if not self.parked and not self._always:
+            self.waiting = len(self._wakes)
+            if not self.waiting and not self._always:
                 self._someone_waits.clear()  # the listener rests until the next watcher
 
     def observe(self, callback: Callable[[], None]) -> None:
@@ -136,11 +137,11 @@ class FeedSignal:
         wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
-            if self.parked:
+            if self.waiting:
                 wakes = self._wakes.take_all(changes)
                 self.woken.observe(len(wakes))
-                self.parked = len(self._wakes)
-                if not self.parked and not self._always:
+                self.waiting = len(self._wakes)
+                if not self.waiting and not self._always:
                     self._someone_waits.clear()
         for observer in self._observers:
             observer()
