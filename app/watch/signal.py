@@ -94,7 +94,12 @@ class FeedSignal:
 
     def subscribe(self, seen: int, wake: Callable[[], None], only: EventFilter | None = None) -> None:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
-        by a change `only` may select (or any, at times: wake_index.py)."""
+        by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
+        (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
+        process's, heard by the listener thread (listener_thread.py: `ListenerThread._listen`).
+        `wake` is the server's: the packaged worker's (app/server/worker/parking.py:
+        `Parking.wake`), or the Event a watch blocked in its thread waits on
+        (app/watch/watches.py: `Watch._block`)."""
         with self._lock:
             changed = self._version != seen
             if not changed:
@@ -128,8 +133,9 @@ class FeedSignal:
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
-        known), and every observer. Every write calls it: with no watcher it is a counter, a flag
-        and the observers (measured in bench/README.md)."""
+        known), and every observer. Every write calls it (app/extension.py:
+        `PlantsState.count_event`): with no watcher it is a counter, a flag and the observers
+        (measured in bench/README.md)."""
         self._notify(None if change is None else [change])
 
     def _notify(self, changes: list[Touched] | None) -> None:
