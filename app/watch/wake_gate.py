@@ -1,6 +1,7 @@
 """How many woken watches may read the store on a request thread at once, so that the watches
 never take every thread: on a shared store, the worker's request threads but one
-(app/server/gunicorn_conf.py: `_bound_watch_turns`), elsewhere no bound.
+(app/server/gunicorn_conf.py: `_bound_watch_turns`); on the memory store, or under another
+server, no bound.
 
 A watch woken by a change (or by the listener's failure, or its own deadline) reads the feed on
 a request thread, through `enter` and `leave` (app/watch/watches.py: `Watch._fetch_in_turn`).
