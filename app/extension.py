@@ -71,8 +71,8 @@ class PlantsState:
         may concern, and count it when the app has metrics."""
         if self.store.events_retain:
             signal = self.feed_signal
-            # What the change touched matters only to parked watches: made only when there are some.
-            signal.notify(self._touched(kind, plant_id, tags, with_before) if signal.parked else None)
+            # What the change touched matters only to waiting watches: made only when there are some.
+            signal.notify(self._touched(kind, plant_id, tags, with_before) if signal.waiting else None)
             if self.metrics is not None:
                 self.metrics.count_event(kind)
 

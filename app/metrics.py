@@ -22,7 +22,7 @@ Per application (in its state, app/extension.py): its own registry with
 - `plants_stored`: how many plants the store holds, read from the store at scrape time;
 - `plants_watch_shared_reads` and `plants_watch_shared_read_bytes`: the feed's reads kept for
   watchers at the same position (app/watch/shared_reads.py), in the worker answering the scrape;
-- `plants_watch_woken_per_change` (a histogram): how many parked watchers each change woke, in
+- `plants_watch_woken_per_change` (a histogram): how many waiting watchers each change woke, in
   the worker answering the scrape, counted while it had any (app/watch/wake_index.py).
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
@@ -229,7 +229,7 @@ class _StoreCollector:
 
 
 class _SharedReadsCollector:
-    """What the watch's shared reads hold in this process: a bound's evidence (issue 48)."""
+    """What the watch's shared reads hold in this process: the evidence that their bound holds."""
 
     def __init__(self, reads: SharedReads) -> None:
         self._reads = reads
@@ -268,7 +268,7 @@ class _WokenCollector:
             buckets.append((bound, running))
         yield HistogramMetricFamily(
             "plants_watch_woken_per_change",
-            "Parked watchers of the feed each change woke, while any watched.",
+            "Waiting watchers of the feed each change woke, while any watched.",
             buckets=buckets,
             sum_value=self._tally.total,
         )

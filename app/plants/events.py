@@ -37,8 +37,9 @@ STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def list_events() -> Response:
     """Up to `limit` events after `after` (a cursor, `now`, or the oldest kept) that the filter
-    selects, and `next`; or, asked to, a long-poll (`wait`) or a stream of server-sent events
-    (app/watch/watches.py), which may start with the plants that match now (`snapshot`)."""
+    selects, and `next`, answered at once; or, asked to, a long-poll (`wait`) or a stream of
+    server-sent events, which may start with the plants that match now (`snapshot`): those are
+    `_watch`'s, which returns them to wait."""
     query = load_events_query(request.args)
     only = EventFilter.from_query(query)
     state = plants_state()
@@ -121,7 +122,11 @@ def _watch(
     only: EventFilter | None,
     snapshot: bool = False,
 ) -> Response:
-    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process)."""
+    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process): a
+    `LongPoll` or an `EventStream` (app/watch/watches.py) returned as the answer's iterable, which
+    waits between its steps (`Watch.__next__`): parked without a thread where the server offers it
+    (`PARKING` in the environ, app/watch/parkable.py; the packaged worker's
+    app/server/worker/parking.py), else blocked in this request thread (`Watch._block`)."""
     signal = state.feed_signal
     caller = current_caller()  # a watch ticket's counts against its token's cap
     caller_key = caller.limit_key

@@ -4,7 +4,7 @@ Woken by one change, watchers mostly stand at the same position and would read t
 the first reads it, the others get the same answer. Only positions where more than one watcher
 stands are kept, so a stream that starts where no other stands reads on its own and leaves
 nothing behind; what is kept is bounded in entries and bytes, least recently used dropped first
-(issue 48: streams opened at thousands of distinct positions grew it without bound). A store
+(without the bound, streams opened at thousands of distinct positions would grow it without end). A store
 failure is shared too: once one read of a version failed, the others of that version fail
 without asking the store again (it would make each of them wait for the store's timeout).
 """

@@ -54,8 +54,9 @@ class FeedSignal:
         self._lock = threading.Lock()
         self._version = 0
         self._wakes = WakeIndex(sweep_every)
-        #: How many watches are parked (len(self._wakes), kept as a plain number for the writes).
-        self.parked = 0
+        #: How many watches wait for a change, however they wait: parked by the packaged worker or
+        #: blocked in a request thread elsewhere (len(self._wakes), a plain number for the writes).
+        self.waiting = 0
         #: How many watchers each change woke (the metric `plants_watch_woken_per_change`).
         self.woken = WokenTally()
         self.reads = SharedReads()
@@ -93,12 +94,17 @@ class FeedSignal:
 
     def subscribe(self, seen: int, wake: Callable[[], None], only: EventFilter | None = None) -> None:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
-        by a change `only` may select (or any, at times: wake_index.py)."""
+        by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
+        (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
+        process's, heard by the listener thread (listener_thread.py: `ListenerThread._listen`).
+        `wake` is the server's: the packaged worker's (app/server/worker/parking.py:
+        `Parking.wake`), or the Event a watch blocked in its thread waits on
+        (app/watch/watches.py: `Watch._block`)."""
         with self._lock:
             changed = self._version != seen
             if not changed:
                 self._wakes.add(wake, only)
-                self.parked = len(self._wakes)
+                self.waiting = len(self._wakes)
                 if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
                     self._someone_waits.set()
         if changed:
@@ -109,8 +115,8 @@ class FeedSignal:
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
             self._wakes.remove(wake)
-            self.parked = len(self._wakes)
-            if not self.parked and not self._always:
+            self.waiting = len(self._wakes)
+            if not self.waiting and not self._always:
                 self._someone_waits.clear()  # the listener rests until the next watcher
 
     def observe(self, callback: Callable[[], None]) -> None:
@@ -127,8 +133,9 @@ class FeedSignal:
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
-        known), and every observer. Every write calls it: with no watcher it is a counter, a flag
-        and the observers (measured in bench/README.md)."""
+        known), and every observer. Every write calls it (app/extension.py:
+        `PlantsState.count_event`): with no watcher it is a counter, a flag and the observers
+        (measured in bench/README.md)."""
         self._notify(None if change is None else [change])
 
     def _notify(self, changes: list[Touched] | None) -> None:
@@ -136,11 +143,11 @@ class FeedSignal:
         wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
-            if self.parked:
+            if self.waiting:
                 wakes = self._wakes.take_all(changes)
                 self.woken.observe(len(wakes))
-                self.parked = len(self._wakes)
-                if not self.parked and not self._always:
+                self.waiting = len(self._wakes)
+                if not self.waiting and not self._always:
                     self._someone_waits.clear()
         for observer in self._observers:
             observer()

@@ -1,14 +1,20 @@
-"""How many woken watchers may read the store on a request thread at once (issue 48: parked
-watchers never take every thread).
+"""How many woken watches may read the store on a request thread at once, so that the watches
+never take every thread: on a shared store, the worker's request threads but one
+(app/server/gunicorn_conf.py: `_bound_watch_turns`); on the memory store, or under another
+server, no bound.
 
 A watch woken by a change (or by the listener's failure, or its own deadline) reads the feed on
-a request thread. Under the packaged worker (app/server/worker/parking.py), a watch that finds no
-free turn here for a store call gives its thread back at once and waits parked, holding no
-thread. A turn's end wakes every watch waiting: most now share the read the turn made (or its
-failure, app/watch/shared_reads.py) and need no turn; one that still does waits again. Handing
-the turn on one watch at a time instead made a chain of wake-ups, each a worker's turn, behind
-one another (bench/README.md). The worker's other threads stay free for requests, `/healthz`
-among them, however slow the store is.
+a request thread, through `enter` and `leave` (app/watch/watches.py: `Watch._fetch_in_turn`).
+Under the packaged worker, a watch that finds no free turn here for a store call gives its thread
+back at once and waits parked, holding no thread: its next `subscribe` files its wake-up here
+(`defer`) instead of with the signal, and the worker parks it as it parks any watch
+(app/server/worker/parking.py: `Parking.wake` hands it a thread again). A turn's end wakes every
+watch deferred: most now share the read the turn made (or its failure, app/watch/shared_reads.py)
+and need no turn; one that still does waits again. Handing the turn on one watch at a time
+instead made a chain of wake-ups, each a worker's turn, behind one another (bench/README.md).
+The worker's other threads stay free for requests, `/healthz` among them, however slow the store
+is. A watch blocked in its own thread (another server) reads without a turn: it holds that
+thread anyway.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ class WakeGate:
         self.size = size
         self._lock = threading.Lock()
         self._taken = 0
-        #: The watches waiting for a turn: each by the wake-up its server handed it.
-        self._waiting: dict[int, Callable[[], None]] = {}
+        #: The watches deferred to a turn's end: each by the wake-up its server handed it.
+        self._deferred: dict[int, Callable[[], None]] = {}
 
     def resize(self, size: int | None) -> None:
         """Set the bound: the serving worker's request threads but one, at least one."""
@@ -39,15 +45,15 @@ class WakeGate:
                 return False
             self._taken += 1
             if wake is not None:
-                self._waiting.pop(id(wake), None)  # woken by its deadline meanwhile
+                self._deferred.pop(id(wake), None)  # woken by its deadline meanwhile
             return True
 
     def leave(self) -> None:
-        """End a turn; every watch waiting is woken to look again."""
+        """End a turn; every watch deferred is woken to look again."""
         with self._lock:
             self._taken -= 1
-            waiting, self._waiting = self._waiting, {}
-        for wake in waiting.values():
+            deferred, self._deferred = self._deferred, {}
+        for wake in deferred.values():
             wake()
 
     def defer(self, wake: Callable[[], None]) -> None:
@@ -55,15 +61,16 @@ class WakeGate:
         with self._lock:
             free = self.size is None or self._taken < self.size
             if not free:
-                self._waiting[id(wake)] = wake
+                self._deferred[id(wake)] = wake
         if free:
             wake()
 
     def forget(self, wake: Callable[[], None]) -> None:
         """The watch ended while it waited."""
         with self._lock:
-            self._waiting.pop(id(wake), None)
+            self._deferred.pop(id(wake), None)
 
     @property
-    def waiting(self) -> int:
-        return len(self._waiting)
+    def deferred(self) -> int:
+        """How many watches wait for a turn's end."""
+        return len(self._deferred)

@@ -1,5 +1,5 @@
-"""The parked watchers' wake-ups, indexed by their filter, so that a change wakes the watchers it
-may concern rather than all of them.
+"""The waiting watchers' wake-ups (parked by the worker or blocked in a thread), indexed by their
+filter, so that a change wakes the watchers it may concern rather than all of them.
 
 A watcher is filed under one part of its filter, the most selective it has: each of its `ids`,
 else each of its `tags`, else each of its `types`; one without a filter under "all". A change of
@@ -51,7 +51,7 @@ def keys_of(only: EventFilter) -> list[Key]:
 
 
 class WakeIndex:
-    """The wake-ups of one process's parked watchers. Not thread-safe: the signal holds its lock."""
+    """The wake-ups of one process's waiting watchers. Not thread-safe: the signal holds its lock."""
 
     def __init__(self, sweep_every: int = 0) -> None:
         self.sweep_every = sweep_every

@@ -1,10 +1,12 @@
 """Watching the change feed: a long-poll (`GET /events?wait=S`) and server-sent events
 (`GET /events` with `Accept: text/event-stream`), both read from the feed with its cursors.
 
-Each is a WSGI iterable that the packaged worker parks while nothing happens, holding no thread
-(app/server/worker/parking.py): `__next__` answers `b""` for "nothing yet", `subscribe` hands
-over the worker's wake-up, `deadline` says when to ask again anyway. Under another server (stock
-gthread, `flask run`, a host app), the same iterable waits in its thread instead.
+Each is a WSGI iterable (app/watch/parkable.py's `ParkableAnswer`) that the packaged worker parks
+while nothing happens, holding no thread (app/server/worker/parking.py: `Parking.start`):
+`__next__` answers `b""` for "nothing yet", `subscribe` files the worker's wake-up with the feed
+signal (app/watch/signal.py: `FeedSignal.subscribe`), `deadline` says when to ask again anyway.
+Under another server (stock gthread, `flask run`, a host app's middleware that wraps it), the same
+iterable waits in its request thread instead (`Watch._block`), for the same wake-up.
 
 Everything it needs is taken from the request before the view returns: it runs after Flask has
 left the request's context.
@@ -88,6 +90,10 @@ class Watch:
         return self
 
     def __next__(self) -> bytes:
+        """The next chunk of the answer (`step`). Parked (`parks`), `b""` is "nothing yet": the
+        server calls `subscribe` and parks the connection until the wake-up (the packaged
+        worker's app/server/worker/parking.py: `Parking.wake`). Not parked, it waits here, in
+        this thread (`_block`), until there is a chunk."""
         while True:
             if self.done:
                 raise StopIteration
@@ -115,6 +121,10 @@ class Watch:
         raise NotImplementedError
 
     def subscribe(self, wake: Callable[[], None]) -> None:
+        """File the server's `wake`, called once when this watch has something to read: with the
+        feed signal for the next change that may concern it (app/watch/signal.py:
+        `FeedSignal.subscribe`), or, when its last step found no turn free, with the wake gate for
+        a turn's end (app/watch/wake_gate.py: `WakeGate.defer`)."""
         self._wake = wake
         self._unsubscribed = False
         if self._awaits_turn:
@@ -187,7 +197,9 @@ class Watch:
             gate.leave()
 
     def _block(self) -> None:
-        """Not parked by the server: wait in this thread for a change or the deadline."""
+        """Not parked by any server (stock gthread, `flask run`, a host's middleware that wraps
+        this iterable): wait in this request thread, holding it, for the same wake-up as a parked
+        watch's (`subscribe`, here an Event's `set`) or the deadline."""
         woken = threading.Event()
         self.subscribe(woken.set)
         woken.wait(max(0.0, self.deadline() - time.monotonic()))

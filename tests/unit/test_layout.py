@@ -196,8 +196,7 @@ def test_the_loop_check_sees_function_level_and_type_checking_imports(tmp_path):
 
 #: File names that more than one package of app/ has, each saying one thing: the package entry;
 #: a store backend's own parts (store.py, feed.py, endpoints.py: one each per backend); a resource's
-#: views and its schemas (webhooks.py). body.py is http's and the worker's until the worker's
-#: rewrite removes the worker's.
+#: views and its schemas (webhooks.py).
 SHARED_FILE_NAMES = {"__init__.py", "store.py", "feed.py", "endpoints.py", "webhooks.py"}
 
 

@@ -33,7 +33,7 @@ def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_en
     gate.leave()
     gate.leave()
     assert woken == ["a", "b", "b"]
-    assert gate.waiting == 0
+    assert gate.deferred == 0
 
 
 def test_a_watcher_deferred_while_a_turn_is_free_is_woken_at_once():
