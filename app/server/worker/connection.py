@@ -1,11 +1,8 @@
 """One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: its request side (`Incoming`,
-the httptools parser's protocol, each limit checked as the bytes go by), its standing with the
-worker (`Standing`) and its send side (`Outgoing`). loop.py hands a ready connection to one thread
-at a time (`EPOLLONESHOT`) for one turn: read once and parse, serve one request (cycle.py), send,
-or close. Parsing stops while a whole request waits, so a pipelining client's bytes wait in its
-socket; one with more buffered is re-armed for writing, behind every other ready connection. A
-slow client holds no thread, only its bytes and its deadline. Framing errors are a JSON 400, 413,
-414, 431 or 501, then close; the message never quotes the request.
+the parser's protocol, each limit checked as the bytes go by), its standing with the worker
+(`Standing`) and its send side (`Outgoing`). One thread at a time takes a turn on it (loop.py):
+read once and parse, serve one request (cycle.py), send, or close; a slow client holds no thread.
+Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
 """
 
 from __future__ import annotations
@@ -88,9 +85,8 @@ class Context:
 
 class Incoming:
     """A connection's request side, and the parser's protocol (llhttp calls its `on_*` methods):
-    bytes read and not yet parsed (`unparsed`: parsing waits while a request is ready), the
-    requests parsed whole (`ready`), a refusal (answered once `ready` is served, then close), and
-    the framing counters of the request being read, checked against the limits."""
+    bytes not yet parsed (parsing waits while a request is `ready`), the requests parsed whole, a
+    refusal (answered once `ready` is served), and the counters of the request being read."""
 
     _body: list[bytes]
     _size_line: int | None  # a chunk's size line being read: its bytes so far
@@ -150,11 +146,10 @@ class Incoming:
             if self.ready:
                 self.ready[-1].keep_alive = False
             else:
-                self.refusal = exceptions.BadRequest("This server does not switch protocols.")
+                self.refusal = exceptions.BadRequest("this server does not switch protocols.")
             return
         except httptools.HttpParserCallbackError as exc:
-            # A callback's refusal (httptools chains it), or (never expected) its error, whose text
-            # may quote the request.
+            # A callback's refusal (httptools chains it), or its error, whose text may quote the request.
             refused = exc.__context__
             if not isinstance(refused, exceptions.HTTPException):
                 refused = _malformed("a field could not be read")
@@ -272,12 +267,9 @@ class Incoming:
 
 
 class Standing:
-    """A connection's standing with the worker, changed through these methods only: whether a
-    thread has it (`busy`), its deadline, since when it rests, whether it lingers, its waiting
-    answer and whether that was woken, and what the memory budget last counted for it (`held`).
-    The thread that has the connection changes it freely; any other (the loop's expiry, the
-    graceful stop) only under the registry's lock, and a deadline it sets on a busy connection only
-    shortens it (the thread's next `rearm_idle` applies the stop's too)."""
+    """A connection's standing with the worker, changed through these methods only. The thread that
+    has it (`busy`) changes it freely; any other only under the registry's lock, and a deadline
+    it sets on a busy connection only shortens it (the thread's next `rearm_idle` applies it)."""
 
     __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
 
@@ -336,8 +328,7 @@ class Outgoing:
         self.sent = 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
-        """Send an answer (`body`: its rest, sent as the client takes it); the connection goes on
-        once all of it is out."""
+        """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
         if body is not None:
             self.body = body
             self._conn.allow(len(data) + (body.left or 0))  # the whole answer's time

@@ -1,11 +1,9 @@
 """A request's cycle, as uvicorn's `RequestResponseCycle`: the request as parsed, its environ, the
 app's call with gunicorn's hooks and access line, the answer's head and body, and the worker's own
-answers (Werkzeug's `HTTPException`s as the service's JSON Error record).
+answers (Werkzeug's `HTTPException`s, as the service's JSON Error record).
 
-A small answer is one send; the worker owns the framing fields, drops the app's hop-by-hop ones
-(PEP 3333) and sends no body for HEAD, 1xx, 204 or 304. Past `HOLD_BYTES` the rest of the app's
-iterable goes as the client takes it (`IterBody`), a `wsgi.file_wrapper` file by `os.sendfile`
-(`FileBody`). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
+A small answer is one send; the worker owns the framing fields and drops the app's hop-by-hop ones
+(PEP 3333). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
 `CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
 `header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
@@ -27,13 +25,7 @@ import gunicorn
 import httptools
 from gunicorn import util
 from gunicorn.http.wsgi import FileWrapper
-from werkzeug.exceptions import (
-    BadRequest,
-    HTTPException,
-    InternalServerError,
-    RequestTimeout,
-    ServiceUnavailable,
-)
+from werkzeug import exceptions
 
 #: Fields the worker owns: gunicorn's hop-by-hop list (with Date and Server), and RFC 9110's
 #: `Trailer` (gunicorn's list says "trailers").
@@ -49,8 +41,8 @@ BYTES_PER_SECOND = 65536
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 _SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
 LAST_CHUNK = b"0\r\n\r\n"
-TIMED_OUT = RequestTimeout("the request did not arrive in time.")
-APP_ERROR = InternalServerError("the service failed to answer; the error is logged.")
+TIMED_OUT = exceptions.RequestTimeout("the request did not arrive in time.")
+APP_ERROR = exceptions.InternalServerError("the service failed to answer; the error is logged.")
 
 
 def frame_chunk(data: bytes) -> bytes:
@@ -157,7 +149,7 @@ class Answer:
 
     def head(self, method: str, keep_alive: bool, length: int | None, http11: bool = True) -> Head:
         """The head for a body of `length` bytes; None: not known yet, so chunked unless the app
-        declared its length (on HTTP/1.0, ended by the close)."""
+        declared its length."""
         status = self.status
         code = int(status[:3])
         sends_body = not (code < 200 or code in (204, 304) or method == "HEAD")
@@ -174,22 +166,22 @@ class Answer:
             if lower == "content-length":
                 declared = int(value)
             lines.append(f"{name}: {value}\r\n")
-        chunked = False
-        if length is None:
-            if declared is None and sends_body:
-                chunked = http11
-                keep_alive = keep_alive and http11
-                lines.append("Transfer-Encoding: chunked\r\n" if chunked else "")
-        elif declared is None and sends_body:
+        unframed = declared is None and sends_body
+        chunked = unframed and length is None and http11
+        if chunked:
+            lines.append("Transfer-Encoding: chunked\r\n")
+        elif unframed and length is None:
+            keep_alive = False  # on HTTP/1.0, ended by the close
+        elif unframed:
             # A HEAD's body is not here to count (RFC 9110 §8.6: no Content-Length but GET's).
             lines.append(f"Content-Length: {length}\r\n")
-        elif declared is not None and declared != length and sends_body:
+        elif sends_body and length is not None and declared != length:
             raise ValueError(f"the app declared Content-Length {declared} for a body of {length} bytes")
         lines.append(f"Date: {http_date()}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
         return Head("".join(lines).encode("latin-1"), keep_alive, sends_body, chunked, declared)
 
 
-def encode_refusal(error: HTTPException, answer: Answer | None = None) -> bytes:
+def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None) -> bytes:
     """The worker's own answer, then close: the service's JSON Error record, in place of the app's
     `answer` if any (the access line reads it). Its message never quotes the request (it can hold
     a token)."""
@@ -334,7 +326,7 @@ class EnvironBuilder:
         server = server if isinstance(server, tuple) else (server, 80)
         environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server[0]), str(server[1])
         trusted = self.trusted is True or (
-            isinstance(client, tuple) and any(_within(client[0], net) for net in self.trusted)
+            isinstance(client, tuple) and any(ipaddress.ip_address(client[0]) in net for net in self.trusted)
         )
         return environ, trusted
 
@@ -355,7 +347,7 @@ class EnvironBuilder:
             try:
                 parsed = httptools.parse_url(url)
             except httptools.HttpParserInvalidURLError:
-                raise BadRequest("the request target is no URI.") from None
+                raise exceptions.BadRequest("the request target is no URI.") from None
             path, query = parsed.path or b"/", parsed.query or b""
         path_info = (unquote_to_bytes(path) if b"%" in path else path).decode("latin-1")
         if self.script_name and path_info.startswith(self.script_name):
@@ -392,24 +384,9 @@ class EnvironBuilder:
 
 
 def _trusted_peers(setting: Any) -> Literal[True] | list[Any]:
-    """True for every peer ('*'); else the addresses and networks named."""
-    names = [name.strip() for name in (setting or []) if name and name.strip()]
-    if "*" in names:
-        return True
-    networks = []
-    for name in names:
-        try:
-            networks.append(ipaddress.ip_network(name, strict=False))
-        except ValueError:
-            continue  # gunicorn's own check refuses it at start
-    return networks
-
-
-def _within(address: str, network: Any) -> bool:
-    try:
-        return ipaddress.ip_address(address) in network
-    except ValueError:
-        return False
+    """True for every peer ('*'); else the addresses and networks named (gunicorn has checked them)."""
+    names = {name.strip() for name in setting or ()} - {""}
+    return True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
 
 
 #: How an answer's end is recorded (`Recorder.record`): answer, request, environ, its start.
@@ -469,7 +446,7 @@ class Serving:
         """The answer to `request` on `conn`; None when it waits (parking.py)."""
         try:
             environ = self.environs.build(conn, request)
-        except HTTPException as refusal:
+        except exceptions.HTTPException as refusal:
             return encode_refusal(refusal), False, None
         worker = self._worker
         log = self._log
@@ -493,7 +470,7 @@ class Serving:
             else:
                 close_result(result)  # its place in the app's own count is given back
                 message = f"this server holds as many watches of the feed as it may ({registry.watch_limit});"
-                full = ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)
+                full = exceptions.ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)
                 served = encode_refusal(full, answer), False, None
         except Exception:
             registry.unpark(conn)
