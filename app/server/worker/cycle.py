@@ -39,7 +39,6 @@ DONE, WAITING, GONE = 0, 1, 2
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
 BYTES_PER_SECOND = 65536
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
-_SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
 LAST_CHUNK = b"0\r\n\r\n"
 TIMED_OUT = exceptions.RequestTimeout("the request did not arrive in time.")
 APP_ERROR = exceptions.InternalServerError("the service failed to answer; the error is logged.")
@@ -366,15 +365,13 @@ class EnvironBuilder:
                 continue
             key = name.upper().replace(b"-", b"_")
             text = value.decode("latin-1")
-            if key in _SPECIAL:
-                special = _SPECIAL[key]
-                if special is not None:
-                    environ[special] = text
-                elif key == b"CONTENT_LENGTH" and not body:
-                    environ["CONTENT_LENGTH"] = text
-                continue
-            field = "HTTP_" + key.decode("latin-1")
-            environ[field] = f"{environ[field]},{text}" if field in environ else text
+            if key == b"CONTENT_TYPE":
+                environ["CONTENT_TYPE"] = text
+            elif key == b"CONTENT_LENGTH":
+                environ.setdefault("CONTENT_LENGTH", text)  # a decoded chunked body's is its own
+            elif key != b"TRANSFER_ENCODING":
+                field = "HTTP_" + key.decode("latin-1")
+                environ[field] = f"{environ[field]},{text}" if field in environ else text
         if conn.trusted_peer:
             for field, secure in self.scheme_fields.items():
                 value = environ.get(field)
