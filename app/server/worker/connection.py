@@ -1,11 +1,8 @@
-"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (llhttp's
-callbacks are its methods), its limits, and the turns a request thread takes on it (loop.py hands
-a ready connection to one thread, `EPOLLONESHOT`). A turn reads once and feeds the parser in
-slices, checking the limits between them; parsing stops while a whole request waits, so a
-pipelining client's bytes wait in its socket. A whole request is served in the thread (cycle.py);
-more buffered, the connection is re-armed for writing, behind every other ready one. A slow client
-holds no thread, only its bytes and its deadline. Framing errors are a JSON 400, 413, 414, 431 or
-501, then close; the message never quotes the request.
+"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: its request side (`Incoming`,
+the parser's protocol, each limit checked as the bytes go by), its standing with the worker
+(`Standing`) and its send side (`Outgoing`). One thread at a time takes a turn on it (loop.py):
+read once and parse, serve one request (cycle.py), send, or close; a slow client holds no thread.
+Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
 """
 
 from __future__ import annotations
@@ -18,11 +15,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from select import EPOLLRDHUP
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
+from werkzeug import exceptions
 
-from app.server.worker.cycle import BYTES_PER_SECOND, TIMED_OUT, Outgoing, Refusal, Request, encode_refusal
+from app.server.worker import cycle
 
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -55,32 +53,48 @@ class Limits:
         self.head, self.body = head, body
 
 
+class RegistryInterface(Protocol):
+    """What a connection asks of its worker's registry (loop.py's `Registry`)."""
+
+    def rearm(self, conn: Conn, events: int) -> None: ...
+    def rearm_idle(self, conn: Conn) -> None: ...
+    def rest_idle(self, conn: Conn) -> None: ...
+    def linger(self, conn: Conn) -> None: ...
+    def unpark(self, conn: Conn) -> Any: ...
+    def forget(self, conn: Conn) -> None: ...
+
+
+class ParkingInterface(Protocol):
+    """What a connection asks of its worker's parking (parking.py's `Parking`)."""
+
+    def step(self, conn: Conn) -> None: ...
+    def resume(self, conn: Conn) -> None: ...
+
+
 @dataclass(slots=True)
 class Context:
-    """What every connection of a worker shares: its registry (loop.py), parking, the app's call
-    (cycle.py's `Serving.serve`), log and settings."""
+    """What every connection of a worker shares; `serve` is cycle.py's `Serving.serve`."""
 
-    registry: Any
-    parking: Any
-    serve: Callable[..., Any]
+    registry: RegistryInterface
+    parking: ParkingInterface
+    serve: Callable[[Conn, cycle.Request], cycle.Served | None]
     log: Any
     read_timeout: float
     limits: Limits
 
 
 class Incoming:
-    """A connection's request side: bytes read and not yet parsed (`unparsed`: parsing waits while
-    a request is ready), the requests parsed whole (`ready`), a refusal (answered once `ready` is
-    served, then close), and the framing counters of the request being read, checked against the
-    limits. The parser's callbacks land on `Conn`, which hands them on here."""
+    """A connection's request side, and the parser's protocol (llhttp calls its `on_*` methods):
+    bytes not yet parsed (parsing waits while a request is `ready`), the requests parsed whole, a
+    refusal (answered once `ready` is served), and the counters of the request being read."""
 
     _body: list[bytes]
     _size_line: int | None  # a chunk's size line being read: its bytes so far
 
-    def __init__(self, parser: httptools.HttpRequestParser, limits: Limits) -> None:
-        self.parser, self.limits = parser, limits
-        self.ready: deque[Request] = deque()
-        self.refusal: Refusal | None = None
+    def __init__(self, limits: Limits) -> None:
+        self.parser, self.limits = httptools.HttpRequestParser(self), limits
+        self.ready: deque[cycle.Request] = deque()
+        self.refusal: exceptions.HTTPException | None = None
         self.unparsed = b""
         self.started = 0.0  # when the request being read began, and its bytes so far (displacement)
         self.received = 0
@@ -132,11 +146,14 @@ class Incoming:
             if self.ready:
                 self.ready[-1].keep_alive = False
             else:
-                self.refusal = Refusal(400, "Bad Request", "This server does not switch protocols.")
+                self.refusal = exceptions.BadRequest("this server does not switch protocols.")
             return
-        except httptools.HttpParserCallbackError:
-            # A callback's refusal, or (never expected) its error, whose text may quote the request.
-            self.refusal = self.refusal or _malformed("a field could not be read")
+        except httptools.HttpParserCallbackError as exc:
+            # A callback's refusal (httptools chains it), or its error, whose text may quote the request.
+            refused = exc.__context__
+            if not isinstance(refused, exceptions.HTTPException):
+                refused = _malformed("a field could not be read")
+            self.refusal = refused
             return
         except httptools.HttpParserError as exc:
             self.refusal = self.refusal or _malformed(str(exc))
@@ -159,14 +176,9 @@ class Incoming:
                 detail = f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most"
                 self.refusal = self.refusal or _malformed(detail)
 
-    def _refuse(self, refusal: Refusal) -> Refusal:
-        """Record the refusal (raising it from a callback stops the parser where it is)."""
-        self.refusal = refusal
-        return refusal
-
     def on_message_begin(self) -> None:
         self.phase = HEAD
-        self._request = Request()
+        self._request = cycle.Request()
         self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
         self._size_line = None
@@ -174,8 +186,8 @@ class Incoming:
     def on_url(self, url: bytes) -> None:
         self._request.url += url
         if len(self._request.url) > self.limits.request_line:
-            message = f"URI Too Long: the request line may take {self.limits.request_line} bytes at most."
-            raise self._refuse(Refusal(414, "URI Too Long", message))
+            message = f"the request line may take {self.limits.request_line} bytes at most."
+            raise exceptions.RequestURITooLarge(message)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
@@ -183,11 +195,13 @@ class Incoming:
         self._head_bytes += size + 2
         limits = self.limits
         if self._head_count > limits.fields:
-            raise self._refuse(_fields_refusal(f"a request may have {limits.fields} header fields at most"))
+            message = f"a request may have {limits.fields} header fields at most."
+            raise exceptions.RequestHeaderFieldsTooLarge(message)
         if size > limits.field_size:
-            raise self._refuse(_fields_refusal(f"a header field may take {limits.field_size} bytes at most"))
+            message = f"a header field may take {limits.field_size} bytes at most."
+            raise exceptions.RequestHeaderFieldsTooLarge(message)
         if self._head_bytes > limits.head:
-            raise self._refuse(_head_too_large(limits.head))
+            raise _head_too_large(limits.head)
         if self.phase == BODY:
             return  # a trailer field: framing, counted against the body, not passed on
         if name.lower() == b"content-length":
@@ -196,32 +210,50 @@ class Incoming:
 
     def on_headers_complete(self) -> None:
         request, parser = self._request, self.parser
-        request.http = parser.get_http_version()
+        request.http = http = parser.get_http_version()
         request.method = parser.get_method().decode("ascii")
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
-        refusal, transfer_coded = _head_refusal(request, self._content_length, self.limits)
-        if refusal is not None:
-            raise self._refuse(refusal)
-        if transfer_coded:
+        if http not in ("1.1", "1.0"):
+            raise _malformed(f"HTTP/{http} is not served")
+        if request.method == "CONNECT":
+            raise exceptions.BadRequest("CONNECT is not served here.")
+        hosts = sum(1 for name, _ in request.fields if name.lower() == b"host")
+        if hosts > 1 or (hosts == 0 and http == "1.1"):  # RFC 9112 section 3.2: exactly one
+            raise exceptions.BadRequest("the request needs one Host field.")
+        codings = [
+            coding.strip().lower()
+            for name, value in request.fields
+            if name.lower() == b"transfer-encoding"
+            for coding in value.split(b",")
+        ]
+        if codings and http == "1.0":  # RFC 9112 section 6.1: HTTP/1.0 has none
+            raise _malformed("Transfer-Encoding in an HTTP/1.0 request")
+        if codings and codings != [b"chunked"]:  # RFC 9112 section 6.1: one not understood is a 501
+            raise exceptions.NotImplemented("the only transfer coding served is chunked.")
+        if self._content_length > self.limits.body:
+            raise _too_large(self.limits.body)
+        if codings:
             self._size_line = 0
         self.wants_continue = (
-            request.http == "1.1"
-            and (transfer_coded or self._content_length > 0)
+            http == "1.1"
+            and (bool(codings) or self._content_length > 0)
             and any(
                 name.lower() == b"expect" and value.lower() == b"100-continue"
                 for name, value in request.fields
             )
         )
 
-    def on_chunk(self, data_follows: bool) -> None:
-        """A chunk's data follows (its size line is read), or the next chunk's size line does."""
-        self._size_line = None if data_follows else 0
+    def on_chunk_header(self) -> None:
+        self._size_line = None  # the size line is read: the chunk's data follows
+
+    def on_chunk_complete(self) -> None:
+        self._size_line = 0  # the next chunk's size line follows
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
         if self._body_size > self.limits.body:
-            raise self._refuse(_too_large(self.limits.body))
+            raise _too_large(self.limits.body)
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -235,12 +267,9 @@ class Incoming:
 
 
 class Standing:
-    """A connection's standing with the worker, changed through these methods only: whether a
-    thread has it (`busy`), its deadline, since when it rests, whether it lingers, its waiting
-    answer and whether that was woken, and what the memory budget last counted for it (`held`).
-    The thread that has the connection (`busy`) changes it freely; any other, the loop's expiry
-    and the graceful stop, only with the registry's lock held, and a deadline it sets on a busy
-    connection only shortens it (the thread's next `rearm_idle` applies the stop's too)."""
+    """A connection's standing with the worker, changed through these methods only. The thread that
+    has it (`busy`) changes it freely; any other only under the registry's lock, and a deadline
+    it sets on a busy connection only shortens it (the thread's next `rearm_idle` applies it)."""
 
     __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
 
@@ -283,14 +312,96 @@ class Standing:
         self.woken = woken
 
 
+class Outgoing:
+    """A connection's send side: what its client has not taken yet (`out`, then a large answer's
+    rest, `body`), sent as the socket takes it, and the bytes taken (`sent`). Each step says how
+    it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
+
+    __slots__ = ("_conn", "body", "close_after", "fd", "out", "sent", "started")
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn, self.fd = conn, conn.fd
+        self.out: memoryview | None = None
+        self.body: cycle.Body | None = None
+        self.close_after = False
+        self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
+        self.sent = 0
+
+    def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
+        """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
+        if body is not None:
+            self.body = body
+            self._conn.allow(len(data) + (body.left or 0))  # the whole answer's time
+        if self.send(data, close_after=not keep_alive) and (body is None or self._went(self._pump())):
+            self._conn.after_answer(keep_alive)
+
+    def send(self, data: bytes, *, close_after: bool) -> bool:
+        """Send what the socket takes now; True when all of it went, else re-armed, or closed."""
+        went = self.put(memoryview(data))
+        if went != cycle.GONE:
+            self.close_after = close_after
+        if went == cycle.WAITING and self.body is None and self.out is not None:
+            self._conn.allow(len(self.out))
+        return self._went(went)
+
+    def flush(self) -> None:
+        """A turn for what waited for the socket, then the rest of a large answer."""
+        went = self.put(self.out) if self.out is not None else cycle.DONE
+        if self._went(went if went != cycle.DONE or self.body is None else self._pump()):
+            self._conn.after_answer(not self.close_after)
+
+    def _went(self, went: int) -> bool:
+        if went == cycle.WAITING:
+            self._conn.context.registry.rearm(self._conn, WRITE)
+        elif went == cycle.GONE:
+            self._conn.close()
+        return went == cycle.DONE
+
+    def drop(self) -> None:
+        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
+        body, self.body = self.body, None
+        if body is not None:
+            cycle.close_result(body.result, self._conn.context.log)
+
+    def put(self, view: memoryview) -> int:
+        """Send what the socket takes of `view` now; the rest waits (`out`)."""
+        try:
+            sent = self._conn.sock.send(view) if view else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # the client has gone
+            return cycle.GONE
+        self.sent += sent
+        if sent < len(view):
+            self.out = view[sent:]
+            return cycle.WAITING
+        self.out = None
+        return cycle.DONE
+
+    def _pump(self) -> int:
+        """A turn of a large answer's rest, `TURN_BYTES` at most: then the others' come first."""
+        body, log = self.body, self._conn.context.log
+        assert body is not None
+        try:
+            went = body.pump(self, cycle.TURN_BYTES)
+        except OSError:  # the client has gone
+            return cycle.GONE
+        except Exception:
+            log.exception("Error sending an answer's body: the connection is closed")
+            return cycle.GONE
+        if went == cycle.DONE:
+            self.body = None
+            cycle.close_result(body.result, log)
+        return went
+
+
 class Conn:
     """A client connection. Exactly one thread acts on it at a time (its standing's `busy`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.parser = httptools.HttpRequestParser(self)
-        self.incoming = Incoming(self.parser, context.limits)
+        self.incoming = Incoming(context.limits)
         self.outgoing = Outgoing(self)
         self.standing = Standing()
         self.lingered = 0  # bytes read and discarded while it lingers
@@ -307,7 +418,9 @@ class Conn:
         started = incoming.phase != IDLE or bool(incoming.unparsed)
         return started and out.out is None and out.body is None and not self.standing.lingering
 
-    # --- a turn ---
+    def allow(self, size: int) -> None:
+        """Its deadline: the read timeout from now, and a second per 64 KiB of `size` to move."""
+        self.standing.due_by(time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND)
 
     def turn(self, mask: int) -> None:
         """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
@@ -338,9 +451,9 @@ class Conn:
         if not data:  # the client closed: a request it had begun can never be whole
             self.close()
             return False
-        incoming, now, idle_deadline = self.incoming, time.monotonic(), self.standing.deadline
+        incoming, idle_deadline = self.incoming, self.standing.deadline
         if incoming.phase == IDLE:  # a new request's first bytes: its head's deadline starts
-            self.standing.due_by(now + self.context.read_timeout)
+            self.allow(0)
         had_head = incoming.phase == BODY
         incoming.feed(data)
         if incoming.phase == IDLE and not incoming.has_work:  # only the empty lines llhttp skips
@@ -351,7 +464,7 @@ class Conn:
             self.close()
             return False
         if incoming.phase == BODY and not had_head and not incoming.ready:
-            self.standing.due_by(now + self.context.read_timeout + incoming.limits.body / BYTES_PER_SECOND)
+            self.allow(incoming.limits.body)
         return True
 
     def _answer_next(self) -> None:
@@ -359,7 +472,7 @@ class Conn:
         if not incoming.ready and incoming.unparsed and incoming.refusal is None:
             incoming.feed(b"")  # the rest of a pipelining client's bytes
             if incoming.phase != IDLE:
-                self.standing.due_by(time.monotonic() + self.context.read_timeout)
+                self.allow(0)
         if incoming.ready or incoming.refusal is not None:
             self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
         if incoming.ready:
@@ -368,14 +481,14 @@ class Conn:
                 self.outgoing.answer(*served)
         elif incoming.refusal is not None:
             refusal = incoming.refusal
-            self.context.log.warning("Answered %s to a client: %s", refusal.status, refusal.message)
-            self.outgoing.answer(encode_refusal(refusal), keep_alive=False)
+            log = self.context.log
+            log.warning("Answered %s to a client: %s: %s", refusal.code, refusal.name, refusal.description)
+            self.outgoing.answer(cycle.encode_refusal(refusal), keep_alive=False)
         else:
             self._await_more()
 
-    # --- after an answer (cycle.py's `Outgoing` sends it) ---
-
     def after_answer(self, keep_alive: bool) -> None:
+        """Its answer is out (`Outgoing`): on to the next."""
         if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
@@ -394,18 +507,13 @@ class Conn:
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
 
-    def wait_writable(self) -> None:
-        self.context.registry.rearm(self, WRITE)
-
-    # --- ending ---
-
     def time_out(self) -> None:
         """Past its deadline (run by the main thread, which has taken it)."""
         if self.reading_request:  # too slow with its request: 408, then close as after any answer
             message = "Answered 408 to a client that did not send its whole request within %ss"
             self.context.log.warning(message, self.context.read_timeout)
             with contextlib.suppress(OSError):
-                self.sock.send(encode_refusal(TIMED_OUT))
+                self.sock.send(cycle.encode_refusal(cycle.TIMED_OUT))
             self.close_gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             self.close()
@@ -450,72 +558,15 @@ class Conn:
             self.sock.close()
         self.outgoing.drop()
 
-    # --- the parser's callbacks (llhttp's protocol, as uvicorn's), its request side counts them ---
 
-    def on_message_begin(self) -> None:
-        self.incoming.on_message_begin()
-
-    def on_url(self, url: bytes) -> None:
-        self.incoming.on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.incoming.on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self.incoming.on_headers_complete()
-
-    def on_chunk_header(self) -> None:
-        self.incoming.on_chunk(data_follows=True)
-
-    def on_chunk_complete(self) -> None:
-        self.incoming.on_chunk(data_follows=False)
-
-    def on_body(self, body: bytes) -> None:
-        self.incoming.on_body(body)
-
-    def on_message_complete(self) -> None:
-        self.incoming.on_message_complete()
+def _malformed(detail: str) -> exceptions.BadRequest:
+    return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
 
 
-def _head_refusal(request: Request, content_length: int, limits: Limits) -> tuple[Refusal | None, bool]:
-    """Whether a whole head is refused (and how), and whether its body is transfer-coded."""
-    if request.http not in ("1.1", "1.0"):
-        return _malformed(f"HTTP/{request.http} is not served"), False
-    if request.method == "CONNECT":
-        return Refusal(400, "Bad Request", "Bad Request: CONNECT is not served here."), False
-    fields = request.fields
-    hosts = sum(1 for name, _ in fields if name.lower() == b"host")
-    if hosts > 1 or (hosts == 0 and request.http == "1.1"):  # RFC 9112 section 3.2: exactly one
-        return Refusal(400, "Bad Request", "Bad Request: the request needs one Host field."), False
-    codings = [
-        coding.strip().lower()
-        for name, value in fields
-        if name.lower() == b"transfer-encoding"
-        for coding in value.split(b",")
-    ]
-    transfer_coded = bool(codings)
-    if transfer_coded and request.http == "1.0":  # RFC 9112 section 6.1: HTTP/1.0 has none
-        return _malformed("Transfer-Encoding in an HTTP/1.0 request"), True
-    if transfer_coded and codings != [b"chunked"]:  # RFC 9112 section 6.1: one not understood is a 501
-        message = "Not Implemented: the only transfer coding served is chunked."
-        return Refusal(501, "Not Implemented", message), True
-    if content_length > limits.body:
-        return _too_large(limits.body), transfer_coded
-    return None, transfer_coded
+def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
+    message = f"the request line and headers may take {limit} bytes at most."
+    return exceptions.RequestHeaderFieldsTooLarge(message)
 
 
-def _malformed(detail: str) -> Refusal:
-    return Refusal(400, "Bad Request", f"Bad Request: the request's HTTP framing is malformed ({detail}).")
-
-
-def _fields_refusal(detail: str) -> Refusal:
-    return Refusal(431, "Request Header Fields Too Large", f"Request Header Fields Too Large: {detail}.")
-
-
-def _head_too_large(limit: int) -> Refusal:
-    return _fields_refusal(f"the request line and headers may take {limit} bytes at most")
-
-
-def _too_large(limit: int) -> Refusal:
-    message = f"Request Entity Too Large: the request body is larger than the limit of {limit} bytes."
-    return Refusal(413, "Request Entity Too Large", message)
+def _too_large(limit: int) -> exceptions.RequestEntityTooLarge:
+    return exceptions.RequestEntityTooLarge(f"the request body is larger than the limit of {limit} bytes.")

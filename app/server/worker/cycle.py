@@ -1,11 +1,9 @@
-"""A request's cycle, as uvicorn's `RequestResponseCycle`: the environ, the app's call with
-gunicorn's hooks and access line, the answer's bytes, its large or file body, and sending them.
+"""A request's cycle, as uvicorn's `RequestResponseCycle`: the request as parsed, its environ, the
+app's call with gunicorn's hooks and access line, the answer's head and body, and the worker's own
+answers (Werkzeug's `HTTPException`s, as the service's JSON Error record).
 
-A small answer is one send; the worker owns the framing fields, drops the app's hop-by-hop ones
-(PEP 3333) and sends no body for HEAD, 1xx, 204 or 304. Past `HOLD_BYTES` the app's iterable is
-asked for more only once the client took the last (`IterBody`); a `wsgi.file_wrapper` file goes by
-`os.sendfile` (`FileBody`). What the client does not take at once waits for its socket
-(`Outgoing`). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
+A small answer is one send; the worker owns the framing fields and drops the app's hop-by-hop ones
+(PEP 3333). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
 `CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
 `header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
@@ -20,13 +18,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import unquote_to_bytes
 
 import gunicorn
 import httptools
 from gunicorn import util
 from gunicorn.http.wsgi import FileWrapper
+from werkzeug import exceptions
 
 #: Fields the worker owns: gunicorn's hop-by-hop list (with Date and Server), and RFC 9110's
 #: `Trailer` (gunicorn's list says "trailers").
@@ -35,51 +34,24 @@ HOP_BY_HOP = frozenset(util.hop_headers) | {"trailer"}
 HOLD_BYTES = 64 * 1024
 #: The most of a large answer one turn sends before the connection goes to the back of the queue.
 TURN_BYTES = 256 * 1024
+#: How a send went: all out, waiting for the socket (or the next turn), or the client has gone.
 DONE, WAITING, GONE = 0, 1, 2
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
 BYTES_PER_SECOND = 65536
 SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
-_SPECIAL = {b"CONTENT_TYPE": "CONTENT_TYPE", b"CONTENT_LENGTH": None, b"TRANSFER_ENCODING": None}
+LAST_CHUNK = b"0\r\n\r\n"
+TIMED_OUT = exceptions.RequestTimeout("the request did not arrive in time.")
+APP_ERROR = exceptions.InternalServerError("the service failed to answer; the error is logged.")
 
 
-class Refusal(Exception):
-    """A request the worker answers itself, then closes the connection."""
-
-    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
-        self.retry_after = retry_after  # seconds, for a Retry-After field
-
-
-def encode_refusal(refusal: Refusal) -> bytes:
-    """The service's JSON Error record; its message never quotes the request (it can hold a token)."""
-    body = json.dumps({"error": refusal.status, "message": refusal.message}).encode("ascii")
-    retry = "" if refusal.retry_after is None else f"Retry-After: {refusal.retry_after}\r\n"
-    head = (
-        f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nConnection: close\r\n{retry}"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nDate: {http_date()}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
-def watches_full(limit: int) -> Refusal:
-    """A watch past the worker's share of its connections (loop.py's `watch_limit`)."""
-    message = (
-        f"Service Unavailable: this server holds as many watches of the feed as it may ({limit});"
-        " retry shortly, or poll."
-    )
-    return Refusal(503, "Service Unavailable", message, retry_after=5)
-
-
-TIMED_OUT = Refusal(408, "Request Timeout", "Request Timeout: the request did not arrive in time.")
-APP_ERROR = Refusal(
-    500, "Internal Server Error", "Internal Server Error: the service failed to answer; the error is logged."
-)
+def frame_chunk(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked body (RFC 9112 section 7.1)."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 class Request:
-    """A request as the parser framed it. gunicorn's `pre_request`/`post_request` hooks and the
-    access log read the attributes gunicorn documents for its own; `body` is all the body's bytes."""
+    """A request as the parser framed it, with the attributes gunicorn documents for its own (its
+    `pre_request`/`post_request` hooks and the access log read them); `body` is all its bytes."""
 
     __slots__ = ("body", "fields", "http", "keep_alive", "method", "url")
 
@@ -144,7 +116,8 @@ class Head(NamedTuple):
 
 
 class Answer:
-    """What the app answers. `status`, `headers` and `sent` are what gunicorn's access log reads."""
+    """What the app answers. `status`, `headers` and `sent` (the body's bytes) are what gunicorn's
+    access log reads."""
 
     __slots__ = ("chunks", "headers", "sent", "status")
 
@@ -175,7 +148,7 @@ class Answer:
 
     def head(self, method: str, keep_alive: bool, length: int | None, http11: bool = True) -> Head:
         """The head for a body of `length` bytes; None: not known yet, so chunked unless the app
-        declared its length (on HTTP/1.0, ended by the close)."""
+        declared its length."""
         status = self.status
         code = int(status[:3])
         sends_body = not (code < 200 or code in (204, 304) or method == "HEAD")
@@ -192,19 +165,41 @@ class Answer:
             if lower == "content-length":
                 declared = int(value)
             lines.append(f"{name}: {value}\r\n")
-        chunked = False
-        if length is None:
-            if declared is None and sends_body:
-                chunked = http11
-                keep_alive = keep_alive and http11
-                lines.append("Transfer-Encoding: chunked\r\n" if chunked else "")
-        elif declared is None and sends_body:
+        unframed = declared is None and sends_body
+        chunked = unframed and length is None and http11
+        if chunked:
+            lines.append("Transfer-Encoding: chunked\r\n")
+        elif unframed and length is None:
+            keep_alive = False  # on HTTP/1.0, ended by the close
+        elif unframed:
             # A HEAD's body is not here to count (RFC 9110 §8.6: no Content-Length but GET's).
             lines.append(f"Content-Length: {length}\r\n")
-        elif declared is not None and declared != length and sends_body:
+        elif sends_body and length is not None and declared != length:
             raise ValueError(f"the app declared Content-Length {declared} for a body of {length} bytes")
         lines.append(f"Date: {http_date()}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
         return Head("".join(lines).encode("latin-1"), keep_alive, sends_body, chunked, declared)
+
+
+def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None) -> bytes:
+    """The worker's own answer, then close: the service's JSON Error record, in place of the app's
+    `answer` if any (the access line reads it). Its message never quotes the request (it can hold
+    a token)."""
+    answer = answer or Answer()
+    fields = [("Content-Type", "application/json")]
+    fields += [(name, value) for name, value in error.get_headers() if name == "Retry-After"]
+    answer.start_response(f"{error.code} {error.name}", fields, exc_info=True)
+    record = {"error": error.code, "message": f"{error.name}: {error.description}"}
+    answer.chunks = [json.dumps(record).encode("ascii")]
+    return answer.encode("GET", keep_alive=False)[0]
+
+
+class Sender(Protocol):
+    """What a large answer's rest is sent through (connection.py's `Outgoing`)."""
+
+    fd: int
+    sent: int
+
+    def put(self, view: memoryview) -> int: ...
 
 
 class IterBody:
@@ -217,9 +212,9 @@ class IterBody:
         self.chunked = chunked
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
-    def pull(self) -> bytes | None:
-        """The next bytes to send, framed; None at the end. ValueError when the app gives more or
-        fewer than its Content-Length (the connection is then closed, the answer cut)."""
+    def pump(self, out: Sender, turn: int) -> int:
+        """Send the app's next pieces, about `turn` bytes. ValueError when it gives more or fewer
+        than its Content-Length (the connection is then closed, the answer cut)."""
         for piece in self._iterator:
             if not piece:
                 continue
@@ -227,11 +222,13 @@ class IterBody:
                 if len(piece) > self.left:
                     raise ValueError("the app gave more bytes than its Content-Length")
                 self.left -= len(piece)
-            return b"%x\r\n%s\r\n" % (len(piece), piece) if self.chunked else piece
+            went = out.put(memoryview(frame_chunk(piece) if self.chunked else piece))
+            turn -= len(piece)
+            if went != DONE or turn <= 0:
+                return went or WAITING  # its turn is up: the others' come first
         if self.left:
             raise ValueError("the app gave fewer bytes than its Content-Length")
-        self.left = 0
-        return b"0\r\n\r\n" if self.chunked else None
+        return out.put(memoryview(LAST_CHUNK)) if self.chunked else DONE
 
 
 class FileBody:
@@ -256,14 +253,26 @@ class FileBody:
             return None
         return cls(result, fileno, offset, max(size - offset, 0))
 
-    def send(self, sock_fd: int, most: int) -> int:
-        """Send up to `most` bytes; BlockingIOError when the socket takes none now."""
-        sent = os.sendfile(sock_fd, self.fileno, self.offset, min(most, self.left))
-        if sent == 0:
-            raise ValueError("the file is shorter than its answer's Content-Length")
-        self.offset += sent
-        self.left -= sent
-        return sent
+    def pump(self, out: Sender, turn: int) -> int:
+        """Send up to `turn` bytes of the file."""
+        while self.left and turn > 0:
+            try:
+                taken = os.sendfile(out.fd, self.fileno, self.offset, min(turn, self.left))
+            except BlockingIOError:
+                return WAITING
+            if taken == 0:
+                raise ValueError("the file is shorter than its answer's Content-Length")
+            self.offset += taken
+            self.left -= taken
+            out.sent += taken
+            turn -= taken
+        return WAITING if self.left else DONE
+
+
+Body = IterBody | FileBody
+#: What `Serving.serve` gives the connection: the answer's first bytes, whether to keep the
+#: connection, and a large answer's rest.
+Served = tuple[bytes, bool, Body | None]
 
 
 def close_result(result: Any, log: Any = None) -> None:
@@ -278,120 +287,6 @@ def close_result(result: Any, log: Any = None) -> None:
         if log is None:
             raise
         log.exception("Error closing an answer")
-
-
-class Outgoing:
-    """Sending a connection's answer: what its client has not taken yet (`out`, and a large
-    answer's rest, `body`), sent as the socket takes it, and the bytes taken. Each step says how it
-    went (`DONE`, `WAITING` for the socket, `GONE`: the client left); `went` acts on it."""
-
-    __slots__ = ("_conn", "_sock", "body", "close_after", "fd", "out", "sent", "started")
-
-    def __init__(self, conn: Any) -> None:
-        self._conn, self._sock, self.fd = conn, conn.sock, conn.fd
-        self.out: memoryview | None = None
-        self.body: Any = None  # the rest of an answer, sent as the client takes it
-        self.close_after = False
-        self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
-        self.sent = 0
-
-    def answer(self, data: bytes, keep_alive: bool) -> None:
-        """Send an answer (its rest, if any, is `body`); the connection goes on once it is out."""
-        conn, body = self._conn, self.body
-        if body is not None:
-            # The whole answer is to be taken within the read timeout, plus a second per 64 KiB.
-            size = len(data) + (body.left or 0)
-            conn.standing.due_by(time.monotonic() + conn.context.read_timeout + size / BYTES_PER_SECOND)
-        if self.send(data, close_after=not keep_alive) and (body is None or self.went(self._pump())):
-            conn.after_answer(keep_alive)
-
-    def send(self, data: bytes, *, close_after: bool) -> bool:
-        """Send what the socket takes now; True when all of it went. The rest waits on the epoll."""
-        went = self._put(memoryview(data))
-        if went != GONE:
-            self.close_after = close_after
-        if went == WAITING and self.body is None:
-            assert self.out is not None
-            conn = self._conn
-            conn.standing.due_by(
-                time.monotonic() + conn.context.read_timeout + len(self.out) / BYTES_PER_SECOND
-            )
-        return self.went(went)
-
-    def flush(self) -> None:
-        """A turn for what waited for the socket, then the rest of a large answer."""
-        went = self._put(self.out) if self.out is not None else DONE
-        if self.went(went if went != DONE or self.body is None else self._pump()):
-            self._conn.after_answer(not self.close_after)
-
-    def went(self, went: int) -> bool:
-        """Act on how a send went: True when it is all out; else re-armed, or closed."""
-        if went == DONE:
-            return True
-        if went == WAITING:
-            self._conn.wait_writable()
-        else:
-            self._conn.close()
-        return False
-
-    def attach(self, body: Any) -> None:
-        """The rest of the answer, sent as the client takes it (`FileBody`, `IterBody`)."""
-        self.body = body
-
-    def drop(self) -> None:
-        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
-        body, self.body = self.body, None
-        if body is not None:
-            close_result(body.result, self._conn.context.log)
-
-    def _put(self, view: memoryview) -> int:
-        """Send what the socket takes of `view` now; the rest waits (`out`)."""
-        try:
-            sent = self._sock.send(view) if view else 0
-        except BlockingIOError:
-            sent = 0
-        except OSError:  # the client has gone
-            return GONE
-        self.sent += sent
-        if sent < len(view):
-            self.out = view[sent:]
-            return WAITING
-        self.out = None
-        return DONE
-
-    def _pump(self) -> int:
-        """Send the rest of a large answer as the socket takes it, `TURN_BYTES` at most."""
-        body, log = self.body, self._conn.context.log
-        turn = TURN_BYTES
-        try:
-            while turn > 0:
-                if isinstance(body, FileBody):
-                    if not body.left:
-                        break
-                    try:
-                        taken = body.send(self.fd, turn)
-                    except BlockingIOError:
-                        return WAITING
-                    self.sent += taken
-                    turn -= taken
-                    continue
-                piece = body.pull()
-                if piece is None:
-                    break
-                turn -= len(piece)
-                went = self._put(memoryview(piece))
-                if went != DONE:
-                    return went
-            else:  # its turn is up: the others' come first
-                return WAITING
-        except OSError:  # the client has gone
-            return GONE
-        except Exception:
-            log.exception("Error sending an answer's body: the connection is closed")
-            return GONE
-        self.body = None
-        close_result(body.result, log)
-        return DONE
 
 
 class EnvironBuilder:
@@ -409,6 +304,7 @@ class EnvironBuilder:
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
             "wsgi.file_wrapper": FileWrapper,  # its files go by os.sendfile, never held
+            "wsgi.url_scheme": "http",
             **offers,
         }
         self.trusted = _trusted_peers(cfg.forwarded_allow_ips)
@@ -426,17 +322,15 @@ class EnvironBuilder:
             environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = client[0], str(client[1])
         else:  # a unix socket
             environ["REMOTE_ADDR"] = client.decode() if isinstance(client, bytes) else str(client or "")
-        if isinstance(server, tuple):
-            environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server[0]), str(server[1])
-        else:
-            environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server), "80"
-        environ["wsgi.url_scheme"] = "http"
+        server = server if isinstance(server, tuple) else (server, 80)
+        environ["SERVER_NAME"], environ["SERVER_PORT"] = str(server[0]), str(server[1])
         trusted = self.trusted is True or (
-            isinstance(client, tuple) and any(_within(client[0], net) for net in self.trusted)
+            isinstance(client, tuple) and any(ipaddress.ip_address(client[0]) in net for net in self.trusted)
         )
         return environ, trusted
 
     def build(self, conn: Any, request: Request) -> dict[str, Any]:
+        """The environ of `request`, on `conn` (connection.py's `Conn`, which keeps its shared part)."""
         base = conn.environ_base
         if base is None:
             base, trusted = self.shared(conn.client, conn.server)
@@ -452,7 +346,7 @@ class EnvironBuilder:
             try:
                 parsed = httptools.parse_url(url)
             except httptools.HttpParserInvalidURLError:
-                raise Refusal(400, "Bad Request", "Bad Request: the request target is no URI.") from None
+                raise exceptions.BadRequest("the request target is no URI.") from None
             path, query = parsed.path or b"/", parsed.query or b""
         path_info = (unquote_to_bytes(path) if b"%" in path else path).decode("latin-1")
         if self.script_name and path_info.startswith(self.script_name):
@@ -471,15 +365,13 @@ class EnvironBuilder:
                 continue
             key = name.upper().replace(b"-", b"_")
             text = value.decode("latin-1")
-            if key in _SPECIAL:
-                special = _SPECIAL[key]
-                if special is not None:
-                    environ[special] = text
-                elif key == b"CONTENT_LENGTH" and not body:
-                    environ["CONTENT_LENGTH"] = text
-                continue
-            field = "HTTP_" + key.decode("latin-1")
-            environ[field] = f"{environ[field]},{text}" if field in environ else text
+            if key == b"CONTENT_TYPE":
+                environ["CONTENT_TYPE"] = text
+            elif key == b"CONTENT_LENGTH":
+                environ.setdefault("CONTENT_LENGTH", text)  # a decoded chunked body's is its own
+            elif key != b"TRANSFER_ENCODING":
+                field = "HTTP_" + key.decode("latin-1")
+                environ[field] = f"{environ[field]},{text}" if field in environ else text
         if conn.trusted_peer:
             for field, secure in self.scheme_fields.items():
                 value = environ.get(field)
@@ -489,29 +381,9 @@ class EnvironBuilder:
 
 
 def _trusted_peers(setting: Any) -> Literal[True] | list[Any]:
-    """True for every peer ('*'); else the addresses and networks named."""
-    names = [name.strip() for name in (setting or []) if name and name.strip()]
-    if "*" in names:
-        return True
-    networks = []
-    for name in names:
-        try:
-            networks.append(ipaddress.ip_network(name, strict=False))
-        except ValueError:
-            continue  # gunicorn's own check refuses it at start
-    return networks
-
-
-def _within(address: str, network: Any) -> bool:
-    try:
-        return ipaddress.ip_address(address) in network
-    except ValueError:
-        return False
-
-
-def parkable(result: Any) -> bool:
-    """The app's iterable can wait (parking.py): two look-ups, asked of every answer."""
-    return hasattr(result, "subscribe") and hasattr(result, "deadline")
+    """True for every peer ('*'); else the addresses and networks named (gunicorn has checked them)."""
+    names = {name.strip() for name in setting or ()} - {""}
+    return True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
 
 
 #: How an answer's end is recorded (`Recorder.record`): answer, request, environ, its start.
@@ -567,12 +439,12 @@ class Serving:
         self._keepalive = cfg.keepalive > 0
         self._max_requests = worker.max_requests
 
-    def serve(self, conn: Any, request: Request) -> tuple[bytes, bool] | None:
-        """The answer's bytes, and whether to keep the connection; None when it waits (parking.py)."""
+    def serve(self, conn: Any, request: Request) -> Served | None:
+        """The answer to `request` on `conn`; None when it waits (parking.py)."""
         try:
             environ = self.environs.build(conn, request)
-        except Refusal as refusal:
-            return encode_refusal(refusal), False
+        except exceptions.HTTPException as refusal:
+            return encode_refusal(refusal), False, None
         worker = self._worker
         log = self._log
         answer = Answer()
@@ -587,76 +459,55 @@ class Serving:
         keep_alive = keep_alive and len(registry.conns) - registry.lingering < self._max_connections
         try:
             result = self._app(environ, answer.start_response)
-            if parkable(result):
-                if self._start_parking(conn, result, answer, request, environ, keep_alive, started):
-                    return None
-                close_result(result)  # its place in the app's own count is given back
-                data, keep_alive = self._refuse(answer, watches_full(registry.watch_limit))
+            # An iterable that can wait (parking.py): two look-ups, asked of every answer.
+            if not (hasattr(result, "subscribe") and hasattr(result, "deadline")):
+                served = self._produce(request, answer, result, keep_alive)
+            elif self._start_parking(conn, result, answer, request, environ, keep_alive, started):
+                return None
             else:
-                data, keep_alive = self._produce(conn, request, answer, result, keep_alive)
+                close_result(result)  # its place in the app's own count is given back
+                message = f"this server holds as many watches of the feed as it may ({registry.watch_limit});"
+                full = exceptions.ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)
+                served = encode_refusal(full, answer), False, None
         except Exception:
             registry.unpark(conn)
-            conn.outgoing.drop()
             log.exception("Error handling request %s %s", request.method, request.path)
-            data, keep_alive = self._refuse(answer, APP_ERROR)
+            served = encode_refusal(APP_ERROR, answer), False, None
         self._record(answer, request, environ, started)
-        return data, keep_alive
+        return served
 
-    @staticmethod
-    def _refuse(answer: Answer, refusal: Refusal) -> tuple[bytes, bool]:
-        """The worker's own answer in place of the app's (the access line reads `answer`)."""
-        data = encode_refusal(refusal)
-        answer.status, answer.headers = f"{refusal.status} {refusal.reason}", []
-        answer.sent = len(data) - data.index(b"\r\n\r\n") - 4
-        return data, False
-
-    def _produce(
-        self, conn: Any, request: Request, answer: Answer, result: Any, keep_alive: bool
-    ) -> tuple[bytes, bool]:
-        """The answer's first bytes (all, unless it is large), and whether to keep the connection;
-        a large answer's rest becomes `conn.outgoing.body`, sent as the client takes it."""
-        method = request.method
-        file = FileBody.of(result)
-        if file is not None:
-            try:
-                head = answer.head(method, keep_alive, file.left)
-            except BaseException:
-                close_result(file.result, self._log)
-                raise
-            answer.sent = file.left if head.sends_body else 0
-            if head.sends_body and file.left:
-                conn.outgoing.attach(file)
-            else:
-                close_result(file.result, self._log)
-            return head.data, head.keep_alive
-        chunks, held, whole = answer.chunks, 0, True
-        iterator = iter(result)
+    def _produce(self, request: Request, answer: Answer, result: Any, keep_alive: bool) -> Served:
+        """The answer's first bytes (all, unless it is large), whether to keep the connection, and
+        a large answer's rest. The app's iterable is closed here, unless its rest goes on."""
+        body: Body | None = None
         try:
+            file = FileBody.of(result)
+            if file is not None:
+                head = answer.head(request.method, keep_alive, file.left)
+                answer.sent = file.left if head.sends_body else 0
+                body = file if head.sends_body and file.left else None
+                return head.data, head.keep_alive, body
+            chunks, held = answer.chunks, 0
+            iterator = iter(result)
             for chunk in iterator:
                 if chunk:
                     chunks.append(chunk)
                     held += len(chunk)
                     if held > HOLD_BYTES:
-                        whole = False
                         break
-        except BaseException:
-            close_result(result)
-            raise
-        if whole:
-            close_result(result)
-            return answer.encode(method, keep_alive)
-        # Too large to hold: what came so far goes now, the rest as the client takes it.
-        head = answer.head(method, keep_alive, None, http11=request.http == "1.1")
-        first = b"".join(chunks)
-        left = None if head.declared is None else head.declared - len(first)
-        if not head.sends_body or (left is not None and left < 0):
-            close_result(result)
-            if head.sends_body:
+            else:
+                return (*answer.encode(request.method, keep_alive), None)
+            # Too large to hold: what came so far goes now, the rest as the client takes it.
+            head = answer.head(request.method, keep_alive, None, http11=request.http == "1.1")
+            first = b"".join(chunks)
+            left = None if head.declared is None else head.declared - len(first)
+            if head.sends_body and left is not None and left < 0:
                 raise ValueError(f"the app declared Content-Length {head.declared} for a longer body")
-            answer.sent = 0
-            return head.data, head.keep_alive
-        answer.sent = head.declared
-        conn.outgoing.attach(IterBody(iterator, result, head.chunked, left))
-        if head.chunked:
-            first = b"%x\r\n%s\r\n" % (len(first), first)
-        return head.data + first, head.keep_alive
+            answer.sent = head.declared if head.sends_body else 0
+            if not head.sends_body:
+                return head.data, head.keep_alive, None
+            body = IterBody(iterator, result, head.chunked, left)
+            return head.data + (frame_chunk(first) if head.chunked else first), head.keep_alive, body
+        finally:
+            if body is None:
+                close_result(result)

@@ -19,7 +19,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED, WAKE
-from app.server.worker.cycle import APP_ERROR, Answer, Record, Request, close_result, encode_refusal
+from app.server.worker.cycle import (
+    APP_ERROR,
+    LAST_CHUNK,
+    Answer,
+    Record,
+    Request,
+    close_result,
+    encode_refusal,
+    frame_chunk,
+)
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -124,7 +133,7 @@ class Parking:
                     continue
                 # One chunk a turn: it goes out before the next is asked for, so a stream holds
                 # at most one chunk here, and a long one waits its turn behind other connections.
-                out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
+                out.append(frame_chunk(chunk) if parked.chunked else chunk)
                 parked.sent += len(chunk)
                 if self._send_stream(conn, out):
                     self._yield_turn(conn)
@@ -211,7 +220,7 @@ class Parking:
             data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
-                out.append(b"0\r\n\r\n")
+                out.append(LAST_CHUNK)
             data = b"".join(out)
             parked.answer.sent = parked.sent
         else:
