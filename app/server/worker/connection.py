@@ -1,8 +1,8 @@
-"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: its request side (`Incoming`,
-the parser's protocol, each limit checked as the bytes go by), its standing with the worker
-(`Standing`) and its send side (`Outgoing`). One thread at a time takes a turn on it (loop.py):
-read once and parse, serve one request (cycle.py), send, or close; a slow client holds no thread.
-Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
+"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (its
+callbacks land on it), with its request side (`Incoming`, each limit checked as the bytes go by),
+its standing with the worker (`Standing`) and its send side (`Outgoing`). One thread at a time
+takes a turn on it (loop.py): read once and parse, serve one request (cycle.py), send, or close;
+a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
 """
 
 from __future__ import annotations
@@ -84,15 +84,15 @@ class Context:
 
 
 class Incoming:
-    """A connection's request side, and the parser's protocol (llhttp calls its `on_*` methods):
-    bytes not yet parsed (parsing waits while a request is `ready`), the requests parsed whole, a
-    refusal (answered once `ready` is served), and the counters of the request being read."""
+    """A connection's request side, to which the parser's callbacks on `Conn` come: bytes not yet
+    parsed (parsing waits while a request is `ready`), the requests parsed whole, a refusal
+    (answered once `ready` is served), and the counters of the request being read."""
 
     _body: list[bytes]
     _size_line: int | None  # a chunk's size line being read: its bytes so far
 
-    def __init__(self, limits: Limits) -> None:
-        self.parser, self.limits = httptools.HttpRequestParser(self), limits
+    def __init__(self, protocol: Conn, limits: Limits) -> None:
+        self.parser, self.limits = httptools.HttpRequestParser(protocol), limits
         self.ready: deque[cycle.Request] = deque()
         self.refusal: exceptions.HTTPException | None = None
         self.unparsed = b""
@@ -401,7 +401,7 @@ class Conn:
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.incoming = Incoming(context.limits)
+        self.incoming = Incoming(self, context.limits)
         self.outgoing = Outgoing(self)
         self.standing = Standing()
         self.lingered = 0  # bytes read and discarded while it lingers
@@ -557,6 +557,32 @@ class Conn:
         with contextlib.suppress(OSError):
             self.sock.close()
         self.outgoing.drop()
+
+    # --- the parser's callbacks (llhttp's protocol, as uvicorn's): its request side counts them ---
+
+    def on_message_begin(self) -> None:
+        self.incoming.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self.incoming.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.incoming.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.incoming.on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self.incoming.on_chunk_header()
+
+    def on_chunk_complete(self) -> None:
+        self.incoming.on_chunk_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.incoming.on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.incoming.on_message_complete()
 
 
 def _malformed(detail: str) -> exceptions.BadRequest:
