@@ -2,11 +2,9 @@
 
 `worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
 public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
-`wsgi`, and the hooks and signals the base class sets up. It builds the parts and runs the loop:
-llhttp frames each request once, as its bytes arrive (connection.py); a request thread takes a
-request only once all of it has arrived, and leaves an answer the client does not take at once to
-the epoll (loop.py), so no slow client holds a thread; one request per connection per turn; one
-send per small answer (cycle.py). Plain HTTP/1.1: TLS ends at the reverse proxy.
+`wsgi`, and the hooks and signals the base class sets up. It builds the parts, starts the request
+threads, and its own thread beats the heartbeat, expires deadlines and runs the graceful stop.
+Plain HTTP/1.1: TLS ends at the reverse proxy.
 """
 
 from __future__ import annotations
@@ -56,10 +54,12 @@ class PlantsWorker(base.Worker):
         cfg, log = self.cfg, self.log
         alive = self._is_alive
         cap = connection_cap(cfg.worker_connections, log)
-        self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
+        budget = Budget(self.memory_budget, log)
+        self.registry = Registry(alive, self.sockets, cfg.keepalive, budget)
         self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
+        self.registry.read_timeout = self.read_timeout
         record = Recorder(self).record  # one for answers served at once and after parking
-        self.parking = Parking(self.registry, log, self.read_timeout, alive, record)
+        self.parking = Parking(self.registry, log, alive, record)
         self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0], record)
         limits = self._limits()
         context = Context(self.registry, self.parking, self.serving.serve, log, self.read_timeout, limits)
@@ -123,10 +123,7 @@ class PlantsWorker(base.Worker):
 
     def _expire(self) -> None:
         """Run by the main thread: act on every connection past its deadline."""
-        due, expired = self.registry.expired()
-        for conn in due:
-            self.parking.wake(conn)
-        for conn in expired:
+        for conn in self.registry.expired():
             try:
                 conn.time_out()
             except Exception:
