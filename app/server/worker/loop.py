@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 IDLE_GRACE = 1.0
 #: How long a stopping worker keeps an idle connection for a request already on its way.
 STOP_LINGER = 2.0
-#: The default memory budget of a worker (GUNICORN_MEMORY_BUDGET is in MiB).
-MEMORY_BUDGET = 64 * 1024 * 1024
-#: One line is logged per period at most, for descriptors and for the budget each.
+#: One line per period at most, for descriptors and for the budget each.
 LOG_PERIOD = 5.0
 #: The most connections one wake-up of a listener accepts (each displacing another at the cap).
 ACCEPT_BATCH = 64
@@ -41,7 +39,7 @@ NOTSENT_LOWAT = 128 * 1024
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 #: The share of the cap that watches may hold: a parked watch is never displaced, so the rest (at
-#: least one more than the request threads, which are not displaced either) is kept for the others.
+#: least one more than the request threads, not displaced either) is kept for every other request.
 WATCH_SHARE = 0.9
 
 
@@ -116,12 +114,8 @@ class Budget:
             held -= conn.standing.held
         if displaced := self._displaced.add(len(victims), now):
             self._log.warning(
-                "Over the memory budget (%s bytes held, of %s): %s connections displaced in %ss, "
-                "those making the least progress",
-                self.held,
-                self.limit,
-                displaced,
-                LOG_PERIOD,
+                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {displaced} "
+                f"connections displaced in {LOG_PERIOD}s, those making the least progress"
             )
         return victims
 
@@ -144,11 +138,12 @@ class Registry:
         self.accepting = False
         self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
-        self.watch_limit = 0  # these two are the worker's to set
-        self.read_timeout = 10.0
+        self.watch_limit = 0  # set by Admission
+        self.read_timeout = 10.0  # the worker's, for a woken parked answer
 
     @property
     def lingering(self) -> int:
+        """How many connections linger."""
         return len(self._lingering)
 
     @property
@@ -222,7 +217,7 @@ class Registry:
                     now + (self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER))
                 )
                 standing.rests_since(now)
-            if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
+            if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
                 # Its step comes when the socket is writable: a client that takes nothing within
                 # the read timeout is closed, to reconnect from its last event.
                 events = WAKE
@@ -244,21 +239,6 @@ class Registry:
 
     def rest_idle(self, conn: Conn) -> None:
         self.rearm(conn, READ, idle=True)
-
-    def wake(self, conn: Conn) -> None:
-        """From any thread: a parked answer has more to give, so its connection is armed for its
-        next step, at once, or as its thread hands it back (`rearm`)."""
-        with self.lock:
-            self._wake(conn)
-
-    def _wake(self, conn: Conn) -> None:
-        standing = conn.standing
-        if not standing.woken:
-            standing.mark_woken()
-            if not standing.busy and standing.parked is not None:
-                standing.due_by(time.monotonic() + self.read_timeout)  # as in `rearm`
-                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                    self.epoll.modify(conn.fd, WAKE)
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
@@ -283,11 +263,12 @@ class Registry:
             conn.standing.start_lingering()
             self._lingering[conn.fd] = conn
 
-    def expired(self) -> list[Conn]:
-        """Run by the main thread: every connection past its deadline, taken up to time out, but a
-        parked answer's, woken to be asked again. Accepting resumes after a pause."""
+    def expired(self) -> tuple[list[Conn], list[Conn]]:
+        """Run by the main thread: the parked answers whose deadline has come (to ask again), and
+        every other connection past its deadline, taken up (to time out). Accepting resumes after
+        a pause for descriptors."""
         now = time.monotonic()
-        expired = []
+        due, expired = [], []
         with self.lock:
             if self.paused_until and now >= self.paused_until and self._alive():
                 self.set_accepting(True)
@@ -296,10 +277,10 @@ class Registry:
                 if standing.busy or standing.deadline > now:
                     continue
                 if standing.parked is not None and conn.outgoing.out is None and not standing.woken:
-                    self._wake(conn)
+                    due.append(conn)
                 elif self._take(conn):
                     expired.append(conn)
-        return expired
+        return due, expired
 
     def forget(self, conn: Conn) -> None:
         """The connection closes: its place is free. Harmless twice; never another one's fd."""
@@ -315,48 +296,26 @@ class Registry:
                     self.set_accepting(True)
 
 
-def watch_limit(cap: int, threads: int) -> int:
-    """The watches a worker holds at once: `WATCH_SHARE` of the cap, leaving at least `threads + 1`
-    connections that a new client can displace."""
-    return max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
-
-
-def connection_cap(asked: int, log: Any) -> tuple[int, int]:
-    """The cap (`worker_connections`, lowered to fit the open-file limit) and the most
-    connections, lingering ones included, the descriptors allow."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    room = 2 * asked if soft == resource.RLIM_INFINITY else max(soft - FD_RESERVE, 1)
-    if asked > room:
-        log.warning(
-            "--worker-connections %s is more than the open-file limit of %s allows: this worker "
-            "takes %s connections (%s descriptors are kept for the app). To take more, raise "
-            "the limit: `ulimit -n` in the shell that starts gunicorn, or LimitNOFILE= in its "
-            "systemd unit.",
-            asked,
-            soft,
-            room,
-            FD_RESERVE,
-        )
-    return min(asked, room), min(room, 2 * asked)
-
-
 class Admission:
     """Takes new connections from the listeners into the registry, under the cap: past it, the one
     just accepted displaces another (never itself), so N newcomers displace N at most."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        cap: tuple[int, int],
-        connect: Callable[[socket.socket, Any, Any], Conn],
-        first_wait: float,
-        log: Any,
-    ) -> None:
-        self._registry = registry
-        self.max_connections, self._fd_room = cap
-        self._connect = connect  # a new connection's protocol (connection.py)
-        self._first_wait = first_wait  # how long a new connection has for its first request
-        self._log = log
+    def __init__(self, registry: Registry, asked: int, threads: int, log: Any) -> None:
+        self._registry, self._log = registry, log
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        room = 2 * asked if soft == resource.RLIM_INFINITY else max(soft - FD_RESERVE, 1)
+        if asked > room:
+            log.warning(
+                f"--worker-connections {asked} is more than the open-file limit of {soft} allows: this "
+                f"worker takes {room} connections ({FD_RESERVE} descriptors are kept for the app). To "
+                "take more, raise the limit: `ulimit -n` in the shell that starts gunicorn, or "
+                "LimitNOFILE= in its systemd unit."
+            )
+        # The cap (`worker_connections`, lowered to fit the open-file limit), and the most
+        # connections, lingering ones included, the descriptors allow.
+        self.max_connections, self._fd_room = min(asked, room), min(room, 2 * asked)
+        cap = self.max_connections  # of which watches hold `WATCH_SHARE`, and leave `threads + 1`
+        registry.watch_limit = max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
         # Read once: a listener closed at exit has no name, and a connection accepted then is
         # still served.
         self._socknames = {fd: listener.getsockname() for fd, listener in registry.listeners.items()}
@@ -365,7 +324,10 @@ class Admission:
         self._accept_lock = threading.Lock()
         self._fd_failures = Tally()
 
-    def start(self) -> None:
+    def start(self, connect: Callable[[socket.socket, Any, Any], Conn], first_wait: float) -> None:
+        """Accept from now on: `connect` makes a new connection's protocol (connection.py), which
+        has `first_wait` for its first request."""
+        self._connect, self._first_wait = connect, first_wait
         with self._registry.lock:
             self._registry.set_accepting(True)
 
@@ -443,13 +405,9 @@ class Admission:
         if evicted is not None:
             evicted.close()
         if failures:
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             self._log.warning(
-                "accept() failed %s times in %ss: %s (open-file limit %s, %s connections); "
-                "connections are displaced, or accepting pauses %ss, until descriptors free up",
-                failures,
-                LOG_PERIOD,
-                error.strerror,
-                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                len(registry.conns),
-                ACCEPT_PAUSE,
+                f"accept() failed {failures} times in {LOG_PERIOD}s: {error.strerror} (open-file limit "
+                f"{limit}, {len(registry.conns)} connections); connections are displaced, or accepting "
+                f"pauses {ACCEPT_PAUSE}s, until descriptors free up"
             )

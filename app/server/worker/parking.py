@@ -12,12 +12,14 @@ its key kept equal by tests/unit/test_watch_parking.py), since neither imports t
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.connection import PARKED
+from app.server.worker.connection import PARKED, WAKE
 from app.server.worker.cycle import APP_ERROR, Answer, Record, Request, close_result, encode_refusal
 
 if TYPE_CHECKING:
@@ -39,8 +41,8 @@ class Parked:
     keep_alive: bool
     started: float
     record: Record  # the access line and post_request (cycle.py's `Recorder`)
+    wake: Callable[[], None]  # one for every park: the signal keeps one entry
     head_sent: bool = False
-    wake: Any = None
     streamed: int = 0  # a stream's body bytes sent so far
 
     @property
@@ -63,22 +65,17 @@ class Parked:
         closes). ValueError: a bad field."""
         answer = self.answer
         if not self.head_sent:
-            answer.headers = [
-                (name, value) for name, value in answer.headers if name.lower() != "content-length"
-            ]
+            answer.headers = [field for field in answer.headers if field[0].lower() != "content-length"]
             # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
             out.insert(0, answer.head("GET", False, None, http11=self.chunked).data)
             self.head_sent = True
 
 
 class Parking:
-    """Steps and parks the waiting answers of a worker's connections."""
+    """Steps, parks and wakes the waiting answers of a worker's connections."""
 
     def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
-        self._registry = registry
-        self._record = record
-        self._log = log
-        self._alive = alive
+        self._registry, self._log, self._alive, self._record = registry, log, alive, record
 
     def start(
         self,
@@ -91,7 +88,8 @@ class Parking:
         started: float,
     ) -> bool:
         """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
-        parked = Parked(iterable, answer, request, environ, keep_alive, started, self._record)
+        wake = partial(self.wake, conn)
+        parked = Parked(iterable, answer, request, environ, keep_alive, started, self._record, wake)
         if not self._registry.park(conn, parked):
             return False
         if not self._alive():  # arrived during the graceful stop: it ends at once
@@ -106,10 +104,10 @@ class Parking:
         streaming = parked.iterable.streaming
         out: list[bytes] = []
         try:
-            chunk = next(parked.iterable)
+            chunk = next(parked.iterable, None)  # None: the end
             while chunk and not streaming:
                 parked.answer.chunks.append(chunk)
-                chunk = next(parked.iterable)
+                chunk = next(parked.iterable, None)
             if streaming:
                 parked.stream_head(out)
             if chunk:
@@ -117,12 +115,12 @@ class Parking:
                 # at most one chunk here, and a long one waits its turn behind other connections.
                 out.append(b"%x\r\n%s\r\n" % (len(chunk), chunk) if parked.chunked else chunk)
                 parked.streamed += len(chunk)
-        except StopIteration:
-            self._finish(conn)
-            return
         except Exception:
             self._log.exception("Error in a waiting answer %s %s", parked.request.method, parked.request.path)
-            self._finish(conn, failed=True)
+            self._finish(conn, out, failed=True)
+            return
+        if chunk is None:
+            self._finish(conn, out)
             return
         if out and not conn.outgoing.send(b"".join(out), close_after=False):
             return  # the rest waits for the socket, and the next step follows the flush
@@ -130,12 +128,24 @@ class Parking:
             conn.standing.mark_woken()
         else:
             conn.standing.mark_woken(False)
-            if parked.wake is None:  # one callable for every park: the signal keeps one entry
-                parked.wake = partial(self._registry.wake, conn)
             parked.iterable.subscribe(parked.wake)
             conn.standing.due_by(parked.iterable.deadline())
         # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
         self._registry.rearm(conn, PARKED)
+
+    def wake(self, conn: Conn) -> None:
+        """From any thread: the parked answer has more to give, so its connection is armed for its
+        next step, at once, or as its thread hands it back (loop.py's `Registry.rearm`)."""
+        registry = self._registry
+        with registry.lock:
+            standing = conn.standing
+            if standing.woken:
+                return
+            standing.mark_woken()
+            if not standing.busy and standing.parked is not None:
+                standing.due_by(time.monotonic() + registry.read_timeout)  # as `rearm` does
+                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+                    registry.epoll.modify(conn.fd, WAKE)
 
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
@@ -144,22 +154,15 @@ class Parking:
         else:
             conn.close()
 
-    def _finish(self, conn: Conn, failed: bool = False) -> None:
+    def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
         parked = self._registry.unpark(conn)
         assert parked is not None
         close_result(parked.iterable, self._log)
-        answer, streaming, keep_alive = parked.answer, parked.iterable.streaming, False
-        out: list[bytes] = []
-        if streaming and not failed:
-            try:
-                parked.stream_head(out)
-            except ValueError:
-                self._log.exception("Error in a waiting answer's head %s", parked.request.path)
-                failed = True
+        answer, keep_alive = parked.answer, False
         if failed and not parked.head_sent:
             answer.status = "500 Internal Server Error"
             data = encode_refusal(APP_ERROR)
-        elif streaming:
+        elif parked.iterable.streaming:
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(b"0\r\n\r\n")
             data = b"".join(out)
@@ -178,4 +181,4 @@ class Parking:
                     parked.iterable.stop()
                 except Exception:
                     self._log.exception("Error stopping a waiting answer")
-                self._registry.wake(conn)
+                self.wake(conn)
