@@ -67,3 +67,14 @@ def test_the_longest_lingering_connection_is_displaced_first(registry):
         assert registry.evict(lingering=True) is third
     for client in clients:
         client.close()
+
+
+def test_a_lingering_close_is_not_counted_against_the_cap(registry):
+    conns, clients = _connections(registry, 3)
+    assert registry.counted == 3
+    _linger(registry, conns[1])
+    assert (registry.counted, len(registry.conns)) == (2, 3)
+    conns[1].close()
+    assert (registry.counted, len(registry.conns)) == (2, 2)
+    for client in clients:
+        client.close()
