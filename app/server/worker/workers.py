@@ -95,10 +95,8 @@ class PlantsWorker(base.Worker):
                 try:
                     if listener is not None:
                         self.admission.accept(listener)
-                    else:
-                        conn = take(fd)
-                        if conn is not None:
-                            conn.turn(mask)
+                    elif (conn := take(fd)) is not None:
+                        conn.turn(mask)
                 except Exception:  # a request thread must outlive any one connection
                     self.log.exception("Error serving a connection")
 
