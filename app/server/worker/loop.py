@@ -227,10 +227,10 @@ class Registry:
             victims = self.budget.over(self.conns.values())
             for victim in victims:
                 self._take(victim)
-        if conn not in victims:
-            # ValueError: the epoll is closed, because the graceful stop ran out of time.
-            with contextlib.suppress(ValueError, OSError):
-                self.epoll.modify(conn.fd, events)
+            if conn not in victims:  # armed under the lock: a parked answer's `wake` arms it too
+                # ValueError: the epoll is closed, because the graceful stop ran out of time.
+                with contextlib.suppress(ValueError, OSError):
+                    self.epoll.modify(conn.fd, events)
         for victim in victims:
             victim.close()
 
