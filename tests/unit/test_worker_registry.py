@@ -57,13 +57,24 @@ def test_the_longest_lingering_connection_is_displaced_first(registry):
     first, second, third = conns[2], conns[0], conns[3]
     for conn in (first, second, third):
         _linger(registry, conn)
-    assert registry.lingering == 3
+    assert registry.counted == 1  # the three lingering closes are not counted against the cap
     with registry.lock:
         assert registry.evict(lingering=True) is first
     first.close()
-    assert registry.lingering == 2
+    assert (len(registry.conns), registry.counted) == (3, 1)
     assert registry.take(second.fd) is second  # being served: never displaced
     with registry.lock:
         assert registry.evict(lingering=True) is third
+    for client in clients:
+        client.close()
+
+
+def test_a_lingering_close_is_not_counted_against_the_cap(registry):
+    conns, clients = _connections(registry, 3)
+    assert registry.counted == 3
+    _linger(registry, conns[1])
+    assert (registry.counted, len(registry.conns)) == (2, 3)
+    conns[1].close()
+    assert (registry.counted, len(registry.conns)) == (2, 2)
     for client in clients:
         client.close()

@@ -1,11 +1,7 @@
-"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported when gunicorn asks for it.
-`ThreadWorker`, its name before 1.6.0, still names it for configurations that set it."""
-
-from __future__ import annotations
+"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported only when gunicorn asks for
+it; `ThreadWorker`, its name before 1.6.0, still names it for configurations that set it."""
 
 from typing import Any
-
-__all__ = ["PlantsWorker"]
 
 
 def __getattr__(name: str) -> Any:

@@ -456,7 +456,7 @@ class Serving:
             worker.alive = False
         keep_alive = request.keep_alive and self._keepalive and worker.alive
         registry = self._registry
-        keep_alive = keep_alive and len(registry.conns) - registry.lingering < self._max_connections
+        keep_alive = keep_alive and registry.counted < self._max_connections
         try:
             result = self._app(environ, answer.start_response)
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.

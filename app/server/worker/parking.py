@@ -12,6 +12,7 @@ its key kept equal by tests/unit/test_watch_parking.py), since neither imports t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,54 +50,41 @@ class Parked:
     keep_alive: bool
     started: float
     record: Record  # the access line and post_request (cycle.py's `Recorder`)
+    wake: Callable[[], None]  # one for every park: the signal keeps one entry
     head_sent: bool = False
-    wake: Any = None
-    sent: int = 0  # a stream's bytes sent so far (its events), for the access line
+    streamed: int = 0  # a stream's body bytes sent so far
 
     @property
     def chunked(self) -> bool:
         return self.request.http == "1.1"
 
-    def held(self) -> int:
-        """The bytes of its answer collected so far (a long-poll's), against the memory budget."""
-        return sum(len(chunk) for chunk in self.answer.chunks)
-
-    def close(self, log: Any) -> None:
-        """End the waiting answer (its watch's place is given back)."""
-        close_result(self.iterable, log)
-
     def left(self, log: Any) -> None:
         """The end of an answer its client left (or that timed out) before its end, recorded
         (access line, post_request) with the status it began with and the bytes sent, or nginx's
         499 when nothing was sent yet."""
-        self.close(log)
-        answer = self.answer
-        if self.head_sent:
-            answer.sent = self.sent
-        else:
-            answer.status, answer.sent = "499 Client Closed Request", 0
-        self.record(answer, self.request, self.environ, self.started)
+        close_result(self.iterable, log)
+        if not self.head_sent:
+            self.answer.status = "499 Client Closed Request"
+        self.answer.sent = self.streamed
+        self.record(self.answer, self.request, self.environ, self.started)
 
-    def stream_head(self) -> bytes:
-        """A stream's head, through `Answer.head` (its Date, its checks): the app's Content-Length
-        is dropped, the stream is chunked (on HTTP/1.0 it ends where the connection closes)."""
+    def stream_head(self, out: list[bytes]) -> None:
+        """Put a stream's head first, once, through `Answer.head` (its Date, its checks): the app's
+        Content-Length is dropped, the stream is chunked (on HTTP/1.0 it ends where the connection
+        closes). ValueError: a bad field."""
         answer = self.answer
-        answer.headers = [(name, value) for name, value in answer.headers if name.lower() != "content-length"]
-        # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
-        return answer.head("GET", False, None, http11=self.chunked).data
+        if not self.head_sent:
+            answer.headers = [field for field in answer.headers if field[0].lower() != "content-length"]
+            # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
+            out.insert(0, answer.head("GET", False, None, http11=self.chunked).data)
+            self.head_sent = True
 
 
 class Parking:
     """Steps, parks and wakes the waiting answers of a worker's connections."""
 
-    def __init__(
-        self, registry: Registry, log: Any, read_timeout: float, alive: Callable[[], bool], record: Record
-    ) -> None:
-        self._registry = registry
-        self._record = record
-        self._log = log
-        self._read_timeout = read_timeout
-        self._alive = alive
+    def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
+        self._registry, self._log, self._alive, self._record = registry, log, alive, record
 
     def start(
         self,
@@ -109,9 +97,10 @@ class Parking:
         started: float,
     ) -> bool:
         """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
-        if not self._registry.admit_watch():
+        wake = partial(self.wake, conn)
+        parked = Parked(iterable, answer, request, environ, keep_alive, started, self._record, wake)
+        if not self._registry.park(conn, parked):
             return False
-        conn.standing.park(Parked(iterable, answer, request, environ, keep_alive, started, self._record))
         if not self._alive():  # arrived during the graceful stop: it ends at once
             iterable.stop()
         self.step(conn)
@@ -124,77 +113,48 @@ class Parking:
         streaming = parked.iterable.streaming
         out: list[bytes] = []
         try:
-            while True:
-                chunk = next(parked.iterable)
-                if not chunk:
-                    break
-                if not streaming:
-                    parked.answer.chunks.append(chunk)
-                    continue
+            chunk = next(parked.iterable, None)  # None: the end
+            while chunk and not streaming:
+                parked.answer.chunks.append(chunk)
+                chunk = next(parked.iterable, None)
+            if streaming:
+                parked.stream_head(out)
+            if chunk:
                 # One chunk a turn: it goes out before the next is asked for, so a stream holds
                 # at most one chunk here, and a long one waits its turn behind other connections.
                 out.append(frame_chunk(chunk) if parked.chunked else chunk)
-                parked.sent += len(chunk)
-                if self._send_stream(conn, out):
-                    self._yield_turn(conn)
-                return  # else the rest waits for the socket, and the next step follows the flush
-        except StopIteration:
-            self._finish(conn, out)
-            return
+                parked.streamed += len(chunk)
         except Exception:
             self._log.exception("Error in a waiting answer %s %s", parked.request.method, parked.request.path)
             self._finish(conn, out, failed=True)
             return
-        if streaming and not self._send_stream(conn, out):
+        if chunk is None:
+            self._finish(conn, out)
             return
-        self._park(conn)
-
-    def _yield_turn(self, conn: Conn) -> None:
-        """Hand the connection back with its next step due at once, after the others' turns."""
-        registry = self._registry
-        with registry.lock:
+        if out and not conn.outgoing.send(b"".join(out), close_after=False):
+            return  # the rest waits for the socket, and the next step follows the flush
+        if chunk:  # the next step is due at once, after the other connections' turns
             conn.standing.mark_woken()
-            conn.standing.hand_back()
-            registry.budget.account(conn)
-            # The step comes when the socket is writable: a client that takes nothing within the
-            # read timeout is closed (loop.py), to reconnect from its last id.
-            conn.standing.due_by(time.monotonic() + self._read_timeout)
-            registry.modify(conn, WAKE)
-
-    def _send_stream(self, conn: Conn, out: list[bytes]) -> bool:
-        parked = conn.standing.parked
-        assert parked is not None
-        if not parked.head_sent:
-            out.insert(0, parked.stream_head())  # a ValueError (a bad field) fails it with a 500
-            parked.head_sent = True
-        return not out or conn.outgoing.send(b"".join(out), close_after=False)
-
-    def _park(self, conn: Conn) -> None:
-        parked = conn.standing.parked
-        assert parked is not None
-        conn.standing.mark_woken(False)
-        if parked.wake is None:  # one callable for every park: the signal keeps one entry
-            parked.wake = partial(self.wake, conn)
-        parked.iterable.subscribe(parked.wake)
-        registry = self._registry
-        with registry.lock:
+        else:
+            conn.standing.mark_woken(False)
+            parked.iterable.subscribe(parked.wake)
             conn.standing.due_by(parked.iterable.deadline())
-            if conn.standing.woken:  # woken meanwhile: its step waits only for the socket (_yield_turn)
-                conn.standing.due_by(time.monotonic() + self._read_timeout)
-            conn.standing.hand_back()
-            registry.budget.account(conn)
-            # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
-            registry.modify(conn, WAKE if conn.standing.woken else PARKED)
+        # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
+        self._registry.rearm(conn, PARKED)
 
     def wake(self, conn: Conn) -> None:
-        """From any thread: hand the parked connection to a request thread."""
-        with self._registry.lock:
-            if conn.standing.woken:
+        """From any thread: the parked answer has more to give, so its connection is armed for its
+        next step, at once, or as its thread hands it back (loop.py's `Registry.rearm`)."""
+        registry = self._registry
+        with registry.lock:
+            standing = conn.standing
+            if standing.woken:
                 return
-            conn.standing.mark_woken()
-            if not conn.standing.busy and conn.standing.parked is not None:
-                conn.standing.due_by(time.monotonic() + self._read_timeout)  # as in _yield_turn
-                self._registry.modify(conn, WAKE)
+            standing.mark_woken()
+            if not standing.busy and standing.parked is not None:
+                standing.due_by(time.monotonic() + registry.read_timeout)  # as `rearm` does
+                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+                    registry.epoll.modify(conn.fd, WAKE)
 
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
@@ -206,28 +166,19 @@ class Parking:
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
         parked = self._registry.unpark(conn)
         assert parked is not None
-        parked.close(self._log)
-        keep_alive = False
-        if parked.iterable.streaming and not parked.head_sent and not failed:
-            try:
-                out.insert(0, parked.stream_head())
-                parked.head_sent = True
-            except ValueError:
-                self._log.exception("Error in a waiting answer's head %s", parked.request.path)
-                failed = True
+        close_result(parked.iterable, self._log)
+        answer, keep_alive = parked.answer, False
         if failed and not parked.head_sent:
-            parked.answer.status = "500 Internal Server Error"
+            answer.status = "500 Internal Server Error"
             data = encode_refusal(APP_ERROR)
         elif parked.iterable.streaming:
             if not failed and parked.chunked:  # cut by an error, it ends without its last chunk
                 out.append(LAST_CHUNK)
             data = b"".join(out)
-            parked.answer.sent = parked.sent
+            answer.sent = parked.streamed
         else:
-            data, keep_alive = parked.answer.encode(
-                parked.request.method, parked.keep_alive and self._alive()
-            )
-        parked.record(parked.answer, parked.request, parked.environ, parked.started)
+            data, keep_alive = answer.encode(parked.request.method, parked.keep_alive and self._alive())
+        parked.record(answer, parked.request, parked.environ, parked.started)
         conn.outgoing.answer(data, keep_alive)
 
     def stop(self, conns: list[Conn]) -> None:

@@ -2,11 +2,9 @@
 
 `worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
 public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
-`wsgi`, and the hooks and signals the base class sets up. It builds the parts and runs the loop:
-llhttp frames each request once, as its bytes arrive (connection.py); a request thread takes a
-request only once all of it has arrived, and leaves an answer the client does not take at once to
-the epoll (loop.py), so no slow client holds a thread; one request per connection per turn; one
-send per small answer (cycle.py). Plain HTTP/1.1: TLS ends at the reverse proxy.
+`wsgi`, and the hooks and signals the base class sets up. It builds the parts, starts the request
+threads, and its own thread beats the heartbeat, expires deadlines and runs the graceful stop.
+Plain HTTP/1.1: TLS ends at the reverse proxy.
 """
 
 from __future__ import annotations
@@ -20,15 +18,7 @@ from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, Limits
 from app.server.worker.cycle import Recorder, Serving
-from app.server.worker.loop import (
-    MEMORY_BUDGET,
-    STOP_LINGER,
-    Admission,
-    Budget,
-    Registry,
-    connection_cap,
-    watch_limit,
-)
+from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry
 from app.server.worker.parking import PARKING, Parking
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
@@ -44,8 +34,8 @@ class PlantsWorker(base.Worker):
     #: Seconds a client has to send a request's head, its body, or to take its answer
     #: (GUNICORN_READ_TIMEOUT, set by the packaged configuration's post_worker_init).
     read_timeout: float = 10.0
-    #: Bytes (GUNICORN_MEMORY_BUDGET, set by the packaged configuration's post_worker_init).
-    memory_budget: int = MEMORY_BUDGET
+    #: Bytes (GUNICORN_MEMORY_BUDGET, in MiB, set by the packaged configuration's post_worker_init).
+    memory_budget: int = 64 * 1024 * 1024
 
     def init_process(self) -> None:
         if self.cfg.is_ssl:
@@ -55,26 +45,24 @@ class PlantsWorker(base.Worker):
     def run(self) -> None:
         cfg, log = self.cfg, self.log
         alive = self._is_alive
-        cap = connection_cap(cfg.worker_connections, log)
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
-        self.registry.watch_limit = watch_limit(cap[0], cfg.threads)
+        self.registry.read_timeout = self.read_timeout
+        self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
         record = Recorder(self).record  # one for answers served at once and after parking
-        self.parking = Parking(self.registry, log, self.read_timeout, alive, record)
-        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap[0], record)
-        limits = self._limits()
-        context = Context(self.registry, self.parking, self.serving.serve, log, self.read_timeout, limits)
-        first_wait = max(cfg.keepalive, self.read_timeout)
-        self.admission = Admission(self.registry, cap, partial(Conn, context=context), first_wait, log)
+        self.parking = Parking(self.registry, log, alive, record)
+        cap = self.admission.max_connections
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap, record)
+        context = Context(
+            self.registry, self.parking, self.serving.serve, log, self.read_timeout, self._limits()
+        )
         for listener in self.sockets:
             listener.setblocking(False)
-        self.admission.start()
+        self.admission.start(partial(Conn, context=context), max(cfg.keepalive, self.read_timeout))
         for number in range(cfg.threads):
             threading.Thread(target=self._serve, name=f"request-{number}", daemon=True).start()
 
         while self.alive and self.ppid == os.getppid():
-            self.notify()
-            self._expire()
-            time.sleep(0.25)
+            self._beat(0.25)
         if self.alive:
             self.log.info("Parent changed, shutting down: %s", self)
         self._stop()
@@ -84,19 +72,14 @@ class PlantsWorker(base.Worker):
 
     def _limits(self) -> Limits:
         cfg = self.cfg
+        line, fields, size = cfg.limit_request_line, cfg.limit_request_fields, cfg.limit_request_field_size
         # A request's head is buffered before a thread reads it, on every connection at once: at
         # most MAX_HEAD (or what gunicorn's limits allow, if less), so that 1,000 connections
         # cannot make the worker hold more than a few hundred MB.
-        head = cfg.limit_request_line + 2 + cfg.limit_request_fields * (cfg.limit_request_field_size + 2)
+        head = min(line + 2 + fields * (size + 2), MAX_HEAD)
         config = getattr(self.wsgi, "config", None)  # a Flask app says how large a body it takes
         body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) if config else DEFAULT_MAX_BODY
-        return Limits(
-            cfg.limit_request_line,
-            cfg.limit_request_fields,
-            cfg.limit_request_field_size,
-            min(head, MAX_HEAD) if head > 0 else MAX_HEAD,
-            body,
-        )
+        return Limits(line, fields, size, head, body)
 
     def _serve(self) -> None:
         """A request thread's loop: a turn on whichever connection (or listener) is ready."""
@@ -107,22 +90,19 @@ class PlantsWorker(base.Worker):
                 events = poll(1.0, 1)
             except ValueError:  # the epoll is closed: the worker is exiting
                 return
-            except InterruptedError:
-                continue
             for fd, mask in events:
                 listener = listeners.get(fd)
                 try:
                     if listener is not None:
                         self.admission.accept(listener)
-                    else:
-                        conn = take(fd)
-                        if conn is not None:
-                            conn.turn(mask)
+                    elif (conn := take(fd)) is not None:
+                        conn.turn(mask)
                 except Exception:  # a request thread must outlive any one connection
                     self.log.exception("Error serving a connection")
 
-    def _expire(self) -> None:
-        """Run by the main thread: act on every connection past its deadline."""
+    def _beat(self, pause: float) -> None:
+        """The main thread's round: the heartbeat, then every connection past its deadline."""
+        self.notify()
         due, expired = self.registry.expired()
         for conn in due:
             self.parking.wake(conn)
@@ -131,26 +111,26 @@ class PlantsWorker(base.Worker):
                 conn.time_out()
             except Exception:
                 self.log.exception("Error closing a connection")
+        time.sleep(pause)
 
     def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
         # stays open briefly for a request its client may already be sending, which is then
-        # answered with "Connection: close".
+        # answered with "Connection: close"; a parked answer ends now (a long-poll's page, a
+        # stream's end).
         self.alive = False
         linger = time.monotonic() + STOP_LINGER
         self.admission.stop()
         registry = self.registry
         with registry.lock:
-            waiting = [conn for conn in registry.conns.values() if conn.standing.parked is not None]
-            for conn in registry.conns.values():
+            conns = list(registry.conns.values())
+            for conn in conns:
                 if conn.standing.parked is None:
                     conn.standing.due_by(linger, sooner_only=True)
-        self.parking.stop(waiting)  # each ends its answer now: a long-poll's page, a stream's end
+        self.parking.stop(conns)
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
-            self.notify()
-            self._expire()
-            time.sleep(0.05)
+            self._beat(0.05)
         registry.epoll.close()
         for conn in list(registry.conns.values()):
             conn.sock.close()
