@@ -382,6 +382,7 @@ class Outgoing:
         """A turn of a large answer's rest, `TURN_BYTES` at most: then the others' come first."""
         body, log = self.body, self._conn.context.log
         assert body is not None
+        sent = self.sent
         try:
             went = body.pump(self, cycle.TURN_BYTES)
         except OSError:  # the client has gone
@@ -392,6 +393,10 @@ class Outgoing:
         if went == cycle.DONE:
             self.body = None
             cycle.close_result(body.result, log)
+        elif body.left is None and self.sent > sent:
+            # Of unknown length, it cannot be given its whole time at its start: each turn the
+            # client takes some, it has the read timeout again (as nginx's send_timeout).
+            self._conn.allow(cycle.TURN_BYTES)
         return went
 
 

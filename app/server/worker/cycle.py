@@ -338,8 +338,8 @@ class EnvironBuilder:
         environ = base.copy()
         url = request.url
         if url[:1] == b"/":
-            path, _, query = url.partition(b"?")
-            query = query.partition(b"#")[0]
+            # A fragment is the client's own (RFC 9110 section 4.2.5): no part of the path or query.
+            path, _, query = url.partition(b"#")[0].partition(b"?")
         elif url == b"*":
             path, query = b"*", b""
         else:  # absolute-form (RFC 9112 section 3.2.2)
