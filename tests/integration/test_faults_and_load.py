@@ -236,7 +236,7 @@ def run_wrk(port: int, script: Path, auth: str, total: int) -> tuple[int, list[i
             "PLANTS_WRK_PER_THREAD": str(-(-(total - requests) // 2)),
         }
         result = subprocess.run(
-            ["wrk", "-t2", "-c8", "-d5s", "-s", str(script), f"http://127.0.0.1:{port}/plants"],
+            ["wrk", "-t2", "-c8", "-d1s", "-s", str(script), f"http://127.0.0.1:{port}/plants"],
             env=env, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         # "REQUESTS n ERRORS connect read write status", written by the script's done().
