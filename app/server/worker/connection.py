@@ -1,6 +1,7 @@
 """One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (its
 callbacks land on it), with its request side (`Incoming`, each limit checked as the bytes go by),
-its standing with the worker (`Standing`) and its send side (`Outgoing`). One thread at a time
+its standing with the worker (`Standing`), its send side (`Outgoing`) and its end other than at
+once (`Closing`: a time-out, a lingering close). One thread at a time
 takes a turn on it (loop.py): read once and parse, serve one request (cycle.py), send, or close;
 a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
 """

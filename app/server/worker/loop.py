@@ -95,7 +95,7 @@ class Budget:
         """Count what `conn` holds now (nothing once `closed`)."""
         standing, held = conn.standing, 0
         if not closed:
-            out = conn.outgoing.out
+            out = conn.outgoing.out  # a memoryview of the answer: its whole buffer stays
             held = conn.incoming.buffered() + (len(out.obj) if out is not None else 0)  # type: ignore[arg-type]
             if standing.parked is not None:  # a long-poll's collected page
                 held += sum(map(len, standing.parked.answer.chunks))
