@@ -288,10 +288,10 @@ class Standing:
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
-    rest, `body`), sent as the socket takes it, and the bytes taken (`sent`). Each step says how
-    it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
+    rest, `body`), sent as the socket takes it, and the bytes it has taken (`taken`). Each step
+    says how it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
 
-    __slots__ = ("_conn", "body", "close_after", "fd", "out", "sent", "started")
+    __slots__ = ("_conn", "body", "close_after", "fd", "out", "started", "taken")
 
     def __init__(self, conn: Conn) -> None:
         self._conn, self.fd = conn, conn.fd
@@ -299,7 +299,11 @@ class Outgoing:
         self.body: cycle.Body | None = None
         self.close_after = False
         self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
-        self.sent = 0
+        self.taken = 0
+
+    def begin(self) -> None:
+        """A new answer: the clock and the bytes its client has taken start again."""
+        self.started, self.taken = time.monotonic(), 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
         """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
@@ -345,7 +349,7 @@ class Outgoing:
             sent = 0
         except OSError:  # the client has gone
             return cycle.GONE
-        self.sent += sent
+        self.taken += sent
         if sent < len(view):
             self.out = view[sent:]
             return cycle.WAITING
@@ -356,14 +360,14 @@ class Outgoing:
         """Send up to `count` bytes of a file from `offset`, by the kernel (as gunicorn does): the
         bytes taken. BlockingIOError: the socket takes none now."""
         taken = os.sendfile(self.fd, fileno, offset, count)
-        self.sent += taken
+        self.taken += taken
         return taken
 
     def _pump(self) -> int:
         """A turn of a large answer's rest, `SEND_QUOTA` at most: then the others' come first."""
         body, log = self.body, self._conn.context.log
         assert body is not None
-        sent = self.sent
+        taken = self.taken
         try:
             went = body.pump(self, cycle.SEND_QUOTA)
         except OSError:  # the client has gone
@@ -374,7 +378,7 @@ class Outgoing:
         if went == cycle.DONE:
             self.body = None
             cycle.close_result(body.result, log)
-        elif body.left is None and self.sent > sent:
+        elif body.left is None and self.taken > taken:
             # Of unknown length, it cannot be given its whole time at its start: each turn the
             # client takes some, it has the read timeout again (as nginx's send_timeout).
             self._conn.allow(cycle.SEND_QUOTA)
@@ -460,7 +464,7 @@ class Conn:
             if incoming.phase != BETWEEN:
                 self.allow(0)
         if incoming.ready or incoming.refusal is not None:
-            self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
+            self.outgoing.begin()
         if incoming.ready:
             served = self.context.serve(self, incoming.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)

@@ -52,7 +52,7 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     if standing.lingering:  # only its client's FIN is awaited
         return (-1.0, standing.deadline)
     if outgoing.out is not None or outgoing.body is not None:  # a reader: the bytes it has taken
-        return (outgoing.sent / max(now - outgoing.started, 0.001), outgoing.started)
+        return (outgoing.taken / max(now - outgoing.started, 0.001), outgoing.started)
     if standing.parked is not None:
         return None
     if conn.reading_request:
