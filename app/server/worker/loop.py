@@ -1,8 +1,7 @@
 """The worker's loop around its connections: the registry on the epoll (a thread takes a connection
 for one turn, `EPOLLONESHOT`, and hands it back with the events it waits for), the memory budget,
-admission under the connection cap, and displacement: past the cap, the budget or the descriptors,
-the connection making the least progress (`progress`) is closed, never one being served or one
-waiting for its app with nothing unsent. CONTRIBUTING.md's worker section tells the rules whole.
+admission under the connection cap, and displacement (`progress`). CONTRIBUTING.md's worker
+section tells their rules.
 """
 
 from __future__ import annotations

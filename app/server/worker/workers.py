@@ -2,9 +2,8 @@
 
 `worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
 public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
-`wsgi`, and the hooks and signals the base class sets up. It builds the parts, starts the request
-threads, and its own thread beats the heartbeat, expires deadlines and runs the graceful stop.
-Plain HTTP/1.1: TLS ends at the reverse proxy.
+`wsgi`, and the hooks and signals the base class sets up. Plain HTTP/1.1: TLS ends at the
+reverse proxy.
 """
 
 from __future__ import annotations
