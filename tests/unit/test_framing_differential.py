@@ -15,7 +15,7 @@ import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.server.worker.connection import IDLE, Conn, Context, Incoming, Limits
+from app.server.worker.connection import BETWEEN, Conn, Context, Incoming, RequestLimits
 
 LIMIT = 64 * 1024
 #: The generated methods, all of which llhttp knows.
@@ -26,7 +26,7 @@ Reading = tuple[list[tuple[str, str, bytes]], str]
 
 
 def worker_reading(chunks: list[bytes]) -> Reading:
-    limits = Limits(8190, 100, 8190, LIMIT, LIMIT)
+    limits = RequestLimits(8190, 100, 8190, LIMIT, LIMIT)
     with socket.socket() as sock:  # never connected: only the parser is fed
         return _reading(
             Conn(sock, None, None, Context(None, None, print, None, 10.0, limits)).incoming, chunks
@@ -47,7 +47,7 @@ def _reading(conn: Incoming, chunks: list[bytes]) -> Reading:
                 conn.feed(b"")
         if conn.refusal is not None:
             return requests, "refused"
-    return requests, "complete" if conn.phase == IDLE else "incomplete"
+    return requests, "complete" if conn.phase == BETWEEN else "incomplete"
 
 
 def h11_reading(chunks: list[bytes]) -> Reading:

@@ -9,7 +9,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
-from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.connection import Conn, Context, RequestLimits
 from app.server.worker.cycle import Answer
 
 REQUESTS = [
@@ -21,7 +21,7 @@ REQUESTS = [
 
 @pytest.mark.parametrize("data", REQUESTS)
 def test_the_hooks_request_reads_as_gunicorns(data):
-    limits = Limits(4094, 100, 8190, 65536, 65536)
+    limits = RequestLimits(4094, 100, 8190, 65536, 65536)
     with socket.socket() as sock:  # never connected: only the parser is fed
         conn = Conn(sock, None, None, Context(None, None, print, None, 10.0, limits))
         conn.incoming.feed(data)

@@ -10,7 +10,7 @@ import select
 import socket
 from typing import Any
 
-from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.connection import Conn, Context, RequestLimits
 from app.server.worker.cycle import Answer, Request
 from app.server.worker.loop import Budget, Registry
 from app.server.worker.parking import Parking
@@ -59,7 +59,9 @@ def test_a_parked_long_polls_page_past_the_budget_displaces_a_stalled_upload():
     registry.watch_limit = 4
     recorded: list[str] = []
     parking = Parking(registry, log, lambda: True, lambda answer, *_: recorded.append(answer.status))
-    context = Context(registry, parking, lambda conn, request: None, log, 5.0, Limits(0, 0, 0, 8192, 1 << 20))
+    context = Context(
+        registry, parking, lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
+    )
     pairs = [socket.socketpair() for _ in range(2)]
     for server_side, _ in pairs:
         server_side.setblocking(False)

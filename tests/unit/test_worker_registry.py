@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.connection import Conn, Context, RequestLimits
 from app.server.worker.loop import Budget, Registry
 
 
@@ -34,7 +34,7 @@ def registry() -> Iterator[Registry]:
 def _connections(registry: Registry, count: int) -> tuple[list[Conn], list[socket.socket]]:
     log = logging.getLogger("test")
     context = Context(
-        registry, _NoParking(), lambda conn, request: None, log, 5.0, Limits(0, 0, 0, 8192, 1 << 20)
+        registry, _NoParking(), lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
     )
     conns, clients = [], []
     for _ in range(count):
@@ -49,7 +49,7 @@ def _connections(registry: Registry, count: int) -> tuple[list[Conn], list[socke
 
 def _linger(registry: Registry, conn: Conn) -> None:
     assert registry.take(conn.fd) is conn
-    conn.close_gracefully()
+    conn.closing.gracefully()
 
 
 def test_the_longest_lingering_connection_is_displaced_first(registry):

@@ -1,11 +1,10 @@
-"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported only when gunicorn asks for
-it; `ThreadWorker`, its name before 1.6.0, still names it for configurations that set it."""
+"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported only when gunicorn asks for it."""
 
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("PlantsWorker", "ThreadWorker"):
+    if name == "PlantsWorker":
         from app.server.worker.workers import PlantsWorker
 
         return PlantsWorker

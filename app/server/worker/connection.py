@@ -1,6 +1,7 @@
 """One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (its
 callbacks land on it), with its request side (`Incoming`, each limit checked as the bytes go by),
-its standing with the worker (`Standing`) and its send side (`Outgoing`). One thread at a time
+its standing with the worker (`Standing`), its send side (`Outgoing`) and its end other than at
+once (`Closing`: a time-out, a lingering close). One thread at a time
 takes a turn on it (loop.py): read once and parse, serve one request (cycle.py), send, or close;
 a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
 """
@@ -8,6 +9,7 @@ a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 5
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import time
@@ -25,10 +27,9 @@ from app.server.worker import cycle
 #: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
-#: A parked answer's connection: woken by its client leaving, or armed WAKE by its `wake` (a
-#: socket with room to write is ready at once, so the next turn resumes the answer).
+#: A parked answer's connection: woken by its client leaving, or armed WRITE by parking's `wake`
+#: (a socket with room to write is ready at once, so the next turn resumes the answer).
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
-WAKE = WRITE
 _RECV_BYTES = 65536
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: How long, and for how many bytes, a closed connection lingers for its client to close (as
@@ -40,11 +41,13 @@ SLICE = 16 * 1024
 FRAMING_ALLOWANCE = 16 * 1024
 #: A chunk's size line with its extensions: llhttp reads extensions of any length; none is read here.
 MAX_SIZE_LINE = 16 * 1024
-IDLE, HEAD, BODY = 0, 1, 2
+#: Where the parser is: between requests (before one's first byte), in its head, in its body.
+BETWEEN, HEAD, BODY = 0, 1, 2
 
 
-class Limits:
-    """What one request may take; gunicorn's convention: 0 is "no limit" for the first three."""
+class RequestLimits:
+    """What one request may take (gunicorn's convention: 0 is "no limit" for the first three), and
+    the checks of a request's head, each raising its refusal (a Werkzeug `HTTPException`)."""
 
     def __init__(self, request_line: int, fields: int, field_size: int, head: int, body: int) -> None:
         self.request_line = request_line or 1 << 62
@@ -52,13 +55,40 @@ class Limits:
         self.field_size = field_size or 1 << 62
         self.head, self.body = head, body
 
+    def check_request_line(self, url: bytes) -> None:
+        if len(url) > self.request_line:
+            message = f"the request line may take {self.request_line} bytes at most."
+            raise exceptions.RequestURITooLarge(message)
+
+    def check_head(self, request: cycle.Request, content_length: int) -> bool:
+        """Whether the whole head is one this worker serves; True when its body is chunked."""
+        http = request.http
+        if http not in ("1.1", "1.0"):
+            raise _malformed(f"HTTP/{http} is not served")
+        if request.method == "CONNECT":
+            raise exceptions.BadRequest("CONNECT is not served here.")
+        hosts = sum(1 for name, _ in request.fields if name.lower() == b"host")
+        if hosts > 1 or (hosts == 0 and http == "1.1"):  # RFC 9112 section 3.2: exactly one
+            raise exceptions.BadRequest("the request needs one Host field.")
+        codings = [
+            coding.strip().lower()
+            for name, value in request.fields
+            if name.lower() == b"transfer-encoding"
+            for coding in value.split(b",")
+        ]
+        if codings and http == "1.0":  # RFC 9112 section 6.1: HTTP/1.0 has none
+            raise _malformed("Transfer-Encoding in an HTTP/1.0 request")
+        if codings and codings != [b"chunked"]:  # RFC 9112 section 6.1: one not understood is a 501
+            raise exceptions.NotImplemented("the only transfer coding served is chunked.")
+        if content_length > self.body:
+            raise _too_large(self.body)
+        return bool(codings)
+
 
 class RegistryInterface(Protocol):
     """What a connection asks of its worker's registry (loop.py's `Registry`)."""
 
-    def rearm(self, conn: Conn, events: int) -> None: ...
-    def rearm_idle(self, conn: Conn) -> None: ...
-    def rest_idle(self, conn: Conn) -> None: ...
+    def rearm(self, conn: Conn, events: int, idle: bool = False, anew: bool = False) -> None: ...
     def linger(self, conn: Conn) -> None: ...
     def unpark(self, conn: Conn) -> Any: ...
     def forget(self, conn: Conn) -> None: ...
@@ -80,7 +110,7 @@ class Context:
     serve: Callable[[Conn, cycle.Request], cycle.Served | None]
     log: Any
     read_timeout: float
-    limits: Limits
+    limits: RequestLimits
 
 
 class Incoming:
@@ -88,10 +118,7 @@ class Incoming:
     parsed (parsing waits while a request is `ready`), the requests parsed whole, a refusal
     (answered once `ready` is served), and the counters of the request being read."""
 
-    _body: list[bytes]
-    _size_line: int | None  # a chunk's size line being read: its bytes so far
-
-    def __init__(self, protocol: Conn, limits: Limits) -> None:
+    def __init__(self, protocol: Conn, limits: RequestLimits) -> None:
         self.parser, self.limits = httptools.HttpRequestParser(protocol), limits
         self.ready: deque[cycle.Request] = deque()
         self.refusal: exceptions.HTTPException | None = None
@@ -99,15 +126,18 @@ class Incoming:
         self.started = 0.0  # when the request being read began, and its bytes so far (displacement)
         self.received = 0
         self.wants_continue = False
+        self._body: list[bytes] = []
+        self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
         self.on_message_begin()
-        self.phase = IDLE
+        self.phase = BETWEEN
 
     @property
     def has_work(self) -> bool:
         """A request (or a refusal) is ready to be answered without reading more."""
         return bool(self.ready or self.refusal or self.unparsed)
 
-    def held(self) -> int:
+    def buffered(self) -> int:
+        """The request bytes it holds: not yet parsed, being parsed, or parsed whole."""
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
         return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
@@ -136,7 +166,7 @@ class Incoming:
 
     def _feed_slice(self, piece: bytes) -> None:
         phase_before = self.phase
-        if phase_before == IDLE:
+        if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
         try:
             self.parser.feed_data(piece)
@@ -148,15 +178,8 @@ class Incoming:
             else:
                 self.refusal = exceptions.BadRequest("this server does not switch protocols.")
             return
-        except httptools.HttpParserCallbackError as exc:
-            # A callback's refusal (httptools chains it), or its error, whose text may quote the request.
-            refused = exc.__context__
-            if not isinstance(refused, exceptions.HTTPException):
-                refused = _malformed("a field could not be read")
-            self.refusal = refused
-            return
         except httptools.HttpParserError as exc:
-            self.refusal = self.refusal or _malformed(str(exc))
+            self.refusal = _refusal_of(exc)
             return
         self.received += len(piece)
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
@@ -185,9 +208,7 @@ class Incoming:
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
-        if len(self._request.url) > self.limits.request_line:
-            message = f"the request line may take {self.limits.request_line} bytes at most."
-            raise exceptions.RequestURITooLarge(message)
+        self.limits.check_request_line(self._request.url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
@@ -210,39 +231,14 @@ class Incoming:
 
     def on_headers_complete(self) -> None:
         request, parser = self._request, self.parser
-        request.http = http = parser.get_http_version()
+        request.http = parser.get_http_version()
         request.method = parser.get_method().decode("ascii")
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
-        if http not in ("1.1", "1.0"):
-            raise _malformed(f"HTTP/{http} is not served")
-        if request.method == "CONNECT":
-            raise exceptions.BadRequest("CONNECT is not served here.")
-        hosts = sum(1 for name, _ in request.fields if name.lower() == b"host")
-        if hosts > 1 or (hosts == 0 and http == "1.1"):  # RFC 9112 section 3.2: exactly one
-            raise exceptions.BadRequest("the request needs one Host field.")
-        codings = [
-            coding.strip().lower()
-            for name, value in request.fields
-            if name.lower() == b"transfer-encoding"
-            for coding in value.split(b",")
-        ]
-        if codings and http == "1.0":  # RFC 9112 section 6.1: HTTP/1.0 has none
-            raise _malformed("Transfer-Encoding in an HTTP/1.0 request")
-        if codings and codings != [b"chunked"]:  # RFC 9112 section 6.1: one not understood is a 501
-            raise exceptions.NotImplemented("the only transfer coding served is chunked.")
-        if self._content_length > self.limits.body:
-            raise _too_large(self.limits.body)
-        if codings:
+        chunked = self.limits.check_head(request, self._content_length)
+        if chunked:
             self._size_line = 0
-        self.wants_continue = (
-            http == "1.1"
-            and (bool(codings) or self._content_length > 0)
-            and any(
-                name.lower() == b"expect" and value.lower() == b"100-continue"
-                for name, value in request.fields
-            )
-        )
+        self.wants_continue = (chunked or self._content_length > 0) and request.expects_continue()
 
     def on_chunk_header(self) -> None:
         self._size_line = None  # the size line is read: the chunk's data follows
@@ -259,65 +255,43 @@ class Incoming:
     def on_message_complete(self) -> None:
         request = self._request
         request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
-        self._body, self._body_size = [], 0  # counted in the request now (held())
+        self._body, self._body_size = [], 0  # counted in the request now (buffered())
         self.ready.append(request)
-        self.phase = IDLE
+        self.phase = BETWEEN
         self.wants_continue = False
         self._size_line = None
 
 
 class Standing:
-    """A connection's standing with the worker, changed through these methods only. The thread that
-    has it (`busy`) changes it freely; any other only under the registry's lock, and a deadline
-    it sets on a busy connection only shortens it (the thread's next `rearm_idle` applies it)."""
+    """A connection's standing with the worker, a record: the thread that has the connection
+    (`busy`) writes it freely, any other only under the registry's lock, and a deadline set on a
+    busy connection only shortens it (its thread's hand-back, `Registry.rearm`, applies it)."""
 
-    __slots__ = ("busy", "deadline", "held", "idle_since", "lingering", "parked", "woken")
+    __slots__ = ("budgeted", "busy", "deadline", "idle_since", "lingering", "parked", "woken")
 
     def __init__(self) -> None:
         self.busy = self.lingering = self.woken = False
-        self.held = 0
+        self.budgeted = 0  # the bytes it held as the memory budget last counted them
         self.deadline = self.idle_since = 0.0
         self.parked: Any = None  # an answer that waits (parking.py)
 
-    def take(self) -> bool:
+    def claim(self) -> bool:
         """Taken up by a thread for a turn; False when another thread has it."""
         if self.busy:
             return False
         self.busy = True
         return True
 
-    def hand_back(self) -> None:
-        self.busy = False
-
     def due_by(self, deadline: float, sooner_only: bool = False) -> None:
         self.deadline = min(self.deadline, deadline) if sooner_only else deadline
-
-    def rests_since(self, now: float) -> None:
-        self.idle_since = now
-
-    def start_lingering(self) -> None:
-        self.lingering = True
-
-    def recount(self, held: int) -> int:
-        """Count what it holds now; the change since it was last counted."""
-        change, self.held = held - self.held, held
-        return change
-
-    def park(self, parked: Any) -> Any:
-        """Its answer waits (`parked`); None: taken off it. The answer it had."""
-        before, self.parked = self.parked, parked
-        return before
-
-    def mark_woken(self, woken: bool = True) -> None:
-        self.woken = woken
 
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
-    rest, `body`), sent as the socket takes it, and the bytes taken (`sent`). Each step says how
-    it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
+    rest, `body`), sent as the socket takes it, and the bytes it has taken (`taken`). Each step
+    says how it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
 
-    __slots__ = ("_conn", "body", "close_after", "fd", "out", "sent", "started")
+    __slots__ = ("_conn", "body", "close_after", "fd", "out", "started", "taken")
 
     def __init__(self, conn: Conn) -> None:
         self._conn, self.fd = conn, conn.fd
@@ -325,7 +299,11 @@ class Outgoing:
         self.body: cycle.Body | None = None
         self.close_after = False
         self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
-        self.sent = 0
+        self.taken = 0
+
+    def begin(self) -> None:
+        """A new answer: the clock and the bytes its client has taken start again."""
+        self.started, self.taken = time.monotonic(), 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
         """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
@@ -371,20 +349,27 @@ class Outgoing:
             sent = 0
         except OSError:  # the client has gone
             return cycle.GONE
-        self.sent += sent
+        self.taken += sent
         if sent < len(view):
             self.out = view[sent:]
             return cycle.WAITING
         self.out = None
         return cycle.DONE
 
+    def put_file(self, fileno: int, offset: int, count: int) -> int:
+        """Send up to `count` bytes of a file from `offset`, by the kernel (as gunicorn does): the
+        bytes taken. BlockingIOError: the socket takes none now."""
+        taken = os.sendfile(self.fd, fileno, offset, count)
+        self.taken += taken
+        return taken
+
     def _pump(self) -> int:
-        """A turn of a large answer's rest, `TURN_BYTES` at most: then the others' come first."""
+        """A turn of a large answer's rest, `SEND_QUOTA` at most: then the others' come first."""
         body, log = self.body, self._conn.context.log
         assert body is not None
-        sent = self.sent
+        taken = self.taken
         try:
-            went = body.pump(self, cycle.TURN_BYTES)
+            went = body.pump(self, cycle.SEND_QUOTA)
         except OSError:  # the client has gone
             return cycle.GONE
         except Exception:
@@ -393,10 +378,10 @@ class Outgoing:
         if went == cycle.DONE:
             self.body = None
             cycle.close_result(body.result, log)
-        elif body.left is None and self.sent > sent:
+        elif body.left is None and self.taken > taken:
             # Of unknown length, it cannot be given its whole time at its start: each turn the
             # client takes some, it has the read timeout again (as nginx's send_timeout).
-            self._conn.allow(cycle.TURN_BYTES)
+            self._conn.allow(cycle.SEND_QUOTA)
         return went
 
 
@@ -409,7 +394,7 @@ class Conn:
         self.incoming = Incoming(self, context.limits)
         self.outgoing = Outgoing(self)
         self.standing = Standing()
-        self.lingered = 0  # bytes read and discarded while it lingers
+        self.closing = Closing(self)
         self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
 
@@ -420,7 +405,7 @@ class Conn:
     def reading_request(self) -> bool:
         """Part of a request has come, and not all of it."""
         incoming, out = self.incoming, self.outgoing
-        started = incoming.phase != IDLE or bool(incoming.unparsed)
+        started = incoming.phase != BETWEEN or bool(incoming.unparsed)
         return started and out.out is None and out.body is None and not self.standing.lingering
 
     def allow(self, size: int) -> None:
@@ -431,7 +416,7 @@ class Conn:
         """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
         try:
             if self.standing.lingering:
-                self._drain()
+                self.closing.drain()
             elif self.outgoing.out is not None or self.outgoing.body is not None:
                 self.outgoing.flush()
             elif self.standing.parked is not None:
@@ -457,13 +442,13 @@ class Conn:
             self.close()
             return False
         incoming, idle_deadline = self.incoming, self.standing.deadline
-        if incoming.phase == IDLE:  # a new request's first bytes: its head's deadline starts
+        if incoming.phase == BETWEEN:  # a new request's first bytes: its head's deadline starts
             self.allow(0)
         had_head = incoming.phase == BODY
         incoming.feed(data)
-        if incoming.phase == IDLE and not incoming.has_work:  # only the empty lines llhttp skips
+        if incoming.phase == BETWEEN and not incoming.has_work:  # only the empty lines llhttp skips
             self.standing.due_by(idle_deadline)
-            self.context.registry.rest_idle(self)
+            self.context.registry.rearm(self, READ, idle=True)
             return False
         if closed and not incoming.has_work:
             self.close()
@@ -476,10 +461,10 @@ class Conn:
         incoming = self.incoming
         if not incoming.ready and incoming.unparsed and incoming.refusal is None:
             incoming.feed(b"")  # the rest of a pipelining client's bytes
-            if incoming.phase != IDLE:
+            if incoming.phase != BETWEEN:
                 self.allow(0)
         if incoming.ready or incoming.refusal is not None:
-            self.outgoing.started, self.outgoing.sent = time.monotonic(), 0
+            self.outgoing.begin()
         if incoming.ready:
             served = self.context.serve(self, incoming.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
@@ -497,59 +482,20 @@ class Conn:
         if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
-            self.close_gracefully()
+            self.closing.gracefully()
         elif self.incoming.has_work:
             self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
         else:
             self._await_more()
 
     def _await_more(self) -> None:
-        if self.incoming.phase == IDLE:
-            self.context.registry.rearm_idle(self)
+        if self.incoming.phase == BETWEEN:  # a kept-alive connection rests: the keep-alive time from now
+            self.context.registry.rearm(self, READ, idle=True, anew=True)
             return
         if self.incoming.take_continue():
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         self.context.registry.rearm(self, READ)
-
-    def time_out(self) -> None:
-        """Past its deadline (run by the main thread, which has taken it)."""
-        if self.reading_request:  # too slow with its request: 408, then close as after any answer
-            message = "Answered 408 to a client that did not send its whole request within %ss"
-            self.context.log.warning(message, self.context.read_timeout)
-            with contextlib.suppress(OSError):
-                self.sock.send(cycle.encode_refusal(cycle.TIMED_OUT))
-            self.close_gracefully()
-        else:  # idle, lingering, not taking its answer (a stream's included)
-            self.close()
-
-    def close_gracefully(self) -> None:
-        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
-        # it closes, so that unread request bytes cannot make the kernel reset the connection and
-        # cut off the answer. The lingering happens on the epoll.
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self.close()
-            return
-        self.context.registry.linger(self)  # no longer counted against the cap
-        self.incoming.forget()
-        self.standing.due_by(time.monotonic() + LINGER_SECONDS)
-        self.context.registry.rearm(self, READ)
-
-    def _drain(self) -> None:
-        try:
-            data = self.sock.recv(LINGER_BYTES)
-        except BlockingIOError:  # woken with nothing to read: keep lingering
-            self.context.registry.rearm(self, READ)
-            return
-        except OSError:
-            data = b""
-        self.lingered += len(data)
-        if data and self.lingered < LINGER_BYTES:
-            self.context.registry.rearm(self, READ)
-        else:
-            self.close()
 
     def close(self) -> None:
         """Close, whichever way it ends (its client left, a send failed, a deadline passed); a
@@ -588,6 +534,69 @@ class Conn:
 
     def on_message_complete(self) -> None:
         self.incoming.on_message_complete()
+
+
+class Closing:
+    """How a connection ends other than at once: past its deadline, or by a lingering close."""
+
+    __slots__ = ("_conn", "lingered")
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self.lingered = 0  # bytes read and discarded while it lingers
+
+    def time_out(self) -> None:
+        """Past its deadline (run by the main thread, which has taken it)."""
+        conn = self._conn
+        if conn.reading_request:  # too slow with its request: 408, then close as after any answer
+            message = "Answered 408 to a client that did not send its whole request within %ss"
+            conn.context.log.warning(message, conn.context.read_timeout)
+            with contextlib.suppress(OSError):
+                conn.sock.send(cycle.encode_refusal(cycle.TIMED_OUT))
+            self.gracefully()
+        else:  # idle, lingering, not taking its answer (a stream's included)
+            conn.close()
+
+    def gracefully(self) -> None:
+        # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
+        # it closes, so that unread request bytes cannot make the kernel reset the connection and
+        # cut off the answer. The lingering happens on the epoll.
+        conn = self._conn
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        conn.context.registry.linger(conn)  # no longer counted against the cap
+        conn.incoming.forget()
+        conn.standing.due_by(time.monotonic() + LINGER_SECONDS)
+        conn.context.registry.rearm(conn, READ)
+
+    def drain(self) -> None:
+        conn = self._conn
+        try:
+            data = conn.sock.recv(LINGER_BYTES)
+        except BlockingIOError:  # woken with nothing to read: keep lingering
+            conn.context.registry.rearm(conn, READ)
+            return
+        except OSError:
+            data = b""
+        self.lingered += len(data)
+        if data and self.lingered < LINGER_BYTES:
+            conn.context.registry.rearm(conn, READ)
+        else:
+            conn.close()
+
+
+def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
+    """A callback's refusal, which httptools chains onto its `HttpParserCallbackError`; else a 400
+    that does not quote the request (a callback's other error's text may)."""
+    refused = error.__context__
+    if isinstance(refused, exceptions.HTTPException):
+        return refused
+    if isinstance(error, httptools.HttpParserCallbackError):
+        return _malformed("a field could not be read")
+    return _malformed(str(error))
 
 
 def _malformed(detail: str) -> exceptions.BadRequest:

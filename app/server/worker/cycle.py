@@ -31,9 +31,9 @@ from werkzeug import exceptions
 #: `Trailer` (gunicorn's list says "trailers").
 HOP_BY_HOP = frozenset(util.hop_headers) | {"trailer"}
 #: An answer's pieces are collected into one write up to this many bytes.
-HOLD_BYTES = 64 * 1024
+COLLECT_BYTES = 64 * 1024
 #: The most of a large answer one turn sends before the connection goes to the back of the queue.
-TURN_BYTES = 256 * 1024
+SEND_QUOTA = 256 * 1024
 #: How a send went: all out, waiting for the socket (or the next turn), or the client has gone.
 DONE, WAITING, GONE = 0, 1, 2
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
@@ -93,6 +93,12 @@ class Request:
     @property
     def headers(self) -> list[tuple[str, str]]:
         return [(name.decode("latin-1").upper(), value.decode("latin-1")) for name, value in self.fields]
+
+    def expects_continue(self) -> bool:
+        """Whether an HTTP/1.1 client waits for a 100 Continue before its body (RFC 9110 section 10.1.1)."""
+        expects = (b"expect", b"100-continue")
+        fields = self.fields
+        return self.http == "1.1" and any((name.lower(), value.lower()) == expects for name, value in fields)
 
 
 _date = (0, "")
@@ -196,10 +202,8 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
 class Sender(Protocol):
     """What a large answer's rest is sent through (connection.py's `Outgoing`)."""
 
-    fd: int
-    sent: int
-
     def put(self, view: memoryview) -> int: ...
+    def put_file(self, fileno: int, offset: int, count: int) -> int: ...
 
 
 class IterBody:
@@ -212,8 +216,8 @@ class IterBody:
         self.chunked = chunked
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
-    def pump(self, out: Sender, turn: int) -> int:
-        """Send the app's next pieces, about `turn` bytes. ValueError when it gives more or fewer
+    def pump(self, out: Sender, quota: int) -> int:
+        """Send the app's next pieces, about `quota` bytes. ValueError when it gives more or fewer
         than its Content-Length (the connection is then closed, the answer cut)."""
         for piece in self._iterator:
             if not piece:
@@ -223,8 +227,8 @@ class IterBody:
                     raise ValueError("the app gave more bytes than its Content-Length")
                 self.left -= len(piece)
             went = out.put(memoryview(frame_chunk(piece) if self.chunked else piece))
-            turn -= len(piece)
-            if went != DONE or turn <= 0:
+            quota -= len(piece)
+            if went != DONE or quota <= 0:
                 return went or WAITING  # its turn is up: the others' come first
         if self.left:
             raise ValueError("the app gave fewer bytes than its Content-Length")
@@ -253,19 +257,18 @@ class FileBody:
             return None
         return cls(result, fileno, offset, max(size - offset, 0))
 
-    def pump(self, out: Sender, turn: int) -> int:
-        """Send up to `turn` bytes of the file."""
-        while self.left and turn > 0:
+    def pump(self, out: Sender, quota: int) -> int:
+        """Send up to `quota` bytes of the file."""
+        while self.left and quota > 0:
             try:
-                taken = os.sendfile(out.fd, self.fileno, self.offset, min(turn, self.left))
+                taken = out.put_file(self.fileno, self.offset, min(quota, self.left))
             except BlockingIOError:
                 return WAITING
             if taken == 0:
                 raise ValueError("the file is shorter than its answer's Content-Length")
             self.offset += taken
             self.left -= taken
-            out.sent += taken
-            turn -= taken
+            quota -= taken
         return WAITING if self.left else DONE
 
 
@@ -493,7 +496,7 @@ class Serving:
                 if chunk:
                     chunks.append(chunk)
                     held += len(chunk)
-                    if held > HOLD_BYTES:
+                    if held > COLLECT_BYTES:
                         break
             else:
                 return (*answer.encode(request.method, keep_alive), None)

@@ -1,8 +1,7 @@
 """The worker's loop around its connections: the registry on the epoll (a thread takes a connection
 for one turn, `EPOLLONESHOT`, and hands it back with the events it waits for), the memory budget,
-admission under the connection cap, and displacement: past the cap, the budget or the descriptors,
-the connection making the least progress (`progress`) is closed, never one being served or one
-waiting for its app with nothing unsent. CONTRIBUTING.md's worker section tells the rules whole.
+admission under the connection cap, and displacement (`progress`). CONTRIBUTING.md's worker
+section tells their rules.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.connection import PARKED, READ, WAKE
+from app.server.worker.connection import PARKED, READ, WRITE
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -52,7 +51,7 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     if standing.lingering:  # only its client's FIN is awaited
         return (-1.0, standing.deadline)
     if outgoing.out is not None or outgoing.body is not None:  # a reader: the bytes it has taken
-        return (outgoing.sent / max(now - outgoing.started, 0.001), outgoing.started)
+        return (outgoing.taken / max(now - outgoing.started, 0.001), outgoing.started)
     if standing.parked is not None:
         return None
     if conn.reading_request:
@@ -93,31 +92,57 @@ class Budget:
 
     def account(self, conn: Conn, closed: bool = False) -> None:
         """Count what `conn` holds now (nothing once `closed`)."""
-        held = 0
+        standing, held = conn.standing, 0
         if not closed:
-            parked, out = conn.standing.parked, conn.outgoing.out
-            held = conn.incoming.held() + (sum(map(len, parked.answer.chunks)) if parked is not None else 0)
-            held += len(out.obj) if out is not None else 0  # type: ignore[arg-type]  # the whole buffer stays
-        self.held += conn.standing.recount(held)
+            out = conn.outgoing.out  # a memoryview of the answer: its whole buffer stays
+            held = conn.incoming.buffered() + (len(out.obj) if out is not None else 0)  # type: ignore[arg-type]
+            if standing.parked is not None:  # a long-poll's collected page
+                held += sum(map(len, standing.parked.answer.chunks))
+        self.held += held - standing.budgeted
+        standing.budgeted = held
 
     def over(self, conns: Iterable[Conn]) -> list[Conn]:
         """The connections to close, the least progress first, until the rest fit."""
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        going = ranked((conn for conn in conns if conn.standing.held), now)
+        going = ranked((conn for conn in conns if conn.standing.budgeted), now)
         victims, held = [], self.held
         for conn in sorted(going, key=going.__getitem__):
             if held <= self.limit:
                 break
             victims.append(conn)
-            held -= conn.standing.held
+            held -= conn.standing.budgeted
         if displaced := self._displaced.add(len(victims), now):
             self._log.warning(
                 f"Over the memory budget ({self.held} bytes held, of {self.limit}): {displaced} "
                 f"connections displaced in {LOG_PERIOD}s, those making the least progress"
             )
         return victims
+
+
+class Listening:
+    """The listeners on the worker's epoll, registered while it accepts (under the registry's lock)."""
+
+    def __init__(self, epoll: select.epoll, listeners: list[socket.socket]) -> None:
+        self._epoll = epoll
+        self.sockets = {listener.fileno(): listener for listener in listeners}
+        self.accepting = False
+        self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
+
+    def set_accepting(self, accepting: bool) -> None:
+        """Register the listeners on the epoll, or not."""
+        if accepting and self.paused_until:
+            if time.monotonic() < self.paused_until:
+                return  # out of descriptors: the registry's `expired` resumes
+            self.paused_until = 0.0
+        if accepting != self.accepting:
+            self.accepting = accepting
+            for fd in self.sockets:
+                if accepting:
+                    self._epoll.register(fd, READ)
+                else:
+                    self._epoll.unregister(fd)
 
 
 class Registry:
@@ -134,9 +159,7 @@ class Registry:
         # (each lingers as long): a dict keeps insertion order, so neither is sorted nor scanned.
         self._idle: dict[int, Conn] = {}
         self._lingering: dict[int, Conn] = {}
-        self.listeners = {listener.fileno(): listener for listener in listeners}
-        self.accepting = False
-        self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
+        self.listening = Listening(self.epoll, listeners)
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
         self.watch_limit = 0  # set by Admission
         self.read_timeout = 10.0  # the worker's, for a woken parked answer
@@ -146,23 +169,9 @@ class Registry:
         """The connections counted against the cap: a lingering close is not."""
         return len(self.conns) - len(self._lingering)
 
-    def set_accepting(self, accepting: bool) -> None:
-        """Register the listeners on the epoll, or not. Called with the lock held."""
-        if accepting and self.paused_until:
-            if time.monotonic() < self.paused_until:
-                return  # out of descriptors: `expired` resumes
-            self.paused_until = 0.0
-        if accepting != self.accepting:
-            self.accepting = accepting
-            for fd in self.listeners:
-                if accepting:
-                    self.epoll.register(fd, READ)
-                else:
-                    self.epoll.unregister(fd)
-
     def add(self, conn: Conn) -> None:
         with self.lock:
-            conn.standing.rests_since(time.monotonic())
+            conn.standing.idle_since = time.monotonic()
             self.conns[conn.fd] = self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
 
@@ -175,7 +184,7 @@ class Registry:
 
     def _take(self, conn: Conn) -> bool:
         self._idle.pop(conn.fd, None)
-        return conn.standing.take()
+        return conn.standing.claim()
 
     def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
         """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
@@ -211,13 +220,13 @@ class Registry:
                 standing.due_by(
                     now + (self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER))
                 )
-                standing.rests_since(now)
+                standing.idle_since = now
             if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
                 # Its step comes when the socket is writable: a client that takes nothing within
                 # the read timeout is closed, to reconnect from its last event.
-                events = WAKE
+                events = WRITE
                 standing.due_by(time.monotonic() + self.read_timeout)
-            standing.hand_back()
+            standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
             for victim in victims:
@@ -229,25 +238,19 @@ class Registry:
         for victim in victims:
             victim.close()
 
-    def rearm_idle(self, conn: Conn) -> None:
-        self.rearm(conn, READ, idle=True, anew=True)
-
-    def rest_idle(self, conn: Conn) -> None:
-        self.rearm(conn, READ, idle=True)
-
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
         with self.lock:
             if self.watches >= self.watch_limit:
                 return False
             self.watches += 1
-            conn.standing.park(parked)
+            conn.standing.parked = parked
         return True
 
     def unpark(self, conn: Conn) -> Any:
         """The connection's waiting answer, taken off it (its place given back); None if none."""
         with self.lock:
-            parked = conn.standing.park(None)
+            parked, conn.standing.parked = conn.standing.parked, None
             if parked is not None:
                 self.watches -= 1
         return parked
@@ -255,7 +258,7 @@ class Registry:
     def linger(self, conn: Conn) -> None:
         """The connection only lingers now: no longer counted against the cap."""
         with self.lock:
-            conn.standing.start_lingering()
+            conn.standing.lingering = True
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
@@ -265,8 +268,8 @@ class Registry:
         now = time.monotonic()
         due, expired = [], []
         with self.lock:
-            if self.paused_until and now >= self.paused_until and self._alive():
-                self.set_accepting(True)
+            if self.listening.paused_until and now >= self.listening.paused_until and self._alive():
+                self.listening.set_accepting(True)
             for conn in self.conns.values():
                 standing = conn.standing
                 if standing.busy or standing.deadline > now:
@@ -288,7 +291,7 @@ class Registry:
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
                 if self._alive():  # the graceful stop turns accepting off under this lock
-                    self.set_accepting(True)
+                    self.listening.set_accepting(True)
 
 
 class Admission:
@@ -313,7 +316,7 @@ class Admission:
         registry.watch_limit = max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
         # Read once: a listener closed at exit has no name, and a connection accepted then is
         # still served.
-        self._socknames = {fd: listener.getsockname() for fd, listener in registry.listeners.items()}
+        self._socknames = {fd: listener.getsockname() for fd, listener in registry.listening.sockets.items()}
         # Held through an accept batch: once accepting has stopped and this is free, no
         # connection is accepted that the graceful stop does not see.
         self._accept_lock = threading.Lock()
@@ -324,12 +327,12 @@ class Admission:
         has `first_wait` for its first request."""
         self._connect, self._first_wait = connect, first_wait
         with self._registry.lock:
-            self._registry.set_accepting(True)
+            self._registry.listening.set_accepting(True)
 
     def stop(self) -> None:
         """No connection is accepted after this returns (a batch under way has ended)."""
         with self._registry.lock:
-            self._registry.set_accepting(False)
+            self._registry.listening.set_accepting(False)
         with self._accept_lock:
             pass
 
@@ -341,14 +344,14 @@ class Admission:
                 self._accept_all(listener)
         finally:
             with registry.lock:
-                if registry.accepting:
+                if registry.listening.accepting:
                     registry.epoll.modify(listener.fileno(), READ)
 
     def _accept_all(self, listener: socket.socket) -> None:
         registry = self._registry
         for _ in range(ACCEPT_BATCH):
             with registry.lock:
-                if not registry.accepting:  # stopping, or paused: the next worker takes the client
+                if not registry.listening.accepting:  # stopping, or paused: the next worker takes the client
                     return
             try:
                 client_sock, client_addr = listener.accept()
@@ -381,7 +384,7 @@ class Admission:
                 return True
             evicted = registry.evict(lingering=counted <= self.max_connections, spare=accepted)
             if evicted is None:
-                registry.set_accepting(False)
+                registry.listening.set_accepting(False)
                 return False
         evicted.close()
         return True
@@ -394,8 +397,8 @@ class Admission:
         with registry.lock:
             evicted = registry.evict(lingering=True)
             if evicted is None:
-                registry.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
-                registry.set_accepting(False)
+                registry.listening.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
+                registry.listening.set_accepting(False)
             failures = self._fd_failures.add(1, now)
         if evicted is not None:
             evicted.close()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.connection import PARKED, WAKE
+from app.server.worker.connection import PARKED, WRITE
 from app.server.worker.cycle import (
     APP_ERROR,
     LAST_CHUNK,
@@ -134,9 +134,9 @@ class Parking:
         if out and not conn.outgoing.send(b"".join(out), close_after=False):
             return  # the rest waits for the socket, and the next step follows the flush
         if chunk:  # the next step is due at once, after the other connections' turns
-            conn.standing.mark_woken()
+            conn.standing.woken = True
         else:
-            conn.standing.mark_woken(False)
+            conn.standing.woken = False
             parked.iterable.subscribe(parked.wake)
             conn.standing.due_by(parked.iterable.deadline())
         # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
@@ -150,11 +150,11 @@ class Parking:
             standing = conn.standing
             if standing.woken:
                 return
-            standing.mark_woken()
+            standing.woken = True
             if not standing.busy and standing.parked is not None:
                 standing.due_by(time.monotonic() + registry.read_timeout)  # as `rearm` does
                 with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                    registry.epoll.modify(conn.fd, WAKE)
+                    registry.epoll.modify(conn.fd, WRITE)
 
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""

@@ -2,9 +2,8 @@
 
 `worker_class = "app.server.worker.PlantsWorker"` (app/server/gunicorn_conf.py), on gunicorn's
 public worker API only, as uvicorn's `UvicornWorker`: `cfg`, `sockets`, `log`, `notify()`, `alive`,
-`wsgi`, and the hooks and signals the base class sets up. It builds the parts, starts the request
-threads, and its own thread beats the heartbeat, expires deadlines and runs the graceful stop.
-Plain HTTP/1.1: TLS ends at the reverse proxy.
+`wsgi`, and the hooks and signals the base class sets up. Plain HTTP/1.1: TLS ends at the
+reverse proxy.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from functools import partial
 
 from gunicorn.workers import base
 
-from app.server.worker.connection import Conn, Context, Limits
+from app.server.worker.connection import Conn, Context, RequestLimits
 from app.server.worker.cycle import Recorder, Serving
 from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry
 from app.server.worker.parking import PARKING, Parking
@@ -59,7 +58,7 @@ class PlantsWorker(base.Worker):
             listener.setblocking(False)
         self.admission.start(partial(Conn, context=context), max(cfg.keepalive, self.read_timeout))
         for number in range(cfg.threads):
-            threading.Thread(target=self._serve, name=f"request-{number}", daemon=True).start()
+            threading.Thread(target=self._run_thread, name=f"request-{number}", daemon=True).start()
 
         while self.alive and self.ppid == os.getppid():
             self._beat(0.25)
@@ -70,7 +69,7 @@ class PlantsWorker(base.Worker):
     def _is_alive(self) -> bool:
         return self.alive
 
-    def _limits(self) -> Limits:
+    def _limits(self) -> RequestLimits:
         cfg = self.cfg
         line, fields, size = cfg.limit_request_line, cfg.limit_request_fields, cfg.limit_request_field_size
         # A request's head is buffered before a thread reads it, on every connection at once: at
@@ -79,12 +78,12 @@ class PlantsWorker(base.Worker):
         head = min(line + 2 + fields * (size + 2), MAX_HEAD)
         config = getattr(self.wsgi, "config", None)  # a Flask app says how large a body it takes
         body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) if config else DEFAULT_MAX_BODY
-        return Limits(line, fields, size, head, body)
+        return RequestLimits(line, fields, size, head, body)
 
-    def _serve(self) -> None:
+    def _run_thread(self) -> None:
         """A request thread's loop: a turn on whichever connection (or listener) is ready."""
         registry = self.registry
-        poll, listeners, take = registry.epoll.poll, registry.listeners, registry.take
+        poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
         while True:
             try:
                 events = poll(1.0, 1)
@@ -108,7 +107,7 @@ class PlantsWorker(base.Worker):
             self.parking.wake(conn)
         for conn in expired:
             try:
-                conn.time_out()
+                conn.closing.time_out()
             except Exception:
                 self.log.exception("Error closing a connection")
         time.sleep(pause)
