@@ -2,7 +2,7 @@
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
 whose filter it may concern (wake_index.py). On a shared store, a listener thread hears
-every other process's writes too (listener_thread.py). It runs while someone watches, or for good
+every other process's writes too (feed_listener.py). It runs while someone watches, or for good
 where the process delivers webhooks (`listen`).
 
 Watchers woken by one change mostly read the same page from the same position: `reads` makes
@@ -17,8 +17,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from app.watch.feed_listener import FeedListener, FeedListenerThread
 from app.watch.filters import EventFilter
-from app.watch.listener_thread import FeedListener, ListenerThread
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
 from app.watch.wake_index import Touched, WakeIndex, WokenTally
@@ -63,7 +63,7 @@ class FeedSignal:
         self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
-        self._listener = ListenerThread(listener, self._someone_waits, self._notify, self._lock)
+        self._listener = FeedListenerThread(listener, self._someone_waits, self._notify, self._lock)
 
     @property
     def version(self) -> int:
@@ -96,7 +96,7 @@ class FeedSignal:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
         by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
         (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
-        process's, heard by the listener thread (listener_thread.py: `ListenerThread._listen`).
+        process's, heard by the listener thread (feed_listener.py: `FeedListenerThread._listen`).
         `wake` is the server's: the packaged worker's (app/server/worker/parking.py:
         `Parking.wake`), or the Event a watch blocked in its thread waits on
         (app/watch/watches.py: `Watch._block`)."""

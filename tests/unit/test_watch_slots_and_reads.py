@@ -1,5 +1,5 @@
 """The watch's bounded parts (issue 48): woken watchers take at most the gate's many request
-threads at once, the rest waiting their turn without one (app/watch/wake_gate.py); the shared
+threads at once (a read slot each), the rest waiting without one (app/watch/wake_gate.py); the shared
 reads keep only positions several watchers stand at, within their bounds, and share a store
 failure rather than each waiting for it again (app/watch/shared_reads.py)."""
 
@@ -12,7 +12,7 @@ from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
 
 
-def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_end():
+def test_watchers_past_the_gate_wait_without_a_slot_and_all_look_again_at_its_end():
     gate = WakeGate(2)
     woken: list[str] = []
     first, second, third = (lambda name=name: woken.append(name) for name in ("a", "b", "c"))
@@ -36,7 +36,7 @@ def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_en
     assert gate.deferred == 0
 
 
-def test_a_watcher_deferred_while_a_turn_is_free_is_woken_at_once():
+def test_a_watcher_deferred_while_a_slot_is_free_is_woken_at_once():
     gate = WakeGate(1)
     woken: list[int] = []
     gate.defer(lambda: woken.append(1))
