@@ -63,12 +63,15 @@ class Watch:
         cursor_key: bytes,
         caller: bytes,
         expires: float | None = None,
-        parks: bool,
+        parkable: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
         only: EventFilter | None = None,
     ) -> None:
         self.store, self.signal, self.position, self.only = store, signal, position, only
-        self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
+        self.cursor_key, self.caller, self.records = cursor_key, caller, records
+        #: A server parks this watch while it waits (`PARKING` in the environ, app/watch/parkable.py);
+        #: else it waits in its request thread (`_block`).
+        self.parkable = parkable
         self.seen = signal.version
         #: The caller's authority ends then (time.time()), and by the monotonic clock.
         self.expires = expires
@@ -84,15 +87,15 @@ class Watch:
         return self
 
     def __next__(self) -> bytes:
-        """The next chunk of the answer (`step`). Parked (`parks`), `b""` is "nothing yet": the
+        """The next chunk of the answer (`next_chunk`). Parkable, `b""` is "nothing yet": the
         server calls `subscribe` and parks the connection until the wake-up (the packaged
         worker's app/server/worker/parking.py: `Parking.wake`). Not parked, it waits here, in
         this thread (`_block`), until there is a chunk."""
         while True:
             if self.done:
                 raise StopIteration
-            if not self.parks:
-                chunk = self.step(time.monotonic())
+            if not self.parkable:
+                chunk = self.next_chunk(time.monotonic())
                 if chunk:
                     return chunk
                 self._block()
@@ -101,14 +104,15 @@ class Watch:
                 # Asked again with no subscribe() since its "nothing yet": no server parked it (a
                 # host app's middleware wrapped this iterable, so the worker saw a plain one).
                 # Asking at once would read the store in a loop: it waits in this thread instead.
-                self.parks = False
+                self.parkable = False
                 continue
             self._wake_up.awaits_slot = False
-            chunk = self.step(time.monotonic())
+            chunk = self.next_chunk(time.monotonic())
             self._unsubscribed = not chunk
             return chunk
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
+        """The answer's next bytes at `now` (time.monotonic()), or `b""`: nothing yet."""
         raise NotImplementedError
 
     def deadline(self) -> float:
@@ -116,7 +120,7 @@ class Watch:
 
     def subscribe(self, wake: Callable[[], None]) -> None:
         """File the server's `wake`, called once when this watch has something to read: with the
-        feed signal for the next change that may concern it, or, when its last step found no read
+        feed signal for the next change that may concern it, or, when its last read found no read
         slot free, with the wake gate for a slot's end (app/watch/wake_up.py: `WakeUp.file`)."""
         self._unsubscribed = False
         self._wake_up.file(wake, self.seen)
@@ -170,7 +174,7 @@ class Watch:
         """`_fetch`, in one of the wake gate's read slots when parked (`WakeUp.fetch`); NoReadSlot
         when none is free. A read shared with another watcher takes no slot: it is a few
         microseconds either way. A watch blocked in its own thread holds that thread anyway."""
-        if not self.parks:
+        if not self.parkable:
             return self._fetch(position)
         return self._wake_up.fetch(self._fetch, position)
 
@@ -196,7 +200,7 @@ class LongPoll(Watch):
         entries, end, _ = self.entries(position, self.limit)
         return entries, end
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
         expired = self.expired()
@@ -247,14 +251,14 @@ class EventStream(Watch):
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
-        #: The feed's version this stream has read all of (-1: not known): a turn at that
+        #: The feed's version this stream has read all of (-1: not known): a chunk asked for at that
         #: version, a heartbeat's or the one after a chunk, reads nothing.
         self.current = -1
 
     def deadline(self) -> float:
         return min(self.next_beat, self.ends, self.authority_ends)
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
         if not self.started:
             self.started = True
             return OPENER + (self._existing(now) if self.listing is not None else self._events(now))
