@@ -42,6 +42,10 @@ class WakeUp:
         else:
             self.signal.subscribe(seen, wake, self.only)
 
+    def read_again(self) -> None:
+        """The watch reads again: whether a slot is free is asked anew."""
+        self.awaits_slot = False
+
     def cancel(self) -> None:
         """The watch ended: its wake-up is no longer filed anywhere."""
         if self.wake is not None:

@@ -106,7 +106,7 @@ class Watch:
                 # Asking at once would read the store in a loop: it waits in this thread instead.
                 self.parkable = False
                 continue
-            self._wake_up.awaits_slot = False
+            self._wake_up.read_again()
             chunk = self.next_chunk(time.monotonic())
             self._unsubscribed = not chunk
             return chunk
