@@ -1,7 +1,7 @@
 """This process's watchers of the change feed: woken when it changes.
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
-whose filter it may concern (wake_index.py). On a shared store, a listener thread hears
+whose filter it may concern (wake_index.py). On a shared store, the feed's listener thread hears
 every other process's writes too (feed_listener.py). It runs while someone watches, or for good
 where the process delivers webhooks (`listen`).
 
@@ -35,11 +35,11 @@ class WatchersFull(Exception):
 
 
 class FeedSignal:
-    """The process's watchers, their caps, and the listener that wakes them."""
+    """The process's watchers, their caps, and the feed's listener that wakes them."""
 
     def __init__(
         self,
-        listener: Callable[[], FeedListener | None],
+        feed_listener: Callable[[], FeedListener | None],
         *,
         max_watchers: int,
         max_per_caller: int,
@@ -63,7 +63,7 @@ class FeedSignal:
         self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
-        self._listener = FeedListenerThread(listener, self._someone_waits, self._notify, self._lock)
+        self._feed_listener = FeedListenerThread(feed_listener, self._someone_waits, self._notify, self._lock)
 
     @property
     def version(self) -> int:
@@ -110,7 +110,7 @@ class FeedSignal:
         if changed:
             wake()
         else:
-            self._listener.start()
+            self._feed_listener.start()
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
@@ -129,7 +129,7 @@ class FeedSignal:
         if self._cheap_to_listen:
             self._always = True
             self._someone_waits.set()
-            self._listener.start()
+            self._feed_listener.start()
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
@@ -158,4 +158,4 @@ class FeedSignal:
                 log.exception("A feed watcher's wake-up failed")
 
     def close(self) -> None:
-        self._listener.close()
+        self._feed_listener.close()
