@@ -21,7 +21,7 @@ from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
 from app.store import PlantStore, StoreUnavailableError, store_for
-from app.watch.signal import FeedSignal
+from app.watch.feed_signal import FeedSignal
 from app.watch.wake_index import Touched
 from app.webhooks import Deliverer, user_agent
 

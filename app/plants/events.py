@@ -24,9 +24,9 @@ from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
+from app.watch.feed_signal import WatchersFull
 from app.watch.filters import EventFilter, scan
 from app.watch.parkable import PARKING
-from app.watch.signal import WatchersFull
 from app.watch.watches import EventStream, LongPoll, Watch
 
 JSON, STREAM = "application/json", "text/event-stream"
@@ -124,7 +124,7 @@ def _watch(
 ) -> Response:
     """A watch of the feed, once the caps admit it (429 for the token, 503 for this process): a
     `LongPoll` or an `EventStream` (app/watch/watches.py) returned as the answer's iterable, which
-    waits between its steps (`Watch.__next__`): parked without a thread where the server offers it
+    waits between its chunks (`Watch.__next__`): parked without a thread where the server offers it
     (`PARKING` in the environ, app/watch/parkable.py; the packaged worker's
     app/server/worker/parking.py), else blocked in this request thread (`Watch._block`)."""
     signal = state.feed_signal
@@ -141,7 +141,7 @@ def _watch(
         "cursor_key": key,
         "caller": caller_key,
         "expires": caller.expires,
-        "parks": bool(request.environ.get(PARKING)),
+        "parkable": bool(request.environ.get(PARKING)),
         "records": event_records,
         "only": only,
     }

@@ -242,7 +242,7 @@ def post_worker_init(worker: Any) -> None:
         _prepare_on_sigwinch(worker, store)
     _drain_on_sigterm(worker)
     _start_tracing(worker)
-    _bound_watch_turns(worker)
+    _bound_watch_reads(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -298,7 +298,7 @@ def _drain_on_sigterm(worker: Any) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def _bound_watch_turns(worker: Any) -> None:
+def _bound_watch_reads(worker: Any) -> None:
     """Woken watchers read a shared store on at most the request threads but one
     (app/watch/wake_gate.py): the last is left for requests, /healthz among them, however slow
     the store is. The in-memory store's reads wait on nothing but the CPU: no bound."""

@@ -265,7 +265,7 @@ class PlantStore(Protocol):
         ...
 
     def feed_listener(self) -> Any:
-        """What hears other processes' writes to the feed (app/watch/listener_thread.py), or None
+        """What hears other processes' writes to the feed (app/watch/feed_listener.py), or None
         when no other process writes to this store."""
         ...
 

@@ -19,7 +19,7 @@ from app.store import EVENT_TYPES, FeedEntry, PlantStore
 
 #: The events one store call reads while a filtered read walks the feed.
 SCAN_CHUNK = 1000
-#: The most events one filtered page or long-poll turn reads before it answers what it found.
+#: The most events one filtered page or long-poll read takes before it answers what it found.
 SCAN_BUDGET = 10_000
 
 

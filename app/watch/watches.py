@@ -4,9 +4,10 @@
 Each is a WSGI iterable (app/watch/parkable.py's `ParkableAnswer`) that the packaged worker parks
 while nothing happens, holding no thread (app/server/worker/parking.py: `Parking.start`):
 `__next__` answers `b""` for "nothing yet", `subscribe` files the worker's wake-up with the feed
-signal (app/watch/signal.py: `FeedSignal.subscribe`), `deadline` says when to ask again anyway.
+signal (app/watch/feed_signal.py: `FeedSignal.subscribe`), `deadline` says when to ask again anyway.
 Under another server (stock gthread, `flask run`, a host app's middleware that wraps it), the same
-iterable waits in its request thread instead (`Watch._block`), for the same wake-up.
+iterable waits in its request thread instead (`Watch._block`), for the same wake-up. How it is
+woken, and its store reads' slots, are app/watch/wake_up.py's `WakeUp`.
 
 Everything it needs is taken from the request before the view returns: it runs after Flask has
 left the request's context.
@@ -22,21 +23,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
+from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter, scan
 from app.watch.initial_state import existing, existing_blocks
-from app.watch.signal import FeedSignal
-
-
-class NoTurn(Exception):
-    """No turn free for a store read: the watch waits for one, parked (Watch._fetch_in_turn)."""
-
+from app.watch.wake_up import NoReadSlot, WakeUp
 
 #: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
 RETRY_MS = 3000
@@ -67,21 +63,22 @@ class Watch:
         cursor_key: bytes,
         caller: bytes,
         expires: float | None = None,
-        parks: bool,
+        parkable: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
         only: EventFilter | None = None,
     ) -> None:
         self.store, self.signal, self.position, self.only = store, signal, position, only
-        self.cursor_key, self.caller, self.parks, self.records = cursor_key, caller, parks, records
+        self.cursor_key, self.caller, self.records = cursor_key, caller, records
+        #: A server parks this watch while it waits (`PARKING` in the environ, app/watch/parkable.py);
+        #: else it waits in its request thread (`_block`).
+        self.parkable = parkable
         self.seen = signal.version
         #: The caller's authority ends then (time.time()), and by the monotonic clock.
         self.expires = expires
         self.authority_ends = math.inf if expires is None else time.monotonic() + expires - time.time()
         self.stopping = self.done = False
         self._released = False
-        self._wake: Callable[[], None] | None = None
-        #: No turn was free (app/watch/wake_gate.py): the next park waits for one, not a change.
-        self._awaits_turn = False
+        self._wake_up = WakeUp(signal, only)
         #: It answered "nothing yet" and was not subscribed since: nobody parked it.
         self._unsubscribed = False
         signal.reads.stand(position)
@@ -90,15 +87,15 @@ class Watch:
         return self
 
     def __next__(self) -> bytes:
-        """The next chunk of the answer (`step`). Parked (`parks`), `b""` is "nothing yet": the
+        """The next chunk of the answer (`next_chunk`). Parkable, `b""` is "nothing yet": the
         server calls `subscribe` and parks the connection until the wake-up (the packaged
         worker's app/server/worker/parking.py: `Parking.wake`). Not parked, it waits here, in
         this thread (`_block`), until there is a chunk."""
         while True:
             if self.done:
                 raise StopIteration
-            if not self.parks:
-                chunk = self.step(time.monotonic())
+            if not self.parkable:
+                chunk = self.next_chunk(time.monotonic())
                 if chunk:
                     return chunk
                 self._block()
@@ -107,14 +104,15 @@ class Watch:
                 # Asked again with no subscribe() since its "nothing yet": no server parked it (a
                 # host app's middleware wrapped this iterable, so the worker saw a plain one).
                 # Asking at once would read the store in a loop: it waits in this thread instead.
-                self.parks = False
+                self.parkable = False
                 continue
-            self._awaits_turn = False
-            chunk = self.step(time.monotonic())
+            self._wake_up.read_again()
+            chunk = self.next_chunk(time.monotonic())
             self._unsubscribed = not chunk
             return chunk
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
+        """The answer's next bytes at `now` (time.monotonic()), or `b""`: nothing yet."""
         raise NotImplementedError
 
     def deadline(self) -> float:
@@ -122,24 +120,16 @@ class Watch:
 
     def subscribe(self, wake: Callable[[], None]) -> None:
         """File the server's `wake`, called once when this watch has something to read: with the
-        feed signal for the next change that may concern it (app/watch/signal.py:
-        `FeedSignal.subscribe`), or, when its last step found no turn free, with the wake gate for
-        a turn's end (app/watch/wake_gate.py: `WakeGate.defer`)."""
-        self._wake = wake
+        feed signal for the next change that may concern it, or, when its last read found no read
+        slot free, with the wake gate for a slot's end (app/watch/wake_up.py: `WakeUp.file`)."""
         self._unsubscribed = False
-        if self._awaits_turn:
-            self._awaits_turn = False
-            self.signal.gate.defer(wake)
-        else:
-            self.signal.subscribe(self.seen, wake, self.only)
+        self._wake_up.file(wake, self.seen)
 
     def stop(self) -> None:
         self.stopping = True
 
     def close(self) -> None:
-        if self._wake is not None:
-            self.signal.unsubscribe(self._wake)
-            self.signal.gate.forget(self._wake)
+        self._wake_up.cancel()
         if not self._released:
             self._released = True
             self.signal.release(self.caller)
@@ -157,7 +147,7 @@ class Watch:
         seen, position = self.signal.version, self.position
         self.seen = seen
         answer: tuple[list[Any], bytes] = self.signal.reads.read(
-            (position, limit, self.only), position, self._fetch_in_turn, seen
+            (position, limit, self.only), position, self._fetch_in_slot, seen
         )
         return answer
 
@@ -180,31 +170,19 @@ class Watch:
         """The store call of a read (shared_reads.py calls it when no watcher made it yet)."""
         raise NotImplementedError
 
-    def _fetch_in_turn(self, position: bytes | None) -> Any:
-        """`_fetch`, in a turn of the gate's when parked (app/watch/wake_gate.py): at most the
-        gate's many at once, so that the worker's other threads stay free for requests however
-        slow the store is. NoTurn when none is free: the watch then waits for one, parked. A read
-        shared with another watcher takes no turn: it is a few microseconds either way."""
-        if not self.parks:
+    def _fetch_in_slot(self, position: bytes | None) -> Any:
+        """`_fetch`, in one of the wake gate's read slots when parked (`WakeUp.fetch`); NoReadSlot
+        when none is free. A read shared with another watcher takes no slot: it is a few
+        microseconds either way. A watch blocked in its own thread holds that thread anyway."""
+        if not self.parkable:
             return self._fetch(position)
-        gate = self.signal.gate
-        if not gate.enter(self._wake):
-            self._awaits_turn = True
-            raise NoTurn
-        try:
-            return self._fetch(position)
-        finally:
-            gate.leave()
+        return self._wake_up.fetch(self._fetch, position)
 
     def _block(self) -> None:
         """Not parked by any server (stock gthread, `flask run`, a host's middleware that wraps
-        this iterable): wait in this request thread, holding it, for the same wake-up as a parked
-        watch's (`subscribe`, here an Event's `set`) or the deadline."""
-        woken = threading.Event()
-        self.subscribe(woken.set)
-        woken.wait(max(0.0, self.deadline() - time.monotonic()))
-        if self._wake is not None:
-            self.signal.unsubscribe(self._wake)
+        this iterable): wait in this request thread, holding it, for the wake-up or the deadline."""
+        self._unsubscribed = False
+        self._wake_up.block(self.seen, self.deadline())
 
 
 class LongPoll(Watch):
@@ -222,7 +200,7 @@ class LongPoll(Watch):
         entries, end, _ = self.entries(position, self.limit)
         return entries, end
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
         expired = self.expired()
@@ -232,7 +210,7 @@ class LongPoll(Watch):
             with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
                 if not expired:
                     entries, end = self.read(self.limit)
-        except NoTurn:
+        except NoReadSlot:
             return b""
         if self.expired():  # read after `exp`: nothing of it is sent
             entries, end, expired = [], None, True
@@ -273,14 +251,14 @@ class EventStream(Watch):
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
-        #: The feed's version this stream has read all of (-1: not known): a turn at that
+        #: The feed's version this stream has read all of (-1: not known): a chunk asked for at that
         #: version, a heartbeat's or the one after a chunk, reads nothing.
         self.current = -1
 
     def deadline(self) -> float:
         return min(self.next_beat, self.ends, self.authority_ends)
 
-    def step(self, now: float) -> bytes:
+    def next_chunk(self, now: float) -> bytes:
         if not self.started:
             self.started = True
             return OPENER + (self._existing(now) if self.listing is not None else self._events(now))
@@ -329,9 +307,9 @@ class EventStream(Watch):
         try:
             # Streams at the same position send the same bytes: made once per change.
             frames, end, full = self.signal.reads.read(
-                ("stream", position, self.only), position, self._fetch_in_turn, seen
+                ("stream", position, self.only), position, self._fetch_in_slot, seen
             )
-        except NoTurn:
+        except NoReadSlot:
             return b""
         except FeedExpiredError:
             self.done = True

@@ -146,7 +146,7 @@ def test_the_walk_through_reaches_the_wait_and_its_fall_back():
     """It names where a parked watch waits and where one blocked in a thread does."""
     walk = set(hops())
     assert ("plants/routes.py", "ROUTES") in walk
-    assert ("watch/signal.py", "FeedSignal.subscribe") in walk
+    assert ("watch/feed_signal.py", "FeedSignal.subscribe") in walk
     assert ("watch/watches.py", "Watch._block") in walk
 
 

@@ -1,11 +1,11 @@
-"""The feed's watchers per process and per caller (app/watch/signal.py): a watcher past either cap
+"""The feed's watchers per process and per caller (app/watch/feed_signal.py): a watcher past either cap
 is refused, saying which, and a place given back can be taken again."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.watch.signal import FeedSignal, WatchersFull
+from app.watch.feed_signal import FeedSignal, WatchersFull
 
 
 def test_a_watcher_past_either_cap_is_refused_saying_which():

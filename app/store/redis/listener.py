@@ -8,8 +8,8 @@ and is kept as what it touched (its kind, its plant's id, its plant's tag after 
 `take`), so that the signal wakes only the watchers it concerns; a burst of more than
 `BATCH * BURST_READS` entries at once is kept as "not known" (None), which wakes every watcher,
 as a failure does. A stream that cannot be read makes `wait` raise, unless another had a new
-entry, and goes on making it raise until it is read again (the feed's signal, app/watch/signal.py,
-decides whom to wake, and its listener thread, app/watch/listener_thread.py, how often while the
+entry, and goes on making it raise until it is read again (the feed's signal, app/watch/feed_signal.py,
+decides whom to wake, and its listener thread, app/watch/feed_listener.py, how often while the
 store is away: a quiet `wait` would tell it the store is back).
 """
 

@@ -1,8 +1,8 @@
 """This process's watchers of the change feed: woken when it changes.
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
-whose filter it may concern (wake_index.py). On a shared store, a listener thread hears
-every other process's writes too (listener_thread.py). It runs while someone watches, or for good
+whose filter it may concern (wake_index.py). On a shared store, the feed's listener thread hears
+every other process's writes too (feed_listener.py). It runs while someone watches, or for good
 where the process delivers webhooks (`listen`).
 
 Watchers woken by one change mostly read the same page from the same position: `reads` makes
@@ -17,8 +17,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from app.watch.feed_listener import FeedListener, FeedListenerThread
 from app.watch.filters import EventFilter
-from app.watch.listener_thread import FeedListener, ListenerThread
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
 from app.watch.wake_index import Touched, WakeIndex, WokenTally
@@ -35,11 +35,11 @@ class WatchersFull(Exception):
 
 
 class FeedSignal:
-    """The process's watchers, their caps, and the listener that wakes them."""
+    """The process's watchers, their caps, and the feed's listener that wakes them."""
 
     def __init__(
         self,
-        listener: Callable[[], FeedListener | None],
+        feed_listener: Callable[[], FeedListener | None],
         *,
         max_watchers: int,
         max_per_caller: int,
@@ -63,7 +63,7 @@ class FeedSignal:
         self.gate = WakeGate()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
-        self._listener = ListenerThread(listener, self._someone_waits, self._notify, self._lock)
+        self._feed_listener = FeedListenerThread(feed_listener, self._someone_waits, self._notify, self._lock)
 
     @property
     def version(self) -> int:
@@ -96,7 +96,7 @@ class FeedSignal:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
         by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
         (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
-        process's, heard by the listener thread (listener_thread.py: `ListenerThread._listen`).
+        process's, heard by the listener thread (feed_listener.py: `FeedListenerThread._listen`).
         `wake` is the server's: the packaged worker's (app/server/worker/parking.py:
         `Parking.wake`), or the Event a watch blocked in its thread waits on
         (app/watch/watches.py: `Watch._block`)."""
@@ -110,7 +110,7 @@ class FeedSignal:
         if changed:
             wake()
         else:
-            self._listener.start()
+            self._feed_listener.start()
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
@@ -129,7 +129,7 @@ class FeedSignal:
         if self._cheap_to_listen:
             self._always = True
             self._someone_waits.set()
-            self._listener.start()
+            self._feed_listener.start()
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
@@ -158,4 +158,4 @@ class FeedSignal:
                 log.exception("A feed watcher's wake-up failed")
 
     def close(self) -> None:
-        self._listener.close()
+        self._feed_listener.close()

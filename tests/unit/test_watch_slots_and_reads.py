@@ -1,5 +1,5 @@
 """The watch's bounded parts (issue 48): woken watchers take at most the gate's many request
-threads at once, the rest waiting their turn without one (app/watch/wake_gate.py); the shared
+threads at once (a read slot each), the rest waiting without one (app/watch/wake_gate.py); the shared
 reads keep only positions several watchers stand at, within their bounds, and share a store
 failure rather than each waiting for it again (app/watch/shared_reads.py)."""
 
@@ -8,11 +8,13 @@ from __future__ import annotations
 import pytest
 
 from app.store import StoreUnavailableError
+from app.watch.feed_signal import FeedSignal
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
+from app.watch.wake_up import NoReadSlot, WakeUp
 
 
-def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_end():
+def test_watchers_past_the_gate_wait_without_a_slot_and_all_look_again_at_its_end():
     gate = WakeGate(2)
     woken: list[str] = []
     first, second, third = (lambda name=name: woken.append(name) for name in ("a", "b", "c"))
@@ -36,11 +38,39 @@ def test_watchers_past_the_gate_wait_without_a_turn_and_all_look_again_at_its_en
     assert gate.deferred == 0
 
 
-def test_a_watcher_deferred_while_a_turn_is_free_is_woken_at_once():
+def test_a_watcher_deferred_while_a_slot_is_free_is_woken_at_once():
     gate = WakeGate(1)
     woken: list[int] = []
     gate.defer(lambda: woken.append(1))
     assert woken == [1]
+
+
+def test_a_watch_with_no_read_slot_free_is_woken_by_the_slots_end_not_by_a_change():
+    """Its store call is not made; its next wake-up waits for the slot, and once it has read, a
+    wake-up waits for a change again."""
+    signal = FeedSignal(lambda: None, max_watchers=10, max_per_caller=10)
+    signal.gate.resize(1)
+    wake_up = WakeUp(signal, None)
+    woken: list[int] = []
+    calls: list[int] = []
+    assert signal.gate.enter(None)  # another watch's read holds the only slot
+    with pytest.raises(NoReadSlot):
+        wake_up.fetch(calls.append, 7)
+    assert calls == []
+    wake_up.file(lambda: woken.append(1), signal.version)
+    signal.notify()  # a change does not wake it: its wake-up waits with the gate
+    assert woken == []
+    assert signal.gate.deferred == 1
+    signal.gate.leave()
+    assert woken == [1]
+    assert signal.gate.deferred == 0
+    assert wake_up.fetch(lambda position: position * 2, 7) == 14
+    wake_up.file(lambda: woken.append(2), signal.version)
+    assert signal.waiting == 1  # filed with the signal again, for the next change
+    signal.notify()
+    assert woken == [1, 2]
+    wake_up.cancel()
+    signal.close()
 
 
 def test_the_gate_never_bounds_to_no_thread():

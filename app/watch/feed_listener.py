@@ -1,5 +1,5 @@
 """The thread that hears other processes' writes to a shared store (its `feed_listener()`:
-blocking reads of the feed's streams) and hands each change to the feed signal (signal.py).
+blocking reads of the feed's streams) and hands each change to the feed signal (feed_signal.py).
 
 It starts with the first watcher (or `listen`), rests while no one waits, and ends with `close`.
 A listener that fails (the store is away) wakes the watchers once, then at growing intervals:
@@ -17,7 +17,7 @@ from typing import Protocol
 from app.watch.wake_index import Touched
 
 #: The signal's logger: its lines read as they did before the thread had a module of its own.
-log = logging.getLogger("app.watch.signal")
+log = logging.getLogger("app.watch.feed_signal")
 #: Seconds a listener blocks in one call; it checks for watchers between calls.
 LISTEN_SECONDS = 5.0
 #: While the listener keeps failing, it wakes the watchers at intervals doubling up to this.
@@ -35,7 +35,7 @@ class FeedListener(Protocol):
     def close(self) -> None: ...
 
 
-class ListenerThread:
+class FeedListenerThread:
     """One process's listener of the feed, in a thread of its own: it waits on `someone_waits`
     (set and cleared by the signal, under its lock) and passes what it hears to `notify` (the
     changes, or None: not known, wake every watcher)."""
@@ -94,7 +94,7 @@ class ListenerThread:
         """The store is away. The first failure in a row wakes everyone to find out (a stream
         ends with its `retry:`); later ones wake them only at doubling intervals (1 s, 2 s, ...
         MAX_BACKOFF_SECONDS), since each wake-up has the watchers read a store that is not
-        answering. Those reads share one failure (shared_reads.py) and take turns (wake_gate.py).
+        answering. Those reads share one failure (shared_reads.py) and take read slots (wake_gate.py).
         Returns when the next failure may wake them."""
         now = time.monotonic()
         log.warning("The change feed's listener failed (%s, %d in a row)", type(exc).__name__, failures)

@@ -1,0 +1,75 @@
+"""A watch's wake-up: the callable its server hands it, filed with the feed signal for the next
+change that may concern it, or with the wake gate for the end of a read slot (wake_gate.py) when
+its last read found none free; the read slot itself; and, where no server parks the watch, the
+wait in its own request thread for the same wake-up.
+
+The watch (watches.py) decides what to read and what to answer; this decides when it is woken.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.watch.feed_signal import FeedSignal
+from app.watch.filters import EventFilter
+
+
+class NoReadSlot(Exception):
+    """No read slot free for a store call: the watch waits for one, parked (`WakeUp.fetch`)."""
+
+
+class WakeUp:
+    """One watch's wake-up and read slot."""
+
+    def __init__(self, signal: FeedSignal, only: EventFilter | None) -> None:
+        self.signal, self.only = signal, only
+        #: The server's wake-up, as last handed over (None: never).
+        self.wake: Callable[[], None] | None = None
+        #: No read slot was free: the next wake-up is filed with the gate, not the signal.
+        self.awaits_slot = False
+
+    def file(self, wake: Callable[[], None], seen: int) -> None:
+        """Call `wake` once when the watch has something to read: with the feed signal for the
+        next change since version `seen` (feed_signal.py: `FeedSignal.subscribe`), or, when no
+        read slot was free, with the wake gate for a slot's end (wake_gate.py: `WakeGate.defer`)."""
+        self.wake = wake
+        if self.awaits_slot:
+            self.awaits_slot = False
+            self.signal.gate.defer(wake)
+        else:
+            self.signal.subscribe(seen, wake, self.only)
+
+    def read_again(self) -> None:
+        """The watch reads again: whether a slot is free is asked anew."""
+        self.awaits_slot = False
+
+    def cancel(self) -> None:
+        """The watch ended: its wake-up is no longer filed anywhere."""
+        if self.wake is not None:
+            self.signal.unsubscribe(self.wake)
+            self.signal.gate.forget(self.wake)
+
+    def fetch(self, fetch: Callable[[Any], Any], position: Any) -> Any:
+        """`fetch(position)` in one of the gate's read slots: at most the gate's many at once, so
+        that the worker's other threads stay free for requests however slow the store is.
+        NoReadSlot when none is free: the watch then waits for one, parked."""
+        gate = self.signal.gate
+        if not gate.enter(self.wake):
+            self.awaits_slot = True
+            raise NoReadSlot
+        try:
+            return fetch(position)
+        finally:
+            gate.leave()
+
+    def block(self, seen: int, deadline: float) -> None:
+        """Not parked by any server: wait in this request thread, holding it, for the same wake-up
+        as a parked watch's (here an Event's `set`) or the `time.monotonic()` deadline."""
+        woken = threading.Event()
+        wake = woken.set  # one bound method: the signal files and removes it by its id
+        self.file(wake, seen)
+        woken.wait(max(0.0, deadline - time.monotonic()))
+        self.signal.unsubscribe(wake)
