@@ -484,6 +484,9 @@ class Conn:
         elif not keep_alive:
             self.closing.gracefully()
         elif self.incoming.has_work:
+            # Its answer was taken: the next pipelined one has its own time, not what was left of
+            # this one's (the kernel may have taken this one whole, so no send re-timed it).
+            self.allow(0)
             self.context.registry.rearm(self, WRITE)  # the socket is writable: back of the queue, not a spin
         else:
             self._await_more()
