@@ -49,7 +49,7 @@ class Parked:
     environ: dict[str, Any]
     keep_alive: bool
     started: float
-    record: Record  # the access line and post_request (cycle.py's `Recorder`)
+    record: Record  # the access line and post_request (cycle.py's `recorder`)
     wake: Callable[[], None]  # one for every park: the signal keeps one entry
     head_sent: bool = False
     streamed: int = 0  # a stream's body bytes sent so far

@@ -16,7 +16,7 @@ from functools import partial
 from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, RequestLimits
-from app.server.worker.cycle import Recorder, Serving
+from app.server.worker.cycle import Serving, recorder
 from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry
 from app.server.worker.parking import PARKING, Parking
 
@@ -47,7 +47,7 @@ class PlantsWorker(base.Worker):
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.read_timeout = self.read_timeout
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
-        record = Recorder(self).record  # one for answers served at once and after parking
+        record = recorder(self)  # one for answers served at once and after parking
         self.parking = Parking(self.registry, log, alive, record)
         cap = self.admission.max_connections
         self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap, record)
