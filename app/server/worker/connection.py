@@ -302,7 +302,6 @@ class Outgoing:
         self.taken = 0
 
     def begin(self) -> None:
-        """A new answer: the clock and the bytes its client has taken start again."""
         self.started, self.taken = time.monotonic(), 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:

@@ -83,8 +83,7 @@ class Request:
 
     @property
     def version(self) -> tuple[int, int]:
-        major, _, minor = self.http.partition(".")
-        return int(major), int(minor or 0)
+        return (1, 1) if self.http == "1.1" else (1, 0)  # the only two served (`RequestLimits.check_head`)
 
     @property
     def trailers(self) -> list[tuple[str, str]]:
@@ -300,7 +299,11 @@ class EnvironBuilder:
             "SCRIPT_NAME": self.script_name,
             **offers,
         }
-        self.trusted = _trusted_peers(cfg.forwarded_allow_ips)
+        # Every peer ('*'), else the addresses and networks named (gunicorn has checked them).
+        names = {name.strip() for name in cfg.forwarded_allow_ips or ()} - {""}
+        self.trusted: Literal[True] | list[Any] = (
+            True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
+        )
         # gunicorn's secure_scheme_headers, as environ keys: from a trusted peer, they set the scheme.
         self.scheme_fields = {
             "HTTP_" + name.upper().replace("-", "_"): value.lower()
@@ -371,12 +374,6 @@ class EnvironBuilder:
                 if value is not None:
                     environ["wsgi.url_scheme"] = "https" if value.lower() == secure else "http"
         return environ
-
-
-def _trusted_peers(setting: Any) -> Literal[True] | list[Any]:
-    """True for every peer ('*'); else the addresses and networks named (gunicorn has checked them)."""
-    names = {name.strip() for name in setting or ()} - {""}
-    return True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
 
 
 #: How an answer's end is recorded: answer, request, environ, its `time.perf_counter()` at its start.
