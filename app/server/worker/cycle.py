@@ -401,13 +401,7 @@ class Serving:
     `max_requests`); `park` hands an answer that can wait to parking.py (False: no room)."""
 
     def __init__(
-        self,
-        worker: Any,
-        registry: Any,
-        park: Callable[..., bool],
-        offers: dict[str, Any],
-        cap: int,
-        record: Record,
+        self, worker: Any, registry: Any, park: Callable[..., bool], offers: dict[str, Any], cap: int
     ) -> None:
         self._worker = worker
         self._registry = registry
@@ -420,7 +414,7 @@ class Serving:
         self._app = worker.wsgi
         self._log = worker.log
         self._pre_request = cfg.pre_request
-        self._record = record
+        self._record = recorder(worker)
         self._keepalive = cfg.keepalive > 0
         self._max_requests = worker.max_requests
 

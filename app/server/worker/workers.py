@@ -47,10 +47,9 @@ class PlantsWorker(base.Worker):
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.read_timeout = self.read_timeout
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
-        record = recorder(self)  # one for answers served at once and after parking
-        self.parking = Parking(self.registry, log, alive, record)
+        self.parking = Parking(self.registry, log, alive, recorder(self))
         cap = self.admission.max_connections
-        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap, record)
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap)
         context = Context(
             self.registry, self.parking, self.serving.serve, log, self.read_timeout, self._limits()
         )
