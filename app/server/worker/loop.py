@@ -217,15 +217,15 @@ class Registry:
                 self._idle[conn.fd] = conn
             if anew:
                 now = time.monotonic()
-                standing.due_by(
-                    now + (self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER))
+                standing.deadline = now + (
+                    self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
                 )
                 standing.idle_since = now
             if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
                 # Its step comes when the socket is writable: a client that takes nothing within
                 # the read timeout is closed, to reconnect from its last event.
                 events = WRITE
-                standing.due_by(time.monotonic() + self.read_timeout)
+                standing.deadline = time.monotonic() + self.read_timeout
             standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
@@ -369,7 +369,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.standing.due_by(time.monotonic() + self._first_wait)
+            conn.standing.deadline = time.monotonic() + self._first_wait
             registry.add(conn)
             if not self._make_room(conn):
                 return

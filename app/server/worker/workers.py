@@ -124,7 +124,7 @@ class PlantsWorker(base.Worker):
             conns = list(registry.conns.values())
             for conn in conns:
                 if conn.standing.parked is None:
-                    conn.standing.due_by(linger, sooner_only=True)
+                    conn.standing.deadline = min(conn.standing.deadline, linger)
         self.parking.stop(conns)
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
