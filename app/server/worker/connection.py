@@ -275,13 +275,6 @@ class Standing:
         self.deadline = self.idle_since = 0.0
         self.parked: Any = None  # an answer that waits (parking.py)
 
-    def claim(self) -> bool:
-        """Taken up by a thread for a turn; False when another thread has it."""
-        if self.busy:
-            return False
-        self.busy = True
-        return True
-
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
@@ -465,8 +458,7 @@ class Conn:
             served = self.context.serve(self, incoming.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
                 self.outgoing.answer(*served)
-        elif incoming.refusal is not None:
-            refusal = incoming.refusal
+        elif (refusal := incoming.refusal) is not None:
             log = self.context.log
             log.warning("Answered %s to a client: %s: %s", refusal.code, refusal.name, refusal.description)
             self.outgoing.answer(cycle.encode_refusal(refusal), keep_alive=False)

@@ -184,7 +184,10 @@ class Registry:
 
     def _take(self, conn: Conn) -> bool:
         self._idle.pop(conn.fd, None)
-        return conn.standing.claim()
+        if conn.standing.busy:  # another thread has it
+            return False
+        conn.standing.busy = True
+        return True
 
     def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
         """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
@@ -192,9 +195,8 @@ class Registry:
         now = time.monotonic()
         # The oldest lingering close, else the longest idle past its grace, ranks first: found
         # without a scan (at the descriptors' room, each accept displaces one).
-        victim = (
-            next((c for c in self._lingering.values() if not c.standing.busy), None) if lingering else None
-        )
+        free = (c for c in self._lingering.values() if not c.standing.busy)
+        victim = next(free, None) if lingering else None
         oldest = next(iter(self._idle.values()), None)
         if victim is None and oldest is not None and oldest is not spare:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
