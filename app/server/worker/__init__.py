@@ -1,11 +1,5 @@
-"""The packaged gunicorn worker, `PlantsWorker` (workers.py), imported only when gunicorn asks for it."""
+"""The packaged gunicorn worker, `PlantsWorker` (workers.py)."""
 
-from typing import Any
+from app.server.worker.workers import PlantsWorker
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PlantsWorker":
-        from app.server.worker.workers import PlantsWorker
-
-        return PlantsWorker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["PlantsWorker"]

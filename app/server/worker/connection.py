@@ -275,16 +275,6 @@ class Standing:
         self.deadline = self.idle_since = 0.0
         self.parked: Any = None  # an answer that waits (parking.py)
 
-    def claim(self) -> bool:
-        """Taken up by a thread for a turn; False when another thread has it."""
-        if self.busy:
-            return False
-        self.busy = True
-        return True
-
-    def due_by(self, deadline: float, sooner_only: bool = False) -> None:
-        self.deadline = min(self.deadline, deadline) if sooner_only else deadline
-
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
@@ -302,7 +292,6 @@ class Outgoing:
         self.taken = 0
 
     def begin(self) -> None:
-        """A new answer: the clock and the bytes its client has taken start again."""
         self.started, self.taken = time.monotonic(), 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
@@ -410,7 +399,7 @@ class Conn:
 
     def allow(self, size: int) -> None:
         """Its deadline: the read timeout from now, and a second per 64 KiB of `size` to move."""
-        self.standing.due_by(time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND)
+        self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
 
     def turn(self, mask: int) -> None:
         """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
@@ -447,7 +436,7 @@ class Conn:
         had_head = incoming.phase == BODY
         incoming.feed(data)
         if incoming.phase == BETWEEN and not incoming.has_work:  # only the empty lines llhttp skips
-            self.standing.due_by(idle_deadline)
+            self.standing.deadline = idle_deadline
             self.context.registry.rearm(self, READ, idle=True)
             return False
         if closed and not incoming.has_work:
@@ -469,8 +458,7 @@ class Conn:
             served = self.context.serve(self, incoming.ready.popleft())
             if served is not None:  # else a waiting answer has the connection (parking.py)
                 self.outgoing.answer(*served)
-        elif incoming.refusal is not None:
-            refusal = incoming.refusal
+        elif (refusal := incoming.refusal) is not None:
             log = self.context.log
             log.warning("Answered %s to a client: %s: %s", refusal.code, refusal.name, refusal.description)
             self.outgoing.answer(cycle.encode_refusal(refusal), keep_alive=False)
@@ -492,13 +480,11 @@ class Conn:
             self._await_more()
 
     def _await_more(self) -> None:
-        if self.incoming.phase == BETWEEN:  # a kept-alive connection rests: the keep-alive time from now
-            self.context.registry.rearm(self, READ, idle=True, anew=True)
-            return
-        if self.incoming.take_continue():
+        if self.incoming.take_continue():  # owed after a head that asks, never between requests
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
-        self.context.registry.rearm(self, READ)
+        resting = self.incoming.phase == BETWEEN  # a kept-alive connection: the keep-alive time from now
+        self.context.registry.rearm(self, READ, idle=resting, anew=resting)
 
     def close(self) -> None:
         """Close, whichever way it ends (its client left, a send failed, a deadline passed); a
@@ -572,7 +558,7 @@ class Closing:
             return
         conn.context.registry.linger(conn)  # no longer counted against the cap
         conn.incoming.forget()
-        conn.standing.due_by(time.monotonic() + LINGER_SECONDS)
+        conn.standing.deadline = time.monotonic() + LINGER_SECONDS
         conn.context.registry.rearm(conn, READ)
 
     def drain(self) -> None:

@@ -10,6 +10,7 @@ A small answer is one send; the worker owns the framing fields and drops the app
 
 from __future__ import annotations
 
+import functools
 import io
 import ipaddress
 import json
@@ -21,9 +22,9 @@ from datetime import timedelta
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import unquote_to_bytes
 
-import gunicorn
 import httptools
 from gunicorn import util
+from gunicorn.http import wsgi
 from gunicorn.http.wsgi import FileWrapper
 from werkzeug import exceptions
 
@@ -38,7 +39,6 @@ SEND_QUOTA = 256 * 1024
 DONE, WAITING, GONE = 0, 1, 2
 #: A slow client is given this many bytes a second on top of its deadline, for a large body or answer.
 BYTES_PER_SECOND = 65536
-SERVER_SOFTWARE = f"gunicorn/{gunicorn.__version__}"
 LAST_CHUNK = b"0\r\n\r\n"
 TIMED_OUT = exceptions.RequestTimeout("the request did not arrive in time.")
 APP_ERROR = exceptions.InternalServerError("the service failed to answer; the error is logged.")
@@ -83,8 +83,7 @@ class Request:
 
     @property
     def version(self) -> tuple[int, int]:
-        major, _, minor = self.http.partition(".")
-        return int(major), int(minor or 0)
+        return (1, 1) if self.http == "1.1" else (1, 0)  # the only two served (`RequestLimits.check_head`)
 
     @property
     def trailers(self) -> list[tuple[str, str]]:
@@ -101,16 +100,10 @@ class Request:
         return self.http == "1.1" and any((name.lower(), value.lower()) == expects for name, value in fields)
 
 
-_date = (0, "")
-
-
-def http_date() -> str:
-    """The Date field's value, made once a second."""
-    global _date
-    second = int(time.time())
-    if second != _date[0]:
-        _date = (second, util.http_date(second))
-    return _date[1]
+@functools.lru_cache(maxsize=1)
+def http_date(second: int) -> str:
+    """The Date field's value for `second` (a whole `time.time()`): made once a second."""
+    return util.http_date(second)
 
 
 class Head(NamedTuple):
@@ -182,7 +175,8 @@ class Answer:
             lines.append(f"Content-Length: {length}\r\n")
         elif sends_body and length is not None and declared != length:
             raise ValueError(f"the app declared Content-Length {declared} for a body of {length} bytes")
-        lines.append(f"Date: {http_date()}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
+        connection = "keep-alive" if keep_alive else "close"
+        lines.append(f"Date: {http_date(int(time.time()))}\r\nConnection: {connection}\r\n\r\n")
         return Head("".join(lines).encode("latin-1"), keep_alive, sends_body, chunked, declared)
 
 
@@ -298,19 +292,18 @@ class EnvironBuilder:
     def __init__(self, cfg: Any, offers: dict[str, Any]) -> None:
         self.script_name = os.environ.get("SCRIPT_NAME", "")
         self.static = {
-            "SERVER_SOFTWARE": SERVER_SOFTWARE,
-            "SCRIPT_NAME": self.script_name,
-            "wsgi.version": (1, 0),
+            **wsgi.base_environ(cfg),  # its wsgi.file_wrapper's files go by os.sendfile, never held
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": cfg.threads > 1,
-            "wsgi.multiprocess": cfg.workers > 1,
-            "wsgi.run_once": False,
-            "wsgi.input_terminated": True,
-            "wsgi.file_wrapper": FileWrapper,  # its files go by os.sendfile, never held
             "wsgi.url_scheme": "http",
+            "SCRIPT_NAME": self.script_name,
             **offers,
         }
-        self.trusted = _trusted_peers(cfg.forwarded_allow_ips)
+        # Every peer ('*'), else the addresses and networks named (gunicorn has checked them).
+        names = {name.strip() for name in cfg.forwarded_allow_ips or ()} - {""}
+        self.trusted: Literal[True] | list[Any] = (
+            True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
+        )
         # gunicorn's secure_scheme_headers, as environ keys: from a trusted peer, they set the scheme.
         self.scheme_fields = {
             "HTTP_" + name.upper().replace("-", "_"): value.lower()
@@ -383,35 +376,24 @@ class EnvironBuilder:
         return environ
 
 
-def _trusted_peers(setting: Any) -> Literal[True] | list[Any]:
-    """True for every peer ('*'); else the addresses and networks named (gunicorn has checked them)."""
-    names = {name.strip() for name in setting or ()} - {""}
-    return True if "*" in names else [ipaddress.ip_network(name, strict=False) for name in names]
-
-
-#: How an answer's end is recorded (`Recorder.record`): answer, request, environ, its start.
+#: How an answer's end is recorded: answer, request, environ, its `time.perf_counter()` at its start.
 Record = Callable[[Answer, Request, dict[str, Any], float], None]
 
 
-class Recorder:
+def recorder(worker: Any) -> Record:
     """The end of every answer, served at once or after parking (parking.py), whole or left by
     its client: gunicorn's access line, then its `post_request` hook, as gunicorn's own workers
     call it after each request however it went."""
+    log, post_request = worker.log, worker.cfg.post_request  # read once: each read of a setting validates
 
-    __slots__ = ("_log", "_post_request", "_worker")
-
-    def __init__(self, worker: Any) -> None:
-        self._worker, self._log = worker, worker.log
-        self._post_request = worker.cfg.post_request  # read once: each read of a setting validates
-
-    def record(self, answer: Answer, request: Request, environ: dict[str, Any], started: float) -> None:
-        """`started`: the answer's `time.perf_counter()` at its start."""
-        log = self._log
+    def record(answer: Answer, request: Request, environ: dict[str, Any], started: float) -> None:
         log.access(answer, request, environ, timedelta(seconds=time.perf_counter() - started))
         try:
-            self._post_request(self._worker, request, environ, answer)
+            post_request(worker, request, environ, answer)
         except Exception:
             log.exception("Exception in post_request hook")
+
+    return record
 
 
 class Serving:
@@ -419,13 +401,7 @@ class Serving:
     `max_requests`); `park` hands an answer that can wait to parking.py (False: no room)."""
 
     def __init__(
-        self,
-        worker: Any,
-        registry: Any,
-        park: Callable[..., bool],
-        offers: dict[str, Any],
-        cap: int,
-        record: Record,
+        self, worker: Any, registry: Any, park: Callable[..., bool], offers: dict[str, Any], cap: int
     ) -> None:
         self._worker = worker
         self._registry = registry
@@ -438,7 +414,7 @@ class Serving:
         self._app = worker.wsgi
         self._log = worker.log
         self._pre_request = cfg.pre_request
-        self._record = record
+        self._record = recorder(worker)
         self._keepalive = cfg.keepalive > 0
         self._max_requests = worker.max_requests
 

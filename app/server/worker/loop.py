@@ -184,7 +184,10 @@ class Registry:
 
     def _take(self, conn: Conn) -> bool:
         self._idle.pop(conn.fd, None)
-        return conn.standing.claim()
+        if conn.standing.busy:  # another thread has it
+            return False
+        conn.standing.busy = True
+        return True
 
     def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
         """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
@@ -192,9 +195,8 @@ class Registry:
         now = time.monotonic()
         # The oldest lingering close, else the longest idle past its grace, ranks first: found
         # without a scan (at the descriptors' room, each accept displaces one).
-        victim = (
-            next((c for c in self._lingering.values() if not c.standing.busy), None) if lingering else None
-        )
+        free = (c for c in self._lingering.values() if not c.standing.busy)
+        victim = next(free, None) if lingering else None
         oldest = next(iter(self._idle.values()), None)
         if victim is None and oldest is not None and oldest is not spare:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
@@ -217,15 +219,15 @@ class Registry:
                 self._idle[conn.fd] = conn
             if anew:
                 now = time.monotonic()
-                standing.due_by(
-                    now + (self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER))
+                standing.deadline = now + (
+                    self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
                 )
                 standing.idle_since = now
             if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
                 # Its step comes when the socket is writable: a client that takes nothing within
                 # the read timeout is closed, to reconnect from its last event.
                 events = WRITE
-                standing.due_by(time.monotonic() + self.read_timeout)
+                standing.deadline = time.monotonic() + self.read_timeout
             standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
@@ -369,7 +371,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.standing.due_by(time.monotonic() + self._first_wait)
+            conn.standing.deadline = time.monotonic() + self._first_wait
             registry.add(conn)
             if not self._make_room(conn):
                 return

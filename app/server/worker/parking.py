@@ -49,7 +49,7 @@ class Parked:
     environ: dict[str, Any]
     keep_alive: bool
     started: float
-    record: Record  # the access line and post_request (cycle.py's `Recorder`)
+    record: Record  # the access line and post_request (cycle.py's `recorder`)
     wake: Callable[[], None]  # one for every park: the signal keeps one entry
     head_sent: bool = False
     streamed: int = 0  # a stream's body bytes sent so far
@@ -138,7 +138,7 @@ class Parking:
         else:
             conn.standing.woken = False
             parked.iterable.subscribe(parked.wake)
-            conn.standing.due_by(parked.iterable.deadline())
+            conn.standing.deadline = parked.iterable.deadline()
         # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
         self._registry.rearm(conn, PARKED)
 
@@ -152,7 +152,7 @@ class Parking:
                 return
             standing.woken = True
             if not standing.busy and standing.parked is not None:
-                standing.due_by(time.monotonic() + registry.read_timeout)  # as `rearm` does
+                standing.deadline = time.monotonic() + registry.read_timeout  # as `rearm` does
                 with contextlib.suppress(OSError, ValueError):  # closed meanwhile
                     registry.epoll.modify(conn.fd, WRITE)
 

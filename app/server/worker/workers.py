@@ -16,7 +16,7 @@ from functools import partial
 from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, RequestLimits
-from app.server.worker.cycle import Recorder, Serving
+from app.server.worker.cycle import Serving, recorder
 from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry
 from app.server.worker.parking import PARKING, Parking
 
@@ -47,10 +47,9 @@ class PlantsWorker(base.Worker):
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.registry.read_timeout = self.read_timeout
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
-        record = Recorder(self).record  # one for answers served at once and after parking
-        self.parking = Parking(self.registry, log, alive, record)
+        self.parking = Parking(self.registry, log, alive, recorder(self))
         cap = self.admission.max_connections
-        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap, record)
+        self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap)
         context = Context(
             self.registry, self.parking, self.serving.serve, log, self.read_timeout, self._limits()
         )
@@ -125,7 +124,7 @@ class PlantsWorker(base.Worker):
             conns = list(registry.conns.values())
             for conn in conns:
                 if conn.standing.parked is None:
-                    conn.standing.due_by(linger, sooner_only=True)
+                    conn.standing.deadline = min(conn.standing.deadline, linger)
         self.parking.stop(conns)
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
