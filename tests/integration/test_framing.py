@@ -147,6 +147,18 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     assert answer.endswith(b'\r\n\r\n{"status":"ok"}\n')  # the HEAD's answer had no body; the last closed
 
 
+def test_a_request_that_asked_to_upgrade_is_answered_then_the_connection_closed(server):
+    # No protocol is switched: the request is answered as HTTP (the app ignores Upgrade), and
+    # what follows it on the connection is never read as a request.
+    upgrade = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(upgrade + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.count(b"HTTP/1.1 ") == 1
+    assert answer.endswith(b'{"status":"ok"}\n')
+
+
 @pytest.mark.parametrize("case", list(OTHER_REFUSALS.values()), ids=list(OTHER_REFUSALS))
 def test_host_and_transfer_coding_refusals_close_the_connection(server, case):
     data, status, words = case
