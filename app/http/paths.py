@@ -32,7 +32,7 @@ class ExactPaths(Map):
         websocket rules, so with none every route answered 405. The service has no websocket
         endpoint, and a server may ignore Upgrade and answer the request as it is (RFC 9110
         section 7.8); the packaged worker closes the connection after that answer."""
-        env = getattr(environ, "environ", environ)  # a Request or its environ, as werkzeug takes
+        env = environ if isinstance(environ, dict) else environ.environ  # werkzeug takes a Request too
         if "HTTP_UPGRADE" in env:
             environ = {**env, "HTTP_UPGRADE": ""}
         return super().bind_to_environ(environ, server_name, subdomain)
