@@ -2,7 +2,8 @@
 
 werkzeug's router merges doubled slashes (a 308 in HTML whose Location echoes the query, or a 405
 naming the merged path's methods) and strips leading ones before it matches (`//plants` would be
-`/plants`). The service's paths are matched exactly instead; a trailing slash is a 404 too.
+`/plants`). The service's paths are matched exactly instead; a trailing slash is a 404 too. A request that
+asks to upgrade to a websocket is matched as the plain HTTP request it also is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from flask import Response
 from werkzeug.exceptions import NotFound
-from werkzeug.routing import Map
+from werkzeug.routing import Map, MapAdapter
 
 from app.http.error_handler import error_response
 
@@ -23,6 +24,18 @@ class ExactPaths(Map):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["merge_slashes"] = False
         super().__init__(*args, **kwargs)
+
+    def bind_to_environ(
+        self, environ: Any, server_name: str | None = None, subdomain: str | None = None
+    ) -> MapAdapter:
+        """Werkzeug's, but `Upgrade: websocket` is not read: werkzeug matches such a request only to
+        websocket rules, so with none every route answered 405. The service has no websocket
+        endpoint, and a server may ignore Upgrade and answer the request as it is (RFC 9110
+        section 7.8); the packaged worker closes the connection after that answer."""
+        env = environ if isinstance(environ, dict) else environ.environ  # werkzeug takes a Request too
+        if "HTTP_UPGRADE" in env:
+            environ = {**env, "HTTP_UPGRADE": ""}
+        return super().bind_to_environ(environ, server_name, subdomain)
 
 
 def doubled_leading_slash() -> Response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import time
 
@@ -61,6 +62,22 @@ OTHER_REFUSALS = {
     ),
 }
 DELETE = b"DELETE /plants/%d HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
+
+
+# RFC 9112 section 3: one SP between the request line's three words. A tab, or a space before or
+# after the line, is refused; a run of spaces between two words is read as one (the section's MAY,
+# llhttp's reading, as uvicorn's): the line still ends at its CRLF, so no request begins elsewhere.
+REFUSED_REQUEST_LINES = {
+    "tab-after-method": b"GET\t/healthz HTTP/1.1",
+    "tab-before-version": b"GET /healthz\tHTTP/1.1",
+    "leading-space": b" GET /healthz HTTP/1.1",
+    "trailing-space": b"GET /healthz HTTP/1.1 ",
+}
+SPACED_REQUEST_LINES = {
+    "two-spaces-after-method": b"GET  /healthz HTTP/1.1",
+    "two-spaces-before-version": b"GET /healthz  HTTP/1.1",
+    "three-spaces-after-method": b"GET   /healthz HTTP/1.1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +139,36 @@ def test_other_framing_errors_are_400_and_close(server, data):
     assert conn.getresponse().status == 200
 
 
+@pytest.mark.parametrize("line", list(REFUSED_REQUEST_LINES.values()), ids=list(REFUSED_REQUEST_LINES))
+def test_a_request_line_with_a_tab_or_an_outer_space_is_400_and_close(server, line):
+    plant_id = 559_000 + list(REFUSED_REQUEST_LINES.values()).index(line)
+    create(server, plant_id)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(line + b"\r\nHost: x\r\n\r\n" + DELETE % plant_id)
+        assert_refused_then_closed(read_until_closed(sock))
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200  # not deleted
+
+
+@pytest.mark.parametrize("line", list(SPACED_REQUEST_LINES.values()), ids=list(SPACED_REQUEST_LINES))
+def test_a_run_of_spaces_in_a_request_line_is_one_request_and_the_next_begins_after_it(server, line):
+    plant_id = 559_100 + list(SPACED_REQUEST_LINES.values()).index(line)
+    create(server, plant_id)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(
+            line + b"\r\nHost: x\r\n\r\n" + DELETE % plant_id + b"GET /healthz HTTP/1.1\r\n"
+            b"Host: x\r\nConnection: close\r\n\r\n"
+        )
+        answers = read_until_closed(sock)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answers)
+    assert statuses == [b"200", b"204", b"200"], answers[:600]
+    assert answers.count(b'{"status":"ok"}') == 2
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 404  # the pipelined DELETE was read as the request it is
+
+
 def test_a_chunk_framing_past_the_body_limit_plus_its_allowance_is_413_and_close(server):
     # Tiny chunks with long extensions: the body stays small, its framing does not.
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -145,6 +192,18 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     assert heads == [b"200 OK"] * 5
     assert answer.count(b'{"name":"kept"}') == 3
     assert answer.endswith(b'\r\n\r\n{"status":"ok"}\n')  # the HEAD's answer had no body; the last closed
+
+
+def test_a_request_that_asked_to_upgrade_is_answered_then_the_connection_closed(server):
+    # No protocol is switched: the request is answered as HTTP (the app ignores Upgrade), and
+    # what follows it on the connection is never read as a request.
+    upgrade = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(upgrade + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.count(b"HTTP/1.1 ") == 1
+    assert answer.endswith(b'{"status":"ok"}\n')
 
 
 @pytest.mark.parametrize("case", list(OTHER_REFUSALS.values()), ids=list(OTHER_REFUSALS))

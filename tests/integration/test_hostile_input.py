@@ -7,6 +7,8 @@ whole corpus the service answers normally and every plant stored before is uncha
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import socket
 import time
@@ -201,6 +203,9 @@ PROTOCOL = [
     Case("chunked-far-over-the-limit", chunked(*[b" " * 0x4000] * 8, headers=[AUTH, JSON]), 413),
     # A chunk's size line, extensions included, takes 16 KiB at most (docs/operations.md).
     Case("chunk-extension-at-the-bound", extended(EXTENDED_BODY, 16 * 1024 - 2), 200, json_error=False),
+    Case("chunk-extension-one-byte-past-the-bound", extended(EXTENDED_BODY, 16 * 1024 - 1), 400),
+    Case("chunk-extension-of-20-kib", extended(EXTENDED_BODY, 20 * 1024), 400),
+    Case("chunk-extension-of-30-kib", extended(EXTENDED_BODY, 30 * 1024), 400),
     Case("chunk-extension-of-90000-bytes", extended(b"{", 90_000), 400),
     Case("chunked-bad-size", chunked(headers=[AUTH, JSON], terminate=False) + b"zz\r\n{}\r\n0\r\n\r\n", 400),
     Case(
@@ -314,6 +319,46 @@ def test_a_chunk_extension_past_its_bound_is_refused_and_the_connection_closed(s
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b'"error": 400' in answer
     assert b"chunk's size and extensions" in answer
+
+
+def sent_in_pieces(port: int, data: bytes, cuts: list[int]) -> bytes:
+    """Send `data` cut at `cuts` (each piece its own read, 20 ms apart); all that is answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT + 5) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused before the end
+            for start, end in itertools.pairwise([0, *cuts, len(data)]):
+                sock.sendall(data[start:end])
+                time.sleep(0.02)
+        answer = b""
+        while chunk := sock.recv(65536):  # ends: the worker closes after its answer (Connection: close)
+            answer += chunk
+    return answer
+
+
+# The size line's bound holds however its bytes arrive: the worker parses in 16 KiB slices of each
+# read, and a line that goes on from one slice (or read) to the next is counted whole.
+SIZE_LINE_SPLITS = {
+    "in-1-kib-reads": lambda line_start, line_end: list(range(1024, line_end + 1024, 1024)),
+    "read-ends-at-the-line-start": lambda line_start, line_end: [line_start],
+    "read-ends-inside-the-line": lambda line_start, line_end: [line_start + 9000],
+    "read-ends-before-its-cr": lambda line_start, line_end: [line_end],
+    "read-ends-between-its-cr-and-lf": lambda line_start, line_end: [line_end + 1],
+}
+
+
+@pytest.mark.parametrize("split", list(SIZE_LINE_SPLITS), ids=list(SIZE_LINE_SPLITS))
+@pytest.mark.parametrize(
+    ("extension", "status"),
+    [(16 * 1024 - 2, 200), (16 * 1024 - 1, 400), (20 * 1024, 400), (30 * 1024, 400)],
+    ids=["at-the-bound", "one-byte-past", "20-kib", "30-kib"],
+)
+def test_a_chunk_size_line_is_bounded_however_it_is_read(server, split, extension, status):
+    data = extended(EXTENDED_BODY, extension)
+    line_start = data.index(b"\r\n\r\n") + 4
+    line_end = data.index(b"\r\n", line_start)  # its CR
+    answer = sent_in_pieces(server.port, data, SIZE_LINE_SPLITS[split](line_start, line_end))
+    assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:300]
+    if status == 400:
+        assert b"a chunk's size and extensions may take 16384 bytes at most" in answer
 
 
 def test_client_disconnecting_mid_body(server):

@@ -39,8 +39,11 @@ LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 SLICE = 16 * 1024
 #: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
 FRAMING_ALLOWANCE = 16 * 1024
-#: A chunk's size line with its extensions: llhttp reads extensions of any length; none is read here.
+#: A chunk's size line with its extensions, its CRLF not counted: llhttp reads extensions of any
+#: length; none is read here.
 MAX_SIZE_LINE = 16 * 1024
+#: The bytes of a size line before its LF: its size and extensions, and its CR.
+_SIZE_LINE_BYTES = MAX_SIZE_LINE + 1
 #: Where the parser is: between requests (before one's first byte), in its head, in its body.
 BETWEEN, HEAD, BODY = 0, 1, 2
 
@@ -168,6 +171,12 @@ class Incoming:
         phase_before = self.phase
         if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
+        elif self._size_line:
+            # A chunk's size line goes on from the slices before: it ends at this one's first LF.
+            line_feed = piece.find(b"\n")
+            if self._size_line + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES:
+                self.refusal = _size_line_too_long()
+                return
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
@@ -195,9 +204,8 @@ class Incoming:
             # A size line holds no LF: it began after the last LF of this slice, if it has one.
             line_feed = piece.rfind(b"\n")
             self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
-            if self._size_line > MAX_SIZE_LINE:
-                detail = f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most"
-                self.refusal = self.refusal or _malformed(detail)
+            if self._size_line > _SIZE_LINE_BYTES:
+                self.refusal = self.refusal or _size_line_too_long()
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
@@ -590,6 +598,10 @@ def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
 
 def _malformed(detail: str) -> exceptions.BadRequest:
     return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
+
+
+def _size_line_too_long() -> exceptions.BadRequest:
+    return _malformed(f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most")
 
 
 def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
