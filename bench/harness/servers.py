@@ -105,7 +105,11 @@ class Server:
                 stdout=out,
                 stderr=subprocess.PIPE,
             )
-        deadline = time.monotonic() + self.start_s
+        return self.answering(time.monotonic() + self.start_s)
+
+    def answering(self, deadline: float) -> Server:
+        """Once it answers a request (any status), by `deadline` (time.monotonic())."""
+        assert self.process is not None
         while time.monotonic() < deadline:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
