@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.harness import BENCH, ROOT, SERVER_CPU
 from bench.harness.load import failed, put_plants, wrk
 from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
-from bench.harness.servers import PYTHON, floor, gunicorn, scratch, start_redis, worktree
+from bench.harness.servers import PYTHON, floor, gunicorn, scratch, start_redis, stop_all, worktree
 
 FIRST = 7 * 10**12
 
@@ -112,8 +112,7 @@ def main() -> int:
                 for label, tree in list(trees.items())[::turn]:
                     directs[label].append(direct(tree, sock, count, preloaded))
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(servers.values())
         redis_process.terminate()
         redis_process.wait()
         stack.close()

@@ -22,7 +22,7 @@ import time
 from bench.harness import TOKEN
 from bench.harness.load import failed, wrk
 from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
-from bench.harness.servers import gunicorn
+from bench.harness.servers import gunicorn, stop_all
 from tests.issuer import AUDIENCE, Issuer
 
 
@@ -94,8 +94,7 @@ def main() -> int:
                 if round_number:
                     runs[name].append(run)
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(servers.values())
     for name, name_runs in runs.items():
         results[name] = {key: spread(name_runs, key) for key in ("rps", "cpu_us_per_request", "p99_us")}
     baseline = results["static"]["rps"]["median"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bench.harness.load import failed, put_plants, wrk
 from bench.harness.report import SIDE_BY_SIDE, benchmark_parser, finish, side_by_side_table, spread, validity
-from bench.harness.servers import gunicorn, scratch, start_redis
+from bench.harness.servers import gunicorn, scratch, start_redis, stop_all
 
 FIRST = 7 * 10**12
 WORKLOADS = ("create", "put", "retag", "patch", "get", "get304")
@@ -61,8 +61,7 @@ def main() -> int:
                     if round_number:
                         runs[f"{store}: {work}"].append(run)
     finally:
-        for server in stores.values():
-            server.stop()
+        stop_all(stores.values())
         redis_process.terminate()
         redis_process.wait()
     results: dict = {"rounds": rounds, "seconds": seconds, "connections": args.connections, "plants": plants}

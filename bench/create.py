@@ -28,7 +28,7 @@ import redis
 from bench.harness import CLIENT_CPU
 from bench.harness.load import failed, fill_store, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, validity
-from bench.harness.servers import GUNICORN, Server, gunicorn, peer, scratch, start_redis, worktree
+from bench.harness.servers import GUNICORN, Server, gunicorn, peer, scratch, start_redis, stop_all, worktree
 
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily", "Spider plant",
          "Monstera deliciosa", "Rubber plant", "Jade plant", "Calathea"]  # fmt: skip
@@ -88,7 +88,7 @@ def main() -> int:
             for store, env in (("memory", common), ("redis", on_redis)):
                 name = f"{store}, limits on ({args.ref})"
                 contestants[name] = gunicorn(name, {**env, **NEVER_REACHED}, cwd=tree)
-        stack.callback(lambda: [server.stop() for server in contestants.values()])
+        stack.callback(lambda: stop_all(contestants.values()))
         for server in contestants.values():
             server.start()
         id_base = 0
@@ -99,8 +99,9 @@ def main() -> int:
             env = {"BENCH_ID_BASE": str(id_base)}
             return wrk(server, "create.lua", run_seconds, args.connections, env, redis_process.pid)
 
-        for server in contestants.values():
-            run(server, 1)  # warm up
+        # The first runs warm up, but not in a smoke run, which only checks that each serves.
+        for server in contestants.values() if not args.smoke else ():
+            run(server, 1)
         runs: dict[str, list[dict]] = {name: [] for name in contestants}
         for _ in range(rounds):
             for name, server in contestants.items():

@@ -24,7 +24,7 @@ from app.store import MemoryPlantStore
 from bench.harness.load import failed, fill_store, get_json, put_plants, wrk
 from bench.harness.redis_cpu import RedisCPU
 from bench.harness.report import SIDE_BY_SIDE, benchmark_parser, finish, side_by_side_table, spread, validity
-from bench.harness.servers import Server, gunicorn, scratch, start_redis
+from bench.harness.servers import Server, gunicorn, scratch, start_redis, stop_all
 
 RETAIN = 100_000
 
@@ -175,14 +175,13 @@ def main() -> int:
             id_base += 10**13
             results[f"follower lag, {name}"] = follower_lag(servers[name], seconds, args.connections, id_base)
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(servers.values())
     try:
-        results["redis direct"] = redis_direct(sock, 20_000 if args.smoke else 100_000)
+        results["redis direct"] = redis_direct(sock, 5_000 if args.smoke else 100_000)
     finally:
         redis_process.terminate()
         redis_process.wait()
-    results["memory bytes per event"] = memory_bytes_per_event(20_000 if args.smoke else 100_000)
+    results["memory bytes per event"] = memory_bytes_per_event(5_000 if args.smoke else 100_000)
     for name, name_runs in runs.items():
         results[name] = {key: spread(name_runs, key) for key in SIDE_BY_SIDE}
     median = {name: results[name]["rps"]["median"] for name in runs}

@@ -26,7 +26,7 @@ import statistics
 from bench.harness import CLIENT_CPU, SERVER_CPU
 from bench.harness.load import failed, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, show_spread, spread, validity
-from bench.harness.servers import Server, floor, gunicorn, peer
+from bench.harness.servers import Server, floor, gunicorn, peer, stop_all
 
 
 def main() -> int:
@@ -67,7 +67,7 @@ def main() -> int:
             chunks += 1
             # wrk runs for all of -d even once every thread has stopped: short runs, each
             # capped at what is left, bound the idle time.
-            chunk = wrk(loaded, "create.lua", 5, args.connections, {
+            chunk = wrk(loaded, "create.lua", 1 if args.smoke else 5, args.connections, {
                 "BENCH_LIMIT": str(plants - stored), "BENCH_ID_BASE": str(chunks * 10**9)
             })  # fmt: skip
             if failed(chunk) or not chunk["requests"]:
@@ -76,7 +76,8 @@ def main() -> int:
             stored += chunk["requests"]
         results["bytes_per_plant"] = (loaded.worker_rss_bytes() - rss_before) / max(stored, 1)
 
-        for server in [*contestants.values(), loaded]:  # warm up
+        # The first runs warm up, but not in a smoke run, which only checks that each serves.
+        for server in [*contestants.values(), loaded] if not args.smoke else ():
             create_run(server, 1)
         runs: dict[str, list[dict]] = {
             name: [] for name in [*contestants, "loaded", "refused_401", "refused_400"]
@@ -99,8 +100,7 @@ def main() -> int:
             results[name]["spread"] = {key: spread(name_runs, key) for key in SPREAD}
             results[name]["runs"] = name_runs
     finally:
-        for server in servers:
-            server.stop()
+        stop_all(servers)
 
     service = results["service"]
     results["round_ratios"] = {

@@ -12,7 +12,8 @@ kept-alive connection (bench/harness/calls.py): create, get, page (100 plants), 
 (a long-poll woken by a create, so watch minus create is a wake-up's own cost). Per request:
 
 - instructions: every thread of the worker process, under callgrind (a second server, started
-  under valgrind; dumps asked for with `callgrind_control` after a warm-up and after the
+  under valgrind without instrumentation, its worker forked again once the master has it:
+  `instrumented`; dumps asked for after a warm-up and after the
   requests);
 - system calls: `strace -f -c` attached to the worker (every thread);
 - context switches: every thread's, from /proc/PID/task/*/status. The voluntary ones (a thread
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,10 +93,35 @@ def service(store_url: str | None, valgrind: Path | None = None, app: str = "wsg
     # One hash seed for every run, as `bench instructions` has: with a random one, two processes'
     # creates differed by 2.2%; with this, two processes' windows agreed within 0.1%.
     env["PYTHONHASHSEED"] = "0"
-    tool = [*CALLGRIND, f"--callgrind-out-file={valgrind}/cg.%p"]
+    # Without instrumentation until `instrumented` switches it on: the master's imports were three
+    # quarters of a start that took a minute and more.
+    tool = [*CALLGRIND, "--instr-atstart=no", f"--callgrind-out-file={valgrind}/cg.%p"]
     # Its imports alone take minutes under callgrind, and over ten on a machine shared with other
     # callgrind runs (450 s seen at a load of 12 on 2 cores).
     return Server(f"{app} under callgrind", [*tool, *argv], env, start_s=1500)
+
+
+def instrumented(server: Server) -> Server:
+    """`server`, started by `service` under callgrind without instrumentation, with a worker that has
+    it: callgrind_control switches it on in the master (it cannot reach a forked worker), and the
+    first worker is stopped for gunicorn to fork another from the instrumented master, which
+    imports the app with it on, as a worker started under callgrind always did. A server started
+    with instrumentation on (the FastAPI peer under uvicorn: one process) is returned as it is."""
+    if "--instr-atstart=no" not in server.argv:
+        return server
+    first = worker_of(server)
+    switched = subprocess.run(
+        ["callgrind_control", "--instr=on", str(server.pid)], capture_output=True, text=True, timeout=600
+    )
+    if switched.returncode or "Error" in switched.stdout + switched.stderr:
+        raise RuntimeError(f"callgrind_control: {switched.stdout}{switched.stderr}")
+    os.kill(first, signal.SIGTERM)
+    deadline = time.monotonic() + server.start_s
+    while children(server.pid) in ([], [first]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{server.name}: no worker forked after {first}")
+        time.sleep(0.1)
+    return server.answering(deadline)
 
 
 def peer_server() -> Server:
@@ -157,7 +185,9 @@ def instructions(server: Server, directory: Path, kinds: tuple[str, ...]) -> dic
     meter = Callgrind(directory, pid)
     try:
         if set(kinds) - {"create"}:
-            client.preload()
+            # The plants a kind reads (ids 0 to 149) and a full page, not PRELOAD's thousand: a
+            # create takes some 25 ms under callgrind, and the thousand were a quarter of the run.
+            client.preload(VALGRIND_WARMUP + VALGRIND_MEASURED)
         found = {}
         for kind in kinds:
             client.reconnect()
@@ -191,7 +221,8 @@ def measure(store: str, kinds: tuple[str, ...], with_instructions: bool) -> dict
             if redis is not None:
                 redis.client.flushall()
             under = service(url, valgrind=directory)
-            for kind, count in _run(under, lambda server: instructions(server, directory, kinds)).items():
+            counted = _run(under, lambda server: instructions(instrumented(server), directory, kinds))
+            for kind, count in counted.items():
                 found[kind]["instructions"] = count
         return found
     finally:
@@ -226,7 +257,7 @@ def peers(with_instructions: bool) -> dict[str, dict]:
                 if name == "fastapi-contract-peer"
                 else service(None, valgrind=where, app="floor:app")
             )
-            counted = _run(under, lambda server: instructions(server, where, ("create",)))  # noqa: B023
+            counted = _run(under, lambda server: instructions(instrumented(server), where, ("create",)))  # noqa: B023
             found[name]["instructions"] = counted["create"]
     return found
 

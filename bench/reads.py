@@ -27,7 +27,7 @@ import redis
 from app.store import MemoryPlantStore
 from bench.harness.load import failed, fill_store, get_json, wrk
 from bench.harness.report import benchmark_parser, finish, median_of
-from bench.harness.servers import Server, gunicorn, scratch, start_redis, worktree
+from bench.harness.servers import Server, gunicorn, scratch, start_redis, stop_all, worktree
 
 BASE = 5 * 10**15
 NAMES = ["Boston fern", "Aloe vera", "Snake plant", "Golden pothos", "Peace lily"]
@@ -47,12 +47,12 @@ def preload_redis(sock: Path, prefix: str, plants: int) -> float:
     return (client.info("memory")["used_memory"] - before) / plants
 
 
-def preload_http(server: Server, plants: int) -> None:
-    """Preload through the service's creates, in runs of 5 s: wrk runs for all of -d even once its
-    thread has stopped, so short runs, each capped at what is left, bound the idle time."""
+def preload_http(server: Server, plants: int, run_s: float = 5) -> None:
+    """Preload through the service's creates, in runs of `run_s`: wrk runs for all of -d even once
+    its thread has stopped, so short runs, each capped at what is left, bound the idle time."""
     stored = first = 0
     while stored < plants:
-        stats = wrk(server, "preload.lua", 5, 8, {
+        stats = wrk(server, "preload.lua", run_s, 8, {
             "BENCH_BASE": str(BASE), "BENCH_FIRST": str(first), "BENCH_LIMIT": str(plants - stored)
         })  # fmt: skip
         if failed(stats) or not stats["requests"]:
@@ -146,7 +146,7 @@ def main() -> int:
             if name.startswith("redis"):
                 results[f"used_memory_per_plant, {name}"] = preload_redis(sock, name.split(", ")[1], plants)
             else:
-                preload_http(server, plants)
+                preload_http(server, plants, 1 if args.smoke else 5)
         rng = random.Random(3)
         workloads: dict[str, tuple[Server, str, list[str] | None]] = {}
         for store in ("memory", "redis"):
@@ -196,8 +196,9 @@ def main() -> int:
 
         if args.only:
             workloads = {name: workload for name, workload in workloads.items() if args.only in name}
-        for name in workloads:
-            run(name, 1)  # warm up
+        # The first runs warm up, but not in a smoke run, which only checks that each serves.
+        for name in workloads if not args.smoke else ():
+            run(name, 1)
         runs: dict[str, list[dict]] = {name: [] for name in workloads}
         for _ in range(rounds):
             for name in workloads:
@@ -209,8 +210,7 @@ def main() -> int:
                 for key in ("rps", "p50_us", "p99_us", "cpu_us_per_request", "server_cpu_us_per_request")
             }
     finally:
-        for server in everything:
-            server.stop()
+        stop_all(everything)
         redis_process.terminate()
         redis_process.wait(15)
         stack.close()

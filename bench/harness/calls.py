@@ -56,6 +56,8 @@ class Client:
         self.next_id = 10**6
         self.cursor = "now"
         self.creates_only = creates_only
+        #: How many plants preload made: the GETs and PATCHes go round them.
+        self.preloaded = PRELOAD
         #: How long a watch's long-poll is given to park before its create is sent.
         self.park_s = 0.002
 
@@ -71,8 +73,10 @@ class Client:
         plant = {"id": self.next_id, "name": f"Snake plant {self.next_id}", "tag": "vine"}
         self.call("POST", "/plants", plant)
 
-    def preload(self) -> None:
-        for number in range(PRELOAD):
+    def preload(self, count: int = PRELOAD) -> None:
+        """Plants 0 to `count` - 1: what GETs, pages and PATCHes read and change."""
+        self.preloaded = count
+        for number in range(count):
             self.call("POST", "/plants", {"id": number, "name": f"Snake plant {number:05d}", "tag": "vine"})
         self.cursor = self.call("GET", "/events?after=now")["next"]
 
@@ -81,11 +85,13 @@ class Client:
         if kind == "create":
             return lambda n: self.create()
         if kind == "get":
-            return lambda n: self.call("GET", f"/plants/{n % PRELOAD}") and None
+            return lambda n: self.call("GET", f"/plants/{n % self.preloaded}") and None
         if kind == "page":
             return lambda n: self.call("GET", "/plants?limit=100") and None
         if kind == "patch":
-            return lambda n: self.call("PATCH", f"/plants/{n % PRELOAD}", {"name": f"Renamed {n}"}) and None
+            return lambda n: (
+                self.call("PATCH", f"/plants/{n % self.preloaded}", {"name": f"Renamed {n}"}) and None
+            )
         return lambda n: self.watch()
 
     def watch(self) -> None:

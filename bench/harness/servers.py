@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +105,11 @@ class Server:
                 stdout=out,
                 stderr=subprocess.PIPE,
             )
-        deadline = time.monotonic() + self.start_s
+        return self.answering(time.monotonic() + self.start_s)
+
+    def answering(self, deadline: float) -> Server:
+        """Once it answers a request (any status), by `deadline` (time.monotonic())."""
+        assert self.process is not None
         while time.monotonic() < deadline:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
@@ -136,12 +140,31 @@ class Server:
         return status_field(self.pids()[-1], "VmRSS") * 1024  # gunicorn: the worker
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped()
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM), without waiting."""
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self) -> None:
+        """Wait for it to stop, and kill it after 30 s."""
+        if self.process:
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+def stop_all(servers: Iterable[Server]) -> None:
+    """Stop `servers` together: every one is asked before any is waited for, since a gunicorn takes
+    about half a second to stop (its workers' graceful exit)."""
+    servers = list(servers)
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.wait_stopped()
 
 
 def gunicorn(
