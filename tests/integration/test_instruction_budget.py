@@ -11,7 +11,7 @@ commit that says why (CONTRIBUTING.md).
 That it does fail is shown on the real worker, not only on made-up numbers: the same command
 with `--regress syscall` or `--regress thread` (bench/apps/regressed.py: one `getppid`, or a
 background thread woken, per create) must exit 1 naming that figure. `--regress instructions`
-(5% more a create) needs a server under callgrind, minutes to start: bench/README.md records it
+(5% more a create) needs a run under callgrind of its own, about a minute: bench/README.md records it
 as a manual check, with its figures and why the tolerance is 3% against 5%."""
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def test_a_deliberate_regression_on_the_real_worker_fails_the_budget(tmp_path, r
     """The service as shipped, its creates each made worse on purpose by bench/apps/regressed.py
     (one `getppid` more; a background thread woken through a `threading.Event`), fails the same
     command, naming the figure that moved. Without callgrind (seconds): the instructions' case,
-    5% more, is a manual check whose figures bench/README.md records (a create under callgrind
-    takes minutes to start)."""
+    5% more, is a manual check whose figures bench/README.md records (a run under callgrind of
+    its own takes about a minute)."""
     counts = tmp_path / "process.json"
     result = subprocess.run(
         [sys.executable, "-m", "bench", "process", "--budget", "--no-instructions", "--store", "memory",
