@@ -289,8 +289,13 @@ def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_wa
     """SIGKILL (the OOM killer's) of the worker that holds the plants cannot keep them; the master
     says so in one ERROR where the reload is logged, and a new worker serves."""
     server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    kept = server.connection()
     try:
         create_plants(server, 20)
+        # A kept-alive client: the stopping worker waits for it (2 s) before it writes its snapshot,
+        # so the kill lands before the write however late this test gets the CPU.
+        kept.request("GET", "/healthz")
+        kept.getresponse().read()
         (worker,) = worker_pids(server.process.pid)
         (directory,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
         server.process.send_signal(signal.SIGHUP)
@@ -304,4 +309,5 @@ def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_wa
         status, _, body = call(server.connection(), "GET", "/plants", headers=AUTH)
         assert (status, json.loads(body)["plants"]) == (200, [])
     finally:
+        kept.close()
         server.stop()
