@@ -7,7 +7,9 @@ the bytes after it as a request.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 
 import pytest
 
@@ -29,7 +31,9 @@ def server(request):
     server.stop()
 
 
-def upgrade_post(plant_id: int, upgrade: list[tuple[str, str]], chunked: bool = False) -> bytes:
+def upgrade_post(
+    plant_id: int, upgrade: list[tuple[str, str]], chunked: bool = False, version: str = "HTTP/1.1"
+) -> bytes:
     """A POST /plants with a NewPlant body, asking to upgrade; no `Connection: close`, which
     would replace the `Connection: Upgrade` that makes it an upgrade request."""
     body = json.dumps({"id": plant_id, "name": "upgraded"}).encode()
@@ -42,7 +46,7 @@ def upgrade_post(plant_id: int, upgrade: list[tuple[str, str]], chunked: bool = 
         ("Connection", "Upgrade" if upgrade is WEBSOCKET else "Upgrade, HTTP2-Settings"),
         *upgrade,
     ]
-    head = "POST /plants HTTP/1.1\r\n" + "".join(f"{name}: {value}\r\n" for name, value in fields) + "\r\n"
+    head = f"POST /plants {version}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in fields) + "\r\n"
     return head.encode("latin-1") + (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body)
 
 
@@ -73,8 +77,26 @@ def test_a_delete_pipelined_after_an_upgrading_create_is_never_read_first(server
     """The create is served whole before anything after it: on the packaged worker the connection
     then closes, so the DELETE behind it is never read; gthread keeps it and runs the DELETE."""
     delete = b"DELETE /plants/7104 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n"
-    answer = rawhttp.exchange(server.port, upgrade_post(7104, WEBSOCKET) + delete % TOKEN.encode())
+    statuses = []
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(upgrade_post(7104, WEBSOCKET) + delete % TOKEN.encode())
+        for _ in range(2):
+            answer = http.client.HTTPResponse(sock)
+            try:
+                answer.begin()
+            except http.client.RemoteDisconnected:
+                break
+            answer.read()
+            statuses.append(answer.status)
+    packaged = server.env["GUNICORN_WORKER_CLASS"] != "gthread"
+    assert statuses == ([200] if packaged else [200, 204])
+    assert status_of(server, 7104) == (200 if packaged else 404)
+
+
+def test_an_http_1_0_create_asking_to_upgrade_creates_its_plant(server):
+    """HTTP/1.0 without keep-alive: nothing may follow its head on the connection, its body aside."""
+    answer = rawhttp.exchange(server.port, upgrade_post(7105, WEBSOCKET, version="HTTP/1.0"))
     assert answer is not None
     assert answer.status == 200, answer.body
-    packaged = server.env["GUNICORN_WORKER_CLASS"] != "gthread"
-    assert status_of(server, 7104) == (200 if packaged else 404)
+    assert answer.json() == {"name": "upgraded"}
+    assert status_of(server, 7105) == 200
