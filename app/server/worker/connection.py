@@ -123,6 +123,7 @@ class Incoming:
 
     def __init__(self, protocol: Conn, limits: RequestLimits) -> None:
         self.parser, self.limits = httptools.HttpRequestParser(protocol), limits
+        self._protocol = protocol
         self.ready: deque[cycle.Request] = deque()
         self.refusal: exceptions.HTTPException | None = None
         self.unparsed = b""
@@ -131,6 +132,7 @@ class Incoming:
         self.wants_continue = False
         self._body: list[bytes] = []
         self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
+        self._upgraded: cycle.Request | None = None  # whose skipped body is being read
         self.on_message_begin()
         self.phase = BETWEEN
 
@@ -179,13 +181,22 @@ class Incoming:
                 return
         try:
             self.parser.feed_data(piece)
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserUpgrade as upgrade:
             # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
             # the request is served as any other, and the connection then closes.
-            if self.ready:
-                self.ready[-1].keep_alive = False
-            else:
+            if not self.ready:
                 self.refusal = exceptions.BadRequest("this server does not switch protocols.")
+                return
+            self.ready[-1].keep_alive = False
+            framing = _skipped_body(self.ready[-1], self._content_length)
+            if framing is not None:
+                # httptools has llhttp skip such a request's body: a new parser, given a head that
+                # frames it alike without Upgrade, reads it into the request (on_message_complete).
+                self._upgraded = self.ready.pop()
+                self.parser = httptools.HttpRequestParser(self._protocol)
+                self._feed_slice(
+                    b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, piece[upgrade.args[0] :])
+                )
             return
         except httptools.HttpParserError as exc:
             self.refusal = _refusal_of(exc)
@@ -263,6 +274,8 @@ class Incoming:
     def on_message_complete(self) -> None:
         request = self._request
         request.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
+        if self._upgraded is not None:  # the body of a request that asked to upgrade
+            self._upgraded.body, request, self._upgraded = request.body, self._upgraded, None
         self._body, self._body_size = [], 0  # counted in the request now (buffered())
         self.ready.append(request)
         self.phase = BETWEEN
@@ -583,6 +596,15 @@ class Closing:
             conn.context.registry.rearm(conn, READ)
         else:
             conn.close()
+
+
+def _skipped_body(request: cycle.Request, content_length: int) -> bytes | None:
+    """The framing fields of the body llhttp skipped, as httptools has it do for a request that
+    asks to upgrade; None when it has none. An Expect: 100-continue is owed for it still."""
+    expects = b"Expect: 100-continue\r\n" if request.expects_continue() else b""
+    if any(name.lower() == b"transfer-encoding" for name, _ in request.fields):
+        return b"Transfer-Encoding: chunked\r\n" + expects  # the only coding `check_head` passes
+    return b"Content-Length: %d\r\n" % content_length + expects if content_length else None
 
 
 def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
