@@ -169,6 +169,33 @@ def test_a_run_of_spaces_in_a_request_line_is_one_request_and_the_next_begins_af
     assert conn.getresponse().status == 404  # the pipelined DELETE was read as the request it is
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_client_that_closes_its_side_mid_body_gets_a_408_and_nothing_is_created(server, chunked):
+    """As the service answers under gthread, whose app reads the body cut short."""
+    plant_id = 559_200 + chunked
+    body = json.dumps({"id": plant_id, "name": "cut"}).encode()
+    head = (
+        CHUNKED_CREATE
+        if chunked
+        else CHUNKED_CREATE.replace(b"Transfer-Encoding: chunked", b"Content-Length: %d" % len(body))
+    )
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head + (b"%x\r\n%s" % (len(body), body[:10]) if chunked else body[:10]))
+        time.sleep(0.1)  # the head is read first, as its own turn
+        sock.shutdown(socket.SHUT_WR)
+        assert_refused_then_closed(read_until_closed(sock), 408, "not received in full")
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 404
+
+
+def test_a_client_that_closes_its_side_mid_head_is_closed_without_an_answer(server):
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        assert read_until_closed(sock) == b""
+
+
 def test_a_chunk_framing_past_the_body_limit_plus_its_allowance_is_413_and_close(server):
     # Tiny chunks with long extensions: the body stays small, its framing does not.
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -178,7 +205,9 @@ def test_a_chunk_framing_past_the_body_limit_plus_its_allowance_is_413_and_close
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413 ")
     assert b"Connection: close" in head
-    assert json.loads(body)["error"] == 413
+    record = json.loads(body)
+    assert record["error"] == 413
+    assert "chunk sizes, extensions and trailers" in record["message"]  # not its body's size alone
 
 
 def test_pipelined_requests_are_answered_in_order_on_one_connection(server):

@@ -210,7 +210,7 @@ class Incoming:
         elif self.phase == phase_before == BODY:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
-                self.refusal = _too_large(self.limits.body)
+                self.refusal = _framing_too_large(self.limits.body)
         if self._size_line is not None and self.phase == BODY:
             # A size line holds no LF: it began after the last LF of this slice, if it has one.
             line_feed = piece.rfind(b"\n")
@@ -449,7 +449,7 @@ class Conn:
         except OSError:
             data = b""
         if not data:  # the client closed: a request it had begun can never be whole
-            self.close()
+            self.closing.cut_short()
             return False
         incoming, idle_deadline = self.incoming, self.standing.deadline
         if incoming.phase == BETWEEN:  # a new request's first bytes: its head's deadline starts
@@ -461,7 +461,7 @@ class Conn:
             self.context.registry.rearm(self, READ, idle=True)
             return False
         if closed and not incoming.has_work:
-            self.close()
+            self.closing.cut_short()
             return False
         if incoming.phase == BODY and not had_head and not incoming.ready:
             self.allow(incoming.limits.body)
@@ -567,6 +567,18 @@ class Closing:
         else:  # idle, lingering, not taking its answer (a stream's included)
             conn.close()
 
+    def cut_short(self) -> None:
+        """Its client closed its side before its request was whole: one whose head was read is
+        answered 408 first, as the service answers a body cut short under gthread."""
+        conn = self._conn
+        if conn.incoming.phase == BODY:
+            conn.context.log.warning(
+                "Answered 408 to a client that closed before its request's body was whole"
+            )
+            with contextlib.suppress(OSError):
+                conn.sock.send(cycle.encode_refusal(cycle.CUT_SHORT))
+        conn.close()
+
     def gracefully(self) -> None:
         # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
         # it closes, so that unread request bytes cannot make the kernel reset the connection and
@@ -629,6 +641,12 @@ def _size_line_too_long() -> exceptions.BadRequest:
 def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
     message = f"the request line and headers may take {limit} bytes at most."
     return exceptions.RequestHeaderFieldsTooLarge(message)
+
+
+def _framing_too_large(limit: int) -> exceptions.RequestEntityTooLarge:
+    framing = f"{FRAMING_ALLOWANCE} bytes of chunk sizes, extensions and trailers"
+    message = f"the request body with its framing is larger than {limit} bytes and {framing}."
+    return exceptions.RequestEntityTooLarge(message)
 
 
 def _too_large(limit: int) -> exceptions.RequestEntityTooLarge:

@@ -41,6 +41,9 @@ DONE, WAITING, GONE = 0, 1, 2
 BYTES_PER_SECOND = 65536
 LAST_CHUNK = b"0\r\n\r\n"
 TIMED_OUT = exceptions.RequestTimeout("the request did not arrive in time.")
+CUT_SHORT = exceptions.RequestTimeout(
+    "the request body was not received in full before the client stopped sending."
+)
 APP_ERROR = exceptions.InternalServerError("the service failed to answer; the error is logged.")
 
 
