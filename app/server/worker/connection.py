@@ -63,6 +63,18 @@ class RequestLimits:
             message = f"the request line may take {self.request_line} bytes at most."
             raise exceptions.RequestURITooLarge(message)
 
+    def check_field(self, count: int, size: int, head_bytes: int) -> None:
+        """A header (or trailer) field, the `count`th of `size` bytes, the head `head_bytes` so far."""
+        if count > self.fields:
+            raise exceptions.RequestHeaderFieldsTooLarge(
+                f"a request may have {self.fields} header fields at most."
+            )
+        if size > self.field_size:
+            message = f"a header field may take {self.field_size} bytes at most."
+            raise exceptions.RequestHeaderFieldsTooLarge(message)
+        if head_bytes > self.head:
+            raise _head_too_large(self.head)
+
     def check_head(self, request: cycle.Request, content_length: int) -> bool:
         """Whether the whole head is one this worker serves; True when its body is chunked."""
         http = request.http
@@ -131,7 +143,7 @@ class Incoming:
         self.received = 0
         self.wants_continue = False
         self._body: list[bytes] = []
-        self._size_line: int | None = None  # a chunk's size line being read: its bytes so far
+        self._size_line = SizeLine()
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
         self.on_message_begin()
         self.phase = BETWEEN
@@ -173,12 +185,9 @@ class Incoming:
         phase_before = self.phase
         if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
-        elif self._size_line:
-            # A chunk's size line goes on from the slices before: it ends at this one's first LF.
-            line_feed = piece.find(b"\n")
-            if self._size_line + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES:
-                self.refusal = _size_line_too_long()
-                return
+        elif self._size_line.too_long_before(piece):
+            self.refusal = _size_line_too_long()
+            return
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade as upgrade:
@@ -211,19 +220,15 @@ class Incoming:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
                 self.refusal = _framing_too_large(self.limits.body)
-        if self._size_line is not None and self.phase == BODY:
-            # A size line holds no LF: it began after the last LF of this slice, if it has one.
-            line_feed = piece.rfind(b"\n")
-            self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
-            if self._size_line > _SIZE_LINE_BYTES:
-                self.refusal = self.refusal or _size_line_too_long()
+        if self.phase == BODY and self._size_line.too_long_after(piece):
+            self.refusal = self.refusal or _size_line_too_long()
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
         self._request = cycle.Request()
         self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
-        self._size_line = None
+        self._size_line.length = None
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
@@ -233,15 +238,7 @@ class Incoming:
         self._head_count += 1
         size = len(name) + len(value) + 2
         self._head_bytes += size + 2
-        limits = self.limits
-        if self._head_count > limits.fields:
-            message = f"a request may have {limits.fields} header fields at most."
-            raise exceptions.RequestHeaderFieldsTooLarge(message)
-        if size > limits.field_size:
-            message = f"a header field may take {limits.field_size} bytes at most."
-            raise exceptions.RequestHeaderFieldsTooLarge(message)
-        if self._head_bytes > limits.head:
-            raise _head_too_large(limits.head)
+        self.limits.check_field(self._head_count, size, self._head_bytes)
         if self.phase == BODY:
             return  # a trailer field: framing, counted against the body, not passed on
         if name.lower() == b"content-length":
@@ -256,14 +253,14 @@ class Incoming:
         self.phase = BODY
         chunked = self.limits.check_head(request, self._content_length)
         if chunked:
-            self._size_line = 0
+            self._size_line.length = 0
         self.wants_continue = (chunked or self._content_length > 0) and request.expects_continue()
 
     def on_chunk_header(self) -> None:
-        self._size_line = None  # the size line is read: the chunk's data follows
+        self._size_line.length = None  # the size line is read: the chunk's data follows
 
     def on_chunk_complete(self) -> None:
-        self._size_line = 0  # the next chunk's size line follows
+        self._size_line.length = 0  # the next chunk's size line follows
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -280,7 +277,32 @@ class Incoming:
         self.ready.append(request)
         self.phase = BETWEEN
         self.wants_continue = False
-        self._size_line = None
+        self._size_line.length = None
+
+
+class SizeLine:
+    """A chunk's size line (its size and extensions: llhttp reads extensions of any length), its
+    bytes counted as the parser is fed, whatever slices they come in."""
+
+    __slots__ = ("length",)
+
+    def __init__(self) -> None:
+        self.length: int | None = None  # its bytes so far; None: no size line is being read
+
+    def too_long_before(self, piece: bytes) -> bool:
+        """Whether a line carried from the slices before, which ends at `piece`'s first LF, is too long."""
+        if not self.length:
+            return False
+        line_feed = piece.find(b"\n")
+        return self.length + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES
+
+    def too_long_after(self, piece: bytes) -> bool:
+        """Count `piece`, just parsed: a size line holds no LF, so it began after its last LF if any."""
+        if self.length is None:
+            return False
+        line_feed = piece.rfind(b"\n")
+        self.length = len(piece) - line_feed - 1 if line_feed >= 0 else self.length + len(piece)
+        return self.length > _SIZE_LINE_BYTES
 
 
 class Standing:
