@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from select import EPOLLRDHUP
 from typing import Any, Protocol
 
 import httptools
@@ -24,7 +23,7 @@ from werkzeug import exceptions
 
 from app.server.worker import cycle
 
-#: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
+#: EPOLLRDHUP: a client's close wakes its connection; what it sent before is read first.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
 #: A parked answer's connection: woken by its client leaving, or armed WRITE by parking's `wake`
@@ -431,16 +430,17 @@ class Conn:
                 self.outgoing.flush()
             elif self.standing.parked is not None:
                 self.context.parking.resume(self)
-            elif self.incoming.has_work or self._receive(mask & EPOLLRDHUP):
+            elif self.incoming.has_work or self._receive():
                 self._answer_next()
         except Exception:
             with contextlib.suppress(Exception):
                 self.close()
             raise
 
-    def _receive(self, closed: int) -> bool:
-        """Read once and parse; False when there is nothing to do (closed, or re-armed).
-        `closed`: the client has closed its side, so what it sent is all there will be."""
+    def _receive(self) -> bool:
+        """Read once and parse; False when there is nothing to do (closed, or re-armed). A client
+        that closed its side may still have more than one read unread: only an empty read ends
+        its request, not the close's EPOLLRDHUP."""
         try:
             data = self.sock.recv(_RECV_BYTES)
         except BlockingIOError:
@@ -459,9 +459,6 @@ class Conn:
         if incoming.phase == BETWEEN and not incoming.has_work:  # only the empty lines llhttp skips
             self.standing.deadline = idle_deadline
             self.context.registry.rearm(self, READ, idle=True)
-            return False
-        if closed and not incoming.has_work:
-            self.closing.cut_short()
             return False
         if incoming.phase == BODY and not had_head and not incoming.ready:
             self.allow(incoming.limits.body)
