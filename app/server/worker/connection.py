@@ -178,27 +178,18 @@ class Incoming:
             if self._size_line + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES:
                 self.refusal = _size_line_too_long()
                 return
+        switched_at: int | None = None
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade as upgrade:
-            # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
-            # the request is served as any other, and the connection then closes.
-            if not self.ready:
-                self.refusal = exceptions.BadRequest("this server does not switch protocols.")
-                return
-            self.ready[-1].keep_alive = False
-            framing = _skipped_body(self.ready[-1], self._content_length)
-            if framing is not None:
-                # httptools has llhttp skip such a request's body: a new parser, given a head that
-                # frames it alike without Upgrade, reads it into the request (on_message_complete).
-                self._upgraded = self.ready.pop()
-                self.parser = httptools.HttpRequestParser(self._protocol)
-                self._feed_slice(
-                    b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, piece[upgrade.args[0] :])
-                )
-            return
+            switched_at = upgrade.args[0]
         except httptools.HttpParserError as exc:
             self.refusal = _refusal_of(exc)
+            return
+        if switched_at is not None:
+            # Outside the handler: a callback's refusal raised within it would have httptools'
+            # HttpParserUpgrade, not the refusal, as its context (`_refusal_of`).
+            self._after_upgrade(piece[switched_at:])
             return
         self.received += len(piece)
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
@@ -216,6 +207,21 @@ class Incoming:
             self._size_line = len(piece) - line_feed - 1 if line_feed >= 0 else self._size_line + len(piece)
             if self._size_line > _SIZE_LINE_BYTES:
                 self.refusal = self.refusal or _size_line_too_long()
+
+    def _after_upgrade(self, rest: bytes) -> None:
+        """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
+        request is served as any other, and the connection then closes."""
+        if not self.ready:
+            self.refusal = exceptions.BadRequest("this server does not switch protocols.")
+            return
+        self.ready[-1].keep_alive = False
+        framing = _skipped_body(self.ready[-1], self._content_length)
+        if framing is not None:
+            # httptools has llhttp skip such a request's body: a new parser, given a head that
+            # frames it alike without Upgrade, reads it into the request (on_message_complete).
+            self._upgraded = self.ready.pop()
+            self.parser = httptools.HttpRequestParser(self._protocol)
+            self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
