@@ -176,6 +176,27 @@ def test_a_client_that_closes_its_side_mid_body_gets_a_408_and_nothing_is_create
     assert conn.getresponse().status == 404
 
 
+@pytest.mark.parametrize("upgrade", [False, True], ids=["plain", "asking-to-upgrade"])
+def test_a_whole_request_larger_than_one_read_sent_with_its_close_is_served(server, upgrade):
+    """A client that sends its whole create (a body near the limit: more than one read of the
+    worker) and then closes its side is served: the close says nothing more will come, not that
+    what came is all that was read."""
+    plant_id = 559_210 + upgrade
+    body = json.dumps({"id": plant_id, "name": "whole"}).encode()
+    body += b" " * (64 * 1024 - len(body))  # at the body limit, so head and body pass 64 KiB
+    head = CHUNKED_CREATE.replace(b"Transfer-Encoding: chunked", b"Content-Length: %d" % len(body))
+    if upgrade:
+        head = head.replace(b"Host: x\r\n", b"Host: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n")
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head + body)
+        sock.shutdown(socket.SHUT_WR)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    conn = server.connection()
+    conn.request("GET", f"/plants/{plant_id}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert conn.getresponse().status == 200
+
+
 def test_a_client_that_closes_its_side_mid_head_is_closed_without_an_answer(server):
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")

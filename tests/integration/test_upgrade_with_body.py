@@ -100,3 +100,24 @@ def test_an_http_1_0_create_asking_to_upgrade_creates_its_plant(server):
     assert answer.status == 200, answer.body
     assert answer.json() == {"name": "upgraded"}
     assert status_of(server, 7105) == 200
+
+
+@pytest.mark.parametrize(
+    "trailers",
+    [b"".join(b"X-T%d: 1\r\n" % i for i in range(101)), b"X-Long: " + b"a" * 9000 + b"\r\n"],
+    ids=["101-trailer-fields", "a-trailer-field-past-its-limit"],
+)
+def test_a_body_refused_is_refused_alike_whether_or_not_its_request_asks_to_upgrade(server, trailers):
+    """The same refusal, with its status, as the same chunked create without Upgrade: a body that
+    follows its head in the same read is refused as one that comes later."""
+    answers = []
+    for plant_id, upgrade in ((7106, WEBSOCKET), (7107, None)):
+        data = upgrade_post(plant_id, upgrade or WEBSOCKET, chunked=True)
+        if upgrade is None:
+            data = data.replace(b"Connection: Upgrade\r\nUpgrade: websocket\r\n", b"")
+        answer = rawhttp.exchange(server.port, data.replace(b"0\r\n\r\n", b"0\r\n" + trailers + b"\r\n"))
+        assert answer is not None
+        answers.append((answer.status, answer.json()))
+        assert status_of(server, plant_id) == 404
+    assert answers[0] == answers[1]
+    assert answers[0][0] in (400, 431)

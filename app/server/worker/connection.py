@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from select import EPOLLRDHUP
 from typing import Any, Protocol
 
 import httptools
@@ -24,7 +23,7 @@ from werkzeug import exceptions
 
 from app.server.worker import cycle
 
-#: EPOLLRDHUP: a client that closed after part of a request is closed in the same turn.
+#: EPOLLRDHUP: a client's close wakes its connection; what it sent before is read first.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
 #: A parked answer's connection: woken by its client leaving, or armed WRITE by parking's `wake`
@@ -188,27 +187,18 @@ class Incoming:
         elif self._size_line.too_long_before(piece):
             self.refusal = _size_line_too_long()
             return
+        switched_at: int | None = None
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade as upgrade:
-            # llhttp stops at an Upgrade or CONNECT request. This server switches no protocol:
-            # the request is served as any other, and the connection then closes.
-            if not self.ready:
-                self.refusal = exceptions.BadRequest("this server does not switch protocols.")
-                return
-            self.ready[-1].keep_alive = False
-            framing = _skipped_body(self.ready[-1], self._content_length)
-            if framing is not None:
-                # httptools has llhttp skip such a request's body: a new parser, given a head that
-                # frames it alike without Upgrade, reads it into the request (on_message_complete).
-                self._upgraded = self.ready.pop()
-                self.parser = httptools.HttpRequestParser(self._protocol)
-                self._feed_slice(
-                    b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, piece[upgrade.args[0] :])
-                )
-            return
+            switched_at = upgrade.args[0]
         except httptools.HttpParserError as exc:
             self.refusal = _refusal_of(exc)
+            return
+        if switched_at is not None:
+            # Outside the handler: a callback's refusal raised within it would have httptools'
+            # HttpParserUpgrade, not the refusal, as its context (`_refusal_of`).
+            self._after_upgrade(piece[switched_at:])
             return
         self.received += len(piece)
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
@@ -222,6 +212,21 @@ class Incoming:
                 self.refusal = _framing_too_large(self.limits.body)
         if self.phase == BODY and self._size_line.too_long_after(piece):
             self.refusal = self.refusal or _size_line_too_long()
+
+    def _after_upgrade(self, rest: bytes) -> None:
+        """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
+        request is served as any other, and the connection then closes."""
+        if not self.ready:
+            self.refusal = exceptions.BadRequest("this server does not switch protocols.")
+            return
+        self.ready[-1].keep_alive = False
+        framing = _skipped_body(self.ready[-1], self._content_length)
+        if framing is not None:
+            # httptools has llhttp skip such a request's body: a new parser, given a head that
+            # frames it alike without Upgrade, reads it into the request (on_message_complete).
+            self._upgraded = self.ready.pop()
+            self.parser = httptools.HttpRequestParser(self._protocol)
+            self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
@@ -453,16 +458,17 @@ class Conn:
                 self.outgoing.flush()
             elif self.standing.parked is not None:
                 self.context.parking.resume(self)
-            elif self.incoming.has_work or self._receive(mask & EPOLLRDHUP):
+            elif self.incoming.has_work or self._receive():
                 self._answer_next()
         except Exception:
             with contextlib.suppress(Exception):
                 self.close()
             raise
 
-    def _receive(self, closed: int) -> bool:
-        """Read once and parse; False when there is nothing to do (closed, or re-armed).
-        `closed`: the client has closed its side, so what it sent is all there will be."""
+    def _receive(self) -> bool:
+        """Read once and parse; False when there is nothing to do (closed, or re-armed). A client
+        that closed its side may still have more than one read unread: only an empty read ends
+        its request, not the close's EPOLLRDHUP."""
         try:
             data = self.sock.recv(_RECV_BYTES)
         except BlockingIOError:
@@ -481,9 +487,6 @@ class Conn:
         if incoming.phase == BETWEEN and not incoming.has_work:  # only the empty lines llhttp skips
             self.standing.deadline = idle_deadline
             self.context.registry.rearm(self, READ, idle=True)
-            return False
-        if closed and not incoming.has_work:
-            self.closing.cut_short()
             return False
         if incoming.phase == BODY and not had_head and not incoming.ready:
             self.allow(incoming.limits.body)
