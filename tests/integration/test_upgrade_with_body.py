@@ -75,22 +75,26 @@ def test_a_create_asking_to_upgrade_creates_its_plant(server, plant_id, upgrade,
 
 def test_a_delete_pipelined_after_an_upgrading_create_is_never_read_first(server):
     """The create is served whole before anything after it: on the packaged worker the connection
-    then closes, so the DELETE behind it is never read; gthread keeps it and runs the DELETE."""
+    then closes, so the DELETE behind it is never read. What gthread does with it is gunicorn's
+    (27 runs it, 23 leaves it unanswered): only that the create came first is checked there."""
     delete = b"DELETE /plants/7104 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n"
     statuses = []
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=3) as sock:
         sock.sendall(upgrade_post(7104, WEBSOCKET) + delete % TOKEN.encode())
         for _ in range(2):
             answer = http.client.HTTPResponse(sock)
             try:
                 answer.begin()
-            except http.client.RemoteDisconnected:
+            except (http.client.RemoteDisconnected, TimeoutError):
                 break
             answer.read()
             statuses.append(answer.status)
-    packaged = server.env["GUNICORN_WORKER_CLASS"] != "gthread"
-    assert statuses == ([200] if packaged else [200, 204])
-    assert status_of(server, 7104) == (200 if packaged else 404)
+    if server.env["GUNICORN_WORKER_CLASS"] != "gthread":
+        assert statuses == [200]
+        assert status_of(server, 7104) == 200
+    else:
+        assert statuses in ([200], [200, 204])
+        assert status_of(server, 7104) == (404 if statuses == [200, 204] else 200)
 
 
 def test_an_http_1_0_create_asking_to_upgrade_creates_its_plant(server):
