@@ -449,7 +449,7 @@ class Conn:
         """Its deadline: the read timeout from now, and a second per 64 KiB of `size` to move."""
         self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
 
-    def turn(self, mask: int) -> None:
+    def turn(self) -> None:
         """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
         try:
             if self.standing.lingering:

@@ -24,8 +24,7 @@ from urllib.parse import unquote_to_bytes
 
 import httptools
 from gunicorn import util
-from gunicorn.http import wsgi
-from gunicorn.http.wsgi import FileWrapper
+from gunicorn.http.wsgi import FileWrapper, base_environ
 from werkzeug import exceptions
 
 #: Fields the worker owns: gunicorn's hop-by-hop list (with Date and Server), and RFC 9110's
@@ -295,7 +294,7 @@ class EnvironBuilder:
     def __init__(self, cfg: Any, offers: dict[str, Any]) -> None:
         self.script_name = os.environ.get("SCRIPT_NAME", "")
         self.static = {
-            **wsgi.base_environ(cfg),  # its wsgi.file_wrapper's files go by os.sendfile, never held
+            **base_environ(cfg),  # its wsgi.file_wrapper's files go by os.sendfile, never held
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": cfg.threads > 1,
             "wsgi.url_scheme": "http",

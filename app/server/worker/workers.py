@@ -88,13 +88,13 @@ class PlantsWorker(base.Worker):
                 events = poll(1.0, 1)
             except ValueError:  # the epoll is closed: the worker is exiting
                 return
-            for fd, mask in events:
+            for fd, _ in events:
                 listener = listeners.get(fd)
                 try:
                     if listener is not None:
                         self.admission.accept(listener)
                     elif (conn := take(fd)) is not None:
-                        conn.turn(mask)
+                        conn.turn()
                 except Exception:  # a request thread must outlive any one connection
                     self.log.exception("Error serving a connection")
 
