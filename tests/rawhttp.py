@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import socket
 from dataclasses import dataclass
@@ -32,6 +33,36 @@ def exchange(port: int, data: bytes, timeout: float = 15.0) -> RawResponse | Non
         except (http.client.RemoteDisconnected, ConnectionResetError):
             return None
         return RawResponse(response.status, response.version, response.headers, response.read())
+
+
+class _OneBuffer:
+    """What `http.client.HTTPResponse` reads a socket through: one buffer for every answer, that
+    no answer closes (a buffer per answer would drop the bytes of the next that came with it)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._file = _Unclosed(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return self._file
+
+
+class _Unclosed(io.BufferedReader):
+    def close(self) -> None:
+        pass
+
+
+def responses(sock: socket.socket, most: int) -> list[RawResponse]:
+    """Up to `most` answers to requests sent together on `sock`, until it closes or times out."""
+    source = _OneBuffer(sock)
+    answers = []
+    for _ in range(most):
+        response = http.client.HTTPResponse(source)  # type: ignore[arg-type]
+        try:
+            response.begin()
+        except (http.client.RemoteDisconnected, ConnectionResetError, TimeoutError):
+            break
+        answers.append(RawResponse(response.status, response.version, response.headers, response.read()))
+    return answers
 
 
 def request(

@@ -7,7 +7,6 @@ the bytes after it as a request.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 
@@ -78,17 +77,9 @@ def test_a_delete_pipelined_after_an_upgrading_create_is_never_read_first(server
     then closes, so the DELETE behind it is never read. What gthread does with it is gunicorn's
     (27 runs it, 23 leaves it unanswered): only that the create came first is checked there."""
     delete = b"DELETE /plants/7104 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n"
-    statuses = []
     with socket.create_connection(("127.0.0.1", server.port), timeout=3) as sock:
         sock.sendall(upgrade_post(7104, WEBSOCKET) + delete % TOKEN.encode())
-        for _ in range(2):
-            answer = http.client.HTTPResponse(sock)
-            try:
-                answer.begin()
-            except (http.client.RemoteDisconnected, TimeoutError):
-                break
-            answer.read()
-            statuses.append(answer.status)
+        statuses = [answer.status for answer in rawhttp.responses(sock, 2)]
     if server.env["GUNICORN_WORKER_CLASS"] != "gthread":
         assert statuses == [200]
         assert status_of(server, 7104) == 200
