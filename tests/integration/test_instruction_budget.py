@@ -86,4 +86,6 @@ def test_a_deliberate_regression_on_the_real_worker_fails_the_budget(tmp_path, r
     if regression == "syscall":
         assert found["syscalls_by_name"]["getppid"] >= 0.95, found  # the one call added, made for real
     else:
-        assert found["switches_other_threads"] >= 0.9, found  # the waiter, woken once a create
+        # The waiter, woken once a create: under load it may run late, after two creates' sets,
+        # and wake once for both, so not every create is seen; a regression that woke no thread gives 0.
+        assert found["switches_other_threads"] >= 0.5, found
