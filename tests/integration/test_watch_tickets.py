@@ -137,6 +137,20 @@ def test_a_percent_encoded_ticket_is_refused_and_never_logged_in_any_encoding(se
     assert log.count(f"ticket={SCRUBBED}") >= len(encoded)
 
 
+def test_through_nginx_a_ticket_under_an_encoded_name_is_not_logged(servers):
+    """`tick%65t=plwt_...` is refused too (not the literal `ticket=`), and nginx's log must not
+    show it whatever the parameter's name."""
+    app, proxy, directory = servers
+    ticket = mint(app.port)
+    for query in (f"tick%65t={ticket}", f"after=now&%74icket={ticket}", f"ticket=plwt%5F{ticket[5:]}"):
+        status, _, answer = call(_connection(proxy.port), "GET", f"/events?{query}&wait=1")
+        assert status == 401, answer
+    time.sleep(0.3)
+    secret = ticket[len(TICKET_PREFIX) + 8 :]
+    assert secret not in (directory / "access.log").read_text()
+    assert secret not in app.output()
+
+
 def test_a_ticket_in_any_other_log_line_is_scrubbed():
     """gunicorn's own error lines name a failed request's URI, query and all."""
     config = logging_config("text")
