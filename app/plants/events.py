@@ -70,7 +70,7 @@ def list_events() -> Response:
             if only is None or streaming:
                 events, position = store.events(start, 1 if streaming else query["limit"])
             else:  # past what the filter does not select, to the end of what was read
-                found, position, _ = scan(store, start, query["limit"], only)
+                found, position, _, _ = scan(store, start, query["limit"], only)
                 events = [entry.event for entry in found]
             if streaming:
                 position = start  # type: ignore[assignment]  # the stream reads from here, its first event included

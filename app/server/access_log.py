@@ -31,7 +31,7 @@ from typing import Any
 from gunicorn import glogging
 
 from app.telemetry.logs import request_fields
-from app.telemetry.redact import TICKET_PREFIX, scrub
+from app.telemetry.redact import holds_ticket, scrub
 
 
 class _Atoms(dict):
@@ -124,7 +124,7 @@ class AccessLogger(glogging.Logger):
         if not self._logs_access:
             return
         try:
-            if TICKET_PREFIX in environ.get("QUERY_STRING", ""):  # a watch ticket: never in a log line
+            if holds_ticket(environ.get("QUERY_STRING", "")):  # a watch ticket: never in a log line
                 environ = {
                     **environ,
                     "RAW_URI": scrub(environ["RAW_URI"]),

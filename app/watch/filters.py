@@ -55,22 +55,27 @@ class EventFilter(NamedTuple):
 
 def scan(
     store: PlantStore, after: bytes | None, limit: int, only: EventFilter, budget: int = SCAN_BUDGET
-) -> tuple[list[FeedEntry], bytes, bool]:
+) -> tuple[list[FeedEntry], bytes, bool, int]:
     """Up to `limit` entries after `after` that `only` selects, reading at most `budget` events;
-    the position after the last event read, and whether the read reached the feed's end."""
+    the position after the last event read, whether the read reached the feed's end, and how many
+    events it read past the last one it selected (a stream tells its client its position once
+    they add up: app/watch/watches.py)."""
     found: list[FeedEntry] = []
-    read = 0
+    read = passed = 0
     while True:
         asked = min(SCAN_CHUNK, budget - read)
         entries, end = store.feed_entries(after, asked)
         read += len(entries)
         for entry in entries:
-            if only.matches(entry):
-                found.append(entry)
-                if len(found) == limit:
-                    return found, entry.position, entry is entries[-1] and len(entries) < asked
+            if not only.matches(entry):
+                passed += 1
+                continue
+            found.append(entry)
+            passed = 0
+            if len(found) == limit:
+                return found, entry.position, entry is entries[-1] and len(entries) < asked, 0
         if len(entries) < asked:
-            return found, end, True
+            return found, end, True, passed
         if read >= budget:
-            return found, end, False
+            return found, end, False, passed
         after = end

@@ -157,14 +157,15 @@ class Watch:
             self.signal.reads.move(self.position, end)
             self.position = end
 
-    def entries(self, position: bytes | None, limit: int) -> tuple[list[Any], bytes, bool]:
+    def entries(self, position: bytes | None, limit: int) -> tuple[list[Any], bytes, bool, int]:
         """Up to `limit` entries after `position` that the filter selects, the position after the
-        last read, and whether there may be more to read now."""
+        last read, whether there may be more to read now, and how many events the read passed
+        over after the last entry it selected."""
         if self.only is None:
             entries, end = self.store.feed_entries(position, limit)
-            return entries, end, len(entries) == limit
-        found, end, at_end = scan(self.store, position, limit, self.only)
-        return found, end, not at_end
+            return entries, end, len(entries) == limit, 0
+        found, end, at_end, passed = scan(self.store, position, limit, self.only)
+        return found, end, not at_end, passed
 
     def _fetch(self, position: bytes | None) -> Any:
         """The store call of a read (shared_reads.py calls it when no watcher made it yet)."""
@@ -197,7 +198,7 @@ class LongPoll(Watch):
         return min(self.until, self.authority_ends)
 
     def _fetch(self, position: bytes | None) -> Any:
-        entries, end, _ = self.entries(position, self.limit)
+        entries, end, _, _ = self.entries(position, self.limit)
         return entries, end
 
     def next_chunk(self, now: float) -> bytes:
@@ -248,6 +249,14 @@ class EventStream(Watch):
         self.heartbeat = heartbeat
         #: Each heartbeat is a bookmark (`event: bookmark`, its `id:` the position), not a comment.
         self.bookmarks = bookmarks
+        #: Events the stream passed over since it last sent its client a position (an event's or
+        #: a bookmark's id). Heartbeats alone would let a client that reconnects from its last id
+        #: meet a 410 when more than the feed keeps was written between two of them (or between
+        #: two selected events, which put the heartbeat off): past a quarter of the retention a
+        #: bookmark goes at once. A watch is read at least every half retention (wake_index.py's
+        #: sweep), so the client's position always stays inside the window.
+        self.passed = 0
+        self.passed_most = max(1, self.store.events_retain // 4)
         self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
@@ -297,6 +306,7 @@ class EventStream(Watch):
     def bookmark(self, **more: Any) -> bytes:
         """A bookmark: the stream's position, to reconnect from (`Last-Event-ID`) without loss."""
         assert self.position is not None
+        self.passed = 0
         cursor = self.cursor(self.position)
         data = json.dumps({"next": cursor, **more}, separators=(",", ":"))
         return f"id: {cursor}\nevent: bookmark\ndata: {data}\n\n".encode()
@@ -306,7 +316,7 @@ class EventStream(Watch):
         self.seen = seen
         try:
             # Streams at the same position send the same bytes: made once per change.
-            frames, end, full = self.signal.reads.read(
+            frames, end, full, passed = self.signal.reads.read(
                 ("stream", position, self.only), position, self._fetch_in_slot, seen
             )
         except NoReadSlot:
@@ -326,17 +336,21 @@ class EventStream(Watch):
         self.advance(end)
         if frames:
             self.next_beat = now + self.heartbeat
+        if self.bookmarks:
+            self.passed = passed if frames else self.passed + passed
+            if self.passed >= self.passed_most and self.position is not None:
+                frames += self.bookmark()
         return frames
 
-    def _fetch(self, position: bytes | None) -> tuple[bytes, bytes | None, bool]:
+    def _fetch(self, position: bytes | None) -> tuple[bytes, bytes | None, bool, int]:
         """The events after `position` as server-sent events, the position after what was read,
-        and whether there may be more."""
-        entries, end, full = self.entries(position, STREAM_PAGE)
+        whether there may be more, and how many it passed over after the last one it sent."""
+        entries, end, full, passed = self.entries(position, STREAM_PAGE)
         if not entries:
-            return b"", end, full
+            return b"", end, full, passed
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
             data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
-        return "".join(frames).encode(), end, full
+        return "".join(frames).encode(), end, full, passed

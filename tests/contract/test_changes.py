@@ -69,6 +69,26 @@ def test_get_with_another_if_none_match_is_200(client, auth, fern):
     assert response.get_json() == {"name": "Fern", "tag": "green"}
 
 
+@pytest.mark.parametrize("header", ['"0123456789abcdef"', "W/{etag}", '"a", W/{etag}', "abc"])
+def test_get_with_an_if_match_it_does_not_meet_is_412(client, auth, fern, header):
+    """RFC 9110 §13.1.1: an origin server evaluates If-Match before any method, a GET too."""
+    response = client.get("/plants/5", headers={**auth, "If-Match": header.format(etag=fern)})
+    error_of(response, 412)
+    assert "ETag" not in response.headers
+
+
+@pytest.mark.parametrize("header", ["{etag}", '"other", {etag}', "*"])
+def test_get_with_an_if_match_it_meets_answers_the_plant(client, auth, fern, header):
+    response = client.get("/plants/5", headers={**auth, "If-Match": header.format(etag=fern)})
+    assert response.status_code == 200
+    assert response.get_json() == {"name": "Fern", "tag": "green"}
+    # If-Match is checked first; a matching If-None-Match after it is still a 304.
+    both = {**auth, "If-Match": fern, "If-None-Match": fern}
+    assert client.get("/plants/5", headers=both).status_code == 304
+    # Of an absent plant, a 404 whatever the precondition (RFC 9110 §13.2.1).
+    assert client.get("/plants/6", headers={**auth, "If-Match": "*"}).status_code == 404
+
+
 @pytest.mark.parametrize("value", ["0", "abc", '"unterminated', "W/", '"a" "b"', "**", '"a",*'])
 def test_a_conditional_header_that_names_no_entity_tag_matches_nothing(client, auth, fern, value):
     """Read leniently (as most servers do), never refused: If-Match fails, If-None-Match passes."""

@@ -149,3 +149,36 @@ def test_an_unfiltered_stream_asks_for_bookmarks_or_keeps_its_comments(server):
     assert not any(block.get("event") == "bookmark" for block in plain)
     asked = streamed(server, f"/events?after={cursor}&bookmarks=true")
     assert any(block.get("event") == "bookmark" for block in asked)
+
+
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def quiet_server(request):
+    """Heartbeats far apart: a stream's only chance to tell its position is its reads."""
+    env = dict(SETTINGS, PLANTS_EVENTS_HEARTBEAT="60", PLANTS_EVENTS_STREAM_MAX="8")
+    if request.param == "redis":
+        env.update(redis_settings(request.getfixturevalue("redis_server")), WEB_CONCURRENCY="2")
+    server = Gunicorn(env=env)
+    yield server
+    server.stop()
+
+
+def test_a_stream_tells_its_position_before_what_it_passes_over_leaves_the_retention(quiet_server):
+    # A client that keeps following holds the last id it was sent; a reconnect from it must not be
+    # 410 however much its filter passed over since, heartbeat or not (a retention of 100 events).
+    server = quiet_server
+    cursor = now_cursor(server)
+
+    def writes() -> None:
+        write(server, 722_000, "qs-mine")
+        for n in range(300):  # three times the retention, none selected
+            write(server, 722_100 + n % 40, f"qs-{n % 5}", name=f"v{n}")
+        write(server, 722_001, "qs-mine")
+
+    blocks = streamed(server, f"/events?after={cursor}&tags=qs-mine", during=writes)
+    created = [i for i, block in enumerate(blocks) if block.get("event") == "plant.created"]
+    assert len(created) == 2, blocks
+    # The client dropped just before the second event: it holds the last id sent before it.
+    held = [block["id"] for block in blocks[: created[1]] if "id" in block][-1]
+    status, _, body = get(server, f"/events?after={held}&tags=qs-mine")
+    assert status == 200, body
+    assert [event["plant"]["id"] for event in json.loads(body)["events"]] == [722_001]

@@ -115,6 +115,42 @@ def test_a_ticket_streams_and_long_polls_then_expires_and_is_never_logged(server
         assert secret not in (directory / "error.log").read_text()
 
 
+def test_a_percent_encoded_ticket_is_refused_and_never_logged_in_any_encoding(servers):
+    """A client that encodes a character of its ticket is refused (only `ticket=plwt_...` is taken),
+    but the ticket it sent is still good, decoded: no log line may show it either."""
+    app, _, _ = servers
+    port = app.port
+    ticket = mint(port)
+    body = ticket[len(TICKET_PREFIX) :]
+    encoded = [
+        "plwt%5F" + body,  # the prefix's underscore
+        "%70lwt_" + body,  # its first letter
+        f"{ticket[:12]}%{ord(ticket[12]):02X}{ticket[13:]}",  # a character inside
+        f"plwt%255F{body}",  # twice
+    ]
+    for sent in encoded:
+        status, _, answer = call(_connection(port), "GET", f"/events?ticket={sent}&after=now&wait=1")
+        assert status == 401, answer
+    time.sleep(0.3)
+    log = app.output()
+    assert body[8:40] not in log
+    assert log.count(f"ticket={SCRUBBED}") >= len(encoded)
+
+
+def test_through_nginx_a_ticket_under_an_encoded_name_is_not_logged(servers):
+    """`tick%65t=plwt_...` is refused too (not the literal `ticket=`), and nginx's log must not
+    show it whatever the parameter's name."""
+    app, proxy, directory = servers
+    ticket = mint(app.port)
+    for query in (f"tick%65t={ticket}", f"after=now&%74icket={ticket}", f"ticket=plwt%5F{ticket[5:]}"):
+        status, _, answer = call(_connection(proxy.port), "GET", f"/events?{query}&wait=1")
+        assert status == 401, answer
+    time.sleep(0.3)
+    secret = ticket[len(TICKET_PREFIX) + 8 :]
+    assert secret not in (directory / "access.log").read_text()
+    assert secret not in app.output()
+
+
 def test_a_ticket_in_any_other_log_line_is_scrubbed():
     """gunicorn's own error lines name a failed request's URI, query and all."""
     config = logging_config("text")

@@ -97,7 +97,7 @@ def test_the_new_operations_extend_1_0_0_and_each_has_its_own_id(document):
                 schema = deref(document, response)["content"]["application/json"]["schema"]
                 assert deref(document, schema) is document["components"]["schemas"]["Error"]
     get = operations[("/plants/{id}", "get")]["responses"]
-    assert set(get) == {"200", "304", "400", "401", "403", "404", "429", "503"}
+    assert set(get) == {"200", "304", "400", "401", "403", "404", "412", "429", "503"}
     assert "content" not in get["304"]
     assert set(get["200"]["headers"]) >= {"ETag"}
     # 403 on a read: a JWT access token with neither scope.
