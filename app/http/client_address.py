@@ -1,4 +1,5 @@
-"""The client's address behind trusted proxies: a forwarded value counts only when it is an address.
+"""The client behind trusted proxies: a forwarded value counts only when it is an address, a scheme,
+a host or a path prefix.
 
 Werkzeug's ProxyFix (PLANTS_TRUSTED_PROXIES) takes the `X-Forwarded-For` entry the trusted proxies
 added as REMOTE_ADDR, whatever it holds. A client that reaches the service past its proxy sends
@@ -8,11 +9,17 @@ memory) a request, and never a 429. This middleware, inside ProxyFix, keeps the 
 only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets,
 and loses its zone id), and otherwise restores the peer's address, which ProxyFix keeps in
 `werkzeug.proxy_fix.orig`.
+
+The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
+scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as RFC 9110's
+`host[:port]`, a prefix only as a path; otherwise the peer's own value stays (`X-Forwarded-Proto:
+javascript` made `Link: <javascript://...>`, and a host with a space `http:///plants`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,6 +27,12 @@ from typing import Any
 _ORIGINAL = "werkzeug.proxy_fix.orig"
 #: No IP address is longer (an IPv6 one with an IPv4 tail and a zone id is under 64 characters).
 _LONGEST = 64
+#: `host[:port]`: a reg-name or IPv4 address (RFC 3986's unreserved characters), or an IP literal.
+_HOST = re.compile(r"(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+#: A path of RFC 3986's segments (percent-encodings included).
+_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*")
+#: The environ keys a forwarded host sets (ProxyFix's `x_host` and `x_port`).
+_HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
 
 
 def parsed_address(value: str) -> str | None:
@@ -40,7 +53,8 @@ def parsed_address(value: str) -> str | None:
 
 
 class ForwardedAddress:
-    """WSGI middleware, directly inside ProxyFix: REMOTE_ADDR is an IP address or the peer's."""
+    """WSGI middleware, directly inside ProxyFix: REMOTE_ADDR is an IP address, the scheme, host and
+    prefix are valid, or each is the peer's."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
@@ -52,4 +66,18 @@ class ForwardedAddress:
             forwarded = environ.get("REMOTE_ADDR")
             if forwarded != peer:
                 environ["REMOTE_ADDR"] = parsed_address(forwarded or "") or peer
+            _keep_valid_url(environ, original)
         return self.app(environ, start_response)
+
+
+def _keep_valid_url(environ: dict[str, Any], original: dict[str, Any]) -> None:
+    scheme = environ.get("wsgi.url_scheme")
+    if scheme != original["wsgi.url_scheme"]:
+        scheme = str(scheme).lower()
+        environ["wsgi.url_scheme"] = scheme if scheme in ("http", "https") else original["wsgi.url_scheme"]
+    host = environ.get("HTTP_HOST")
+    if host != original["HTTP_HOST"] and not _HOST.fullmatch(host or ""):
+        environ.update((key, original[key]) for key in _HOST_KEYS)
+    prefix = environ.get("SCRIPT_NAME")
+    if prefix != original["SCRIPT_NAME"] and not _PREFIX.fullmatch(prefix or ""):
+        environ["SCRIPT_NAME"] = original["SCRIPT_NAME"]

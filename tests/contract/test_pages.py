@@ -14,11 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import redis as redis_py
 
+from app import create_app
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from app.store.redis.hints import TAG_HINTS, tag_hint
 from tests.conftest import STORES_AND_CLUSTER, cluster_settings, redis_settings, settings_for_store
 from tests.helpers import error_of
-from tests.servers import RedisClusterServers, RedisServer
+from tests.servers import TOKEN, RedisClusterServers, RedisServer
 
 LINK = re.compile(r'^<(?P<url>[^>]+)>; rel="next"$')
 
@@ -147,6 +148,51 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
     url = urlsplit(LINK.fullmatch(response.headers["Link"])["url"])
     assert (url.scheme, url.netloc, url.path) == ("https", "plants.example", "/store/plants")
     assert parse_qs(url.query) == {"tags": ["a b&c"], "limit": ["2"], "after": [response.json["next"]]}
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "expected"),
+    [
+        ({"X-Forwarded-Proto": "javascript"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Proto": "HTTPS"}, ("https", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "a b"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "x/#"}, ("http", "localhost", "/plants")),
+        (
+            {"X-Forwarded-Host": "plants.example", "X-Forwarded-Port": "8443x"},
+            ("http", "localhost", "/plants"),
+        ),
+        ({"X-Forwarded-Host": "[2001:db8::1]:8443"}, ("http", "[2001:db8::1]:8443", "/plants")),
+        ({"X-Forwarded-Prefix": "/a b"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "javascript:x"}, ("http", "localhost", "/plants")),
+    ],
+    ids=[
+        "scheme",
+        "scheme-upper",
+        "host-space",
+        "host-path",
+        "port",
+        "ipv6-host",
+        "prefix-space",
+        "prefix-scheme",
+    ],
+)
+def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the_peers(
+    auth, forwarded, expected
+):
+    """From a trusted proxy, a scheme other than http(s), a host that is not `host[:port]` or a
+    prefix that is not a path is not taken into the URLs handed out: the peer's own value stays.
+    (On one store: the URLs are the app's, whichever store holds the plants.)"""
+    client = create_app(
+        {"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], "PLANTS_TRUSTED_PROXIES": 1}
+    ).test_client()
+    headers = {**auth, **forwarded}
+    created = client.put("/plants/1", json={"name": "Fern"}, headers=headers)  # 201 and its Location
+    client.post("/plants", json={"id": 2, "name": "Fern"}, headers=auth)
+    location = urlsplit(created.headers["Location"])
+    assert (location.scheme, location.netloc, location.path) == (*expected[:2], f"{expected[2]}/1")
+    page = client.get("/plants?limit=1", headers=headers)
+    url = urlsplit(LINK.fullmatch(page.headers["Link"])["url"])
+    assert (url.scheme, url.netloc, url.path) == expected
 
 
 def test_tags_filter_to_plants_with_one_of_them(client, auth, plant, in_order):
