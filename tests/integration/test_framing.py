@@ -111,6 +111,8 @@ def assert_refused_then_closed(answer: bytes, status: int = 400, words: str = "f
     record = json.loads(rest[:length])
     assert record["error"] == status
     assert words in record["message"]
+    # Written as the app writes its own Error records: compact, ending in a newline.
+    assert rest[:length] == json.dumps(record, separators=(",", ":")).encode() + b"\n"
     assert rest[length:] == b"", "a second answer followed the refusal"
 
 

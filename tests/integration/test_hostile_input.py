@@ -317,7 +317,7 @@ def test_a_chunk_extension_past_its_bound_is_refused_and_the_connection_closed(s
         while data := sock.recv(65536):  # ends: the worker closes after its 400
             answer += data
     assert answer.startswith(b"HTTP/1.1 400 ")
-    assert b'"error": 400' in answer
+    assert b'"error":400' in answer
     assert b"chunk's size and extensions" in answer
 
 

@@ -191,7 +191,7 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
     fields += [(name, value) for name, value in error.get_headers() if name == "Retry-After"]
     answer.start_response(f"{error.code} {error.name}", fields, exc_info=True)
     record = {"error": error.code, "message": f"{error.name}: {error.description}"}
-    answer.chunks = [json.dumps(record).encode("ascii")]
+    answer.chunks = [json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"]  # as the app does
     return answer.encode("GET", keep_alive=False)[0]
 
 
