@@ -257,7 +257,9 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
         raise FetchError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Nesting deeper than the interpreter's recursion limit is a RecursionError, not a
+        # ValueError: left out, it would end the background loader for good.
         raise FetchError(f"{url} did not answer JSON") from None
     if not isinstance(document, dict):
         raise FetchError(f"{url} did not answer a JSON object")
