@@ -634,6 +634,16 @@ def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_o
     )
 
 
+@pytest.mark.parametrize(
+    "jwks_uri", ["http://127.0.0.1:99999/jwks", "http://127.0.0.1:port/jwks", "http://keys .example/jwks"]
+)
+def test_a_jwks_uri_that_is_no_url_to_fetch_is_logged_and_the_loader_carries_on(issuer, caplog, jwks_uri):
+    """A port out of range or not a number, a host with a space: the loader logs a failed fetch
+    and loads the keys once the provider mends its document."""
+    issuer.jwks_uri = jwks_uri
+    logged_then_loaded_once_mended(issuer, caplog, "is not a URL this service can fetch", "jwks_uri")
+
+
 def logged_then_loaded_once_mended(issuer, caplog, logged: str, broken: str) -> None:
     """The keys' loader logs `logged`, then loads once the issuer's attribute `broken` is reset."""
     with caplog.at_level(logging.WARNING):
