@@ -55,6 +55,8 @@ class Issuer:
         self.hanging = False
         #: The discovery document's jwks_uri, when not the issuer's own /jwks.
         self.jwks_uri: str | None = None
+        #: An answer's body in place of every document (a hostile or broken provider's).
+        self.raw: bytes | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -80,7 +82,7 @@ class Issuer:
                     return
                 if issuer.hanging:
                     time.sleep(HANG_SECONDS)
-                body = json.dumps(document).encode()
+                body = json.dumps(document).encode() if issuer.raw is None else issuer.raw
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 # As providers publish discovery and keys: readable from any page (CORS).

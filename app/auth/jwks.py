@@ -228,13 +228,12 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     """GET a JSON object; with its max-age in seconds (Cache-Control, clamped), within `deadline`."""
     parts = urlsplit(url)
     remaining = max(0.01, deadline - time.monotonic())
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=remaining, context=ssl.create_default_context()
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=remaining)
+    try:
+        connection = _connection(parts.scheme, parts.hostname or "", parts.port, remaining)
+    except (ValueError, http.client.InvalidURL) as exc:
+        # A discovery document's jwks_uri is the provider's text: a port out of range or not a
+        # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
+        raise FetchError(f"{url} is not a URL this service can fetch ({type(exc).__name__})") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         connection.request("GET", target, headers={"Accept": "application/json"})
@@ -257,11 +256,19 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
         raise FetchError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Nesting deeper than the interpreter's recursion limit is a RecursionError, not a
+        # ValueError: left out, it would end the background loader for good.
         raise FetchError(f"{url} did not answer JSON") from None
     if not isinstance(document, dict):
         raise FetchError(f"{url} did not answer a JSON object")
     return document, _max_age(response.getheader("Cache-Control"))
+
+
+def _connection(scheme: str, host: str, port: int | None, timeout: float) -> http.client.HTTPConnection:
+    if scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
+    return http.client.HTTPConnection(host, port, timeout=timeout)
 
 
 def _failure(exc: BaseException) -> str:

@@ -629,13 +629,51 @@ def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_o
     """A provider's discovery document can name any jwks_uri: one that no resolver can be asked for
     is a fetch that failed, and the keys load once the provider mends its document."""
     issuer.jwks_uri = f"https://{'a' * 64}.example/jwks"
+    logged_then_loaded_once_mended(
+        issuer, caplog, "has a host name that is not a valid DNS name (UnicodeError)", "jwks_uri"
+    )
+
+
+@pytest.mark.parametrize(
+    "jwks_uri", ["http://127.0.0.1:99999/jwks", "http://127.0.0.1:port/jwks", "http://keys .example/jwks"]
+)
+def test_a_jwks_uri_that_is_no_url_to_fetch_is_logged_and_the_loader_carries_on(issuer, caplog, jwks_uri):
+    """A port out of range or not a number, a host with a space: the loader logs a failed fetch
+    and loads the keys once the provider mends its document."""
+    issuer.jwks_uri = jwks_uri
+    logged_then_loaded_once_mended(issuer, caplog, "is not a URL this service can fetch", "jwks_uri")
+
+
+def logged_then_loaded_once_mended(issuer, caplog, logged: str, broken: str) -> None:
+    """The keys' loader logs `logged`, then loads once the issuer's attribute `broken` is reset."""
     with caplog.at_level(logging.WARNING):
         keys = _loading_keys(issuer.url)
         _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
-        assert "has a host name that is not a valid DNS name (UnicodeError)" in caplog.text
-        issuer.jwks_uri = None
+        assert logged in caplog.text
+        setattr(issuer, broken, None)
         _wait_until(lambda: keys.loaded, lambda: caplog.text)
     keys.close()
+
+
+#: JSON nested deeper than the interpreter's recursion limit: json.loads raises RecursionError.
+TOO_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_document_nested_too_deep_is_a_failed_fetch_and_the_loader_carries_on(issuer, caplog):
+    """A provider's answer is a stranger's text: JSON nested too deep to parse is logged like any
+    other bad answer, and the keys load once the provider mends it (the loader thread lives on)."""
+    issuer.raw = TOO_DEEP
+    logged_then_loaded_once_mended(issuer, caplog, "did not answer JSON", "raw")
+
+
+def test_an_unknown_kid_while_the_jwks_is_nested_too_deep_is_401(issuer, client):
+    """The refetch an unknown `kid` makes runs in the request: a bad answer is a 401, not a 500,
+    and the cached keys keep working."""
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    issuer.raw = TOO_DEEP
+    response = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
+    refused(response, "the token names no known signing key")
+    assert client.get("/plants", headers=bearer(issuer.token(sub="client-4"))).status_code == 200
 
 
 def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothing(issuer, tmp_path):

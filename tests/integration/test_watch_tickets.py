@@ -151,6 +151,18 @@ def test_through_nginx_a_ticket_under_an_encoded_name_is_not_logged(servers):
     assert secret not in app.output()
 
 
+@pytest.mark.parametrize("query", ["access_token={}", "wait=1&access_token={}&x=1", "access%5Ftoken={}"])
+def test_a_bearer_token_in_the_query_is_refused_and_never_logged(servers, query):
+    """RFC 6750 §2.3's `access_token` parameter is never read (only the header is), but the token a
+    client put in its URL is good: neither gunicorn's log nor nginx's may show it."""
+    app, proxy, directory = servers
+    for port in (app.port, proxy.port):
+        assert_error(*call(_connection(port), "GET", "/plants?" + query.format(TOKEN)), 401)
+    time.sleep(0.3)
+    assert TOKEN not in app.output()
+    assert TOKEN not in (directory / "access.log").read_text()
+
+
 def test_a_ticket_in_any_other_log_line_is_scrubbed():
     """gunicorn's own error lines name a failed request's URI, query and all."""
     config = logging_config("text")
