@@ -31,7 +31,7 @@ from typing import Any
 from gunicorn import glogging
 
 from app.telemetry.logs import request_fields
-from app.telemetry.redact import holds_ticket, scrub
+from app.telemetry.redact import holds_secret, scrub
 
 
 class _Atoms(dict):
@@ -124,7 +124,7 @@ class AccessLogger(glogging.Logger):
         if not self._logs_access:
             return
         try:
-            if holds_ticket(environ.get("QUERY_STRING", "")):  # a watch ticket: never in a log line
+            if holds_secret(environ.get("QUERY_STRING", "")):  # a ticket or a token: never in a log line
                 environ = {
                     **environ,
                     "RAW_URI": scrub(environ["RAW_URI"]),

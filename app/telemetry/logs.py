@@ -23,7 +23,7 @@ from flask import has_request_context, request
 from pythonjsonlogger.orjson import OrjsonFormatter
 
 from app.telemetry.context import CALLER_KIND, REQUEST_ID, ROUTE
-from app.telemetry.redact import holds_ticket, scrub
+from app.telemetry.redact import holds_secret, scrub
 
 FORMATS = ("text", "json")
 
@@ -85,11 +85,11 @@ class TicketFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name != "gunicorn.access":
             message = record.getMessage()
-            if holds_ticket(message):
+            if holds_secret(message):
                 record.msg, record.args = scrub(message), None
             if record.exc_info and not record.exc_text:
                 record.exc_text = logging.Formatter().formatException(record.exc_info)
-            if record.exc_text and holds_ticket(record.exc_text):
+            if record.exc_text and holds_secret(record.exc_text):
                 record.exc_text = scrub(record.exc_text)
         return True
 

@@ -33,7 +33,7 @@ _ACCESS_TOKEN = re.compile(r"(?<![^?&;\s])(access(?:_|%(?:25)*5F)token=)[^&#\s\"
 _PARAMETER_REDACTED = r"\1[redacted]"
 
 
-def holds_ticket(text: str) -> bool:
+def holds_secret(text: str) -> bool:
     """Whether `text` may show a ticket or an `access_token` parameter (cheap when it has neither
     the ticket's prefix, nor the parameter's name, nor any `%`)."""
     return (

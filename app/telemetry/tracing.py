@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.telemetry.redact import holds_ticket, scrub
+from app.telemetry.redact import holds_secret, scrub
 from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
@@ -83,7 +83,7 @@ def _scrub_ticket(span: Any, status: str, headers: Any) -> None:
     runs once it has set them all, before the span ends."""
     if span is not None and span.is_recording():
         for name, value in dict(span.attributes or {}).items():
-            if isinstance(value, str) and holds_ticket(value):
+            if isinstance(value, str) and holds_secret(value):
                 span.set_attribute(name, scrub(value))
 
 
