@@ -41,7 +41,10 @@ def visible(driver, css: str, timeout: float = 20):
 def try_it_out(block):
     """Open an operation and press its "Try it out": the page opens every operation read-only,
     so the button reads "Try it out", never "Cancel"."""
-    block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    summary = block.find_element(By.CSS_SELECTOR, ".opblock-summary")
+    # In the middle of the window: below the document's description, a click may land elsewhere.
+    block.parent.execute_script("arguments[0].scrollIntoView({block: 'center'})", summary)
+    summary.click()
     button = wait(block.parent, 20).until(
         lambda _: block.find_element(By.CSS_SELECTOR, "button.try-out__btn")
     )
