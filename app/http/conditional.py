@@ -72,14 +72,12 @@ def _etags(req: Request, header: str, *, strong: bool) -> frozenset[str] | None:
 def not_modified(req: Request, plant: Plant) -> Response | None:
     """The 304 of a GET whose If-None-Match matches the plant's ETag (weak comparison); 412 when
     its If-Match does not (strong comparison), checked first (RFC 9110 §13.2.2)."""
-    if_match = req.environ.get("HTTP_IF_MATCH")
-    if if_match is not None:
-        tags = parse_entity_tags(if_match, strong=True)
-        if ANY_PLANT not in tags and etag_of(plant) not in tags:
-            raise PreconditionFailed(
-                "The plant does not match If-Match: it was changed since you read it. Read it"
-                " without If-Match for its current ETag."
-            )
+    match = _etags(req, "If-Match", strong=True)
+    if match is not None and not Precondition(match).allows(etag_of(plant)):
+        raise PreconditionFailed(
+            "The plant does not match If-Match: it was changed since you read it. Read it"
+            " without If-Match for its current ETag."
+        )
     value = req.environ.get("HTTP_IF_NONE_MATCH")
     if value is None:
         return None
