@@ -38,7 +38,7 @@ def holds_secret(text: str) -> bool:
     the ticket's prefix, nor the parameter's name, nor any `%`)."""
     return (
         TICKET_PREFIX in text
-        or "access_token=" in text
+        or "access_token=" in text.lower()  # as `_ACCESS_TOKEN` and nginx's map read it: in any case
         or ("%" in text and (_TICKET.search(text) is not None or _ACCESS_TOKEN.search(text) is not None))
     )
 

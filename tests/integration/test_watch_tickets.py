@@ -151,7 +151,9 @@ def test_through_nginx_a_ticket_under_an_encoded_name_is_not_logged(servers):
     assert secret not in app.output()
 
 
-@pytest.mark.parametrize("query", ["access_token={}", "wait=1&access_token={}&x=1", "access%5Ftoken={}"])
+@pytest.mark.parametrize(
+    "query", ["access_token={}", "wait=1&access_token={}&x=1", "access%5Ftoken={}", "Access_Token={}"]
+)
 def test_a_bearer_token_in_the_query_is_refused_and_never_logged(servers, query):
     """RFC 6750 §2.3's `access_token` parameter is never read (only the header is), but the token a
     client put in its URL is good: neither gunicorn's log nor nginx's may show it."""
