@@ -70,9 +70,22 @@ def open_watchers(
     return socks
 
 
+def booted_threads(pid: int, timeout: float = 15.0) -> int:
+    """The worker's thread count once it has started its request threads: with two workers, the
+    one measured may still be booting when the server first answers (it has one thread then)."""
+    deadline = time.monotonic() + timeout
+    count = status_field(pid, "Threads")
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        count, last = status_field(pid, "Threads"), count
+        if count > 1 and count == last:
+            break
+    return count
+
+
 def hold(port: int, master_pid: int, count: int, quiet_seconds: float, token: str = TOKEN) -> dict:
     pid = children(master_pid)[0]  # the (first) worker
-    threads_before, rss_before = status_field(pid, "Threads"), status_field(pid, "VmRSS")
+    threads_before, rss_before = booted_threads(pid), status_field(pid, "VmRSS")
     started = time.monotonic()
     socks = open_watchers(port, count, 0.5, token)
     opened = time.monotonic() - started
