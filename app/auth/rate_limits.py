@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -179,7 +180,7 @@ class RateLimits:
                 reset_at = self._storage.get_expiry(window_key)
             if window_ends is not None:
                 window_ends[window_key] = reset_at
-            state = LimitState(limit.amount, max(0, limit.amount - count), max(0, int(reset_at - now) + 1))
+            state = LimitState(limit.amount, max(0, limit.amount - count), max(0, math.ceil(reset_at - now)))
             if count > limit.amount:
                 raise RateLimitExceeded(message, limit_headers(state, refused=True))
             if tightest is None or state.remaining < tightest.remaining:
