@@ -92,7 +92,7 @@ class AccessTokens:
         problem, claims = self._check(token)
         if problem is not None:
             return problem, None
-        caller = self._caller(claims)
+        caller = self._caller(claims, digest)
         with self._lock:
             self._cache[digest] = (float(claims["exp"]), generation, caller)
             if len(self._cache) > CACHE_SIZE:
@@ -133,9 +133,12 @@ class AccessTokens:
             return MALFORMED, {}
         return None, claims
 
-    def _caller(self, claims: dict[str, Any]) -> Caller:
+    def _caller(self, claims: dict[str, Any], digest: bytes) -> Caller:
         scopes = _scopes(claims)
-        subject = f"{claims.get('iss')}\0{claims.get('sub') or claims.get('client_id') or ''}"
+        # Without a subject, the token is its own: one shared budget would let one client use
+        # up every other subjectless client's.
+        subject = claims.get("sub") or claims.get("client_id") or "token:" + digest.hex()
+        subject = f"{claims.get('iss')}\0{subject}"
         write = self.settings.write_scope in scopes
         read = write or self.settings.read_scope in scopes
         return Caller(

@@ -546,6 +546,14 @@ def test_rate_limit_counts_per_subject_not_per_token(issuer, make_jwt_app):
     )
 
 
+def test_tokens_without_a_subject_each_have_their_own_budget(issuer, make_jwt_app):
+    client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    first, second = (issuer.token(sub=None, client_id=None, jti=name) for name in "ab")
+    assert [client.get("/plants", headers=bearer(first)).status_code for _ in range(3)] == [200, 200, 429]
+    # Another client without a subject is not held back by the first one's requests.
+    assert [client.get("/plants", headers=bearer(second)).status_code for _ in range(2)] == [200, 200]
+
+
 # --- Through a real gunicorn ---------------------------------------------------------------------
 
 
