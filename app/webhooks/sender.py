@@ -232,8 +232,11 @@ def _attempt(
             read += len(chunk)
         if response.length == 0:
             response.read()  # nothing left: read1 does not close an answer of no bytes, read does
+        # The loop stops at the deadline too: an answer not read to its end (or to the limit) by
+        # then is cut off, as the watchdog would have cut it a poll later.
+        unfinished = read < _MOST_READ and not response.isclosed()
         cut = connection.end()
-        if cut:
+        if cut or unfinished:
             return outcome(None, "timeout")  # cut off: whatever was parsed is not an answer
         status = response.status
         if 300 <= status < 400:
