@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple, cast
 
+from app.compat.http_client import FinalAnswerConnection
 from app.webhooks.addresses import AddressRefused, Resolver, Target, target
 from app.webhooks.keepalive import Slot
 from app.webhooks.retry_after import seconds_from_now
@@ -81,8 +82,9 @@ class Watchdog:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class _Watched(http.client.HTTPConnection):
-    """HTTP to the checked address, its socket watched by the watchdog during each attempt."""
+class _Watched(FinalAnswerConnection):
+    """HTTP to the checked address, its socket watched by the watchdog during each attempt; its
+    answer the final one, past any 1xx (app/compat/http_client.py)."""
 
     def __init__(self, where: Target, timeout: float, watchdog: Watchdog | None) -> None:
         super().__init__(where.address, where.port, timeout=timeout)

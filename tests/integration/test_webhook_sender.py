@@ -352,3 +352,36 @@ def test_an_answer_whose_body_trickles_past_the_timeout_is_a_timeout_whoever_not
     assert (outcome.status, outcome.error) == (None, "timeout")
     assert not outcome.delivered
     assert took < 5.0  # its 0.5 s timeout, not the trickle's 50 s
+
+
+@pytest.mark.parametrize(
+    "interim",
+    [
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+        b"HTTP/1.1 102 Processing\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+    ],
+)
+def test_interim_1xx_answers_before_the_final_one_are_skipped(interim):
+    """RFC 9110 §15.2: a client must parse one or more 1xx answers before the final one. A
+    receiver (or its proxy) that sends 103 Early Hints, then 204, has the event: delivered, once,
+    not a failed attempt retried ten times."""
+    final = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
+    receiver = RawReceiver(lambda: interim + final)
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == (204, None)
+    assert outcome.delivered
+    assert receiver.requests == 1
+
+
+def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
+    receiver = RawReceiver(lambda: b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert not outcome.delivered
+    assert (outcome.status, outcome.error) == (None, "connection")
