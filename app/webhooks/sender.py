@@ -240,6 +240,10 @@ def _attempt(
         cut = connection.end()
         if cut or unfinished:
             return outcome(None, "timeout")  # cut off: whatever was parsed is not an answer
+        if read < _MOST_READ and response.length:
+            # Closed before its Content-Length's bytes came: cut short, as a chunked answer whose
+            # end never came is (http.client raises for that one), not an answer.
+            return outcome(None, "connection")
         status = response.status
         if 300 <= status < 400:
             return outcome(status, "redirect")

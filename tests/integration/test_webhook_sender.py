@@ -385,3 +385,23 @@ def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
         receiver.stop()
     assert not outcome.delivered
     assert (outcome.status, outcome.error) == (None, "connection")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ],
+    ids=["content-length", "chunked"],
+)
+def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever_its_framing(answer):
+    """The receiver closes after 3 of the 100 bytes its Content-Length promised: cut short, as a
+    chunked body that never ends is, whatever status came first (it is sent again)."""
+    receiver = RawReceiver(lambda: answer)
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == (None, "connection")
+    assert not outcome.delivered
