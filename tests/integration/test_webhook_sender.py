@@ -405,3 +405,15 @@ def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever
         receiver.stop()
     assert (outcome.status, outcome.error) == (None, "connection")
     assert not outcome.delivered
+
+
+@pytest.mark.parametrize(("interim", "expected"), [(8, (204, None)), (9, (103, None))])
+def test_at_most_8_interim_answers_are_skipped(interim, expected):
+    """A receiver sending 1xx answers without end is answered by its own ninth: a failed attempt."""
+    early = b"HTTP/1.1 103 Early Hints\r\n\r\n"
+    receiver = RawReceiver(lambda: early * interim + b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == expected
