@@ -172,6 +172,17 @@ def test_a_non_ascii_path_or_query_is_kept_percent_encoded(client, auth, given, 
     assert patched["url"] == kept + "x"
 
 
+def test_a_non_ascii_host_is_400_saying_to_write_it_in_its_xn_form(client, auth):
+    """The path and query are encoded, the host is not: the message says how to write it."""
+    for url in ("http://bücher.example/hook", "http://例え.jp:9/x"):
+        message = error_of(client.post("/webhooks", json={"url": url}, headers=auth), 400)["details"]["url"][
+            0
+        ]
+        assert "not ASCII" in message
+        assert "xn--" in message
+    assert register(client, auth, url="http://127.0.0.1:9/bücher")["url"] == "http://127.0.0.1:9/b%C3%BCcher"
+
+
 def test_a_url_too_long_once_encoded_is_400_naming_url(client, auth):
     url = "http://127.0.0.1:9/" + "é" * 1000  # 1,019 characters, 6,019 once encoded
     assert (
