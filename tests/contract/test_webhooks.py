@@ -432,3 +432,54 @@ def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):
     error_of(client.post("/webhooks", data="url=x", headers={**auth, "Content-Type": "text/plain"}), 415)
     error_of(client.post("/webhooks", data="{", headers={**auth, "Content-Type": "application/json"}), 400)
     error_of(client.post("/webhooks", json=[HOOK], headers=auth), 400)
+
+
+#: Each change of an endpoint, with the body it needs (None: none).
+CHANGES = [
+    ("patch", "", {"description": "changed"}),
+    ("delete", "", None),
+    ("post", "/rotate", None),
+    ("post", "/replay", {"after": "start"}),
+]
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"If-Match": '"0123456789abcdef"'},
+        {"If-Match": '""'},
+        {"If-Match": 'W/"x", "y"'},
+        {"If-None-Match": "*"},
+    ],
+)
+def test_a_change_whose_precondition_fails_is_412_and_changes_nothing(
+    client, auth, method, suffix, body, condition
+):
+    """Endpoints have no ETag (their answer changes with every delivery): If-Match names none of
+    theirs, and If-None-Match: * fails for one that exists (RFC 9110 §13.1.1-2). A client that
+    guards its change against a lost update is told so, not silently obeyed."""
+    hook = register(client, auth)
+    response = getattr(client, method)(
+        f"/webhooks/{hook['id']}{suffix}", json=body, headers={**auth, **condition}
+    )
+    assert "ETag" in error_of(response, 412)["message"]
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+@pytest.mark.parametrize("condition", [{"If-Match": "*"}, {"If-None-Match": '"0123456789abcdef"'}])
+def test_a_change_whose_precondition_holds_goes_through(client, auth, method, suffix, body, condition):
+    hook = register(client, auth)
+    response = getattr(client, method)(
+        f"/webhooks/{hook['id']}{suffix}", json=body, headers={**auth, **condition}
+    )
+    assert response.status_code in (200, 202, 204)
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+def test_a_conditional_change_of_an_absent_endpoint_is_404(client, auth, method, suffix, body):
+    response = getattr(client, method)(
+        f"/webhooks/wh_0000000000000000{suffix}", json=body, headers={**auth, "If-Match": '"x"'}
+    )
+    error_of(response, 404)
