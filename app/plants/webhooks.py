@@ -70,19 +70,19 @@ def create_webhook() -> Response:
     if not endpoints.add(endpoint, limit):
         raise WebhooksFull(limit)
     state.deliverer.start()
-    response = json_response(record(endpoint), status=201)
+    response = _with_secrets(record(endpoint), status=201)
     response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id)
     return response
 
 
 def list_webhooks() -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return json_response({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
+    return _with_secrets({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
 
 
 def get_webhook(endpoint_id: str) -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return json_response(record(_found(endpoints, endpoint_id)))
+    return _with_secrets(record(_found(endpoints, endpoint_id)))
 
 
 def patch_webhook(endpoint_id: str) -> Response:
@@ -118,7 +118,7 @@ def patch_webhook(endpoint_id: str) -> Response:
     endpoint = _changed(endpoints, endpoint_id, change)
     if endpoint.status == ENABLED:
         state.deliverer.start()
-    return json_response(record(endpoint))
+    return _with_secrets(record(endpoint))
 
 
 def delete_webhook(endpoint_id: str) -> Response:
@@ -148,7 +148,7 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
         rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept))
         return {"config": rotated.config_text()}
 
-    return json_response(record(_changed(endpoints, endpoint_id, change)))
+    return _with_secrets(record(_changed(endpoints, endpoint_id, change)))
 
 
 def list_webhook_attempts(endpoint_id: str) -> Response:
@@ -187,7 +187,15 @@ def replay_webhook(endpoint_id: str) -> Response:
 
     endpoint = _changed(endpoints, endpoint_id, change)
     state.deliverer.start()
-    return json_response(record(endpoint), status=202)
+    return _with_secrets(record(endpoint), status=202)
+
+
+def _with_secrets(body: dict[str, Any], status: int = 200) -> Response:
+    """An answer that holds signing secrets, credentials: never kept by a cache (a browser's
+    included), like a watch ticket's answer."""
+    response = json_response(body, status=status)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def record(endpoint: Endpoint) -> dict[str, Any]:

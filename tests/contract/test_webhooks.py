@@ -483,3 +483,21 @@ def test_a_conditional_change_of_an_absent_endpoint_is_404(client, auth, method,
         f"/webhooks/wh_0000000000000000{suffix}", json=body, headers={**auth, "If-Match": '"x"'}
     )
     error_of(response, 404)
+
+
+def test_every_answer_holding_a_secret_is_never_kept_by_a_cache(client, auth):
+    """The signing secret is a credential, as a watch ticket is: `Cache-Control: no-store`, so
+    that no cache (a browser page's, with CORS on) keeps it on disk."""
+    created = client.post("/webhooks", json={"url": HOOK}, headers=auth)
+    hook = created.json["id"]
+    answers = [
+        created,
+        client.get("/webhooks", headers=auth),
+        client.get(f"/webhooks/{hook}", headers=auth),
+        client.patch(f"/webhooks/{hook}", json={"description": "x"}, headers=auth),
+        client.post(f"/webhooks/{hook}/rotate", headers=auth),
+        client.post(f"/webhooks/{hook}/replay", json={"after": "start"}, headers=auth),
+    ]
+    for response in answers:
+        assert "whsec_" in response.get_data(as_text=True)
+        assert response.headers["Cache-Control"] == "no-store"
