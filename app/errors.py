@@ -16,6 +16,7 @@ from werkzeug.exceptions import (
     HTTPException,
     InternalServerError,
     NotFound,
+    PreconditionFailed,
     ServiceUnavailable,
     TooManyRequests,
     Unauthorized,
@@ -219,6 +220,17 @@ class WebhookHostNotResolvedInTime(ServiceUnavailable):
             f"The host {host} could not be checked yet: {why}. Nothing changed; retry after"
             " Retry-After seconds.",
             retry_after=5 if busy else 2,
+        )
+
+
+class WebhookPreconditionFailed(PreconditionFailed):
+    """An endpoint has no entity-tag: a conditional change holds only with `If-Match: *`."""
+
+    def __init__(self, endpoint_id: str) -> None:
+        super().__init__(
+            f"The webhook endpoint {endpoint_id!r} does not match the request's precondition (If-Match"
+            " or If-None-Match): endpoints have no ETag, so only 'If-Match: *' holds, and"
+            " 'If-None-Match: *' never does for an endpoint that exists. Nothing changed."
         )
 
 

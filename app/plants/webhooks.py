@@ -20,16 +20,18 @@ from app.errors import (
     WebhookChanged,
     WebhookHostNotResolvedInTime,
     WebhookNotFound,
+    WebhookPreconditionFailed,
     WebhookSecretsFull,
     WebhooksFull,
     WebhooksNeedFeed,
 )
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
+from app.http.conditional import write_precondition
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
 from app.http.json_provider import json_response
 from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
-from app.store import EVENT_TYPES
+from app.store import EVENT_TYPES, UNCONDITIONAL
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
 from app.webhooks.lookups import Lookups, NotResolvedInTime
@@ -68,19 +70,19 @@ def create_webhook() -> Response:
     if not endpoints.add(endpoint, limit):
         raise WebhooksFull(limit)
     state.deliverer.start()
-    response = json_response(record(endpoint), status=201)
+    response = _with_secrets(record(endpoint), status=201)
     response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id)
     return response
 
 
 def list_webhooks() -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return json_response({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
+    return _with_secrets({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
 
 
 def get_webhook(endpoint_id: str) -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return json_response(record(_found(endpoints, endpoint_id)))
+    return _with_secrets(record(_found(endpoints, endpoint_id)))
 
 
 def patch_webhook(endpoint_id: str) -> Response:
@@ -92,6 +94,7 @@ def patch_webhook(endpoint_id: str) -> Response:
     if patch is None:
         raise InvalidWebhook("WebhookPatch", problems)
     url = _checked_url(state, patch["url"]) if "url" in patch else None
+    _check_precondition(endpoints, endpoint_id)
 
     def change(endpoint: Endpoint) -> dict[str, str]:
         fields: dict[str, str] = {}
@@ -115,11 +118,12 @@ def patch_webhook(endpoint_id: str) -> Response:
     endpoint = _changed(endpoints, endpoint_id, change)
     if endpoint.status == ENABLED:
         state.deliverer.start()
-    return json_response(record(endpoint))
+    return _with_secrets(record(endpoint))
 
 
 def delete_webhook(endpoint_id: str) -> Response:
     _, endpoints = _endpoints(need_feed=False)
+    _check_precondition(endpoints, endpoint_id)
     if not endpoints.remove(endpoint_id):
         raise WebhookNotFound(endpoint_id)
     return Response(status=204)
@@ -133,6 +137,7 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
     settings = state.settings
     now_ms = time.time_ns() // 1_000_000
     until = now_ms + settings.webhooks_rotation_overlap * 1000
+    _check_precondition(endpoints, endpoint_id)
 
     def change(endpoint: Endpoint) -> dict[str, str]:
         # Every secret rotated out, the current one included, each with when it stops signing.
@@ -143,7 +148,7 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
         rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept))
         return {"config": rotated.config_text()}
 
-    return json_response(record(_changed(endpoints, endpoint_id, change)))
+    return _with_secrets(record(_changed(endpoints, endpoint_id, change)))
 
 
 def list_webhook_attempts(endpoint_id: str) -> Response:
@@ -175,12 +180,22 @@ def replay_webhook(endpoint_id: str) -> Response:
                 },
             ) from None
 
+    _check_precondition(endpoints, endpoint_id)
+
     def change(endpoint: Endpoint) -> dict[str, str]:
         return {**delivery_fields(position, 0, 0), "epoch": str(endpoint.epoch + 1)}
 
     endpoint = _changed(endpoints, endpoint_id, change)
     state.deliverer.start()
-    return json_response(record(endpoint), status=202)
+    return _with_secrets(record(endpoint), status=202)
+
+
+def _with_secrets(body: dict[str, Any], status: int = 200) -> Response:
+    """An answer that holds signing secrets, credentials: never kept by a cache (a browser's
+    included), like a watch ticket's answer."""
+    response = json_response(body, status=status)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def record(endpoint: Endpoint) -> dict[str, Any]:
@@ -211,6 +226,23 @@ def _found(endpoints: EndpointStore, endpoint_id: str) -> Endpoint:
     if endpoint is None:
         raise WebhookNotFound(endpoint_id)
     return endpoint
+
+
+#: An endpoint's current entity-tag: none. Its answer changes with every delivery (`status`,
+#: `next_attempt`) without a change through the API, so no tag would stay true of it. No tag a
+#: client sends can equal this one (an opaque tag holds no space): only `If-Match: *` holds.
+_NO_ENTITY_TAG = " "
+
+
+def _check_precondition(endpoints: EndpointStore, endpoint_id: str) -> None:
+    """RFC 9110 §13.1.1-2 for a resource without an entity-tag: 412 for an If-Match other than `*`
+    and for `If-None-Match: *`, once the endpoint is found (404 first, whatever the precondition)."""
+    precondition = write_precondition(request, required=False)
+    if precondition == UNCONDITIONAL:
+        return
+    _found(endpoints, endpoint_id)
+    if not precondition.allows(_NO_ENTITY_TAG):
+        raise WebhookPreconditionFailed(endpoint_id)
 
 
 def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple, cast
 
+from app.compat.http_client import FinalAnswerConnection
 from app.webhooks.addresses import AddressRefused, Resolver, Target, target
 from app.webhooks.keepalive import Slot
 from app.webhooks.retry_after import seconds_from_now
@@ -81,8 +82,9 @@ class Watchdog:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class _Watched(http.client.HTTPConnection):
-    """HTTP to the checked address, its socket watched by the watchdog during each attempt."""
+class _Watched(FinalAnswerConnection):
+    """HTTP to the checked address, its socket watched by the watchdog during each attempt; its
+    answer the final one, past any 1xx (app/compat/http_client.py)."""
 
     def __init__(self, where: Target, timeout: float, watchdog: Watchdog | None) -> None:
         super().__init__(where.address, where.port, timeout=timeout)
@@ -232,9 +234,16 @@ def _attempt(
             read += len(chunk)
         if response.length == 0:
             response.read()  # nothing left: read1 does not close an answer of no bytes, read does
+        # The loop stops at the deadline too: an answer not read to its end (or to the limit) by
+        # then is cut off, as the watchdog would have cut it a poll later.
+        unfinished = read < _MOST_READ and not response.isclosed()
         cut = connection.end()
-        if cut:
+        if cut or unfinished:
             return outcome(None, "timeout")  # cut off: whatever was parsed is not an answer
+        if read < _MOST_READ and response.length:
+            # Closed before its Content-Length's bytes came: cut short, as a chunked answer whose
+            # end never came is (http.client raises for that one), not an answer.
+            return outcome(None, "connection")
         status = response.status
         if 300 <= status < 400:
             return outcome(status, "redirect")

@@ -37,6 +37,11 @@ def check_url(url: object) -> None:
         raise UrlRefused("Must not hold credentials: receivers authenticate the service by its signature.")
     if port == 0:
         raise UrlRefused(_port_problem())
+    if not (parts.hostname or "").isascii():
+        raise UrlRefused(
+            f"The host {parts.hostname} is not ASCII: write an internationalized name in its"
+            " xn-- (Punycode) form, as DNS knows it."
+        )
     if not URL_PATTERN.fullmatch(url):
         raise UrlRefused(_syntax_problem())
     if not is_dns_name(parts.hostname or ""):

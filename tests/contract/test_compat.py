@@ -3,9 +3,12 @@ the library's public path and answers exactly as before."""
 
 from __future__ import annotations
 
+import http.client
+
 import pytest
 from marshmallow import Schema
 
+import app.compat.http_client
 import app.compat.marshmallow
 
 
@@ -52,3 +55,40 @@ def test_records_answer_the_same_on_marshmallows_own_path(make_app, auth, monkey
     monkeypatch.setattr(app.compat.marshmallow, "FLAT", False)
     assert answers(make_app().test_client(), auth) == flat
     assert [status for _, _, status, _ in flat] == [200, 200, 400, 400, 400, 200, 400, 200, 400, 200, 200]
+
+
+def test_the_http_client_check_accepts_the_installed_library():
+    assert app.compat.http_client.http_client_fits()
+    assert app.compat.http_client.FinalAnswerConnection.response_class is app.compat.http_client.FinalResponse
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "changed"),
+    [
+        (http.client.HTTPResponse, "begin", lambda self, strict: None),
+        (http.client.HTTPResponse, "begin", lambda self: None),
+        (http.client.HTTPConnection, "response_class", http.client.HTTPResponse.__base__),
+    ],
+)
+def test_the_http_client_check_sees_a_changed_library(monkeypatch, owner, name, changed):
+    monkeypatch.setattr(owner, name, changed)
+    assert not app.compat.http_client.http_client_fits()
+
+
+def test_on_http_clients_own_response_a_1xx_is_a_failed_attempt_and_a_2xx_delivered(monkeypatch):
+    """The fallback: the plain HTTPResponse takes a 103 for the answer (retried on the schedule)."""
+    from app.webhooks.sender import send
+    from tests.receiver import RawReceiver
+
+    monkeypatch.setattr(
+        app.compat.http_client.FinalAnswerConnection, "response_class", http.client.HTTPResponse
+    )
+    final = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
+    outcomes = []
+    for answer in (b"HTTP/1.1 103 Early Hints\r\n\r\n" + final, final):
+        receiver = RawReceiver(lambda answer=answer: answer)
+        try:
+            outcomes.append(send(receiver.url, b"{}", {}, timeout=5.0, allowed=("127.0.0.1",)))
+        finally:
+            receiver.stop()
+    assert [(outcome.status, outcome.delivered) for outcome in outcomes] == [(103, False), (204, True)]

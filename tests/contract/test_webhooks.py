@@ -172,6 +172,17 @@ def test_a_non_ascii_path_or_query_is_kept_percent_encoded(client, auth, given, 
     assert patched["url"] == kept + "x"
 
 
+def test_a_non_ascii_host_is_400_saying_to_write_it_in_its_xn_form(client, auth):
+    """The path and query are encoded, the host is not: the message says how to write it."""
+    for url in ("http://bücher.example/hook", "http://例え.jp:9/x"):
+        message = error_of(client.post("/webhooks", json={"url": url}, headers=auth), 400)["details"]["url"][
+            0
+        ]
+        assert "not ASCII" in message
+        assert "xn--" in message
+    assert register(client, auth, url="http://127.0.0.1:9/bücher")["url"] == "http://127.0.0.1:9/b%C3%BCcher"
+
+
 def test_a_url_too_long_once_encoded_is_400_naming_url(client, auth):
     url = "http://127.0.0.1:9/" + "é" * 1000  # 1,019 characters, 6,019 once encoded
     assert (
@@ -421,3 +432,72 @@ def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):
     error_of(client.post("/webhooks", data="url=x", headers={**auth, "Content-Type": "text/plain"}), 415)
     error_of(client.post("/webhooks", data="{", headers={**auth, "Content-Type": "application/json"}), 400)
     error_of(client.post("/webhooks", json=[HOOK], headers=auth), 400)
+
+
+#: Each change of an endpoint, with the body it needs (None: none).
+CHANGES = [
+    ("patch", "", {"description": "changed"}),
+    ("delete", "", None),
+    ("post", "/rotate", None),
+    ("post", "/replay", {"after": "start"}),
+]
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"If-Match": '"0123456789abcdef"'},
+        {"If-Match": '""'},
+        {"If-Match": 'W/"x", "y"'},
+        {"If-None-Match": "*"},
+    ],
+)
+def test_a_change_whose_precondition_fails_is_412_and_changes_nothing(
+    client, auth, method, suffix, body, condition
+):
+    """Endpoints have no ETag (their answer changes with every delivery): If-Match names none of
+    theirs, and If-None-Match: * fails for one that exists (RFC 9110 §13.1.1-2). A client that
+    guards its change against a lost update is told so, not silently obeyed."""
+    hook = register(client, auth)
+    response = getattr(client, method)(
+        f"/webhooks/{hook['id']}{suffix}", json=body, headers={**auth, **condition}
+    )
+    assert "ETag" in error_of(response, 412)["message"]
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+@pytest.mark.parametrize("condition", [{"If-Match": "*"}, {"If-None-Match": '"0123456789abcdef"'}])
+def test_a_change_whose_precondition_holds_goes_through(client, auth, method, suffix, body, condition):
+    hook = register(client, auth)
+    response = getattr(client, method)(
+        f"/webhooks/{hook['id']}{suffix}", json=body, headers={**auth, **condition}
+    )
+    assert response.status_code in (200, 202, 204)
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), CHANGES)
+def test_a_conditional_change_of_an_absent_endpoint_is_404(client, auth, method, suffix, body):
+    response = getattr(client, method)(
+        f"/webhooks/wh_0000000000000000{suffix}", json=body, headers={**auth, "If-Match": '"x"'}
+    )
+    error_of(response, 404)
+
+
+def test_every_answer_holding_a_secret_is_never_kept_by_a_cache(client, auth):
+    """The signing secret is a credential, as a watch ticket is: `Cache-Control: no-store`, so
+    that no cache (a browser page's, with CORS on) keeps it on disk."""
+    created = client.post("/webhooks", json={"url": HOOK}, headers=auth)
+    hook = created.json["id"]
+    answers = [
+        created,
+        client.get("/webhooks", headers=auth),
+        client.get(f"/webhooks/{hook}", headers=auth),
+        client.patch(f"/webhooks/{hook}", json={"description": "x"}, headers=auth),
+        client.post(f"/webhooks/{hook}/rotate", headers=auth),
+        client.post(f"/webhooks/{hook}/replay", json={"after": "start"}, headers=auth),
+    ]
+    for response in answers:
+        assert "whsec_" in response.get_data(as_text=True)
+        assert response.headers["Cache-Control"] == "no-store"

@@ -277,25 +277,42 @@ def test_a_kept_connection_that_fails_after_the_request_was_written_is_a_failed_
     assert (receiver.connections, receiver.requests) == (2, 3)
 
 
-def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
-    """The second answer on the connection comes a byte at a time: the watchdog (the deliverer
-    calls `expire` at every look) ends the attempt at its timeout."""
-    answers = iter([b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"])
+def trickling(
+    head: bytes, trickled: bytes, *, before: tuple[bytes, ...] = ()
+) -> tuple[str, threading.Event, socket.socket]:
+    """A receiver on one connection: each request answered with `before`'s answers in turn, then
+    the next with `head` at once and `trickled` a byte every 0.05 s, until stopped. Its URL, its
+    stop and its listener (to close)."""
     listener = socket.create_server(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
     stop = threading.Event()
 
     def serve() -> None:
         connection, _ = listener.accept()
         with connection:
-            RawReceiver._read_request(connection)
-            connection.sendall(next(answers))
-            RawReceiver._read_request(connection)
-            for byte in b"HTTP/1.1 204 No Content\r\nX-Slow: " + b"a" * 1000:
+            for answer in (*before, head):
+                RawReceiver._read_request(connection)
+                connection.sendall(answer)
+            for byte in trickled:
                 if stop.is_set():
                     return
-                connection.sendall(bytes([byte]))
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
                 time.sleep(0.05)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}/hook", stop, listener
+
+
+def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
+    """The second answer on the connection comes a byte at a time: the watchdog (the deliverer
+    calls `expire` at every look) ends the attempt at its timeout."""
+    url, stop, listener = trickling(
+        b"",
+        b"HTTP/1.1 204 No Content\r\nX-Slow: " + b"a" * 1000,
+        before=(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",),
+    )
 
     def expire() -> None:
         while not stop.is_set():
@@ -303,7 +320,6 @@ def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
             time.sleep(0.05)
 
     watchdog, slot = Watchdog(), Slot()
-    threading.Thread(target=serve, daemon=True).start()
     threading.Thread(target=expire, daemon=True).start()
     try:
         first = attempt(url, slot, timeout=1.0, watchdog=watchdog)
@@ -318,3 +334,86 @@ def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
     assert second.error == "timeout"
     assert took < 5.0  # its 1 s timeout, not the trickle's 50 s
     assert slot.connection is None
+
+
+def test_an_answer_whose_body_trickles_past_the_timeout_is_a_timeout_whoever_notices():
+    """The status line and headers come at once, then the body a byte at a time, never all of it
+    by the timeout. The attempt is a `timeout` (and the event is sent again), whether the
+    watchdog cuts the socket or the reading loop sees the deadline first: not a 200 delivered
+    or a timeout by the luck of the watchdog's poll. Without a watchdog, only the loop sees it."""
+    url, stop, listener = trickling(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x" * 1000)
+    try:
+        started = time.monotonic()
+        outcome = send(url, b"{}", dict(HEADERS), timeout=0.5, allowed=("127.0.0.1",))
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+    assert (outcome.status, outcome.error) == (None, "timeout")
+    assert not outcome.delivered
+    assert took < 5.0  # its 0.5 s timeout, not the trickle's 50 s
+
+
+@pytest.mark.parametrize(
+    "interim",
+    [
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+        b"HTTP/1.1 102 Processing\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+    ],
+)
+def test_interim_1xx_answers_before_the_final_one_are_skipped(interim):
+    """RFC 9110 §15.2: a client must parse one or more 1xx answers before the final one. A
+    receiver (or its proxy) that sends 103 Early Hints, then 204, has the event: delivered, once,
+    not a failed attempt retried ten times."""
+    final = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
+    receiver = RawReceiver(lambda: interim + final)
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == (204, None)
+    assert outcome.delivered
+    assert receiver.requests == 1
+
+
+def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
+    receiver = RawReceiver(lambda: b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert not outcome.delivered
+    assert (outcome.status, outcome.error) == (None, "connection")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ],
+    ids=["content-length", "chunked"],
+)
+def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever_its_framing(answer):
+    """The receiver closes after 3 of the 100 bytes its Content-Length promised: cut short, as a
+    chunked body that never ends is, whatever status came first (it is sent again)."""
+    receiver = RawReceiver(lambda: answer)
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == (None, "connection")
+    assert not outcome.delivered
+
+
+@pytest.mark.parametrize(("interim", "expected"), [(8, (204, None)), (9, (103, None))])
+def test_at_most_8_interim_answers_are_skipped(interim, expected):
+    """A receiver sending 1xx answers without end is answered by its own ninth: a failed attempt."""
+    early = b"HTTP/1.1 103 Early Hints\r\n\r\n"
+    receiver = RawReceiver(lambda: early * interim + b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == expected
