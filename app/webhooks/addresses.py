@@ -4,7 +4,8 @@ A URL's host must resolve only to globally reachable addresses (reachable.py: th
 looking inside the IPv6 forms that wrap an IPv4 address), never to a loopback, private, shared,
 link-local or cloud metadata one, unless PLANTS_WEBHOOKS_ALLOW_HOSTS allows it. A name there
 allows that name; an address or CIDR allows a URL whose host is such an address, written as one.
-Link-local and unspecified addresses, wrapped or not, are refused whatever it says. Each delivery
+Link-local and unspecified addresses, wrapped or not, are refused whatever it says; a cloud
+metadata address outside link-local only when it names that address itself. Each delivery
 resolves and checks again, and connects to the address it checked, so a name cannot change
 between the check and the connection.
 """
@@ -17,7 +18,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from app.webhooks.reachable import IPAddress, block_of, globally_reachable, never_allowed, unwrapped
+from app.webhooks.reachable import (
+    IPAddress,
+    block_of,
+    globally_reachable,
+    metadata_inside,
+    never_allowed,
+    unwrapped,
+)
 from app.webhooks.urls import encoded
 
 
@@ -86,6 +94,13 @@ def target(url: str, allowed: Iterable[str], resolve: Resolver = socket.getaddri
                 " address, and webhooks are sent only to those (PLANTS_WEBHOOKS_ALLOW_HOSTS lists the"
                 " hosts allowed anyway)."
             )
+        metadata = metadata_inside(address)
+        if metadata is not None and not _names_exactly(allow, metadata):
+            raise AddressRefused(
+                f"The host {host} resolves to {address}, {_named(address)}: a cloud metadata"
+                f" service's address, sent to only when PLANTS_WEBHOOKS_ALLOW_HOSTS names {metadata}"
+                " itself (a network holding it is not enough)."
+            )
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -103,6 +118,19 @@ def _named(address: IPAddress) -> str:
     for each in inner:
         named += f", holding {each} in {block_of(each).name}"
     return named
+
+
+def _names_exactly(allow: set[str], address: IPAddress) -> bool:
+    """Whether an entry of PLANTS_WEBHOOKS_ALLOW_HOSTS is `address` alone (as an address or a
+    network of one)."""
+    for entry in allow:
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            continue
+        if network.num_addresses == 1 and network.network_address == address:
+            return True
+    return False
 
 
 def _allows(allow: set[str], host: str, literal: IPAddress | None) -> bool:

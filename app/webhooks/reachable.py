@@ -152,3 +152,16 @@ def globally_reachable(address: IPAddress) -> bool:
 def never_allowed(address: IPAddress) -> bool:
     """Link-local or unspecified, itself or inside: refused whatever PLANTS_WEBHOOKS_ALLOW_HOSTS says."""
     return any(each.is_link_local or each.is_unspecified for each in unwrapped(address))
+
+
+#: Cloud metadata services outside link-local: Alibaba Cloud's (shared space), Oracle Cloud's
+#: (192.0.0.0/24) and AWS's IPv6 one (unique-local). A network in PLANTS_WEBHOOKS_ALLOW_HOSTS
+#: opened for other reasons (a carrier NAT, a VPN, a ULA) must not open them with it.
+METADATA = frozenset(
+    ipaddress.ip_address(each) for each in ("100.100.100.200", "192.0.0.192", "fd00:ec2::254")
+)
+
+
+def metadata_inside(address: IPAddress) -> IPAddress | None:
+    """The cloud metadata address `address` is or wraps, if any."""
+    return next((each for each in unwrapped(address) if each in METADATA), None)

@@ -5,6 +5,7 @@ check a registration and every delivery make (app/webhooks/addresses.py)."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import pytest
 
@@ -175,8 +176,10 @@ def test_python_is_global_is_a_second_opinion_the_table_overrules_only_to_refuse
     [
         ("http://127.0.0.1:9/x", ("127.0.0.1",)),
         ("http://10.1.2.3/x", ("10.0.0.0/8",)),
-        ("http://100.100.100.200/x", ("100.64.0.0/10",)),
+        ("http://100.64.0.1/x", ("100.64.0.0/10",)),
         ("http://[fd00::1]/x", ("fd00::/8",)),
+        ("http://100.100.100.200/x", ("100.100.100.200",)),
+        ("http://[fd00:ec2::254]/x", ("fd00:ec2::254/128",)),
     ],
 )
 def test_the_allowance_allows_what_it_names(url, allowed):
@@ -267,3 +270,21 @@ def test_a_host_that_does_not_resolve_is_refused_as_such(resolve):
     with pytest.raises(AddressRefused, match="does not resolve") as refused:
         target("https://hooks.example/x", (), resolve)
     assert refused.value.reason == "name_not_resolved"
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://100.100.100.200/latest/meta-data/", ("100.64.0.0/10",)),  # Alibaba Cloud's
+        ("http://192.0.0.192/opc/v2/instance/", ("192.0.0.0/24",)),  # Oracle Cloud's
+        ("http://[fd00:ec2::254]/latest/meta-data/", ("fd00::/8",)),  # AWS's over IPv6
+        ("http://[::ffff:100.100.100.200]/", ("::ffff:0:0/96",)),
+        ("http://metadata.internal/", ("metadata.internal",)),  # an allowed name resolving to one
+    ],
+)
+def test_a_network_allowed_for_other_hosts_does_not_open_a_cloud_metadata_address(url, allowed):
+    def resolve(host, port, **_):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("100.100.100.200", port))]
+
+    with pytest.raises(AddressRefused, match="cloud metadata"):
+        target(url, allowed, resolve)
