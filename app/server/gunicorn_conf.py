@@ -167,12 +167,13 @@ def on_starting(server: Any) -> None:
     asked = tracing.requested()
     if asked and not tracing.available():
         raise SystemExit(f"Plant Store: configuration error: {tracing.MISSING_EXTRA.format(asked)}")
-    from app.server.settings_check import checked_settings, summary
+    from app.server.settings_check import accept_checked, checked_settings, summary
 
     try:
         settings, url = checked_settings()
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
+    accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "

@@ -11,7 +11,11 @@ import os
 from collections.abc import Mapping
 
 from app.settings import DEFAULTS, ConfigurationError, Settings, from_environ, load_settings
+from app.settings.tokens import accept_files, files_read
 from app.store import StoreUnavailableError, StoreUrl, store_for
+
+#: The `_FILE` settings' files the last check read (path: content), for `accept_checked`.
+_last_read: dict[str, str] = {}
 
 
 def checked_settings(environ: Mapping[str, str] = os.environ) -> tuple[Settings, StoreUrl]:
@@ -20,8 +24,23 @@ def checked_settings(environ: Mapping[str, str] = os.environ) -> tuple[Settings,
     Raises ConfigurationError, naming the environment variable, for a bad setting or a store of
     the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as `redis+cluster://`). A
     store that does not answer is no error: the service starts while Redis is down, and /readyz
-    says so.
+    says so. The files the `_FILE` settings name are read from disk; `accept_checked` makes
+    what was read the workers' own.
     """
+    with files_read() as read:
+        settings, url = _checked(environ)
+    _last_read.clear()
+    _last_read.update(read)
+    return settings, url
+
+
+def accept_checked() -> None:
+    """The workers forked from now on read the files as the last check read them, however the
+    files change until the next accepted check (app/settings/tokens.py says why)."""
+    accept_files(_last_read)
+
+
+def _checked(environ: Mapping[str, str]) -> tuple[Settings, StoreUrl]:
     try:
         settings = load_settings({**DEFAULTS, **from_environ(environ)})
         url, store = store_for(settings)

@@ -215,6 +215,35 @@ def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_sett
     assert TOKEN not in server.output()
 
 
+@pytest.mark.parametrize(
+    "content",
+    ["", f"# rotated on Monday\n{TOKEN}\n", f"{TOKEN}\nadded-without-a-reload\n"],
+    ids=["emptied", "a line the parser refuses", "a token added"],
+)
+def test_a_worker_that_replaces_a_dead_one_reads_the_files_the_master_accepted(tmp_path, content):
+    """A worker killed (the OOM killer's SIGKILL, a timeout) is replaced with the token file as
+    the master last accepted it: a file changed since, and not reloaded, neither stops the
+    service (a worker that failed to boot stopped gunicorn's master) nor changes its tokens."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    server = SocketActivated(gunicorn_command(), tokens_file_env(tokens), cwd=tmp_path)
+    try:
+        create_plants(server, 1)
+        tokens.write_text(content)
+        (worker,) = worker_pids(server.process.pid)
+        os.kill(int(worker), signal.SIGKILL)
+        wait_for(server, "Booting worker", 2)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 2, "name": "Fern"}, AUTH)
+        assert status == 200, server.output()[-3000:]
+        added = {**AUTH, "Authorization": "Bearer added-without-a-reload"}
+        status, _, body = call(server.connection(), "GET", "/plants/2", headers=added)
+        assert status == 401, body
+        assert server.process.poll() is None
+        assert "Traceback" not in server.output()
+    finally:
+        server.stop()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 def test_a_snapshot_that_does_not_fit_refuses_the_reload_and_loses_nothing(tmp_path):
     with small_tmpfs(tmp_path / "tmp", "1m") as small:
