@@ -76,12 +76,24 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             {**OK, "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0?socket_timeout=600"},
             "the timeouts are PLANTS_STORE_CONNECT_TIMEOUT and PLANTS_STORE_TIMEOUT",
         ),
+        # Both were tracebacks: gunicorn's import of the class, each worker's first count.
+        ({**OK, "GUNICORN_WORKER_CLASS": "nosuch.Worker"}, "GUNICORN_WORKER_CLASS names no worker class"),
+        (
+            {
+                **OK,
+                "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0",
+                "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m",
+            },
+            "PROMETHEUS_MULTIPROC_DIR names '/nonexistent/m'",
+        ),
+        ({**OK, "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m"}, "PROMETHEUS_MULTIPROC_DIR names"),
         ({"PLANTS_API_TOKENS": "t" * 8200}, "tokens may have at most 4096 characters"),
         ({"PLANTS_API_TOKENS": "not a token"}, "not a valid bearer token"),
     ],
     ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port", "url-file",
          "cluster-port", "cluster-path", "replicas-on-memory", "query-password", "query-unknown",
-         "query-timeout", "token-too-long", "token-syntax"],
+         "query-timeout", "worker-class", "metrics-directory-redis", "metrics-directory-memory",
+         "token-too-long", "token-syntax"],
 )  # fmt: skip
 def test_a_bad_setting_is_one_line_naming_it(env, names):
     (line,) = refused_start(env)
