@@ -129,6 +129,12 @@ def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], d
     if not entries and values.get(f"{key}_FILE"):
         key = f"{key}_FILE"
         entries = tuple(line.strip() for line in read_secret_file(key, values[key]).splitlines())
+        if not any(entries):
+            # Named, yet empty: a file caught mid-rewrite, whose tokens would all stop working
+            # (the read-only ones, or every static one beside JWTs, with no other error).
+            raise ConfigurationError(
+                key, "names a file with no token in it: write one token a line, or unset it"
+            )
     pairs = [entry.partition("@")[::2] for entry in entries if entry]
     limits = {}
     for number, (token, limit) in enumerate(pairs, start=1):

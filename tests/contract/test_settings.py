@@ -191,6 +191,16 @@ def test_read_tokens_are_checked_like_full_ones():
         create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS_FILE": "/nonexistent/readers"})
 
 
+@pytest.mark.parametrize("key", ["PLANTS_API_TOKENS_FILE", "PLANTS_READ_TOKENS_FILE"])
+def test_a_named_token_file_without_a_token_is_refused(tmp_path, key):
+    # An emptied file (one caught mid-rewrite) took every read-only token away without an error,
+    # and a reload let it through: PLANTS_READ_TOKENS is never required.
+    path = tmp_path / "tokens"
+    path.write_text("\r\n  \n")
+    with pytest.raises(ConfigurationError, match=f"^{key} names a file with no token in it"):
+        create_app({"PLANTS_API_TOKENS": "writer", key: str(path)} if "READ" in key else {key: str(path)})
+
+
 def test_the_store_url_comes_from_its_file_when_the_url_is_unset(tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError, match=r"^PLANTS_STORE_URL_FILE names a file that cannot be read"):
         create_app({"PLANTS_API_TOKENS": "t", "PLANTS_STORE_URL_FILE": str(tmp_path / "missing")})
