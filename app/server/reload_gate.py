@@ -18,7 +18,7 @@ import signal
 from typing import Any
 
 from app.server import handoff
-from app.server.settings_check import accept_checked, checked_settings
+from app.server.settings_check import AT_RELOAD, accept_checked, checked_settings
 from app.settings import ConfigurationError
 
 #: Set from the moment a reload is let through until its handoff is done (`finished`).
@@ -29,7 +29,7 @@ REFUSED = "Plant Store: reload refused, the running worker serves on with its se
 def refusal() -> str | None:
     """Why the reload asked for now must not go on; None when it may."""
     try:
-        checked_settings()
+        checked_settings(refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
     return handoff.ask_to_prepare()

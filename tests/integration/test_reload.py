@@ -155,6 +155,32 @@ def test_a_reload_on_redis_keeps_gunicorns_overlap_and_fails_nothing(tmp_path):
         redis.stop()
 
 
+def test_a_reload_to_a_password_the_store_refuses_is_refused_and_the_workers_serve_on(tmp_path):
+    """New workers would reach Redis with a password it refuses and answer only 503: the reload is
+    refused, as a bad setting is, and the running workers serve on with the password they have."""
+    redis = RedisServer(tmp_path)
+    redis.command("CONFIG", "SET", "requirepass", "the-pw")
+    url = tmp_path / "store-url"
+    url.write_text(redis.url.replace("redis://", "redis://:the-pw@"))
+    env = service_env(PLANTS_STORE_URL_FILE=str(url), WEB_CONCURRENCY="2")
+    server = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    try:
+        plants = create_plants(server, 5)
+        workers = worker_pids(server.process.pid)
+        url.write_text(redis.url.replace("redis://", "redis://:n0t-the-pw@"))
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(server, "reload refused")
+        time.sleep(1.0)  # time enough for a reload that wrongly went on to replace the workers
+        assert worker_pids(server.process.pid) == workers
+        assert_all_readable(server, plants)
+        (line,) = [line for line in server.output().splitlines() if "reload refused" in line]
+        assert "PLANTS_STORE_URL_FILE names a store that refuses its user or password" in line
+        assert "n0t-the-pw" not in server.output()
+    finally:
+        server.stop()
+        redis.stop()
+
+
 def create_plants(server: SocketActivated, count: int) -> list[int]:
     conn = server.connection()
     for plant_id in range(1, count + 1):
