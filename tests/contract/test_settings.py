@@ -110,7 +110,15 @@ def test_non_integer_setting_in_environment_is_refused(monkeypatch, key, value):
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("PLANTS_MAX_PLANTS", -1), ("MAX_CONTENT_LENGTH", 0), ("PLANTS_TRUSTED_PROXIES", True)]
+    ("key", "value"),
+    [
+        ("PLANTS_MAX_PLANTS", -1),
+        ("MAX_CONTENT_LENGTH", 0),
+        ("PLANTS_TRUSTED_PROXIES", True),
+        # Past a signed 64-bit integer: Redis refused every write's trim of the feed with it.
+        ("PLANTS_EVENTS_RETAIN", 2**63),
+        ("PLANTS_MAX_PLANTS", 10**23),
+    ],
 )
 def test_out_of_range_setting_is_refused(key, value):
     with pytest.raises(ConfigurationError, match=key):
