@@ -41,7 +41,10 @@ class StoreUrl:
             parts = urlsplit(url)
             port = parts.port  # ValueError when it is not a number in range
         except ValueError:
-            raise ValueError("is not a valid URL (check the port)") from None
+            raise ValueError(
+                "is not a valid URL (check the port; a password holding / ? # or @ must be "
+                "percent-encoded: %2F %3F %23 %40)"
+            ) from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"

@@ -52,6 +52,11 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             {**OK, "PLANTS_STORE_URL": "redis://user:s3cret-pw@host:port/0"},
             "PLANTS_STORE_URL is not a valid URL",
         ),
+        # A generated password's "/" ends the host part: the port read is the password's start.
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://:s3cret-pw/x@127.0.0.1:6379/0"},
+            "a password holding / ? # or @ must be percent-encoded",
+        ),
         ({**OK, "PLANTS_STORE_URL_FILE": "/nonexistent/url"}, "PLANTS_STORE_URL_FILE"),
         (
             {**OK, "PLANTS_STORE_URL": "redis+cluster://user:s3cret-pw@10.0.0.1:7000,10.0.0.2"},
@@ -90,7 +95,8 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
         ({"PLANTS_API_TOKENS": "t" * 8200}, "tokens may have at most 4096 characters"),
         ({"PLANTS_API_TOKENS": "not a token"}, "not a valid bearer token"),
     ],
-    ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port", "url-file",
+    ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port",
+         "password-with-slash", "url-file",
          "cluster-port", "cluster-path", "replicas-on-memory", "query-password", "query-unknown",
          "query-timeout", "worker-class", "metrics-directory-redis", "metrics-directory-memory",
          "token-too-long", "token-syntax"],
