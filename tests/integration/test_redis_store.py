@@ -248,6 +248,10 @@ def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as
         assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
         full = client.post("/plants", json={"id": 3, "name": "Fern"}, headers=auth)
         assert (full.status_code, full.json["error"]) == (507, 507)
+        changed = client.patch("/plants/1", json={"name": "Fir"}, headers=auth)
+        assert (changed.status_code, changed.json["error"]) == (507, 507)
+        assert "this change" in changed.json["message"]
+        assert client.get("/plants/1", headers=auth).json == {"name": "Fern"}
         assert client.delete("/plants/2", headers=auth).status_code == 204
         assert client.get("/plants/1", headers={"Authorization": "Bearer wrong"}).status_code == 401
         redis.command("CONFIG", "SET", "maxmemory", "0")
