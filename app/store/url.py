@@ -92,6 +92,8 @@ def _check_query(scheme: str, query: str) -> None:
                 f"takes no {name} in its query: write it before the host, as in "
                 f"{scheme}://user:password@host:port/db, where the log hides the password"
             )
+        if name == "db" and name not in allowed:
+            raise ValueError(f"names its database in the path, not the query: {scheme}://host:port/0")
         if name not in allowed:
             takes = ", ".join(sorted(allowed)) or "none"
             raise ValueError(
