@@ -115,7 +115,7 @@ class InsufficientStorage(HTTPException):
     """507: the store is at capacity (Werkzeug has no class for this status)."""
 
     code = 507
-    description = "The store is full and cannot take a new plant."
+    description = "The store is full: it cannot take a new plant, or (at Redis's maxmemory) this change."
 
 
 class InvalidChange(InvalidFields):

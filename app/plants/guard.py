@@ -22,7 +22,7 @@ from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
-from app.store import StoreUnavailableError
+from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,11 @@ def guard() -> Response | None:
             return error_response(exc)
         except StoreUnavailableError as exc:
             return error_response(state.store_unavailable(exc))
+        except StoreFullError:
+            # Redis is at its maxmemory: no counter can be written, though Redis answers. The
+            # request goes on uncounted, so that reads, deletes (which make room) and a refused
+            # token's 401 still answer, rather than a 503 for every request.
+            log.warning("Rate limits: Redis is full (maxmemory), so this request was not counted")
     if problem is None:
         assert caller is not None
         problem = (

@@ -80,6 +80,23 @@ workers = _setting("WEB_CONCURRENCY")
 # The packaged worker (app/server/worker/): httptools frames every request, and no slow client
 # holds a thread. GUNICORN_WORKER_CLASS=gthread runs gunicorn's stock threaded worker instead.
 worker_class = _setting("GUNICORN_WORKER_CLASS")
+
+
+def _check_worker_class(name: str) -> None:
+    """A worker class gunicorn cannot load is one line: gunicorn's own error (as it loads the
+    class next, in the master) carries the import's traceback."""
+    from gunicorn.util import load_class
+
+    try:
+        load_class(name)
+    except Exception:
+        raise SystemExit(
+            f"Plant Store: configuration error: GUNICORN_WORKER_CLASS names no worker class gunicorn "
+            f"can load ({name!r}): use app.server.worker.PlantsWorker (the default) or gthread"
+        ) from None
+
+
+_check_worker_class(worker_class)
 threads = _setting("GUNICORN_THREADS", _default_threads())
 # A stalled read from a client gives up after this many seconds (see app/server/worker/). Not a
 # gunicorn setting, and so not a name gunicorn reads here (it drops names it does not know, in
@@ -142,6 +159,12 @@ def _prepare_metrics_directory(server: Any) -> None:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory and not _shared_or_unknown():
         return
+    if directory and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+        # Else the memory store's check below, or each worker's first count, was a traceback.
+        raise SystemExit(
+            f"Plant Store: configuration error: PROMETHEUS_MULTIPROC_DIR names {directory!r}, which "
+            "is not a directory the service can write in: make it, or unset it (one is then made)"
+        )
     if directory:
         for stale in Path(directory).glob("*.db"):
             stale.unlink()
@@ -167,12 +190,13 @@ def on_starting(server: Any) -> None:
     asked = tracing.requested()
     if asked and not tracing.available():
         raise SystemExit(f"Plant Store: configuration error: {tracing.MISSING_EXTRA.format(asked)}")
-    from app.server.settings_check import checked_settings, summary
+    from app.server.settings_check import accept_checked, checked_settings, summary
 
     try:
         settings, url = checked_settings()
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
+    accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "

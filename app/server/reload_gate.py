@@ -18,7 +18,7 @@ import signal
 from typing import Any
 
 from app.server import handoff
-from app.server.settings_check import checked_settings
+from app.server.settings_check import AT_RELOAD, accept_checked, checked_settings
 from app.settings import ConfigurationError
 
 #: Set from the moment a reload is let through until its handoff is done (`finished`).
@@ -29,7 +29,7 @@ REFUSED = "Plant Store: reload refused, the running worker serves on with its se
 def refusal() -> str | None:
     """Why the reload asked for now must not go on; None when it may."""
     try:
-        checked_settings()
+        checked_settings(refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
     return handoff.ask_to_prepare()
@@ -58,6 +58,7 @@ def install(server: Any) -> None:
             _under_way = False
             server.log.error(REFUSED, problem)
         elif callable(reload):
+            accept_checked()  # the new workers read the files as checked now
             reload(signum, frame)  # gunicorn queues it; on_reload calls finished()
         else:
             _under_way = False

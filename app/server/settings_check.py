@@ -11,25 +11,54 @@ import os
 from collections.abc import Mapping
 
 from app.settings import DEFAULTS, ConfigurationError, Settings, from_environ, load_settings
+from app.settings.tokens import accept_files, files_read
 from app.store import StoreUnavailableError, StoreUrl, store_for
 
+#: The `_FILE` settings' files the last check read (path: content), for `accept_checked`.
+_last_read: dict[str, str] = {}
 
-def checked_settings(environ: Mapping[str, str] = os.environ) -> tuple[Settings, StoreUrl]:
+
+#: What a store's answer at the start refuses, by StoreUnavailableError's reason: a URL of the
+#: wrong kind. Anything else (Redis down) is no error: the service starts, and /readyz says so.
+AT_START = {"wrong_kind": "names the wrong kind of store"}
+#: At a reload, a store that refuses the URL's password too: the running workers reach the store
+#: with the password they have, and new ones would answer only 503.
+AT_RELOAD = {**AT_START, "auth": "names a store that refuses its user or password"}
+
+
+def checked_settings(
+    environ: Mapping[str, str] = os.environ, refused: Mapping[str, str] = AT_START
+) -> tuple[Settings, StoreUrl]:
     """The settings of `environ` and their store's URL, checked as a worker's app will check them.
 
     Raises ConfigurationError, naming the environment variable, for a bad setting or a store of
-    the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as `redis+cluster://`). A
-    store that does not answer is no error: the service starts while Redis is down, and /readyz
-    says so.
+    the wrong kind (a Redis Cluster node as `redis://`, a plain Redis as `redis+cluster://`), or
+    for any other of the store's `refused` reasons. A store that does not answer is no error: the
+    service starts while Redis is down, and /readyz says so. The files the `_FILE` settings name
+    are read from disk; `accept_checked` makes what was read the workers' own.
     """
+    with files_read() as read:
+        settings, url = _checked(environ, refused)
+    _last_read.clear()
+    _last_read.update(read)
+    return settings, url
+
+
+def accept_checked() -> None:
+    """The workers forked from now on read the files as the last check read them, however the
+    files change until the next accepted check (app/settings/tokens.py says why)."""
+    accept_files(_last_read)
+
+
+def _checked(environ: Mapping[str, str], refused: Mapping[str, str]) -> tuple[Settings, StoreUrl]:
     try:
         settings = load_settings({**DEFAULTS, **from_environ(environ)})
         url, store = store_for(settings)
         try:
             store.readiness()
         except StoreUnavailableError as exc:
-            if exc.reason == "wrong_kind":
-                problem = f"names the wrong kind of store: {exc}"
+            if exc.reason in refused:
+                problem = f"{refused[exc.reason]}: {exc}"
                 raise ConfigurationError(settings.store_url_key, problem) from None
         finally:
             close = getattr(store, "close", None)  # a Redis store's connections

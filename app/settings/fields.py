@@ -52,8 +52,16 @@ class Setting(fields.Field):
         return self.check(value)
 
 
+#: The most any whole-number setting may be: Redis reads its script and command arguments as
+#: signed 64-bit integers, and answered an error to every write past it (`PLANTS_EVENTS_RETAIN`
+#: trims the feed with it; `PLANTS_STORE_MIN_REPLICAS` is WAIT's).
+MAX_WHOLE_NUMBER = 2**63 - 1
+
+
 class WholeNumber(Setting):
-    def __init__(self, default: int, *, minimum: int = 0, maximum: int | None = None, unit: str = "") -> None:
+    def __init__(
+        self, default: int, *, minimum: int = 0, maximum: int = MAX_WHOLE_NUMBER, unit: str = ""
+    ) -> None:
         super().__init__(default)
         self.minimum, self.maximum, self.unit = minimum, maximum, unit
 
@@ -66,7 +74,7 @@ class WholeNumber(Setting):
     def check(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             raise ValidationError(f"must be a whole number >= {self.minimum}, not {value!r}")
-        if self.maximum is not None and value > self.maximum:
+        if value > self.maximum:
             raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value}")
         return value
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from marshmallow import ValidationError
@@ -20,6 +21,15 @@ TOKEN_SYNTAX = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 MAX_TOKEN_LENGTH = 4096
 #: Largest `_FILE` setting's file read: thousands of tokens, and no more than a master should hold.
 MAX_SECRET_FILE_BYTES = 1 << 20
+
+#: Each `_FILE` setting's file, by path, as gunicorn's master last accepted it (at its start, or
+#: at a reload it let through: app/server/reload_gate.py). Its workers are forked from it, so
+#: they read these rather than the file: a worker that replaces one that died (SIGKILL, a
+#: timeout) serves the tokens its siblings serve, and boots even when the file has been emptied
+#: or broken since (a worker that fails to boot stops gunicorn's master, and every worker).
+_accepted: dict[str, str] = {}
+#: While the master checks the settings: the files read from disk, by path.
+_checking: dict[str, str] | None = None
 
 
 class TokenSettings(NamedTuple):
@@ -57,7 +67,37 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
     return TokenSettings(full, read_only, {**limits, **read_limits})
 
 
+@contextlib.contextmanager
+def files_read() -> Iterator[dict[str, str]]:
+    """Within: each `_FILE` setting's file is read from disk, not as accepted, and collected into
+    the dict yielded (path: content), for `accept_files`."""
+    global _checking
+    collected: dict[str, str] = {}
+    previous, _checking = _checking, collected
+    try:
+        yield collected
+    finally:
+        _checking = previous
+
+
+def accept_files(contents: Mapping[str, str]) -> None:
+    """The files' contents that this process, and every process forked from it from now on, reads."""
+    _accepted.clear()
+    _accepted.update(contents)
+
+
 def read_secret_file(key: str, path: str) -> str:
+    """The content of the file a `_FILE` setting names (as accepted, if it was: `accept_files`);
+    ConfigurationError when it cannot be read."""
+    if _checking is None and path in _accepted:
+        return _accepted[path]
+    content = _read_secret_file(key, path)
+    if _checking is not None:
+        _checking[path] = content
+    return content
+
+
+def _read_secret_file(key: str, path: str) -> str:
     """The content of the file a `_FILE` setting names; ConfigurationError when it cannot be read.
 
     The master reads it again on each reload, in its signal handler: a named pipe would hold the
@@ -89,6 +129,12 @@ def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], d
     if not entries and values.get(f"{key}_FILE"):
         key = f"{key}_FILE"
         entries = tuple(line.strip() for line in read_secret_file(key, values[key]).splitlines())
+        if not any(entries):
+            # Named, yet empty: a file caught mid-rewrite, whose tokens would all stop working
+            # (the read-only ones, or every static one beside JWTs, with no other error).
+            raise ConfigurationError(
+                key, "names a file with no token in it: write one token a line, or unset it"
+            )
     pairs = [entry.partition("@")[::2] for entry in entries if entry]
     limits = {}
     for number, (token, limit) in enumerate(pairs, start=1):

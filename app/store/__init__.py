@@ -37,7 +37,7 @@ from app.store.base import (
 )
 from app.store.memory.store import MemoryPlantStore
 from app.store.readiness import FailingNode, Readiness
-from app.store.redis.failures import FAILURES, unavailable
+from app.store.redis.failures import FAILURES, translate
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
 
@@ -122,9 +122,10 @@ def store_for(settings: Settings) -> tuple[StoreUrl, PlantStore]:
         raise ConfigurationError(settings.store_url_key, str(exc)) from None
 
 
-def backend_error(exc: BaseException | None, user: str) -> StoreUnavailableError:
+def backend_error(exc: BaseException | None, user: str) -> StoreFullError | StoreUnavailableError:
     """A backend's error met by another `user` of the store's server (the rate limits' `limits`
-    storage on the same Redis), as the store's own: the same 503 and log line."""
+    storage on the same Redis), as the store's own: the same 503 and log line, or StoreFullError
+    when Redis refused a write at its `maxmemory`."""
     if isinstance(exc, FAILURES):
-        return unavailable(exc)
+        return translate(exc)
     return StoreUnavailableError("other", user)

@@ -4,10 +4,18 @@ its nodes. A malformed URL is a ValueError that never quotes the URL, which can 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
+#: The query options a URL may carry, by scheme: a unix socket's database, TLS's certificates.
+#: redis-py reads any other name as a connection option that overrides the service's own (its
+#: timeouts, and so its 503s), raises a TypeError for an unknown one, and takes `?password=`,
+#: which the log, showing the URL with only its user part's password hidden, would print.
+_TLS_OPTIONS = frozenset(
+    {"ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
+)
+QUERY_OPTIONS = {"unix": frozenset({"db"}), "rediss": _TLS_OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,10 @@ class StoreUrl:
             parts = urlsplit(url)
             port = parts.port  # ValueError when it is not a number in range
         except ValueError:
-            raise ValueError("is not a valid URL (check the port)") from None
+            raise ValueError(
+                "is not a valid URL (check the port; a password holding / ? # or @ must be "
+                "percent-encoded: %2F %3F %23 %40)"
+            ) from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             shown = f"{scheme!r}" if scheme.isalnum() else "missing or invalid"
@@ -49,6 +60,7 @@ class StoreUrl:
         db = parts.path.strip("/") if scheme != "unix" else ""
         if db and not db.isdigit():
             raise ValueError("names a database that is not a number: use /0 to /15")
+        _check_query(scheme, parts.query)
         return cls(url, scheme)
 
     @property
@@ -68,6 +80,28 @@ class StoreUrl:
         if not at or ":" not in userinfo:
             return self.url
         return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{hosts}"
+
+
+def _check_query(scheme: str, query: str) -> None:
+    """ValueError for a query option the scheme does not take, naming no value (nor an unknown
+    option's name, which could be a password written in the wrong place)."""
+    allowed = QUERY_OPTIONS.get(scheme, frozenset())
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in ("password", "username"):
+            raise ValueError(
+                f"takes no {name} in its query: write it before the host, as in "
+                f"{scheme}://user:password@host:port/db, where the log hides the password"
+            )
+        if name == "db" and name not in allowed:
+            raise ValueError(f"names its database in the path, not the query: {scheme}://host:port/0")
+        if name not in allowed:
+            takes = ", ".join(sorted(allowed)) or "none"
+            raise ValueError(
+                f"has a query option that {scheme}:// does not take (the options it takes: {takes}); "
+                "the timeouts are PLANTS_STORE_CONNECT_TIMEOUT and PLANTS_STORE_TIMEOUT"
+            )
+        if name == "db" and not value.isdigit():
+            raise ValueError("names a database that is not a number: use ?db=0 to ?db=15")
 
 
 def _cluster_nodes(url: str) -> tuple[tuple[tuple[str, int], ...], str | None, str | None]:

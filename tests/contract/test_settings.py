@@ -110,7 +110,15 @@ def test_non_integer_setting_in_environment_is_refused(monkeypatch, key, value):
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("PLANTS_MAX_PLANTS", -1), ("MAX_CONTENT_LENGTH", 0), ("PLANTS_TRUSTED_PROXIES", True)]
+    ("key", "value"),
+    [
+        ("PLANTS_MAX_PLANTS", -1),
+        ("MAX_CONTENT_LENGTH", 0),
+        ("PLANTS_TRUSTED_PROXIES", True),
+        # Past a signed 64-bit integer: Redis refused every write's trim of the feed with it.
+        ("PLANTS_EVENTS_RETAIN", 2**63),
+        ("PLANTS_MAX_PLANTS", 10**23),
+    ],
 )
 def test_out_of_range_setting_is_refused(key, value):
     with pytest.raises(ConfigurationError, match=key):
@@ -189,6 +197,16 @@ def test_read_tokens_are_checked_like_full_ones():
         create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": ["bad token"]})
     with pytest.raises(ConfigurationError, match="PLANTS_READ_TOKENS_FILE names a file that cannot be read"):
         create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS_FILE": "/nonexistent/readers"})
+
+
+@pytest.mark.parametrize("key", ["PLANTS_API_TOKENS_FILE", "PLANTS_READ_TOKENS_FILE"])
+def test_a_named_token_file_without_a_token_is_refused(tmp_path, key):
+    # An emptied file (one caught mid-rewrite) took every read-only token away without an error,
+    # and a reload let it through: PLANTS_READ_TOKENS is never required.
+    path = tmp_path / "tokens"
+    path.write_text("\r\n  \n")
+    with pytest.raises(ConfigurationError, match=f"^{key} names a file with no token in it"):
+        create_app({"PLANTS_API_TOKENS": "writer", key: str(path)} if "READ" in key else {key: str(path)})
 
 
 def test_the_store_url_comes_from_its_file_when_the_url_is_unset(tmp_path, monkeypatch):

@@ -52,6 +52,11 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             {**OK, "PLANTS_STORE_URL": "redis://user:s3cret-pw@host:port/0"},
             "PLANTS_STORE_URL is not a valid URL",
         ),
+        # A generated password's "/" ends the host part: the port read is the password's start.
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://:s3cret-pw/x@127.0.0.1:6379/0"},
+            "a password holding / ? # or @ must be percent-encoded",
+        ),
         ({**OK, "PLANTS_STORE_URL_FILE": "/nonexistent/url"}, "PLANTS_STORE_URL_FILE"),
         (
             {**OK, "PLANTS_STORE_URL": "redis+cluster://user:s3cret-pw@10.0.0.1:7000,10.0.0.2"},
@@ -62,11 +67,39 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             "PLANTS_STORE_URL takes no path or options",
         ),
         ({**OK, "PLANTS_STORE_MIN_REPLICAS": "1"}, "PLANTS_STORE_URL names the memory store"),
+        # redis-py reads a query's password (which the start's line would then print) and any
+        # other name as a connection option: an unknown one was its TypeError's traceback.
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0?password=s3cret-pw"},
+            "PLANTS_STORE_URL takes no password in its query",
+        ),
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://:s3cret-pw@127.0.0.1:6399/0?s3cret-pw=1"},
+            "PLANTS_STORE_URL has a query option that redis:// does not take",
+        ),
+        (
+            {**OK, "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0?socket_timeout=600"},
+            "the timeouts are PLANTS_STORE_CONNECT_TIMEOUT and PLANTS_STORE_TIMEOUT",
+        ),
+        # Both were tracebacks: gunicorn's import of the class, each worker's first count.
+        ({**OK, "GUNICORN_WORKER_CLASS": "nosuch.Worker"}, "GUNICORN_WORKER_CLASS names no worker class"),
+        (
+            {
+                **OK,
+                "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0",
+                "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m",
+            },
+            "PROMETHEUS_MULTIPROC_DIR names '/nonexistent/m'",
+        ),
+        ({**OK, "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m"}, "PROMETHEUS_MULTIPROC_DIR names"),
         ({"PLANTS_API_TOKENS": "t" * 8200}, "tokens may have at most 4096 characters"),
         ({"PLANTS_API_TOKENS": "not a token"}, "not a valid bearer token"),
     ],
-    ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port", "url-file",
-         "cluster-port", "cluster-path", "replicas-on-memory", "token-too-long", "token-syntax"],
+    ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port",
+         "password-with-slash", "url-file",
+         "cluster-port", "cluster-path", "replicas-on-memory", "query-password", "query-unknown",
+         "query-timeout", "worker-class", "metrics-directory-redis", "metrics-directory-memory",
+         "token-too-long", "token-syntax"],
 )  # fmt: skip
 def test_a_bad_setting_is_one_line_naming_it(env, names):
     (line,) = refused_start(env)

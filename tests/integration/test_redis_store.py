@@ -227,6 +227,41 @@ def test_redis_out_of_memory_is_507(tmp_path):
         redis.stop()
 
 
+def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as_usual(tmp_path):
+    """At maxmemory the rate limits' counters cannot be written: each request goes on uncounted
+    (it was 503 for every request, reads and the deletes that make room included)."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        settings = {
+            **redis_settings(redis),
+            "PLANTS_RATE_LIMIT": "1000/second",
+            "PLANTS_AUTH_FAILURE_LIMIT": "100/minute",
+        }
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for plant_id in (1, 2):
+            assert (
+                client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth).status_code == 200
+            )
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        assert client.get("/plants/1", headers=auth).status_code == 200
+        assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
+        full = client.post("/plants", json={"id": 3, "name": "Fern"}, headers=auth)
+        assert (full.status_code, full.json["error"]) == (507, 507)
+        changed = client.patch("/plants/1", json={"name": "Fir"}, headers=auth)
+        assert (changed.status_code, changed.json["error"]) == (507, 507)
+        assert "this change" in changed.json["message"]
+        assert client.get("/plants/1", headers=auth).json == {"name": "Fern"}
+        assert client.delete("/plants/2", headers=auth).status_code == 204
+        assert client.get("/plants/1", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+        response = client.post("/plants", json={"id": 3, "name": "Fern"}, headers=auth)
+        assert response.status_code == 200
+        assert response.headers["RateLimit-Limit"] == "1000"
+    finally:
+        redis.stop()
+
+
 def test_the_script_is_loaded_again_after_script_flush(redis_server):
     """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
     settings = redis_settings(redis_server)

@@ -155,6 +155,26 @@ def test_a_reload_on_redis_keeps_gunicorns_overlap_and_fails_nothing(tmp_path):
         redis.stop()
 
 
+def test_a_reload_to_a_password_the_store_refuses_is_refused_and_the_workers_serve_on(tmp_path):
+    """New workers would reach Redis with a password it refuses and answer only 503: the reload is
+    refused, as a bad setting is, and the running workers serve on with the password they have."""
+    redis = RedisServer(tmp_path)
+    redis.command("CONFIG", "SET", "requirepass", "the-pw")
+    url = tmp_path / "store-url"
+    url.write_text(redis.url.replace("redis://", "redis://:the-pw@"))
+    env = service_env(PLANTS_STORE_URL_FILE=str(url), WEB_CONCURRENCY="2")
+    server = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    try:
+        plants = create_plants(server, 5)
+        url.write_text(redis.url.replace("redis://", "redis://:n0t-the-pw@"))
+        why = "PLANTS_STORE_URL_FILE names a store that refuses its user or password"
+        refused_reload(server, plants, why, workers=2)
+        assert "n0t-the-pw" not in server.output()
+    finally:
+        server.stop()
+        redis.stop()
+
+
 def create_plants(server: SocketActivated, count: int) -> list[int]:
     conn = server.connection()
     for plant_id in range(1, count + 1):
@@ -172,8 +192,8 @@ def wait_for(server: SocketActivated, text: str, count: int = 1) -> None:
         time.sleep(0.05)
 
 
-def refused_reload(server: SocketActivated, plants: list[int], why: str) -> None:
-    """SIGHUP, which the master refuses: the same worker serves every plant on, one ERROR says why."""
+def refused_reload(server: SocketActivated, plants: list[int], why: str, workers: int = 1) -> None:
+    """SIGHUP, which the master refuses: the same workers serve every plant on, one ERROR says why."""
     worker = worker_pids(server.process.pid)
     server.process.send_signal(signal.SIGHUP)
     wait_for(server, "reload refused")
@@ -183,7 +203,7 @@ def refused_reload(server: SocketActivated, plants: list[int], why: str) -> None
     (line,) = [line for line in server.output().splitlines() if "reload refused" in line]
     assert "ERROR" in line
     assert why in line
-    assert server.output().count("Booting worker") == 1  # no worker started, none lost
+    assert server.output().count("Booting worker") == workers  # no worker started, none lost
 
 
 def tokens_file_env(tokens: Path) -> dict[str, str]:
@@ -213,6 +233,35 @@ def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_sett
     finally:
         server.stop()
     assert TOKEN not in server.output()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", f"# rotated on Monday\n{TOKEN}\n", f"{TOKEN}\nadded-without-a-reload\n"],
+    ids=["emptied", "a line the parser refuses", "a token added"],
+)
+def test_a_worker_that_replaces_a_dead_one_reads_the_files_the_master_accepted(tmp_path, content):
+    """A worker killed (the OOM killer's SIGKILL, a timeout) is replaced with the token file as
+    the master last accepted it: a file changed since, and not reloaded, neither stops the
+    service (a worker that failed to boot stopped gunicorn's master) nor changes its tokens."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    server = SocketActivated(gunicorn_command(), tokens_file_env(tokens), cwd=tmp_path)
+    try:
+        create_plants(server, 1)
+        tokens.write_text(content)
+        (worker,) = worker_pids(server.process.pid)
+        os.kill(int(worker), signal.SIGKILL)
+        wait_for(server, "Booting worker", 2)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 2, "name": "Fern"}, AUTH)
+        assert status == 200, server.output()[-3000:]
+        added = {**AUTH, "Authorization": "Bearer added-without-a-reload"}
+        status, _, body = call(server.connection(), "GET", "/plants/2", headers=added)
+        assert status == 401, body
+        assert server.process.poll() is None
+        assert "Traceback" not in server.output()
+    finally:
+        server.stop()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
