@@ -94,6 +94,15 @@ def test_the_feeds_ingress_streams_unbuffered_past_a_long_poll():
     assert (path["path"], path["pathType"]) == ("/events", "Exact")
 
 
+def test_every_ingress_sets_the_forwarded_prefix_the_pods_trust():
+    """ingress-nginx passes a client's X-Forwarded-Prefix on unless the Ingress sets it; the pods
+    trust it (PLANTS_TRUSTED_PROXIES=1), and it moves every URL the service hands out."""
+    ingresses = [body for (kind, _), body in resources().items() if kind == "Ingress"]
+    assert len(ingresses) == 2
+    for ingress in ingresses:
+        assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/x-forwarded-prefix"] == "/"
+
+
 def test_only_the_ingress_controller_reaches_the_pods():
     """The pods trust their peer's X-Forwarded-For (PLANTS_TRUSTED_PROXIES=1), so the only peer
     admitted is the ingress controller, on the service's port."""
