@@ -159,6 +159,9 @@ def check_rate_limit(value: Any, problem: str) -> None:
         raise ValidationError(
             f"{problem} a rate limit in the limits notation, e.g. 100/second;10000/hour"
         ) from None
+    if any(item.amount < 1 for item in parse_many(value)):
+        # `limits` takes 0/second, which refuses every request: leave the setting unset for none.
+        raise ValidationError(f"{problem} a rate limit that allows a request (unset it for no limit)")
 
 
 class Entries(Setting):

@@ -3,6 +3,7 @@ like the service's own: each environment variable, its type, default and least v
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,19 +15,29 @@ from app.settings.fields import Setting
 
 
 class ServerNumber(Setting):
-    """A number read from the environment as `convert` reads it, at least `minimum`."""
+    """A finite number read from the environment as `convert` reads it, from `minimum` to `maximum`."""
 
-    def __init__(self, default: str | None, convert: Callable[[str], Any], kind: str, minimum: float) -> None:
+    def __init__(
+        self,
+        default: str | None,
+        convert: Callable[[str], Any],
+        kind: str,
+        minimum: float,
+        maximum: float = math.inf,
+    ) -> None:
         super().__init__(default)
-        self.convert, self.kind, self.minimum = convert, kind, minimum
+        self.convert, self.kind, self.minimum, self.maximum = convert, kind, minimum, maximum
 
     def from_text(self, text: str) -> Any:
         try:
             value = self.convert(text)
         except ValueError:
             value = None
-        if value is None or value < self.minimum:
+        # not (value >= minimum): NaN too, which every comparison of a deadline would ignore.
+        if value is None or not (value >= self.minimum) or math.isinf(value):
             raise ValueError(f"must be {self.kind} >= {self.minimum:g}, not {text!r}")
+        if value > self.maximum:
+            raise ValueError(f"must be {self.kind} <= {self.maximum:g}, not {text!r}")
         return value
 
 
@@ -84,7 +95,8 @@ class ServerSettingsSchema(Schema):
     #: Unset: 1 with the in-memory store, 2 with a shared one (gunicorn_conf.py says why).
     #: The packaged worker; `gthread` (gunicorn's stock threaded worker) or any worker class name.
     GUNICORN_WORKER_CLASS = Setting("app.server.worker.PlantsWorker")
-    GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1)
+    #: Each thread is started at boot: past this, a worker takes minutes to boot or never does.
+    GUNICORN_THREADS = ServerNumber(None, int, "a whole number", 1, 10_000)
     GUNICORN_READ_TIMEOUT = ServerNumber("10", float, "a number of seconds", 0.1)
     #: MiB a worker holds for its clients at most (app/server/worker/loop.py).
     GUNICORN_MEMORY_BUDGET = ServerNumber("64", int, "a whole number of MiB", 1)

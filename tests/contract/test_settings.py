@@ -282,6 +282,21 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
     [
         ({"GUNICORN_THREADS": "abc"}, "GUNICORN_THREADS must be a whole number >= 1, not 'abc'"),
         ({"GUNICORN_READ_TIMEOUT": "x"}, "GUNICORN_READ_TIMEOUT must be a number of seconds >= 0.1, not 'x'"),
+        # NaN and infinity would make every slow client's deadline one that never comes.
+        (
+            {"GUNICORN_READ_TIMEOUT": "nan"},
+            "GUNICORN_READ_TIMEOUT must be a number of seconds >= 0.1, not 'nan'",
+        ),
+        (
+            {"GUNICORN_READ_TIMEOUT": "inf"},
+            "GUNICORN_READ_TIMEOUT must be a number of seconds >= 0.1, not 'inf'",
+        ),
+        # Every thread starts at boot: a worker with a hundred million never booted.
+        (
+            {"GUNICORN_THREADS": "100000000"},
+            "GUNICORN_THREADS must be a whole number <= 10000, not '100000000'",
+        ),
+        ({"PLANTS_RATE_LIMIT": "0/second"}, "PLANTS_RATE_LIMIT is not a rate limit that allows a request"),
         (
             {"GUNICORN_KEEPALIVE": "1.5"},
             "GUNICORN_KEEPALIVE must be a whole number of seconds >= 0, not '1.5'",
