@@ -55,6 +55,25 @@ def test_hadolint_finds_nothing():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_build_context_holds_only_what_the_containerfile_copies():
+    """.dockerignore admits the COPY sources alone: the Kubernetes secrets' files (written beside
+    the manifests, deploy/kubernetes/tokens) never go to a builder."""
+    rules = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert rules[0] == "*"
+    admitted = {rule.removeprefix("!") for rule in rules if rule.startswith("!")}
+    copied = {
+        source
+        for keyword, arguments in instructions(CONTAINERFILE)
+        if keyword == "COPY" and not arguments.startswith("--from")
+        for source in arguments.split()[:-1]
+    }
+    assert admitted == copied
+
+
 def test_the_final_stage_runs_as_a_user_with_no_compiler():
     stage = final_stage()
     (user,) = [arguments for keyword, arguments in stage if keyword == "USER"]
