@@ -74,11 +74,14 @@ class StoreUrl:
 
     @property
     def redacted(self) -> str:
-        """The URL fit for a log line: its password, if any, replaced by `***`."""
+        """The URL fit for a log line: its password, if any, replaced by `***`; a user part without
+        a password too, which is most often a password written without its `:`."""
         scheme, sep, rest = self.url.partition("://")
         userinfo, at, hosts = rest.rpartition("@")
-        if not at or ":" not in userinfo:
+        if not at:
             return self.url
+        if ":" not in userinfo:
+            return f"{scheme}{sep}***@{hosts}"
         return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{hosts}"
 
 

@@ -14,6 +14,7 @@ from flask import Flask
 from app import ConfigurationError, create_app
 from app.plants import bp
 from app.settings import from_environ, load_settings
+from app.store import StoreUrl
 from tests.servers import ROOT, Gunicorn, free_port, wait_until_serving
 
 SETTINGS = (
@@ -369,6 +370,20 @@ def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
         " JWT issuer off; rate limits 50/second per token; workers 1, request threads 2 each"
     ) in line
     assert "secret" not in log
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+        ("redis://app:s3cret@127.0.0.1:6379/0", "redis://app:***@127.0.0.1:6379/0"),
+        # A password written without its colon is the user part: hidden too.
+        ("redis://s3cret@127.0.0.1:6379/0", "redis://***@127.0.0.1:6379/0"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_a_store_url_is_shown_without_its_secret(url, shown):
+    assert StoreUrl.parse(url).redacted == shown
 
 
 def test_a_secret_file_that_is_a_pipe_or_endless_is_refused_at_once(tmp_path):
