@@ -546,6 +546,24 @@ def test_a_changed_url_or_a_deleted_endpoint_closes_its_kept_connection(service,
     wait_until(lambda: len(connections) == 0, what="the deleted endpoint's connection closed")
 
 
+def test_a_new_url_gets_the_event_a_retry_waits_for_at_once(client):
+    # The first answer asks for an hour (capped at 24 h of the schedule's scale: 86 s here).
+    receiver = Receiver(
+        lambda delivery, number: (503, {"Retry-After": "3600"}, 0) if number == 1 else (204, {}, 0)
+    )
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        wait_until(lambda: endpoint(client, hook)["next_attempt"], what="a pending retry")
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"url": receiver.url + "?v=2"}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        first, second = receiver.wait_for(2, timeout=15)
+        assert (second.path, second.id, second.event["data"]["id"]) == ("/hook?v=2", first.id, 1)
+        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
 def test_the_deliverers_help_prints_its_usage_and_settings():
     """`plant-store-webhooks --help` needs no setting: it says what the command does and reads."""
     script = Path(sys.executable).parent / "plant-store-webhooks"
