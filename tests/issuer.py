@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
 import uuid
 from collections import Counter
@@ -19,6 +18,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+from tests.threaded_http import serve_in_thread
 
 AUDIENCE = "https://plants.example"
 HANG_SECONDS = 6.0
@@ -64,7 +65,7 @@ class Issuer:
         self._serve()
 
     def _serve(self) -> None:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        serve_in_thread(self._server)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         issuer = self

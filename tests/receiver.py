@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from standardwebhooks import Webhook
 
+from tests.threaded_http import serve_in_thread
+
 
 class Delivery(NamedTuple):
     path: str
@@ -102,7 +104,7 @@ class Receiver:
             )
             server.daemon_threads = True
             self.servers.append(server)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            serve_in_thread(server)
         self.server = self.servers[0]
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/hook"

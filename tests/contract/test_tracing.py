@@ -23,6 +23,7 @@ from app.telemetry.version import VERSION
 from tests.helpers import call
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn
+from tests.threaded_http import serve_in_thread
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -108,7 +109,7 @@ class Collector:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
 
     def spans(self) -> list:
         return [

@@ -29,6 +29,7 @@ from httpx_sse import connect_sse
 from tests.chromium import wait
 from tests.integration.test_browser import browser  # noqa: F401  (the fixture)
 from tests.servers import TOKEN, Gunicorn
+from tests.threaded_http import serve_in_thread
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STREAM_MAX = 2
@@ -186,7 +187,7 @@ class Relay(ThreadingHTTPServer):
         self.upstream, self.page = upstream, page
         self.resumed_from: list[str] = []
         self.relayed = bytearray()
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        serve_in_thread(self)
 
 
 class RelayHandler(BaseHTTPRequestHandler):

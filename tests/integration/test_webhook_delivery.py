@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.webhooks.keepalive import IDLE_S
 from tests.conftest import STORES_AND_CLUSTER, redis_settings, settings_for_store
 from tests.contract.test_metrics import samples
 from tests.receiver import Receiver
@@ -543,7 +544,10 @@ def test_a_changed_url_or_a_deleted_endpoint_closes_its_kept_connection(service,
     assert second.path == "/hook?v=2"
     assert first.peer != second.peer
     assert client.delete(f"/webhooks/{hook['id']}", headers=AUTH).status_code == 204
-    wait_until(lambda: len(connections) == 0, what="the deleted endpoint's connection closed")
+    # Closed with the endpoint, well before IDLE_S would close it as an idle one.
+    wait_until(
+        lambda: len(connections) == 0, timeout=IDLE_S / 2, what="the deleted endpoint's connection closed"
+    )
 
 
 def test_a_new_url_gets_the_event_a_retry_waits_for_at_once(client):
