@@ -78,7 +78,7 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
         resource=Resource.create(attributes), span_limits=SpanLimits(max_span_attribute_length=length)
     )
     provider.add_span_processor(processor or _exporting_processor())
-    FlaskInstrumentor.instrument_app(app, tracer_provider=provider, response_hook=_scrub_ticket)
+    FlaskInstrumentor.instrument_app(app, tracer_provider=provider, response_hook=_finish_server_span)
     state = app.extensions.get("plants")
     if state is not None:
         # This worker's webhook attempts get spans of their own.
@@ -97,14 +97,21 @@ def stop(provider: Any, timeout: float = STOP_EXPORT_S) -> None:
     stopping.join(timeout)
 
 
-def _scrub_ticket(span: Any, status: str, headers: Any) -> None:
+def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) leaves the server
     span's URL attributes (`http.target`, `url.query`, ...): the instrumentation's response hook
-    runs once it has set them all, before the span ends."""
-    if span is not None and span.is_recording():
-        for name, value in dict(span.attributes or {}).items():
-            if isinstance(value, str) and holds_secret(value):
-                span.set_attribute(name, scrub(value))
+    runs once it has set them all, before the span ends. A request that matched no route keeps
+    only its method as its name (as OpenTelemetry's HTTP conventions name it): the
+    instrumentation names it by the client's whole path, of any length, a ticket's included."""
+    if span is None or not span.is_recording():
+        return
+    attributes = dict(span.attributes or {})
+    for name, value in attributes.items():
+        if isinstance(value, str) and holds_secret(value):
+            span.set_attribute(name, scrub(value))
+    if "http.route" not in attributes:
+        method = attributes.get("http.request.method", attributes.get("http.method"))
+        span.update_name(method if isinstance(method, str) and method.isalpha() else "HTTP")
 
 
 def _exporting_processor() -> Any:

@@ -240,3 +240,14 @@ def test_a_collector_that_hangs_does_not_hold_the_stop(make_app, monkeypatch):
         assert time.monotonic() - started < 8
     finally:
         hanging.close()
+
+
+def test_a_request_that_matches_no_route_is_named_by_its_method_only(store_settings):
+    client, exporter, provider = traced_client(store_settings)
+    try:
+        assert client.get(f"/plwt_{'z' * 3000}").status_code == 404
+        assert client.get("/plants/1", headers=AUTH).status_code == 404
+    finally:
+        provider.shutdown()
+    names = [span.name for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    assert names == ["GET", "GET /plants/<plant_id>"]
