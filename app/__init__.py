@@ -61,6 +61,11 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
     app.config.from_mapping(from_environ())
     if config:
         app.config.from_mapping(config)
+    if app.config["PROPAGATE_EXCEPTIONS"] is None and not app.testing:
+        # Flask lets an unexpected error out of the app in debug mode, where `flask run --debug`'s
+        # Werkzeug debugger shows the client its traceback and frames' locals (the tokens among
+        # them): logged and the JSON 500 instead. Set explicitly (or TESTING), it still propagates.
+        app.config["PROPAGATE_EXCEPTIONS"] = False
     settings = init_state(app).settings
 
     register_json_errors(app)

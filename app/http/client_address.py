@@ -29,8 +29,10 @@ _ORIGINAL = "werkzeug.proxy_fix.orig"
 _LONGEST = 64
 #: `host[:port]`: a reg-name or IPv4 address (RFC 3986's unreserved characters), or an IP literal.
 _HOST = re.compile(r"(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
-#: A path of RFC 3986's segments (percent-encodings included).
-_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*")
+#: A path of RFC 3986's segments (percent-encodings included), none empty but a last one (`/a/`):
+#: `//evil.example` would be a URL of another host wherever the prefix starts one (the document's
+#: `servers`, which "Try it out" sends the token to).
+_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?")
 #: The environ keys a forwarded host sets (ProxyFix's `x_host` and `x_port`).
 _HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
 

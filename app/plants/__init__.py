@@ -8,6 +8,7 @@ that app's extensions (app/extension.py), so apps never share plants.
 from __future__ import annotations
 
 import logging
+from typing import NoReturn
 
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
@@ -35,8 +36,29 @@ bp.before_request(guard)
 @bp.record
 def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
+    _refuse_variable_mount(setup)
     init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
     deprecation.prepare()  # a deprecated operation of the document without its date stops the start
+
+
+def _refuse_variable_mount(setup: BlueprintSetupState) -> None:
+    """A variable in the prefix (`/t/<tenant>`) or subdomain would reach every view as an argument
+    none takes (a 500 on every route), and would promise a store per value where the app has one."""
+    for part, value in (("url_prefix", setup.url_prefix), ("subdomain", setup.subdomain)):
+        if value and "<" in value:
+            raise ValueError(
+                f"The plants blueprint's {part} must be fixed: {value!r} has a variable, and one app"
+                " serves one plant store (register it in one app per tenant instead)."
+            )
+
+
+@bp.errorhandler(Exception)
+def _unexpected(exc: Exception) -> NoReturn:
+    """An unexpected error goes on to Flask's own handling (logged, or propagated under
+    PROPAGATE_EXCEPTIONS) and its 500, which the JSON handler answers: a host's handler for every
+    Exception (its HTML error page) must not answer the blueprint's routes. The blueprint's own
+    handlers come before a host's in Flask's search, and the more specific ones before this."""
+    raise exc
 
 
 @bp.after_request

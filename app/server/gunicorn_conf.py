@@ -376,9 +376,11 @@ def worker_exit(server: Any, worker: Any) -> None:
     store = _memory_store_of(worker)
     if store is not None:
         handoff.write_if_wanted(store)
-    tracing = getattr(worker, "plants_tracing", None)
-    if tracing is not None:
-        tracing.shutdown()  # the spans still batched are exported
+    provider = getattr(worker, "plants_tracing", None)
+    if provider is not None:
+        from app.telemetry import tracing
+
+        tracing.stop(provider)  # the spans still batched are exported, within a bound
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -1,9 +1,10 @@
 """Build the page indexes of a Redis store written by 1.0.0: `python -m app.store.migrate`.
 
 It reads PLANTS_STORE_URL (or PLANTS_STORE_URL_FILE) and PLANTS_STORE_PREFIX as the service
-does. Each bucket is indexed by one atomic script that skips plants deleted meanwhile and
-changes nothing for plants already indexed, so it is safe while 1.1.0 serves, and safe to run
-again. Until it has run, the service answers pages with 503 (reads, creates and deletes work).
+does. Each bucket is indexed by one atomic script that skips plants deleted meanwhile, indexes
+each as the bucket holds it then (not as read), and changes nothing for plants already indexed,
+so it is safe while 1.1.0 serves, and safe to run again. Until it has run, the service answers
+pages with 503 (reads, creates and deletes work).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,6 +34,14 @@ EXTRA_MODULES = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
 )
 #: plant-store is not on PyPI: the extra installs from a clone (or from a built wheel's path).
+#: The longest span attribute value unless the SDK's variables set one: a client's User-Agent,
+#: Host or URL (up to the worker's 8 KB header limits) would otherwise go whole into every span.
+ATTRIBUTE_LENGTH = 512
+#: What bounds the SDK's own limit (its default is none).
+LENGTH_VARIABLES = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+#: How long a stopping worker waits for its last spans to be exported: the SDK's shutdown would
+#: wait 30 s on a collector that hangs (10 s a batch), as long as the whole graceful timeout.
+STOP_EXPORT_S = 2.0
 MISSING_EXTRA = (
     "tracing is asked for ({}) but OpenTelemetry is not installed: from the clone, run"
     " pip install -r requirements.txt -e '.[otel]'"
@@ -59,14 +68,17 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
     `processor` replaces the OTLP batch exporter (the tests' in-memory one)."""
     from opentelemetry.instrumentation.flask import FlaskInstrumentor
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     attributes = {"service.version": VERSION}
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attributes["service.name"] = "plant-store"
-    provider = TracerProvider(resource=Resource.create(attributes))
+    length = None if any(os.environ.get(name) for name in LENGTH_VARIABLES) else ATTRIBUTE_LENGTH
+    provider = TracerProvider(
+        resource=Resource.create(attributes), span_limits=SpanLimits(max_span_attribute_length=length)
+    )
     provider.add_span_processor(processor or _exporting_processor())
-    FlaskInstrumentor.instrument_app(app, tracer_provider=provider, response_hook=_scrub_ticket)
+    FlaskInstrumentor.instrument_app(app, tracer_provider=provider, response_hook=_finish_server_span)
     state = app.extensions.get("plants")
     if state is not None:
         # This worker's webhook attempts get spans of their own.
@@ -77,14 +89,29 @@ def start(app: Any, store: Any, *, trusted_proxies: int, processor: Any = None) 
     return provider
 
 
-def _scrub_ticket(span: Any, status: str, headers: Any) -> None:
+def stop(provider: Any, timeout: float = STOP_EXPORT_S) -> None:
+    """Export the spans `provider` still holds, for `timeout` seconds at most: what a collector
+    that is down or hangs has not taken by then is lost, and the process stops on time."""
+    stopping = threading.Thread(target=provider.shutdown, name="plants-tracing-stop", daemon=True)
+    stopping.start()
+    stopping.join(timeout)
+
+
+def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) leaves the server
     span's URL attributes (`http.target`, `url.query`, ...): the instrumentation's response hook
-    runs once it has set them all, before the span ends."""
-    if span is not None and span.is_recording():
-        for name, value in dict(span.attributes or {}).items():
-            if isinstance(value, str) and holds_secret(value):
-                span.set_attribute(name, scrub(value))
+    runs once it has set them all, before the span ends. A request that matched no route keeps
+    only its method as its name (as OpenTelemetry's HTTP conventions name it): the
+    instrumentation names it by the client's whole path, of any length, a ticket's included."""
+    if span is None or not span.is_recording():
+        return
+    attributes = dict(span.attributes or {})
+    for name, value in attributes.items():
+        if isinstance(value, str) and holds_secret(value):
+            span.set_attribute(name, scrub(value))
+    if "http.route" not in attributes:
+        method = attributes.get("http.request.method", attributes.get("http.method"))
+        span.update_name(method if isinstance(method, str) and method.isalpha() else "HTTP")
 
 
 def _exporting_processor() -> Any:

@@ -291,3 +291,38 @@ def test_embedded_json_keeps_the_services_key_order_under_a_sorting_host_provide
         "name",
         "tag",
     ]
+
+
+def test_blueprint_errors_stay_json_where_the_host_handles_every_exception():
+    host = make_host()
+
+    @host.errorhandler(Exception)
+    def host_error_page(error):
+        return "<h1>host's error page</h1>", 500
+
+    @host.get("/broken")
+    def broken_page():
+        raise RuntimeError("the host failed")
+
+    class BrokenStore:
+        def get(self, plant_id):
+            raise RuntimeError("the store failed")
+
+    host.extensions["plants"] = dataclasses.replace(host.extensions["plants"], store=BrokenStore())
+    client = host.test_client()
+    broken = client.get("/api/v1/plants/1", headers=AUTH)
+    assert (broken.status_code, broken.content_type, broken.json["error"]) == (500, "application/json", 500)
+    assert "the store failed" not in broken.get_data(as_text=True)
+    host_own = client.get("/broken")
+    assert (host_own.status_code, host_own.get_data(as_text=True)) == (500, "<h1>host's error page</h1>")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"url_prefix": "/tenants/<int:tenant>"}, {"url_prefix": "/t/<tenant>/api"}, {"subdomain": "<tenant>"}],
+)
+def test_a_mount_point_with_a_variable_is_refused_at_registration(options):
+    host = Flask("host")
+    host.config["PLANTS_API_TOKENS"] = "host-token"
+    with pytest.raises(ValueError, match="must be fixed"):
+        host.register_blueprint(bp, **options)

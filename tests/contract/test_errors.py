@@ -6,6 +6,8 @@ import logging
 import re
 
 import pytest
+from werkzeug.debug import DebuggedApplication
+from werkzeug.test import Client
 
 from app import create_app
 from app.plants.routes import ROUTES
@@ -135,6 +137,23 @@ def test_exception_in_a_route_of_the_app_is_json_500(production_app):
         raise ValueError("x")
 
     error_of(production_app.test_client().get("/boom"), 500)
+
+
+def test_under_flask_debug_an_unexpected_error_is_json_500_not_the_debuggers_page(auth, monkeypatch, caplog):
+    """`flask run --debug` wraps the app in Werkzeug's debugger, which shows a client the traceback
+    and its frames' locals (the configured tokens among them) of any exception the app lets out."""
+    app = create_app({"PLANTS_API_TOKENS": "test-token-1", "DEBUG": True})
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("internal detail that must not leak")
+
+    monkeypatch.setattr(app.extensions["plants"].store, "create", explode)
+    client = Client(DebuggedApplication(app, evalex=True))
+    with caplog.at_level(logging.ERROR):
+        response = client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth)
+    error_of(response, 500)
+    assert b"internal detail" not in response.get_data()
+    assert [r for r in caplog.records if r.exc_info]
 
 
 def test_healthz_needs_no_auth(client):

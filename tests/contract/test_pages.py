@@ -164,6 +164,8 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
         ({"X-Forwarded-Host": "[2001:db8::1]:8443"}, ("http", "[2001:db8::1]:8443", "/plants")),
         ({"X-Forwarded-Prefix": "/a b"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "javascript:x"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "//evil.example"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/store//x"}, ("http", "localhost", "/plants")),
     ],
     ids=[
         "scheme",
@@ -174,6 +176,8 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
         "ipv6-host",
         "prefix-space",
         "prefix-scheme",
+        "prefix-another-host",
+        "prefix-empty-segment",
     ],
 )
 def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the_peers(
@@ -193,6 +197,16 @@ def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the
     page = client.get("/plants?limit=1", headers=headers)
     url = urlsplit(LINK.fullmatch(page.headers["Link"])["url"])
     assert (url.scheme, url.netloc, url.path) == expected
+
+
+def test_a_forwarded_prefix_never_points_the_document_at_another_host(auth):
+    """A `servers` URL of `//evil.example` would send "Try it out" (and its token) to that host."""
+    client = create_app(
+        {"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], "PLANTS_TRUSTED_PROXIES": 1}
+    ).test_client()
+    for prefix, served in (("//evil.example", "/"), ("/store/", "/store"), ("/store", "/store")):
+        document = client.get("/openapi.json", headers={"X-Forwarded-Prefix": prefix}).json
+        assert document["servers"] == [{"url": served}]
 
 
 def test_tags_filter_to_plants_with_one_of_them(client, auth, plant, in_order):

@@ -6,6 +6,7 @@ to a receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -209,3 +210,44 @@ def test_a_watch_ticket_never_reaches_a_span(store_settings):
     assert ticket not in str(server.attributes)
     assert ticket[len("plwt_") :] not in str(server.attributes)
     assert "ticket=plwt_[redacted]" in str(server.attributes)
+
+
+def test_a_clients_long_headers_and_url_are_cut_short_in_the_span(store_settings, monkeypatch):
+    for name in tracing.LENGTH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    client, exporter, provider = traced_client(store_settings)
+    try:
+        long_tags = "&".join(f"tags={'t' * 60}{n}" for n in range(60))
+        client.get(f"/plants?{long_tags}", headers={**AUTH, "User-Agent": "agent/" + "x" * 6000})
+    finally:
+        provider.shutdown()
+    (server,) = [span for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    values = [value for value in server.attributes.values() if isinstance(value, str)]
+    assert any(value.startswith("agent/x") for value in values)
+    assert max(map(len, values)) == tracing.ATTRIBUTE_LENGTH
+
+
+def test_a_collector_that_hangs_does_not_hold_the_stop(make_app, monkeypatch):
+    hanging = socket.create_server(("127.0.0.1", 0))  # takes the connection, never answers
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{hanging.getsockname()[1]}")
+    app = make_app()
+    provider = tracing.start(app, plants_state(app).store, trusted_proxies=0)
+    try:
+        assert app.test_client().get("/plants", headers=AUTH).status_code == 200
+        started = time.monotonic()
+        tracing.stop(provider, timeout=1.0)
+        # The exporter alone would wait 10 s for the collector's answer.
+        assert time.monotonic() - started < 8
+    finally:
+        hanging.close()
+
+
+def test_a_request_that_matches_no_route_is_named_by_its_method_only(store_settings):
+    client, exporter, provider = traced_client(store_settings)
+    try:
+        assert client.get(f"/plwt_{'z' * 3000}").status_code == 404
+        assert client.get("/plants/1", headers=AUTH).status_code == 404
+    finally:
+        provider.shutdown()
+    names = [span.name for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    assert names == ["GET", "GET /plants/<plant_id>"]

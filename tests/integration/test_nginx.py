@@ -10,11 +10,13 @@ import ssl
 import time
 import uuid
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.helpers import assert_error, call
 from tests.servers import TOKEN, Gunicorn, Nginx
+from tests.threaded_http import serve_in_thread
 
 CLIENT = ("127.0.0.2", 0)  # a client address that differs from the proxy's 127.0.0.1
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -320,3 +322,36 @@ def test_forwarding_headers_nginx_does_not_set_are_cleared(trusted, header):
     status, headers, _ = call(connect(proxy.port), "GET", "/plants?limit=1", headers={**HEADERS, **claim})
     assert status == 200
     assert "evil" not in headers.get("Link", "")
+
+
+def test_a_clients_own_trace_context_does_not_reach_the_service(tmp_path):
+    """Behind a trusted proxy the service continues the `traceparent` it is given: the sample
+    configuration must not hand it the client's own."""
+    seen: list[dict[str, str]] = []
+
+    class Upstream(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({name.lower(): value for name, value in self.headers.items()})
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    serve_in_thread(upstream)
+    proxy = Nginx(upstream.server_address[1], tmp_path)
+    try:
+        context = {
+            "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "tracestate": "vendor=client",
+            "baggage": "user=client",
+        }
+        assert call(connect(proxy.port), "GET", "/plants", headers=context)[0] == 200
+    finally:
+        proxy.stop()
+        upstream.shutdown()
+        upstream.server_close()
+    (headers,) = seen
+    assert not {"traceparent", "tracestate", "baggage"} & set(headers)

@@ -18,6 +18,7 @@ import redis
 
 from app import create_app
 from app.store import CreateOutcome, Page, Plant
+from app.store.migrate import migrate
 from app.store.redis.groups import Groups, encode
 from app.store.redis.lua import CREATE, LEAF_SIZE
 from tests.conftest import redis_settings, settings_for_store
@@ -456,6 +457,56 @@ def test_a_1_0_0_store_is_listed_after_the_migration_and_not_before(redis_server
         client.close()
     page = http.get("/plants?limit=3", headers=auth)
     assert [item["id"] for item in page.json["plants"]] == [-149, -148, -147]
+
+
+def test_a_plant_changed_while_the_migration_reads_its_bucket_is_indexed_as_it_now_is(redis_server):
+    """The migration reads a batch of buckets, then indexes each: a plant the service changes (or
+    deletes and creates again) in between is indexed with its stored value, not the one read."""
+    settings = redis_settings(redis_server)
+    prefix = settings["PLANTS_STORE_PREFIX"]
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    groups = Groups(prefix, count=1, capacity=1000, cluster=False)
+    for plant_id in range(10):
+        client.hset(groups.bucket_key(plant_id), str(plant_id), encode(f"old {plant_id}", "fern"))
+    client.set("{" + prefix + "}:count", 10)
+    http = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    writes = []
+
+    def write_between_the_read_and_the_index() -> None:
+        if not writes:
+            writes.append(http.patch("/plants/5", json={"tag": "palm"}, headers=auth).status_code)
+            writes.append(http.delete("/plants/7", headers=auth).status_code)
+            writes.append(http.post("/plants", json={"id": 7, "name": "new 7"}, headers=auth).status_code)
+
+    class Racing(redis.Redis):
+        def pipeline(self, *args, **kwargs):
+            pipe = super().pipeline(*args, **kwargs)
+            execute = pipe.execute
+
+            def execute_then_write(*args, **kwargs):
+                read = execute(*args, **kwargs)
+                write_between_the_read_and_the_index()
+                return read
+
+            pipe.execute = execute_then_write
+            return pipe
+
+    racing = Racing.from_url(settings["PLANTS_STORE_URL"])
+    store = open_store(settings)
+    try:
+        migrate(racing, prefix)
+        assert writes == [200, 204, 200]
+        now = {plant_id: Plant(f"old {plant_id}", "fern") for plant_id in range(10)}
+        now[5] = Plant("old 5", "palm")
+        now[7] = Plant("new 7")
+        assert walk_pages(store, 64) == sorted(now.items())
+        assert walk_pages(store, 64, ["fern"]) == sorted((k, p) for k, p in now.items() if p.tag == "fern")
+        assert walk_pages(store, 64, ["palm"]) == [(5, now[5])]
+    finally:
+        store.close()
+        racing.close()
+        client.close()
 
 
 def test_the_migration_refuses_the_memory_store_in_one_line():

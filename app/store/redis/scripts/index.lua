@@ -1,16 +1,19 @@
 -- Indexes plants read from one bucket (app/store/migrate.py): each pair whose plant is still in
--- the bucket (a delete may have come in between); indexing twice changes nothing. Answers how
+-- the bucket (a delete may have come in between), as it is now; indexing twice changes nothing. Answers how
 -- many pairs were indexed.
 local bucket_key = KEYS[1]
 -- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
 -- ARGV[3] on: pairs of index member and encoded plant, read from that bucket.
 local pairs_at = 3
 
+-- Each is indexed with the value the bucket holds now: the service may have changed its tag, or
+-- deleted and created it again, since the migration read it.
 local indexed = 0
 for i = pairs_at, #ARGV, 2 do
   local member = ARGV[i]
-  if redis.call('HEXISTS', bucket_key, string.sub(member, 9)) == 1 then
-    index_plant(member, ARGV[i + 1])
+  local value = redis.call('HGET', bucket_key, string.sub(member, 9))
+  if value then
+    index_plant(member, value)
     indexed = indexed + 1
   end
 end
