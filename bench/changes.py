@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from bench.harness.load import failed, put_plants, together, wrk
+from bench.harness.load import by_work, failed, put_plants, wrk
 from bench.harness.report import SIDE_BY_SIDE, benchmark_parser, finish, side_by_side_table, spread, validity
 from bench.harness.servers import gunicorn, scratch, start_redis, stop_all
 
@@ -55,14 +55,8 @@ def main() -> int:
                     calls[(store, work)] = functools.partial(
                         wrk, server, script, run_seconds, args.connections, env, redis_process.pid
                     )
-            if args.smoke:  # each workload on both stores at once: a smoke run only shows that each serves
-                found = {}
-                for work in WORKLOADS:
-                    keys = [key for key in calls if key[1] == work]
-                    found |= dict(zip(keys, together(calls[key] for key in keys), strict=True))
-            else:
-                found = {key: call() for key, call in calls.items()}
-            for (store, work), run in found.items():
+            # A smoke run has each workload on both stores at once: it only shows that each serves.
+            for (store, work), run in by_work(calls, args.smoke).items():
                 if failed(run):
                     problems.append(f"{store}: {work}: {run}")
                 if round_number:

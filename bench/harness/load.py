@@ -71,6 +71,18 @@ def together(runs: Iterable[Callable[[], dict]]) -> list[dict]:
         return [future.result() for future in futures]
 
 
+def by_work(calls: dict[tuple[str, str], Callable[[], dict]], smoke: bool) -> dict[tuple[str, str], dict]:
+    """The result of each call, keyed (server, work): one after another in their order, or in a
+    smoke run each work's calls (one a server) at once."""
+    if not smoke:
+        return {key: call() for key, call in calls.items()}
+    found: dict[tuple[str, str], dict] = {}
+    for work in dict.fromkeys(work for _, work in calls):
+        keys = [key for key in calls if key[1] == work]
+        found |= dict(zip(keys, together(calls[key] for key in keys), strict=True))
+    return found
+
+
 def failed(run: dict) -> bool:
     """Whether a wrk run met any answer without its status, or any socket error."""
     return bool(run.get("non2xx") or run.get("unexpected") or run["socket_errors"])
