@@ -319,10 +319,10 @@ def main() -> int:
     os.environ.setdefault("PLANTS_API_TOKENS", TOKEN)
     # The client on the other core: beside the server it would preempt it once a request.
     os.sched_setaffinity(0, {int(CLIENT_CPU)})
-    global WARMUP, MEASURED, REGRESS
+    global WARMUP, MEASURED, REGRESS, IDLE_S
     REGRESS = args.regress
-    if args.smoke:  # fewer requests, and no callgrind
-        WARMUP, MEASURED = 30, 100
+    if args.smoke:  # fewer requests, shorter idle windows, and no callgrind
+        WARMUP, MEASURED, IDLE_S = 30, 100, 1.0
         args.no_instructions = True
     budget = json.loads(BUDGET.read_text())["process"] if args.budget else {}
     stores = tuple(args.store or (budget or STORES))
