@@ -16,11 +16,12 @@ verifier, each token new) and a repeated token's use (the verified-token cache),
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
 from bench.harness import TOKEN
-from bench.harness.load import failed, wrk
+from bench.harness.load import by_work, failed, wrk
 from bench.harness.report import benchmark_parser, finish, show_spread, spread, validity
 from bench.harness.servers import gunicorn, stop_all
 from tests.issuer import AUDIENCE, Issuer
@@ -85,10 +86,16 @@ def main() -> int:
             server.start()
         # The first round warms up, but not in a smoke run, which only checks that each serves.
         for round_number in range(int(args.smoke), rounds + 1):
+            calls = {}
             for name, server in servers.items():
                 id_base += 10**13
                 env = {"BENCH_ID_BASE": str(id_base), "BENCH_TOKEN": tokens[name]}
-                run = wrk(server, "create.lua", 1 if round_number == 0 else seconds, args.connections, env)
+                run_seconds = 1 if round_number == 0 else seconds
+                calls[(name, "create")] = functools.partial(
+                    wrk, server, "create.lua", run_seconds, args.connections, env
+                )
+            # A smoke run has the three servers at once: it only shows that each serves.
+            for (name, _), run in by_work(calls, args.smoke).items():
                 if failed(run):
                     problems.append(f"{name}: {run}")
                 if round_number:

@@ -21,12 +21,14 @@ after storing plants with the benchmark's names and tags.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import random
 
 import redis
 
 from bench.harness import CLIENT_CPU
-from bench.harness.load import failed, fill_store, wrk
+from bench.harness.load import failed, fill_store, together, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, validity
 from bench.harness.servers import GUNICORN, Server, gunicorn, peer, scratch, start_redis, stop_all, worktree
 
@@ -91,12 +93,10 @@ def main() -> int:
         stack.callback(lambda: stop_all(contestants.values()))
         for server in contestants.values():
             server.start()
-        id_base = 0
+        id_bases = itertools.count(10**13, 10**13)  # next() is atomic: runs may be in threads
 
         def run(server: Server, run_seconds: float = seconds) -> dict:
-            nonlocal id_base
-            id_base += 10**13
-            env = {"BENCH_ID_BASE": str(id_base)}
+            env = {"BENCH_ID_BASE": str(next(id_bases))}
             return wrk(server, "create.lua", run_seconds, args.connections, env, redis_process.pid)
 
         # The first runs warm up, but not in a smoke run, which only checks that each serves.
@@ -104,6 +104,11 @@ def main() -> int:
             run(server, 1)
         runs: dict[str, list[dict]] = {name: [] for name in contestants}
         for _ in range(rounds):
+            if args.smoke:  # every contestant at once: a smoke run only shows that each serves
+                found = together(functools.partial(run, server) for server in contestants.values())
+                for name, one in zip(contestants, found, strict=True):
+                    runs[name].append(one)
+                continue
             for name, server in contestants.items():
                 runs[name].append(run(server))
         for name, name_runs in runs.items():

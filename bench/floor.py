@@ -19,12 +19,14 @@ invalid: it says so and exits 1.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import platform
 import statistics
 
 from bench.harness import CLIENT_CPU, SERVER_CPU
-from bench.harness.load import failed, wrk
+from bench.harness.load import failed, together, wrk
 from bench.harness.report import benchmark_parser, finish, median_of, show_spread, spread, validity
 from bench.harness.servers import Server, floor, gunicorn, peer, stop_all
 
@@ -53,12 +55,11 @@ def main() -> int:
     try:
         for server in servers:
             server.start()
-        id_base = 0
+        id_bases = itertools.count(10**13, 10**13)  # next() is atomic: runs may be in threads
 
         def create_run(server: Server, run_seconds: float = seconds) -> dict:
-            nonlocal id_base
-            id_base += 10**13
-            return wrk(server, "create.lua", run_seconds, args.connections, {"BENCH_ID_BASE": str(id_base)})
+            env = {"BENCH_ID_BASE": str(next(id_bases))}
+            return wrk(server, "create.lua", run_seconds, args.connections, env)
 
         # Memory: RSS of the preloaded service's worker before and after `plants` creates.
         rss_before = loaded.worker_rss_bytes()
@@ -83,9 +84,15 @@ def main() -> int:
             name: [] for name in [*contestants, "loaded", "refused_401", "refused_400"]
         }
         for _ in range(rounds):
-            for name, server in contestants.items():
-                runs[name].append(create_run(server))
-            runs["loaded"].append(create_run(loaded))
+            if args.smoke:  # every server's creates at once: a smoke run only shows that each serves
+                named = {**contestants, "loaded": loaded}
+                found = together(functools.partial(create_run, server) for server in named.values())
+                for name, one in zip(named, found, strict=True):
+                    runs[name].append(one)
+            else:
+                for name, server in contestants.items():
+                    runs[name].append(create_run(server))
+                runs["loaded"].append(create_run(loaded))
             for case in ("401", "400"):
                 runs[f"refused_{case}"].append(
                     wrk(

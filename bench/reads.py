@@ -17,6 +17,8 @@ and the memory store's structures under tracemalloc at the same size.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import random
 import tracemalloc
 from pathlib import Path
@@ -25,7 +27,7 @@ from urllib.parse import quote
 import redis
 
 from app.store import MemoryPlantStore
-from bench.harness.load import failed, fill_store, get_json, wrk
+from bench.harness.load import failed, fill_store, get_json, together, wrk
 from bench.harness.report import benchmark_parser, finish, median_of
 from bench.harness.servers import Server, gunicorn, scratch, start_redis, stop_all, worktree
 
@@ -102,6 +104,18 @@ def ratio(value: float, base: float) -> float:
     return value / base if base else float("nan")
 
 
+def one_per_server(workloads: dict[str, tuple[Server, str, list[str] | None]]) -> list[list[str]]:
+    """The workloads' names in batches, in their order, each batch with one workload per server."""
+    batches: list[list[str]] = []
+    for name, (server, _, _) in workloads.items():
+        batch = next((b for b in batches if all(workloads[other][0] is not server for other in b)), None)
+        if batch is None:
+            batch = []
+            batches.append(batch)
+        batch.append(name)
+    return batches
+
+
 def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--plants", type=int, help="plants in each large store (default 1,000,000)")
@@ -137,7 +151,7 @@ def main() -> int:
     results: dict = {"mode": "smoke" if args.smoke else "full", "rounds": rounds, "seconds": seconds,
                      "connections": args.connections, "small": small, "large": large}  # fmt: skip
     problems: list[str] = []
-    id_base = 0
+    id_bases = itertools.count(10**13, 10**13)
     try:
         for server in everything:
             server.start()
@@ -176,12 +190,10 @@ def main() -> int:
             )
 
         def run(name: str, run_seconds: float = seconds) -> dict:
-            nonlocal id_base
             server, script, paths = workloads[name]
             env = {}
             if paths is None:
-                id_base += 10**13
-                env["BENCH_ID_BASE"] = str(id_base)
+                env["BENCH_ID_BASE"] = str(next(id_bases))  # next() is atomic: runs may be in threads
             else:
                 path_file = directory / f"{abs(hash(name))}.paths"
                 path_file.write_text("\n".join(paths) + "\n")
@@ -201,6 +213,14 @@ def main() -> int:
             run(name, 1)
         runs: dict[str, list[dict]] = {name: [] for name in workloads}
         for _ in range(rounds):
+            if (
+                args.smoke
+            ):  # the workloads of different servers at once: a smoke run only shows that each serves
+                for batch in one_per_server(workloads):
+                    found = together(functools.partial(run, name) for name in batch)
+                    for name, one in zip(batch, found, strict=True):
+                        runs[name].append(one)
+                continue
             for name in workloads:
                 runs[name].append(run(name))
         for name, name_runs in runs.items():

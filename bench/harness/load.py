@@ -12,7 +12,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +59,28 @@ def wrk_beside_redis(
 ) -> dict:
     """`wrk` with redis-server's CPU per request counted too."""
     return wrk(server, script, seconds, connections, env, redis_pid)
+
+
+def together(runs: Iterable[Callable[[], dict]]) -> list[dict]:
+    """`runs` (each a wrk run against a server of its own) at the same time, their results in
+    order: a smoke run's way, which only has to show that each serves and reports its figures
+    (each run's CPU is its own server's, but its rate is shared with the others)."""
+    runs = list(runs)
+    with ThreadPoolExecutor(max(len(runs), 1)) as pool:
+        futures = [pool.submit(run) for run in runs]
+        return [future.result() for future in futures]
+
+
+def by_work(calls: dict[tuple[str, str], Callable[[], dict]], smoke: bool) -> dict[tuple[str, str], dict]:
+    """The result of each call, keyed (server, work): one after another in their order, or in a
+    smoke run each work's calls (one a server) at once."""
+    if not smoke:
+        return {key: call() for key, call in calls.items()}
+    found: dict[tuple[str, str], dict] = {}
+    for work in dict.fromkeys(work for _, work in calls):
+        keys = [key for key in calls if key[1] == work]
+        found |= dict(zip(keys, together(calls[key] for key in keys), strict=True))
+    return found
 
 
 def failed(run: dict) -> bool:

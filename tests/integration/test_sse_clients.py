@@ -64,7 +64,8 @@ def write_in_bursts(server: Gunicorn, first_id: int) -> tuple[list[int], threadi
                 conn.request("POST", "/plants", body, {**AUTH, "Content-Type": "application/json"})
                 assert conn.getresponse().status == 200
                 time.sleep(0.2)
-            time.sleep(PAUSE)
+            if burst < BURSTS - 1:  # after the last burst nothing is written: no pause to wait
+                time.sleep(PAUSE)
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
