@@ -68,7 +68,8 @@ def main() -> int:
         indexed = migrate(redis.Redis.from_url(url.url, socket_timeout=30, socket_connect_timeout=5), prefix)
     except RedisError as exc:
         print(
-            f"Plant Store migrate: Redis at {url.redacted} failed: {unavailable(exc)}; run it again.",
+            f"Plant Store migrate: Redis at {url.redacted} failed: {unavailable(exc)}; once that is"
+            " mended, run it again (what it indexed stays, and indexing twice changes nothing).",
             file=sys.stderr,
         )
         return 1

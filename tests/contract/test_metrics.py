@@ -125,7 +125,8 @@ def test_the_migration_names_the_address_and_the_cause():
     assert result.returncode == 1
     assert result.stderr.strip() == (
         f"Plant Store migrate: Redis at redis://:***@127.0.0.1:{port}/0 failed: connection refused"
-        " (is Redis running on that port?) (Redis: ConnectionError); run it again."
+        " (is Redis running on that port?) (Redis: ConnectionError); once that is mended, run it again"
+        " (what it indexed stays, and indexing twice changes nothing)."
     )
 
 
