@@ -103,7 +103,8 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
     ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port",
          "password-with-slash", "url-file",
          "cluster-port", "cluster-path", "replicas-on-memory", "query-password", "query-unknown",
-         "query-timeout", "query-cert-reqs", "worker-class", "metrics-directory-redis", "metrics-directory-memory",
+         "query-timeout", "query-cert-reqs", "worker-class", "metrics-directory-redis",
+         "metrics-directory-memory",
          "token-too-long", "token-syntax"],
 )  # fmt: skip
 def test_a_bad_setting_is_one_line_naming_it(env, names):
