@@ -107,9 +107,10 @@ def patch_webhook(endpoint_id: str) -> Response:
         )
         if changed != endpoint:
             fields["config"] = changed.config_text()
-        if changed.url != endpoint.url and endpoint.status == ENABLED and endpoint.tries:
-            # A retry pending for the old URL (up to hours away): the new one gets the event now,
-            # with its tries anew; the epoch drops an attempt to the old one still under way.
+        if changed.url != endpoint.url and endpoint.status == ENABLED:
+            # A retry pending for the old URL (up to hours away), or an attempt to it under way
+            # (its failure would set one): the new one gets the event now, with its tries anew;
+            # the epoch drops the outcome of an attempt to the old one still under way.
             fields.update(epoch=str(endpoint.epoch + 1), **delivery_fields(endpoint.position, 0, 0))
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:

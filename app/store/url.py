@@ -15,6 +15,8 @@ SCHEMES = ("memory", "redis", "rediss", "unix", *CLUSTER_SCHEMES)
 _TLS_OPTIONS = frozenset(
     {"ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
 )
+#: redis-py's values of ssl_cert_reqs (their case too).
+_CERT_REQS = ("none", "optional", "required")
 QUERY_OPTIONS = {"unix": frozenset({"db"}), "rediss": _TLS_OPTIONS}
 
 
@@ -103,6 +105,9 @@ def _check_query(scheme: str, query: str) -> None:
                 f"has a query option that {scheme}:// does not take (the options it takes: {takes}); "
                 "the timeouts are PLANTS_STORE_CONNECT_TIMEOUT and PLANTS_STORE_TIMEOUT"
             )
+        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+            # redis-py refuses any other only as it connects: a start that answers only 503.
+            raise ValueError("has an ssl_cert_reqs other than none, optional or required (lower case)")
         if name == "db" and not value.isdigit():
             raise ValueError("names a database that is not a number: use ?db=0 to ?db=15")
 

@@ -81,6 +81,11 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
             {**OK, "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0?socket_timeout=600"},
             "the timeouts are PLANTS_STORE_CONNECT_TIMEOUT and PLANTS_STORE_TIMEOUT",
         ),
+        # redis-py refuses any other value only when it connects: every request was a 503.
+        (
+            {**OK, "PLANTS_STORE_URL": "rediss://:s3cret-pw@127.0.0.1:6399/0?ssl_cert_reqs=NONE"},
+            "PLANTS_STORE_URL has an ssl_cert_reqs other than none, optional or required",
+        ),
         # Both were tracebacks: gunicorn's import of the class, each worker's first count.
         ({**OK, "GUNICORN_WORKER_CLASS": "nosuch.Worker"}, "GUNICORN_WORKER_CLASS names no worker class"),
         (
@@ -98,7 +103,8 @@ def refused_start(env: dict[str, str], *args: str, cwd: Path = ROOT) -> list[str
     ids=["no-token", "bad-number", "bad-seconds", "unreadable-file", "bad-scheme", "bad-port",
          "password-with-slash", "url-file",
          "cluster-port", "cluster-path", "replicas-on-memory", "query-password", "query-unknown",
-         "query-timeout", "worker-class", "metrics-directory-redis", "metrics-directory-memory",
+         "query-timeout", "query-cert-reqs", "worker-class", "metrics-directory-redis",
+         "metrics-directory-memory",
          "token-too-long", "token-syntax"],
 )  # fmt: skip
 def test_a_bad_setting_is_one_line_naming_it(env, names):

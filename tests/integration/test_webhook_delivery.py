@@ -568,6 +568,25 @@ def test_a_new_url_gets_the_event_a_retry_waits_for_at_once(client):
         receiver.stop()
 
 
+def test_a_new_url_gets_the_event_an_attempt_under_way_fails_at_once(client):
+    # The first attempt to the old URL is still waiting for its answer when the URL changes: its
+    # failure (a retry an hour away) must not hold the event back from the new URL.
+    receiver = Receiver(
+        lambda delivery, number: (503, {"Retry-After": "3600"}, 2.0) if number == 1 else (204, {}, 0)
+    )
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        wait_until(lambda: len(receiver.deliveries) == 1, what="the first attempt under way")
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"url": receiver.url + "?v=2"}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        first, second = receiver.wait_for(2, timeout=15)
+        assert (first.path, second.path, second.id) == ("/hook", "/hook?v=2", first.id)
+        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
 def test_the_deliverers_help_prints_its_usage_and_settings():
     """`plant-store-webhooks --help` needs no setting: it says what the command does and reads."""
     script = Path(sys.executable).parent / "plant-store-webhooks"
