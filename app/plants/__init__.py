@@ -8,12 +8,13 @@ that app's extensions (app/extension.py), so apps never share plants.
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
 from app.auth.rate_limits import add_headers
+from app.compat.flask import specific_handler
 from app.errors import InsufficientStorage, SplitStoreRefused
 from app.extension import init_state, plants_state
 from app.http.error_handler import error_response, register_json_errors
@@ -53,12 +54,17 @@ def _refuse_variable_mount(setup: BlueprintSetupState) -> None:
 
 
 @bp.errorhandler(Exception)
-def _unexpected(exc: Exception) -> NoReturn:
+def _unexpected(exc: Exception) -> Any:
     """An unexpected error goes on to Flask's own handling (logged, or propagated under
     PROPAGATE_EXCEPTIONS) and its 500, which the JSON handler answers: a host's handler for every
-    Exception (its HTML error page) must not answer the blueprint's routes. The blueprint's own
-    handlers come before a host's in Flask's search, and the more specific ones before this."""
-    raise exc
+    Exception (its HTML error page) must not answer the blueprint's routes. A host's handler for a
+    class of its own still does. The blueprint's own handlers come before a host's in Flask's
+    search, and the more specific ones before this."""
+    host = current_app._get_current_object()  # type: ignore[attr-defined]
+    handler = specific_handler(host, exc, (*request.blueprints[1:], None))
+    if handler is None:
+        raise exc
+    return host.ensure_sync(handler)(exc)
 
 
 @bp.after_request

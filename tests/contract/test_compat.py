@@ -8,6 +8,7 @@ import http.client
 import pytest
 from marshmallow import Schema
 
+import app.compat.flask
 import app.compat.http_client
 import app.compat.marshmallow
 
@@ -55,6 +56,10 @@ def test_records_answer_the_same_on_marshmallows_own_path(make_app, auth, monkey
     monkeypatch.setattr(app.compat.marshmallow, "FLAT", False)
     assert answers(make_app().test_client(), auth) == flat
     assert [status for _, _, status, _ in flat] == [200, 200, 400, 400, 400, 200, 400, 200, 400, 200, 200]
+
+
+def test_the_flask_check_accepts_the_installed_library():
+    assert app.compat.flask.SPEC_FITS
 
 
 def test_the_http_client_check_accepts_the_installed_library():

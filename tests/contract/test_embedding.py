@@ -11,6 +11,7 @@ from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest
 
+import app.compat.flask
 from app import ConfigurationError
 from app.plants import bp
 
@@ -315,6 +316,45 @@ def test_blueprint_errors_stay_json_where_the_host_handles_every_exception():
     assert "the store failed" not in broken.get_data(as_text=True)
     host_own = client.get("/broken")
     assert (host_own.status_code, host_own.get_data(as_text=True)) == (500, "<h1>host's error page</h1>")
+
+
+def test_a_hosts_handler_for_an_error_of_its_own_still_answers_the_blueprints_routes():
+    """Beside a catch-all kept off the blueprint's routes (above): the host's own error class, which
+    its `before_request` raises on every route, is answered by the host's handler there too."""
+    host = make_host()
+
+    class Maintenance(Exception):
+        pass
+
+    @host.errorhandler(Maintenance)
+    def maintenance(error):
+        return {"error": 503, "message": "down for maintenance"}, 503
+
+    @host.errorhandler(Exception)
+    def host_error_page(error):
+        return "<h1>host's error page</h1>", 500
+
+    @host.before_request
+    def closed():
+        raise Maintenance()
+
+    answer = host.test_client().get("/api/v1/plants/1", headers=AUTH)
+    assert (answer.status_code, answer.json) == (503, {"error": 503, "message": "down for maintenance"})
+
+
+def test_without_flasks_handler_map_the_blueprint_answers_every_unexpected_error(monkeypatch):
+    """app/compat/flask.py's fallback: where the handler map is not as expected, an unexpected error
+    on the blueprint's routes is its JSON 500, the host's own class included."""
+    monkeypatch.setattr(app.compat.flask, "SPEC_FITS", False)
+    host = make_host()
+
+    class Maintenance(Exception):
+        pass
+
+    host.register_error_handler(Maintenance, lambda error: ("down", 503))
+    host.before_request(lambda: (_ for _ in ()).throw(Maintenance()))
+    answer = host.test_client().get("/api/v1/plants/1", headers=AUTH)
+    assert (answer.status_code, answer.json["error"]) == (500, 500)
 
 
 @pytest.mark.parametrize(
