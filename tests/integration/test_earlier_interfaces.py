@@ -18,6 +18,7 @@ from tests.servers import ROOT, TOKEN, Gunicorn
 
 INTERFACES = ROOT / "docs" / "interfaces"
 VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"]
+SEED = 20261127
 #: What an old client relies on: the answers. Negative data is today's document's to test
 #: (tests/integration/test_contract.py), since a refusal an old document did not list is an addition.
 CHECKS = ",".join([
@@ -65,7 +66,11 @@ def test_a_client_of_an_earlier_version_still_works(server, version, tmp_path):
             "--checks", CHECKS,
             "--header", f"Authorization: Bearer {TOKEN}",
             "--max-examples", "30",
-            "--seed", "20261127",
+            # A seed of each document's own: with one seed every run generates the same plants, so
+            # a later run's create can meet an earlier run's plant and be answered as its replay
+            # (200, the same plant), which schemathesis takes for a new plant: a delete after the
+            # other's is then a "created resource not found" (ST302, seen once: 1.1.0's run).
+            "--seed", str(SEED + VERSIONS.index(version)),
             "--workers", "1",
             "--request-timeout", "10",
             "--output-sanitize", "true",
