@@ -550,38 +550,38 @@ def test_a_changed_url_or_a_deleted_endpoint_closes_its_kept_connection(service,
     )
 
 
-def test_a_new_url_gets_the_event_a_retry_waits_for_at_once(client):
-    # The first answer asks for an hour (capped at 24 h of the schedule's scale: 86 s here).
+@pytest.mark.parametrize(
+    ("first_answer_s", "changed_when"),
+    [
+        # The first answer asks for an hour (capped at 24 h of the schedule's scale: 86 s here).
+        (0, "a pending retry"),
+        # The first attempt to the old URL is still waiting for its answer when the URL changes:
+        # its failure (a retry an hour away) must not hold the event back from the new URL.
+        (2.0, "the first attempt under way"),
+    ],
+)
+def test_a_new_url_gets_the_event_at_once(client, first_answer_s, changed_when):
     receiver = Receiver(
-        lambda delivery, number: (503, {"Retry-After": "3600"}, 0) if number == 1 else (204, {}, 0)
+        lambda delivery, number: (
+            (503, {"Retry-After": "3600"}, first_answer_s) if number == 1 else (204, {}, 0)
+        )
     )
     try:
         hook = register(client, receiver.url)
         create(client, 1)
-        wait_until(lambda: endpoint(client, hook)["next_attempt"], what="a pending retry")
+        if changed_when == "a pending retry":
+            wait_until(lambda: endpoint(client, hook)["next_attempt"], what=changed_when)
+        else:
+            wait_until(lambda: len(receiver.deliveries) == 1, what=changed_when)
         changed = client.patch(f"/webhooks/{hook['id']}", json={"url": receiver.url + "?v=2"}, headers=AUTH)
         assert changed.status_code == 200, changed.json
         first, second = receiver.wait_for(2, timeout=15)
-        assert (second.path, second.id, second.event["data"]["id"]) == ("/hook?v=2", first.id, 1)
-        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
-    finally:
-        receiver.stop()
-
-
-def test_a_new_url_gets_the_event_an_attempt_under_way_fails_at_once(client):
-    # The first attempt to the old URL is still waiting for its answer when the URL changes: its
-    # failure (a retry an hour away) must not hold the event back from the new URL.
-    receiver = Receiver(
-        lambda delivery, number: (503, {"Retry-After": "3600"}, 2.0) if number == 1 else (204, {}, 0)
-    )
-    try:
-        hook = register(client, receiver.url)
-        create(client, 1)
-        wait_until(lambda: len(receiver.deliveries) == 1, what="the first attempt under way")
-        changed = client.patch(f"/webhooks/{hook['id']}", json={"url": receiver.url + "?v=2"}, headers=AUTH)
-        assert changed.status_code == 200, changed.json
-        first, second = receiver.wait_for(2, timeout=15)
-        assert (first.path, second.path, second.id) == ("/hook", "/hook?v=2", first.id)
+        assert (first.path, second.path, second.id, second.event["data"]["id"]) == (
+            "/hook",
+            "/hook?v=2",
+            first.id,
+            1,
+        )
         wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
     finally:
         receiver.stop()
