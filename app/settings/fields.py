@@ -153,13 +153,14 @@ def check_rate_limit(value: Any, problem: str) -> None:
     from limits import parse_many
 
     try:
-        if not isinstance(value, str) or not parse_many(value):
+        items = parse_many(value) if isinstance(value, str) else None
+        if not items:
             raise ValueError
     except ValueError:
         raise ValidationError(
             f"{problem} a rate limit in the limits notation, e.g. 100/second;10000/hour"
         ) from None
-    if any(item.amount < 1 for item in parse_many(value)):
+    if any(item.amount < 1 for item in items):
         # `limits` takes 0/second, which refuses every request: leave the setting unset for none.
         raise ValidationError(f"{problem} a rate limit that allows a request (unset it for no limit)")
 
