@@ -126,6 +126,17 @@ def test_out_of_range_setting_is_refused(key, value):
         create_app({"PLANTS_API_TOKENS": "t", key: value})
 
 
+def test_a_longest_wait_above_the_wait_parameters_bound_is_refused(monkeypatch):
+    """PLANTS_EVENTS_MAX_WAIT only lowers a long-poll's 55 s: a larger value stops the start
+    rather than being taken and doing nothing."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("PLANTS_EVENTS_MAX_WAIT", "120")
+    with pytest.raises(ConfigurationError, match=r"PLANTS_EVENTS_MAX_WAIT must be at most 55 seconds"):
+        create_app()
+    monkeypatch.setenv("PLANTS_EVENTS_MAX_WAIT", "55")
+    assert create_app().extensions["plants"].settings.events_max_wait == 55
+
+
 def test_max_content_length_from_environment(monkeypatch):
     monkeypatch.setenv("PLANTS_API_TOKENS", "t")
     monkeypatch.setenv("MAX_CONTENT_LENGTH", "100")
