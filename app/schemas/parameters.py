@@ -12,6 +12,7 @@ from werkzeug.datastructures import MultiDict
 from app.errors import InvalidParameters
 from app.http import strict_json
 from app.schemas.records import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
+from app.settings.schema import LONGEST_WAIT
 from app.store import EVENT_TYPES
 
 DEFAULT_LIMIT = 100
@@ -66,8 +67,8 @@ class PageQuerySchema(Schema):
     tags = _tags_field()
 
 
-#: The longest long-poll, in seconds.
-MAX_WAIT = 55
+#: The longest long-poll, in seconds: PLANTS_EVENTS_MAX_WAIT only lowers it.
+MAX_WAIT = LONGEST_WAIT
 
 
 class EventsQuerySchema(Schema):

@@ -77,7 +77,7 @@ def summary(settings: Settings, url: StoreUrl) -> str:
         part
         for part in (
             settings.rate_limit and f"{settings.rate_limit} per token",
-            tokens.limits and f"{len(tokens.limits)} tokens with their own",
+            tokens.limits and _count(len(tokens.limits), "token with its own", "tokens with their own"),
             settings.auth_failure_limit and f"{settings.auth_failure_limit} failed logins per address",
         )
         if part
@@ -86,3 +86,7 @@ def summary(settings: Settings, url: StoreUrl) -> str:
         f"store {url.redacted}; {len(set(tokens.full))} full-access and {len(set(tokens.read_only))}"
         f" read-only static tokens; JWT issuer {jwt}; rate limits {limits or 'off'}"
     )
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"

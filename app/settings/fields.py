@@ -90,11 +90,17 @@ class _Number(Setting):
 
 
 class Seconds(_Number):
-    """A number of seconds above 0, at most an hour."""
+    """A number of seconds above 0, at most `maximum` (an hour)."""
+
+    def __init__(self, default: float, *, maximum: float = 3600) -> None:
+        super().__init__(default)
+        self.maximum = maximum
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
             raise ValidationError(f"must be a number of seconds above 0, not {value!r}")
+        if value > self.maximum:
+            raise ValidationError(f"must be at most {self.maximum:g} seconds, not {value!r}")
         return float(value)
 
 

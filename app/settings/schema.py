@@ -33,6 +33,8 @@ ASYMMETRIC_ALGORITHMS = frozenset(
 SCOPE_PATTERN = r"[\x21\x23-\x5b\x5d-\x7e]{1,128}"
 SCOPE_PROBLEM = "must be one OAuth scope: no spaces, quotes or backslashes"
 MAX_LEEWAY = 300
+#: The longest long-poll, in seconds (the `wait` parameter's bound): under nginx's 60 s timeout.
+LONGEST_WAIT = 55
 AUDIENCE_REQUIRED = "is required with {PLANTS_JWT_ISSUER}: the audience this service's tokens name"
 
 
@@ -89,8 +91,8 @@ class SettingsSchema(Schema):
     # Watching the feed (docs/change-feed.md): server-sent events and long-polls.
     PLANTS_EVENTS_HEARTBEAT = WholeNumber(15, minimum=1, maximum=3600, unit=" seconds")
     #: The longest a long-poll waits, whatever its `wait` asks: lower it behind a proxy whose
-    #: read timeout is shorter than 60 s.
-    PLANTS_EVENTS_MAX_WAIT = Seconds(55.0)
+    #: read timeout is shorter than 60 s. It only lowers: `wait` itself is at most this default.
+    PLANTS_EVENTS_MAX_WAIT = Seconds(LONGEST_WAIT, maximum=LONGEST_WAIT)
     PLANTS_EVENTS_STREAM_MAX = WholeNumber(300, minimum=1, maximum=86_400, unit=" seconds")
     PLANTS_EVENTS_MAX_WATCHERS = WholeNumber(10_000, minimum=1)
     PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN = WholeNumber(100, minimum=1)

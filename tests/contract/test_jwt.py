@@ -748,6 +748,19 @@ def test_the_document_names_the_webhooks_scope_on_the_webhooks_operations(issuer
     assert {"openIdConnect": ["plants:write"]} in document["paths"]["/plants"]["post"]["security"]
 
 
+def test_the_document_names_each_operations_scope_on_its_head_and_on_the_ticket_mint(issuer, client):
+    """A HEAD of a webhooks read needs the webhooks scope, as its GET; a read JWT mints a ticket."""
+    document = client.get("/openapi.json").json
+    webhooks = [{"bearerAuth": []}, {"openIdConnect": ["plants:webhooks"]}]
+    for path in ("/webhooks", "/webhooks/{endpoint_id}", "/webhooks/{endpoint_id}/attempts"):
+        assert document["paths"][path]["head"]["security"] == webhooks
+    mint = document["paths"]["/events/tickets"]["post"]
+    assert mint["security"] == [{"bearerAuth": []}, {"openIdConnect": ["plants:read"]}]
+    headers = bearer(issuer.token(scope="plants:read"))
+    assert client.post("/events/tickets", headers=headers).status_code == 200
+    assert client.head("/webhooks", headers=headers).status_code == 403
+
+
 def test_an_issuer_with_a_trailing_slash_is_logged_with_both_values(issuer, make_jwt_app, caplog):
     """PLANTS_JWT_ISSUER with a slash the provider's `issuer` lacks: the line names both."""
     with caplog.at_level(logging.WARNING):

@@ -13,6 +13,7 @@ from flask import Flask
 
 from app import ConfigurationError, create_app
 from app.plants import bp
+from app.server.settings_check import summary
 from app.settings import from_environ, load_settings
 from app.store import StoreUrl
 from tests.servers import ROOT, Gunicorn, free_port, wait_until_serving
@@ -124,6 +125,17 @@ def test_non_integer_setting_in_environment_is_refused(monkeypatch, key, value):
 def test_out_of_range_setting_is_refused(key, value):
     with pytest.raises(ConfigurationError, match=key):
         create_app({"PLANTS_API_TOKENS": "t", key: value})
+
+
+def test_a_longest_wait_above_the_wait_parameters_bound_is_refused(monkeypatch):
+    """PLANTS_EVENTS_MAX_WAIT only lowers a long-poll's 55 s: a larger value stops the start
+    rather than being taken and doing nothing."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("PLANTS_EVENTS_MAX_WAIT", "120")
+    with pytest.raises(ConfigurationError, match=r"PLANTS_EVENTS_MAX_WAIT must be at most 55 seconds"):
+        create_app()
+    monkeypatch.setenv("PLANTS_EVENTS_MAX_WAIT", "55")
+    assert create_app().extensions["plants"].settings.events_max_wait == 55
 
 
 def test_max_content_length_from_environment(monkeypatch):
@@ -370,6 +382,16 @@ def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
         " JWT issuer off; rate limits 50/second per token; workers 1, request threads 2 each"
     ) in line
     assert "secret" not in log
+
+
+@pytest.mark.parametrize(
+    ("tokens", "said"),
+    [("a@5/second,b", "1 token with its own"), ("a@5/second,b@1/second", "2 tokens with their own")],
+)
+def test_the_start_line_counts_the_tokens_with_a_limit_of_their_own(tokens, said):
+    settings = load_settings({"PLANTS_API_TOKENS": tokens, "PLANTS_RATE_LIMIT": "50/second"})
+    line = summary(settings, StoreUrl.parse("memory://"))
+    assert f"rate limits 50/second per token, {said}" in line
 
 
 @pytest.mark.parametrize(

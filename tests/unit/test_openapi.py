@@ -207,3 +207,26 @@ def test_1_2_0_changes_a_plant_with_preconditions(document):
     merge = document["components"]["schemas"]["MergePatch"]
     assert merge["additionalProperties"] is False
     assert {"type": "null"} in merge["properties"]["tag"]["oneOf"]
+
+
+def test_every_success_of_a_rate_limited_operation_declares_the_rate_limit_headers(document):
+    """The service sends RateLimit-* on every answer under a limit (PLANTS_RATE_LIMIT), writes,
+    the feed and webhooks included: the document says so wherever a client may read them."""
+    from app.plants.routes import OPERATIONS
+
+    limited = {route.operation_id for route in OPERATIONS if route.limited and route.operation_id}
+    operations = {
+        operation["operationId"]: operation
+        for item in document["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and "operationId" in operation
+    }
+    assert limited <= set(operations)
+    for operation_id in sorted(limited):
+        for status, response in operations[operation_id]["responses"].items():
+            if status.startswith("2"):
+                headers = deref(document, response).get("headers", {})
+                assert {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers), (
+                    operation_id,
+                    status,
+                )
