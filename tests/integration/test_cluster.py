@@ -24,6 +24,7 @@ from redis.crc import key_slot
 import app.compat.redis
 from app.http.cursor import EVENTS, decode_cursor
 from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
+from app.store.readiness import Readiness
 from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call, reloaded
@@ -232,8 +233,11 @@ def test_a_full_shard_answers_507(fault_cluster):
         client.close()
         with pytest.raises(StoreFullError):
             store.create(on_primary, "Fern", None)
+        # /readyz's answer: every node serves, one is full.
+        assert store.readiness() == Readiness(full=True)
     finally:
         primary.command("CONFIG", "SET", "maxmemory", "0")
+    assert store.readiness() == Readiness()
     assert store.create(on_primary, "Fern", None) is CreateOutcome.CREATED
     store.close()
 

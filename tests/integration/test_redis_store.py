@@ -296,6 +296,25 @@ def test_redis_out_of_memory_still_reads_the_feed_before_its_cursor_key_exists(t
         redis.stop()
 
 
+def test_readiness_at_redis_maxmemory_stays_200_and_says_the_store_is_full(tmp_path):
+    """Reads and deletes still work at maxmemory, so the instance stays in its load balancer (every
+    instance shares the one full Redis); the body says the store is full, for the operator."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}).test_client()
+        assert client.get("/readyz").json == {"status": "ok"}
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        full = client.get("/readyz")
+        assert full.status_code == 200
+        assert (full.json["status"], full.json["full"]) == ("degraded", True)
+        assert "maxmemory" in full.json["message"]
+        assert "507" in full.json["message"]
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+        assert client.get("/readyz").json == {"status": "ok"}
+    finally:
+        redis.stop()
+
+
 def test_the_script_is_loaded_again_after_script_flush(redis_server):
     """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
     settings = redis_settings(redis_server)
