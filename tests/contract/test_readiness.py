@@ -56,6 +56,18 @@ def test_a_plain_redis_given_as_redis_cluster_stops_the_start_naming_redis(redis
     )
 
 
+@pytest.mark.parametrize("where", ["redis://127.0.0.1:{port}/99", "unix://{socket}?db=16"])
+def test_a_database_index_past_the_servers_databases_stops_the_start(redis_server, where):
+    """Redis has 16 databases unless told otherwise: /99 was taken, and every request then failed."""
+    url = where.format(port=redis_server.port, socket=redis_server.socket)
+    line = one_line_refusal(start({"PLANTS_STORE_URL": url}))
+    assert line.endswith(
+        "Plant Store: configuration error: PLANTS_STORE_URL names a database the Redis server does"
+        " not have: its database index is past the server's count (Redis: DB index is out of range):"
+        " use one from 0 to the server's `databases` less one (0 to 15 by default)"
+    )
+
+
 def readyz(server: Gunicorn) -> tuple[int, dict]:
     status, _, body = call(server.connection(), "GET", "/readyz")
     return status, json.loads(body)
