@@ -231,6 +231,19 @@ def test_read_tokens_alone_do_not_open_the_service():
         create_app({"PLANTS_READ_TOKENS": "reader"})
 
 
+@pytest.mark.parametrize(
+    "value", [[""], ["", " "], ",", " , "], ids=["list-of-empty", "list-of-blanks", "comma", "blank-commas"]
+)
+def test_tokens_set_to_empty_entries_say_so_not_that_they_are_unset(value):
+    """Set, but to entries that are all empty: the message says what is there, not "is not set"."""
+    with pytest.raises(ConfigurationError) as raised:
+        create_app({"PLANTS_API_TOKENS": value})
+    assert str(raised.value).startswith(
+        "PLANTS_API_TOKENS is set but holds no token (every entry of it is empty): list one or more"
+        " tokens, comma-separated"
+    )
+
+
 def test_a_read_token_may_carry_its_own_rate_limit():
     app = create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader@1/minute"})
     assert [read(app, "reader") for _ in range(2)] == [200, 429]
