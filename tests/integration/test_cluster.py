@@ -30,7 +30,14 @@ from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call, reloaded
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
-from tests.servers import Gunicorn, RedisClusterServers, RedisServer, free_port, self_signed_certificate
+from tests.servers import (
+    Gunicorn,
+    RedisClusterServers,
+    RedisServer,
+    cluster_node,
+    free_port,
+    self_signed_certificate,
+)
 
 
 def open_cluster_store(settings: dict[str, str], capacity: int = 1_000_000, min_replicas: int = 0):
@@ -227,14 +234,7 @@ def tls_cluster_node(directory) -> tuple[RedisServer, int, Any]:
     tls_port = free_port()
     node = RedisServer(
         directory,
-        *(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-port",
-            str(free_port()),
-        ),
+        *cluster_node(),
         *("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
         *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no", "--tls-cluster", "yes"),
     )
