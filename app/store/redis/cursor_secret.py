@@ -25,11 +25,12 @@ class SharedSecret:
         self._kept: bytes | None = None
         self._warned = False
 
-    def get(self, client: Any) -> bytes:
-        """The shared secret, or while Redis is full and holds none, the one this process offers."""
+    def get(self, clients: Any) -> bytes:
+        """The shared secret, or while Redis is full and holds none, the one this process offers;
+        `clients` (client.py's LazyClient) is asked for a client only until one is kept."""
         if self._kept is None:
             try:
-                self._kept = _read_or_make(client, self._key, self._offered)
+                self._kept = _read_or_make(clients.get(), self._key, self._offered)
             except OutOfMemoryError:
                 if not self._warned:
                     self._warned = True

@@ -173,7 +173,7 @@ class RedisPlantStore(RedisBacked):
     def cursor_key(self) -> bytes:
         """A random secret kept in Redis beside the plants, made by the first process that asks
         (cursor_secret.py: at maxmemory, this process's own until Redis takes it)."""
-        return self._cursor_key.get(self._clients.get())
+        return self._cursor_key.get(self._clients)
 
     def __len__(self) -> int:
         pipe = self._clients.get().pipeline(transaction=False)
