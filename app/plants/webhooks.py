@@ -277,9 +277,9 @@ def _caller_key(state: PlantsState) -> bytes:
 
 def _checked_url(state: PlantsState, url: str) -> str:
     """The URL as it is kept, its scheme and host in lower case and its non-ASCII characters
-    percent-encoded; 400 naming `url` when it
-    is malformed or its host resolves to a refused address. A name that does not resolve (yet)
-    is accepted: each delivery checks it again. 503 when the name is being resolved still."""
+    percent-encoded; 400 naming `url` when it is malformed or its host resolves to a refused
+    address. A name that does not resolve (yet) is accepted: each delivery checks it again. 503
+    when the name is being resolved still."""
     try:
         check_url(url)
         url = encoded(normalized(url))
