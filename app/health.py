@@ -18,6 +18,11 @@ from app.store import StoreUnavailableError
 from app.telemetry.context import ROUTE
 
 bp = Blueprint("health", __name__)
+#: Why a full store stays ready: reads and deletes (which make room) are served by every instance alike.
+FULL = (
+    "The store is full (Redis, or on a cluster one of its shards, is at its maxmemory): reads and"
+    " deletes are served; writes that add or change data answer 507 until Redis has room."
+)
 
 
 @bp.before_request
@@ -53,7 +58,8 @@ def readyz() -> Response | dict[str, Any]:
     refusing (of the wrong kind, a replica, a wrong password), or the identity provider's keys not
     loaded yet. 200 `degraded`,
     naming the failing nodes and their bucket groups, when only some plants' operations can fail:
-    a shared store's partial outage must not take every instance out of its load balancer."""
+    a shared store's partial outage must not take every instance out of its load balancer. 200
+    `degraded` and `full` when Redis is at its maxmemory: reads still work, on every instance."""
     state = plants_state()
     if state.stopping.is_set():
         raise NotReady("the server is stopping; its requests in flight finish", retry_after=5)
@@ -71,7 +77,9 @@ def readyz() -> Response | dict[str, Any]:
         raise KeysNotLoaded()
     if not readiness.degraded:
         return {"status": "ok"}
-    return {
+    if not readiness.failing:
+        return {"status": "degraded", "full": True, "message": FULL}
+    body: dict[str, Any] = {
         "status": "degraded",
         "message": "Some plants' operations fail: those whose bucket groups are on the failing nodes.",
         "failing": [
@@ -79,3 +87,7 @@ def readyz() -> Response | dict[str, Any]:
             for failed in readiness.failing
         ],
     }
+    if readiness.full:
+        body["full"] = True
+        body["message"] += f" {FULL}"
+    return body

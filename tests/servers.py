@@ -268,6 +268,13 @@ class RedisServer:
                 self.process.wait()
 
 
+def cluster_node() -> tuple[str, ...]:
+    """A Redis Cluster node's options: its nodes.conf in its own directory, and its bus port
+    given (by default it is the port + 10000, past 65535 for some)."""
+    bus = str(free_port())
+    return ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", bus)
+
+
 class RedisClusterServers:
     """A Redis Cluster of Debian's redis-server on 127.0.0.1: 3 primaries, each with a replica
     (or any `nodes` and `replicas` per primary, as redis-cli takes them).
@@ -287,20 +294,8 @@ class RedisClusterServers:
             for n in range(nodes):
                 node_dir = directory / f"node{n}"
                 node_dir.mkdir()
-                self.nodes.append(
-                    # The bus port is given: by default it is the port + 10000, past 65535 for some.
-                    RedisServer(
-                        node_dir,
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-port",
-                        str(free_port()),
-                        "--cluster-node-timeout",
-                        str(self.NODE_TIMEOUT_MS),
-                    )
-                )
+                timeout = ("--cluster-node-timeout", str(self.NODE_TIMEOUT_MS))
+                self.nodes.append(RedisServer(node_dir, *cluster_node(), *timeout))
             subprocess.run(
                 ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes),
                  "--cluster-replicas", str(replicas), "--cluster-yes"],

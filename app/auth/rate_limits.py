@@ -238,8 +238,9 @@ def _storage_uri(url: StoreUrl) -> str:
     if url.scheme == "unix":
         return "redis+unix:" + url.url.split(":", 1)[1]
     if url.scheme == "rediss+cluster":
-        # `limits` has no TLS scheme for a cluster: its option `ssl` (_storage_options).
-        return "redis+cluster:" + url.url.split(":", 1)[1]
+        # `limits` has no TLS scheme for a cluster: its option `ssl`, and the URL's ssl_* options
+        # as options too (_storage_options), which its cluster storage does not read from a query.
+        return "redis+cluster:" + url.url.split(":", 1)[1].partition("?")[0]
     return url.url if url.shared else "memory://"
 
 
@@ -252,5 +253,5 @@ def _storage_options(url: StoreUrl, settings: Settings) -> dict[str, Any]:
         "socket_connect_timeout": settings.store_connect_timeout,
     }
     if url.scheme == "rediss+cluster":
-        options["ssl"] = True
+        options.update(url.tls_options, ssl=True)
     return options

@@ -28,6 +28,12 @@ NO_CREDENTIALS = MissingCredentials(
     "This operation needs an 'Authorization: Bearer <token>' header.", reason="missing"
 )
 NOT_BEARER = MissingCredentials("The Authorization header must use the Bearer scheme.", reason="not_bearer")
+#: `Bearer<TAB>token`, `Bearertoken`: the scheme is Bearer, its separator is not a space.
+NOT_SPACED = MissingCredentials(
+    "The Authorization header must be 'Bearer', a space, then the token: another separator (a tab)"
+    " or none is not accepted.",
+    reason="not_bearer",
+)
 MALFORMED_TOKEN = MalformedCredentials(
     "The bearer token is empty or is not a valid token.", reason="malformed"
 )
@@ -50,7 +56,8 @@ def bearer_token(header: str | None) -> tuple[HTTPException | None, str]:
         return NO_CREDENTIALS, ""
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() != "bearer":
-        return NOT_BEARER, ""
+        # Past "Bearer", the scheme's own word ends at the first space: a tab or the token itself.
+        return (NOT_SPACED if scheme[:6].lower() == "bearer" else NOT_BEARER), ""
     token = credentials.strip(" ")
     if not TOKEN_SYNTAX.fullmatch(token):
         return MALFORMED_TOKEN, ""

@@ -9,6 +9,13 @@ parses again while the answer it parsed is interim (101 Switching Protocols is f
 upgrade was asked for), at most `INTERIM_MAX` of them. It is http.client's `response_class`,
 a class attribute its docs do not name. When `begin` or that attribute is not as expected, the
 plain HTTPResponse stands: a 1xx stays a failed attempt, retried on the schedule.
+
+`begin` also takes the close for the end of the head (`parse_headers` stops at the end of the
+file as at the blank line): a receiver that closed after its status line had a 200 of no body,
+the event taken as delivered. `FinalResponse` reads the head through `_LastLine`, which sees the
+line it ended on (`fp`, the answer's file, is an attribute the docs do not name either), and a
+head that did not end on its blank line raises RemoteDisconnected: cut short, as a body short of
+its Content-Length is. Where that does not fit, a cut head stays an answer.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import http.client
 import io
 import logging
+from typing import Any
 
 from app.compat import binds
 
@@ -26,18 +34,41 @@ log = logging.getLogger(__name__)
 INTERIM_MAX = 8
 
 
+class _LastLine:
+    """The answer's file as `begin` reads it (a line at a time), keeping the last line read."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.last = b""
+
+    def readline(self, limit: int = -1) -> bytes:
+        self.last = self.file.readline(limit)
+        return self.last
+
+
 class FinalResponse(http.client.HTTPResponse):
-    """An answer read past its interim (1xx but 101) answers, to the final one."""
+    """An answer read past its interim (1xx but 101) answers, to the final one, each head whole."""
 
     def begin(self) -> None:
-        super().begin()
+        self._whole_head()
         for _ in range(INTERIM_MAX):
             if not (100 <= self.status < 200 and self.status != 101):
                 return
             # begin() returns at once for an answer it has read: forget this one's headers, and
             # it reads the next answer's status line and headers, setting every field anew.
             self.headers = self.msg = None  # type: ignore[assignment]
+            self._whole_head()
+
+    def _whole_head(self) -> None:
+        """HTTPResponse.begin, refusing a head that ended where the connection closed."""
+        lines = _LastLine(self.fp)
+        self.fp = lines  # type: ignore[assignment]
+        try:
             super().begin()
+        finally:
+            self.fp = lines.file
+        if lines.last not in (b"\r\n", b"\n"):
+            raise http.client.RemoteDisconnected("the answer's head ended before its blank line")
 
 
 class _Answered:
@@ -52,8 +83,8 @@ class _Answered:
 
 def http_client_fits() -> bool:
     """Whether http.client reads answers as this module expects: `response_class` is where the
-    connection takes its answers' class from, and `FinalResponse` reads a 103 then a 204 as the
-    204."""
+    connection takes its answers' class from, `FinalResponse` reads a 103 then a 204 as the
+    204, and refuses a head cut after its status line."""
     if getattr(http.client.HTTPConnection, "response_class", None) is not http.client.HTTPResponse:
         return False
     if not binds(getattr(http.client.HTTPResponse, "begin", None)):
@@ -64,7 +95,15 @@ def http_client_fits() -> bool:
         response.begin()
     except Exception:  # whatever a changed http.client raises: it does not fit
         return False
-    return (response.status, response.length, response.will_close) == (204, 0, False)
+    if (response.status, response.length, response.will_close) != (204, 0, False):
+        return False
+    try:
+        FinalResponse(_Answered(b"HTTP/1.1 200 OK\r\n"), method="POST").begin()  # type: ignore[arg-type]
+    except http.client.RemoteDisconnected:
+        return True
+    except Exception:
+        return False
+    return False
 
 
 SKIPS_INTERIM = http_client_fits()

@@ -30,11 +30,10 @@ PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-PAGE_HEADERS = {
-    "Content-Security-Policy": PAGE_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+#: Each document served (the interface document, the page and its assets, the metrics) is taken
+#: by a browser as the type it is served as, never sniffed for another.
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+PAGE_HEADERS = {"Content-Security-Policy": PAGE_POLICY, **NOSNIFF, "Referrer-Policy": "no-referrer"}
 #: The Swagger UI files the page uses, out of the package's static folder.
 ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png"})
 
@@ -188,6 +187,7 @@ def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[
                 webhooks=webhooks,
             ),
             mimetype="application/json",
+            headers=NOSNIFF,
         )
 
     return openapi

@@ -9,6 +9,7 @@ from werkzeug.exceptions import NotFound
 from app.auth.caller import current_caller
 from app.errors import SplitMetricsRefused
 from app.extension import plants_state
+from app.plants.docs import NOSNIFF
 
 
 def metrics() -> Response:
@@ -23,4 +24,9 @@ def metrics() -> Response:
         raise SplitMetricsRefused()
     # The guard let the caller in with read access; the per-endpoint series need the webhooks one.
     per_endpoint = current_caller().webhooks_refusal is None
-    return Response(collected.exposition(per_endpoint=per_endpoint), content_type=CONTENT_TYPE_LATEST)
+    return Response(
+        collected.exposition(per_endpoint=per_endpoint),
+        content_type=CONTENT_TYPE_LATEST,
+        # Read as the text it is, never sniffed for HTML (a label's value is the caller's text).
+        headers=NOSNIFF,
+    )

@@ -36,7 +36,7 @@ from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, deli
 from app.webhooks.addresses import AddressRefused, target
 from app.webhooks.lookups import Lookups, NotResolvedInTime
 from app.webhooks.message import new_secret, utc_text
-from app.webhooks.urls import UrlRefused, check_url, encoded
+from app.webhooks.urls import UrlRefused, check_url, encoded, normalized
 
 _new_schema = NewWebhookSchema()
 _patch_schema = WebhookPatchSchema()
@@ -276,12 +276,13 @@ def _caller_key(state: PlantsState) -> bytes:
 
 
 def _checked_url(state: PlantsState, url: str) -> str:
-    """The URL as it is kept, its non-ASCII characters percent-encoded; 400 naming `url` when it
-    is malformed or its host resolves to a refused address. A name that does not resolve (yet)
-    is accepted: each delivery checks it again. 503 when the name is being resolved still."""
+    """The URL as it is kept, its scheme and host in lower case and its non-ASCII characters
+    percent-encoded; 400 naming `url` when it is malformed or its host resolves to a refused
+    address. A name that does not resolve (yet) is accepted: each delivery checks it again. 503
+    when the name is being resolved still."""
     try:
         check_url(url)
-        url = encoded(url)
+        url = encoded(normalized(url))
         settings = state.settings
         resolve = _lookups.for_owner(_caller_key(state), settings.webhooks_lookup_wait)
         target(url, settings.webhooks_allow_hosts, resolve)

@@ -19,8 +19,12 @@ _last_read: dict[str, str] = {}
 
 
 #: What a store's answer at the start refuses, by StoreUnavailableError's reason: a URL of the
-#: wrong kind. Anything else (Redis down) is no error: the service starts, and /readyz says so.
-AT_START = {"wrong_kind": "names the wrong kind of store"}
+#: wrong kind, or naming a database the server does not have. Anything else (Redis down) is no
+#: error: the service starts, and /readyz says so.
+AT_START = {
+    "wrong_kind": "names the wrong kind of store",
+    "wrong_db": "names a database the Redis server does not have",
+}
 #: At a reload, a store that refuses the URL's password too: the running workers reach the store
 #: with the password they have, and new ones would answer only 503.
 AT_RELOAD = {**AT_START, "auth": "names a store that refuses its user or password"}

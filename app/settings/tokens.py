@@ -48,6 +48,13 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
     `required`: JWT access tokens are on), and when a token is in both lists.
     """
     full, limits = _token_list(values, "PLANTS_API_TOKENS")
+    if not full and required and values.get("PLANTS_API_TOKENS") is not None:
+        # Set, to entries that are all empty ([""], ","): not the same mistake as unset.
+        raise ConfigurationError(
+            "PLANTS_API_TOKENS",
+            "is set but holds no token (every entry of it is empty): list one or more tokens, "
+            "comma-separated, or unset it and use {PLANTS_API_TOKENS_FILE} or {PLANTS_JWT_ISSUER}",
+        )
     if not full and required:
         raise ConfigurationError(
             "PLANTS_API_TOKENS",

@@ -175,7 +175,7 @@ class StoreUnavailableError(Exception):
 
     `reason` is one of `timeout`, `refused`, `name_not_resolved`, `auth`, `connection`,
     `read_only`, `wrong_kind` (a Redis Cluster node named as a single Redis, or the reverse),
-    `needs_migration`, `cluster` (a
+    `wrong_db` (a database index past the server's), `needs_migration`, `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
     than PLANTS_STORE_MIN_REPLICAS) or `other`. The message names what failed, for the log; it
     never contains a password. `node` is the host:port of the one node of a cluster that failed,

@@ -1,5 +1,7 @@
 """What a store can serve right now, for `/readyz`: everything, or everything but the bucket
-groups of some failing nodes. A store that can serve nothing raises StoreUnavailableError instead."""
+groups of some failing nodes, and whether it is full (Redis at its `maxmemory`: reads and
+deletes served, new plants and changes refused). A store that can serve nothing raises
+StoreUnavailableError instead."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ class FailingNode(NamedTuple):
 
 class Readiness(NamedTuple):
     failing: tuple[FailingNode, ...] = ()
+    full: bool = False
 
     @property
     def degraded(self) -> bool:
-        return bool(self.failing)
+        return bool(self.failing) or self.full
 
 
 READY = Readiness()

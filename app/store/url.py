@@ -17,7 +17,10 @@ _TLS_OPTIONS = frozenset(
 )
 #: redis-py's values of ssl_cert_reqs (their case too).
 _CERT_REQS = ("none", "optional", "required")
-QUERY_OPTIONS = {"unix": frozenset({"db"}), "rediss": _TLS_OPTIONS}
+QUERY_OPTIONS = {"unix": frozenset({"db"}), "rediss": _TLS_OPTIONS, "rediss+cluster": _TLS_OPTIONS}
+#: redis-py's false values of a URL's flag (`redis.connection.to_bool`'s, read the same way here,
+#: as a cluster's options are given to RedisCluster as arguments, not in a URL).
+_FALSE = ("0", "F", "FALSE", "N", "NO")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class StoreUrl:
     nodes: tuple[tuple[str, int], ...] = ()
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+    #: A `rediss+cluster://` URL's `ssl_*` options, as RedisCluster takes them (a single Redis's
+    #: URL is read by redis-py itself).
+    tls_options: tuple[tuple[str, str | bool], ...] = ()
 
     @classmethod
     def parse(cls, url: str) -> StoreUrl:
@@ -112,11 +118,23 @@ def _check_query(scheme: str, query: str) -> None:
             raise ValueError("names a database that is not a number: use ?db=0 to ?db=15")
 
 
-def _cluster_nodes(url: str) -> tuple[tuple[tuple[str, int], ...], str | None, str | None]:
-    rest = url.split("://", 1)[1]
+def _cluster_nodes(
+    url: str,
+) -> tuple[tuple[tuple[str, int], ...], str | None, str | None, tuple[tuple[str, str | bool], ...]]:
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
     userinfo, _, hosts = rest.rpartition("@")
+    query = ""
+    if scheme in QUERY_OPTIONS:  # rediss+cluster: the TLS options, as rediss:// takes them
+        hosts, _, query = hosts.partition("?")
+        _check_query(scheme, query)
     hosts = hosts.rstrip("/")
     if "/" in hosts or "?" in hosts or "#" in hosts:
+        if scheme in QUERY_OPTIONS:
+            raise ValueError(
+                "takes no path or options but the ssl_* ones (a cluster has only database 0): use"
+                f" {scheme}://[user:password@]host:port[,host:port...][?ssl_ca_certs=...]"
+            )
         raise ValueError(
             "takes no path or options: use redis+cluster://[user:password@]host:port[,host:port...]"
         )
@@ -127,4 +145,13 @@ def _cluster_nodes(url: str) -> tuple[tuple[tuple[str, int], ...], str | None, s
             raise ValueError("needs host:port for every node: redis+cluster://host:port[,host:port...]")
         nodes.append((host.strip("[]"), int(port)))
     user, _, password = userinfo.partition(":")
-    return tuple(nodes), unquote(user) or None, unquote(password) if userinfo and ":" in userinfo else None
+    tls = tuple(
+        (name, value.upper() not in _FALSE if name == "ssl_check_hostname" else value)
+        for name, value in parse_qsl(query, keep_blank_values=True)
+    )
+    return (
+        tuple(nodes),
+        unquote(user) or None,
+        unquote(password) if userinfo and ":" in userinfo else None,
+        tls,
+    )

@@ -11,10 +11,14 @@ from app.settings import is_dns_name
 MAX_LENGTH = 2048
 
 _PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-#: A webhook URL, as the document's pattern says: a host name or an IP address (IPv6 in brackets),
-#: a port from 1 to 65535, no credentials, no fragment, no space or control character.
+#: A webhook URL, as the document's pattern says: http or https in any case (RFC 3986 §3.1), a
+#: host name (an underscore too: RFC 3986's reg-name takes it, and a compose service's name has
+#: one) or an IP address (IPv6 in brackets), a port from 1 to 65535, no credentials, no
+#: fragment, no space or control character.
 URL_PATTERN = re.compile(
-    r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:" + _PORT + r")?([/?][^\s#\x00-\x1f\x7f]*)?"
+    r"[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:"
+    + _PORT
+    + r")?([/?][^\s#\x00-\x1f\x7f]*)?"
 )
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
@@ -53,6 +57,14 @@ def check_url(url: object) -> None:
         raise UrlRefused(
             f"Must be at most {MAX_LENGTH:,} characters once its non-ASCII characters are percent-encoded."
         )
+
+
+def normalized(url: str) -> str:
+    """A checked `url` with its scheme and host in lower case (RFC 3986 §6.2.2.1: they are
+    case-insensitive), its path and query as written: one endpoint's URL reads one way."""
+    scheme, separator, rest = url.partition("://")
+    end = len(re.split(r"[/?]", rest, maxsplit=1)[0])  # the authority: host and port, no userinfo
+    return scheme.lower() + separator + rest[:end].lower() + rest[end:]
 
 
 def encoded(url: str) -> str:

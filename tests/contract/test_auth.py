@@ -28,6 +28,19 @@ def test_missing_or_other_scheme_is_401_with_plain_challenge(client, store, head
     assert len(store) == 0
 
 
+@pytest.mark.parametrize("value", ["Bearer\ttest-token-1", "Bearer\t test-token-1", "Bearertest-token-1"])
+def test_a_bearer_scheme_not_followed_by_a_space_is_told_so(client, store, value):
+    """RFC 9110 §11.4: the scheme and the token are separated by spaces (a tab is not one): the
+    refusal says so rather than that the header uses another scheme, and never repeats the token."""
+    response = client.post("/plants", json=PLANT, headers={"Authorization": value})
+    assert error_of(response, 401)["message"] == (
+        "The Authorization header must be 'Bearer', a space, then the token: another separator"
+        " (a tab) or none is not accepted."
+    )
+    assert b"test-token-1" not in response.get_data()
+    assert len(store) == 0
+
+
 @pytest.mark.parametrize("token", ["wrong-token", "test-token-2", "TEST-TOKEN-1", "test-token-1="])
 def test_token_not_accepted_is_401_invalid_token(client, store, token):
     response = client.post("/plants", json=PLANT, headers={"Authorization": f"Bearer {token}"})

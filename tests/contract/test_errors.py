@@ -163,6 +163,26 @@ def test_healthz_needs_no_auth(client):
     assert response.headers["Content-Type"] == "application/json"
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/openapi.json",
+        "/docs",
+        "/docs/init.js",
+        "/docs/assets/swagger-ui.css",
+        "/docs/assets/swagger-ui-bundle.js",
+        "/docs/assets/favicon-32x32.png",
+        "/metrics",
+    ],
+)
+def test_every_document_served_says_nosniff(client, auth, path):
+    """A browser must take each document as the type it is served as, never sniff it for another
+    (the document's text as a script, the metrics' as HTML)."""
+    response = client.get(path, headers=auth)
+    assert response.status_code == 200
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def test_openapi_json_needs_no_auth(client):
     response = client.get("/openapi.json")
     assert response.status_code == 200

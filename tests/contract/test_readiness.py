@@ -56,6 +56,18 @@ def test_a_plain_redis_given_as_redis_cluster_stops_the_start_naming_redis(redis
     )
 
 
+@pytest.mark.parametrize("where", ["redis://127.0.0.1:{port}/99", "unix://{socket}?db=16"])
+def test_a_database_index_past_the_servers_databases_stops_the_start(redis_server, where):
+    """Redis has 16 databases unless told otherwise: /99 was taken, and every request then failed."""
+    url = where.format(port=redis_server.port, socket=redis_server.socket)
+    line = one_line_refusal(start({"PLANTS_STORE_URL": url}))
+    assert line.endswith(
+        "Plant Store: configuration error: PLANTS_STORE_URL names a database the Redis server does"
+        " not have: its database index is past the server's count (Redis: DB index is out of range):"
+        " use one from 0 to the server's `databases` less one (0 to 15 by default)"
+    )
+
+
 def readyz(server: Gunicorn) -> tuple[int, dict]:
     status, _, body = call(server.connection(), "GET", "/readyz")
     return status, json.loads(body)
@@ -92,18 +104,25 @@ def test_a_wrong_password_is_not_ready(redis_server):
     assert "wrong-password" not in server.output()
 
 
-def test_a_database_redis_does_not_have_is_named_in_redis_own_words(redis_server):
-    server = Gunicorn(env={"PLANTS_STORE_URL": redis_server.url.replace("/0", "/99")})
+def test_a_database_redis_does_not_have_is_named_once_redis_answers(tmp_path):
+    """Redis down at the start, the URL's database could not be checked then (the start stops for
+    it otherwise): once Redis answers, /readyz and each request's 503 name it, in Redis's words."""
+    redis = RedisServer(tmp_path)
+    redis.stop()
+    server = Gunicorn(env={"PLANTS_STORE_URL": redis.url.replace("/0", "/99")})
     try:
+        redis.start()
         assert not_ready(server) == (
-            "Not ready: the plant store cannot serve: it answered with an error"
-            " (Redis: ResponseError: DB index is out of range)."
+            "Not ready: the plant store cannot serve: its database index is past the server's count"
+            " (Redis: DB index is out of range): use one from 0 to the server's `databases` less one"
+            " (0 to 15 by default)."
         )
         status, headers, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
         assert_error(status, headers, body, 503)
     finally:
         server.stop()
-    assert "(Redis: ResponseError: DB index is out of range)" in server.output()
+        redis.stop()
+    assert "(Redis: DB index is out of range)" in server.output()
 
 
 def test_a_read_only_replica_is_not_ready(redis_server, tmp_path):

@@ -243,6 +243,19 @@ def test_read_tokens_alone_do_not_open_the_service():
         create_app({"PLANTS_READ_TOKENS": "reader"})
 
 
+@pytest.mark.parametrize(
+    "value", [[""], ["", " "], ",", " , "], ids=["list-of-empty", "list-of-blanks", "comma", "blank-commas"]
+)
+def test_tokens_set_to_empty_entries_say_so_not_that_they_are_unset(value):
+    """Set, but to entries that are all empty: the message says what is there, not "is not set"."""
+    with pytest.raises(ConfigurationError) as raised:
+        create_app({"PLANTS_API_TOKENS": value})
+    assert str(raised.value).startswith(
+        "PLANTS_API_TOKENS is set but holds no token (every entry of it is empty): list one or more"
+        " tokens, comma-separated"
+    )
+
+
 def test_a_read_token_may_carry_its_own_rate_limit():
     app = create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader@1/minute"})
     assert [read(app, "reader") for _ in range(2)] == [200, 429]
@@ -443,3 +456,20 @@ def test_a_secret_file_that_is_a_pipe_or_endless_is_refused_at_once(tmp_path):
     linked.symlink_to(real)
     app = create_app({"PLANTS_API_TOKENS_FILE": str(linked)})
     assert app.test_client().get("/plants", headers={"Authorization": "Bearer writer"}).status_code == 200
+
+
+def test_a_tls_cluster_url_takes_the_ssl_options_of_a_tls_redis_url_and_no_other():
+    url = StoreUrl.parse(
+        "rediss+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000?ssl_ca_certs=/ca.pem&ssl_check_hostname=no"
+    )
+    assert url.nodes == (("10.0.0.1", 7000), ("10.0.0.2", 7000))
+    assert url.password == "pw"
+    assert url.tls_options == (("ssl_ca_certs", "/ca.pem"), ("ssl_check_hostname", False))
+    with pytest.raises(ValueError, match="does not take"):
+        StoreUrl.parse("rediss+cluster://10.0.0.1:7000?socket_timeout=60")
+    with pytest.raises(ValueError, match="takes no password in its query"):
+        StoreUrl.parse("rediss+cluster://10.0.0.1:7000?password=s3cret")
+    with pytest.raises(ValueError, match="ssl_cert_reqs other than"):
+        StoreUrl.parse("rediss+cluster://10.0.0.1:7000?ssl_cert_reqs=NONE")
+    with pytest.raises(ValueError, match=r"^takes no path or options: use redis"):
+        StoreUrl.parse("redis+cluster://10.0.0.1:7000?ssl_ca_certs=/ca.pem")  # no TLS, no TLS options

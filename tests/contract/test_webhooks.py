@@ -191,6 +191,38 @@ def test_a_url_too_long_once_encoded_is_400_naming_url(client, auth):
     )
 
 
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("HTTP://Example.COM/Hook?Q=A", "http://example.com/Hook?Q=A"),
+        ("hTTpS://HOOKS.example:8443/x", "https://hooks.example:8443/x"),
+        ("HTTP://[2001:DB8::1]:9/X", "http://[2001:db8::1]:9/X"),
+    ],
+)
+def test_scheme_and_host_in_any_case_are_kept_in_lower_case(make_app, auth, given, kept):
+    """RFC 3986 §3.1 and §3.2.2: a scheme and a host are case-insensitive, the path and query are
+    not. The URL is kept normalised, so the endpoint's URL reads one way whoever wrote it."""
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="example.com,hooks.example,2001:db8::/32", PLANTS_WEBHOOKS_DELIVER=False
+    ).test_client()
+    hook = register(client, auth, url=given)
+    assert hook["url"] == kept
+    patched = client.patch(f"/webhooks/{hook['id']}", json={"url": given + "y"}, headers=auth).json
+    assert patched["url"] == kept + "y"
+
+
+def test_a_host_name_with_an_underscore_is_taken_and_allowed_by_name(make_app, auth):
+    """A compose service's name (`hook_receiver`) resolves on its network, as any other name: the
+    URL and PLANTS_WEBHOOKS_ALLOW_HOSTS take it (here it does not resolve, and is kept all the same)."""
+    client = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="hook_receiver", PLANTS_WEBHOOKS_DELIVER=False
+    ).test_client()
+    assert (
+        register(client, auth, url="http://hook_receiver:8080/hook")["url"]
+        == "http://hook_receiver:8080/hook"
+    )
+
+
 def test_a_host_that_does_not_resolve_yet_is_accepted(client, auth):
     """Each delivery resolves and checks it again (test_webhook_delivery.py)."""
     response = client.post("/webhooks", json={"url": "http://no-such-host.invalid/hook"}, headers=auth)

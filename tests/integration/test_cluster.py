@@ -22,13 +22,22 @@ from redis.cluster import NodesManager, RedisCluster
 from redis.crc import key_slot
 
 import app.compat.redis
+from app import create_app
 from app.http.cursor import EVENTS, decode_cursor
 from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
+from app.store.readiness import Readiness
 from app.store.redis.groups import CLUSTER_GROUPS
 from tests.conftest import cluster_settings
 from tests.helpers import call, reloaded
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
-from tests.servers import Gunicorn, RedisClusterServers, RedisServer
+from tests.servers import (
+    Gunicorn,
+    RedisClusterServers,
+    RedisServer,
+    cluster_node,
+    free_port,
+    self_signed_certificate,
+)
 
 
 def open_cluster_store(settings: dict[str, str], capacity: int = 1_000_000, min_replicas: int = 0):
@@ -218,6 +227,47 @@ def test_a_walk_across_a_failover_answers_503_and_resumes_from_its_cursor(fault_
     assert set(answers) <= {200, 503}
 
 
+def tls_cluster_node(directory) -> tuple[RedisServer, int, Any]:
+    """A Redis Cluster of one primary holding every slot, that clients reach over TLS only (its
+    plain port is this test's), with a self-signed certificate (CN=localhost) as its own CA."""
+    cert, key = self_signed_certificate(directory)
+    tls_port = free_port()
+    node = RedisServer(
+        directory,
+        *cluster_node(),
+        *("--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no", "--tls-cluster", "yes"),
+    )
+    node.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    deadline = time.monotonic() + 10
+    while "cluster_state:ok" not in node.command("CLUSTER", "INFO") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return node, tls_port, cert
+
+
+def test_rediss_cluster_takes_the_tls_options_that_rediss_takes(tmp_path):
+    """`?ssl_ca_certs=` (a private CA) and `?ssl_check_hostname=false` (the node is announced by its
+    address, the certificate names localhost) on `rediss+cluster://`, as on `rediss://`: the plants
+    and the rate limits' counters both go over TLS. Without the CA the certificate is refused."""
+    node, tls_port, cert = tls_cluster_node(tmp_path)
+    try:
+        base = f"rediss+cluster://127.0.0.1:{tls_port}"
+        settings = {"PLANTS_API_TOKENS": "t"}
+        url = f"{base}?ssl_ca_certs={cert}&ssl_check_hostname=false&ssl_cert_reqs=required"
+        client = create_app(
+            {**settings, "PLANTS_STORE_URL": url, "PLANTS_RATE_LIMIT": "100/second"}
+        ).test_client()
+        auth = {"Authorization": "Bearer t"}
+        created = client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth)
+        assert created.status_code == 200, created.json
+        assert created.headers["RateLimit-Limit"] == "100"
+        assert client.get("/plants/1", headers=auth).json == {"name": "Fern"}
+        untrusted = create_app({**settings, "PLANTS_STORE_URL": base}).test_client()
+        assert untrusted.get("/plants/1", headers=auth).status_code == 503
+    finally:
+        node.stop()
+
+
 def test_a_full_shard_answers_507(fault_cluster):
     settings = cluster_settings(fault_cluster)
     store = open_cluster_store(settings)
@@ -232,8 +282,11 @@ def test_a_full_shard_answers_507(fault_cluster):
         client.close()
         with pytest.raises(StoreFullError):
             store.create(on_primary, "Fern", None)
+        # /readyz's answer: every node serves, one is full.
+        assert store.readiness() == Readiness(full=True)
     finally:
         primary.command("CONFIG", "SET", "maxmemory", "0")
+    assert store.readiness() == Readiness()
     assert store.create(on_primary, "Fern", None) is CreateOutcome.CREATED
     store.close()
 

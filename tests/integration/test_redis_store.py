@@ -263,6 +263,58 @@ def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as
         redis.stop()
 
 
+def test_redis_out_of_memory_still_reads_the_feed_before_its_cursor_key_exists(tmp_path):
+    """The feed's cursors are signed with a secret kept in Redis, made by the first read that needs
+    it. At maxmemory Redis refuses to store it: the feed is read all the same (it was 507), its
+    cursors followed, and once Redis has room the secret this process used is the one kept, so
+    the cursors it handed out stay good."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        settings = {"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}
+        client = create_app(settings).test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        first = client.get("/events?limit=1", headers=auth)
+        assert first.status_code == 200, first.json
+        assert [event["plant"]["id"] for event in first.json["events"]] == [1]
+        following = client.get(f"/events?after={first.json['next']}", headers=auth)
+        assert (following.status_code, following.json["events"]) == (200, [])
+        ticket = client.post("/events/tickets", headers=auth)
+        assert ticket.status_code == 200, ticket.json
+        full = client.post("/plants", json={"id": 2, "name": "Fir"}, headers=auth)
+        assert (full.status_code, full.json["error"]) == (507, 507)
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+        assert client.post("/plants", json={"id": 2, "name": "Fir"}, headers=auth).status_code == 200
+        later = client.get(f"/events?after={first.json['next']}", headers=auth)
+        assert later.status_code == 200, later.json
+        assert [event["plant"]["id"] for event in later.json["events"]] == [2]
+        # Another process (a new app) finds that secret in Redis: the cursor is good there too.
+        other = create_app(settings).test_client()
+        assert other.get(f"/events?after={first.json['next']}", headers=auth).json == later.json
+    finally:
+        redis.stop()
+
+
+def test_readiness_at_redis_maxmemory_stays_200_and_says_the_store_is_full(tmp_path):
+    """Reads and deletes still work at maxmemory, so the instance stays in its load balancer (every
+    instance shares the one full Redis); the body says the store is full, for the operator."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}).test_client()
+        assert client.get("/readyz").json == {"status": "ok"}
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        full = client.get("/readyz")
+        assert full.status_code == 200
+        assert (full.json["status"], full.json["full"]) == ("degraded", True)
+        assert "maxmemory" in full.json["message"]
+        assert "507" in full.json["message"]
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+        assert client.get("/readyz").json == {"status": "ok"}
+    finally:
+        redis.stop()
+
+
 def test_the_script_is_loaded_again_after_script_flush(redis_server):
     """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
     settings = redis_settings(redis_server)

@@ -392,12 +392,24 @@ def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
     [
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"HTTP/1.1 200 OK\r\n",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Len",
+        b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\n",
     ],
-    ids=["content-length", "chunked"],
+    ids=[
+        "content-length",
+        "chunked",
+        "head-after-status",
+        "head-after-a-header",
+        "head-mid-line",
+        "head-after-1xx",
+    ],
 )
 def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever_its_framing(answer):
     """The receiver closes after 3 of the 100 bytes its Content-Length promised: cut short, as a
-    chunked body that never ends is, whatever status came first (it is sent again)."""
+    chunked body that never ends is, and as a head that never reached its blank line is, whatever
+    status came first (it is sent again)."""
     receiver = RawReceiver(lambda: answer)
     try:
         outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
@@ -405,6 +417,17 @@ def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever
         receiver.stop()
     assert (outcome.status, outcome.error) == (None, "connection")
     assert not outcome.delivered
+
+
+def test_a_whole_head_then_the_close_is_an_answer_of_no_body():
+    """HTTP/1.1 allows an answer with neither Content-Length nor chunked framing, its body ended by
+    the close (RFC 9112 §6.3): a whole head, its blank line then the close, is delivered."""
+    receiver = RawReceiver(lambda: b"HTTP/1.1 200 OK\r\n\r\n")
+    try:
+        outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))
+    finally:
+        receiver.stop()
+    assert (outcome.status, outcome.error) == (200, None)
 
 
 @pytest.mark.parametrize(("interim", "expected"), [(8, (204, None)), (9, (103, None))])

@@ -288,3 +288,16 @@ def test_a_network_allowed_for_other_hosts_does_not_open_a_cloud_metadata_addres
 
     with pytest.raises(AddressRefused, match="cloud metadata"):
         target(url, allowed, resolve)
+
+
+def test_a_host_name_with_an_underscore_is_resolved_and_allowed_by_name():
+    """`hook_receiver`, a compose service on a private network, allowed by its name."""
+    found = target("http://hook_receiver:8080/hook", ("hook_receiver",), resolver("172.18.0.5"))
+    assert (found.host, found.address, found.port, found.authority) == (
+        "hook_receiver",
+        "172.18.0.5",
+        8080,
+        "hook_receiver:8080",
+    )
+    with pytest.raises(AddressRefused, match="not a globally reachable"):
+        target("http://hook_receiver:8080/hook", (), resolver("172.18.0.5"))

@@ -54,6 +54,7 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
     # included (given only startup nodes, it does not take one). The URL names the first node
     # alone, so that the TLS, user and password come from the options.
     (host, port), *others = url.nodes
+    options.update(url.tls_options)  # the URL's ssl_* options, which rediss:// gives redis-py in its URL
     return RedisCluster(
         url=f"redis://{f'[{host}]' if ':' in host else host}:{port}",
         startup_nodes=[ClusterNode(other_host, other_port) for other_host, other_port in others],

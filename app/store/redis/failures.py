@@ -91,6 +91,13 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
             "Redis holds plants stored by 1.0.0 without the indexes that pages need: "
             "run `python -m app.store.migrate` once",
         )
+    if isinstance(exc, ResponseError) and "DB index is out of range" in str(exc):
+        # SELECT, as the connection opens: the URL names a database the server does not have.
+        return StoreUnavailableError(
+            "wrong_db",
+            "its database index is past the server's count (Redis: DB index is out of range): use one"
+            " from 0 to the server's `databases` less one (0 to 15 by default)",
+        )
     if isinstance(exc, ResponseError) and str(exc).startswith("LATE"):
         # A write's own refusal (deadline.py): it reached Redis too late, and did nothing.
         return StoreUnavailableError("timeout", "the write reached Redis after its deadline (Redis: LATE)")

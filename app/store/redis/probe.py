@@ -1,8 +1,10 @@
 """Whether a Redis store can serve, asked for `/readyz`: a PING is not enough.
 
 A single Redis must be a primary (a replica refuses every write) and not a Redis Cluster node
-(which redirects most keys elsewhere). On a cluster, one read of each node's first group tells
-which nodes fail: the store is degraded while only some do, and unavailable when all do.
+(which redirects most keys elsewhere); one past its `maxmemory` is full (it serves reads and
+deletes, and refuses every other write). On a cluster, one read of each node's first group tells
+which nodes fail: the store is degraded while only some do, and unavailable when all do; and
+the INFO memory of each node that serves tells whether one is full.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from app.store.base import StoreUnavailableError
 from app.store.readiness import READY, FailingNode, Readiness
 from app.store.redis.client import LazyClient
-from app.store.redis.failures import CLUSTER_NODE_AS_PLAIN
+from app.store.redis.failures import CLUSTER_NODE_AS_PLAIN, FAILURES
 from app.store.redis.groups import Groups
 
 
@@ -24,20 +26,25 @@ def probe(clients: LazyClient, groups: Groups) -> Readiness:
     for group, tag in enumerate(groups.tags):
         by_node.setdefault(client.get_node_from_key(tag).name, []).append(group)
     failing = []
+    shard_full = False
     for node, members in by_node.items():
         key = groups.count_key(members[0])
         try:
             clients.read(key, "EXISTS", key)
+            shard_full = shard_full or full(clients.node_for(key).info("memory"))
         except StoreUnavailableError as exc:
             failing.append(FailingNode(node, tuple(members), str(exc)))
+        except FAILURES:
+            pass  # the node served its key: whether it is full is unknown, and not a failure
     if len(failing) == len(by_node):
         causes = "; ".join(f"{failed.node}: {failed.cause}" for failed in failing)
         raise StoreUnavailableError("cluster", f"no node of the cluster serves its plants ({causes})")
-    return Readiness(tuple(failing))
+    return Readiness(tuple(failing), full=shard_full)
 
 
 def _single(client: Any) -> Readiness:
-    replication, cluster = client.pipeline(transaction=False).info("replication").info("cluster").execute()
+    pipe = client.pipeline(transaction=False).info("replication").info("cluster").info("memory")
+    replication, cluster, memory = pipe.execute()
     if cluster.get("cluster_enabled"):
         raise StoreUnavailableError("wrong_kind", CLUSTER_NODE_AS_PLAIN)
     if replication.get("role") != "master":
@@ -45,4 +52,13 @@ def _single(client: Any) -> Readiness:
             "read_only",
             "it is a read-only replica (Redis: role:slave): set PLANTS_STORE_URL to its primary",
         )
-    return READY
+    return Readiness(full=True) if full(memory) else READY
+
+
+def full(memory: dict[str, Any]) -> bool:
+    """Whether Redis refuses writes for memory, from its INFO memory: what it counts against
+    `maxmemory` (its buffers for replicas and the AOF are not) is past it, after the evictions
+    its policy allows, which Redis makes before each command, this INFO included."""
+    limit = int(memory.get("maxmemory") or 0)
+    counted = int(memory.get("used_memory") or 0) - int(memory.get("mem_not_counted_for_evict") or 0)
+    return 0 < limit < counted

@@ -24,7 +24,7 @@ from app.store.base import (
 )
 from app.store.readiness import Readiness
 from app.store.redis.client import LazyClient, ScriptRunner, connect
-from app.store.redis.cursor_secret import shared_secret
+from app.store.redis.cursor_secret import SharedSecret
 from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.failures import RedisBacked
@@ -77,7 +77,7 @@ class RedisPlantStore(RedisBacked):
             retain=events_retain,
         )
         self._hints = GroupHints(prefix, self.groups)
-        self._cursor_key_name = f"{{{prefix}}}:cursor-key"
+        self._cursor_key = SharedSecret(f"{{{prefix}}}:cursor-key")
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
         self._run = ScriptRunner(
             self._clients,
@@ -92,7 +92,6 @@ class RedisPlantStore(RedisBacked):
         self._lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
-        self._cursor_key: bytes | None = None
         self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
@@ -172,10 +171,9 @@ class RedisPlantStore(RedisBacked):
         return self._feeds.count(position)
 
     def cursor_key(self) -> bytes:
-        """A random secret kept in Redis beside the plants, made by the first process that asks."""
-        if self._cursor_key is None:
-            self._cursor_key = shared_secret(self._clients.get(), self._cursor_key_name)
-        return self._cursor_key
+        """A random secret kept in Redis beside the plants, made by the first process that asks
+        (cursor_secret.py: at maxmemory, this process's own until Redis takes it)."""
+        return self._cursor_key.get(self._clients)
 
     def __len__(self) -> int:
         pipe = self._clients.get().pipeline(transaction=False)
