@@ -218,6 +218,41 @@ def test_a_walk_across_a_failover_answers_503_and_resumes_from_its_cursor(fault_
     assert set(answers) <= {200, 503}
 
 
+def test_the_feed_follows_a_failover_with_no_write_to_show_it_the_promoted_replica(fault_cluster):
+    """A primary killed for good, and nothing written since: once its replica is promoted, the feed
+    answers again. Only the feed reads the dead node's groups: no write's failure reads the slot
+    map again for it (it answered 503 until a write reached one of those groups)."""
+    server = redis_gunicorn({**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}, workers=1)
+    victim = fault_cluster.primaries()[0]
+    replica = fault_cluster.replica_of(victim)
+    try:
+        status, _, body = call(server.connection(), "GET", "/events?after=now", None, AUTH)
+        events = f"/events?after={json.loads(body)['next']}&limit=100"
+        for plant_id in range(48):  # two in every bucket group
+            plant = {"id": plant_id, "name": f"Plant {plant_id}"}
+            assert call(server.connection(), "POST", "/plants", plant, AUTH)[0] == 200
+        status, _, body = call(server.connection(), "GET", events, None, AUTH)
+        assert status == 200, body  # every group's node is known to the worker
+        victim.kill()
+        wait_for_failover(fault_cluster, replica)
+        promoted = time.monotonic()
+        answers: Counter = Counter()
+        while True:
+            status, headers, body = call(server.connection(), "GET", events, None, AUTH)
+            answers[status] += 1
+            if status == 200 or time.monotonic() - promoted > 15:
+                break
+            assert status == 503, body
+            assert headers["Retry-After"] == "1"
+            time.sleep(0.5)
+        assert status == 200, (answers, body)
+        assert sorted(event["plant"]["id"] for event in json.loads(body)["events"]) == list(range(48))
+    finally:
+        server.stop()
+        rejoin(fault_cluster, victim)
+    assert "Traceback" not in server.output()
+
+
 def test_a_full_shard_answers_507(fault_cluster):
     settings = cluster_settings(fault_cluster)
     store = open_cluster_store(settings)

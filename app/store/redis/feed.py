@@ -254,7 +254,16 @@ class GroupFeeds:
             pipe = node.pipeline(transaction=False)
             for g in members:
                 pipe.evalsha(self._sha, 1, calls[g][0], *calls[g][1])
-            for g, answer in zip(members, pipe.execute(raise_on_error=False), strict=True):
+            try:
+                results = pipe.execute(raise_on_error=False)
+            except FAILURES:
+                # The node is down or cut off, and its replica may be promoted: only a fresh slot
+                # map tells, and without a write to one of its groups nothing else reads the map
+                # again. So read it in the background: this read fails (503), a later one goes
+                # to the promoted node.
+                self._clients.suspect(calls[members[0]][0])
+                raise
+            for g, answer in zip(members, results, strict=True):
                 answers[g] = answer
         for g, answer in enumerate(answers):
             if isinstance(answer, Exception):
