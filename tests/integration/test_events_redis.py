@@ -11,7 +11,7 @@ from typing import Any
 
 from app.store import Plant
 from tests.conftest import redis_settings
-from tests.helpers import apply_events, call, kill_and_restart, walk_pages
+from tests.helpers import apply_events, call, create_until_200, kill_and_restart, walk_pages
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
@@ -158,4 +158,26 @@ def test_kill_9_of_redis_keeps_every_acknowledged_change_in_the_feed(tmp_path):
             names = [name for plant_id, name in recorded if plant_id == worker]
             assert names == sorted(names, key=lambda name: int(name.split("v")[1]))
     finally:
+        own_redis.stop()
+
+
+def test_a_position_past_events_redis_lost_in_a_restart_is_410_at_once(tmp_path):
+    """A Redis without persistence, killed and started again, has lost its events: a position past
+    any of them is 410 at once, never the new history's events as if they followed it (they were
+    answered, and the 410 came only a page later). A position from before any event follows on."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    server = redis_gunicorn(redis_settings(own_redis), workers=1, **SHORT_TIMEOUTS)
+
+    try:
+        start = get_json(server, "/events?after=now")[1]["next"]
+        create_until_200(server, range(3), AUTH)
+        passed = get_json(server, "/events?after=now")[1]["next"]
+        kill_and_restart(own_redis, before_s=0)
+        create_until_200(server, range(10, 15), AUTH)
+        status, body = get_json(server, f"/events?after={passed}")
+        assert status == 410, body
+        events, _ = follow(server, start)
+        assert [event["plant"]["id"] for event in events] == list(range(10, 15))
+    finally:
+        server.stop()
         own_redis.stop()
