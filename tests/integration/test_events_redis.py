@@ -181,3 +181,35 @@ def test_a_position_past_events_redis_lost_in_a_restart_is_410_at_once(tmp_path)
     finally:
         server.stop()
         own_redis.stop()
+
+
+def test_a_long_poll_whose_position_is_lost_answers_at_the_next_write_not_at_its_wait(tmp_path):
+    """A long-poll parked at a position the store then loses (a Redis restarted without its data)
+    answers its empty page at the next write, from where it stood, and that position is 410: it
+    waited out its whole `wait` before, woken by every write in vain."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    server = redis_gunicorn(redis_settings(own_redis), workers=1, **SHORT_TIMEOUTS)
+    answer: list[tuple[int, Any, float]] = []
+
+    def long_poll(after: str) -> None:
+        started = time.monotonic()
+        path = f"/events?after={after}&wait=40"
+        status, _, body = call(server.connection(timeout=60), "GET", path, None, AUTH)
+        answer.append((status, json.loads(body), time.monotonic() - started))
+
+    try:
+        create_until_200(server, range(3), AUTH)
+        passed = get_json(server, "/events?after=now")[1]["next"]
+        poll = threading.Thread(target=long_poll, args=(passed,))
+        poll.start()
+        kill_and_restart(own_redis, before_s=0.5)
+        create_until_200(server, range(10, 15), AUTH)
+        poll.join(60)
+        ((status, body, seconds),) = answer
+        assert status == 200, body
+        assert body == {"events": [], "next": passed}
+        assert seconds < 30  # well before its 40 s: at a write after the restart
+        assert get_json(server, f"/events?after={passed}")[0] == 410
+    finally:
+        server.stop()
+        own_redis.stop()
