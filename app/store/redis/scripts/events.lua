@@ -1,7 +1,7 @@
 -- A page of a group's feed. Answers {0, id, number, entry ID, event, entry ID, event, ...} (the
 -- position the entries follow, then the entries, flat; with origins, entry ID, event, origin,
 -- tag before (`b`, '' when the entry has none), ...), {0, id, number} for 'now', or {1} when some events after the position are no longer
--- kept. Redis counts every entry ever added (`entries-added`), so the entries a trim dropped are
+-- kept (or the stream lost events up to it: below). Redis counts every entry ever added (`entries-added`), so the entries a trim dropped are
 -- that count less the stream's length. It reads only its declared key, so on a cluster it may
 -- run on either node of a moving slot: its caller passes '' as `cluster`, which skips the probe.
 local feed_key = KEYS[1]
