@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,6 +75,21 @@ def apply_events(copy: dict[int, dict], events: list[dict]) -> None:
             copy.pop(event["plant"]["id"], None)
         else:
             copy[event["plant"]["id"]] = event["plant"]
+
+
+def create_until_200(server: Any, plant_ids: Iterable[int], headers: dict) -> None:
+    """Create each plant through `server` (a Gunicorn), sending it again after a 503 (a store
+    fault under way), for at most 10 s a plant."""
+    for plant_id in plant_ids:
+        for _ in range(100):
+            plant = {"id": plant_id, "name": f"Plant {plant_id}"}
+            status, _, body = call(server.connection(), "POST", "/plants", plant, headers)
+            if status == 200:
+                break
+            assert status == 503, body
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"plant {plant_id} was never created")
 
 
 def kill_and_restart(redis_server: Any, before_s: float = 1.0) -> None:

@@ -269,8 +269,15 @@ class PlantStore(Protocol):
         when no other process writes to this store."""
         ...
 
-    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
-        """As `events`, each event with its id and the position after it; and the page's end."""
+    def feed_entries(
+        self, after: bytes | None, limit: int, *, read_on: bool = False
+    ) -> tuple[list[FeedEntry], bytes]:
+        """As `events`, each event with its id and the position after it; and the page's end.
+
+        A position past events the store lost (a Redis restarted without them, a replica promoted
+        before it had them) raises FeedExpiredError, as one past the retention does: a follower's
+        copy holds what was lost. With `read_on`, it reads on from the position's time instead:
+        for a reader that has passed those events on and keeps nothing (a webhook deliverer)."""
         ...
 
     def feed_count(self, position: bytes) -> int:

@@ -206,18 +206,22 @@ class LongPoll(Watch):
         end = None
         expired = self.expired()
         # A failure answers the empty page from where the client stands: its next request gets
-        # the 410 or the 503, with a body of its own.
+        # the 410 or the 503, with a body of its own. A store that is away may come back before
+        # `until`; a position no longer kept never will, so that page leaves at once.
+        gone = False
         try:
-            with contextlib.suppress(FeedExpiredError, StoreUnavailableError):
+            with contextlib.suppress(StoreUnavailableError):
                 if not expired:
                     entries, end = self.read(self.limit)
+        except FeedExpiredError:
+            gone = True
         except NoReadSlot:
             return b""
         if self.expired():  # read after `exp`: nothing of it is sent
             entries, end, expired = [], None, True
         # A filtered read moves past what it passed over, even when it found nothing.
         self.advance(end)
-        if not entries and now < self.until and not self.stopping and not expired:
+        if not entries and now < self.until and not self.stopping and not expired and not gone:
             return b""
         self.done = True
         page = {

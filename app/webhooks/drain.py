@@ -69,7 +69,9 @@ class EndpointDrain:
         store = self.deliverer.store
         while not self.deliverer.stopping:
             try:
-                entries, end = store.feed_entries(self.position, BATCH)
+                # The events a store lost after they were delivered are not sent again, nor the
+                # whole feed with them: read on from the position's time.
+                entries, end = store.feed_entries(self.position, BATCH, read_on=True)
             except (FeedExpiredError, ValueError):
                 if not self._expired():
                     return

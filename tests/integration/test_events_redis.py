@@ -11,7 +11,7 @@ from typing import Any
 
 from app.store import Plant
 from tests.conftest import redis_settings
-from tests.helpers import apply_events, call, kill_and_restart, walk_pages
+from tests.helpers import apply_events, call, create_until_200, kill_and_restart, walk_pages
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
@@ -158,4 +158,58 @@ def test_kill_9_of_redis_keeps_every_acknowledged_change_in_the_feed(tmp_path):
             names = [name for plant_id, name in recorded if plant_id == worker]
             assert names == sorted(names, key=lambda name: int(name.split("v")[1]))
     finally:
+        own_redis.stop()
+
+
+def test_a_position_past_events_redis_lost_in_a_restart_is_410_at_once(tmp_path):
+    """A Redis without persistence, killed and started again, has lost its events: a position past
+    any of them is 410 at once, never the new history's events as if they followed it (they were
+    answered, and the 410 came only a page later). A position from before any event follows on."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    server = redis_gunicorn(redis_settings(own_redis), workers=1, **SHORT_TIMEOUTS)
+
+    try:
+        start = get_json(server, "/events?after=now")[1]["next"]
+        create_until_200(server, range(3), AUTH)
+        passed = get_json(server, "/events?after=now")[1]["next"]
+        kill_and_restart(own_redis, before_s=0)
+        create_until_200(server, range(10, 15), AUTH)
+        status, body = get_json(server, f"/events?after={passed}")
+        assert status == 410, body
+        events, _ = follow(server, start)
+        assert [event["plant"]["id"] for event in events] == list(range(10, 15))
+    finally:
+        server.stop()
+        own_redis.stop()
+
+
+def test_a_long_poll_whose_position_is_lost_answers_at_the_next_write_not_at_its_wait(tmp_path):
+    """A long-poll parked at a position the store then loses (a Redis restarted without its data)
+    answers its empty page at the next write, from where it stood, and that position is 410: it
+    waited out its whole `wait` before, woken by every write in vain."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    server = redis_gunicorn(redis_settings(own_redis), workers=1, **SHORT_TIMEOUTS)
+    answer: list[tuple[int, Any, float]] = []
+
+    def long_poll(after: str) -> None:
+        started = time.monotonic()
+        path = f"/events?after={after}&wait=40"
+        status, _, body = call(server.connection(timeout=60), "GET", path, None, AUTH)
+        answer.append((status, json.loads(body), time.monotonic() - started))
+
+    try:
+        create_until_200(server, range(3), AUTH)
+        passed = get_json(server, "/events?after=now")[1]["next"]
+        poll = threading.Thread(target=long_poll, args=(passed,))
+        poll.start()
+        kill_and_restart(own_redis, before_s=0.5)
+        create_until_200(server, range(10, 15), AUTH)
+        poll.join(60)
+        ((status, body, seconds),) = answer
+        assert status == 200, body
+        assert body == {"events": [], "next": passed}
+        assert seconds < 30  # well before its 40 s: at a write after the restart
+        assert get_json(server, f"/events?after={passed}")[0] == 410
+    finally:
+        server.stop()
         own_redis.stop()

@@ -151,7 +151,10 @@ class FeedReads:
         with self._lock:
             return self._feed.now()
 
-    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+    def feed_entries(
+        self, after: bytes | None, limit: int, *, read_on: bool = False
+    ) -> tuple[list[FeedEntry], bytes]:
+        # `read_on` changes nothing here: the ring never loses an event it numbered.
         with self._lock:
             return self._feed.entries(after, limit)
 

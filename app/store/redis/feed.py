@@ -25,7 +25,7 @@ from app.store.redis.lua import EventsArgs
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
 #: One group's read: the EVENTS script's arguments after the group's own (EventsArgs).
-_Read = tuple[str, Any, int, str]
+_Read = tuple[str, Any, int, str, str]
 
 
 def encode_position(positions: list[GroupPosition]) -> bytes:
@@ -115,13 +115,21 @@ class _Merge:
     """A cluster's page: a k-way merge by entry ID over the groups' streams, each read in chunks
     (the first about `limit / groups`, doubling for a group that runs out), so that a page of N
     reads about N events from Redis, not N from every group. With `origins`, each event's origin
-    is read too."""
+    is read too; with `read_on`, a group's stream that lost events read on after its position's
+    time (GroupFeeds.entries)."""
 
     def __init__(
-        self, feeds: GroupFeeds, starts: list[tuple[Any, Any]], limit: int, *, origins: bool = False
+        self,
+        feeds: GroupFeeds,
+        starts: list[tuple[Any, Any]],
+        limit: int,
+        *,
+        origins: bool = False,
+        read_on: bool = False,
     ) -> None:
         self._feeds, self._limit = feeds, limit
         self._flag, self._stride = ("1", 4) if origins else ("", 2)
+        self._read_on = "1" if read_on else ""
         groups = len(starts)
         first = max(8, -(-(limit + 1) // groups))
         self._size = [first] * groups
@@ -131,7 +139,8 @@ class _Merge:
         ]
         self._exhausted = [False] * groups
         self._positions: list[GroupPosition] = []
-        for group, answer in enumerate(feeds._read([(*start, first, self._flag) for start in starts])):
+        reads = [(*start, first, self._flag, self._read_on) for start in starts]
+        for group, answer in enumerate(feeds._read(reads)):
             self._take(group, answer, first)
             self._positions.append((*_entry_id(answer[1]), int(answer[2])))
 
@@ -158,7 +167,7 @@ class _Merge:
     def _refill(self, group: int) -> None:
         self._size[group] = min(2 * self._size[group], self._limit + 1)
         asked = self._size[group]
-        answer = self._feeds._read_one(group, (*self._next[group], asked, self._flag))
+        answer = self._feeds._read_one(group, (*self._next[group], asked, self._flag, self._read_on))
         self._take(group, answer, asked)
 
     def page(self, entries: list[FeedEntry] | None = None) -> EventPage:
@@ -201,12 +210,17 @@ class GroupFeeds:
             return _one_group(self._single(after, limit))
         return _Merge(self, self._starts(after), limit).page()
 
-    def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
+    def entries(
+        self, after: bytes | None, limit: int, *, read_on: bool = False
+    ) -> tuple[list[FeedEntry], bytes]:
+        """`page`'s events with their ids, positions and origins. With `read_on`, a group whose
+        stream lost events that the position had passed (PlantStore.feed_entries) reads on from
+        its position's time, instead of raising FeedExpiredError."""
         if self._groups.count == 1:
-            return _one_group_entries(self._single(after, limit, origins=True))
+            return _one_group_entries(self._single(after, limit, origins=True, read_on=read_on))
         entries: list[FeedEntry] = []
-        end = _Merge(self, self._starts(after), limit, origins=True).page(entries).next
-        return entries, end
+        merge = _Merge(self, self._starts(after), limit, origins=True, read_on=read_on)
+        return entries, merge.page(entries).next
 
     def count(self, position: bytes) -> int:
         return sum(number for _, _, number in decode_position(position, self._groups.count))
@@ -217,14 +231,17 @@ class GroupFeeds:
             return [("", "")] * self._groups.count
         return [(f"{ms}-{seq}", number) for ms, seq, number in decode_position(after, self._groups.count)]
 
-    def _single(self, after: bytes | None, limit: int, *, origins: bool = False) -> list[Any]:
-        answer = self._read([(*self._starts(after)[0], limit, "1" if origins else "")])[0]
+    def _single(
+        self, after: bytes | None, limit: int, *, origins: bool = False, read_on: bool = False
+    ) -> list[Any]:
+        flags = ("1" if origins else "", "1" if read_on else "")
+        answer = self._read([(*self._starts(after)[0], limit, *flags)])[0]
         if answer[0] == 1:
             raise FeedExpiredError
         return answer
 
     def now(self) -> bytes:
-        answers = self._read([("now", "", 0, "")] * self._groups.count)
+        answers = self._read([("now", "", 0, "", "")] * self._groups.count)
         return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
 
     def _read_one(self, group: int, args: _Read) -> Any:
@@ -254,7 +271,16 @@ class GroupFeeds:
             pipe = node.pipeline(transaction=False)
             for g in members:
                 pipe.evalsha(self._sha, 1, calls[g][0], *calls[g][1])
-            for g, answer in zip(members, pipe.execute(raise_on_error=False), strict=True):
+            try:
+                results = pipe.execute(raise_on_error=False)
+            except FAILURES:
+                # The node is down or cut off, and its replica may be promoted: only a fresh slot
+                # map tells, and without a write to one of its groups nothing else reads the map
+                # again. So read it in the background: this read fails (503), a later one goes
+                # to the promoted node.
+                self._clients.suspect(calls[members[0]][0])
+                raise
+            for g, answer in zip(members, results, strict=True):
                 answers[g] = answer
         for g, answer in enumerate(answers):
             if isinstance(answer, Exception):

@@ -146,6 +146,7 @@ class EventsArgs(NamedTuple):
     number: int | str
     limit: int
     origins: str
+    read_on: str
 
 
 class SettleArgs(NamedTuple):

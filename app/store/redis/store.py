@@ -164,8 +164,10 @@ class RedisPlantStore(RedisBacked):
         client = connect(self._url, connect_timeout=self._connect_timeout, timeout=timeout)
         return StreamsListener(client, [self.groups.feed_key(g) for g in range(self.groups.count)])
 
-    def feed_entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
-        return self._feeds.entries(after, limit)
+    def feed_entries(
+        self, after: bytes | None, limit: int, *, read_on: bool = False
+    ) -> tuple[list[FeedEntry], bytes]:
+        return self._feeds.entries(after, limit, read_on=read_on)
 
     def feed_count(self, position: bytes) -> int:
         return self._feeds.count(position)
