@@ -237,10 +237,13 @@ def _storage_uri(url: StoreUrl) -> str:
     """The `limits` storage for a store URL: memory for memory, the same Redis (or cluster) for Redis."""
     if url.scheme == "unix":
         return "redis+unix:" + url.url.split(":", 1)[1]
-    if url.scheme == "rediss+cluster":
-        # `limits` has no TLS scheme for a cluster: its option `ssl`, and the URL's ssl_* options
-        # as options too (_storage_options), which its cluster storage does not read from a query.
-        return "redis+cluster:" + url.url.split(":", 1)[1].partition("?")[0]
+    if url.cluster:
+        # Its nodes alone: the user and password (as the store read them: what is before the last
+        # `@`, decoded) are options (_storage_options), so that `limits`, which quotes a URI it
+        # cannot parse, never has them. No TLS scheme for a cluster there: the option `ssl`, and
+        # the URL's ssl_* options as options too, which its cluster storage does not read from a query.
+        hosts = url.url.partition("://")[2].rpartition("@")[2].partition("?")[0]
+        return "redis+cluster://" + hosts
     return url.url if url.shared else "memory://"
 
 
@@ -252,6 +255,8 @@ def _storage_options(url: StoreUrl, settings: Settings) -> dict[str, Any]:
         "socket_timeout": settings.store_timeout,
         "socket_connect_timeout": settings.store_connect_timeout,
     }
+    if url.cluster:
+        options.update({"username": url.username, "password": url.password})
     if url.scheme == "rediss+cluster":
         options.update(url.tls_options, ssl=True)
     return options

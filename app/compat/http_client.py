@@ -45,6 +45,10 @@ class _LastLine:
         self.last = self.file.readline(limit)
         return self.last
 
+    def close(self) -> None:
+        # `begin` closes its file on a status line that is not HTTP's, then raises BadStatusLine.
+        self.file.close()
+
 
 class FinalResponse(http.client.HTTPResponse):
     """An answer read past its interim (1xx but 101) answers, to the final one, each head whole."""
@@ -66,7 +70,8 @@ class FinalResponse(http.client.HTTPResponse):
         try:
             super().begin()
         finally:
-            self.fp = lines.file
+            if self.fp is lines:  # None when `begin` closed it (a status line not HTTP's)
+                self.fp = lines.file
         if lines.last not in (b"\r\n", b"\n"):
             raise http.client.RemoteDisconnected("the answer's head ended before its blank line")
 
@@ -84,7 +89,7 @@ class _Answered:
 def http_client_fits() -> bool:
     """Whether http.client reads answers as this module expects: `response_class` is where the
     connection takes its answers' class from, `FinalResponse` reads a 103 then a 204 as the
-    204, and refuses a head cut after its status line."""
+    204, refuses a head cut after its status line, and a status line that is not HTTP's."""
     if getattr(http.client.HTTPConnection, "response_class", None) is not http.client.HTTPResponse:
         return False
     if not binds(getattr(http.client.HTTPResponse, "begin", None)):
@@ -97,13 +102,20 @@ def http_client_fits() -> bool:
         return False
     if (response.status, response.length, response.will_close) != (204, 0, False):
         return False
-    try:
-        FinalResponse(_Answered(b"HTTP/1.1 200 OK\r\n"), method="POST").begin()  # type: ignore[arg-type]
-    except http.client.RemoteDisconnected:
-        return True
-    except Exception:
+    # A head cut after its status line is cut short; a status line not HTTP's stays BadStatusLine
+    # (`begin` closes the file it reads on the way).
+    for head, raised in (
+        (b"HTTP/1.1 200 OK\r\n", http.client.RemoteDisconnected),
+        (b"ICY 200\r\n\r\n", http.client.BadStatusLine),
+    ):
+        try:
+            FinalResponse(_Answered(head), method="POST").begin()  # type: ignore[arg-type]
+        except raised:
+            continue
+        except Exception:
+            return False
         return False
-    return False
+    return True
 
 
 SKIPS_INTERIM = http_client_fits()

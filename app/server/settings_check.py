@@ -60,6 +60,9 @@ def _checked(environ: Mapping[str, str], refused: Mapping[str, str]) -> tuple[Se
         url, store = store_for(settings)
         try:
             store.readiness()
+            # The cursor secret, made now while Redis has room: a worker that finds none at
+            # maxmemory signs with its own, which the other workers and hosts refuse.
+            store.cursor_key()
         except StoreUnavailableError as exc:
             if exc.reason in refused:
                 problem = f"{refused[exc.reason]}: {exc}"

@@ -97,7 +97,7 @@ class Seconds(_Number):
         self.maximum = maximum
 
     def check(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValidationError(f"must be a number of seconds above 0, not {value!r}")
         if value > self.maximum:
             raise ValidationError(f"must be at most {self.maximum:g} seconds, not {value!r}")

@@ -97,12 +97,16 @@ def _check_query(scheme: str, query: str) -> None:
     """ValueError for a query option the scheme does not take, naming no value (nor an unknown
     option's name, which could be a password written in the wrong place)."""
     allowed = QUERY_OPTIONS.get(scheme, frozenset())
+    cluster = scheme in CLUSTER_SCHEMES
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name in ("password", "username"):
+            where = "host:port,host:port..." if cluster else "host:port/db"
             raise ValueError(
                 f"takes no {name} in its query: write it before the host, as in "
-                f"{scheme}://user:password@host:port/db, where the log hides the password"
+                f"{scheme}://user:password@{where}, where the log hides the password"
             )
+        if name == "db" and cluster:
+            raise ValueError("names a database, and a cluster has only database 0: remove ?db=")
         if name == "db" and name not in allowed:
             raise ValueError(f"names its database in the path, not the query: {scheme}://host:port/0")
         if name not in allowed:

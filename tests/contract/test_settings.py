@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -473,3 +474,35 @@ def test_a_tls_cluster_url_takes_the_ssl_options_of_a_tls_redis_url_and_no_other
         StoreUrl.parse("rediss+cluster://10.0.0.1:7000?ssl_cert_reqs=NONE")
     with pytest.raises(ValueError, match=r"^takes no path or options: use redis"):
         StoreUrl.parse("redis+cluster://10.0.0.1:7000?ssl_ca_certs=/ca.pem")  # no TLS, no TLS options
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("password=s3cret", "as in rediss+cluster://user:password@host:port,"),
+        ("username=u", "as in rediss+cluster://user:password@host:port,"),
+        ("db=1", "a cluster has only database 0"),
+    ],
+)
+def test_a_tls_cluster_urls_refusal_gives_advice_a_cluster_url_can_follow(query, said):
+    """A cluster URL takes no path: its errors name no `/db` (which the next start would refuse)."""
+    with pytest.raises(ValueError, match=re.escape(said)) as raised:
+        StoreUrl.parse(f"rediss+cluster://10.0.0.1:7000?{query}")
+    assert "/db" not in str(raised.value)
+    assert "host:port/0" not in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [
+        ("PLANTS_EVENTS_MAX_WAIT", 4000, 55),
+        ("PLANTS_EVENTS_MAX_WAIT", 56, 55),
+        ("PLANTS_STORE_TIMEOUT", 3601, 3600),
+    ],
+)
+def test_seconds_past_a_settings_bound_name_the_bound(key, value, bound):
+    """A number of seconds above 0 but too large is told its bound, not that it must be above 0."""
+    with pytest.raises(ConfigurationError) as raised:
+        create_app({"PLANTS_API_TOKENS": "t", key: value})
+    assert f"{key} must be at most {bound} seconds, not {value}" in str(raised.value)

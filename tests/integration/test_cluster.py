@@ -360,6 +360,31 @@ def test_a_failover_that_loses_delivered_events_sends_only_the_new_ones(fault_cl
     assert "Traceback" not in server.output()
 
 
+@pytest.mark.parametrize("written", ["pa?ss#1", "pa%3Fss%231"], ids=["as-is", "percent-encoded"])
+def test_the_rate_limits_reach_a_cluster_whose_password_holds_a_question_mark(tmp_path, written):
+    """A cluster URL's password is what comes before its last `@` (a `?` in it too: the store takes
+    it so), over TLS or not: the rate limits' connections use that password too (`limits`, given
+    the URL, could not parse it, and its error quoted it, password and all)."""
+    node, tls_port, cert = tls_cluster_node(tmp_path)
+    try:
+        node.command("ACL", "SETUSER", "plants", "on", ">pa?ss#1", "~*", "&*", "+@all")
+        tls = f"?ssl_ca_certs={cert}&ssl_check_hostname=false"
+        for url in (
+            f"redis+cluster://plants:{written}@127.0.0.1:{node.port}",
+            f"rediss+cluster://plants:{written}@127.0.0.1:{tls_port}{tls}",
+        ):
+            settings = {"PLANTS_API_TOKENS": "t", "PLANTS_STORE_URL": url, "PLANTS_RATE_LIMIT": "100/second"}
+            created = (
+                create_app(settings)
+                .test_client()
+                .put("/plants/1", json={"name": "Fern"}, headers={"Authorization": "Bearer t"})
+            )
+            assert created.status_code in (200, 201), created.json
+            assert created.headers["RateLimit-Limit"] == "100"
+    finally:
+        node.stop()
+
+
 def test_a_full_shard_answers_507(fault_cluster):
     settings = cluster_settings(fault_cluster)
     store = open_cluster_store(settings)

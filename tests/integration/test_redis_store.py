@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from app import create_app
+from app.server.settings_check import checked_settings
 from app.store import CreateOutcome, Page, Plant
 from app.store.migrate import migrate
 from app.store.redis.groups import Groups, encode
@@ -292,6 +293,33 @@ def test_redis_out_of_memory_still_reads_the_feed_before_its_cursor_key_exists(t
         # Another process (a new app) finds that secret in Redis: the cursor is good there too.
         other = create_app(settings).test_client()
         assert other.get(f"/events?after={first.json['next']}", headers=auth).json == later.json
+    finally:
+        redis.stop()
+
+
+def test_every_worker_of_a_started_service_signs_with_one_cursor_secret_at_redis_maxmemory(tmp_path):
+    """The start (gunicorn's master) makes the cursor secret while Redis has room: at maxmemory
+    later, each worker still reads that one secret, and a page's cursor, a feed's cursor and a watch
+    ticket made by one worker are taken by another (each signed its own, and refused the others')."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        settings = {"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}
+        checked_settings(settings)  # as the master does before it forks the workers
+        first, second = (create_app(settings).test_client() for _ in range(2))
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for plant_id in (1, 2):
+            assert (
+                first.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth).status_code == 200
+            )
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        page = first.get("/plants?limit=1", headers=auth).json["next"]
+        following = second.get(f"/plants?limit=1&after={page}", headers=auth)
+        assert following.status_code == 200, following.json
+        assert [plant["id"] for plant in following.json["plants"]] == [2]
+        feed = first.get("/events?limit=1", headers=auth).json["next"]
+        assert second.get(f"/events?after={feed}", headers=auth).status_code == 200
+        ticket = first.post("/events/tickets", headers=auth).json["ticket"]
+        assert second.get(f"/events?after=now&wait=1&ticket={ticket}").status_code == 200
     finally:
         redis.stop()
 

@@ -192,7 +192,8 @@ def test_a_forged_ticket_is_refused_and_counted_before_the_store_is_read(tmp_pat
     """The ticket's form and expiry need no key: a ticket refused by them makes the service read
     nothing from the store (the key signing tickets is read from Redis the first time it is
     needed, and made there when absent: that it is still absent shows it was never read), and the
-    refusal counts against PLANTS_AUTH_FAILURE_LIMIT."""
+    refusal counts against PLANTS_AUTH_FAILURE_LIMIT. (The start makes the key; it is removed
+    before the tickets come, and no worker has read it yet.)"""
     redis = RedisServer(tmp_path)
     prefix = "forged"
     app = Gunicorn(
@@ -204,6 +205,7 @@ def test_a_forged_ticket_is_refused_and_counted_before_the_store_is_read(tmp_pat
         }
     )
     try:
+        assert redis.command("DEL", f"{{{prefix}}}:cursor-key") == "1"
         # Well-formed, signed with another key, expired a minute ago: only its MAC would need the key.
         minted_earlier = WatchTickets(
             StaticTokens([TOKEN], []), 60, jwt=False, clock=lambda: time.time() - 120

@@ -396,6 +396,8 @@ def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
         b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Len",
         b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\n",
+        b"ICY 200 OK\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\n\r\nnot http\r\n\r\n",
     ],
     ids=[
         "content-length",
@@ -404,12 +406,15 @@ def test_an_interim_answer_with_no_final_one_is_a_failed_attempt():
         "head-after-a-header",
         "head-mid-line",
         "head-after-1xx",
+        "status-not-http",
+        "status-not-http-after-1xx",
     ],
 )
 def test_an_answer_cut_short_by_the_receivers_close_is_a_failed_attempt_whatever_its_framing(answer):
     """The receiver closes after 3 of the 100 bytes its Content-Length promised: cut short, as a
     chunked body that never ends is, and as a head that never reached its blank line is, whatever
-    status came first (it is sent again)."""
+    status came first (it is sent again). A status line that is not HTTP's fails on the
+    connection too (http.client's BadStatusLine), not in the service ("internal")."""
     receiver = RawReceiver(lambda: answer)
     try:
         outcome = send(receiver.url, b"{}", dict(HEADERS), timeout=5.0, allowed=("127.0.0.1",))

@@ -17,7 +17,10 @@ class SharedSecret:
     Reading the feed must not depend on Redis taking a write: at its `maxmemory` (noeviction)
     Redis refuses to store a new secret, so this process signs with the one it offered until
     Redis takes it (or another process's is found), asked again at each use meanwhile. Once
-    this process's is stored, the cursors it signed in between stay good everywhere."""
+    this process's is stored, the cursors it signed in between stay good everywhere; but until
+    then the other processes refuse them, and once another's is stored, they are refused
+    everywhere. So the start makes the secret while Redis has room (app/server/settings_check.py):
+    this process's own is used only when Redis was full before any start made one."""
 
     def __init__(self, key: str) -> None:
         self._key = key
