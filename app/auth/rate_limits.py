@@ -27,6 +27,7 @@ token, and they never touch a host's own Flask-Limiter.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -40,7 +41,7 @@ from limits.errors import StorageError
 from app.auth.address_keys import AddressKeys, client_key, wide_key
 from app.errors import RateLimitExceeded
 from app.settings import Settings
-from app.store import StoreUrl, backend_error
+from app.store import FAILURES, StoreUrl, backend_error
 
 #: Token keys and window ends remembered per process, at most.
 MAX_REMEMBERED_KEYS = 100_000
@@ -108,7 +109,13 @@ class RateLimits:
         # The fixed-window strategy's storage, used directly: its INCR answers the count, so one
         # more read (the window's expiry) gives every header, where hit() and get_window_stats()
         # would take three.
-        self._storage = FixedWindowRateLimiter(storage_from_string(storage_uri, **options)).storage
+        self._connect = lambda: FixedWindowRateLimiter(storage_from_string(storage_uri, **options)).storage
+        # `limits`' cluster storage reaches the cluster as it is made (one Redis's waits for its
+        # first command): a cluster down at the start must not stop it. Each count tries again,
+        # a 503 meanwhile, as the plants' own operations are.
+        self._storage: Any = None
+        with contextlib.suppress(*FAILURES):
+            self._storage = self._connect()
         self._per_token = parse_many(per_token) if per_token else []
         self._overrides = {
             token.encode("ascii"): parse_many(limit) for token, limit in token_overrides.items()
@@ -159,6 +166,14 @@ class RateLimits:
         wider = self._hit(self._auth_failures_wide, self._addresses.key("network:" + wide, now), message)
         return wider if wider.remaining < state.remaining else state
 
+    def _connected(self) -> Any:
+        """The storage, reached now: the cluster was down when the app was made."""
+        try:
+            self._storage = self._connect()
+        except FAILURES as exc:
+            raise backend_error(exc, "rate limits") from None
+        return self._storage
+
     @property
     def open_addresses(self) -> int:
         """How many address keys this process counts in their windows (at most MAX_ADDRESSES)."""
@@ -168,16 +183,17 @@ class RateLimits:
         self, limits: list[Any], key: str, message: str, window_ends: dict[str, float] | None = None
     ) -> LimitState:
         # Every limit of the list is counted; the tightest one is reported.
+        storage = self._storage if self._storage is not None else self._connected()
         tightest = None
         for limit in limits:
             window_key = limit.key_for(key)
             now = time.time()
-            count = self._storage.incr(window_key, limit.get_expiry())
+            count = storage.incr(window_key, limit.get_expiry())
             reset_at = None if window_ends is None else window_ends.get(window_key)
             if count == 1:  # this request opened the window
                 reset_at = now + limit.get_expiry()
             elif reset_at is None or reset_at <= now:
-                reset_at = self._storage.get_expiry(window_key)
+                reset_at = storage.get_expiry(window_key)
             if window_ends is not None:
                 window_ends[window_key] = reset_at
             state = LimitState(limit.amount, max(0, limit.amount - count), max(0, math.ceil(reset_at - now)))

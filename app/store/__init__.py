@@ -46,6 +46,7 @@ __all__ = [
     "CREATED_EVENT",
     "DELETED_EVENT",
     "EVENT_TYPES",
+    "FAILURES",
     "KEEP",
     "UNCONDITIONAL",
     "UPDATED_EVENT",

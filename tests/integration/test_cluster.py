@@ -385,6 +385,37 @@ def test_the_rate_limits_reach_a_cluster_whose_password_holds_a_question_mark(tm
         node.stop()
 
 
+def test_rate_limits_on_a_cluster_down_at_the_start_answer_503_then_count_once_it_is_up(tmp_path):
+    """The app starts with its cluster down, rate limits on (`limits`' cluster storage reaches the
+    cluster as it is made, and stopped the start): a request is the store's JSON 503 until the
+    cluster is up, then is served and counted."""
+    node = RedisServer(tmp_path, *cluster_node())
+    node.command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    node.stop()
+    try:
+        settings = {
+            "PLANTS_API_TOKENS": "t",
+            "PLANTS_STORE_URL": f"redis+cluster://127.0.0.1:{node.port}",
+            "PLANTS_RATE_LIMIT": "100/second",
+            "PLANTS_STORE_CONNECT_TIMEOUT": 0.5,
+        }
+        client = create_app(settings).test_client()
+        auth = {"Authorization": "Bearer t"}
+        refused = client.put("/plants/1", json={"name": "Fern"}, headers=auth)
+        assert refused.status_code == 503
+        assert refused.json["error"] == 503
+        node.start()
+        deadline = time.monotonic() + 10
+        while (created := client.put("/plants/1", json={"name": "Fern"}, headers=auth)).status_code == 503:
+            assert time.monotonic() < deadline, created.json
+            time.sleep(0.1)
+        assert created.status_code in (200, 201), created.json
+        assert created.headers["RateLimit-Limit"] == "100"
+        assert client.get("/plants/1", headers=auth).json == {"name": "Fern"}
+    finally:
+        node.stop()
+
+
 def test_a_full_shard_answers_507(fault_cluster):
     settings = cluster_settings(fault_cluster)
     store = open_cluster_store(settings)
