@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import random
 import signal
@@ -33,7 +34,7 @@ from tests.load import (
     open_store,
     redis_gunicorn,
 )
-from tests.servers import ROOT, TOKEN, RedisServer
+from tests.servers import ROOT, TOKEN, RedisServer, free_port
 
 
 @pytest.mark.parametrize("shared", ["redis", "cluster"])
@@ -194,6 +195,40 @@ def test_the_service_starts_while_redis_is_down_and_serves_once_it_is_up(tmp_pat
         assert create(server.port, {"id": 1, "name": "Fern"})[0] == 200
     finally:
         server.stop()
+        redis.stop()
+
+
+#: The ACL rules docs/operations.md gives the service's Redis user.
+SERVICE_ACL = ("~*", "&*", "+@all", "-@dangerous", "+info")
+
+
+def test_a_redis_user_with_the_documented_acl_runs_every_part_of_the_service(tmp_path):
+    """The documented rules, with the rate limits, the feed's listener and webhooks on: ready, a
+    write and the feed served, and no command of any process or thread refused (Redis's ACL LOG)."""
+    redis = RedisServer(tmp_path)
+    try:
+        redis.command("ACL", "SETUSER", "plants", "on", ">pw", *SERVICE_ACL)
+        settings = {
+            **redis_settings(redis),
+            "PLANTS_STORE_URL": f"redis://plants:pw@127.0.0.1:{redis.port}/0",
+            "PLANTS_RATE_LIMIT": "100/second",
+            "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+        }
+        server = redis_gunicorn(settings, workers=1)
+        try:
+            status, _, body = call(server.connection(), "GET", "/readyz")
+            assert (status, json.loads(body)) == (200, {"status": "ok"})
+            endpoint = {"url": f"http://127.0.0.1:{free_port()}/hook"}
+            assert call(server.connection(), "POST", "/webhooks", endpoint, AUTH)[0] == 201
+            assert create(server.port, {"id": 1, "name": "Fern"})[0] == 200
+            status, _, body = call(server.connection(), "GET", "/events?wait=1", headers=AUTH)
+            types = [event["type"] for event in json.loads(body)["events"]]
+            assert (status, types) == (200, ["plant.created"])
+            time.sleep(0.5)  # the deliverer's attempt and the listener's reads
+        finally:
+            server.stop()
+        assert redis.command("ACL", "LOG") == ""
+    finally:
         redis.stop()
 
 
