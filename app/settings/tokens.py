@@ -52,7 +52,7 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
         # Set, to entries that are all empty ([""], ","): not the same mistake as unset.
         raise ConfigurationError(
             "PLANTS_API_TOKENS",
-            "is set but holds no token (every entry of it is empty): list one or more tokens, "
+            "is set but holds no token (it has no entry, or only empty ones): list one or more tokens, "
             "comma-separated, or unset it and use {PLANTS_API_TOKENS_FILE} or {PLANTS_JWT_ISSUER}",
         )
     if not full and required:

@@ -245,14 +245,16 @@ def test_read_tokens_alone_do_not_open_the_service():
 
 
 @pytest.mark.parametrize(
-    "value", [[""], ["", " "], ",", " , "], ids=["list-of-empty", "list-of-blanks", "comma", "blank-commas"]
+    "value",
+    [[], [""], ["", " "], ",", " , "],
+    ids=["empty-list", "list-of-empty", "list-of-blanks", "comma", "blank-commas"],
 )
 def test_tokens_set_to_empty_entries_say_so_not_that_they_are_unset(value):
     """Set, but to entries that are all empty: the message says what is there, not "is not set"."""
     with pytest.raises(ConfigurationError) as raised:
         create_app({"PLANTS_API_TOKENS": value})
     assert str(raised.value).startswith(
-        "PLANTS_API_TOKENS is set but holds no token (every entry of it is empty): list one or more"
+        "PLANTS_API_TOKENS is set but holds no token (it has no entry, or only empty ones): list one or more"
         " tokens, comma-separated"
     )
 
