@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tests.helpers import assert_error
-from tests.servers import Gunicorn, Nginx
+from tests.servers import TOKEN, Gunicorn, Nginx
 
 LONG = "a" * 9000  # over one of nginx's 8 KiB header buffers
 
@@ -78,3 +78,16 @@ def test_the_error_page_is_not_reachable_itself(proxy, method):
         assert (status, headers["Content-Type"], body) == (404, "application/json", b"")
     else:
         assert_error(status, headers, body, 404)
+
+
+def test_an_http_1_0_request_without_host_is_served_with_links_to_the_listener(proxy):
+    # RFC 9112 asks a Host of HTTP/1.1 only: the worker reached directly serves such a request,
+    # and behind nginx it must not be refused for the Host nginx itself left out.
+    body = b'{"name": "hostless"}'
+    head = (
+        f"PUT /plants/9301 HTTP/1.0\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    status, headers, data = exchange(proxy.port, head.encode() + body)
+    assert status == 201, data
+    assert headers["Location"] == f"http://127.0.0.1:{proxy.port}/plants/9301"
