@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 
 import pytest
@@ -91,3 +92,11 @@ def test_an_http_1_0_request_without_host_is_served_with_links_to_the_listener(p
     status, headers, data = exchange(proxy.port, head.encode() + body)
     assert status == 201, data
     assert headers["Location"] == f"http://127.0.0.1:{proxy.port}/plants/9301"
+
+
+def test_an_http_0_9_request_is_refused_as_the_worker_refuses_it(proxy):
+    # HTTP/0.9 has no status line nor headers: the answer is the Error record's bytes alone.
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
+        sock.sendall(b"GET /healthz\r\n")
+        answer = sock.makefile("rb").read()
+    assert json.loads(answer)["error"] == 400
