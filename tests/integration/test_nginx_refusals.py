@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from typing import Any
 
 import pytest
 
@@ -100,3 +101,54 @@ def test_an_http_0_9_request_is_refused_as_the_worker_refuses_it(proxy):
         sock.sendall(b"GET /healthz\r\n")
         answer = sock.makefile("rb").read()
     assert json.loads(answer)["error"] == 400
+
+
+@pytest.mark.parametrize(("own_fields", "expected"), [(95, 200), (96, 431)])
+def test_a_client_has_95_header_fields_of_its_own_through_nginx(proxy, own_fields, expected):
+    # The worker takes 100; nginx adds X-Forwarded-For, -Proto, -Host, -Port and X-Request-Id.
+    fields = "".join(f"X-Field-{n}: v\r\n" for n in range(own_fields - 1))
+    status, headers, body = exchange(proxy.port, f"GET /healthz HTTP/1.1\r\nHost: x\r\n{fields}\r\n".encode())
+    if expected == 200:
+        assert status == 200, body
+    else:
+        assert_error(status, headers, body, expected)
+
+
+def test_a_body_that_looks_like_a_request_never_becomes_one_upstream(proxy):
+    """Pipelined requests, each with a body that is itself a request, on clients sharing nginx's
+    kept-alive upstream connections: every answer is the one its request asked for."""
+    names = {n: f"pipelined-{n}" for n in range(9401, 9405)}
+    for number, name in names.items():
+        body = json.dumps({"name": name}).encode()
+        head = f"PUT /plants/{number} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        assert exchange(proxy.port, head.encode() + body)[0] == 201
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    order = [9401, 9402, 9403, 9404, 9402, 9401]
+    requests = b""
+    for number in order:
+        inner = b"GET /plants/9404 HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"
+        requests += f"GET /plants/{number} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n".encode()
+        requests += auth + b"\r\n" + inner
+    requests += b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    clients = [socket.create_connection(("127.0.0.1", proxy.port), timeout=15) for _ in range(3)]
+    for sock in clients:
+        sock.sendall(requests)
+    for sock in clients:
+        with sock, sock.makefile("rb") as stream:
+            for number in [*order, None]:
+                status, body = next_answer(stream)
+                assert status == 200, body
+                expected = {"status": "ok"} if number is None else {"name": names[number]}
+                assert json.loads(body) == expected
+
+
+def next_answer(stream: Any) -> tuple[int, bytes]:
+    """The status and body of the next answer on a connection (each has a Content-Length)."""
+    status = int(stream.readline().split()[1])
+    length = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, stream.read(length)
