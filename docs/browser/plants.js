@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 let api = "";
 let token = "";
 let source = null;
-let lastEventId = "now"; // where the feed is followed from; each event's id is the cursor after it
+let lastEventId = ""; // where the feed is followed from; each event's id is the cursor after it
 
 function show(text, isError = false) {
   $("message").textContent = text;
@@ -27,16 +27,12 @@ async function call(method, path, body) {
   return record;
 }
 
-async function listPlants() {
-  const items = [];
-  let next = null;
-  do {
-    const page = await call("GET", next ? `/plants?after=${encodeURIComponent(next)}` : "/plants");
-    items.push(...page.plants);
-    next = page.next;
-  } while (next);
+const plants = new Map(); // id -> plant: the listing, kept up to date by the feed's events
+
+function render() {
+  const sorted = [...plants.values()].sort((a, b) => a.id - b.id);
   $("plants").replaceChildren(
-    ...items.map((plant) => {
+    ...sorted.map((plant) => {
       const item = document.createElement("li");
       item.dataset.id = plant.id;
       item.textContent = `${plant.id}: ${plant.name}${plant.tag ? ` (${plant.tag})` : ""}`;
@@ -45,6 +41,22 @@ async function listPlants() {
   );
 }
 
+async function listPlants() {
+  const items = [];
+  let next = null;
+  do {
+    const page = await call("GET", next ? `/plants?after=${encodeURIComponent(next)}` : "/plants");
+    items.push(...page.plants);
+    next = page.next;
+  } while (next);
+  plants.clear();
+  for (const plant of items) plants.set(plant.id, plant);
+  render();
+}
+
+// Each event is applied to the list (the follower's rule, docs/change-feed.md), not answered with
+// a new listing: a listing per event would cost the whole store's pages each time, and under a
+// rate limit a burst of events would leave the list as the last listing allowed saw it.
 function showEvent(event) {
   const record = JSON.parse(event.data);
   lastEventId = event.lastEventId || lastEventId;
@@ -53,7 +65,18 @@ function showEvent(event) {
   item.dataset.id = record.plant.id;
   item.textContent = `${record.time} ${record.type} ${record.plant.id}: ${record.plant.name}`;
   $("events").append(item);
-  listPlants().catch((error) => show(error.message, true));
+  if (record.type === "plant.deleted") plants.delete(record.plant.id);
+  else plants.set(record.plant.id, record.plant);
+  render();
+}
+
+// The position first, then the listing, then the feed from that position: every change made
+// while the listing was read comes as an event, and applying one twice is harmless.
+async function start() {
+  const { next } = await call("GET", "/events?after=now");
+  lastEventId = next;
+  await listPlants();
+  await watch();
 }
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
@@ -69,8 +92,7 @@ async function watch() {
   }
   source.addEventListener("gone", () => { // the position fell out of the feed: start again
     source.close();
-    lastEventId = "now";
-    listPlants().then(watch).catch((error) => show(error.message, true));
+    start().catch((error) => show(error.message, true));
   });
   source.onerror = () => {
     if (source.readyState === EventSource.CLOSED) {
@@ -86,10 +108,7 @@ $("connect").addEventListener("submit", async (event) => {
   token = $("token").value;
   if (source) source.close();
   try {
-    const { next } = await call("GET", "/events?after=now"); // the position before the listing
-    lastEventId = next;
-    await listPlants();
-    await watch();
+    await start();
   } catch (error) {
     $("status").textContent = "not connected";
     show(error.message, true);

@@ -103,3 +103,50 @@ def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin
     assert not [line for line in logged if "CORS" in line or "Access-Control" in line], logged
     status, _, body = call(connection(app.port), "GET", f"/plants/{base + 1}", None, AUTH)
     assert (status, json.loads(body)) == (200, {"name": "Page fern"})
+
+
+PAGE_TOKEN = "page-token"
+
+
+@pytest.fixture(scope="module")
+def limited_service(page_origin):
+    """The page's token limited to 4 requests a second; the writer's token unlimited."""
+    app = Gunicorn(
+        env={"PLANTS_CORS_ORIGINS": page_origin, "PLANTS_API_TOKENS": f"{TOKEN},{PAGE_TOKEN}@4/second"}
+    )
+    yield app
+    app.stop()
+
+
+def test_the_docs_page_keeps_its_list_through_a_burst_of_changes_under_a_rate_limit(
+    page_origin, limited_service, chromium
+):
+    """Each event is applied to the page's list: a burst of changes costs the page no request, so
+    its token's rate limit cannot leave the list stale. Names are shown as text, never as markup."""
+    port = limited_service.port
+    chromium.get(f"{page_origin}/index.html")
+    api = chromium.find_element(By.ID, "api")
+    api.clear()
+    api.send_keys(f"http://127.0.0.1:{port}")
+    chromium.find_element(By.ID, "token").send_keys(PAGE_TOKEN)
+    chromium.find_element(By.ID, "connect-button").click()
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    time.sleep(1.1)  # the connection's requests' window is over
+
+    base = 760_000
+    names = {base + n: f"<img src=x onerror=document.title='pwned{n}'> fern {n}" for n in range(12)}
+    for plant_id, name in names.items():
+        create(port, plant_id, name)
+    status, _, _ = call(connection(port), "DELETE", f"/plants/{base}", None, AUTH)
+    assert status == 204
+    shown(chromium, f'#events li[data-type="plant.deleted"][data-id="{base}"]')
+
+    listed = wait(chromium, 15).until(
+        lambda d: (items := d.find_elements(By.CSS_SELECTOR, "#plants li")) and len(items) == 11 and items
+    )
+    assert [item.text for item in listed] == [
+        f"{plant_id}: {names[plant_id]}" for plant_id in sorted(names)[1:]
+    ]
+    assert chromium.find_elements(By.CSS_SELECTOR, "#plants img, #events img") == []
+    assert "pwned" not in chromium.title
+    assert chromium.find_element(By.ID, "message").text == ""
