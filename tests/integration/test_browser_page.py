@@ -64,6 +64,17 @@ def shown(driver, css: str, timeout: float = 15):
     return wait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
 
 
+def connect_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, give it the service's URL and a token, and wait until it watches the feed."""
+    driver.get(f"{page_origin}/index.html")
+    api = driver.find_element(By.ID, "api")
+    api.clear()
+    api.send_keys(f"http://127.0.0.1:{port}")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "connect-button").click()
+    wait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+
+
 @pytest.mark.parametrize("through", ["direct", "nginx"])
 def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin, service, chromium, through):
     app, proxy = service
@@ -71,13 +82,7 @@ def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin
     base = 740_000 if through == "direct" else 750_000
     create(app.port, base, "Listed fern")
 
-    chromium.get(f"{page_origin}/index.html")
-    api = chromium.find_element(By.ID, "api")
-    api.clear()
-    api.send_keys(f"http://127.0.0.1:{port}")
-    chromium.find_element(By.ID, "token").send_keys(TOKEN)
-    chromium.find_element(By.ID, "connect-button").click()
-    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    connect_page(chromium, page_origin, port, TOKEN)
     shown(chromium, f'#plants li[data-id="{base}"]')
 
     # a plant created by the page arrives on its own feed, and in its list
@@ -124,13 +129,7 @@ def test_the_docs_page_keeps_its_list_through_a_burst_of_changes_under_a_rate_li
     """Each event is applied to the page's list: a burst of changes costs the page no request, so
     its token's rate limit cannot leave the list stale. Names are shown as text, never as markup."""
     port = limited_service.port
-    chromium.get(f"{page_origin}/index.html")
-    api = chromium.find_element(By.ID, "api")
-    api.clear()
-    api.send_keys(f"http://127.0.0.1:{port}")
-    chromium.find_element(By.ID, "token").send_keys(PAGE_TOKEN)
-    chromium.find_element(By.ID, "connect-button").click()
-    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    connect_page(chromium, page_origin, port, PAGE_TOKEN)
     time.sleep(1.1)  # the connection's requests' window is over
 
     base = 760_000
