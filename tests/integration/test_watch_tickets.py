@@ -190,6 +190,20 @@ def test_a_bearer_token_in_the_query_is_refused_and_never_logged(servers, query)
     assert TOKEN not in (directory / "access.log").read_text()
 
 
+@pytest.mark.parametrize("query", ["ticket={}&wait=1", "after=now&wait=1&ticket={}", "Ticket={}&wait=1"])
+def test_a_bearer_token_sent_as_the_ticket_is_refused_and_never_logged(servers, query):
+    """A page that puts its token where the ticket goes (EventSource sends no header, so a URL is
+    the only place left) is refused, but its token is good: gunicorn's log may not show it,
+    as nginx's shipped configuration does not."""
+    app, proxy, directory = servers
+    for port in (app.port, proxy.port):
+        status, _, body = call(_connection(port), "GET", "/events?" + query.format(TOKEN))
+        assert status in (400, 401), body
+    time.sleep(0.3)
+    assert TOKEN not in app.output()
+    assert TOKEN not in (directory / "access.log").read_text()
+
+
 def test_a_ticket_in_any_other_log_line_is_scrubbed():
     """gunicorn's own error lines name a failed request's URI, query and all."""
     config = logging_config("text")
