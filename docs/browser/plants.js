@@ -7,6 +7,7 @@ const $ = (id) => document.getElementById(id);
 let api = "";
 let token = "";
 let source = null;
+let generation = 0; // counts the watches started (Connect, or a start over after `gone`)
 let lastEventId = ""; // where the feed is followed from; each event's id is the cursor after it
 
 function show(text, isError = false) {
@@ -73,31 +74,35 @@ function showEvent(event) {
 // The position first, then the listing, then the feed from that position: every change made
 // while the listing was read comes as an event, and applying one twice is harmless.
 async function start() {
+  const watching = ++generation;
   const { next } = await call("GET", "/events?after=now");
   lastEventId = next;
   await listPlants();
-  await watch();
+  await watch(watching);
 }
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
 // while it is good. Once a reconnection is refused the source closes: mint a new ticket and
 // follow on from the last event seen.
-async function watch() {
+async function watch(watching) {
   const { ticket } = await call("POST", "/events/tickets");
+  if (watching !== generation) return; // connected again meanwhile: that watch replaces this one
   const url = `${api}/events?after=${encodeURIComponent(lastEventId)}&ticket=${encodeURIComponent(ticket)}`;
-  source = new EventSource(url);
-  source.onopen = () => { $("status").textContent = "watching"; };
+  if (source) source.close();
+  const current = new EventSource(url);
+  source = current;
+  current.onopen = () => { $("status").textContent = "watching"; };
   for (const type of ["plant.created", "plant.updated", "plant.deleted"]) {
-    source.addEventListener(type, showEvent);
+    current.addEventListener(type, showEvent);
   }
-  source.addEventListener("gone", () => { // the position fell out of the feed: start again
-    source.close();
+  current.addEventListener("gone", () => { // the position fell out of the feed: start again
+    current.close();
     start().catch((error) => show(error.message, true));
   });
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
+  current.onerror = () => {
+    if (current.readyState === EventSource.CLOSED && watching === generation) {
       $("status").textContent = "reconnecting";
-      setTimeout(() => watch().catch((error) => show(error.message, true)), 1000);
+      setTimeout(() => watch(watching).catch((error) => show(error.message, true)), 1000);
     }
   };
 }

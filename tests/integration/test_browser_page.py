@@ -149,3 +149,20 @@ def test_the_docs_page_keeps_its_list_through_a_burst_of_changes_under_a_rate_li
     assert chromium.find_elements(By.CSS_SELECTOR, "#plants img, #events img") == []
     assert "pwned" not in chromium.title
     assert chromium.find_element(By.ID, "message").text == ""
+
+
+def test_connecting_again_while_the_page_reconnects_leaves_one_source(page_origin, service, chromium):
+    """Connect pressed while the page waits to reconnect (its ticket refused) replaces the watch:
+    the reconnection it was waiting for is dropped, so each change is shown once."""
+    app, _ = service
+    connect_page(chromium, page_origin, app.port, TOKEN)
+    # The stream ends (2 s), its reconnection's ticket has expired (3 s): the page waits 1 s.
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
+    chromium.find_element(By.ID, "connect-button").click()
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    time.sleep(1.5)  # past the second the abandoned reconnection would have waited
+
+    create(app.port, 770_000, "Once fern")
+    shown(chromium, '#events li[data-id="770000"]')
+    time.sleep(2)
+    assert len(chromium.find_elements(By.CSS_SELECTOR, '#events li[data-id="770000"]')) == 1
