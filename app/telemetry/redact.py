@@ -40,8 +40,8 @@ _TICKET_PARAMETER = re.compile(
 
 
 def holds_secret(text: str) -> bool:
-    """Whether `text` may show a ticket or an `access_token` parameter (cheap when it has neither
-    the ticket's prefix, nor the parameter's name, nor any `%`)."""
+    """Whether `text` may show a ticket, or an `access_token` or `ticket` parameter (cheap when it
+    has neither the ticket's prefix, nor a parameter's name, nor any `%`)."""
     lowered = text.lower()
     return (
         TICKET_PREFIX in text
