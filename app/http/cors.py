@@ -24,8 +24,11 @@ from flask_cors import CORS
 #: What clients send: the token, the body's type, preconditions, and the feed's resume position.
 ALLOW_HEADERS = ("Authorization", "Content-Type", "If-Match", "If-None-Match", "Last-Event-ID")
 #: What clients read: versions, next pages, created plants, when to retry, the request's id, the
-#: rate limit (app/auth/rate_limits.py) and why a token was refused.
+#: rate limit (app/auth/rate_limits.py), why a token was refused, and a deprecated operation's
+#: announcement (app/plants/deprecation.py), which a page must see as any client does.
 EXPOSE_HEADERS = (
+    "Deprecation",
+    "Sunset",
     "ETag",
     "Link",
     "Location",

@@ -7,7 +7,8 @@ const $ = (id) => document.getElementById(id);
 let api = "";
 let token = "";
 let source = null;
-let lastEventId = "now"; // where the feed is followed from; each event's id is the cursor after it
+let generation = 0; // counts the watches started (Connect, or a start over after `gone`)
+let lastEventId = ""; // where the feed is followed from; each event's id is the cursor after it
 
 function show(text, isError = false) {
   $("message").textContent = text;
@@ -27,16 +28,12 @@ async function call(method, path, body) {
   return record;
 }
 
-async function listPlants() {
-  const items = [];
-  let next = null;
-  do {
-    const page = await call("GET", next ? `/plants?after=${encodeURIComponent(next)}` : "/plants");
-    items.push(...page.plants);
-    next = page.next;
-  } while (next);
+const plants = new Map(); // id -> plant: the listing, kept up to date by the feed's events
+
+function render() {
+  const sorted = [...plants.values()].sort((a, b) => a.id - b.id);
   $("plants").replaceChildren(
-    ...items.map((plant) => {
+    ...sorted.map((plant) => {
       const item = document.createElement("li");
       item.dataset.id = plant.id;
       item.textContent = `${plant.id}: ${plant.name}${plant.tag ? ` (${plant.tag})` : ""}`;
@@ -45,6 +42,22 @@ async function listPlants() {
   );
 }
 
+async function listPlants() {
+  const items = [];
+  let next = null;
+  do {
+    const page = await call("GET", next ? `/plants?after=${encodeURIComponent(next)}` : "/plants");
+    items.push(...page.plants);
+    next = page.next;
+  } while (next);
+  plants.clear();
+  for (const plant of items) plants.set(plant.id, plant);
+  render();
+}
+
+// Each event is applied to the list (the follower's rule, docs/change-feed.md), not answered with
+// a new listing: a listing per event would cost the whole store's pages each time, and under a
+// rate limit a burst of events would leave the list as the last listing allowed saw it.
 function showEvent(event) {
   const record = JSON.parse(event.data);
   lastEventId = event.lastEventId || lastEventId;
@@ -53,29 +66,43 @@ function showEvent(event) {
   item.dataset.id = record.plant.id;
   item.textContent = `${record.time} ${record.type} ${record.plant.id}: ${record.plant.name}`;
   $("events").append(item);
-  listPlants().catch((error) => show(error.message, true));
+  if (record.type === "plant.deleted") plants.delete(record.plant.id);
+  else plants.set(record.plant.id, record.plant);
+  render();
+}
+
+// The position first, then the listing, then the feed from that position: every change made
+// while the listing was read comes as an event, and applying one twice is harmless.
+async function start() {
+  const watching = ++generation;
+  const { next } = await call("GET", "/events?after=now");
+  lastEventId = next;
+  await listPlants();
+  await watch(watching);
 }
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
 // while it is good. Once a reconnection is refused the source closes: mint a new ticket and
 // follow on from the last event seen.
-async function watch() {
+async function watch(watching) {
   const { ticket } = await call("POST", "/events/tickets");
+  if (watching !== generation) return; // connected again meanwhile: that watch replaces this one
   const url = `${api}/events?after=${encodeURIComponent(lastEventId)}&ticket=${encodeURIComponent(ticket)}`;
-  source = new EventSource(url);
-  source.onopen = () => { $("status").textContent = "watching"; };
+  if (source) source.close();
+  const current = new EventSource(url);
+  source = current;
+  current.onopen = () => { $("status").textContent = "watching"; };
   for (const type of ["plant.created", "plant.updated", "plant.deleted"]) {
-    source.addEventListener(type, showEvent);
+    current.addEventListener(type, showEvent);
   }
-  source.addEventListener("gone", () => { // the position fell out of the feed: start again
-    source.close();
-    lastEventId = "now";
-    listPlants().then(watch).catch((error) => show(error.message, true));
+  current.addEventListener("gone", () => { // the position fell out of the feed: start again
+    current.close();
+    start().catch((error) => show(error.message, true));
   });
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
+  current.onerror = () => {
+    if (current.readyState === EventSource.CLOSED && watching === generation) {
       $("status").textContent = "reconnecting";
-      setTimeout(() => watch().catch((error) => show(error.message, true)), 1000);
+      setTimeout(() => watch(watching).catch((error) => show(error.message, true)), 1000);
     }
   };
 }
@@ -86,10 +113,7 @@ $("connect").addEventListener("submit", async (event) => {
   token = $("token").value;
   if (source) source.close();
   try {
-    const { next } = await call("GET", "/events?after=now"); // the position before the listing
-    lastEventId = next;
-    await listPlants();
-    await watch();
+    await start();
   } catch (error) {
     $("status").textContent = "not connected";
     show(error.message, true);

@@ -141,6 +141,11 @@ def test_a_wildcard_allows_every_origin_never_with_credentials(make_app):
         ("page.example", "not one"),
         ("null", "not one"),
         ("ftp://page.example", "not one"),
+        # A browser's Origin never holds its scheme's default port, nor a port it could not use.
+        ("http://page.example:80", "list http://page.example"),
+        ("https://page.example:443", "list https://page.example"),
+        ("http://127.0.0.1:05173", "not one"),
+        ("http://127.0.0.1:65536", "not one"),
     ],
 )
 def test_a_bad_origin_stops_the_start(make_app, value, phrase):

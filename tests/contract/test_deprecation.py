@@ -42,6 +42,22 @@ def marked(monkeypatch):
     assert deprecation.ACTIVE == {}
 
 
+def test_a_page_on_a_listed_origin_may_read_the_announcement(marked):
+    """A browser hands a cross-origin page only the headers the answer exposes: the deprecation
+    reaches a page as it reaches every other client."""
+    marked({"x-deprecated-since": SINCE, "x-sunset": SUNSET})
+    origin = "http://127.0.0.1:5173"
+    client = create_app(
+        {"TESTING": True, "PLANTS_API_TOKENS": TOKEN, "PLANTS_CORS_ORIGINS": origin}
+    ).test_client()
+    client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    response = client.get("/plants/1", headers={**AUTH, "Origin": origin})
+    assert response.headers["Access-Control-Allow-Origin"] == origin
+    exposed = {name.lower() for name in response.headers["Access-Control-Expose-Headers"].split(", ")}
+    assert {"deprecation", "sunset", "link"} <= exposed
+    assert response.headers["Sunset"] == "Tue, 01 Jun 2027 00:00:00 GMT"
+
+
 def test_a_deprecated_operation_announces_its_deprecation_and_sunset(marked):
     marked({"x-deprecated-since": SINCE, "x-sunset": SUNSET})
     client = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()

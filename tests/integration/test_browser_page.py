@@ -64,6 +64,17 @@ def shown(driver, css: str, timeout: float = 15):
     return wait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
 
 
+def connect_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, give it the service's URL and a token, and wait until it watches the feed."""
+    driver.get(f"{page_origin}/index.html")
+    api = driver.find_element(By.ID, "api")
+    api.clear()
+    api.send_keys(f"http://127.0.0.1:{port}")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "connect-button").click()
+    wait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+
+
 @pytest.mark.parametrize("through", ["direct", "nginx"])
 def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin, service, chromium, through):
     app, proxy = service
@@ -71,13 +82,7 @@ def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin
     base = 740_000 if through == "direct" else 750_000
     create(app.port, base, "Listed fern")
 
-    chromium.get(f"{page_origin}/index.html")
-    api = chromium.find_element(By.ID, "api")
-    api.clear()
-    api.send_keys(f"http://127.0.0.1:{port}")
-    chromium.find_element(By.ID, "token").send_keys(TOKEN)
-    chromium.find_element(By.ID, "connect-button").click()
-    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    connect_page(chromium, page_origin, port, TOKEN)
     shown(chromium, f'#plants li[data-id="{base}"]')
 
     # a plant created by the page arrives on its own feed, and in its list
@@ -103,3 +108,61 @@ def test_the_docs_page_lists_creates_and_watches_from_another_origin(page_origin
     assert not [line for line in logged if "CORS" in line or "Access-Control" in line], logged
     status, _, body = call(connection(app.port), "GET", f"/plants/{base + 1}", None, AUTH)
     assert (status, json.loads(body)) == (200, {"name": "Page fern"})
+
+
+PAGE_TOKEN = "page-token"
+
+
+@pytest.fixture(scope="module")
+def limited_service(page_origin):
+    """The page's token limited to 4 requests a second; the writer's token unlimited."""
+    app = Gunicorn(
+        env={"PLANTS_CORS_ORIGINS": page_origin, "PLANTS_API_TOKENS": f"{TOKEN},{PAGE_TOKEN}@4/second"}
+    )
+    yield app
+    app.stop()
+
+
+def test_the_docs_page_keeps_its_list_through_a_burst_of_changes_under_a_rate_limit(
+    page_origin, limited_service, chromium
+):
+    """Each event is applied to the page's list: a burst of changes costs the page no request, so
+    its token's rate limit cannot leave the list stale. Names are shown as text, never as markup."""
+    port = limited_service.port
+    connect_page(chromium, page_origin, port, PAGE_TOKEN)
+    time.sleep(1.1)  # the connection's requests' window is over
+
+    base = 760_000
+    names = {base + n: f"<img src=x onerror=document.title='pwned{n}'> fern {n}" for n in range(12)}
+    for plant_id, name in names.items():
+        create(port, plant_id, name)
+    status, _, _ = call(connection(port), "DELETE", f"/plants/{base}", None, AUTH)
+    assert status == 204
+    shown(chromium, f'#events li[data-type="plant.deleted"][data-id="{base}"]')
+
+    listed = wait(chromium, 15).until(
+        lambda d: (items := d.find_elements(By.CSS_SELECTOR, "#plants li")) and len(items) == 11 and items
+    )
+    assert [item.text for item in listed] == [
+        f"{plant_id}: {names[plant_id]}" for plant_id in sorted(names)[1:]
+    ]
+    assert chromium.find_elements(By.CSS_SELECTOR, "#plants img, #events img") == []
+    assert "pwned" not in chromium.title
+    assert chromium.find_element(By.ID, "message").text == ""
+
+
+def test_connecting_again_while_the_page_reconnects_leaves_one_source(page_origin, service, chromium):
+    """Connect pressed while the page waits to reconnect (its ticket refused) replaces the watch:
+    the reconnection it was waiting for is dropped, so each change is shown once."""
+    app, _ = service
+    connect_page(chromium, page_origin, app.port, TOKEN)
+    # The stream ends (2 s), its reconnection's ticket has expired (3 s): the page waits 1 s.
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
+    chromium.find_element(By.ID, "connect-button").click()
+    wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+    time.sleep(1.5)  # past the second the abandoned reconnection would have waited
+
+    create(app.port, 770_000, "Once fern")
+    shown(chromium, '#events li[data-id="770000"]')
+    time.sleep(2)
+    assert len(chromium.find_elements(By.CSS_SELECTOR, '#events li[data-id="770000"]')) == 1

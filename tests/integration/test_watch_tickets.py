@@ -115,6 +115,31 @@ def test_a_ticket_streams_and_long_polls_then_expires_and_is_never_logged(server
         assert secret not in (directory / "error.log").read_text()
 
 
+def test_a_stream_opened_with_a_ticket_ends_when_the_ticket_expires(servers):
+    """The ticket's expiry is the end of the watch's authority (as a JWT's `exp` is): the stream
+    it opened ends then, long before PLANTS_EVENTS_STREAM_MAX, having sent its events, and the
+    EventSource's reconnection with the same ticket is refused, so the page mints another."""
+    app, _, _ = servers
+    ticket = mint(app.port)
+    opened = time.monotonic()
+    sock = socket.create_connection(("127.0.0.1", app.port), timeout=TTL + 10)
+    request = f"GET /events?ticket={ticket}&after=now HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"
+    request += "\r\n"
+    sock.sendall(request.encode())
+    head = read_stream(sock, until=b"\r\n\r\n")
+    create(app.port, 740_001)
+    data = head + read_stream(sock, seconds=TTL + 10)  # until its last chunk
+    lasted = time.monotonic() - opened
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert b'"id":740001' in data
+    assert data.endswith(b"\r\n0\r\n\r\n"), data[-200:]  # ended by the service, not the read's bound
+    assert lasted < TTL + 5
+    status, _, body = call(_connection(app.port), "GET", f"/events?ticket={ticket}&after=now&wait=1")
+    assert status == 401
+    assert b"expired" in body
+
+
 def test_a_percent_encoded_ticket_is_refused_and_never_logged_in_any_encoding(servers):
     """A client that encodes a character of its ticket is refused (only `ticket=plwt_...` is taken),
     but the ticket it sent is still good, decoded: no log line may show it either."""
@@ -160,6 +185,20 @@ def test_a_bearer_token_in_the_query_is_refused_and_never_logged(servers, query)
     app, proxy, directory = servers
     for port in (app.port, proxy.port):
         assert_error(*call(_connection(port), "GET", "/plants?" + query.format(TOKEN)), 401)
+    time.sleep(0.3)
+    assert TOKEN not in app.output()
+    assert TOKEN not in (directory / "access.log").read_text()
+
+
+@pytest.mark.parametrize("query", ["ticket={}&wait=1", "after=now&wait=1&ticket={}", "Ticket={}&wait=1"])
+def test_a_bearer_token_sent_as_the_ticket_is_refused_and_never_logged(servers, query):
+    """A page that puts its token where the ticket goes (EventSource sends no header, so a URL is
+    the only place left) is refused, but its token is good: gunicorn's log may not show it,
+    as nginx's shipped configuration does not."""
+    app, proxy, directory = servers
+    for port in (app.port, proxy.port):
+        status, _, body = call(_connection(port), "GET", "/events?" + query.format(TOKEN))
+        assert status in (400, 401), body
     time.sleep(0.3)
     assert TOKEN not in app.output()
     assert TOKEN not in (directory / "access.log").read_text()

@@ -182,6 +182,10 @@ class Answer:
         return Head("".join(lines).encode("latin-1"), keep_alive, sends_body, chunked, declared)
 
 
+#: The fields of the app's answer that the worker's own answer in its place keeps.
+_KEPT = ("access-control-", "vary")
+
+
 def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None) -> bytes:
     """The worker's own answer, then close: the service's JSON Error record, in place of the app's
     `answer` if any (the access line reads it). Its message never quotes the request (it can hold
@@ -189,6 +193,9 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
     answer = answer or Answer()
     fields = [("Content-Type", "application/json")]
     fields += [(name, value) for name, value in error.get_headers() if name == "Retry-After"]
+    # The app's CORS decision for this request stands: without it a page on an allowed origin could
+    # not read the refusal (nor its Retry-After), only a network error.
+    fields += [(name, value) for name, value in answer.headers if name.lower().startswith(_KEPT)]
     answer.start_response(f"{error.code} {error.name}", fields, exc_info=True)
     record = {"error": error.code, "message": f"{error.name}: {error.description}"}
     answer.chunks = [json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"]  # as the app does
