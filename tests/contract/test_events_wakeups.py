@@ -14,6 +14,7 @@ from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
 from app.store.redis import listener as listener_module
 from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter
+from tests.servers import free_port
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -129,3 +130,30 @@ def test_a_write_before_the_listener_took_its_cursors_wakes_the_watcher(store):
         signal.close()
     entries, _ = store.feed_entries(read_at, 10)
     assert [(entry.event.plant_id, entry.event.tag) for entry in entries] == [(plant_id, "late-tag")]
+
+
+def parked(signal: FeedSignal, tag: str) -> threading.Event:
+    """A watcher of `tag` parked at the signal's version now: the Event its wake-up sets."""
+    woken = threading.Event()
+    signal.subscribe(signal.version, woken.set, EventFilter(tags=frozenset({tag})))
+    return woken
+
+
+@pytest.mark.parametrize("store_settings", ["cluster"], indirect=True)
+def test_a_listener_first_made_while_the_cluster_was_down_hears_writes_once_it_is_up(make_app, store):
+    """A worker's first watcher comes while the cluster is down: its listener, whose client reads
+    the slot map as it is made, cannot be made. That is a failure like any: the watchers are woken
+    (to find the store away), the listener is made again, and once made it hears the writes."""
+    down = make_app(PLANTS_STORE_URL=f"redis+cluster://127.0.0.1:{free_port()}").extensions["plants"].store
+    makers = iter([down.feed_listener, store.feed_listener])
+    signal = FeedSignal(lambda: next(makers)(), max_watchers=3, max_per_caller=3)
+    plant_id = random.randrange(1, 1 << 40)
+    try:
+        assert parked(signal, "back").wait(10), "the listener's failure did not wake the watcher"
+        # It is made again (after 1 s): its start wakes the watchers once, every cursor taken.
+        assert parked(signal, "back").wait(20), "the listener was not made again"
+        woken = parked(signal, "back")
+        store.create(plant_id, "back", "back")  # another process's write: no one here notifies it
+        assert woken.wait(20), "the write was not heard"
+    finally:
+        signal.close()
