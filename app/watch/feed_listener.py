@@ -2,8 +2,9 @@
 blocking reads of the feed's streams) and hands each change to the feed signal (feed_signal.py).
 
 It starts with the first watcher (or `listen`), rests while no one waits, and ends with `close`.
-A listener that fails (the store is away) wakes the watchers once, then at growing intervals:
-each wake-up would have them read a store that is not answering.
+A listener that fails (the store is away, or a cluster's client cannot even be made) wakes the
+watchers once, then at growing intervals: each wake-up would have them read a store that is not
+answering.
 """
 
 from __future__ import annotations
@@ -68,14 +69,17 @@ class FeedListenerThread:
         listener = None
         failures, wake_at = 0, 0.0
         try:
-            listener = self._make_listener()
-            if listener is None:  # a per-process store: this process's writes are all there are
-                return
             while not self._closed:
                 self._someone_waits.wait(LISTEN_SECONDS)
                 if self._closed or not self._someone_waits.is_set():
                     continue
                 try:
+                    if listener is None:
+                        # A cluster's client reads the slot map as it is made: while the cluster
+                        # is down, making it fails as a read does, and is tried again.
+                        listener = self._make_listener()
+                        if listener is None:  # a per-process store: its own writes are all there are
+                            return
                     changed = listener.wait(LISTEN_SECONDS)
                 except Exception as exc:
                     failures += 1

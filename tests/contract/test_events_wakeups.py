@@ -5,13 +5,16 @@ shared store the listener reads both from the feed's entries, for every process'
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import pytest
 
 from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
 from app.store.redis import listener as listener_module
+from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter
+from tests.servers import free_port
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -21,6 +24,17 @@ def park(signal, woken: list[str], *tags: str) -> None:
         signal.subscribe(
             signal.version, lambda tag=tag: woken.append(tag), EventFilter(tags=frozenset({tag}))
         )
+
+
+def started(listener) -> None:
+    """Wait until every stream's thread of the listener has its first cursor: the start is heard
+    as one change not known (it wakes every watcher once)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if listener.wait(1.0):
+            assert listener.take() is None
+            return
+    pytest.fail("the listener's threads did not start")
 
 
 @pytest.mark.parametrize("store_settings", ["memory"], indirect=True)
@@ -45,8 +59,7 @@ def test_a_retag_and_a_delete_wake_the_watchers_of_the_tag_before_and_after_only
 def test_the_listener_hears_each_writes_tag_before_and_after(client, auth, store):
     listener = store.feed_listener()
     try:
-        listener.wait(0.01)  # its threads start from each stream's newest entry
-        time.sleep(1.0)
+        started(listener)  # its threads start from each stream's newest entry
         plant_id = random.randrange(1, 1 << 40)
         path = f"/plants/{plant_id}"
         assert client.put(path, json={"name": "fern", "tag": "shade"}, headers=auth).status_code == 201
@@ -79,8 +92,7 @@ def test_a_burst_of_writes_is_heard_write_by_write(store, monkeypatch):
     listener = store.feed_listener()
     count = listener_module.BATCH * 2 + 10
     try:
-        listener.wait(0.01)
-        time.sleep(1.0)
+        started(listener)
         base = random.randrange(1, 1 << 40) << 12
         for n in range(count):
             store.create(base + n, "burst", f"t{n}")
@@ -94,3 +106,54 @@ def test_a_burst_of_writes_is_heard_write_by_write(store, monkeypatch):
     finally:
         listener.close()
     assert heard == [(CREATED_EVENT, base + n, (f"t{n}", f"t{n}")) for n in range(count)]
+
+
+@pytest.mark.parametrize("store_settings", ["redis", "cluster"], indirect=True)
+def test_a_write_before_the_listener_took_its_cursors_wakes_the_watcher(store):
+    """The listener starts with the first watcher, after that watcher's read. Another process's
+    write that lands before the listener's threads take their cursors (here: while it is made) is
+    behind them; the watcher, parked at the version of its read, is woken all the same, and the
+    write is in the feed it then reads."""
+    plant_id = random.randrange(1, 1 << 40)
+    read_at = store.events_now()  # the watcher's read: nothing of its tag yet
+
+    def listener_after_another_write():
+        store.create(plant_id, "late", "late-tag")  # another process's: no one here notifies it
+        return store.feed_listener()
+
+    signal = FeedSignal(listener_after_another_write, max_watchers=1, max_per_caller=1)
+    woken = threading.Event()
+    try:
+        signal.subscribe(signal.version, woken.set, EventFilter(tags=frozenset({"late-tag"})))
+        assert woken.wait(20), "the watcher was never woken"
+    finally:
+        signal.close()
+    entries, _ = store.feed_entries(read_at, 10)
+    assert [(entry.event.plant_id, entry.event.tag) for entry in entries] == [(plant_id, "late-tag")]
+
+
+def parked(signal: FeedSignal, tag: str) -> threading.Event:
+    """A watcher of `tag` parked at the signal's version now: the Event its wake-up sets."""
+    woken = threading.Event()
+    signal.subscribe(signal.version, woken.set, EventFilter(tags=frozenset({tag})))
+    return woken
+
+
+@pytest.mark.parametrize("store_settings", ["cluster"], indirect=True)
+def test_a_listener_first_made_while_the_cluster_was_down_hears_writes_once_it_is_up(make_app, store):
+    """A worker's first watcher comes while the cluster is down: its listener, whose client reads
+    the slot map as it is made, cannot be made. That is a failure like any: the watchers are woken
+    (to find the store away), the listener is made again, and once made it hears the writes."""
+    down = make_app(PLANTS_STORE_URL=f"redis+cluster://127.0.0.1:{free_port()}").extensions["plants"].store
+    makers = iter([down.feed_listener, store.feed_listener])
+    signal = FeedSignal(lambda: next(makers)(), max_watchers=3, max_per_caller=3)
+    plant_id = random.randrange(1, 1 << 40)
+    try:
+        assert parked(signal, "back").wait(10), "the listener's failure did not wake the watcher"
+        # It is made again (after 1 s): its start wakes the watchers once, every cursor taken.
+        assert parked(signal, "back").wait(20), "the listener was not made again"
+        woken = parked(signal, "back")
+        store.create(plant_id, "back", "back")  # another process's write: no one here notifies it
+        assert woken.wait(20), "the write was not heard"
+    finally:
+        signal.close()

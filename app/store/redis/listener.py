@@ -11,6 +11,13 @@ as a failure does. A stream that cannot be read makes `wait` raise, unless anoth
 entry, and goes on making it raise until it is read again (the feed's signal, app/watch/feed_signal.py,
 decides whom to wake, and its listener thread, app/watch/feed_listener.py, how often while the
 store is away: a quiet `wait` would tell it the store is back).
+
+A stream's thread starts from its newest entry, and the listener starts with the first watcher,
+after that watcher read the feed: an entry added between that read and the thread's first cursor
+is behind the cursor, never heard, and the watcher would wait for the next change it is woken
+for (on a quiet feed, for good). So once every stream's thread has its first cursor, the start
+is kept as a change not known, which wakes every watcher once: their read includes whatever came
+before the cursors, and what comes after is heard.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ class StreamsListener:
         self._lock = threading.Lock()
         self._closed = False
         self._started = False
+        #: The streams whose thread has not taken its first cursor yet.
+        self._starting = len(keys)
 
     def wait(self, timeout: float) -> bool:
         if not self._started:
@@ -87,13 +96,26 @@ class StreamsListener:
         self._entries = True
         self._changed.set()
 
+    def _cursor_taken(self) -> None:
+        """One stream's thread has its first cursor; after the last one's, the start is heard as
+        a change not known (the module's docstring)."""
+        with self._lock:
+            self._starting -= 1
+            last = self._starting == 0
+        if last:
+            self._heard(None)
+
     def _follow(self, key: str) -> None:
         last = None
         failed = False
+        first = True
         while not self._closed:
             try:
                 if last is None:
                     last = self._newest(key)
+                    if first:
+                        first = False
+                        self._cursor_taken()
                     if failed:  # back after a failure: what came meanwhile is worth a look
                         failed = False
                         self._away.pop(key, None)
@@ -126,8 +148,10 @@ class StreamsListener:
             if not entries:
                 self._heard(touched)
                 return last
+        # The newest first, then the wake-up: an entry added in between would be skipped unheard.
+        newest = self._newest(key)
         self._heard(None)
-        return self._newest(key)
+        return newest
 
     def _newest(self, key: str) -> Any:
         entries = self._client.xrevrange(key, count=1)
