@@ -7,6 +7,7 @@ count the fetches of each document.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -92,7 +93,9 @@ class Issuer:
                 if issuer.cache_control:
                     self.send_header("Cache-Control", issuer.cache_control)
                 self.end_headers()
-                self.wfile.write(body)
+                # A client that gave up on a hanging issuer has gone: its broken pipe is expected.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass
