@@ -33,9 +33,10 @@ _TICKET = re.compile(
 #: RFC 6750 §2.3's parameter, its underscore literal or encoded, and its value up to the next one.
 _ACCESS_TOKEN = re.compile(r"(?<![^?&;\s])(access(?:_|%(?:25)*5F)token=)[^&#\s\"]*", re.IGNORECASE)
 _PARAMETER_REDACTED = r"\1[redacted]"
-#: A `ticket` parameter's value that is not a ticket (a ticket is scrubbed by `_TICKET` first).
+#: A `ticket` parameter's value that is not a ticket (a ticket is scrubbed by `_TICKET` first; a
+#: value that only starts as one, `plwt_...~token`, is redacted whole).
 _TICKET_PARAMETER = re.compile(
-    r"(?<![^?&;\s])(ticket=)(?!" + re.escape(SCRUBBED) + r")[^&#\s\"]*", re.IGNORECASE
+    r"(?<![^?&;\s])(ticket=)(?!" + re.escape(SCRUBBED) + r"(?:[&#\s\"]|$))[^&#\s\"]*", re.IGNORECASE
 )
 
 

@@ -108,6 +108,26 @@ def test_a_burst_of_writes_is_heard_write_by_write(store, monkeypatch):
     assert heard == [(CREATED_EVENT, base + n, (f"t{n}", f"t{n}")) for n in range(count)]
 
 
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_what_the_listener_keeps_while_no_one_takes_is_bounded(store, monkeypatch):
+    """While no one watches, the listener's threads go on reading every write and nothing takes
+    what they touched: past MAX_KEPT it is "not known" (one wake-up of everyone), not a list that
+    grows with every write until the next watcher comes."""
+    monkeypatch.setattr(listener_module, "MAX_KEPT", 10)
+    listener = store.feed_listener()
+    try:
+        started(listener)
+        base = random.randrange(1, 1 << 40) << 12
+        for n in range(30):
+            store.create(base + n, "unwatched", "t")
+        deadline = time.monotonic() + 20
+        while listener.wait(2.0) and time.monotonic() < deadline:
+            pass  # until the writes are all heard: two quiet seconds
+        assert listener.take() is None
+    finally:
+        listener.close()
+
+
 @pytest.mark.parametrize("store_settings", ["redis", "cluster"], indirect=True)
 def test_a_write_before_the_listener_took_its_cursors_wakes_the_watcher(store):
     """The listener starts with the first watcher, after that watcher's read. Another process's

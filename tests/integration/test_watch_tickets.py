@@ -16,7 +16,7 @@ import pytest
 from app.auth.static import StaticTokens
 from app.auth.watch_tickets import WatchTickets
 from app.telemetry.logs import TextFormatter, TicketFilter, logging_config
-from app.telemetry.redact import SCRUBBED, TICKET_PREFIX
+from app.telemetry.redact import SCRUBBED, TICKET_PREFIX, scrub
 from tests.helpers import assert_error, call
 from tests.integration.test_watch import read_stream
 from tests.servers import TOKEN, Gunicorn, Nginx, RedisServer
@@ -202,6 +202,15 @@ def test_a_bearer_token_sent_as_the_ticket_is_refused_and_never_logged(servers, 
     time.sleep(0.3)
     assert TOKEN not in app.output()
     assert TOKEN not in (directory / "access.log").read_text()
+
+
+@pytest.mark.parametrize("value", [f"{TICKET_PREFIX}AAAA.secret", f"{TICKET_PREFIX}AAAA~secret"])
+def test_a_ticket_parameter_that_only_starts_as_a_ticket_is_redacted_whole(value):
+    """The ticket's alphabet (base64url) has no `.` or `~`: what follows one is not the ticket's,
+    and a `ticket` parameter's value is redacted whole all the same."""
+    line = f'"GET /events?wait=1&ticket={value}&x=1 HTTP/1.1" 401'
+    assert "secret" not in scrub(line)
+    assert "&x=1 HTTP/1.1" in scrub(line)
 
 
 def test_a_ticket_in_any_other_log_line_is_scrubbed():

@@ -7,10 +7,12 @@ only, and the groups' slots differ on purpose. Any new entry sets one flag, whic
 and is kept as what it touched (its kind, its plant's id, its plant's tag after and before:
 `take`), so that the signal wakes only the watchers it concerns; a burst of more than
 `BATCH * BURST_READS` entries at once is kept as "not known" (None), which wakes every watcher,
-as a failure does. A stream that cannot be read makes `wait` raise, unless another had a new
-entry, and goes on making it raise until it is read again (the feed's signal, app/watch/feed_signal.py,
-decides whom to wake, and its listener thread, app/watch/feed_listener.py, how often while the
-store is away: a quiet `wait` would tell it the store is back).
+as a failure does, and so is more than MAX_KEPT entries' touches between two `take`s (a process
+with no watcher takes none, while its threads read on). A stream that cannot be read makes `wait`
+raise, unless another had a new entry, and goes on making it raise until it is read again (the
+feed's signal, app/watch/feed_signal.py, decides whom to wake, and its listener thread,
+app/watch/feed_listener.py, how often while the store is away: a quiet `wait` would tell it the
+store is back).
 
 A stream's thread starts from its newest entry, and the listener starts with the first watcher,
 after that watcher read the feed: an entry added between that read and the thread's first cursor
@@ -39,6 +41,9 @@ BATCH = 256
 #: How many full batches one wake-up reads on before it gives up and skips to the newest: each
 #: entry costs the listener a parse, a wake-all costs every filtered watcher a read of the feed.
 BURST_READS = 8
+#: At most this many entries' touches are kept between two `take`s; past it, "not known": while no
+#: one watches, the process takes nothing, and its streams' threads go on reading every write.
+MAX_KEPT = BATCH * BURST_READS
 #: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
 Touch = tuple[int, int, tuple[str | None, ...]]
 
@@ -89,7 +94,7 @@ class StreamsListener:
 
     def _heard(self, touched: list[Touch] | None) -> None:
         with self._lock:
-            if touched is None or self._touched is None:
+            if touched is None or self._touched is None or len(self._touched) + len(touched) > MAX_KEPT:
                 self._touched = None
             else:
                 self._touched.extend(touched)
