@@ -6,8 +6,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flask import Blueprint, Flask, Response
-from werkzeug.exceptions import BadHost, HTTPException, default_exceptions
+from flask import Blueprint, Flask, Response, current_app, request
+from werkzeug.exceptions import BadHost, HTTPException, MethodNotAllowed, default_exceptions
 
 from app.errors import InvalidHost
 from app.http.json_provider import json_response
@@ -20,7 +20,22 @@ def http_error_to_json(exc: HTTPException) -> HTTPException | Response:
         return exc
     if type(exc) is BadHost:
         exc = InvalidHost()
+    elif type(exc) is MethodNotAllowed and request.routing_exception is exc:
+        exc = _served_methods(exc)
     return error_response(exc)
+
+
+def _served_methods(exc: MethodNotAllowed) -> MethodNotAllowed:
+    """A method that no rule of the path names (PROPFIND): Werkzeug's Allow joins the methods of
+    every rule of the path, those a rule names only to refuse them with its own 405 included.
+    What the path serves is what its OPTIONS view (options.py) says."""
+    adapter = current_app.create_url_adapter(request)
+    try:
+        rule, _ = adapter.match(method="OPTIONS", return_rule=True)  # type: ignore[union-attr]
+    except HTTPException:
+        return exc
+    allow = getattr(current_app.view_functions.get(rule.endpoint), "allow", None)
+    return exc if allow is None else MethodNotAllowed(valid_methods=allow.split(", "))
 
 
 def error_response(exc: HTTPException) -> Response:

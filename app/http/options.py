@@ -28,4 +28,5 @@ def options_view(methods: Iterable[str], name: str) -> Callable[..., Response]:
         return response
 
     options.__name__ = name
+    options.allow = allow  # type: ignore[attr-defined]  # read for a method no rule names (error_handler.py)
     return options

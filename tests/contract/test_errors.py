@@ -109,6 +109,23 @@ def test_other_methods_are_json_405_with_allow_before_authentication(
     assert store.get(1) == Plant("Fern")
 
 
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/plants", "GET, HEAD, POST, OPTIONS"),
+        ("/plants/1", "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"),
+        ("/events", "GET, HEAD, OPTIONS"),
+        ("/webhooks", "GET, HEAD, POST, OPTIONS"),
+    ],
+)
+def test_a_method_no_rule_names_is_405_with_what_the_path_serves(client, auth, path, allow):
+    """PROPFIND: Werkzeug's Allow joined every rule of the path, the methods each operation names
+    only to refuse them (TRACE, and PUT on /plants) included. It is what OPTIONS says instead."""
+    response = client.open(path, method="PROPFIND", headers=auth)
+    error_of(response, 405)
+    assert response.headers["Allow"] == allow == client.options(path).headers["Allow"]
+
+
 def test_wrong_method_on_healthz_is_json_405(client):
     response = client.post("/healthz")
     error_of(response, 405)
