@@ -254,12 +254,11 @@ def _storage_uri(url: StoreUrl) -> str:
     if url.scheme == "unix":
         return "redis+unix:" + url.url.split(":", 1)[1]
     if url.cluster:
-        # Its nodes alone: the user and password (as the store read them: what is before the last
-        # `@`, decoded) are options (_storage_options), so that `limits`, which quotes a URI it
-        # cannot parse, never has them. No TLS scheme for a cluster there: the option `ssl`, and
-        # the URL's ssl_* options as options too, which its cluster storage does not read from a query.
-        hosts = url.url.partition("://")[2].rpartition("@")[2].partition("?")[0]
-        return "redis+cluster://" + hosts
+        # Its nodes alone, as the store read them: the user and password are options
+        # (_storage_options), so that `limits`, which quotes a URI it cannot parse, never has them.
+        # No TLS scheme for a cluster there: the option `ssl`, and the URL's ssl_* options as
+        # options too, which its cluster storage does not read from a query.
+        return "redis+cluster://" + ",".join(url.addresses)
     return url.url if url.shared else "memory://"
 
 

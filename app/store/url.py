@@ -39,6 +39,11 @@ class StoreUrl:
     #: URL is read by redis-py itself).
     tls_options: tuple[tuple[str, str | bool], ...] = ()
 
+    @property
+    def addresses(self) -> list[str]:
+        """Each cluster node as a URL writes it: `host:port`, an IPv6 host in brackets."""
+        return [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.nodes]
+
     @classmethod
     def parse(cls, url: str) -> StoreUrl:
         """The URL, checked; ValueError saying what is wrong, without quoting it."""

@@ -53,11 +53,10 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
     # Given a `url`, RedisCluster builds each node's pool from these options, connection_class
     # included (given only startup nodes, it does not take one). The URL names the first node
     # alone, so that the TLS, user and password come from the options.
-    (host, port), *others = url.nodes
     options.update(url.tls_options)  # the URL's ssl_* options, which rediss:// gives redis-py in its URL
     return RedisCluster(
-        url=f"redis://{f'[{host}]' if ':' in host else host}:{port}",
-        startup_nodes=[ClusterNode(other_host, other_port) for other_host, other_port in others],
+        url=f"redis://{url.addresses[0]}",
+        startup_nodes=[ClusterNode(host, port) for host, port in url.nodes[1:]],
         username=url.username,
         password=url.password,
         **options,
