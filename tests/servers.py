@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,7 +18,36 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-1"
 
 
+# Not the `random` module's own generator: pytest-randomly seeds it alike at each test in every
+# xdist worker, so each worker would try the same ports in the same order.
+_CHOOSER = random.SystemRandom()
+
+
+def _first_ephemeral_port() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port no one holds, from below the kernel's ephemeral range when there is room.
+
+    A port the kernel picked (bind to 0) goes back to its pool once closed: a client's outgoing
+    connection can take it before the server this port is for binds it, and a Redis Cluster's bus
+    port then fails with "Address already in use". Ports below that range are only ever bound on
+    purpose, so a server's port stays free until it starts.
+    """
+    first_ephemeral = _first_ephemeral_port()
+    if first_ephemeral > 11_000:
+        for _ in range(100):
+            port = _CHOOSER.randrange(10_000, first_ephemeral)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
