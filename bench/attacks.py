@@ -468,8 +468,13 @@ def tcp_memory_mb() -> float:
     return 0.0
 
 
-def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -> Outcome:
-    """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second."""
+def run(
+    name: str, port: int, master_pid: int, seconds: float, min_probes: int = 0, **options: Any
+) -> Outcome:
+    """Hold attack `name` for `seconds` while probing; then the workers' CPU in the next second.
+    With `min_probes`, probing goes on past `seconds` (three times as long at most) until that
+    many probes are in: a loaded machine reads /proc/net/tcp's thousands of rows slowly, and a
+    p99 of a dozen probes says little."""
     stop = threading.Event()
     done: list[Any] = []  # the attack's rounds, or a dict of what it measured with its "rounds"
     attacks = {**ATTACKS, **RESOURCE_ATTACKS, **STORE_FAULTS}
@@ -484,7 +489,12 @@ def run(name: str, port: int, master_pid: int, seconds: float, **options: Any) -
     ends = started + seconds
     height = 0.0
     queued, tcp_memory = 0, 0.0
-    while time.monotonic() < ends or (name in RUN_TO_THE_END and attacking.is_alive()):
+    enough_by = started + 3 * seconds
+    while (
+        time.monotonic() < ends
+        or (name in RUN_TO_THE_END and attacking.is_alive())
+        or (len(result.latencies_ms) < min_probes and time.monotonic() < enough_by)
+    ):
         queued, tcp_memory = max(queued, accept_queue(port)), max(tcp_memory, tcp_memory_mb())
         probe(port, result)
         height = max(height, workers_rss_mb(master_pid))
