@@ -168,3 +168,8 @@ def packaged_env(port: int, tmp_path: Any) -> dict[str, str]:
         "GUNICORN_BIND": f"127.0.0.1:{port}",
         "TMPDIR": str(tmp_path),
     }
+
+
+#: The `Allow` of a 405 (and of OPTIONS) on /plants and on /plants/{id}.
+ON_PLANTS = "GET, HEAD, POST, OPTIONS"
+ON_A_PLANT = "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"

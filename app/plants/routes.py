@@ -117,7 +117,7 @@ def _refusal(number: int, rule: str) -> tuple[str, Callable[..., Any], tuple[str
     allowed = allowed_methods(rule)
 
     def other_method(**_: Any) -> Any:
-        raise MethodNotAllowed(valid_methods=allowed)
+        raise MethodNotAllowed(valid_methods=(*allowed, "OPTIONS"))  # as OPTIONS's Allow
 
     other_method.__name__ = f"other_method_{number}"
     return rule, other_method, tuple(method for method in METHODS if method not in allowed)

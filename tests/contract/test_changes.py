@@ -282,7 +282,7 @@ def test_read_only_token_is_403_before_the_body_is_read(make_app, auth, method):
 def test_allow_lists_the_new_methods(client):
     response = client.post("/plants/5")
     error_of(response, 405)
-    assert response.headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
+    assert response.headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"
 
 
 # --- Indexes and races ----------------------------------------------------------------------------

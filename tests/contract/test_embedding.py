@@ -14,6 +14,7 @@ from werkzeug.exceptions import BadRequest
 import app.compat.flask
 from app import ConfigurationError
 from app.plants import bp
+from tests.helpers import ON_A_PLANT, ON_PLANTS
 
 AUTH = {"Authorization": "Bearer host-token"}
 
@@ -162,8 +163,8 @@ def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
 @pytest.mark.parametrize(
     ("path", "method", "allow"),
     [
-        *[("/api/v1/plants", method, "GET, HEAD, POST") for method in ("PUT", "PATCH", "DELETE", "TRACE")],
-        *[("/api/v1/plants/1", method, "GET, HEAD, PUT, PATCH, DELETE") for method in ("POST", "TRACE")],
+        *[("/api/v1/plants", method, ON_PLANTS) for method in ("PUT", "PATCH", "DELETE", "TRACE")],
+        *[("/api/v1/plants/1", method, ON_A_PLANT) for method in ("POST", "TRACE")],
     ],
 )
 def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(path, method, allow):

@@ -246,7 +246,7 @@ def test_read_only_tokens_read_the_feed_and_no_token_is_401(make_app, auth):
     error_of(client.get("/events"), 401)
     response = client.post("/events", headers=auth)
     error_of(response, 405)
-    assert response.headers["Allow"] == "GET, HEAD"
+    assert response.headers["Allow"] == "GET, HEAD, OPTIONS"
 
 
 def test_the_feed_counts_under_the_token_rate_limit(make_app, auth):

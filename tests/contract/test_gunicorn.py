@@ -80,10 +80,10 @@ def test_unknown_path_and_method_are_json(either_worker):
     assert_error(*call(either_worker.connection(), "GET", "/nowhere"), 404)
     status, headers, body = call(either_worker.connection(), "PUT", "/plants", headers=AUTH)
     assert_error(status, headers, body, 405)
-    assert headers["Allow"] == "GET, HEAD, POST"
+    assert headers["Allow"] == "GET, HEAD, POST, OPTIONS"
     status, headers, body = call(either_worker.connection(), "POST", "/plants/1", headers=AUTH)
     assert_error(status, headers, body, 405)
-    assert headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
+    assert headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"
 
 
 def test_healthz_and_openapi(either_worker):

@@ -455,9 +455,9 @@ def test_with_the_feed_off_registering_is_409(make_app, auth):
 def test_other_methods_are_405_with_allow(client, auth):
     response = client.put("/webhooks", headers=auth)
     error_of(response, 405)
-    assert response.headers["Allow"] == "GET, HEAD, POST"
+    assert response.headers["Allow"] == "GET, HEAD, POST, OPTIONS"
     response = client.post("/webhooks/x", headers=auth)
-    assert response.headers["Allow"] == "GET, HEAD, PATCH, DELETE"
+    assert response.headers["Allow"] == "GET, HEAD, PATCH, DELETE, OPTIONS"
 
 
 def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):

@@ -123,7 +123,7 @@ def test_reads_pages_and_deletes_pass_through_with_links_to_the_public_address(t
     assert_error(*call(connect(port, tls), "GET", f"/plants/{base + 2}", None, HEADERS), 404)
     status, headers, data = call(connect(port, tls), "POST", f"/plants/{base}", None, HEADERS)
     assert_error(status, headers, data, 405)
-    assert headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE"
+    assert headers["Allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"
     # Changes and their conditional headers pass through: ETag, If-None-Match, If-Match, 412, 201.
     status, headers, _ = call(connect(port, tls), "GET", f"/plants/{base}", None, HEADERS)
     etag = headers["ETag"]
