@@ -14,6 +14,7 @@ store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are hon
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import shutil
@@ -174,6 +175,15 @@ def _prepare_metrics_directory(server: Any) -> None:
         )
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
+        # on_exit removes it after a run; a start refused after this point (a bad setting, an
+        # address in use) exits without on_exit, and each such start left a directory behind.
+        atexit.register(_remove_made_directory, directory, os.getpid())
+
+
+def _remove_made_directory(directory: str, master: int) -> None:
+    """At the master's exit, however it exits (the workers it forked inherit the handler)."""
+    if os.getpid() == master:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def on_starting(server: Any) -> None:

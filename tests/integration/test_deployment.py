@@ -7,6 +7,7 @@ import http.client
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from app.server.directories import SHARED_MEMORY
 from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
 
@@ -143,6 +145,35 @@ def test_the_packaged_config_refuses_from_any_directory(tmp_path):
         {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path
     )
     assert "refusing to start 4 workers" in line
+
+
+def _metrics_directories_in(tmp_path: Path) -> dict[str, str]:
+    """The environment that has the master make its metrics' directory in `tmp_path`: the
+    temporary directory, since the snapshot's (RUNTIME_DIRECTORY) is /dev/shm's file system."""
+    return {
+        "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0",
+        "TMPDIR": str(tmp_path),
+        "RUNTIME_DIRECTORY": str(SHARED_MEMORY),
+    }
+
+
+def test_a_start_refused_for_a_setting_leaves_no_metrics_directory(tmp_path):
+    (line,) = refused_start({**OK, **_metrics_directories_in(tmp_path), "PLANTS_RATE_LIMIT": "lots"})
+    assert "PLANTS_RATE_LIMIT" in line
+    assert not list(tmp_path.glob("plants-metrics-*"))
+
+
+def test_a_start_refused_for_an_address_in_use_leaves_no_metrics_directory(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        env = {**BASE_ENV, **OK, **_metrics_directories_in(tmp_path)}
+        env["GUNICORN_BIND"] = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = subprocess.run(
+            [sys.executable, "-m", "gunicorn"], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert "Can't connect" in result.stdout + result.stderr
+    assert not list(tmp_path.glob("plants-metrics-*"))
 
 
 @pytest.mark.parametrize(
