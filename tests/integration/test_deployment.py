@@ -18,7 +18,7 @@ import pytest
 
 from app.server.directories import SHARED_MEMORY
 from tests.helpers import assert_error, call
-from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
+from tests.servers import ROOT, TOKEN, Gunicorn, Served, free_port, wait_until_serving
 
 OK = {"PLANTS_API_TOKENS": TOKEN}
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -214,6 +214,36 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
                     for n in range(6)]  # fmt: skip
         assert statuses == [200, 409, 409, 409, 409, 409]
     finally:
+        server.stop()
+
+
+def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
+    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
+    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
+    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
+    # The script, as deployed: re-executed, `python -m gunicorn` runs gunicorn/__main__.py as a
+    # file, with gunicorn's own `http` package ahead of the standard library's.
+    port = free_port()
+    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
+    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    new_master = None
+    try:
+        (old_worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 20
+        while new_master is None or not worker_pids(new_master):
+            assert time.monotonic() < deadline, server.output()
+            assert "is not a setting" not in server.output()
+            time.sleep(0.1)
+            new_master = next((pid for pid in worker_pids(server.process.pid) if pid != old_worker), None)
+        server.process.send_signal(signal.SIGTERM)  # the old master and worker stop; the new one serves
+        server.process.wait(30)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
+        assert status == 200, body
+    finally:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
         server.stop()
 
 
