@@ -196,7 +196,11 @@ class RateLimits:
                 reset_at = storage.get_expiry(window_key)
             if window_ends is not None:
                 window_ends[window_key] = reset_at
-            state = LimitState(limit.amount, max(0, limit.amount - count), max(0, math.ceil(reset_at - now)))
+            # From the clock now, not before the round trips: the end read from Redis is its TTL
+            # (whole seconds) added to the time it answered, and counted from before the INCR it
+            # came out a second past the window's end whenever that took any time at all.
+            seconds = max(0, math.ceil(reset_at - time.time()))
+            state = LimitState(limit.amount, max(0, limit.amount - count), seconds)
             if count > limit.amount:
                 raise RateLimitExceeded(message, limit_headers(state, refused=True))
             if tightest is None or state.remaining < tightest.remaining:
