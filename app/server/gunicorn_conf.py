@@ -213,6 +213,13 @@ def on_starting(server: Any) -> None:
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
+    if server.cfg.max_requests and not url.shared:
+        # The setting above is 0, but gunicorn's command line (or GUNICORN_CMD_ARGS) overrides it.
+        raise SystemExit(
+            f"Plant Store: refusing to recycle the worker every {server.cfg.max_requests} requests "
+            "(--max-requests) with the in-memory store: each new worker would start empty, every "
+            "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
+        )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
         directory = handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)

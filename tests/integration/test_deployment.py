@@ -130,13 +130,19 @@ def test_an_over_long_token_could_never_be_sent(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("env", "args"),
-    [({}, ("--workers", "2")), ({"WEB_CONCURRENCY": "3"}, ())],
-    ids=["--workers", "WEB_CONCURRENCY"],
+    ("env", "args", "refused"),
+    [
+        ({}, ("--workers", "2"), "refusing to start"),
+        ({"WEB_CONCURRENCY": "3"}, (), "refusing to start"),
+        # A worker recycled after N requests starts empty: every plant gone, silently, each time.
+        ({}, ("--max-requests", "1000"), "(--max-requests)"),
+        ({"GUNICORN_CMD_ARGS": "--max-requests 50"}, (), "(--max-requests)"),
+    ],
+    ids=["--workers", "WEB_CONCURRENCY", "--max-requests", "GUNICORN_CMD_ARGS-max-requests"],
 )
-def test_the_memory_store_refuses_more_workers_at_start(env, args):
+def test_the_memory_store_refuses_more_workers_or_recycled_ones_at_start(env, args, refused):
     (line,) = refused_start({"PLANTS_API_TOKENS": TOKEN, **env}, *args)
-    assert "refusing to start" in line
+    assert refused in line
     assert "in-memory store" in line
 
 
