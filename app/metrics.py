@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Request, Response
 
 from app.store import EVENT_TYPES, PlantStore, StoreUnavailableError
+from app.telemetry import metrics_files
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -194,7 +195,13 @@ class Metrics:
             lag.register(_SharedReadsCollector(self.shared_reads))
         if self.woken is not None:
             lag.register(_WokenCollector(self.woken))
-        return generate_latest(self.exposition_registry()) + generate_latest(lag)
+        if not self.multiprocess:
+            return generate_latest(self.registry) + generate_latest(lag)
+        # The files held still while they are read: the master folds dead workers' files into one
+        # (app/telemetry/metrics_files.py), and a scrape must see each count once.
+        with metrics_files.reading(os.environ["PROMETHEUS_MULTIPROC_DIR"]):
+            counts = generate_latest(self.exposition_registry())
+        return counts + generate_latest(lag)
 
     def exposition_registry(self) -> CollectorRegistry:
         """This process's registry, or, in multiprocess mode, one that sums every worker's files."""

@@ -195,6 +195,7 @@ def on_starting(server: Any) -> None:
     # (ImportError, and the master stopped).
     import prometheus_client.multiprocess  # noqa: F401
 
+    import app.telemetry.metrics_files  # noqa: F401  # child_exit's too, for the same reason
     from app.telemetry import tracing
 
     asked = tracing.requested()
@@ -406,7 +407,13 @@ def child_exit(server: Any, worker: Any) -> None:
         return  # in-process metrics: no file to mark
     from prometheus_client import multiprocess
 
+    from app.telemetry import metrics_files  # imported first in on_starting
+
     multiprocess.mark_process_dead(worker.pid)
+    # Its counts stay in the totals, its files not in the directory: the directory would grow by a
+    # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
+    unfolded = [*getattr(server, "plants_unfolded_workers", ()), worker.pid]
+    server.plants_unfolded_workers = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
 
 
 def on_exit(server: Any) -> None:

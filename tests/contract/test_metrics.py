@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -165,3 +169,50 @@ def test_counts_are_exact_across_two_workers(redis_server, tmp_path):
         assert scrape[("plants_stored", ())] == total
     finally:
         server.stop()
+
+
+def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_server, tmp_path):
+    """A worker killed (SIGKILL, the OOM killer) is replaced: its counts stay in the totals,
+    exactly, no scrape sees a total go down (Prometheus would read a counter reset), and the
+    directory holds the live workers' files and one fold per kind, however many were replaced."""
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    settings = redis_settings(redis_server)
+    server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def scrape() -> float:
+        status, _, body = call(server.connection(), "GET", "/metrics", headers=AUTH)
+        assert status == 200, body
+        return request_count(samples(body.decode()), "/plants/<plant_id>", "GET", "404")
+
+    def scrapes() -> None:  # all along, as Prometheus would
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # a connection to the worker being killed
+                seen.append(scrape())
+
+    try:
+        watcher = threading.Thread(target=scrapes)
+        watcher.start()
+        for replaced in range(1, 7):
+            for _ in range(10):
+                assert call(server.connection(), "GET", "/plants/1", headers=AUTH)[0] == 404
+            victim = worker_pids(server.process.pid)[0]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while victim in worker_pids(server.process.pid) or len(worker_pids(server.process.pid)) < 2:
+                assert time.monotonic() < deadline, server.output()
+                time.sleep(0.05)
+            assert scrape() == 10 * replaced
+        stop.set()
+        watcher.join(30)
+        assert seen == sorted(seen), seen
+        assert len(list(directory.glob("*.db"))) <= 2 * 3  # counter and histogram: two workers', one fold
+    finally:
+        stop.set()
+        server.stop()
+
+
+def worker_pids(master: int) -> list[int]:
+    return [int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
