@@ -60,6 +60,10 @@ def fold(directory: str | Path, pids: Iterable[int]) -> list[int]:
         for kind in KINDS:
             _fold_kind(Path(directory), kind, pids)
         return []
+    except (OSError, ValueError):
+        # No room for the fold (ENOSPC), or a file that cannot be read: the files stay as they
+        # are, counted as before, and are tried again at the next worker's exit.
+        return pids
     finally:
         os.close(descriptor)
 
@@ -76,6 +80,16 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     merged = MultiProcessCollector.merge([str(path) for path in sources], accumulate=False)
     # Written beside it under a name no scrape reads, then put in its place in one step.
     written = directory / f"{kind}_dead.db.new"
+    # Its room taken before it is mapped: a memory-mapped page that a full file system cannot
+    # give is SIGBUS, here in the master. The sources' sizes bound what the fold holds.
+    descriptor = os.open(written, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(descriptor, 0, sum(path.stat().st_size for path in sources))
+    except OSError:
+        written.unlink()
+        raise
+    finally:
+        os.close(descriptor)
     values = MmapedDict(str(written))
     try:
         for metric in merged:
