@@ -242,10 +242,15 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
             assert "is not a setting" not in server.output()
             time.sleep(0.1)
             new_master = next((pid for pid in worker_pids(server.process.pid) if pid != old_worker), None)
-        server.process.send_signal(signal.SIGTERM)  # the old master and worker stop; the new one serves
-        server.process.wait(30)
+        os.kill(new_master, signal.SIGTERM)  # the new one stops first, then the old
+        deadline = time.monotonic() + 30
+        while new_master in worker_pids(server.process.pid):
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
         status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
         assert status == 200, body
+        assert server.stop() == 0
+        assert "Traceback" not in server.output()  # the masters share the reload's directory
     finally:
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
