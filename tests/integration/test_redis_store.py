@@ -299,6 +299,33 @@ def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as
         redis.stop()
 
 
+def test_redis_out_of_memory_with_rate_limits_warns_once_not_once_a_request(tmp_path, caplog):
+    """Each request that goes on uncounted is counted in one warning a minute: a warning a request,
+    from any client, a token or none, doubled the log for as long as Redis stayed full."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        settings = {
+            **redis_settings(redis),
+            "PLANTS_RATE_LIMIT": "1000/second",
+            "PLANTS_AUTH_FAILURE_LIMIT": "9/hour",
+        }
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        with caplog.at_level("WARNING", logger="app.auth.rate_limits"):
+            for n in range(30):
+                token = TOKEN if n % 2 else "wrong"
+                assert client.get("/plants/1", headers={"Authorization": f"Bearer {token}"}).status_code in (
+                    401,
+                    404,
+                )
+        (warning,) = [
+            record.getMessage() for record in caplog.records if "Redis is full" in record.getMessage()
+        ]
+        assert "1 request(s) went on uncounted" in warning
+    finally:
+        redis.stop()
+
+
 def test_redis_out_of_memory_still_reads_the_feed_before_its_cursor_key_exists(tmp_path):
     """The feed's cursors are signed with a secret kept in Redis, made by the first read that needs
     it. At maxmemory Redis refuses to store it: the feed is read all the same (it was 507), its
