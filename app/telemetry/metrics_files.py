@@ -30,7 +30,9 @@ KINDS = ("counter", "histogram")
 
 
 def _lock(directory: str | Path) -> int:
-    return os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # Read-only, and readable by all: flock needs no more, and whichever makes it (the master as
+    # root, or a worker as gunicorn's `user`), the other can open it.
+    return os.open(os.path.join(directory, LOCK_NAME), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
 
 @contextlib.contextmanager
@@ -82,7 +84,9 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     written = directory / f"{kind}_dead.db.new"
     # Its room taken before it is mapped: a memory-mapped page that a full file system cannot
     # give is SIGBUS, here in the master. The sources' sizes bound what the fold holds.
-    descriptor = os.open(written, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # Readable by all, as prometheus_client makes a worker's: the master may be root, and the
+    # workers that read it gunicorn's `user` (the directory itself is theirs alone, 0700).
+    descriptor = os.open(written, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         os.posix_fallocate(descriptor, 0, sum(path.stat().st_size for path in sources))
     except OSError:

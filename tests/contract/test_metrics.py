@@ -198,12 +198,7 @@ def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_serve
         for replaced in range(1, 7):
             for _ in range(10):
                 assert call(server.connection(), "GET", "/plants/1", headers=AUTH)[0] == 404
-            victim = worker_pids(server.process.pid)[0]
-            os.kill(victim, signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while victim in worker_pids(server.process.pid) or len(worker_pids(server.process.pid)) < 2:
-                assert time.monotonic() < deadline, server.output()
-                time.sleep(0.05)
+            replace_a_worker(server)
             assert scrape() == 10 * replaced
         stop.set()
         watcher.join(30)
@@ -216,3 +211,13 @@ def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_serve
 
 def worker_pids(master: int) -> list[int]:
     return [int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+
+
+def replace_a_worker(server: Gunicorn) -> None:
+    """SIGKILL one worker, and wait until gunicorn has started its replacement."""
+    victim = worker_pids(server.process.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while victim in worker_pids(server.process.pid) or len(worker_pids(server.process.pid)) < 2:
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.05)
