@@ -221,3 +221,33 @@ def replace_a_worker(server: Gunicorn) -> None:
     while victim in worker_pids(server.process.pid) or len(worker_pids(server.process.pid)) < 2:
         assert time.monotonic() < deadline, server.output()
         time.sleep(0.05)
+
+
+def test_the_watchers_woken_histogram_never_goes_down_whichever_worker_answers(redis_server, tmp_path):
+    """Summed over the workers, a replaced one's counts kept: each scrape, whichever worker answers
+    it, shows the same counts (one worker's own, the new one's 0, read as a counter reset)."""
+    settings = redis_settings(redis_server)
+    server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for plant_id in range(1, 4):
+                waits = [
+                    pool.submit(call, server.connection(), "GET", "/events?after=now&wait=20", headers=AUTH)
+                    for _ in range(6)
+                ]
+                time.sleep(1.0)  # the long-polls parked, in either worker
+                created = {"id": plant_id, "name": "Fern"}
+                headers = {**AUTH, "Content-Type": "application/json"}
+                assert call(server.connection(), "POST", "/plants", created, headers)[0] == 200
+                assert {wait.result(30)[0] for wait in waits} == {200}
+        replace_a_worker(server)
+        time.sleep(2)  # the new worker has loaded the app and takes its share of connections
+        counts = set()
+        for _ in range(40):
+            status, _, body = call(server.connection(), "GET", "/metrics", headers=AUTH)
+            assert status == 200, body
+            counts.add(samples(body.decode())[("plants_watch_woken_per_change_count", ())])
+        (count,) = counts
+        assert count >= 3
+    finally:
+        server.stop()
