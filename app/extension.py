@@ -139,7 +139,7 @@ def _state_for(settings: Settings) -> PlantsState:
     deliverer.on_delivering = feed_signal.listen
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
-        metrics.woken = feed_signal.woken
+        metrics.watch_woken(feed_signal.woken)
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),

@@ -23,7 +23,7 @@ Per application (in its state, app/extension.py): its own registry with
 - `plants_watch_shared_reads` and `plants_watch_shared_read_bytes`: the feed's reads kept for
   watchers at the same position (app/watch/shared_reads.py), in the worker answering the scrape;
 - `plants_watch_woken_per_change` (a histogram): how many waiting watchers each change woke, in
-  the worker answering the scrape, counted while it had any (app/watch/wake_index.py).
+  each worker while it had any, summed over the workers like every count (app/watch/wake_index.py).
 
 Across gunicorn workers the counters are summed by prometheus_client's multiprocess mode, which
 reads `PROMETHEUS_MULTIPROC_DIR`; the packaged gunicorn configuration makes and cleans that
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Request, Response
 
 from app.store import EVENT_TYPES, PlantStore, StoreUnavailableError
+from app.telemetry import metrics_files
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -151,6 +152,25 @@ class Metrics:
         children[0].inc()
         children[1].observe(time.perf_counter() - started)
 
+    def watch_woken(self, tally: WokenTally) -> None:
+        """`plants_watch_woken_per_change`: from this process's tally, or, across workers, from a
+        histogram the tally feeds, summed from every worker's files. A histogram's counts read
+        from whichever worker answered went down from one scrape to the next (one replaced, or
+        one without watchers for a while), which Prometheus reads as a reset."""
+        if not self.multiprocess:
+            self.woken = tally
+            return
+        from prometheus_client import Histogram
+
+        from app.watch.wake_index import WOKEN_BUCKETS
+
+        tally.forward = Histogram(
+            "plants_watch_woken_per_change",
+            "Waiting watchers of the feed each change woke, in each worker that had any.",
+            buckets=WOKEN_BUCKETS,
+            registry=self.registry,
+        ).observe
+
     def count_event(self, kind: int) -> None:
         """Count one change appended to the feed (`kind`: an index of EVENT_TYPES)."""
         child = self._appended_children[kind]
@@ -194,7 +214,13 @@ class Metrics:
             lag.register(_SharedReadsCollector(self.shared_reads))
         if self.woken is not None:
             lag.register(_WokenCollector(self.woken))
-        return generate_latest(self.exposition_registry()) + generate_latest(lag)
+        if not self.multiprocess:
+            return generate_latest(self.registry) + generate_latest(lag)
+        # The files held still while they are read: the master folds dead workers' files into one
+        # (app/telemetry/metrics_files.py), and a scrape must see each count once.
+        with metrics_files.reading(os.environ["PROMETHEUS_MULTIPROC_DIR"]):
+            counts = generate_latest(self.exposition_registry())
+        return counts + generate_latest(lag)
 
     def exposition_registry(self) -> CollectorRegistry:
         """This process's registry, or, in multiprocess mode, one that sums every worker's files."""

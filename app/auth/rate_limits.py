@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -43,12 +44,17 @@ from app.errors import RateLimitExceeded
 from app.settings import Settings
 from app.store import FAILURES, StoreUrl, backend_error
 
+log = logging.getLogger(__name__)
+
 #: Token keys and window ends remembered per process, at most.
 MAX_REMEMBERED_KEYS = 100_000
 #: Client addresses (or /64s and /48s) counted per process within a window, at most.
 MAX_ADDRESSES = 10_000
 #: The /48's budget when PLANTS_AUTH_FAILURE_LIMIT_PER_48 is unset: this many /64s' worth.
 WIDE_FACTOR = 4
+#: Seconds between two warnings that requests went uncounted (Redis at maxmemory): a line per
+#: request would double the log for as long as Redis stays full.
+UNCOUNTED_WARNING_S = 60.0
 
 
 class LimitState(NamedTuple):
@@ -131,6 +137,8 @@ class RateLimits:
         self._window_ends: dict[str, float] = {}
         # Each accepted token's key in the limit store, hashed once: the tokens are a fixed set.
         self._token_keys: dict[bytes, str] = {}
+        # Requests let through uncounted since the last warning, and when that was.
+        self._uncounted, self._warned_at = 0, -math.inf
 
     @_store_errors
     def check_token(self, token: bytes) -> LimitState | None:
@@ -174,6 +182,18 @@ class RateLimits:
             raise backend_error(exc, "rate limits") from None
         return self._storage
 
+    def uncounted(self) -> None:
+        """A request went on uncounted, as Redis is full (maxmemory): a warning, once a minute at most."""
+        self._uncounted += 1
+        now = time.monotonic()
+        if now - self._warned_at >= UNCOUNTED_WARNING_S:
+            self._warned_at, count, self._uncounted = now, self._uncounted, 0
+            log.warning(
+                "Rate limits: Redis is full (maxmemory), so %d request(s) went on uncounted since the"
+                " last such warning (written once a minute at most)",
+                count,
+            )
+
     @property
     def open_addresses(self) -> int:
         """How many address keys this process counts in their windows (at most MAX_ADDRESSES)."""
@@ -196,7 +216,11 @@ class RateLimits:
                 reset_at = storage.get_expiry(window_key)
             if window_ends is not None:
                 window_ends[window_key] = reset_at
-            state = LimitState(limit.amount, max(0, limit.amount - count), max(0, math.ceil(reset_at - now)))
+            # From the clock now, not before the round trips: the end read from Redis is its TTL
+            # (whole seconds) added to the time it answered, and counted from before the INCR it
+            # came out a second past the window's end whenever that took any time at all.
+            seconds = max(0, math.ceil(reset_at - time.time()))
+            state = LimitState(limit.amount, max(0, limit.amount - count), seconds)
             if count > limit.amount:
                 raise RateLimitExceeded(message, limit_headers(state, refused=True))
             if tightest is None or state.remaining < tightest.remaining:

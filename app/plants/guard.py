@@ -9,8 +9,6 @@ views (app/auth/caller.py's `current_caller`): a request is authenticated once.
 
 from __future__ import annotations
 
-import logging
-
 from flask import Response, current_app, request
 
 from app.auth.caller import keep
@@ -24,8 +22,6 @@ from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
 from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
-
-log = logging.getLogger(__name__)
 
 
 def guard() -> Response | None:
@@ -74,7 +70,7 @@ def guard() -> Response | None:
             # Redis is at its maxmemory: no counter can be written, though Redis answers. The
             # request goes on uncounted, so that reads, deletes (which make room) and a refused
             # token's 401 still answer, rather than a 503 for every request.
-            log.warning("Rate limits: Redis is full (maxmemory), so this request was not counted")
+            limits.uncounted()
     if problem is None:
         assert caller is not None
         problem = (

@@ -14,6 +14,7 @@ store (PLANTS_STORE_URL=redis://...) `--workers N` and `WEB_CONCURRENCY` are hon
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import shutil
@@ -174,6 +175,15 @@ def _prepare_metrics_directory(server: Any) -> None:
         )
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
+        # on_exit removes it after a run; a start refused after this point (a bad setting, an
+        # address in use) exits without on_exit, and each such start left a directory behind.
+        atexit.register(_remove_made_directory, directory, os.getpid())
+
+
+def _remove_made_directory(directory: str, master: int) -> None:
+    """At the master's exit, however it exits (the workers it forked inherit the handler)."""
+    if os.getpid() == master:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def on_starting(server: Any) -> None:
@@ -185,6 +195,7 @@ def on_starting(server: Any) -> None:
     # (ImportError, and the master stopped).
     import prometheus_client.multiprocess  # noqa: F401
 
+    import app.telemetry.metrics_files  # noqa: F401  # child_exit's too, for the same reason
     from app.telemetry import tracing
 
     asked = tracing.requested()
@@ -202,6 +213,13 @@ def on_starting(server: Any) -> None:
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
             "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
             "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
+        )
+    if server.cfg.max_requests and not url.shared:
+        # The setting above is 0, but gunicorn's command line (or GUNICORN_CMD_ARGS) overrides it.
+        raise SystemExit(
+            f"Plant Store: refusing to recycle the worker every {server.cfg.max_requests} requests "
+            "(--max-requests) with the in-memory store: each new worker would start empty, every "
+            "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
@@ -389,7 +407,13 @@ def child_exit(server: Any, worker: Any) -> None:
         return  # in-process metrics: no file to mark
     from prometheus_client import multiprocess
 
+    from app.telemetry import metrics_files  # imported first in on_starting
+
     multiprocess.mark_process_dead(worker.pid)
+    # Its counts stay in the totals, its files not in the directory: the directory would grow by a
+    # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
+    unfolded = [*getattr(server, "plants_unfolded_workers", ()), worker.pid]
+    server.plants_unfolded_workers = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
 
 
 def on_exit(server: Any) -> None:

@@ -79,8 +79,8 @@ def _clear_transient() -> None:
 
 def remove() -> None:
     """In the master, at exit: the directory goes, unless it holds a snapshot nobody read."""
-    if _directory is None:
-        return
+    if _directory is None or not _directory.is_dir():
+        return  # a second master (SIGUSR2's) shares it, and the first to stop removed it
     _clear_transient()
     kept = sorted(_directory.iterdir())
     if kept:

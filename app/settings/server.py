@@ -108,7 +108,7 @@ class ServerSettingsSchema(Schema):
 #: The declared server settings, by name.
 SERVER_FIELDS: dict[str, Setting] = ServerSettingsSchema().fields  # type: ignore[assignment]
 #: gunicorn's own variable, read by gunicorn itself: known, so not "misspelled".
-_GUNICORN_OWN = ("GUNICORN_CMD_ARGS",)
+_GUNICORN_OWN = ("GUNICORN_CMD_ARGS", "GUNICORN_FD", "GUNICORN_PID")
 
 
 def server_setting(name: str, environ: Mapping[str, str] = os.environ, default: str | None = None) -> Any:

@@ -20,8 +20,16 @@ SCRUBBED = TICKET_PREFIX + "[redacted]"
 
 
 def _literal_or_encoded(char: str) -> str:
-    """`char`, or its percent-encoding, itself encoded any number of times (`%5F`, `%255F`, ...)."""
-    return f"(?:{re.escape(char)}|%(?:25)*{ord(char):02X})"
+    """`char`, or its percent-encoding (either case's, for a letter), itself encoded any number of
+    times (`%5F`, `%255F`, ...)."""
+    codes = "|".join(sorted({f"{ord(each):02X}" for each in (char.lower(), char.upper())}))
+    return f"(?:{re.escape(char)}|%(?:25)*(?:{codes}))"
+
+
+def _parameter(name: str) -> str:
+    """A query parameter's name and its `=`, each character of the name literal or encoded: a server
+    decodes the name (Werkzeug reads `%61ccess_token=` as `access_token`), and the value is as good."""
+    return "(" + "".join(map(_literal_or_encoded, name)) + "=)"
 
 
 _ENCODED = r"%(?:25)*[0-9A-F]{2}"
@@ -30,14 +38,18 @@ _TICKET = re.compile(
 )
 
 
-#: RFC 6750 §2.3's parameter, its underscore literal or encoded, and its value up to the next one.
-_ACCESS_TOKEN = re.compile(r"(?<![^?&;\s])(access(?:_|%(?:25)*5F)token=)[^&#\s\"]*", re.IGNORECASE)
+#: RFC 6750 §2.3's parameter, any of its characters literal or encoded, and its value up to the next one.
+_ACCESS_TOKEN = re.compile(r"(?<![^?&;\s])" + _parameter("access_token") + r"[^&#\s\"]*", re.IGNORECASE)
 _PARAMETER_REDACTED = r"\1[redacted]"
 #: A `ticket` parameter's value that is not a ticket (a ticket is scrubbed by `_TICKET` first; a
 #: value that only starts as one, `plwt_...~token`, is redacted whole).
 _TICKET_PARAMETER = re.compile(
-    r"(?<![^?&;\s])(ticket=)(?!" + re.escape(SCRUBBED) + r"(?:[&#\s\"]|$))[^&#\s\"]*", re.IGNORECASE
+    r"(?<![^?&;\s])" + _parameter("ticket") + "(?!" + re.escape(SCRUBBED) + r"(?:[&#\s\"]|$))[^&#\s\"]*",
+    re.IGNORECASE,
 )
+
+#: What a query with a `%` may hide: a ticket, or either parameter under a name with encoded characters.
+_MAY_BE_ENCODED = (_TICKET, _ACCESS_TOKEN, _TICKET_PARAMETER)
 
 
 def holds_secret(text: str) -> bool:
@@ -48,7 +60,7 @@ def holds_secret(text: str) -> bool:
         TICKET_PREFIX in text
         or "access_token=" in lowered  # as `_ACCESS_TOKEN` and nginx's map read it: in any case
         or "ticket=" in lowered
-        or ("%" in text and (_TICKET.search(text) is not None or _ACCESS_TOKEN.search(text) is not None))
+        or ("%" in text and any(pattern.search(text) is not None for pattern in _MAY_BE_ENCODED))
     )
 
 

@@ -130,8 +130,12 @@ class WokenTally:
         self.counts = [0] * (len(WOKEN_BUCKETS) + 1)  # the last: more than the last bound
         self.total = 0
         self.changes = 0
+        #: Told each count too, when set: a histogram summed over the workers (app/metrics.py).
+        self.forward: Callable[[int], None] | None = None
 
     def observe(self, woken: int) -> None:
         self.counts[bisect.bisect_left(WOKEN_BUCKETS, woken)] += 1
         self.total += woken
         self.changes += 1
+        if self.forward is not None:
+            self.forward(woken)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -163,5 +167,87 @@ def test_counts_are_exact_across_two_workers(redis_server, tmp_path):
         assert request_count(scrape, "/plants", "POST", "200") == total
         assert scrape[("plants_http_request_duration_seconds_count", (("route", "/plants"),))] == total
         assert scrape[("plants_stored", ())] == total
+    finally:
+        server.stop()
+
+
+def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_server, tmp_path):
+    """A worker killed (SIGKILL, the OOM killer) is replaced: its counts stay in the totals,
+    exactly, no scrape sees a total go down (Prometheus would read a counter reset), and the
+    directory holds the live workers' files and one fold per kind, however many were replaced."""
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    settings = redis_settings(redis_server)
+    server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def scrape() -> float:
+        status, _, body = call(server.connection(), "GET", "/metrics", headers=AUTH)
+        assert status == 200, body
+        return request_count(samples(body.decode()), "/plants/<plant_id>", "GET", "404")
+
+    def scrapes() -> None:  # all along, as Prometheus would
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # a connection to the worker being killed
+                seen.append(scrape())
+
+    try:
+        watcher = threading.Thread(target=scrapes)
+        watcher.start()
+        for replaced in range(1, 7):
+            for _ in range(10):
+                assert call(server.connection(), "GET", "/plants/1", headers=AUTH)[0] == 404
+            replace_a_worker(server)
+            assert scrape() == 10 * replaced
+        stop.set()
+        watcher.join(30)
+        assert seen == sorted(seen), seen
+        assert len(list(directory.glob("*.db"))) <= 2 * 3  # counter and histogram: two workers', one fold
+    finally:
+        stop.set()
+        server.stop()
+
+
+def worker_pids(master: int) -> list[int]:
+    return [int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+
+
+def replace_a_worker(server: Gunicorn) -> None:
+    """SIGKILL one worker, and wait until gunicorn has started its replacement."""
+    victim = worker_pids(server.process.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while victim in worker_pids(server.process.pid) or len(worker_pids(server.process.pid)) < 2:
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.05)
+
+
+def test_the_watchers_woken_histogram_never_goes_down_whichever_worker_answers(redis_server, tmp_path):
+    """Summed over the workers, a replaced one's counts kept: each scrape, whichever worker answers
+    it, shows the same counts (one worker's own, the new one's 0, read as a counter reset)."""
+    settings = redis_settings(redis_server)
+    server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for plant_id in range(1, 4):
+                waits = [
+                    pool.submit(call, server.connection(), "GET", "/events?after=now&wait=20", headers=AUTH)
+                    for _ in range(6)
+                ]
+                time.sleep(1.0)  # the long-polls parked, in either worker
+                created = {"id": plant_id, "name": "Fern"}
+                headers = {**AUTH, "Content-Type": "application/json"}
+                assert call(server.connection(), "POST", "/plants", created, headers)[0] == 200
+                assert {wait.result(30)[0] for wait in waits} == {200}
+        replace_a_worker(server)
+        time.sleep(2)  # the new worker has loaded the app and takes its share of connections
+        counts = set()
+        for _ in range(40):
+            status, _, body = call(server.connection(), "GET", "/metrics", headers=AUTH)
+            assert status == 200, body
+            counts.add(samples(body.decode())[("plants_watch_woken_per_change_count", ())])
+        (count,) = counts
+        assert count >= 3
     finally:
         server.stop()

@@ -49,6 +49,18 @@ def test_exactly_n_creates_then_429_until_the_window_ends(make_app):
     assert len(client.application.extensions["plants"].store) == 4
 
 
+def test_a_worker_that_joins_a_window_reports_no_second_past_its_end(make_app):
+    """A second worker (app) on the same store counts in the window the first opened, and reads
+    its end from the store (Redis's TTL): the seconds it reports are the window's at most."""
+    opener, joiner = (
+        make_app(PLANTS_RATE_LIMIT="3 per 2 seconds"),
+        make_app(PLANTS_RATE_LIMIT="3 per 2 seconds"),
+    )
+    assert create(opener.test_client(), 1).headers["RateLimit-Reset"] == "2"
+    answer = create(joiner.test_client(), 2)
+    assert 1 <= int(answer.headers["RateLimit-Reset"]) <= 2
+
+
 def test_tokens_have_separate_budgets_and_a_token_may_have_its_own(make_app):
     client = make_app(
         PLANTS_API_TOKENS=[TOKEN, f"{OTHER}@5/minute"], PLANTS_RATE_LIMIT="2/minute"

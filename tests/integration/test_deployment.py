@@ -7,6 +7,7 @@ import http.client
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from app.server.directories import SHARED_MEMORY
 from tests.helpers import assert_error, call
-from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
+from tests.servers import ROOT, TOKEN, Gunicorn, Served, free_port, wait_until_serving
 
 OK = {"PLANTS_API_TOKENS": TOKEN}
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -128,13 +130,19 @@ def test_an_over_long_token_could_never_be_sent(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("env", "args"),
-    [({}, ("--workers", "2")), ({"WEB_CONCURRENCY": "3"}, ())],
-    ids=["--workers", "WEB_CONCURRENCY"],
+    ("env", "args", "refused"),
+    [
+        ({}, ("--workers", "2"), "refusing to start"),
+        ({"WEB_CONCURRENCY": "3"}, (), "refusing to start"),
+        # A worker recycled after N requests starts empty: every plant gone, silently, each time.
+        ({}, ("--max-requests", "1000"), "(--max-requests)"),
+        ({"GUNICORN_CMD_ARGS": "--max-requests 50"}, (), "(--max-requests)"),
+    ],
+    ids=["--workers", "WEB_CONCURRENCY", "--max-requests", "GUNICORN_CMD_ARGS-max-requests"],
 )
-def test_the_memory_store_refuses_more_workers_at_start(env, args):
+def test_the_memory_store_refuses_more_workers_or_recycled_ones_at_start(env, args, refused):
     (line,) = refused_start({"PLANTS_API_TOKENS": TOKEN, **env}, *args)
-    assert "refusing to start" in line
+    assert refused in line
     assert "in-memory store" in line
 
 
@@ -143,6 +151,35 @@ def test_the_packaged_config_refuses_from_any_directory(tmp_path):
         {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path
     )
     assert "refusing to start 4 workers" in line
+
+
+def _metrics_directories_in(tmp_path: Path) -> dict[str, str]:
+    """The environment that has the master make its metrics' directory in `tmp_path`: the
+    temporary directory, since the snapshot's (RUNTIME_DIRECTORY) is /dev/shm's file system."""
+    return {
+        "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0",
+        "TMPDIR": str(tmp_path),
+        "RUNTIME_DIRECTORY": str(SHARED_MEMORY),
+    }
+
+
+def test_a_start_refused_for_a_setting_leaves_no_metrics_directory(tmp_path):
+    (line,) = refused_start({**OK, **_metrics_directories_in(tmp_path), "PLANTS_RATE_LIMIT": "lots"})
+    assert "PLANTS_RATE_LIMIT" in line
+    assert not list(tmp_path.glob("plants-metrics-*"))
+
+
+def test_a_start_refused_for_an_address_in_use_leaves_no_metrics_directory(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        env = {**BASE_ENV, **OK, **_metrics_directories_in(tmp_path)}
+        env["GUNICORN_BIND"] = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = subprocess.run(
+            [sys.executable, "-m", "gunicorn"], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert "Can't connect" in result.stdout + result.stderr
+    assert not list(tmp_path.glob("plants-metrics-*"))
 
 
 @pytest.mark.parametrize(
@@ -183,6 +220,41 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
                     for n in range(6)]  # fmt: skip
         assert statuses == [200, 409, 409, 409, 409, 409]
     finally:
+        server.stop()
+
+
+def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
+    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
+    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
+    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
+    # The script, as deployed: re-executed, `python -m gunicorn` runs gunicorn/__main__.py as a
+    # file, with gunicorn's own `http` package ahead of the standard library's.
+    port = free_port()
+    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
+    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    new_master = None
+    try:
+        (old_worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 20
+        while new_master is None or not worker_pids(new_master):
+            assert time.monotonic() < deadline, server.output()
+            assert "is not a setting" not in server.output()
+            time.sleep(0.1)
+            new_master = next((pid for pid in worker_pids(server.process.pid) if pid != old_worker), None)
+        os.kill(new_master, signal.SIGTERM)  # the new one stops first, then the old
+        deadline = time.monotonic() + 30
+        while new_master in worker_pids(server.process.pid):
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
+        assert status == 200, body
+        assert server.stop() == 0
+        assert "Traceback" not in server.output()  # the masters share the reload's directory
+    finally:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
         server.stop()
 
 

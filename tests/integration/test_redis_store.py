@@ -264,17 +264,22 @@ def test_redis_out_of_memory_is_507(tmp_path):
         redis.stop()
 
 
+def _limited_client(redis: RedisServer):
+    """A test client of the service on `redis`, with both rate limits on."""
+    settings = {
+        **redis_settings(redis),
+        "PLANTS_RATE_LIMIT": "1000/second",
+        "PLANTS_AUTH_FAILURE_LIMIT": "100/minute",
+    }
+    return create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+
+
 def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as_usual(tmp_path):
     """At maxmemory the rate limits' counters cannot be written: each request goes on uncounted
     (it was 503 for every request, reads and the deletes that make room included)."""
     redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
     try:
-        settings = {
-            **redis_settings(redis),
-            "PLANTS_RATE_LIMIT": "1000/second",
-            "PLANTS_AUTH_FAILURE_LIMIT": "100/minute",
-        }
-        client = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+        client = _limited_client(redis)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for plant_id in (1, 2):
             assert (
@@ -295,6 +300,28 @@ def test_redis_out_of_memory_with_rate_limits_still_reads_deletes_and_refuses_as
         response = client.post("/plants", json={"id": 3, "name": "Fern"}, headers=auth)
         assert response.status_code == 200
         assert response.headers["RateLimit-Limit"] == "1000"
+    finally:
+        redis.stop()
+
+
+def test_redis_out_of_memory_with_rate_limits_warns_once_not_once_a_request(tmp_path, caplog):
+    """Each request that goes on uncounted is counted in one warning a minute: a warning a request,
+    from any client, a token or none, doubled the log for as long as Redis stayed full."""
+    redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        client = _limited_client(redis)
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        with caplog.at_level("WARNING", logger="app.auth.rate_limits"):
+            for n in range(30):
+                token = TOKEN if n % 2 else "wrong"
+                assert client.get("/plants/1", headers={"Authorization": f"Bearer {token}"}).status_code in (
+                    401,
+                    404,
+                )
+        (warning,) = [
+            record.getMessage() for record in caplog.records if "Redis is full" in record.getMessage()
+        ]
+        assert "1 request(s) went on uncounted" in warning
     finally:
         redis.stop()
 

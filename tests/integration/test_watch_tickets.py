@@ -204,6 +204,29 @@ def test_a_bearer_token_sent_as_the_ticket_is_refused_and_never_logged(servers, 
     assert TOKEN not in (directory / "access.log").read_text()
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "/plants?%61ccess_token={}",
+        "/plants?x=1&ACCESS_%54OKEN={}",
+        "/plants?access%5Ftok%65n={}",
+        "/events?%74icket={}&wait=1",
+        "/events?after=now&ti%63k%65t={}&wait=1",
+    ],
+)
+def test_a_bearer_token_under_a_parameter_name_with_encoded_letters_is_never_logged(servers, query):
+    """Werkzeug decodes a parameter's name (`%61ccess_token=` is `access_token=`), so the value
+    sent under it is the token all the same: neither gunicorn's log nor nginx's may show it."""
+    app, proxy, directory = servers
+    for port in (app.port, proxy.port):
+        status, _, body = call(_connection(port), "GET", query.format(TOKEN))
+        assert status in (400, 401), body
+    time.sleep(0.3)
+    assert TOKEN not in app.output()
+    assert "=[redacted]" in app.output()
+    assert TOKEN not in (directory / "access.log").read_text()
+
+
 @pytest.mark.parametrize("value", [f"{TICKET_PREFIX}AAAA.secret", f"{TICKET_PREFIX}AAAA~secret"])
 def test_a_ticket_parameter_that_only_starts_as_a_ticket_is_redacted_whole(value):
     """The ticket's alphabet (base64url) has no `.` or `~`: what follows one is not the ticket's,
