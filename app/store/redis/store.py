@@ -33,6 +33,7 @@ from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import BLOCK_MS, StreamsListener
 from app.store.redis.lost import LostReplies
+from app.store.redis.origins import marked
 from app.store.redis.pages import GroupPages
 from app.store.redis.probe import probe
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
@@ -112,6 +113,7 @@ class RedisPlantStore(RedisBacked):
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         deadline = Deadline.after(self._window_s)
+        origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
         answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
@@ -132,6 +134,7 @@ class RedisPlantStore(RedisBacked):
         if tag is not KEEP and tag is not None:
             self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
+        origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self.groups.change_call(
             plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
         )
