@@ -223,3 +223,34 @@ def test_a_lost_write_is_not_taken_for_an_earlier_write_with_the_same_request_id
             assert answer.get_json()["name"] == stored == "second"
     finally:
         proxy.close()
+
+
+def test_a_create_whose_reply_was_lost_runs_once_though_another_client_deleted_it_meanwhile(
+    redis_server, make_app, auth
+):
+    """The create landed and another client deleted the plant before the lost reply was noticed:
+    the create is not run a second time, which would bring the deleted plant back."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    other = make_app(**settings, **TIMEOUTS).test_client()  # straight to Redis
+    client = make_app(
+        **{**settings, "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}, **TIMEOUTS
+    ).test_client()
+    try:
+        warm(client, auth)
+        start = client.get("/events?after=now", headers=auth).get_json()["next"]
+        plant_id = next(_IDS)
+        deleted = []
+
+        def delete_meanwhile() -> None:
+            deleted.append(other.delete(f"/plants/{plant_id}", headers=auth).status_code)
+
+        proxy.drop_next(after_reply=True, before_drop=delete_meanwhile)
+        answer = client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth)
+        assert proxy.dropped.is_set()
+        assert deleted == [204]
+        assert answer.status_code in (200, 503), answer.get_data(as_text=True)
+        assert client.get(f"/plants/{plant_id}", headers=auth).status_code == 404
+        assert events_of(client, auth, plant_id, start) == ["plant.created", "plant.deleted"]
+    finally:
+        proxy.close()
