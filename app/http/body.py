@@ -35,9 +35,12 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
     else:
         try:
             _require_json_content_type(req)
-        except UnsupportedMediaType:
+        except UnsupportedMediaType as exc:
             if not merge_patch:
                 raise
+            if req.mimetype == "application/json":
+                # The type is one a patch may have; only its charset is refused: say so.
+                raise UnsupportedPatch(exc.description) from None
             raise UnsupportedPatch(
                 f"A merge patch must be sent as 'Content-Type: {MERGE_PATCH}' (or application/json)."
             ) from None

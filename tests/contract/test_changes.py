@@ -211,6 +211,16 @@ def test_patch_of_another_type_is_415_with_accept_patch(client, auth, fern, cont
     assert response.headers["Accept-Patch"] == MERGE_PATCH
 
 
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=latin-1", f"{MERGE_PATCH}; charset=utf-16"]
+)
+def test_a_patch_of_an_accepted_type_in_another_charset_is_told_the_charset(client, auth, fern, content_type):
+    # The type is one a patch may have: telling the client to send it would not help.
+    response = client.patch("/plants/5", data="{}", headers={**auth, "Content-Type": content_type})
+    assert error_of(response, 415)["message"] == "JSON must be encoded as UTF-8."
+    assert response.headers["Accept-Patch"] == MERGE_PATCH
+
+
 # --- Preconditions ------------------------------------------------------------------------------------
 
 

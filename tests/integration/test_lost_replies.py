@@ -195,3 +195,62 @@ def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
         assert events_of(client, auth, plant_id, start) == [event]
     finally:
         proxy.close()
+
+
+def test_a_lost_write_is_not_taken_for_an_earlier_write_with_the_same_request_id(
+    redis_server, make_app, auth
+):
+    """Behind a trusted proxy the request id is the proxy's, or one it let a client set: two
+    writes may share it. A lost write is never answered by an earlier write's event that carries
+    the same id: the earlier write is not this one."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    settings["PLANTS_STORE_URL"] = f"redis://127.0.0.1:{proxy.port}/0"
+    client = make_app(**settings, **TIMEOUTS, PLANTS_TRUSTED_PROXIES=1).test_client()
+    try:
+        warm(client, auth)
+        plant_id, _ = fresh_plant(client, auth)
+        shared = {**auth, "X-Request-Id": "one-id-for-two-writes"}
+        assert client.patch(f"/plants/{plant_id}", json={"name": "first"}, headers=shared).status_code == 200
+        proxy.drop_next(after_reply=False)
+        answer = client.patch(f"/plants/{plant_id}", json={"name": "second"}, headers=shared)
+        assert proxy.dropped.is_set()
+        stored = client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"]
+        # Its true outcome (it never reached Redis, so it runs once more), or a 503: never a 200
+        # that answers the first write's plant while the second's change is nowhere.
+        assert answer.status_code in (200, 503), answer.get_data(as_text=True)
+        if answer.status_code == 200:
+            assert answer.get_json()["name"] == stored == "second"
+    finally:
+        proxy.close()
+
+
+def test_a_create_whose_reply_was_lost_runs_once_though_another_client_deleted_it_meanwhile(
+    redis_server, make_app, auth
+):
+    """The create landed and another client deleted the plant before the lost reply was noticed:
+    the create is not run a second time, which would bring the deleted plant back."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    other = make_app(**settings, **TIMEOUTS).test_client()  # straight to Redis
+    client = make_app(
+        **{**settings, "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}, **TIMEOUTS
+    ).test_client()
+    try:
+        warm(client, auth)
+        start = client.get("/events?after=now", headers=auth).get_json()["next"]
+        plant_id = next(_IDS)
+        deleted = []
+
+        def delete_meanwhile() -> None:
+            deleted.append(other.delete(f"/plants/{plant_id}", headers=auth).status_code)
+
+        proxy.drop_next(after_reply=True, before_drop=delete_meanwhile)
+        answer = client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth)
+        assert proxy.dropped.is_set()
+        assert deleted == [204]
+        assert answer.status_code in (200, 503), answer.get_data(as_text=True)
+        assert client.get(f"/plants/{plant_id}", headers=auth).status_code == 404
+        assert events_of(client, auth, plant_id, start) == ["plant.created", "plant.deleted"]
+    finally:
+        proxy.close()

@@ -21,6 +21,7 @@ from app.store.redis.client import LazyClient
 from app.store.redis.failures import FAILURES
 from app.store.redis.groups import Groups
 from app.store.redis.lua import EventsArgs
+from app.store.redis.origins import unmarked
 
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
@@ -106,7 +107,7 @@ def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
         event = _event(answer[i], answer[i + 1])
         position = encode_position([(*_entry_id(answer[i]), number + k)])
         before = _tag_before(event, answer[i + 3])
-        entries.append(FeedEntry(event, answer[i].decode(), position, answer[i + 2].decode(), before))
+        entries.append(FeedEntry(event, answer[i].decode(), position, unmarked(answer[i + 2]), before))
     end = entries[-1].position if entries else encode_position([(*_entry_id(answer[1]), number)])
     return entries, end
 
@@ -186,7 +187,7 @@ class _Merge:
                 position = encode_position(self._positions)
                 tag_before = _tag_before(event, before)
                 entries.append(
-                    FeedEntry(event, f"{group}.{raw_id.decode()}", position, origin.decode(), tag_before)
+                    FeedEntry(event, f"{group}.{raw_id.decode()}", position, unmarked(origin), tag_before)
                 )
             # Every group with more to read keeps one buffered event, so the heap's least is the
             # least of all.

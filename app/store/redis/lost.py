@@ -1,9 +1,10 @@
-"""A change or a delete whose reply was lost: its connection broke after the script was sent whole,
+"""A write whose reply was lost: its connection broke after the script was sent whole,
 so it may have run. Sent again, its second run would judge the state its first run made (a PUT
 with If-Match would answer 412, a DELETE 404, though they landed), so it is never resent blind
 (`Unanswered`, app/compat/redis.py). The write's event in its group's feed tells what it did:
 
-- its event is there (the newest with the write's origin, the request's id, and its plant's id):
+- its event is there (the newest with the write's origin, the request's id and a mark of the
+  write's own (origins.py), and its plant's id):
   the write answers what that event records;
 - it is not: once the write's deadline has passed (deadline.py: Redis refuses the first run
   wherever it is still queued), the feed is read again; still nothing, so the first run wrote
@@ -11,8 +12,9 @@ with If-Match would answer 412, a DELETE 404, though they landed), so it is neve
 - the feed cannot tell (it is off, the write has no origin, or too many events followed): 503,
   once the deadline has passed, so that the write has landed by the 503 or never will.
 
-A create is sent again as before: its second run answers "identical" (200) for the plant its first
-run stored, never a conflict of its own making.
+A create is learnt alike: sent again blind, its second run would find the plant its first run
+stored and answer "identical", or, had another client deleted the plant meanwhile, store it a
+second time (a deleted plant back, and two created events for one request).
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ _MOST_EVENTS = 1000
 #: How far before its deadline's window a write's event may be dated: Redis's clock may be behind.
 _SKEW_MS = 1000
 #: The feed's kinds of event (`record` in scripts/library.lua), as each script answers them.
-_CHANGE_ANSWERS = {0: [0], 1: [1]}
-_DELETE_ANSWERS = {2: 1}
+_ANSWERS: dict[str, dict[int, Any]] = {"CREATE": {0: 0}, "CHANGE": {0: [0], 1: [1]}, "DELETE": {2: 1}}
 
 
 class LostReplies:
-    """Learns what a change or a delete did after its reply was lost, and answers that."""
+    """Learns what a create, a change or a delete did after its reply was lost, and answers that."""
 
     def __init__(self, run: ScriptRunner, groups: Groups, window_s: float, *, confirmed: bool) -> None:
         self._run = run
@@ -48,7 +49,7 @@ class LostReplies:
     def write(
         self, name: str, keys: tuple, args: tuple, deadline: Deadline, plant_id: int, origin: str
     ) -> Any:
-        """The answer of the write script `name` (CHANGE or DELETE) whose keys and arguments
+        """The answer of the write script `name` (CREATE, CHANGE or DELETE) whose keys and arguments
         are `keys` and `args` (the deadline fourth); raises the store's errors."""
         try:
             return self._run(name, keys, args, write=True, deadline=deadline, resend=False)
@@ -98,7 +99,7 @@ class LostReplies:
         if not event:
             return None
         kind, value = int(event[0]), event[1]
-        answers = _CHANGE_ANSWERS if name == "CHANGE" else _DELETE_ANSWERS
+        answers = _ANSWERS[name]
         if kind not in answers:
             raise self._unknown(keys)
         answer = answers[kind]

@@ -33,6 +33,7 @@ from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import BLOCK_MS, StreamsListener
 from app.store.redis.lost import LostReplies
+from app.store.redis.origins import marked
 from app.store.redis.pages import GroupPages
 from app.store.redis.probe import probe
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
@@ -88,7 +89,7 @@ class RedisPlantStore(RedisBacked):
         self._rewrite = min_replicas > 0
         # A plant's write takes effect within the store timeout of its start, or never.
         self._window_s = timeout
-        # A change's or a delete's lost reply is learnt from the feed, never by resending it.
+        # A write's lost reply is learnt from the feed, never by resending it.
         self._lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
         self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
@@ -97,10 +98,11 @@ class RedisPlantStore(RedisBacked):
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
+        origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self.groups.create_call(
             plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms, origin=origin
         )
-        answer = self._run("CREATE", keys, args, write=True, deadline=deadline)
+        answer = self._lost.write("CREATE", keys, args, deadline, plant_id, origin)
         if answer == 3:
             raise StoreFullError
         return _OUTCOMES[answer]
@@ -112,6 +114,7 @@ class RedisPlantStore(RedisBacked):
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         deadline = Deadline.after(self._window_s)
+        origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
         answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
@@ -132,6 +135,7 @@ class RedisPlantStore(RedisBacked):
         if tag is not KEEP and tag is not None:
             self._hints.note(self._clients.get(), plant_id, tag)
         deadline = Deadline.after(self._window_s)
+        origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self.groups.change_call(
             plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
         )
