@@ -62,9 +62,10 @@ def fold(directory: str | Path, pids: Iterable[int]) -> list[int]:
         for kind in KINDS:
             _fold_kind(Path(directory), kind, pids)
         return []
-    except (OSError, ValueError):
-        # No room for the fold (ENOSPC), or a file that cannot be read: the files stay as they
-        # are, counted as before, and are tried again at the next worker's exit.
+    except Exception:
+        # No room for the fold (ENOSPC), a file that cannot be read, or anything else: this runs
+        # in the master, which must outlive it. The files stay as they are, counted as before,
+        # and are tried again at the next worker's exit.
         return pids
     finally:
         os.close(descriptor)
