@@ -1,7 +1,8 @@
 """The plants blueprint's state for one application, built once from that application's settings.
 
 It lives in `app.extensions["plants"]`, reached only through `plants_state`: nothing is
-module-level, so two apps in one process share no tokens, store, metrics or limits.
+module-level, so two apps in one process share no tokens, store, metrics or limits; and its
+`close` ends one app's threads and connections, for the app's owner when it is done with it.
 """
 
 from __future__ import annotations
