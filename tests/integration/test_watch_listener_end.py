@@ -81,13 +81,11 @@ def test_closing_ends_a_listener_that_retries_a_redis_gone_away(redis, caplog):
     assert until(lambda: "feed-listener" in listener_threads(before))
     redis.stop()
     assert until(lambda: "listener failed" in caplog.text)
-    closed = time.monotonic()
     plants_state(app).close()
     assert until(lambda: not listener_threads(before)), listener_threads(before)
     caplog.clear()
     time.sleep(2.5)  # past two of its retries, had it gone on
     assert "listener failed" not in caplog.text
-    assert time.monotonic() - closed < END_BOUND_S + 5
     poll.join(40)  # the long-poll ends by its wait, or at the failure's wake-up
     assert not poll.is_alive()
 
