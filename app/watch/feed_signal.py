@@ -2,8 +2,8 @@
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
 whose filter it may concern (wake_index.py). On a shared store, the feed's listener thread hears
-every other process's writes too (feed_listener.py). It runs while someone watches, or for good
-where the process delivers webhooks (`listen`), until `close`.
+every other process's writes too (feed_listener.py). It runs while someone watches (and a minute
+past the last), or for good where the process delivers webhooks (`listen`), until `close`.
 
 Watchers woken by one change mostly read the same page from the same position: `reads` makes
 that read once per change and hands the others the same answer (shared_reads.py); `gate` bounds
