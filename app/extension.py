@@ -1,13 +1,15 @@
 """The plants blueprint's state for one application, built once from that application's settings.
 
 It lives in `app.extensions["plants"]`, reached only through `plants_state`: nothing is
-module-level, so two apps in one process share no tokens, store, metrics or limits.
+module-level, so two apps in one process share no tokens, store, metrics or limits; and its
+`close` ends one app's threads and connections, for the app's owner when it is done with it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +57,20 @@ class PlantsState:
     #: from then on /readyz is 503, so that a load balancer sends it nothing new while the requests
     #: in flight finish.
     stopping: threading.Event = field(default_factory=threading.Event)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """End what this app runs in the background and close its connections, for the app's
+        owner when it is done with the app (a host that made it, a test): the webhook deliverer
+        (its leases given up), the feed's listener, the provider's key loader and the store's
+        connections. Each thread is waited for within `timeout` seconds in all; whether they all
+        ended. The app is not meant to serve after it (/readyz answers 503). Safe to call again."""
+        deadline = time.monotonic() + timeout
+        self.stopping.set()
+        self.deliverer.stop(timeout=timeout)
+        ended = self.feed_signal.close(max(0.0, deadline - time.monotonic()))
+        self.auth.close()
+        self.store.close()
+        return ended
 
     def serving_store(self, environ: dict[str, Any]) -> PlantStore:
         """The store, once its split guard (if any) agrees to serve it from this process."""

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from app import create_app
+from app.extension import plants_state
 from tests.servers import TOKEN, Gunicorn, RedisClusterServers, RedisServer
 
 # The tests name webhook hosts that never resolve, and these machines' name server drops about one
@@ -91,11 +92,7 @@ def make_app(store_settings):
 
     yield make
     for app in apps:
-        app.extensions["plants"].deliverer.stop()
-        app.extensions["plants"].feed_signal.close()
-        close = getattr(app.extensions["plants"].store, "close", None)
-        if close:
-            close()
+        plants_state(app).close()  # its threads ended, its connections closed (docs/embedding.md)
 
 
 @pytest.fixture

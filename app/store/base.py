@@ -301,3 +301,7 @@ class PlantStore(Protocol):
         """What the store can serve now (app/store/readiness.py); StoreUnavailableError, with the
         cause, when it can serve no plant operation (down, of the wrong kind, a replica...)."""
         ...
+
+    def close(self) -> None:
+        """Close the store's connections, for an app no longer served (nothing to close in memory)."""
+        ...

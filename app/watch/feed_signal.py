@@ -2,8 +2,8 @@
 
 A write of this process notifies at once (`notify`), naming the change, which wakes the watchers
 whose filter it may concern (wake_index.py). On a shared store, the feed's listener thread hears
-every other process's writes too (feed_listener.py). It runs while someone watches, or for good
-where the process delivers webhooks (`listen`).
+every other process's writes too (feed_listener.py). It runs while someone watches (and a minute
+past the last), or for good where the process delivers webhooks (`listen`), until `close`.
 
 Watchers woken by one change mostly read the same page from the same position: `reads` makes
 that read once per change and hands the others the same answer (shared_reads.py); `gate` bounds
@@ -157,5 +157,8 @@ class FeedSignal:
             except Exception:
                 log.exception("A feed watcher's wake-up failed")
 
-    def close(self) -> None:
-        self._feed_listener.close()
+    def close(self, timeout: float = 5.0) -> bool:
+        """End the feed's listener for good (its thread, its connections), waiting for it up to
+        `timeout` seconds; whether it has ended. The watchers left are not woken: the app's owner
+        is done with it."""
+        return self._feed_listener.close(timeout)

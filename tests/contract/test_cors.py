@@ -8,6 +8,7 @@ from flask import Flask
 from flask_cors import CORS
 
 from app import ConfigurationError
+from app.extension import plants_state
 from app.plants import bp
 from app.plants.routes import ROUTES
 from tests.helpers import call
@@ -174,8 +175,7 @@ def test_embedded_the_hosts_own_cors_is_left_alone():
     assert plants.status_code == 200
     assert plants.headers["Access-Control-Allow-Origin"] == PAGE
     assert preflight(client, "/api/v1/plants", "POST").status_code == 204
-    host.extensions["plants"].deliverer.stop()
-    host.extensions["plants"].feed_signal.close()
+    plants_state(host).close()
 
 
 def test_a_preflight_through_gunicorn_is_a_bare_204():

@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 
 from app import create_app
+from app.extension import plants_state
 from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.contract.test_events import every_plant
 from tests.contract.test_events_filters import apply_filtered, followed
@@ -170,6 +171,6 @@ def test_a_snapshot_is_held_a_page_at_a_time(auth):
     finally:
         tracemalloc.stop()
         response.close()
-        app.extensions["plants"].feed_signal.close()
+        plants_state(app).close()
     assert sent > 10_000_000  # 150,000 plants' blocks
     assert peak < sent / 10  # one page's, not the snapshot's

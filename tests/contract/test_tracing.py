@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from app import create_app
 from app.extension import plants_state
 from app.telemetry import tracing
 from app.telemetry.version import VERSION
@@ -31,8 +30,13 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
 
-def traced_client(store_settings: dict[str, str], **settings: object):
-    app = create_app({"PLANTS_API_TOKENS": TOKEN, **store_settings, **settings})
+@pytest.fixture
+def traced_client(make_app):
+    """Make a traced app on the store under test (closed at the test's end, as make_app's are)."""
+    return lambda **settings: _traced(make_app(TESTING=False, PLANTS_API_TOKENS=TOKEN, **settings))
+
+
+def _traced(app):
     exporter = InMemorySpanExporter()
     state = plants_state(app)
     provider = tracing.start(
@@ -48,8 +52,8 @@ def attribute(span, *names):
     return next(span.attributes[name] for name in names if name in span.attributes)
 
 
-def test_a_request_is_a_server_span_with_its_store_calls_inside(store_settings):
-    client, exporter, provider = traced_client(store_settings, PLANTS_TRUSTED_PROXIES=1)
+def test_a_request_is_a_server_span_with_its_store_calls_inside(traced_client, store_settings):
+    client, exporter, provider = traced_client(PLANTS_TRUSTED_PROXIES=1)
     try:
         answer = client.post(
             "/plants", json={"id": 7, "name": "Fern"}, headers={**AUTH, "traceparent": PARENT}
@@ -75,8 +79,8 @@ def test_a_request_is_a_server_span_with_its_store_calls_inside(store_settings):
 
 
 @pytest.mark.parametrize("store_settings", ["memory"], indirect=True)
-def test_a_clients_own_traceparent_is_not_continued_without_a_trusted_proxy(store_settings):
-    client, exporter, provider = traced_client(store_settings)
+def test_a_clients_own_traceparent_is_not_continued_without_a_trusted_proxy(traced_client):
+    client, exporter, provider = traced_client()
     try:
         assert client.get("/plants/7", headers={**AUTH, "traceparent": PARENT}).status_code == 404
     finally:
@@ -158,11 +162,11 @@ def test_a_real_gunicorn_exports_its_spans_over_otlp_http():
 
 
 def test_a_webhook_attempt_is_a_span_linked_to_the_write_and_its_traceparent_reaches_the_receiver(
-    store_settings,
+    traced_client,
 ):
     receiver = Receiver()
     client, exporter, provider = traced_client(
-        store_settings, PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_TRUSTED_PROXIES=1
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_TRUSTED_PROXIES=1
     )
     try:
         registered = client.post("/webhooks", json={"url": receiver.url}, headers=AUTH)
@@ -195,8 +199,8 @@ def test_a_webhook_attempt_is_a_span_linked_to_the_write_and_its_traceparent_rea
     assert delivery.headers["x-request-id"] == written.headers["X-Request-Id"]
 
 
-def test_a_watch_ticket_never_reaches_a_span(store_settings):
-    client, exporter, provider = traced_client(store_settings)
+def test_a_watch_ticket_never_reaches_a_span(traced_client):
+    client, exporter, provider = traced_client()
     try:
         ticket = client.post("/events/tickets", headers=AUTH).json["ticket"]
         assert client.get(f"/events?after=now&wait=1&ticket={ticket}").status_code == 200
@@ -212,10 +216,10 @@ def test_a_watch_ticket_never_reaches_a_span(store_settings):
     assert "ticket=plwt_[redacted]" in str(server.attributes)
 
 
-def test_a_clients_long_headers_and_url_are_cut_short_in_the_span(store_settings, monkeypatch):
+def test_a_clients_long_headers_and_url_are_cut_short_in_the_span(traced_client, monkeypatch):
     for name in tracing.LENGTH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    client, exporter, provider = traced_client(store_settings)
+    client, exporter, provider = traced_client()
     try:
         long_tags = "&".join(f"tags={'t' * 60}{n}" for n in range(60))
         client.get(f"/plants?{long_tags}", headers={**AUTH, "User-Agent": "agent/" + "x" * 6000})
@@ -242,8 +246,8 @@ def test_a_collector_that_hangs_does_not_hold_the_stop(make_app, monkeypatch):
         hanging.close()
 
 
-def test_a_request_that_matches_no_route_is_named_by_its_method_only(store_settings):
-    client, exporter, provider = traced_client(store_settings)
+def test_a_request_that_matches_no_route_is_named_by_its_method_only(traced_client):
+    client, exporter, provider = traced_client()
     try:
         assert client.get(f"/plwt_{'z' * 3000}").status_code == 404
         assert client.get("/plants/1", headers=AUTH).status_code == 404

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from app import create_app
+from app.extension import plants_state
 from app.server.settings_check import checked_settings
 from app.store import CreateOutcome, Page, Plant
 from app.store.migrate import migrate
@@ -364,10 +365,12 @@ def test_every_worker_of_a_started_service_signs_with_one_cursor_secret_at_redis
     later, each worker still reads that one secret, and a page's cursor, a feed's cursor and a watch
     ticket made by one worker are taken by another (each signed its own, and refused the others')."""
     redis = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    apps = []
     try:
         settings = {"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}
         checked_settings(settings)  # as the master does before it forks the workers
-        first, second = (create_app(settings).test_client() for _ in range(2))
+        apps += [create_app(settings) for _ in range(2)]
+        first, second = (app.test_client() for app in apps)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for plant_id in (1, 2):
             assert (
@@ -383,6 +386,8 @@ def test_every_worker_of_a_started_service_signs_with_one_cursor_secret_at_redis
         ticket = first.post("/events/tickets", headers=auth).json["ticket"]
         assert second.get(f"/events?after=now&wait=1&ticket={ticket}").status_code == 200
     finally:
+        for app in apps:
+            plants_state(app).close()  # the long-poll's listener ends with its app, before its Redis
         redis.stop()
 
 

@@ -178,3 +178,6 @@ class MemoryPlantStore(FeedReads):
 
     def ping(self) -> None:
         """Memory always answers."""
+
+    def close(self) -> None:
+        """Nothing to close: the plants live and die with the process."""

@@ -131,12 +131,17 @@ class StreamsListener:
                     last = self._read_on(key, entries)
                     time.sleep(REST_SECONDS)
             except Exception as exc:  # the store is away: say so, then try again
+                if self._closed:
+                    break
                 last, failed = None, True
                 self._failure = self._away[key] = exc
                 with self._lock:
                     self._touched = None
                 self._changed.set()
                 time.sleep(1.0)
+        # `close` cut this thread's connection, which the client's retry may have opened again:
+        # closed once more by each thread as it ends, the last one's closes what is left.
+        self._client.close()
 
     def _read_on(self, key: str, entries: list[Any]) -> Any:
         """Keep what `entries` and those after them touched, reading on while a batch comes full;
@@ -163,8 +168,10 @@ class StreamsListener:
         return entries[0][0] if entries else "0-0"
 
     def close(self) -> None:
+        """End the streams' threads and close the client; a `wait` under way returns at once."""
         self._closed = True
         self._client.close()
+        self._changed.set()
 
 
 def _entries_of(answer: Any) -> list[Any]:
