@@ -1,0 +1,56 @@
+"""The master's fold of dead workers' prometheus_client files (app/telemetry/metrics_files.py):
+the totals a scrape sums stay exact, and the directory (in /dev/shm: memory) stays bounded however
+many workers are replaced. Each worker's files are written by a real process's prometheus_client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from app.telemetry import metrics_files
+
+_WORKER = (
+    "import prometheus_client as p;"
+    "p.Counter('served', 'Served.', ['route']).labels('/plants').inc(2);"
+    "p.Histogram('took', 'Took.', buckets=(1, 5)).observe(3)"
+)
+
+
+def _a_worker_counts(directory: Path) -> int:
+    """A process that counts, as a worker does, and exits; its pid."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    subprocess.run([sys.executable, "-c", _WORKER], env=env, check=True)
+    (pid,) = {int(path.stem.rpartition("_")[2]) for path in directory.glob("counter_[0-9]*.db")}
+    return pid
+
+
+def _scrape(directory: Path) -> list[str]:
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))
+    return [line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")]
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_folds_keep_the_totals_and_their_room_bounded(tmp_path):
+    """Each fold is given the room its counts take, not the sum of its sources' files' sizes: those
+    are prometheus_client's sparse 64 KiB each, and the fold grew by a whole file (allocated, in
+    memory) at every replaced worker, its own earlier size included."""
+    one_worker = 0
+    for _ in range(12):
+        pid = _a_worker_counts(tmp_path)
+        one_worker = one_worker or sum(_allocated(path) for path in tmp_path.glob(f"*_{pid}.db"))
+        assert metrics_files.fold(tmp_path, [pid]) == []
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == ["counter_dead.db", "histogram_dead.db"]
+    assert 'served_total{route="/plants"} 24.0' in _scrape(tmp_path)
+    assert 'took_bucket{le="5.0"} 12.0' in _scrape(tmp_path)
+    assert "took_count 12.0" in _scrape(tmp_path)
+    folds = sum(_allocated(tmp_path / f"{kind}_dead.db") for kind in metrics_files.KINDS)
+    assert folds <= 2 * one_worker, (folds, one_worker)
