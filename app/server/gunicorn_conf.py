@@ -148,8 +148,9 @@ access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
-    one; a named one is emptied of an earlier run's files. The one made here is the workers' user's
-    (directories.py): with `--user` a worker could not write its counts into root's. It is made in
+    one; a named one is emptied of an earlier run's files (not of a running one's, at SIGUSR2).
+    The one made here is the workers' user's (directories.py): with `--user` a worker could not
+    write its counts into root's. It is made in
     /dev/shm when that is another file system than the reload's snapshot's: a snapshot that fills
     its directory must not leave a worker a memory-mapped page it cannot write (SIGBUS).
 
@@ -167,8 +168,11 @@ def _prepare_metrics_directory(server: Any) -> None:
             "is not a directory the service can write in: make it, or unset it (one is then made)"
         )
     if directory:
-        for stale in Path(directory).glob("*.db"):
-            stale.unlink()
+        # Not in the master SIGUSR2 starts (gunicorn gives it the old master's pid): the old
+        # master's workers still count into their files here, and its folds hold its dead ones'.
+        if not getattr(server, "master_pid", 0):
+            for stale in Path(directory).glob("*.db"):
+                stale.unlink()
     else:
         directory = str(
             workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
