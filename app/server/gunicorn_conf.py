@@ -225,6 +225,16 @@ def on_starting(server: Any) -> None:
             "(--max-requests) with the in-memory store: each new worker would start empty, every "
             "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
+    if getattr(server, "master_pid", 0) and not url.shared:
+        # gunicorn's binary upgrade (SIGUSR2; gunicorn gave this master the old one's pid): this
+        # master's worker would serve an empty store beside the old one's, which then refuses
+        # every request as a split store. The old master serves on, its plants kept.
+        raise SystemExit(
+            "Plant Store: refusing a binary upgrade (SIGUSR2) with the in-memory store: the new "
+            "worker would start empty beside the old one, every plant out of reach. Reload with "
+            "SIGHUP (it hands the store to the new worker), or set PLANTS_STORE_URL to a shared "
+            "store (redis://...)."
+        )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
         directory = handoff.prepare(server.cfg.bind, server.cfg.uid, server.cfg.gid)
