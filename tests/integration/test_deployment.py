@@ -205,15 +205,20 @@ def worker_pids(master_pid: int) -> list[int]:
     return [int(pid) for pid in children]
 
 
+def await_output(server: Gunicorn, text: str, within_s: float) -> None:
+    """Until the server's output shows `text` (a master's or a worker's log line), within a bound."""
+    deadline = time.monotonic() + within_s
+    while text not in server.output():
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.05)
+
+
 def test_sigttin_holds_the_memory_store_at_one_worker():
     server = Gunicorn()
     try:
         (worker,) = worker_pids(server.process.pid)
         server.process.send_signal(signal.SIGTTIN)
-        deadline = time.monotonic() + 5
-        while "staying at 1 worker" not in server.output():
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.05)
+        await_output(server, "staying at 1 worker", 5)
         time.sleep(1.5)  # a master that did add a worker has forked it by now
         assert worker_pids(server.process.pid) == [worker]
         plant = {"id": 5001, "name": "Fern"}
@@ -270,10 +275,8 @@ def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(t
         assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)[0] == 200
         (old_worker,) = worker_pids(server.process.pid)
         server.process.send_signal(signal.SIGUSR2)
+        await_output(server, "refusing a binary upgrade (SIGUSR2)", 30)
         deadline = time.monotonic() + 30
-        while "refusing a binary upgrade (SIGUSR2)" not in server.output():
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.1)
         while worker_pids(server.process.pid) != [old_worker]:  # the new master has exited
             assert time.monotonic() < deadline, server.output()
             time.sleep(0.05)
