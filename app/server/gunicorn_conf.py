@@ -427,7 +427,12 @@ def child_exit(server: Any, worker: Any) -> None:
     # Its counts stay in the totals, its files not in the directory: the directory would grow by a
     # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
     unfolded = [*getattr(server, "plants_unfolded_workers", ()), worker.pid]
-    server.plants_unfolded_workers = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
+    # Pending before the fold, and kept after it if added meanwhile: gunicorn 23 runs this hook in
+    # its SIGCHLD handler, so another worker's exit may run it again mid-fold (deferred: locked).
+    server.plants_unfolded_workers = unfolded
+    left = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
+    added = [pid for pid in server.plants_unfolded_workers if pid not in unfolded]
+    server.plants_unfolded_workers = [*left, *added]
 
 
 def on_exit(server: Any) -> None:

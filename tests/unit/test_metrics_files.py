@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -23,9 +24,14 @@ _WORKER = (
 
 def _a_worker_counts(directory: Path) -> int:
     """A process that counts, as a worker does, and exits; its pid."""
+    return _a_worker_counts_beside(directory)
+
+
+def _a_worker_counts_beside(directory: Path, *others: int) -> int:
+    """As _a_worker_counts, with the files of the workers `others` (not yet folded) there too."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     subprocess.run([sys.executable, "-c", _WORKER], env=env, check=True)
-    (pid,) = {int(path.stem.rpartition("_")[2]) for path in directory.glob("counter_[0-9]*.db")}
+    (pid,) = {int(path.stem.rpartition("_")[2]) for path in directory.glob("counter_[0-9]*.db")} - set(others)
     return pid
 
 
@@ -54,3 +60,32 @@ def test_folds_keep_the_totals_and_their_room_bounded(tmp_path):
     assert "took_count 12.0" in _scrape(tmp_path)
     folds = sum(_allocated(tmp_path / f"{kind}_dead.db") for kind in metrics_files.KINDS)
     assert folds <= 2 * one_worker, (folds, one_worker)
+
+
+def test_a_worker_that_exits_during_a_fold_is_folded_at_the_next(tmp_path, monkeypatch):
+    """gunicorn 23 runs child_exit in its SIGCHLD handler, so a second worker's exit can run it
+    again in the middle of a fold: that one is deferred (the lock is held), and must stay pending,
+    not be dropped when the outer fold ends (its files would then stay in the directory for good)."""
+    from app.server import gunicorn_conf
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    first, second = _a_worker_counts(tmp_path), None
+    server = types.SimpleNamespace()
+    fold = metrics_files.fold
+
+    def fold_interrupted(directory, pids):
+        nonlocal second
+        with metrics_files.reading(directory):  # mid-fold, as the lock held by the outer fold
+            if second is None:
+                second = _a_worker_counts_beside(tmp_path, first)
+                gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=second))
+        return fold(directory, pids)
+
+    monkeypatch.setattr(metrics_files, "fold", fold_interrupted)
+    gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=first))
+    assert second is not None
+    monkeypatch.setattr(metrics_files, "fold", fold)
+    third = _a_worker_counts_beside(tmp_path, first, second)
+    gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=third))
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == ["counter_dead.db", "histogram_dead.db"]
+    assert 'served_total{route="/plants"} 6.0' in _scrape(tmp_path)
