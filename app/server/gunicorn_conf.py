@@ -426,7 +426,11 @@ def child_exit(server: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)
     # Its counts stay in the totals, its files not in the directory: the directory would grow by a
     # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
-    unfolded = [*getattr(server, "plants_unfolded_workers", ()), worker.pid]
+    # A deferred pid that a live worker has taken since is its files now (prometheus_client reopens
+    # them): folded, they would be unlinked under it. They are folded at that worker's exit.
+    live = getattr(server, "WORKERS", {})
+    earlier = [pid for pid in getattr(server, "plants_unfolded_workers", ()) if pid not in live]
+    unfolded = [*earlier, worker.pid]
     # Pending before the fold, and kept after it if added meanwhile: gunicorn 23 runs this hook in
     # its SIGCHLD handler, so another worker's exit may run it again mid-fold (deferred: locked).
     server.plants_unfolded_workers = unfolded
