@@ -148,8 +148,9 @@ access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
-    one; a named one is emptied of an earlier run's files. The one made here is the workers' user's
-    (directories.py): with `--user` a worker could not write its counts into root's. It is made in
+    one; a named one is emptied of an earlier run's files (not of a running one's, at SIGUSR2).
+    The one made here is the workers' user's (directories.py): with `--user` a worker could not
+    write its counts into root's. It is made in
     /dev/shm when that is another file system than the reload's snapshot's: a snapshot that fills
     its directory must not leave a worker a memory-mapped page it cannot write (SIGBUS).
 
@@ -167,8 +168,11 @@ def _prepare_metrics_directory(server: Any) -> None:
             "is not a directory the service can write in: make it, or unset it (one is then made)"
         )
     if directory:
-        for stale in Path(directory).glob("*.db"):
-            stale.unlink()
+        # Not in the master SIGUSR2 starts (gunicorn gives it the old master's pid): the old
+        # master's workers still count into their files here, and its folds hold its dead ones'.
+        if not getattr(server, "master_pid", 0):
+            for stale in Path(directory).glob("*.db"):
+                stale.unlink()
     else:
         directory = str(
             workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
@@ -220,6 +224,16 @@ def on_starting(server: Any) -> None:
             f"Plant Store: refusing to recycle the worker every {server.cfg.max_requests} requests "
             "(--max-requests) with the in-memory store: each new worker would start empty, every "
             "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
+        )
+    if getattr(server, "master_pid", 0) and not url.shared:
+        # gunicorn's binary upgrade (SIGUSR2; gunicorn gave this master the old one's pid): this
+        # master's worker would serve an empty store beside the old one's, which then refuses
+        # every request as a split store. The old master serves on, its plants kept.
+        raise SystemExit(
+            "Plant Store: refusing a binary upgrade (SIGUSR2) with the in-memory store: the new "
+            "worker would start empty beside the old one, every plant out of reach. Reload with "
+            "SIGHUP (it hands the store to the new worker), or set PLANTS_STORE_URL to a shared "
+            "store (redis://...)."
         )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.
@@ -412,8 +426,17 @@ def child_exit(server: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)
     # Its counts stay in the totals, its files not in the directory: the directory would grow by a
     # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
-    unfolded = [*getattr(server, "plants_unfolded_workers", ()), worker.pid]
-    server.plants_unfolded_workers = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
+    # A deferred pid that a live worker has taken since is its files now (prometheus_client reopens
+    # them): folded, they would be unlinked under it. They are folded at that worker's exit.
+    live = getattr(server, "WORKERS", {})
+    earlier = [pid for pid in getattr(server, "plants_unfolded_workers", ()) if pid not in live]
+    unfolded = [*earlier, worker.pid]
+    # Pending before the fold, and kept after it if added meanwhile: gunicorn 23 runs this hook in
+    # its SIGCHLD handler, so another worker's exit may run it again mid-fold (deferred: locked).
+    server.plants_unfolded_workers = unfolded
+    left = metrics_files.fold(os.environ["PROMETHEUS_MULTIPROC_DIR"], unfolded)
+    added = [pid for pid in server.plants_unfolded_workers if pid not in unfolded]
+    server.plants_unfolded_workers = [*left, *added]
 
 
 def on_exit(server: Any) -> None:

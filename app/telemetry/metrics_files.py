@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -84,12 +85,14 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     # Written beside it under a name no scrape reads, then put in its place in one step.
     written = directory / f"{kind}_dead.db.new"
     # Its room taken before it is mapped: a memory-mapped page that a full file system cannot
-    # give is SIGBUS, here in the master. The sources' sizes bound what the fold holds.
+    # give is SIGBUS, here in the master. The bytes its sources use bound what the fold holds; their
+    # files' sizes would not do (each worker's is 64 KiB, sparse, and the fold, allocated whole,
+    # would grow by that much, and by its own size, at every fold).
     # Readable by all, as prometheus_client makes a worker's: the master may be root, and the
     # workers that read it gunicorn's `user` (the directory itself is theirs alone, 0700).
     descriptor = os.open(written, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.posix_fallocate(descriptor, 0, sum(path.stat().st_size for path in sources))
+        os.posix_fallocate(descriptor, 0, sum(map(_used, sources)))
     except OSError:
         written.unlink()
         raise
@@ -112,3 +115,11 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     os.replace(written, folded)
     for path in dead:
         path.unlink()
+
+
+def _used(path: Path) -> int:
+    """How many bytes of a multiprocess file hold counts: its first 4 bytes say (the layout
+    MmapedDict's docstring gives), header included."""
+    with path.open("rb") as file:
+        (used,) = struct.unpack("i", file.read(4))
+    return int(used)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.server.directories import SHARED_MEMORY
+from tests.conftest import redis_settings
 from tests.helpers import assert_error, call
 from tests.servers import ROOT, TOKEN, Gunicorn, Served, free_port, wait_until_serving
 
@@ -204,15 +205,20 @@ def worker_pids(master_pid: int) -> list[int]:
     return [int(pid) for pid in children]
 
 
+def await_output(server: Gunicorn, text: str, within_s: float) -> None:
+    """Until the server's output shows `text` (a master's or a worker's log line), within a bound."""
+    deadline = time.monotonic() + within_s
+    while text not in server.output():
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.05)
+
+
 def test_sigttin_holds_the_memory_store_at_one_worker():
     server = Gunicorn()
     try:
         (worker,) = worker_pids(server.process.pid)
         server.process.send_signal(signal.SIGTTIN)
-        deadline = time.monotonic() + 5
-        while "staying at 1 worker" not in server.output():
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.05)
+        await_output(server, "staying at 1 worker", 5)
         time.sleep(1.5)  # a master that did add a worker has forked it by now
         assert worker_pids(server.process.pid) == [worker]
         plant = {"id": 5001, "name": "Fern"}
@@ -223,7 +229,7 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
         server.stop()
 
 
-def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
+def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
     """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
     listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
     misspelled settings. The new master was refused at its start, and no upgrade could be made."""
@@ -231,6 +237,7 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
     # file, with gunicorn's own `http` package ahead of the standard library's.
     port = free_port()
     env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
+    env.update(redis_settings(redis_server), WEB_CONCURRENCY="1")  # the memory store's is refused (below)
     server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
     new_master = None
     try:
@@ -250,11 +257,38 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
         status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
         assert status == 200, body
         assert server.stop() == 0
-        assert "Traceback" not in server.output()  # the masters share the reload's directory
+        assert "Traceback" not in server.output()  # either master's stop, and its worker's, is clean
     finally:
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(new_master, signal.SIGTERM)
+        server.stop()
+
+
+def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(tmp_path):
+    """The new master's worker would start with an empty store beside the old one's, which then
+    refuses every request as a split store: every plant out of reach, half the requests 503."""
+    port = free_port()
+    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
+    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    old_worker = None
+    try:
+        assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)[0] == 200
+        (old_worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGUSR2)
+        await_output(server, "refusing a binary upgrade (SIGUSR2)", 30)
+        deadline = time.monotonic() + 30
+        while worker_pids(server.process.pid) != [old_worker]:  # the new master has exited
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
+        for _ in range(6):
+            status, _, body = call(server.connection(), "GET", "/plants/1", headers=AUTH)
+            assert status == 200, body
+        assert server.stop() == 0
+    finally:
+        with contextlib.suppress(OSError):  # a new master that did start outlives the old one
+            for pid in set(worker_pids(server.process.pid)) - {old_worker}:
+                os.kill(pid, signal.SIGTERM)
         server.stop()
 
 

@@ -86,7 +86,8 @@ class PlantsWorker(base.Worker):
         while True:
             try:
                 events = poll(1.0, 1)
-            except ValueError:  # the epoll is closed: the worker is exiting
+            except (ValueError, OSError):  # the epoll is closed: the worker is exiting
+                # (OSError, EBADF: it was closed between Python's check and the system call)
                 return
             for fd, _ in events:
                 listener = listeners.get(fd)
