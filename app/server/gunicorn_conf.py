@@ -145,6 +145,12 @@ logger_class = "app.server.access_log.AccessLogger"
 access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 
 
+def _upgrading() -> bool:
+    """Whether this master is the new one of gunicorn's binary upgrade (SIGUSR2): gunicorn starts it
+    with the old master's pid in GUNICORN_PID (and its sockets in GUNICORN_FD), until it is promoted."""
+    return bool(os.environ.get("GUNICORN_PID"))
+
+
 def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
@@ -170,7 +176,7 @@ def _prepare_metrics_directory(server: Any) -> None:
     if directory:
         # Not in the master SIGUSR2 starts (gunicorn gives it the old master's pid): the old
         # master's workers still count into their files here, and its folds hold its dead ones'.
-        if not getattr(server, "master_pid", 0):
+        if not _upgrading():
             for stale in Path(directory).glob("*.db"):
                 stale.unlink()
     else:
@@ -225,7 +231,7 @@ def on_starting(server: Any) -> None:
             "(--max-requests) with the in-memory store: each new worker would start empty, every "
             "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
         )
-    if getattr(server, "master_pid", 0) and not url.shared:
+    if _upgrading() and not url.shared:
         # gunicorn's binary upgrade (SIGUSR2; gunicorn gave this master the old one's pid): this
         # master's worker would serve an empty store beside the old one's, which then refuses
         # every request as a split store. The old master serves on, its plants kept.
@@ -428,7 +434,7 @@ def child_exit(server: Any, worker: Any) -> None:
     # worker's files at every replacement (a reload, a crash, a timeout), and each scrape read them all.
     # A deferred pid that a live worker has taken since is its files now (prometheus_client reopens
     # them): folded, they would be unlinked under it. They are folded at that worker's exit.
-    live = getattr(server, "WORKERS", {})
+    live = handoff.tracked_pids()
     earlier = [pid for pid in getattr(server, "plants_unfolded_workers", ()) if pid not in live]
     unfolded = [*earlier, worker.pid]
     # Pending before the fold, and kept after it if added meanwhile: gunicorn 23 runs this hook in

@@ -95,6 +95,11 @@ def track(worker: Any) -> None:
     _workers.append(worker)
 
 
+def tracked_pids() -> set[int]:
+    """The pids of the workers the master has forked and not yet seen exit."""
+    return {worker.pid for worker in _workers if worker.pid}
+
+
 def forget(worker: Any) -> None:
     """gunicorn's child_exit (and worker_exit, for a worker it found gone)."""
     if worker in _workers:

@@ -80,18 +80,19 @@ def test_the_in_memory_stores_one_worker_keeps_its_metrics_in_process(monkeypatc
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == ""
 
 
-@pytest.mark.parametrize(("master_pid", "kept"), [(0, False), (4242, True)])
-def test_a_named_directory_is_emptied_unless_a_master_counts_into_it(monkeypatch, tmp_path, master_pid, kept):
+@pytest.mark.parametrize(("old_master", "kept"), [("", False), ("4242", True)])
+def test_a_named_directory_is_emptied_unless_a_master_counts_into_it(monkeypatch, tmp_path, old_master, kept):
     """An earlier run's files are cleared at start; but the master that SIGUSR2 starts (gunicorn
-    gives it the old master's pid, `master_pid`) shares the directory with the old master, whose
+    gives it the old master's pid in GUNICORN_PID) shares the directory with the old master, whose
     workers still count into their files (and whose folds hold its dead workers' counts): cleared,
     every count so far left the totals, and the old workers' further counts never reached one."""
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     monkeypatch.setenv("PLANTS_STORE_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("GUNICORN_PID", old_master)
     (tmp_path / "counter_1.db").write_bytes(b"counts")
     (tmp_path / "counter_dead.db").write_bytes(b"folded counts")
     cfg = types.SimpleNamespace(uid=os.getuid(), gid=os.getgid())
-    gunicorn_conf._prepare_metrics_directory(types.SimpleNamespace(cfg=cfg, master_pid=master_pid))
+    gunicorn_conf._prepare_metrics_directory(types.SimpleNamespace(cfg=cfg))
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
     expected = ["counter_1.db", "counter_dead.db"] if kept else []
     assert sorted(path.name for path in tmp_path.glob("*.db")) == expected

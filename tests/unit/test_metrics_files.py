@@ -95,15 +95,19 @@ def test_a_deferred_workers_pid_taken_by_a_live_worker_is_not_folded(tmp_path, m
     """A fold deferred (a scrape held the lock) keeps the dead worker's pid; if a new worker gets
     that pid before the next fold, it counts into the same files (prometheus_client reopens them):
     folded then, they were unlinked under the live worker, and its further counts reached no total."""
-    from app.server import gunicorn_conf
+    from app.server import gunicorn_conf, handoff
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     reused = _a_worker_counts(tmp_path)
-    server = types.SimpleNamespace(WORKERS={})
+    server = types.SimpleNamespace()
     with metrics_files.reading(tmp_path):  # a scrape under way: the fold is deferred
         gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=reused))
-    server.WORKERS[reused] = object()  # gunicorn's table: a live worker with that pid again
-    other = _a_worker_counts_beside(tmp_path, reused)
-    gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=other))
+    again = types.SimpleNamespace(pid=reused)
+    handoff.track(again)  # pre_fork's: a live worker with that pid again
+    try:
+        other = _a_worker_counts_beside(tmp_path, reused)
+        gunicorn_conf.child_exit(server, types.SimpleNamespace(pid=other))
+    finally:
+        handoff.forget(again)
     assert (tmp_path / f"counter_{reused}.db").exists()
     assert 'served_total{route="/plants"} 4.0' in _scrape(tmp_path)

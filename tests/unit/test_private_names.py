@@ -25,10 +25,20 @@ from gunicorn.arbiter import Arbiter
 
 APP = Path(__file__).resolve().parents[2] / "app"
 LIBRARIES = ("flask", "werkzeug", "marshmallow", "redis", "prometheus_client", "limits", "jwt", "gunicorn")
-#: Names of gunicorn's Arbiter a hook may use: its docs' settings (nworkers_changed) name this one.
-ARBITER_DOCUMENTED = {"num_workers"}
-#: The Arbiter's own methods and class attributes, all undocumented for hooks but the above.
-ARBITER_INTERNALS = {name for name in vars(Arbiter) if not name.startswith("__")} - ARBITER_DOCUMENTED
+#: Names of gunicorn's Arbiter a hook may use: its docs' settings name these (`server.cfg`,
+#: `server.log`, `server.pid`; nworkers_changed's `num_workers`).
+ARBITER_DOCUMENTED = {"cfg", "log", "pid", "num_workers"}
+#: What the Arbiter sets on itself (`self.master_pid = ...`), beside its class's names.
+ARBITER_SET = {
+    node.attr
+    for node in ast.walk(ast.parse(inspect.getsource(Arbiter)))
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+    and isinstance(node.value, ast.Name) and node.value.id == "self"
+}  # fmt: skip
+#: The Arbiter's own methods and attributes, all undocumented for hooks but the above.
+ARBITER_INTERNALS = (
+    {name for name in vars(Arbiter) if not name.startswith("__")} | ARBITER_SET
+) - ARBITER_DOCUMENTED
 #: What gunicorn's hooks call the Arbiter they are given, by convention and in its docs.
 ARBITER_NAMES = ("server", "arbiter")
 #: Underscore names that the library documents as its public interface.
@@ -116,6 +126,17 @@ def problems(source: str, own: set[str], where: str) -> list[str]:
             and isinstance(node.value, ast.Name)
             and node.value.id in ARBITER_NAMES
             and node.attr in ARBITER_INTERNALS
+        ):
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)} (gunicorn's Arbiter, undocumented)")
+        if (  # getattr(server, "WORKERS", ...) and hasattr alike
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in ARBITER_NAMES
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in ARBITER_INTERNALS
         ):
             found.append(f"{where}:{node.lineno}: {ast.unparse(node)} (gunicorn's Arbiter, undocumented)")
         targets: list[ast.AST] = []
