@@ -227,10 +227,9 @@ class Metrics:
         if not self.multiprocess:
             return self.registry
         from prometheus_client import CollectorRegistry
-        from prometheus_client.multiprocess import MultiProcessCollector
 
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
+        registry.register(metrics_files.FilesCollector(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         registry.register(self._store_collector)
         return registry
 

@@ -23,7 +23,10 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+#: A file's header: the bytes it uses (4), then padding (MmapedDict's layout, in its docstring).
+_HEADER_BYTES = 8
 #: The lock's file: not a `*.db`, which prometheus_client reads as counts.
 LOCK_NAME = "fold.lock"
 #: The kinds of file the service's metrics write (no multiprocess gauge: its gauges are read at scrape).
@@ -72,6 +75,32 @@ def fold(directory: str | Path, pids: Iterable[int]) -> list[int]:
         os.close(descriptor)
 
 
+def holding_counts(paths: Iterable[str | Path]) -> list[str]:
+    """The files of `paths` a reader may read: not those still empty. A worker makes its file
+    empty, then sizes it and writes its header; read in between, prometheus_client's reader fails
+    (struct.error), and with it the whole scrape. An empty file holds no count yet."""
+    kept = []
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_size >= _HEADER_BYTES:
+                kept.append(str(path))
+    return kept
+
+
+class FilesCollector:
+    """prometheus_client's multiprocess collector, of the files `holding_counts`: the sum of every
+    worker's counts, by `MultiProcessCollector.merge`, prometheus_client's own."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def collect(self) -> Any:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        files = holding_counts(Path(self._directory).glob("*.db"))
+        return MultiProcessCollector.merge(files, accumulate=True)
+
+
 def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     from prometheus_client.mmap_dict import MmapedDict, mmap_key
     from prometheus_client.multiprocess import MultiProcessCollector
@@ -80,7 +109,11 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     if not dead:
         return
     folded = directory / f"{kind}_dead.db"
-    sources = [folded, *dead] if folded.exists() else dead
+    sources = [Path(path) for path in holding_counts([folded, *dead])]  # an empty one goes, unread
+    if not sources:
+        for path in dead:
+            path.unlink()
+        return
     merged = MultiProcessCollector.merge([str(path) for path in sources], accumulate=False)
     # Written beside it under a name no scrape reads, then put in its place in one step.
     written = directory / f"{kind}_dead.db.new"
@@ -92,7 +125,7 @@ def _fold_kind(directory: Path, kind: str, pids: list[int]) -> None:
     # workers that read it gunicorn's `user` (the directory itself is theirs alone, 0700).
     descriptor = os.open(written, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.posix_fallocate(descriptor, 0, sum(map(_used, sources)))
+        os.posix_fallocate(descriptor, 0, max(_HEADER_BYTES, sum(map(_used, sources))))
     except OSError:
         written.unlink()
         raise

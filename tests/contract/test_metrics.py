@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import logging
 import os
@@ -180,6 +179,7 @@ def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_serve
     settings = redis_settings(redis_server)
     server = Gunicorn(env={**settings, "WEB_CONCURRENCY": "2", "PROMETHEUS_MULTIPROC_DIR": str(directory)})
     seen: list[float] = []
+    refused: list[str] = []
     stop = threading.Event()
 
     def scrape() -> float:
@@ -189,8 +189,12 @@ def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_serve
 
     def scrapes() -> None:  # all along, as Prometheus would
         while not stop.is_set():
-            with contextlib.suppress(OSError):  # a connection to the worker being killed
+            try:
                 seen.append(scrape())
+            except OSError:  # a connection to the worker being killed
+                pass
+            except AssertionError as failed:  # not a 200: asserted below, with the server's log
+                refused.append(str(failed))
 
     try:
         watcher = threading.Thread(target=scrapes)
@@ -202,6 +206,7 @@ def test_replaced_workers_counts_stay_and_their_files_do_not_pile_up(redis_serve
             assert scrape() == 10 * replaced
         stop.set()
         watcher.join(30)
+        assert not refused, (refused[:3], server.output()[-3000:])
         assert seen == sorted(seen), seen
         assert len(list(directory.glob("*.db"))) <= 2 * 3  # counter and histogram: two workers', one fold
     finally:

@@ -111,3 +111,17 @@ def test_a_deferred_workers_pid_taken_by_a_live_worker_is_not_folded(tmp_path, m
         handoff.forget(again)
     assert (tmp_path / f"counter_{reused}.db").exists()
     assert 'served_total{route="/plants"} 4.0' in _scrape(tmp_path)
+
+
+def test_a_file_a_worker_has_just_made_fails_no_scrape_and_no_fold(tmp_path):
+    """A worker makes its file empty, then sizes it and writes its header: a scrape that read it in
+    between failed whole (prometheus_client's reader, struct.error), a 500 to Prometheus, and a
+    worker killed in between left a file no fold could read, every fold after it failing too."""
+    pid = _a_worker_counts(tmp_path)
+    (tmp_path / "counter_999999.db").touch()  # a worker's, made an instant ago
+    registry = CollectorRegistry()
+    registry.register(metrics_files.FilesCollector(str(tmp_path)))
+    assert 'served_total{route="/plants"} 2.0' in generate_latest(registry).decode()
+    assert metrics_files.fold(tmp_path, [999999, pid]) == []
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == ["counter_dead.db", "histogram_dead.db"]
+    assert 'served_total{route="/plants"} 2.0' in _scrape(tmp_path)
