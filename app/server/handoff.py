@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -70,11 +71,30 @@ def prepare(bind: list[str], uid: int | None = None, gid: int | None = None) -> 
 
 
 def _clear_transient() -> None:
-    """The handoff's flags and answers, and a reservation never filled: never a snapshot."""
+    """The handoff's flags and answers, and a reservation never filled: never a snapshot, and
+    never a flag of a worker that still runs. Two masters share the directory during gunicorn's
+    binary upgrade (SIGUSR2): the new one's start, or the old one's exit, took the other's worker's
+    `ready-` flag, and that master's next reload waited 30 s for it and was refused."""
     assert _directory is not None
     for pattern in ("handoff-wanted", "prepared-*", "ready-*", "*.tmp", "*.partial"):
         for path in _directory.glob(pattern):
-            path.unlink(missing_ok=True)
+            if not _of_a_running_worker(path.name):
+                path.unlink(missing_ok=True)
+
+
+def _of_a_running_worker(name: str) -> bool:
+    """Whether `name` is a worker's flag or answer (`ready-<pid>`, `prepared-<pid>[.tmp]`) and
+    that process still runs (this master's, or another's sharing the directory)."""
+    match = re.fullmatch(r"(?:ready|prepared)-(\d+)(?:\.tmp)?", name)
+    if match is None:
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: not a worker of this service
+        return False
+    return True
 
 
 def remove() -> None:
@@ -83,10 +103,13 @@ def remove() -> None:
         return  # a second master (SIGUSR2's) shares it, and the first to stop removed it
     _clear_transient()
     kept = sorted(_directory.iterdir())
-    if kept:
-        names = ", ".join(str(path) for path in kept)
+    unread = [path for path in kept if path.name.startswith(SNAPSHOT)]
+    if unread:
+        names = ", ".join(str(path) for path in unread)
         log.error("Plant Store: keeping the unread snapshot %s: the next start reads it", names)
         return
+    if kept:
+        return  # another master's workers' flags (SIGUSR2): that master removes it at its exit
     _directory.rmdir()
 
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -223,25 +224,43 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
         server.stop()
 
 
-def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
-    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
-    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
-    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
-    # The script, as deployed: re-executed, `python -m gunicorn` runs gunicorn/__main__.py as a
-    # file, with gunicorn's own `http` package ahead of the standard library's.
+def deployed_script(tmp_path: Path) -> Served:
+    """The `gunicorn` script, as deployed, its reload's directory in tmp_path. Re-executed by
+    SIGUSR2, `python -m gunicorn` would run gunicorn/__main__.py as a file, with gunicorn's own
+    `http` package ahead of the standard library's."""
     port = free_port()
     env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
-    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    return Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+
+
+def second_master(server: Served, serving: Callable[[int], bool]) -> int:
+    """SIGUSR2 to the server's master: the new master's pid, once `serving(its pid)`."""
+    (old_worker,) = worker_pids(server.process.pid)
+    server.process.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 20
     new_master = None
     try:
-        (old_worker,) = worker_pids(server.process.pid)
-        server.process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 20
-        while new_master is None or not worker_pids(new_master):
+        while new_master is None or not serving(new_master):
             assert time.monotonic() < deadline, server.output()
             assert "is not a setting" not in server.output()
             time.sleep(0.1)
             new_master = next((pid for pid in worker_pids(server.process.pid) if pid != old_worker), None)
+    except BaseException:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
+        raise
+    return new_master
+
+
+def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
+    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
+    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
+    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
+    server = deployed_script(tmp_path)
+    new_master = None
+    try:
+        new_master = second_master(server, lambda master: bool(worker_pids(master)))
         os.kill(new_master, signal.SIGTERM)  # the new one stops first, then the old
         deadline = time.monotonic() + 30
         while new_master in worker_pids(server.process.pid):
@@ -251,6 +270,48 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
         assert status == 200, body
         assert server.stop() == 0
         assert "Traceback" not in server.output()  # the masters share the reload's directory
+    finally:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
+        server.stop()
+
+
+def test_a_binary_upgrade_carried_through_leaves_a_new_master_that_reloads(tmp_path):
+    """gunicorn's upgrade the way it goes forward: SIGUSR2, then the old master stopped (SIGQUIT).
+    The two masters share the reload's directory: the new one's start took the old worker's flag,
+    and the old one's exit the new worker's and then the directory, so each reload of the new
+    master waited 30 s and was refused ("did not start in time"), for as long as it ran."""
+    server = deployed_script(tmp_path)
+    new_master = None
+
+    def ready(master: int) -> bool:  # its worker listens for the reload's SIGWINCH
+        return any(tmp_path.glob(f"plant-store-handoff-*/ready-{pid}") for pid in worker_pids(master))
+
+    try:
+        new_master = second_master(server, ready)
+        server.process.send_signal(signal.SIGQUIT)
+        assert server.process.wait(30) == 0
+        (new_worker,) = worker_pids(new_master)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
+        assert status == 200, body
+        os.kill(new_master, signal.SIGHUP)
+        deadline = time.monotonic() + 25  # a refused reload took 30 s
+        while worker_pids(new_master) in ([new_worker], []):
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        status, _, body = call(server.connection(), "GET", "/plants/1", None, AUTH)
+        assert status == 200, body  # handed over to the new master's next worker
+        assert "reload refused" not in server.output()
+        os.kill(new_master, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{new_master}").exists():
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
+        new_master = None
+        assert "Traceback" not in server.output()
+        assert "ERROR" not in server.output()
+        assert list(tmp_path.glob("plant-store-handoff-*")) == []  # the last master out removed it
     finally:
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
