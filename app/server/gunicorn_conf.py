@@ -186,9 +186,23 @@ def _remove_made_directory(directory: str, master: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _refuse_log_files(cfg: Any) -> None:
+    """gunicorn's `--access-logfile` and `--error-logfile` name files that logconfig_dict leaves
+    empty (every line goes to stdout): an operator who set them, and rotated them with SIGUSR1,
+    rotated empty files while the lines went elsewhere. `-` (stdout) is what the service does."""
+    for option, value in (("--access-logfile", cfg.accesslog), ("--error-logfile", cfg.errorlog)):
+        if value not in (None, "-"):
+            raise SystemExit(
+                f"Plant Store: configuration error: gunicorn's {option} names a file ({value!r}), but "
+                "every log line goes to stdout (PLANTS_LOG_FORMAT): leave it unset and send stdout "
+                "where the logs belong (journald, the container's log, a pipe)"
+            )
+
+
 def on_starting(server: Any) -> None:
     """Check every setting, as each worker's app will, without building the app (no thread may
     run in the master when it forks); refuse a split store."""
+    _refuse_log_files(server.cfg)
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
     # Imported now, not first in child_exit: gunicorn 23 runs that hook inside its SIGCHLD
     # handler, and a second worker's exit during the import met a half-imported module there

@@ -224,6 +224,25 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
         server.stop()
 
 
+@pytest.mark.parametrize("option", ["--access-logfile", "--error-logfile"])
+def test_a_log_file_gunicorn_would_leave_empty_stops_the_start(tmp_path, option):
+    """Every line goes to stdout (logconfig_dict): a log file named on gunicorn's command line was
+    made and left empty, and SIGUSR1 rotated that empty file while the lines went elsewhere."""
+    (line,) = refused_start(OK, option, str(tmp_path / "plants.log"))
+    assert f"configuration error: gunicorn's {option} names a file" in line
+    assert "stdout" in line
+
+
+def test_a_log_file_of_stdout_is_what_the_service_does():
+    server = Gunicorn(args=("--access-logfile", "-", "--error-logfile", "-"))
+    try:
+        assert call(server.connection(), "GET", "/healthz", None, {})[0] == 200
+        assert server.stop() == 0
+        assert '"GET /healthz HTTP/1.1" 200' in server.output()
+    finally:
+        server.stop()
+
+
 def deployed_script(tmp_path: Path) -> Served:
     """The `gunicorn` script, as deployed, its reload's directory in tmp_path. Re-executed by
     SIGUSR2, `python -m gunicorn` would run gunicorn/__main__.py as a file, with gunicorn's own
