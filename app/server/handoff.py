@@ -101,6 +101,8 @@ def remove() -> None:
     """In the master, at exit: the directory goes, unless it holds a snapshot nobody read."""
     if _directory is None or not _directory.is_dir():
         return  # a second master (SIGUSR2's) shares it, and the first to stop removed it
+    for worker in list(_workers):  # stopped, killed at the graceful timeout, perhaps not yet reaped
+        forget(worker)
     _clear_transient()
     kept = sorted(_directory.iterdir())
     unread = [path for path in kept if path.name.startswith(SNAPSHOT)]
@@ -122,9 +124,10 @@ def forget(worker: Any) -> None:
     """gunicorn's child_exit (and worker_exit, for a worker it found gone)."""
     if worker in _workers:
         _workers.remove(worker)
-    ready = _path(f"ready-{worker.pid}")
-    if ready is not None:
-        ready.unlink(missing_ok=True)
+    for name in (f"ready-{worker.pid}", f"prepared-{worker.pid}"):
+        flag = _path(name)
+        if flag is not None:
+            flag.unlink(missing_ok=True)
 
 
 def serving(worker_pid: int) -> None:

@@ -243,6 +243,22 @@ def test_a_log_file_of_stdout_is_what_the_service_does():
         server.stop()
 
 
+def test_a_master_whose_worker_outlived_the_graceful_timeout_removes_the_reload_directory(tmp_path):
+    """A stuck worker (SIGSTOP) is killed at the end of the graceful timeout, and the master exits
+    before it has reaped it: the worker's flag is the master's own, and goes with the directory."""
+    server = Gunicorn({"TMPDIR": str(tmp_path), "GUNICORN_GRACEFUL_TIMEOUT": "1"})
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        assert list(tmp_path.glob(f"plant-store-handoff-*/ready-{worker}"))
+        os.kill(worker, signal.SIGSTOP)
+        assert server.stop() == 0
+        assert list(tmp_path.glob("plant-store-handoff-*")) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        server.stop()
+
+
 def deployed_script(tmp_path: Path) -> Served:
     """The `gunicorn` script, as deployed, its reload's directory in tmp_path. Re-executed by
     SIGUSR2, `python -m gunicorn` would run gunicorn/__main__.py as a file, with gunicorn's own
