@@ -304,7 +304,7 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path):
         status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
         assert status == 200, body
         assert server.stop() == 0
-        assert "Traceback" not in server.output()  # the masters share the reload's directory
+        assert "Traceback" not in server.output(), server.output()  # the masters share the directory
     finally:
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
