@@ -145,6 +145,10 @@ logger_class = "app.server.access_log.AccessLogger"
 access_log_format = '%(h)s %({wsgi.url_scheme}e)s "%(r)s" %(s)s %(b)s %(M)sms'
 
 
+#: Marks a metrics directory a master made (and removes at its exit), never one named by the operator.
+_MADE_HERE = ".made-by-the-master"
+
+
 def _prepare_metrics_directory(server: Any) -> None:
     """prometheus_client's multiprocess mode: every worker writes its counts into one directory,
     and /metrics sums them. Made here (and removed at exit) unless PROMETHEUS_MULTIPROC_DIR names
@@ -158,6 +162,12 @@ def _prepare_metrics_directory(server: Any) -> None:
     each, about five per create). A reload then starts the counters again at zero, which
     Prometheus's `rate()` reads as a counter reset."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory and (Path(directory) / _MADE_HERE).exists():
+        # Made by the master this one upgrades (SIGUSR2; its variable is in the environment gunicorn
+        # hands over once a reload has run): its workers' files, removed at its exit. Once it had,
+        # every request of this master's workers was a 500 (prometheus_client's file not found).
+        del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        directory = None
     if not directory and not _shared_or_unknown():
         return
     if directory and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
@@ -173,6 +183,7 @@ def _prepare_metrics_directory(server: Any) -> None:
         directory = str(
             workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
         )
+        (Path(directory) / _MADE_HERE).touch()
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
         # on_exit removes it after a run; a start refused after this point (a bad setting, an

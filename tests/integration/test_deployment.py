@@ -19,7 +19,7 @@ import pytest
 
 from app.server.directories import SHARED_MEMORY
 from tests.helpers import assert_error, call
-from tests.servers import ROOT, TOKEN, Gunicorn, Served, free_port, wait_until_serving
+from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer, Served, free_port, wait_until_serving
 
 OK = {"PLANTS_API_TOKENS": TOKEN}
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -259,12 +259,12 @@ def test_a_master_whose_worker_outlived_the_graceful_timeout_removes_the_reload_
         server.stop()
 
 
-def deployed_script(tmp_path: Path) -> Served:
+def deployed_script(tmp_path: Path, **settings: str) -> Served:
     """The `gunicorn` script, as deployed, its reload's directory in tmp_path. Re-executed by
     SIGUSR2, `python -m gunicorn` would run gunicorn/__main__.py as a file, with gunicorn's own
     `http` package ahead of the standard library's."""
     port = free_port()
-    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
+    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path), **settings}
     return Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
 
 
@@ -352,6 +352,39 @@ def test_a_binary_upgrade_carried_through_leaves_a_new_master_that_reloads(tmp_p
             with contextlib.suppress(ProcessLookupError):
                 os.kill(new_master, signal.SIGTERM)
         server.stop()
+
+
+def test_a_binary_upgrade_after_a_reload_serves_on_redis_once_the_old_master_is_gone(tmp_path):
+    """gunicorn hands the new master the environment it read at its last reload, which names the
+    metrics directory the old master made: the new master's workers counted into it, and once
+    the old master removed it at its exit every request of theirs was a 500."""
+    redis = RedisServer(tmp_path)
+    server = deployed_script(tmp_path, PLANTS_STORE_URL=redis.url, WEB_CONCURRENCY="1")
+    new_master = None
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while len(pids := worker_pids(server.process.pid)) != 1 or pids == [worker]:  # the old one gone
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        new_master = second_master(server, lambda master: bool(worker_pids(master)))
+        server.process.send_signal(signal.SIGQUIT)
+        assert server.process.wait(30) == 0
+        for number in range(3):
+            plant = {"id": number + 1, "name": "Fern"}
+            status, _, body = call(server.connection(), "POST", "/plants", plant, AUTH)
+            assert status == 200, body
+        status, _, body = call(server.connection(), "GET", "/metrics", None, AUTH)
+        assert status == 200, body
+        assert b"plants_http_requests_total" in body
+        assert "Traceback" not in server.output()
+    finally:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
+        server.stop()
+        redis.stop()
 
 
 @contextlib.contextmanager
