@@ -149,6 +149,8 @@ def _upgrading() -> bool:
     """Whether this master is the new one of gunicorn's binary upgrade (SIGUSR2): gunicorn starts it
     with the old master's pid in GUNICORN_PID (and its sockets in GUNICORN_FD), until it is promoted."""
     return bool(os.environ.get("GUNICORN_PID"))
+#: Marks a metrics directory a master made (and removes at its exit), never one named by the operator.
+_MADE_HERE = ".made-by-the-master"
 
 
 def _prepare_metrics_directory(server: Any) -> None:
@@ -165,6 +167,12 @@ def _prepare_metrics_directory(server: Any) -> None:
     each, about five per create). A reload then starts the counters again at zero, which
     Prometheus's `rate()` reads as a counter reset."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory and (Path(directory) / _MADE_HERE).exists():
+        # Made by the master this one upgrades (SIGUSR2; its variable is in the environment gunicorn
+        # hands over once a reload has run): its workers' files, removed at its exit. Once it had,
+        # every request of this master's workers was a 500 (prometheus_client's file not found).
+        del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        directory = None
     if not directory and not _shared_or_unknown():
         return
     if directory and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
@@ -183,6 +191,7 @@ def _prepare_metrics_directory(server: Any) -> None:
         directory = str(
             workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
         )
+        (Path(directory) / _MADE_HERE).touch()
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
         server.plants_metrics_directory = directory
         # on_exit removes it after a run; a start refused after this point (a bad setting, an
@@ -196,9 +205,23 @@ def _remove_made_directory(directory: str, master: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _refuse_log_files(cfg: Any) -> None:
+    """gunicorn's `--access-logfile` and `--error-logfile` name files that logconfig_dict leaves
+    empty (every line goes to stdout): an operator who set them, and rotated them with SIGUSR1,
+    rotated empty files while the lines went elsewhere. `-` (stdout) is what the service does."""
+    for option, value in (("--access-logfile", cfg.accesslog), ("--error-logfile", cfg.errorlog)):
+        if value not in (None, "-"):
+            raise SystemExit(
+                f"Plant Store: configuration error: gunicorn's {option} names a file ({value!r}), but "
+                "every log line goes to stdout (PLANTS_LOG_FORMAT): leave it unset and send stdout "
+                "where the logs belong (journald, the container's log, a pipe)"
+            )
+
+
 def on_starting(server: Any) -> None:
     """Check every setting, as each worker's app will, without building the app (no thread may
     run in the master when it forks); refuse a split store."""
+    _refuse_log_files(server.cfg)
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
     # Imported now, not first in child_exit: gunicorn 23 runs that hook inside its SIGCHLD
     # handler, and a second worker's exit during the import met a half-imported module there

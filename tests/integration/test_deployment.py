@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from app.server.directories import SHARED_MEMORY
 from tests.conftest import redis_settings
 from tests.helpers import assert_error, call
-from tests.servers import ROOT, TOKEN, Gunicorn, Served, free_port, wait_until_serving
+from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer, Served, free_port, wait_until_serving
 
 OK = {"PLANTS_API_TOKENS": TOKEN}
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -229,26 +230,79 @@ def test_sigttin_holds_the_memory_store_at_one_worker():
         server.stop()
 
 
-def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
-    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
-    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
-    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
-    # The script, as deployed: re-executed, `python -m gunicorn` runs gunicorn/__main__.py as a
-    # file, with gunicorn's own `http` package ahead of the standard library's.
+@pytest.mark.parametrize("option", ["--access-logfile", "--error-logfile"])
+def test_a_log_file_gunicorn_would_leave_empty_stops_the_start(tmp_path, option):
+    """Every line goes to stdout (logconfig_dict): a log file named on gunicorn's command line was
+    made and left empty, and SIGUSR1 rotated that empty file while the lines went elsewhere."""
+    (line,) = refused_start(OK, option, str(tmp_path / "plants.log"))
+    assert f"configuration error: gunicorn's {option} names a file" in line
+    assert "stdout" in line
+
+
+def test_a_log_file_of_stdout_is_what_the_service_does():
+    server = Gunicorn(args=("--access-logfile", "-", "--error-logfile", "-"))
+    try:
+        assert call(server.connection(), "GET", "/healthz", None, {})[0] == 200
+        assert server.stop() == 0
+        assert '"GET /healthz HTTP/1.1" 200' in server.output()
+    finally:
+        server.stop()
+
+
+def test_a_master_whose_worker_outlived_the_graceful_timeout_removes_the_reload_directory(tmp_path):
+    """A stuck worker (SIGSTOP) is killed at the end of the graceful timeout, and the master exits
+    before it has reaped it: the worker's flag is the master's own, and goes with the directory."""
+    server = Gunicorn({"TMPDIR": str(tmp_path), "GUNICORN_GRACEFUL_TIMEOUT": "1"})
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        assert list(tmp_path.glob(f"plant-store-handoff-*/ready-{worker}"))
+        os.kill(worker, signal.SIGSTOP)
+        assert server.stop() == 0
+        assert list(tmp_path.glob("plant-store-handoff-*")) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        server.stop()
+
+
+def deployed_script(tmp_path: Path, **settings: str) -> Served:
+    """The `gunicorn` script, as deployed, its reload's directory in tmp_path. Re-executed by
+    SIGUSR2, `python -m gunicorn` would run gunicorn/__main__.py as a file, with gunicorn's own
+    `http` package ahead of the standard library's."""
     port = free_port()
-    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
-    env.update(redis_settings(redis_server), WEB_CONCURRENCY="1")  # the memory store's is refused (below)
-    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path), **settings}
+    return Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+
+
+def second_master(server: Served, serving: Callable[[int], bool]) -> int:
+    """SIGUSR2 to the server's master: the new master's pid, once `serving(its pid)`."""
+    (old_worker,) = worker_pids(server.process.pid)
+    server.process.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 20
     new_master = None
     try:
-        (old_worker,) = worker_pids(server.process.pid)
-        server.process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 20
-        while new_master is None or not worker_pids(new_master):
+        while new_master is None or not serving(new_master):
             assert time.monotonic() < deadline, server.output()
             assert "is not a setting" not in server.output()
             time.sleep(0.1)
             new_master = next((pid for pid in worker_pids(server.process.pid) if pid != old_worker), None)
+    except BaseException:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
+        raise
+    return new_master
+
+
+def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
+    """gunicorn's binary upgrade: the old master forks and execs a new one, handing it the
+    listening sockets in GUNICORN_FD (and its own pid in GUNICORN_PID): gunicorn's variables, not
+    misspelled settings. The new master was refused at its start, and no upgrade could be made."""
+    # On Redis: the memory store's upgrade is refused (below).
+    server = deployed_script(tmp_path, **redis_settings(redis_server), WEB_CONCURRENCY="1")
+    new_master = None
+    try:
+        new_master = second_master(server, lambda master: bool(worker_pids(master)))
         os.kill(new_master, signal.SIGTERM)  # the new one stops first, then the old
         deadline = time.monotonic() + 30
         while new_master in worker_pids(server.process.pid):
@@ -257,7 +311,7 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
         status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
         assert status == 200, body
         assert server.stop() == 0
-        assert "Traceback" not in server.output()  # either master's stop, and its worker's, is clean
+        assert "Traceback" not in server.output(), server.output()  # either master's stop is clean
     finally:
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -268,9 +322,7 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
 def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(tmp_path):
     """The new master's worker would start with an empty store beside the old one's, which then
     refuses every request as a split store: every plant out of reach, half the requests 503."""
-    port = free_port()
-    env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
-    server = Served([str(Path(sys.executable).parent / "gunicorn")], env, ROOT, port)
+    server = deployed_script(tmp_path)
     old_worker = None
     try:
         assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)[0] == 200
@@ -290,6 +342,39 @@ def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(t
             for pid in set(worker_pids(server.process.pid)) - {old_worker}:
                 os.kill(pid, signal.SIGTERM)
         server.stop()
+
+
+def test_a_binary_upgrade_after_a_reload_serves_on_redis_once_the_old_master_is_gone(tmp_path):
+    """gunicorn hands the new master the environment it read at its last reload, which names the
+    metrics directory the old master made: the new master's workers counted into it, and once
+    the old master removed it at its exit every request of theirs was a 500."""
+    redis = RedisServer(tmp_path)
+    server = deployed_script(tmp_path, PLANTS_STORE_URL=redis.url, WEB_CONCURRENCY="1")
+    new_master = None
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while len(pids := worker_pids(server.process.pid)) != 1 or pids == [worker]:  # the old one gone
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        new_master = second_master(server, lambda master: bool(worker_pids(master)))
+        server.process.send_signal(signal.SIGQUIT)
+        assert server.process.wait(30) == 0
+        for number in range(3):
+            plant = {"id": number + 1, "name": "Fern"}
+            status, _, body = call(server.connection(), "POST", "/plants", plant, AUTH)
+            assert status == 200, body
+        status, _, body = call(server.connection(), "GET", "/metrics", None, AUTH)
+        assert status == 200, body
+        assert b"plants_http_requests_total" in body
+        assert "Traceback" not in server.output()
+    finally:
+        if new_master is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(new_master, signal.SIGTERM)
+        server.stop()
+        redis.stop()
 
 
 @contextlib.contextmanager
