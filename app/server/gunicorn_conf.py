@@ -149,6 +149,8 @@ def _upgrading() -> bool:
     """Whether this master is the new one of gunicorn's binary upgrade (SIGUSR2): gunicorn starts it
     with the old master's pid in GUNICORN_PID (and its sockets in GUNICORN_FD), until it is promoted."""
     return bool(os.environ.get("GUNICORN_PID"))
+
+
 #: Marks a metrics directory a master made (and removes at its exit), never one named by the operator.
 _MADE_HERE = ".made-by-the-master"
 
