@@ -58,7 +58,12 @@ def test_the_deployment_drains_probes_and_runs_as_the_image_does():
     graceful = int(server_setting("GUNICORN_GRACEFUL_TIMEOUT"))
     assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + graceful
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    liveness = container["livenessProbe"]
+    assert liveness["httpGet"]["path"] == "/healthz"
+    # A hung store delays /healthz (it waits its turn behind the plants' requests, 6 s measured):
+    # a pod is restarted only after a minute without an answer, not for the store's hang.
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+    assert liveness["timeoutSeconds"] >= 10
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"requests", "limits"} <= set(container["resources"])
