@@ -151,8 +151,11 @@ def _upgrading() -> bool:
     return bool(os.environ.get("GUNICORN_PID"))
 
 
-#: Marks a metrics directory a master made (and removes at its exit), never one named by the operator.
-_MADE_HERE = ".made-by-the-master"
+#: Names the metrics directory a master made (and removes at its exit), never one named by the
+#: operator: set with PROMETHEUS_MULTIPROC_DIR, it goes wherever that goes (a reload's environment,
+#: which gunicorn hands the master SIGUSR2 starts), and still says so once that directory is gone.
+#: Not a `PLANTS_*` name: those are settings.
+_MADE_VARIABLE = "PROMETHEUS_MULTIPROC_DIR_MADE"
 
 
 def _prepare_metrics_directory(server: Any) -> None:
@@ -169,10 +172,11 @@ def _prepare_metrics_directory(server: Any) -> None:
     each, about five per create). A reload then starts the counters again at zero, which
     Prometheus's `rate()` reads as a counter reset."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if directory and (Path(directory) / _MADE_HERE).exists():
+    if directory and directory == os.environ.get(_MADE_VARIABLE):
         # Made by the master this one upgrades (SIGUSR2; its variable is in the environment gunicorn
-        # hands over once a reload has run): its workers' files, removed at its exit. Once it had,
-        # every request of this master's workers was a 500 (prometheus_client's file not found).
+        # hands over once a reload has run), or by an earlier one, gone since (a second upgrade):
+        # its workers' files, removed at its exit. Once it had, every request of this master's
+        # workers was a 500 (prometheus_client's file not found); a gone one refused the start.
         del os.environ["PROMETHEUS_MULTIPROC_DIR"]
         directory = None
     if not directory and not _shared_or_unknown():
@@ -193,8 +197,7 @@ def _prepare_metrics_directory(server: Any) -> None:
         directory = str(
             workers_directory("plants-metrics-", server.cfg.uid, server.cfg.gid, metrics_parent())
         )
-        (Path(directory) / _MADE_HERE).touch()
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.environ[_MADE_VARIABLE] = directory
         server.plants_metrics_directory = directory
         # on_exit removes it after a run; a start refused after this point (a bad setting, an
         # address in use) exits without on_exit, and each such start left a directory behind.

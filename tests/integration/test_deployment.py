@@ -344,6 +344,16 @@ def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(t
         server.stop()
 
 
+def reloaded(server: Served) -> None:
+    """SIGHUP to the server's master, until its one worker is the new one (the old one gone)."""
+    (worker,) = worker_pids(server.process.pid)
+    server.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while len(pids := worker_pids(server.process.pid)) != 1 or pids == [worker]:
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.1)
+
+
 def test_a_binary_upgrade_after_a_reload_serves_on_redis_once_the_old_master_is_gone(tmp_path):
     """gunicorn hands the new master the environment it read at its last reload, which names the
     metrics directory the old master made: the new master's workers counted into it, and once
@@ -352,12 +362,7 @@ def test_a_binary_upgrade_after_a_reload_serves_on_redis_once_the_old_master_is_
     server = deployed_script(tmp_path, PLANTS_STORE_URL=redis.url, WEB_CONCURRENCY="1")
     new_master = None
     try:
-        (worker,) = worker_pids(server.process.pid)
-        server.process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 20
-        while len(pids := worker_pids(server.process.pid)) != 1 or pids == [worker]:  # the old one gone
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.1)
+        reloaded(server)
         new_master = second_master(server, lambda master: bool(worker_pids(master)))
         server.process.send_signal(signal.SIGQUIT)
         assert server.process.wait(30) == 0
@@ -373,6 +378,48 @@ def test_a_binary_upgrade_after_a_reload_serves_on_redis_once_the_old_master_is_
         if new_master is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(new_master, signal.SIGTERM)
+        server.stop()
+        redis.stop()
+
+
+def test_a_second_binary_upgrade_after_a_reload_and_an_upgrade_starts_on_redis(tmp_path):
+    """The promoted master hands the next one the environment it started with, the first master's
+    (read at its reload): it names the directory the first master made, gone with it. The third
+    master took it for one the operator named, and refused to start (not a directory)."""
+    redis = RedisServer(tmp_path)
+    server = deployed_script(tmp_path, PLANTS_STORE_URL=redis.url, WEB_CONCURRENCY="1")
+    masters: list[int] = []
+    try:
+        reloaded(server)
+        second = second_master(server, lambda master: bool(worker_pids(master)))
+        masters.append(second)
+        server.process.send_signal(signal.SIGQUIT)
+        assert server.process.wait(30) == 0
+        await_output(server, "Master has been promoted", 20)
+        (second_worker,) = worker_pids(second)
+        os.kill(second, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        third = None
+        while third is None or not worker_pids(third):  # the third master serves, with its worker
+            assert time.monotonic() < deadline, server.output()
+            assert "configuration error" not in server.output(), server.output()
+            time.sleep(0.1)
+            third = next((pid for pid in worker_pids(second) if pid != second_worker), None)
+        masters.append(third)
+        os.kill(second, signal.SIGQUIT)
+        deadline = time.monotonic() + 30
+        while server.output().count("Master has been promoted") < 2:  # the second one gone
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        status, _, body = call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
+        assert status == 200, body
+        status, _, body = call(server.connection(), "GET", "/metrics", None, AUTH)
+        assert status == 200, body
+        assert "Traceback" not in server.output()
+    finally:
+        for master in reversed(masters):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(master, signal.SIGTERM)
         server.stop()
         redis.stop()
 

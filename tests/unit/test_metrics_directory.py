@@ -22,6 +22,7 @@ def _made(monkeypatch, uid: int, gid: int) -> Path:
     """The directory on_starting makes for a master whose workers run as uid:gid."""
     # Empty is unset to on_starting; setenv (not delenv) has the test's end restore the variable.
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.setenv(gunicorn_conf._MADE_VARIABLE, "")  # restored, as the directory's variable
     monkeypatch.setenv("PLANTS_STORE_URL", "redis://127.0.0.1:6379/0")  # several workers may share it
     server = types.SimpleNamespace(cfg=types.SimpleNamespace(uid=uid, gid=gid))
     gunicorn_conf._prepare_metrics_directory(server)
