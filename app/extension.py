@@ -62,8 +62,10 @@ class PlantsState:
         """End what this app runs in the background and close its connections, for the app's
         owner when it is done with the app (a host that made it, a test): the webhook deliverer
         (its leases given up), the feed's listener, the provider's key loader and the store's
-        connections. Each thread is waited for within `timeout` seconds in all; whether they all
-        ended. The app is not meant to serve after it (/readyz answers 503). Safe to call again."""
+        connections. The deliverer and the feed's listener are waited for within `timeout` seconds
+        in all; whether the listener ended (each of its stream readers ends within one blocking
+        read after: redis-py's one retry may reopen a read the close cut). The app is not meant
+        to serve after it (/readyz answers 503). Safe to call again."""
         deadline = time.monotonic() + timeout
         self.stopping.set()
         self.deliverer.stop(timeout=timeout)
