@@ -8,6 +8,7 @@ reverse proxy.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -86,8 +87,9 @@ class PlantsWorker(base.Worker):
         while True:
             try:
                 events = poll(1.0, 1)
-            except (ValueError, OSError):  # the epoll is closed: the worker is exiting
-                # (OSError, EBADF: it was closed between Python's check and the system call)
+            except (ValueError, OSError) as exc:  # the epoll is closed: the worker is exiting
+                if isinstance(exc, OSError) and exc.errno != errno.EBADF:  # closed after Python's check
+                    raise
                 return
             for fd, _ in events:
                 listener = listeners.get(fd)
