@@ -23,7 +23,8 @@ TOKEN = "test-token-1"
 _CHOOSER = random.SystemRandom()
 
 
-def _first_ephemeral_port() -> int:
+def first_ephemeral_port() -> int:
+    """The lowest port the kernel hands out to a socket bound to port 0 (an outgoing connection's)."""
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -38,7 +39,7 @@ def free_port() -> int:
     port then fails with "Address already in use". Ports below that range are only ever bound on
     purpose, so a server's port stays free until it starts.
     """
-    first_ephemeral = _first_ephemeral_port()
+    first_ephemeral = first_ephemeral_port()
     if first_ephemeral > 11_000:
         for _ in range(100):
             port = _CHOOSER.randrange(10_000, first_ephemeral)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import call
-from tests.servers import ROOT, Served, free_port
+from tests.servers import ROOT, Served, first_ephemeral_port, free_port
 
 DOC = ROOT / "docs" / "redis-cluster.md"
 
@@ -42,10 +42,12 @@ def _free(port: int) -> bool:
 
 
 def node_ports(count: int) -> list[int]:
-    """Ports free with their cluster bus (port + 10000) free too."""
+    """Ports free with their cluster bus (port + 10000) free too, both below the kernel's ephemeral
+    range, where no client's connection takes one before its node binds it (tests/servers.py)."""
     ports: list[int] = []
+    highest = max(first_ephemeral_port() - 10000, 12000)
     while len(ports) < count:
-        port = random.randrange(20000, 40000)
+        port = random.SystemRandom().randrange(10000, highest)
         if port not in ports and _free(port) and _free(port + 10000):
             ports.append(port)
     return ports
