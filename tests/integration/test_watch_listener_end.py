@@ -76,7 +76,8 @@ def test_closing_ends_a_listener_that_retries_a_redis_gone_away(redis, caplog):
     before = set(threading.enumerate())
     app = create_app({"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)})
     client = app.test_client()
-    poll = threading.Thread(target=client.get, args=("/events?after=now&wait=30",), kwargs={"headers": AUTH})
+    # Waiting through the steps below (about 5 s), so that the listener is wanted until the close.
+    poll = threading.Thread(target=client.get, args=("/events?after=now&wait=12",), kwargs={"headers": AUTH})
     poll.start()
     assert until(lambda: "feed-listener" in listener_threads(before))
     redis.stop()
@@ -86,7 +87,7 @@ def test_closing_ends_a_listener_that_retries_a_redis_gone_away(redis, caplog):
     caplog.clear()
     time.sleep(2.5)  # past two of its retries, had it gone on
     assert "listener failed" not in caplog.text
-    poll.join(40)  # the long-poll ends by its wait, or at the failure's wake-up
+    poll.join(25)  # the long-poll ends by its wait, or at the failure's wake-up
     assert not poll.is_alive()
 
 
