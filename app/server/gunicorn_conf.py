@@ -474,7 +474,4 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def on_exit(server: Any) -> None:
-    handoff.remove()
-    directory = getattr(server, "plants_metrics_directory", None)
-    if directory:
-        shutil.rmtree(directory, ignore_errors=True)
+    handoff.remove()  # the metrics directory a master made goes at its exit (its atexit handler)
