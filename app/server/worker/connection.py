@@ -26,7 +26,7 @@ from app.server.worker import cycle
 #: EPOLLRDHUP: a client's close wakes its connection; what it sent before is read first.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
-#: A parked answer's connection: woken by its client leaving, or armed WRITE by parking's `wake`
+#: A parked answer's connection: woken by its client leaving, or armed WRITE by `Registry.wake`
 #: (a socket with room to write is ready at once, so the next turn resumes the answer).
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 _RECV_BYTES = 65536

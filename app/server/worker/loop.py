@@ -149,9 +149,15 @@ class Registry:
     """The worker's connections on its epoll. What it counts is read and written under `lock`."""
 
     def __init__(
-        self, alive: Callable[[], bool], listeners: list[socket.socket], keepalive: float, budget: Budget
+        self,
+        alive: Callable[[], bool],
+        listeners: list[socket.socket],
+        keepalive: float,
+        budget: Budget,
+        read_timeout: float = 10.0,
     ) -> None:
         self._alive, self._keepalive, self.budget = alive, keepalive, budget
+        self._read_timeout = read_timeout  # the worker's: a woken parked answer's client has it
         self.epoll = select.epoll()
         self.lock = threading.Lock()
         self.conns: dict[int, Conn] = {}
@@ -162,7 +168,6 @@ class Registry:
         self.listening = Listening(self.epoll, listeners)
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
         self.watch_limit = 0  # set by Admission
-        self.read_timeout = 10.0  # the worker's, for a woken parked answer
 
     @property
     def counted(self) -> int:
@@ -223,11 +228,8 @@ class Registry:
                     self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
                 )
                 standing.idle_since = now
-            if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
-                # Its step comes when the socket is writable: a client that takes nothing within
-                # the read timeout is closed, to reconnect from its last event.
-                events = WRITE
-                standing.deadline = time.monotonic() + self.read_timeout
+            if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
+                events = self._woken(conn)
             standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
@@ -239,6 +241,24 @@ class Registry:
                     self.epoll.modify(conn.fd, events)
         for victim in victims:
             victim.close()
+
+    def wake(self, conn: Conn) -> None:
+        """From any thread: the connection's parked answer has more to give. Armed for its next
+        step at once, or, while a thread has it, as that thread hands it back (`rearm`)."""
+        with self.lock:
+            standing = conn.standing
+            if standing.woken:
+                return
+            standing.woken = True
+            if not standing.busy and standing.parked is not None:
+                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+                    self.epoll.modify(conn.fd, self._woken(conn))
+
+    def _woken(self, conn: Conn) -> int:
+        # Its step comes when the socket is writable: a client that takes nothing within the read
+        # timeout is closed, to reconnect from its last event.
+        conn.standing.deadline = time.monotonic() + self._read_timeout
+        return WRITE
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
@@ -411,3 +431,25 @@ class Admission:
                 f"{limit}, {len(registry.conns)} connections); connections are displaced, or accepting "
                 f"pauses {ACCEPT_PAUSE}s, until descriptors free up"
             )
+
+
+def run_thread(registry: Registry, admission: Admission, log: Any) -> None:
+    """A request thread's loop, one of the worker's threads on its one epoll: a turn on whichever
+    connection (connection.py's `Conn.turn`) or listener (`Admission.accept`) is ready."""
+    poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
+    while True:
+        try:
+            events = poll(1.0, 1)
+        except (ValueError, OSError) as exc:  # the epoll is closed: the worker is exiting
+            if isinstance(exc, OSError) and exc.errno != errno.EBADF:  # closed after Python's check
+                raise
+            return
+        for fd, _ in events:
+            listener = listeners.get(fd)
+            try:
+                if listener is not None:
+                    admission.accept(listener)
+                elif (conn := take(fd)) is not None:
+                    conn.turn()
+            except Exception:  # a request thread must outlive any one connection
+                log.exception("Error serving a connection")
