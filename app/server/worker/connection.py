@@ -157,8 +157,8 @@ class Incoming:
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
         return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
-    def forget(self) -> None:
-        """Every request byte read is forgotten (the connection is closing)."""
+    def discard(self) -> None:
+        """Every request byte read is dropped (the connection is closing)."""
         self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
 
@@ -311,9 +311,9 @@ class SizeLine:
 
 
 class Standing:
-    """A connection's standing with the worker, a record: the thread that has the connection
-    (`busy`) writes it freely, any other only under the registry's lock, and a deadline set on a
-    busy connection only shortens it (its thread's hand-back, `Registry.rearm`, applies it)."""
+    """A connection's standing with the loop, a record kept by loop.py's `Registry`: the thread that
+    has the connection (`busy`) writes it freely, any other only under the registry's lock (the
+    graceful stop only shortens a busy one's deadline, which its thread may set again)."""
 
     __slots__ = ("budgeted", "busy", "deadline", "idle_since", "lingering", "parked", "woken")
 
@@ -537,7 +537,7 @@ class Conn:
         waiting answer ends too, its access line written and its watch's place given back."""
         parked = self.context.registry.unpark(self)
         if parked is not None:
-            parked.left(self.context.log)
+            parked.abandon(self.context.log)
         # Forgotten before it is closed: once closed, its number can be reused by the next accept.
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
@@ -615,7 +615,7 @@ class Closing:
             conn.close()
             return
         conn.context.registry.linger(conn)  # no longer counted against the cap
-        conn.incoming.forget()
+        conn.incoming.discard()
         conn.standing.deadline = time.monotonic() + LINGER_SECONDS
         conn.context.registry.rearm(conn, READ)
 

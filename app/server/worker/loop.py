@@ -1,7 +1,7 @@
-"""The worker's loop around its connections: the registry on the epoll (a thread takes a connection
-for one turn, `EPOLLONESHOT`, and hands it back with the events it waits for), the memory budget,
-admission under the connection cap, and displacement (`progress`). CONTRIBUTING.md's worker
-section tells their rules.
+"""The worker's loop: each request thread's (`run_thread`), the registry of its connections on the
+epoll (a thread takes a connection for one turn, `EPOLLONESHOT`, and hands it back with the events
+it waits for), the memory budget, admission under the connection cap, and displacement
+(`progress`). CONTRIBUTING.md's worker section tells their rules.
 """
 
 from __future__ import annotations
@@ -149,15 +149,9 @@ class Registry:
     """The worker's connections on its epoll. What it counts is read and written under `lock`."""
 
     def __init__(
-        self,
-        alive: Callable[[], bool],
-        listeners: list[socket.socket],
-        keepalive: float,
-        budget: Budget,
-        read_timeout: float = 10.0,
+        self, alive: Callable[[], bool], listeners: list[socket.socket], keepalive: float, budget: Budget
     ) -> None:
         self._alive, self._keepalive, self.budget = alive, keepalive, budget
-        self._read_timeout = read_timeout  # the worker's: a woken parked answer's client has it
         self.epoll = select.epoll()
         self.lock = threading.Lock()
         self.conns: dict[int, Conn] = {}
@@ -174,9 +168,9 @@ class Registry:
         """The connections counted against the cap: a lingering close is not."""
         return len(self.conns) - len(self._lingering)
 
-    def add(self, conn: Conn) -> None:
+    def add(self, conn: Conn, deadline: float = 0.0) -> None:
         with self.lock:
-            conn.standing.idle_since = time.monotonic()
+            conn.standing.idle_since, conn.standing.deadline = time.monotonic(), deadline
             self.conns[conn.fd] = self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
 
@@ -206,9 +200,8 @@ class Registry:
         if victim is None and oldest is not None and oldest is not spare:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
         if victim is None:
-            going = ranked(
-                (c for c in self.conns.values() if c is not spare and not c.standing.lingering), now
-            )
+            others = (c for c in self.conns.values() if c is not spare and not c.standing.lingering)
+            going = ranked(others, now)
             victim = min(going, key=going.__getitem__, default=None)
         if victim is not None:
             self._take(victim)
@@ -223,13 +216,14 @@ class Registry:
             if idle:
                 self._idle[conn.fd] = conn
             if anew:
-                now = time.monotonic()
-                standing.deadline = now + (
-                    self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
-                )
-                standing.idle_since = now
+                standing.idle_since = now = time.monotonic()
+                keepalive = self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
+                standing.deadline = now + keepalive
             if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
-                events = self._woken(conn)
+                # Its step comes when the socket is writable: a client that takes nothing within
+                # the read timeout is closed, to reconnect from its last event.
+                events = WRITE
+                conn.allow(0)
             standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
@@ -251,14 +245,9 @@ class Registry:
                 return
             standing.woken = True
             if not standing.busy and standing.parked is not None:
+                conn.allow(0)  # as `rearm` arms one woken while its thread had it
                 with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                    self.epoll.modify(conn.fd, self._woken(conn))
-
-    def _woken(self, conn: Conn) -> int:
-        # Its step comes when the socket is writable: a client that takes nothing within the read
-        # timeout is closed, to reconnect from its last event.
-        conn.standing.deadline = time.monotonic() + self._read_timeout
-        return WRITE
+                    self.epoll.modify(conn.fd, WRITE)
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
@@ -391,8 +380,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.standing.deadline = time.monotonic() + self._first_wait
-            registry.add(conn)
+            registry.add(conn, time.monotonic() + self._first_wait)
             if not self._make_room(conn):
                 return
 

@@ -56,7 +56,7 @@ class Parked:
     def chunked(self) -> bool:
         return self.request.http == "1.1"
 
-    def left(self, log: Any) -> None:
+    def abandon(self, log: Any) -> None:
         """The end of an answer its client left (or that timed out) before its end, recorded
         (access line, post_request) with the status it began with and the bytes sent, or nginx's
         499 when nothing was sent yet."""

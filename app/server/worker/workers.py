@@ -44,8 +44,7 @@ class PlantsWorker(base.Worker):
     def run(self) -> None:
         cfg, log = self.cfg, self.log
         alive = self._is_alive
-        budget = Budget(self.memory_budget, log)
-        self.registry = Registry(alive, self.sockets, cfg.keepalive, budget, self.read_timeout)
+        self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
         self.parking = Parking(self.registry, log, alive, recorder(self))
         cap = self.admission.max_connections
