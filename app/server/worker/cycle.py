@@ -433,19 +433,18 @@ class Serving:
             environ = self.environs.build(conn, request)
         except exceptions.HTTPException as refusal:
             return encode_refusal(refusal), False, None
-        worker = self._worker
-        log = self._log
+        worker, log, registry = self._worker, self._log, self._registry
         answer = Answer()
         started = time.perf_counter()
-        self._pre_request(worker, request)
-        self.requests_served += 1
-        if self.requests_served >= self._max_requests and worker.alive:
-            log.info("Autorestarting worker after current request.")
-            worker.alive = False
-        keep_alive = request.keep_alive and self._keepalive and worker.alive
-        registry = self._registry
-        keep_alive = keep_alive and registry.counted < self._max_connections
         try:
+            # A failing hook is answered as a failing app is, as gunicorn's own workers do.
+            self._pre_request(worker, request)
+            self.requests_served += 1
+            if self.requests_served >= self._max_requests and worker.alive:
+                log.info("Autorestarting worker after current request.")
+                worker.alive = False
+            keep_alive = request.keep_alive and self._keepalive and worker.alive
+            keep_alive = keep_alive and registry.counted < self._max_connections
             result = self._app(environ, answer.start_response)
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.
             if not (hasattr(result, "subscribe") and hasattr(result, "deadline")):
