@@ -245,7 +245,7 @@ class Incoming:
         self._head_bytes += size + 2
         self.limits.check_field(self._head_count, size, self._head_bytes)
         if self.phase == BODY:
-            return  # a trailer field: framing, counted against the body, not passed on
+            return  # a trailer field: checked as a header field is, counted as framing, not passed on
         if name.lower() == b"content-length":
             self._content_length = int(value)  # llhttp has checked that it is digits only
         self._request.fields.append((name, value))
@@ -584,10 +584,8 @@ class Closing:
         """Past its deadline (run by the main thread, which has taken it)."""
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
-            message = "Answered 408 to a client that did not send its whole request within %ss"
-            conn.context.log.warning(message, conn.context.read_timeout)
-            with contextlib.suppress(OSError):
-                conn.sock.send(cycle.encode_refusal(cycle.TIMED_OUT))
+            within = conn.context.read_timeout
+            self._refuse(cycle.TIMED_OUT, f"did not send its whole request within {within}s")
             self.gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             conn.close()
@@ -595,14 +593,14 @@ class Closing:
     def cut_short(self) -> None:
         """Its client closed its side before its request was whole: one whose head was read is
         answered 408 first, as the service answers a body cut short under gthread."""
-        conn = self._conn
-        if conn.incoming.phase == BODY:
-            conn.context.log.warning(
-                "Answered 408 to a client that closed before its request's body was whole"
-            )
-            with contextlib.suppress(OSError):
-                conn.sock.send(cycle.encode_refusal(cycle.CUT_SHORT))
-        conn.close()
+        if self._conn.incoming.phase == BODY:
+            self._refuse(cycle.CUT_SHORT, "closed before its request's body was whole")
+        self._conn.close()
+
+    def _refuse(self, refusal: exceptions.HTTPException, why: str) -> None:
+        self._conn.context.log.warning("Answered %s to a client that %s", refusal.code, why)
+        with contextlib.suppress(OSError):
+            self._conn.sock.send(cycle.encode_refusal(refusal))
 
     def gracefully(self) -> None:
         # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until

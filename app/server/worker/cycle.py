@@ -412,16 +412,13 @@ class Serving:
     def __init__(
         self, worker: Any, registry: Any, park: Callable[..., bool], offers: dict[str, Any], cap: int
     ) -> None:
-        self._worker = worker
-        self._registry = registry
+        self._worker, self._registry, self._max_connections = worker, registry, cap
         self._start_parking = park
-        self._max_connections = cap
         cfg = worker.cfg
         self.environs = EnvironBuilder(cfg, offers)
         self.requests_served = 0
         # Read once: each of gunicorn's settings is a lookup and a validation on every read.
-        self._app = worker.wsgi
-        self._log = worker.log
+        self._app, self._log = worker.wsgi, worker.log
         self._pre_request = cfg.pre_request
         self._record = recorder(worker)
         self._keepalive = cfg.keepalive > 0
