@@ -57,8 +57,9 @@ class RequestLimits:
         self.field_size = field_size or 1 << 62
         self.head, self.body = head, body
 
-    def check_request_line(self, url: bytes) -> None:
-        if len(url) > self.request_line:
+    def check_request_line(self, method: bytes, url: bytes) -> None:
+        """The request line, `method url HTTP/1.x` without its CRLF, counted as gunicorn counts it."""
+        if len(method) + len(url) + 10 > self.request_line:
             message = f"the request line may take {self.request_line} bytes at most."
             raise exceptions.RequestURITooLarge(message)
 
@@ -237,7 +238,7 @@ class Incoming:
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
-        self.limits.check_request_line(self._request.url)
+        self.limits.check_request_line(self.parser.get_method(), self._request.url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
