@@ -454,7 +454,8 @@ class Serving:
                 full = exceptions.ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)
                 served = encode_refusal(full, answer), False, None
         except Exception:
-            registry.unpark(conn)
+            if registry.unpark(conn) is not None:  # parked, then failed at its first step
+                close_result(result, log)
             log.exception("Error handling request %s %s", request.method, request.path)
             served = encode_refusal(APP_ERROR, answer), False, None
         self._record(answer, request, environ, started)
