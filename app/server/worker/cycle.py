@@ -421,7 +421,7 @@ class Serving:
         self._app, self._log = worker.wsgi, worker.log
         self._pre_request = cfg.pre_request
         self._record = recorder(worker)
-        self._keepalive = cfg.keepalive > 0
+        self._keeps_alive = cfg.keepalive > 0  # gunicorn: a keep-alive of 0 closes after each answer
         self._max_requests = worker.max_requests
 
     def serve(self, conn: Any, request: Request) -> Served | None:
@@ -440,7 +440,7 @@ class Serving:
             if self.requests_served >= self._max_requests and worker.alive:
                 log.info("Autorestarting worker after current request.")
                 worker.alive = False
-            keep_alive = request.keep_alive and self._keepalive and worker.alive
+            keep_alive = request.keep_alive and self._keeps_alive and worker.alive
             keep_alive = keep_alive and registry.counted < self._max_connections
             result = self._app(environ, answer.start_response)
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.
