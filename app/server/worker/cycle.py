@@ -10,6 +10,7 @@ A small answer is one send; the worker owns the framing fields and drops the app
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import ipaddress
@@ -73,7 +74,11 @@ class Request:
 
     @property
     def path(self) -> str:
-        return self.url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
+        url = self.url
+        if url[:1] not in (b"/", b"*"):  # absolute-form: its path alone, as gunicorn's request has it
+            with contextlib.suppress(httptools.HttpParserInvalidURLError):
+                url = httptools.parse_url(url).path or b""
+        return url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
 
     @property
     def query(self) -> str:
