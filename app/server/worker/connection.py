@@ -424,7 +424,8 @@ class Outgoing:
 
 
 class Conn:
-    """A client connection. Exactly one thread acts on it at a time (its standing's `busy`)."""
+    """A client connection. One thread at a time takes a turn on it (its standing's `busy`); another
+    thread only wakes a parked answer on it, under the registry's lock (loop.py's `Registry.wake`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
