@@ -97,8 +97,8 @@ class FeedSignal:
         by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
         (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
         process's, heard by the listener thread (feed_listener.py: `FeedListenerThread._listen`).
-        `wake` is the server's: the packaged worker's (app/server/worker/parking.py:
-        `Parking.wake`), or the Event a watch blocked in its thread waits on
+        `wake` is the server's: the packaged worker's (app/server/worker/loop.py:
+        `Registry.wake`), or the Event a watch blocked in its thread waits on
         (app/watch/watches.py: `Watch._block`)."""
         with self._lock:
             changed = self._version != seen

@@ -13,7 +13,7 @@ plain iterable, one that can wait (`ParkableAnswer`): besides `__next__` and `cl
 
 `__next__` returning `b""` means "nothing yet": the worker parks the connection, on its epoll,
 until `wake`, the deadline, or the client leaving. The worker defines the same key and protocol
-on its side (app/server/worker/parking.py: `Parking.start` parks, `Parking.wake` wakes): it
+on its side (app/server/worker/parking.py: `Parking.start` parks; loop.py: `Registry.wake` wakes): it
 imports nothing of the service, and the service imports nothing of the server, so each holds its
 copy; tests/unit/test_watch_parking.py keeps the two keys equal. The service's answers that can
 wait are app/watch/watches.py's `LongPoll` and `EventStream`, made by app/plants/events.py's

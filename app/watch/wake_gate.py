@@ -8,7 +8,7 @@ a request thread, in a read slot taken by `enter` and given back by `leave` (app
 `WakeUp.fetch`). Under the packaged worker, a watch that finds no slot free for a store call
 gives its thread back at once and waits parked, holding no thread: its next `subscribe` files
 its wake-up here (`defer`) instead of with the signal, and the worker parks it as it parks any watch
-(app/server/worker/parking.py: `Parking.wake` hands it a thread again). A slot's end wakes every
+(app/server/worker/loop.py: `Registry.wake` hands it a thread again). A slot's end wakes every
 watch deferred: most now share the read the slot made (or its failure, app/watch/shared_reads.py)
 and need no slot; one that still does waits again. Handing the slot on one watch at a time
 instead made a chain of wake-ups, each a worker's turn, behind one another (bench/README.md).

@@ -89,7 +89,7 @@ class Watch:
     def __next__(self) -> bytes:
         """The next chunk of the answer (`next_chunk`). Parkable, `b""` is "nothing yet": the
         server calls `subscribe` and parks the connection until the wake-up (the packaged
-        worker's app/server/worker/parking.py: `Parking.wake`). Not parked, it waits here, in
+        worker's app/server/worker/loop.py: `Registry.wake`). Not parked, it waits here, in
         this thread (`_block`), until there is a chunk."""
         while True:
             if self.done:

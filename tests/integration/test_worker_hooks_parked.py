@@ -1,6 +1,7 @@
 """gunicorn's `post_request` hook runs once for every request on the packaged worker, as on
-gunicorn's own workers: for an answer served after parking (a long-poll) and for a stream its
-client left, as for any other; counted by hooks in a gunicorn config under tmp_path."""
+gunicorn's own workers: for an answer served after parking (a long-poll), for a stream its client
+left, and for a request whose `pre_request` hook failed (answered 500, as a failing app is), as for
+any other; counted by hooks in a gunicorn config under tmp_path."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def _note(line):
 
 def pre_request(worker, req):
     _note(f"pre {{req.path}}")
+    if req.path == "/pre-request-fails":
+        raise RuntimeError("the hook failed")
 
 
 def post_request(worker, req, environ, resp):
@@ -79,3 +82,21 @@ def test_a_stream_its_client_left_runs_post_request_once(hooked):
     assert wait_for_notes(notes, "/events", 2) == ["pre /events", "post /events 200"]
     time.sleep(0.5)  # and no second one follows
     assert notes_of(notes, "/events") == ["pre /events", "post /events 200"]
+
+
+def test_a_failing_pre_request_hook_is_answered_500_and_runs_post_request(hooked):
+    """The client gets the JSON Error record, as for a failing app, not a connection closed
+    without an answer; the worker serves on."""
+    server, notes = hooked
+    answer = exchange(server.port, request("GET", "/pre-request-fails"))
+    assert answer is not None
+    assert answer.status == 500, answer.body
+    assert answer.headers["Content-Type"] == "application/json"
+    assert answer.json()["error"] == 500
+    assert wait_for_notes(notes, "/pre-request-fails", 2) == [
+        "pre /pre-request-fails",
+        "post /pre-request-fails 500",
+    ]
+    healthy = exchange(server.port, request("GET", "/healthz"))
+    assert healthy is not None
+    assert healthy.status == 200

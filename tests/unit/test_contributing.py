@@ -1,13 +1,15 @@
 """CONTRIBUTING.md stays true to the code: its app/ tree is the layout on disk (every file it
-names is there, every module of app/ is named), and each hop of its "Where a watch waits" names
-a module and a function, class or attribute that are there, so a reader who follows it reaches
-code."""
+names is there, every module of app/ is named), and each hop of its "Where a watch waits" and
+"Where a request's bytes go" names a module and a function, class or attribute that are there, so
+a reader who follows it reaches code."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app"
@@ -129,17 +131,31 @@ def names_of(node: ast.stmt) -> set[str]:
     return set()
 
 
-def hops() -> list[tuple[str, str]]:
-    return HOP.findall(section(CONTRIBUTING.read_text("utf-8"), "Where a watch waits"))
+WATCH, REQUEST = "Where a watch waits", "Where a request's bytes go"
 
 
-def test_every_hop_of_where_a_watch_waits_is_in_the_code():
-    walk = hops()
+def hops(heading: str = WATCH) -> list[tuple[str, str]]:
+    return HOP.findall(section(CONTRIBUTING.read_text("utf-8"), heading))
+
+
+@pytest.mark.parametrize("heading", [WATCH, REQUEST])
+def test_every_hop_of_a_walk_through_is_in_the_code(heading: str) -> None:
+    walk = hops(heading)
     assert len(walk) >= 10, walk  # the walk-through is there, and parsed
     missing = [
         f"{file}:{name}" for file, name in walk if not (APP / file).is_file() or not defined(APP / file, name)
     ]
     assert not missing, missing
+
+
+def test_the_request_walk_through_goes_from_accept_to_send() -> None:
+    """A stranger finds where the worker accepts, parses, calls the app and sends."""
+    walk = set(hops(REQUEST))
+    assert ("server/worker/loop.py", "run_thread") in walk
+    assert ("server/worker/loop.py", "Admission._accept_all") in walk
+    assert ("server/worker/connection.py", "Conn._receive") in walk
+    assert ("server/worker/cycle.py", "Serving.serve") in walk
+    assert ("server/worker/connection.py", "Outgoing.put") in walk
 
 
 def test_the_walk_through_reaches_the_wait_and_its_fall_back():
@@ -148,6 +164,8 @@ def test_the_walk_through_reaches_the_wait_and_its_fall_back():
     assert ("plants/routes.py", "ROUTES") in walk
     assert ("watch/feed_signal.py", "FeedSignal.subscribe") in walk
     assert ("watch/watches.py", "Watch._block") in walk
+    assert ("server/worker/loop.py", "Registry.wake") in walk  # what wakes a parked one
+    assert ("server/worker/parking.py", "Parking._finish") in walk  # how its answer goes
 
 
 def test_a_name_that_is_not_there_is_found_missing(tmp_path: Path) -> None:

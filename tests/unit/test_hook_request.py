@@ -16,6 +16,9 @@ REQUESTS = [
     b"GET /plants?limit=5&tag=x HTTP/1.1\r\nHost: a\r\nX-Thing: 1\r\n\r\n",
     b"POST /plants HTTP/1.0\r\nHost: a\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}",
     b"GET /docs/assets/x.js#frag HTTP/1.1\r\nHost: a\r\naccept: */*\r\n\r\n",
+    b"GET http://a/plants?limit=5#f HTTP/1.1\r\nHost: a\r\n\r\n",  # absolute-form (RFC 9112 section 3.2.2)
+    b"GET http://a:80 HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
 ]
 
 

@@ -26,7 +26,7 @@ from app.server.worker import cycle
 #: EPOLLRDHUP: a client's close wakes its connection; what it sent before is read first.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 WRITE = select.EPOLLOUT | select.EPOLLONESHOT
-#: A parked answer's connection: woken by its client leaving, or armed WRITE by parking's `wake`
+#: A parked answer's connection: woken by its client leaving, or armed WRITE by `Registry.wake`
 #: (a socket with room to write is ready at once, so the next turn resumes the answer).
 PARKED = select.EPOLLRDHUP | select.EPOLLONESHOT
 _RECV_BYTES = 65536
@@ -57,8 +57,9 @@ class RequestLimits:
         self.field_size = field_size or 1 << 62
         self.head, self.body = head, body
 
-    def check_request_line(self, url: bytes) -> None:
-        if len(url) > self.request_line:
+    def check_request_line(self, method: bytes, url: bytes) -> None:
+        """The request line, `method url HTTP/1.x` without its CRLF, counted as gunicorn counts it."""
+        if len(method) + len(url) + 10 > self.request_line:
             message = f"the request line may take {self.request_line} bytes at most."
             raise exceptions.RequestURITooLarge(message)
 
@@ -157,8 +158,8 @@ class Incoming:
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
         return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
-    def forget(self) -> None:
-        """Every request byte read is forgotten (the connection is closing)."""
+    def discard(self) -> None:
+        """Every request byte read is dropped (the connection is closing)."""
         self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
 
@@ -237,7 +238,7 @@ class Incoming:
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
-        self.limits.check_request_line(self._request.url)
+        self.limits.check_request_line(self.parser.get_method(), self._request.url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
@@ -245,7 +246,7 @@ class Incoming:
         self._head_bytes += size + 2
         self.limits.check_field(self._head_count, size, self._head_bytes)
         if self.phase == BODY:
-            return  # a trailer field: framing, counted against the body, not passed on
+            return  # a trailer field: checked as a header field is, counted as framing, not passed on
         if name.lower() == b"content-length":
             self._content_length = int(value)  # llhttp has checked that it is digits only
         self._request.fields.append((name, value))
@@ -311,9 +312,9 @@ class SizeLine:
 
 
 class Standing:
-    """A connection's standing with the worker, a record: the thread that has the connection
-    (`busy`) writes it freely, any other only under the registry's lock, and a deadline set on a
-    busy connection only shortens it (its thread's hand-back, `Registry.rearm`, applies it)."""
+    """A connection's standing with the loop, a record kept by loop.py's `Registry`: the thread that
+    has the connection (`busy`) writes it freely, any other only under the registry's lock (the
+    graceful stop only shortens a busy one's deadline, which its thread may set again)."""
 
     __slots__ = ("budgeted", "busy", "deadline", "idle_since", "lingering", "parked", "woken")
 
@@ -423,7 +424,8 @@ class Outgoing:
 
 
 class Conn:
-    """A client connection. Exactly one thread acts on it at a time (its standing's `busy`)."""
+    """A client connection. One thread at a time takes a turn on it (its standing's `busy`); another
+    thread only wakes a parked answer on it, under the registry's lock (loop.py's `Registry.wake`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
@@ -537,7 +539,7 @@ class Conn:
         waiting answer ends too, its access line written and its watch's place given back."""
         parked = self.context.registry.unpark(self)
         if parked is not None:
-            parked.left(self.context.log)
+            parked.abandon(self.context.log)
         # Forgotten before it is closed: once closed, its number can be reused by the next accept.
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
@@ -584,10 +586,8 @@ class Closing:
         """Past its deadline (run by the main thread, which has taken it)."""
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
-            message = "Answered 408 to a client that did not send its whole request within %ss"
-            conn.context.log.warning(message, conn.context.read_timeout)
-            with contextlib.suppress(OSError):
-                conn.sock.send(cycle.encode_refusal(cycle.TIMED_OUT))
+            within = conn.context.read_timeout
+            self._refuse(cycle.TIMED_OUT, f"did not send its whole request within {within}s")
             self.gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             conn.close()
@@ -595,14 +595,14 @@ class Closing:
     def cut_short(self) -> None:
         """Its client closed its side before its request was whole: one whose head was read is
         answered 408 first, as the service answers a body cut short under gthread."""
-        conn = self._conn
-        if conn.incoming.phase == BODY:
-            conn.context.log.warning(
-                "Answered 408 to a client that closed before its request's body was whole"
-            )
-            with contextlib.suppress(OSError):
-                conn.sock.send(cycle.encode_refusal(cycle.CUT_SHORT))
-        conn.close()
+        if self._conn.incoming.phase == BODY:
+            self._refuse(cycle.CUT_SHORT, "closed before its request's body was whole")
+        self._conn.close()
+
+    def _refuse(self, refusal: exceptions.HTTPException, why: str) -> None:
+        self._conn.context.log.warning("Answered %s to a client that %s", refusal.code, why)
+        with contextlib.suppress(OSError):
+            self._conn.sock.send(cycle.encode_refusal(refusal))
 
     def gracefully(self) -> None:
         # RFC 9112 section 9.6: send FIN, then read and discard what the client still sends until
@@ -615,7 +615,7 @@ class Closing:
             conn.close()
             return
         conn.context.registry.linger(conn)  # no longer counted against the cap
-        conn.incoming.forget()
+        conn.incoming.discard()
         conn.standing.deadline = time.monotonic() + LINGER_SECONDS
         conn.context.registry.rearm(conn, READ)
 

@@ -10,6 +10,7 @@ A small answer is one send; the worker owns the framing fields and drops the app
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import ipaddress
@@ -73,7 +74,11 @@ class Request:
 
     @property
     def path(self) -> str:
-        return self.url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
+        url = self.url
+        if url[:1] not in (b"/", b"*"):  # absolute-form: its path alone, as gunicorn's request has it
+            with contextlib.suppress(httptools.HttpParserInvalidURLError):
+                url = httptools.parse_url(url).path or b""
+        return url.partition(b"#")[0].partition(b"?")[0].decode("latin-1")
 
     @property
     def query(self) -> str:
@@ -412,19 +417,16 @@ class Serving:
     def __init__(
         self, worker: Any, registry: Any, park: Callable[..., bool], offers: dict[str, Any], cap: int
     ) -> None:
-        self._worker = worker
-        self._registry = registry
+        self._worker, self._registry, self._max_connections = worker, registry, cap
         self._start_parking = park
-        self._max_connections = cap
         cfg = worker.cfg
         self.environs = EnvironBuilder(cfg, offers)
         self.requests_served = 0
         # Read once: each of gunicorn's settings is a lookup and a validation on every read.
-        self._app = worker.wsgi
-        self._log = worker.log
+        self._app, self._log = worker.wsgi, worker.log
         self._pre_request = cfg.pre_request
         self._record = recorder(worker)
-        self._keepalive = cfg.keepalive > 0
+        self._keeps_alive = cfg.keepalive > 0  # gunicorn: a keep-alive of 0 closes after each answer
         self._max_requests = worker.max_requests
 
     def serve(self, conn: Any, request: Request) -> Served | None:
@@ -433,19 +435,18 @@ class Serving:
             environ = self.environs.build(conn, request)
         except exceptions.HTTPException as refusal:
             return encode_refusal(refusal), False, None
-        worker = self._worker
-        log = self._log
+        worker, log, registry = self._worker, self._log, self._registry
         answer = Answer()
         started = time.perf_counter()
-        self._pre_request(worker, request)
-        self.requests_served += 1
-        if self.requests_served >= self._max_requests and worker.alive:
-            log.info("Autorestarting worker after current request.")
-            worker.alive = False
-        keep_alive = request.keep_alive and self._keepalive and worker.alive
-        registry = self._registry
-        keep_alive = keep_alive and registry.counted < self._max_connections
         try:
+            # A failing hook is answered as a failing app is, as gunicorn's own workers do.
+            self._pre_request(worker, request)
+            self.requests_served += 1
+            if self.requests_served >= self._max_requests and worker.alive:
+                log.info("Autorestarting worker after current request.")
+                worker.alive = False
+            keep_alive = request.keep_alive and self._keeps_alive and worker.alive
+            keep_alive = keep_alive and registry.counted < self._max_connections
             result = self._app(environ, answer.start_response)
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.
             if not (hasattr(result, "subscribe") and hasattr(result, "deadline")):
@@ -458,7 +459,8 @@ class Serving:
                 full = exceptions.ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)
                 served = encode_refusal(full, answer), False, None
         except Exception:
-            registry.unpark(conn)
+            if registry.unpark(conn) is not None:  # parked, then failed at its first step
+                close_result(result, log)
             log.exception("Error handling request %s %s", request.method, request.path)
             served = encode_refusal(APP_ERROR, answer), False, None
         self._record(answer, request, environ, started)

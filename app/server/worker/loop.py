@@ -1,7 +1,7 @@
-"""The worker's loop around its connections: the registry on the epoll (a thread takes a connection
-for one turn, `EPOLLONESHOT`, and hands it back with the events it waits for), the memory budget,
-admission under the connection cap, and displacement (`progress`). CONTRIBUTING.md's worker
-section tells their rules.
+"""The worker's loop: each request thread's (`run_thread`), the registry of its connections on the
+epoll (a thread takes a connection for one turn, `EPOLLONESHOT`, and hands it back with the events
+it waits for), the memory budget, admission under the connection cap, and displacement
+(`progress`). CONTRIBUTING.md's worker section tells their rules.
 """
 
 from __future__ import annotations
@@ -162,16 +162,15 @@ class Registry:
         self.listening = Listening(self.epoll, listeners)
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
         self.watch_limit = 0  # set by Admission
-        self.read_timeout = 10.0  # the worker's, for a woken parked answer
 
     @property
     def counted(self) -> int:
         """The connections counted against the cap: a lingering close is not."""
         return len(self.conns) - len(self._lingering)
 
-    def add(self, conn: Conn) -> None:
+    def add(self, conn: Conn, deadline: float = 0.0) -> None:
         with self.lock:
-            conn.standing.idle_since = time.monotonic()
+            conn.standing.idle_since, conn.standing.deadline = time.monotonic(), deadline
             self.conns[conn.fd] = self._idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
 
@@ -201,9 +200,8 @@ class Registry:
         if victim is None and oldest is not None and oldest is not spare:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
         if victim is None:
-            going = ranked(
-                (c for c in self.conns.values() if c is not spare and not c.standing.lingering), now
-            )
+            others = (c for c in self.conns.values() if c is not spare and not c.standing.lingering)
+            going = ranked(others, now)
             victim = min(going, key=going.__getitem__, default=None)
         if victim is not None:
             self._take(victim)
@@ -218,16 +216,14 @@ class Registry:
             if idle:
                 self._idle[conn.fd] = conn
             if anew:
-                now = time.monotonic()
-                standing.deadline = now + (
-                    self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
-                )
-                standing.idle_since = now
-            if events == PARKED and standing.woken:  # woken while its thread had it (parking.py)
+                standing.idle_since = now = time.monotonic()
+                keepalive = self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
+                standing.deadline = now + keepalive
+            if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
                 # Its step comes when the socket is writable: a client that takes nothing within
                 # the read timeout is closed, to reconnect from its last event.
                 events = WRITE
-                standing.deadline = time.monotonic() + self.read_timeout
+                conn.allow(0)
             standing.busy = False
             self.budget.account(conn)
             victims = self.budget.over(self.conns.values())
@@ -239,6 +235,19 @@ class Registry:
                     self.epoll.modify(conn.fd, events)
         for victim in victims:
             victim.close()
+
+    def wake(self, conn: Conn) -> None:
+        """From any thread: the connection's parked answer has more to give. Armed for its next
+        step at once, or, while a thread has it, as that thread hands it back (`rearm`)."""
+        with self.lock:
+            standing = conn.standing
+            if standing.woken:
+                return
+            standing.woken = True
+            if not standing.busy and standing.parked is not None:
+                conn.allow(0)  # as `rearm` arms one woken while its thread had it
+                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+                    self.epoll.modify(conn.fd, WRITE)
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
@@ -371,8 +380,7 @@ class Admission:
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
-            conn.standing.deadline = time.monotonic() + self._first_wait
-            registry.add(conn)
+            registry.add(conn, time.monotonic() + self._first_wait)
             if not self._make_room(conn):
                 return
 
@@ -411,3 +419,25 @@ class Admission:
                 f"{limit}, {len(registry.conns)} connections); connections are displaced, or accepting "
                 f"pauses {ACCEPT_PAUSE}s, until descriptors free up"
             )
+
+
+def run_thread(registry: Registry, admission: Admission, log: Any) -> None:
+    """A request thread's loop, one of the worker's threads on its one epoll: a turn on whichever
+    connection (connection.py's `Conn.turn`) or listener (`Admission.accept`) is ready."""
+    poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
+    while True:
+        try:
+            events = poll(1.0, 1)
+        except (ValueError, OSError) as exc:  # the epoll is closed: the worker is exiting
+            if isinstance(exc, OSError) and exc.errno != errno.EBADF:  # closed after Python's check
+                raise
+            return
+        for fd, _ in events:
+            listener = listeners.get(fd)
+            try:
+                if listener is not None:
+                    admission.accept(listener)
+                elif (conn := take(fd)) is not None:
+                    conn.turn()
+            except Exception:  # a request thread must outlive any one connection
+                log.exception("Error serving a connection")

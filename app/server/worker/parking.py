@@ -12,14 +12,12 @@ its key kept equal by tests/unit/test_watch_parking.py), since neither imports t
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.server.worker.connection import PARKED, WRITE
+from app.server.worker.connection import PARKED
 from app.server.worker.cycle import (
     APP_ERROR,
     LAST_CHUNK,
@@ -58,7 +56,7 @@ class Parked:
     def chunked(self) -> bool:
         return self.request.http == "1.1"
 
-    def left(self, log: Any) -> None:
+    def abandon(self, log: Any) -> None:
         """The end of an answer its client left (or that timed out) before its end, recorded
         (access line, post_request) with the status it began with and the bytes sent, or nginx's
         499 when nothing was sent yet."""
@@ -81,7 +79,8 @@ class Parked:
 
 
 class Parking:
-    """Steps, parks and wakes the waiting answers of a worker's connections."""
+    """Parks, steps and ends the waiting answers of a worker's connections (loop.py's
+    `Registry.wake` wakes them)."""
 
     def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
         self._registry, self._log, self._alive, self._record = registry, log, alive, record
@@ -97,7 +96,7 @@ class Parking:
         started: float,
     ) -> bool:
         """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
-        wake = partial(self.wake, conn)
+        wake = partial(self._registry.wake, conn)
         parked = Parked(iterable, answer, request, environ, keep_alive, started, self._record, wake)
         if not self._registry.park(conn, parked):
             return False
@@ -142,20 +141,6 @@ class Parking:
         # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
         self._registry.rearm(conn, PARKED)
 
-    def wake(self, conn: Conn) -> None:
-        """From any thread: the parked answer has more to give, so its connection is armed for its
-        next step, at once, or as its thread hands it back (loop.py's `Registry.rearm`)."""
-        registry = self._registry
-        with registry.lock:
-            standing = conn.standing
-            if standing.woken:
-                return
-            standing.woken = True
-            if not standing.busy and standing.parked is not None:
-                standing.deadline = time.monotonic() + registry.read_timeout  # as `rearm` does
-                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                    registry.epoll.modify(conn.fd, WRITE)
-
     def resume(self, conn: Conn) -> None:
         """A turn on a parked connection: woken, or its client left."""
         if conn.standing.woken:
@@ -190,4 +175,4 @@ class Parking:
                     parked.iterable.stop()
                 except Exception:
                     self._log.exception("Error stopping a waiting answer")
-                self.wake(conn)
+                self._registry.wake(conn)

@@ -8,7 +8,6 @@ reverse proxy.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
@@ -18,7 +17,7 @@ from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, RequestLimits
 from app.server.worker.cycle import Serving, recorder
-from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry
+from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry, run_thread
 from app.server.worker.parking import PARKING, Parking
 
 #: The service's MAX_CONTENT_LENGTH when the app does not say (bytes).
@@ -46,7 +45,6 @@ class PlantsWorker(base.Worker):
         cfg, log = self.cfg, self.log
         alive = self._is_alive
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
-        self.registry.read_timeout = self.read_timeout
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
         self.parking = Parking(self.registry, log, alive, recorder(self))
         cap = self.admission.max_connections
@@ -58,7 +56,8 @@ class PlantsWorker(base.Worker):
             listener.setblocking(False)
         self.admission.start(partial(Conn, context=context), max(cfg.keepalive, self.read_timeout))
         for number in range(cfg.threads):
-            threading.Thread(target=self._run_thread, name=f"request-{number}", daemon=True).start()
+            args = (self.registry, self.admission, log)
+            threading.Thread(target=run_thread, args=args, name=f"request-{number}", daemon=True).start()
 
         while self.alive and self.ppid == os.getppid():
             self._beat(0.25)
@@ -80,33 +79,12 @@ class PlantsWorker(base.Worker):
         body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) if config else DEFAULT_MAX_BODY
         return RequestLimits(line, fields, size, head, body)
 
-    def _run_thread(self) -> None:
-        """A request thread's loop: a turn on whichever connection (or listener) is ready."""
-        registry = self.registry
-        poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
-        while True:
-            try:
-                events = poll(1.0, 1)
-            except (ValueError, OSError) as exc:  # the epoll is closed: the worker is exiting
-                if isinstance(exc, OSError) and exc.errno != errno.EBADF:  # closed after Python's check
-                    raise
-                return
-            for fd, _ in events:
-                listener = listeners.get(fd)
-                try:
-                    if listener is not None:
-                        self.admission.accept(listener)
-                    elif (conn := take(fd)) is not None:
-                        conn.turn()
-                except Exception:  # a request thread must outlive any one connection
-                    self.log.exception("Error serving a connection")
-
     def _beat(self, pause: float) -> None:
         """The main thread's round: the heartbeat, then every connection past its deadline."""
         self.notify()
         due, expired = self.registry.expired()
         for conn in due:
-            self.parking.wake(conn)
+            self.registry.wake(conn)
         for conn in expired:
             try:
                 conn.closing.time_out()
