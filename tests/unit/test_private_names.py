@@ -231,3 +231,25 @@ def test_the_checks_see_a_private_use_and_a_monkeypatch():
         "server.kill_worker",
         "setattr(redis.Redis, 'x', 1)",
     ], found
+
+
+def test_the_worker_takes_from_gunicorn_its_worker_class_alone():
+    """The packaged worker stands on gunicorn's worker API, as uvicorn's `UvicornWorker` does: it
+    imports `gunicorn.workers.base` (its base class) and `gunicorn` (its version), none of
+    gunicorn's undocumented helpers (`gunicorn.util`, `gunicorn.http.wsgi`), which a release may change."""
+    found = []
+    for path in sorted((APP / "server" / "worker").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [
+                f"{path.name}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "gunicorn" and name != "gunicorn"
+                and not name.startswith("gunicorn.workers.base")
+            ]  # fmt: skip
+    assert found == []

@@ -3,7 +3,8 @@ app's call with gunicorn's hooks and access line, the answer's head and body, an
 answers (Werkzeug's `HTTPException`s, as the service's JSON Error record).
 
 A small answer is one send; the worker owns the framing fields and drops the app's hop-by-hop ones
-(PEP 3333). The environ is gunicorn's, but a chunked body is decoded first (the app sees its
+(PEP 3333). The environ has gunicorn's keys, built here from the standard library (gunicorn's
+helpers are not its documented API), but a chunked body is decoded first (the app sees its
 `CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
 `header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
@@ -20,17 +21,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from email.utils import formatdate
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import unquote_to_bytes
+from wsgiref.util import FileWrapper
 
+import gunicorn
 import httptools
-from gunicorn import util
-from gunicorn.http.wsgi import FileWrapper, base_environ
 from werkzeug import exceptions
 
-#: Fields the worker owns: gunicorn's hop-by-hop list (with Date and Server), and RFC 9110's
-#: `Trailer` (gunicorn's list says "trailers").
-HOP_BY_HOP = frozenset(util.hop_headers) | {"trailer"}
+#: Fields the worker owns: the hop-by-hop ones (RFC 9110 section 7.6.1) as gunicorn lists them
+#: ("trailers"), with RFC 9110's `Trailer`, Date and Server.
+_HOP = ("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers")
+HOP_BY_HOP = frozenset((*_HOP, "transfer-encoding", "upgrade", "date", "server"))
 #: An answer's pieces are collected into one write up to this many bytes.
 COLLECT_BYTES = 64 * 1024
 #: The most of a large answer one turn sends before the connection goes to the back of the queue.
@@ -110,7 +113,7 @@ class Request:
 @functools.lru_cache(maxsize=1)
 def http_date(second: int) -> str:
     """The Date field's value for `second` (a whole `time.time()`): made once a second."""
-    return util.http_date(second)
+    return formatdate(second, usegmt=True)
 
 
 class Head(NamedTuple):
@@ -306,9 +309,14 @@ class EnvironBuilder:
     def __init__(self, cfg: Any, offers: dict[str, Any]) -> None:
         self.script_name = os.environ.get("SCRIPT_NAME", "")
         self.static = {
-            **base_environ(cfg),  # its wsgi.file_wrapper's files go by os.sendfile, never held
+            "wsgi.version": (1, 0),
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": cfg.threads > 1,
+            "wsgi.multiprocess": cfg.workers > 1,
+            "wsgi.run_once": False,
+            "wsgi.file_wrapper": FileWrapper,  # its files go by os.sendfile, never held
+            "wsgi.input_terminated": True,
+            "SERVER_SOFTWARE": f"gunicorn/{gunicorn.__version__}",
             "wsgi.url_scheme": "http",
             "SCRIPT_NAME": self.script_name,
             **offers,
