@@ -10,7 +10,7 @@ from flask_cors import CORS
 from app import ConfigurationError
 from app.extension import plants_state
 from app.plants import bp
-from app.plants.routes import ROUTES
+from app.plants.routes import ROUTES, allowed_methods
 from tests.helpers import call
 from tests.servers import TOKEN, Gunicorn
 
@@ -58,12 +58,23 @@ def test_every_operation_preflights_without_a_token(make_app, route):
     answer = preflight(client, concrete(route.rule), route.method)
     assert answer.status_code == 204
     assert answer.headers["Access-Control-Allow-Origin"] == PAGE
-    assert route.method in answer.headers["Access-Control-Allow-Methods"].split(", ")
+    # The route's own methods, as its Allow names them: not every method of the service.
+    assert answer.headers["Access-Control-Allow-Methods"] == ", ".join(allowed_methods(route.rule))
+    assert answer.headers["Allow"] == answer.headers["Access-Control-Allow-Methods"] + ", OPTIONS"
     assert answer.headers["Access-Control-Allow-Headers"] == ASKED_HEADERS
     assert answer.headers["Access-Control-Max-Age"] == "600"
     assert "Access-Control-Allow-Credentials" not in answer.headers
     assert "Origin" in answer.headers["Vary"]
     assert answer.get_data() == b""
+
+
+@pytest.mark.parametrize(("path", "method"), [("/plants", "DELETE"), ("/events/tickets", "PUT")])
+def test_a_preflight_for_a_method_the_route_does_not_serve_is_not_told_it_may(make_app, path, method):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    answer = preflight(client, path, method)
+    assert answer.status_code == 204
+    assert method not in answer.headers["Access-Control-Allow-Methods"].split(", ")
+    assert answer.headers["Access-Control-Allow-Methods"] == answer.headers["Allow"].removesuffix(", OPTIONS")
 
 
 def test_a_preflight_is_not_rate_limited(make_app):
