@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from marshmallow import ValidationError, fields
 from marshmallow.utils import missing
 
-from app.settings.origins import serialise
+from app.settings.web_origin import serialise
 
 _BOOLEANS = {
     "1": True,
@@ -219,7 +219,7 @@ _LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_networ
 
 class Origins(Entries):
     """Exact web origins (`https://app.example.com`, `http://127.0.0.1:5173`), or `*` alone, each
-    kept as a browser writes it in `Origin` (origins.py)."""
+    kept as a browser writes it in `Origin` (web_origin.py)."""
 
     def check(self, value: Any) -> tuple[str, ...]:
         origins = super().check(value)
