@@ -196,8 +196,9 @@ class Hosts(Entries):
             try:
                 network = ipaddress.ip_network(host, strict=False)
             except ValueError:
-                # An underscore as a webhook URL's host takes one (a compose service's name).
-                if not re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,251}[A-Za-z0-9_])?", host):
+                # An underscore as a webhook URL's host takes one (a compose service's name); a
+                # trailing dot too (a fully qualified name, looked up as written).
+                if not re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,251}[A-Za-z0-9_])?\.?", host):
                     raise ValidationError(
                         f"must list host names, IP addresses or CIDRs, and {host!r} is none of them"
                     ) from None
