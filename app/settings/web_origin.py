@@ -6,9 +6,10 @@ from __future__ import annotations
 import ipaddress
 import re
 
-#: Scheme, host and port, nothing after. An IPv6 host in brackets; a port of decimal digits.
+#: Scheme, host and port, nothing after. An IPv6 host in brackets; a name may end in a dot (a page
+#: on `https://app.example./` sends it so); a port of decimal digits.
 _ORIGIN = re.compile(
-    r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::([0-9]{1,5}))?",
+    r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?)(?::([0-9]{1,5}))?",
     re.IGNORECASE,
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -26,8 +27,8 @@ def serialise(origin: str) -> str:
     scheme, host = matched[1].lower(), matched[2].lower()
     if host.startswith("["):
         host = f"[{_ipv6(host[1:-1], origin)}]"
-    elif host.rpartition(".")[2].isdigit():
-        host = _ipv4(host, origin)
+    elif host.removesuffix(".").rpartition(".")[2].isdigit():
+        host = _ipv4(host.removesuffix("."), origin)
     port = "" if matched[4] is None or int(matched[4]) == _DEFAULT_PORTS[scheme] else f":{matched[4]}"
     return f"{scheme}://{host}{port}"
 

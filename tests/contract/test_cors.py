@@ -179,6 +179,8 @@ def test_a_bad_origin_stops_the_start(make_app, value, phrase):
         ("http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:1]"),
         ("http://[::FFFF:127.0.0.1]", "http://[::ffff:7f00:1]"),
         ("http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8:0:1:1:1:1:1]"),
+        ("https://App.Example.", "https://app.example."),  # a browser keeps a name's trailing dot
+        ("http://127.0.0.1.:8080", "http://127.0.0.1:8080"),  # not an address's
     ],
 )
 def test_an_origin_is_listed_as_a_browser_writes_it(make_app, listed, sent):
