@@ -9,7 +9,7 @@ its after-request function (options resolved once, the host's `CORS_*` config ne
 then called by the plants blueprint's own after-request, so an embedding host's CORS, and its
 routes, are left alone. A preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered
 by the OPTIONS view of its route (app/http/options.py) without a token and without counting
-against a rate limit.
+against a rate limit, and allows only the methods that route serves.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ class Cors:
         if origin is not None:
             if environ["REQUEST_METHOD"] == "OPTIONS":
                 self._apply(response)  # a preflight's answer depends on what it asks for
+                _route_methods_only(response)
             else:
                 headers = self._decided.get(WILDCARD if self._wildcard else origin)
                 for name, value in self._decide(origin) if headers is None else headers:
@@ -107,3 +108,12 @@ class Cors:
         # Added, not merged: nothing else in the blueprint sends Vary, and a list-valued field may
         # come as several lines (RFC 9110 §5.3). A scan for an existing one cost 5x as much.
         response.headers.add("Vary", "Origin")
+
+
+def _route_methods_only(response: Response) -> None:
+    """A preflight allows the methods its route serves, as its `Allow` (app/http/options.py) names
+    them, not every method of the service: Flask-CORS's list is one for all routes."""
+    allow = response.headers.get("Allow")
+    if allow is not None and "Access-Control-Allow-Methods" in response.headers:
+        methods = [method for method in allow.split(", ") if method != "OPTIONS"]
+        response.headers["Access-Control-Allow-Methods"] = ", ".join(methods)

@@ -213,19 +213,35 @@ def _remove_made_directory(directory: str, master: int) -> None:
 def _refuse_log_files(cfg: Any) -> None:
     """gunicorn's `--access-logfile` and `--error-logfile` name files that logconfig_dict leaves
     empty (every line goes to stdout): an operator who set them, and rotated them with SIGUSR1,
-    rotated empty files while the lines went elsewhere. `-` (stdout) is what the service does."""
+    rotated empty files while the lines went elsewhere. Stdout (`-`, or `/dev/stdout`) is what the
+    service does."""
     for option, value in (("--access-logfile", cfg.accesslog), ("--error-logfile", cfg.errorlog)):
-        if value not in (None, "-"):
+        if value not in (None, "-", "/dev/stdout"):
             raise SystemExit(
                 f"Plant Store: configuration error: gunicorn's {option} names a file ({value!r}), but "
-                "every log line goes to stdout (PLANTS_LOG_FORMAT): leave it unset and send stdout "
-                "where the logs belong (journald, the container's log, a pipe)"
+                "every log line goes to stdout (PLANTS_LOG_FORMAT): leave it unset (or `-`) and send "
+                "stdout where the logs belong (journald, the container's log, a pipe)"
             )
+
+
+def _remove_pidfile_at_exit(server: Any) -> None:
+    """gunicorn writes `--pid`'s file before on_starting and removes it only when it stops a run it
+    started: a start refused here (or its address in use) left the file, naming a process gone."""
+    if server.pidfile is not None:
+        atexit.register(_remove_pidfile, server.pidfile, os.getpid())
+
+
+def _remove_pidfile(pidfile: Any, master: int) -> None:
+    """At the master's exit, not a worker's (they inherit the handler); gunicorn's own unlink
+    leaves a file that names another process (the new master of a binary upgrade)."""
+    if os.getpid() == master:
+        pidfile.unlink()
 
 
 def on_starting(server: Any) -> None:
     """Check every setting, as each worker's app will, without building the app (no thread may
     run in the master when it forks); refuse a split store."""
+    _remove_pidfile_at_exit(server)
     _refuse_log_files(server.cfg)
     _prepare_metrics_directory(server)  # before prometheus_client is first imported
     # Imported now, not first in child_exit: gunicorn 23 runs that hook inside its SIGCHLD

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from marshmallow import ValidationError, fields
 from marshmallow.utils import missing
 
+from app.settings.web_origin import serialise
+
 _BOOLEANS = {
     "1": True,
     "true": True,
@@ -194,8 +196,9 @@ class Hosts(Entries):
             try:
                 network = ipaddress.ip_network(host, strict=False)
             except ValueError:
-                # An underscore as a webhook URL's host takes one (a compose service's name).
-                if not re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,251}[A-Za-z0-9_])?", host):
+                # An underscore as a webhook URL's host takes one (a compose service's name); a
+                # trailing dot too (a fully qualified name, looked up as written).
+                if not re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,251}[A-Za-z0-9_])?\.?", host):
                     raise ValidationError(
                         f"must list host names, IP addresses or CIDRs, and {host!r} is none of them"
                     ) from None
@@ -215,38 +218,18 @@ class Hosts(Entries):
 _LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
 
 
-#: A web origin (RFC 6454): scheme, host and port, nothing after. An IPv6 host in brackets. The port
-#: as a browser writes it: 1 to 65535, no leading zero.
-_ORIGIN = re.compile(
-    r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[1-9][0-9]{0,4})?"
-)
-_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
-
-
 class Origins(Entries):
-    """Exact web origins (`https://app.example.com`, `http://127.0.0.1:5173`), or `*` alone."""
+    """Exact web origins (`https://app.example.com`, `http://127.0.0.1:5173`), or `*` alone, each
+    kept as a browser writes it in `Origin` (web_origin.py)."""
 
     def check(self, value: Any) -> tuple[str, ...]:
         origins = super().check(value)
         if "*" in origins and len(origins) > 1:
             raise ValidationError("must be either `*` (every origin) alone or a list of exact origins")
-        for origin in origins:
-            if origin == "*":
-                continue
-            matched = _ORIGIN.fullmatch(origin)
-            if not matched or int((matched[4] or ":1")[1:]) > 65535:
-                raise ValidationError(
-                    f"must list exact origins such as https://app.example.com (scheme, host and port,"
-                    f" no path, no pattern), or `*` alone, and {origin!r} is not one"
-                )
-            if matched[4] == _DEFAULT_PORTS[matched[1]]:
-                # A browser's Origin leaves its scheme's default port out: this one would match none.
-                bare = origin.removesuffix(matched[4])
-                raise ValidationError(
-                    f"names {origin!r} with its scheme's default port, which a browser's Origin never"
-                    f" holds: list {bare}"
-                )
-        return tuple(origin.lower() for origin in origins)
+        try:
+            return tuple(dict.fromkeys(origin if origin == "*" else serialise(origin) for origin in origins))
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
 
 
 class SecureUrl(Setting):

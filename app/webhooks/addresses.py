@@ -92,7 +92,7 @@ def target(url: str, allowed: Iterable[str], resolve: Resolver = socket.getaddri
             raise AddressRefused(
                 f"The host {host} resolves to {address}, {_named(address)}: not a globally reachable"
                 " address, and webhooks are sent only to those (PLANTS_WEBHOOKS_ALLOW_HOSTS lists the"
-                " hosts allowed anyway)."
+                f" hosts allowed anyway{_as_written(host)})."
             )
         metadata = metadata_inside(address)
         if metadata is not None and not _names_exactly(allow, metadata):
@@ -108,6 +108,13 @@ def target(url: str, allowed: Iterable[str], resolve: Resolver = socket.getaddri
     return Target(
         str(addresses[0]), port, host, https, path, authority, tuple(str(each) for each in addresses)
     )
+
+
+def _as_written(host: str) -> str:
+    """For a name with a trailing dot: that the allowance names it so. `hooks.example.` is looked
+    up as it stands, `hooks.example` perhaps under the resolver's search domains too (another
+    host), so neither allows the other."""
+    return f"; a name as written, so list {host} with its trailing dot" if host.endswith(".") else ""
 
 
 def _named(address: IPAddress) -> str:

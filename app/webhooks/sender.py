@@ -130,7 +130,9 @@ class _PinnedHTTPS(_Watched):
     ) -> None:
         super().__init__(where, timeout, watchdog)
         self.default_port = 443
-        self._server_name = where.host
+        # A fully qualified name's trailing dot is no part of the name a certificate holds, nor of
+        # the one TLS sends (RFC 6066 §3): OpenSSL compares it as written, and refused every one.
+        self._server_name = where.host.removesuffix(".")
         self._ssl_context = context
 
     def connect(self) -> None:

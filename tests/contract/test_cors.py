@@ -10,7 +10,7 @@ from flask_cors import CORS
 from app import ConfigurationError
 from app.extension import plants_state
 from app.plants import bp
-from app.plants.routes import ROUTES
+from app.plants.routes import ROUTES, allowed_methods
 from tests.helpers import call
 from tests.servers import TOKEN, Gunicorn
 
@@ -58,12 +58,23 @@ def test_every_operation_preflights_without_a_token(make_app, route):
     answer = preflight(client, concrete(route.rule), route.method)
     assert answer.status_code == 204
     assert answer.headers["Access-Control-Allow-Origin"] == PAGE
-    assert route.method in answer.headers["Access-Control-Allow-Methods"].split(", ")
+    # The route's own methods, as its Allow names them: not every method of the service.
+    assert answer.headers["Access-Control-Allow-Methods"] == ", ".join(allowed_methods(route.rule))
+    assert answer.headers["Allow"] == answer.headers["Access-Control-Allow-Methods"] + ", OPTIONS"
     assert answer.headers["Access-Control-Allow-Headers"] == ASKED_HEADERS
     assert answer.headers["Access-Control-Max-Age"] == "600"
     assert "Access-Control-Allow-Credentials" not in answer.headers
     assert "Origin" in answer.headers["Vary"]
     assert answer.get_data() == b""
+
+
+@pytest.mark.parametrize(("path", "method"), [("/plants", "DELETE"), ("/events/tickets", "PUT")])
+def test_a_preflight_for_a_method_the_route_does_not_serve_is_not_told_it_may(make_app, path, method):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    answer = preflight(client, path, method)
+    assert answer.status_code == 204
+    assert method not in answer.headers["Access-Control-Allow-Methods"].split(", ")
+    assert answer.headers["Access-Control-Allow-Methods"] == answer.headers["Allow"].removesuffix(", OPTIONS")
 
 
 def test_a_preflight_is_not_rate_limited(make_app):
@@ -142,11 +153,13 @@ def test_a_wildcard_allows_every_origin_never_with_credentials(make_app):
         ("page.example", "not one"),
         ("null", "not one"),
         ("ftp://page.example", "not one"),
-        # A browser's Origin never holds its scheme's default port, nor a port it could not use.
-        ("http://page.example:80", "list http://page.example"),
-        ("https://page.example:443", "list https://page.example"),
+        # A port a browser could not use; a host it reads otherwise than as written.
         ("http://127.0.0.1:05173", "not one"),
         ("http://127.0.0.1:65536", "not one"),
+        ("http://127.1", "four decimal numbers"),
+        ("http://127.000.0.1", "four decimal numbers"),
+        ("http://[127.0.0.1]", "not an IPv6 address"),
+        ("http://[2001:db8::1::2]", "not an IPv6 address"),
     ],
 )
 def test_a_bad_origin_stops_the_start(make_app, value, phrase):
@@ -154,6 +167,32 @@ def test_a_bad_origin_stops_the_start(make_app, value, phrase):
         make_app(PLANTS_CORS_ORIGINS=value)
     assert "PLANTS_CORS_ORIGINS" in str(caught.value)
     assert phrase in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("listed", "sent"),
+    [
+        ("HTTPS://Page.Example", PAGE),
+        ("https://page.example:443", PAGE),
+        ("HTTP://LOCALHOST:80", "http://localhost"),
+        ("http://[2001:DB8:0:0:0:0:0:1]:8080", "http://[2001:db8::1]:8080"),
+        ("http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:1]"),
+        ("http://[::FFFF:127.0.0.1]", "http://[::ffff:7f00:1]"),
+        ("http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8:0:1:1:1:1:1]"),
+        ("https://App.Example.", "https://app.example."),  # a browser keeps a name's trailing dot
+        ("http://127.0.0.1.:8080", "http://127.0.0.1:8080"),  # not an address's
+    ],
+)
+def test_an_origin_is_listed_as_a_browser_writes_it(make_app, listed, sent):
+    """RFC 6454's serialisation, as a browser sends it in Origin: scheme and host in lowercase, no
+    default port, an IPv6 address compressed (a single zero piece is not)."""
+    app = make_app(PLANTS_CORS_ORIGINS=f"{listed},http://127.0.0.1:5173")
+    client = app.test_client()
+    assert plants_state(app).cors.origins == (sent, "http://127.0.0.1:5173")
+    assert (
+        client.get("/plants", headers={**AUTH, "Origin": sent}).headers["Access-Control-Allow-Origin"] == sent
+    )
+    assert preflight(client, "/plants", "POST", sent).headers["Access-Control-Allow-Origin"] == sent
 
 
 def test_embedded_the_hosts_own_cors_is_left_alone():

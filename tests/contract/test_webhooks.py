@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from app.extension import plants_state
 from tests.helpers import error_of
 
 TIME = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
@@ -221,6 +222,16 @@ def test_a_host_name_with_an_underscore_is_taken_and_allowed_by_name(make_app, a
         register(client, auth, url="http://hook_receiver:8080/hook")["url"]
         == "http://hook_receiver:8080/hook"
     )
+
+
+@pytest.mark.parametrize("listed", ["hooks.internal.", "HOOKS.internal.,10.0.0.0/8"])
+def test_a_fully_qualified_name_with_its_trailing_dot_can_be_allowed(make_app, auth, listed):
+    """The allowance names it as the URL does (test_webhook_addresses.py: neither spelling allows
+    the other); it stopped the start, so such a host could not be allowed at all."""
+    app = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS=listed, PLANTS_WEBHOOKS_DELIVER=False)
+    assert "hooks.internal." in plants_state(app).settings.webhooks_allow_hosts
+    hook = register(app.test_client(), auth, url="https://hooks.internal./hook")
+    assert hook["url"] == "https://hooks.internal./hook"
 
 
 def test_a_host_that_does_not_resolve_yet_is_accepted(client, auth):

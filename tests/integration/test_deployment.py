@@ -239,12 +239,41 @@ def test_a_log_file_gunicorn_would_leave_empty_stops_the_start(tmp_path, option)
     assert "stdout" in line
 
 
-def test_a_log_file_of_stdout_is_what_the_service_does():
-    server = Gunicorn(args=("--access-logfile", "-", "--error-logfile", "-"))
+@pytest.mark.parametrize("stdout", ["-", "/dev/stdout"])
+def test_a_log_file_of_stdout_is_what_the_service_does(stdout):
+    server = Gunicorn(args=("--access-logfile", stdout, "--error-logfile", stdout))
     try:
-        assert call(server.connection(), "GET", "/healthz", None, {})[0] == 200
+        assert call(server.connection(), "GET", "/healthz?logged", None, {})[0] == 200
         assert server.stop() == 0
-        assert '"GET /healthz HTTP/1.1" 200' in server.output()
+        assert server.output().count('"GET /healthz?logged HTTP/1.1" 200') == 1  # once: one handler
+    finally:
+        server.stop()
+
+
+def test_a_refused_start_leaves_no_pid_file(tmp_path):
+    """gunicorn writes `--pid`'s file before the service's checks: a start they refuse (or its
+    address in use) removes it, as a run's stop does, and never leaves a process that is gone."""
+    refused_start({**OK, "PLANTS_RATE_LIMIT": "lots"}, "--pid", str(tmp_path / "setting.pid"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        env = {**BASE_ENV, **OK, "GUNICORN_BIND": f"127.0.0.1:{taken.getsockname()[1]}"}
+        result = subprocess.run(
+            [sys.executable, "-m", "gunicorn", "--pid", str(tmp_path / "address.pid")],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_running_masters_pid_file_outlives_its_workers_and_goes_with_it(tmp_path):
+    pid_file = tmp_path / "plants.pid"
+    server = Gunicorn(args=("--pid", str(pid_file)))
+    try:
+        (worker,) = worker_pids(server.process.pid)
+        server.process.send_signal(signal.SIGHUP)  # the worker exits, its successor takes over
+        await_output(server, f"Worker exiting (pid: {worker})", 20)
+        assert pid_file.read_text().strip() == str(server.process.pid)
+        assert server.stop() == 0
+        assert not pid_file.exists()
     finally:
         server.stop()
 

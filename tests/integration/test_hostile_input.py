@@ -309,6 +309,7 @@ def test_hostile_case(server, case):
     assert response.status < 500
     if case.json_error:
         assert response.headers["Content-Type"] == "application/json"
+        assert response.headers["X-Content-Type-Options"] == "nosniff"  # the app's, or the worker's
         record = response.json()
         assert record["error"] == case.expected
         assert isinstance(record["message"], str)

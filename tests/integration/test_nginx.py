@@ -193,6 +193,7 @@ def test_oversized_bodies_get_the_json_413(trusted, size):
     except (BrokenPipeError, ConnectionResetError):
         pytest.fail("nginx reset the connection instead of answering 413")
     assert_error(status, headers, data, 413)
+    assert headers["X-Content-Type-Options"] == "nosniff"
 
 
 def test_oversized_chunked_body_gets_the_json_413(trusted):
@@ -243,6 +244,7 @@ def test_upstream_down_is_a_json_503(tmp_path):
         status, headers, data = call(connect(proxy.port), "GET", "/healthz")
         assert_error(status, headers, data, 503)
         assert headers["Retry-After"] == "5"
+        assert headers["X-Content-Type-Options"] == "nosniff"
     finally:
         proxy.stop()
 
@@ -262,6 +264,7 @@ def test_the_samples_limit_req_zone_answers_a_flood_with_the_json_429(tmp_path):
             if response.status == 429:
                 assert response.headers["Content-Type"] == "application/json"
                 assert response.headers["Retry-After"] == "1"
+                assert response.headers["X-Content-Type-Options"] == "nosniff"
                 assert json.loads(body)["error"] == 429
         conn.close()
         assert statuses[:100] == [200] * 100

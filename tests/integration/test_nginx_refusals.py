@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from app.plants.routes import ROUTES, allowed_methods
+from tests.contract.test_cors import concrete
 from tests.helpers import assert_error
 from tests.servers import TOKEN, Gunicorn, Nginx
 
@@ -58,7 +60,6 @@ def exchange(port: int, request: bytes, method: str = "GET") -> tuple[int, http.
         pytest.param(b"GET /healthz HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400, id="bad-request-line"),
         pytest.param(b"GARBAGE\r\n\r\n", 400, id="no-request-line"),
         pytest.param(b"GET /plants/%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400, id="bad-percent-encoding"),
-        pytest.param(b"TRACE /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 405, id="trace"),
         pytest.param(b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, id="http-2-line"),
         pytest.param(f"GET /plants?q={LONG} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), 414, id="long-line"),
         pytest.param(
@@ -69,7 +70,49 @@ def exchange(port: int, request: bytes, method: str = "GET") -> tuple[int, http.
 def test_nginxs_own_refusals_are_the_json_error_record(proxy, request_bytes, expected):
     status, headers, body = exchange(proxy.port, request_bytes)
     assert_error(status, headers, body, expected)
+    assert headers["X-Content-Type-Options"] == "nosniff"  # as every answer of the service
     assert headers["Connection"] == "close"  # nothing after a refused request is read as another
+
+
+#: Each path, and the Allow of the service's 405 to TRACE there (None: the service's 404).
+TRACED = [
+    *[
+        (concrete(rule).replace("<name>", "swagger-ui.css"), ", ".join([*allowed_methods(rule), "OPTIONS"]))
+        for rule in dict.fromkeys(route.rule for route in ROUTES)
+    ],
+    ("/healthz", "GET, HEAD, OPTIONS"),
+    ("/nowhere", None),
+    ("/plants/", None),
+]
+
+
+@pytest.mark.parametrize(("path", "allow"), TRACED, ids=[path for path, _ in TRACED])
+def test_trace_is_answered_as_the_service_answers_it(proxy, path, allow):
+    """nginx refuses TRACE itself, with a 405 that has no Allow (RFC 9110 §15.5.6 asks one): the
+    site passes it on, so the client gets the service's own answer, a body sent with it dropped."""
+    for framing in (
+        b"",
+        b"Content-Length: 5\r\n\r\nhello",
+        b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+    ):
+        request = f"TRACE {path}?ticket=x HTTP/1.1\r\nHost: x\r\n".encode() + (framing or b"\r\n")
+        status, headers, body = exchange(proxy.port, request)
+        assert_error(status, headers, body, 404 if allow is None else 405)
+        assert headers.get("Allow") == allow
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert len(headers["X-Request-Id"]) == 32  # the service's answer, with nginx's id
+
+
+def test_trace_with_the_service_down_is_the_json_503(tmp_path):
+    app = Gunicorn()
+    proxy = Nginx(app.port, tmp_path)
+    try:
+        app.stop()
+        status, headers, body = exchange(proxy.port, b"TRACE /plants HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_error(status, headers, body, 503)
+        assert headers["Retry-After"] == "5"
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD", "POST"])

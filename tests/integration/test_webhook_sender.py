@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -445,3 +447,46 @@ def test_at_most_8_interim_answers_are_skipped(interim, expected):
     finally:
         receiver.stop()
     assert (outcome.status, outcome.error) == expected
+
+
+def test_https_to_a_fully_qualified_name_verifies_the_name_without_its_trailing_dot(tmp_path):
+    """`https://hooks.internal./hook`: the certificate is for `hooks.internal`, the name TLS sends
+    (SNI) too; the trailing dot is the lookup's. It failed every attempt as a TLS error."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=hooks.internal", "-addext", "subjectAltName=DNS:hooks.internal",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_side.sni_callback = lambda _sock, name, _context: names.append(name)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    heads: list[bytes] = []
+
+    def receive() -> None:
+        with listener, server_side.wrap_socket(listener.accept()[0], server_side=True) as tls:
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"{}"):
+                data += tls.recv(65536)
+            heads.append(data.partition(b"\r\n\r\n")[0])
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    def resolve(host: str, port: int, **_: object) -> list[tuple]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", port))]
+
+    port = listener.getsockname()[1]
+    receiver = threading.Thread(target=receive, daemon=True)
+    receiver.start()
+    url = f"https://hooks.internal.:{port}/hook"
+    outcome = send(
+        url, b"{}", HEADERS, timeout=10, allowed=("hooks.internal.",),
+        context=ssl.create_default_context(cafile=str(cert)), resolve=resolve,
+    )  # fmt: skip
+    receiver.join(10)
+    assert (outcome.status, outcome.error) == (200, None)
+    assert names == ["hooks.internal"]
+    assert f"\r\nHost: hooks.internal.:{port}".encode() in heads[0]

@@ -301,3 +301,17 @@ def test_a_host_name_with_an_underscore_is_resolved_and_allowed_by_name():
     )
     with pytest.raises(AddressRefused, match="not a globally reachable"):
         target("http://hook_receiver:8080/hook", (), resolver("172.18.0.5"))
+
+
+def test_a_name_with_a_trailing_dot_is_allowed_as_written():
+    """`hooks.internal.` is looked up as it stands, `hooks.internal` perhaps under the resolver's
+    search domains (another host): each is allowed by its own spelling, and a refusal of the first
+    says how to list it."""
+    private = resolver("10.0.0.5")
+    found = target("https://hooks.internal./x", ("hooks.internal.",), private)
+    assert (found.host, found.address, found.authority) == ("hooks.internal.", "10.0.0.5", "hooks.internal.")
+    with pytest.raises(AddressRefused, match=r"list hooks\.internal\. with its trailing dot"):
+        target("https://hooks.internal./x", ("hooks.internal",), private)
+    with pytest.raises(AddressRefused, match="not a globally reachable") as refused:
+        target("https://hooks.internal/x", ("hooks.internal.",), private)
+    assert "trailing dot" not in str(refused.value)

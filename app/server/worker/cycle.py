@@ -199,7 +199,7 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
     `answer` if any (the access line reads it). Its message never quotes the request (it can hold
     a token)."""
     answer = answer or Answer()
-    fields = [("Content-Type", "application/json")]
+    fields = [("Content-Type", "application/json"), ("X-Content-Type-Options", "nosniff")]  # as the app's
     fields += [(name, value) for name, value in error.get_headers() if name == "Retry-After"]
     # The app's CORS decision for this request stands: without it a page on an allowed origin could
     # not read the refusal (nor its Retry-After), only a network error.

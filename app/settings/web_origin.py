@@ -1,0 +1,66 @@
+"""A web origin as a browser writes it in `Origin` (RFC 6454 §6.2, the WHATWG URL serialisation):
+the setting's spelling of an origin is read as the browser's, so that the two compare equal."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+#: Scheme, host and port, nothing after. An IPv6 host in brackets; a name may end in a dot (a page
+#: on `https://app.example./` sends it so); a port of decimal digits.
+_ORIGIN = re.compile(
+    r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?)(?::([0-9]{1,5}))?",
+    re.IGNORECASE,
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def serialise(origin: str) -> str:
+    """`origin` as a browser serialises it: scheme and host in lowercase, the scheme's default port
+    left out, an IPv6 address compressed. ValueError, naming the form to write, if it is none."""
+    matched = _ORIGIN.fullmatch(origin)
+    if matched is None or (matched[4] is not None and (matched[4][0] == "0" or int(matched[4]) > 65535)):
+        raise ValueError(
+            f"must list exact origins such as https://app.example.com (scheme, host and port, no path,"
+            f" no pattern), or `*` alone, and {origin!r} is not one"
+        )
+    scheme, host = matched[1].lower(), matched[2].lower()
+    if host.startswith("["):
+        host = f"[{_ipv6(host[1:-1], origin)}]"
+    elif host.removesuffix(".").rpartition(".")[2].isdigit():
+        host = _ipv4(host.removesuffix("."), origin)
+    port = "" if matched[4] is None or int(matched[4]) == _DEFAULT_PORTS[scheme] else f":{matched[4]}"
+    return f"{scheme}://{host}{port}"
+
+
+def _ipv4(host: str, origin: str) -> str:
+    """A host whose last label is a number is an IPv4 address to a browser, which rewrites its
+    shorter forms (`127.1`): only the four decimal numbers it writes are taken."""
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        raise ValueError(
+            f"names {origin!r}, whose host a browser reads as an IPv4 address: write it as four"
+            " decimal numbers without leading zeros (127.0.0.1)"
+        ) from None
+
+
+def _ipv6(text: str, origin: str) -> str:
+    """The compressed form a browser writes: hexadecimal pieces without leading zeros, the first
+    longest run of two or more zero pieces as `::` (an embedded IPv4 address in hexadecimal too)."""
+    try:
+        packed = ipaddress.IPv6Address(text).packed
+    except ValueError:
+        raise ValueError(f"names {origin!r}, whose host in brackets is not an IPv6 address") from None
+    pieces = [int.from_bytes(packed[i : i + 2], "big") for i in range(0, 16, 2)]
+    start, length = 0, 0
+    for i in range(8):
+        run = 0
+        while i + run < 8 and pieces[i + run] == 0:
+            run += 1
+        if run > length:
+            start, length = i, run
+    words = [f"{piece:x}" for piece in pieces]
+    if length < 2:
+        return ":".join(words)
+    return ":".join(words[:start]) + "::" + ":".join(words[start + length :])
