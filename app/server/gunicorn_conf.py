@@ -227,15 +227,23 @@ def _refuse_log_files(cfg: Any) -> None:
 def _remove_pidfile_at_exit(server: Any) -> None:
     """gunicorn writes `--pid`'s file before on_starting and removes it only when it stops a run it
     started: a start refused here (or its address in use) left the file, naming a process gone."""
-    if server.pidfile is not None:
-        atexit.register(_remove_pidfile, server.pidfile, os.getpid())
+    if server.cfg.pidfile is not None:
+        atexit.register(_remove_pidfile, str(server.cfg.pidfile), os.getpid())
 
 
-def _remove_pidfile(pidfile: Any, master: int) -> None:
-    """At the master's exit, not a worker's (they inherit the handler); gunicorn's own unlink
-    leaves a file that names another process (the new master of a binary upgrade)."""
-    if os.getpid() == master:
-        pidfile.unlink()
+def _remove_pidfile(path: str, master: int) -> None:
+    """At the master's exit, not a worker's (they inherit the handler): the file, or the `.2` a new
+    master of a binary upgrade writes, while it names this master (as gunicorn's own unlink checks:
+    after an upgrade the file names the new master)."""
+    if os.getpid() != master:
+        return
+    for name in (path, f"{path}.2"):
+        try:
+            with open(name, encoding="ascii") as file:
+                if int(file.read() or 0) == master:
+                    os.unlink(name)
+        except (OSError, ValueError):
+            continue
 
 
 def on_starting(server: Any) -> None:
