@@ -692,7 +692,7 @@ def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothi
         "import logging, os, threading, types\n"
         "from app.server import gunicorn_conf\n"
         "cfg = types.SimpleNamespace(workers=1, threads=1, max_requests=0, uid=os.getuid(), gid=os.getgid(),"
-        " bind=[], accesslog=None, errorlog='-')\n"
+        " bind=[], accesslog=None, pidfile=None, errorlog='-')\n"
         "gunicorn_conf.on_starting(types.SimpleNamespace(cfg=cfg, log=logging.getLogger('master')))\n"
         "print(sorted(thread.name for thread in threading.enumerate()))\n"
     )

@@ -30,6 +30,7 @@ WRITTEN_BY_TESTS = {
     "gunicorn_hooks.py",
     "host_slow_reader.py",
     "host_large.py",
+    "host_parked_failure.py",
 }
 
 
