@@ -261,7 +261,8 @@ class PlantStore(Protocol):
     def tag_before(self) -> tuple[str | None] | None:
         """The plant's tag before the last change or delete this thread made that the feed
         recorded (a delete's: the deleted plant's), for waking the watchers it concerns; None when
-        the store does not tell (the Redis store's listener reads it from the feed instead)."""
+        the store cannot tell (a Redis write whose reply was lost: its listener reads it from the
+        feed)."""
         ...
 
     def feed_listener(self) -> Any:

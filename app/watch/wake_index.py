@@ -4,9 +4,9 @@ filter, so that a change wakes the watchers it may concern rather than all of th
 A watcher is filed under one part of its filter, the most selective it has: each of its `ids`,
 else each of its `tags`, else each of its `types`; one without a filter under "all". A change of
 this process names its type, its plant's id and its plant's tags after and before the change (a
-delete's: the deleted plant's), as the store tells them (`tag_before`): the memory store does;
-on Redis an update to another tag or a delete is not known to the view and wakes every watcher
-filed by tag, while the listener below wakes the right ones again. A
+delete's: the deleted plant's), as the store tells them (`tag_before`: on Redis, as the write's
+script answered; a write whose reply was lost is not known, and wakes every watcher filed by
+tag). A
 change heard from the store's feed (another process's, on a shared store) names its plant's tag
 after and before, read from the feed's entry; a burst too long to read entry by entry, or a
 store that did not answer, is not known and wakes everyone. A woken watcher reads

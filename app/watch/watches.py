@@ -142,14 +142,22 @@ class Watch:
     def cursor(self, position: bytes) -> str:
         return encode_cursor(self.cursor_key, position, None, EVENTS)
 
-    def read(self, limit: int) -> tuple[list[Any], bytes]:
-        """The feed's entries after the position; watchers at the same position share one read."""
+    def read(self, limit: int) -> tuple[list[Any], bytes, bool]:
+        """The feed's entries after the position, the position after the last read, and whether
+        there may be more to read now; watchers at the same position share one read."""
         seen, position = self.signal.version, self.position
         self.seen = seen
-        answer: tuple[list[Any], bytes] = self.signal.reads.read(
+        answer: tuple[list[Any], bytes, bool] = self.signal.reads.read(
             (position, limit, self.only), position, self._fetch_in_slot, seen
         )
         return answer
+
+    def read_on(self) -> None:
+        """The last read stopped short of the feed's end (a filtered read's budget of events, all
+        passed over): wake at once to read on, not at the next change, which on a quiet feed would
+        leave an event it selects, further on, unsent until a deadline. A version the feed never
+        has makes the next `subscribe` (or `_block`) wake it at once, the thread given back first."""
+        self.seen = -1
 
     def advance(self, end: bytes | None) -> None:
         """Stand at `end` from now on (past what was sent, or what the filter passed over)."""
@@ -198,12 +206,13 @@ class LongPoll(Watch):
         return min(self.until, self.authority_ends)
 
     def _fetch(self, position: bytes | None) -> Any:
-        entries, end, _, _ = self.entries(position, self.limit)
-        return entries, end
+        entries, end, more, _ = self.entries(position, self.limit)
+        return entries, end, more
 
     def next_chunk(self, now: float) -> bytes:
         entries: list[Any] = []
         end = None
+        more = False
         expired = self.expired()
         # A failure answers the empty page from where the client stands: its next request gets
         # the 410 or the 503, with a body of its own. A store that is away may come back before
@@ -212,7 +221,7 @@ class LongPoll(Watch):
         try:
             with contextlib.suppress(StoreUnavailableError):
                 if not expired:
-                    entries, end = self.read(self.limit)
+                    entries, end, more = self.read(self.limit)
         except FeedExpiredError:
             gone = True
         except NoReadSlot:
@@ -222,6 +231,8 @@ class LongPoll(Watch):
         # A filtered read moves past what it passed over, even when it found nothing.
         self.advance(end)
         if not entries and now < self.until and not self.stopping and not expired and not gone:
+            if more:
+                self.read_on()
             return b""
         self.done = True
         page = {
@@ -336,6 +347,8 @@ class EventStream(Watch):
             self.done = True
             return b""
         self.current = -1 if full else seen
+        if full:
+            self.read_on()
         # A filtered stream moves past what its filter passed over too, sending nothing.
         self.advance(end)
         if frames:

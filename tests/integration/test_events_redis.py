@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from app.store import Plant
+from app.store.redis.cursor_secret import CONFIRM_SECONDS
 from tests.conftest import redis_settings
 from tests.helpers import apply_events, call, create_until_200, kill_and_restart, walk_pages
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
@@ -212,4 +213,37 @@ def test_a_long_poll_whose_position_is_lost_answers_at_the_next_write_not_at_its
         assert get_json(server, f"/events?after={passed}")[0] == 410
     finally:
         server.stop()
+        own_redis.stop()
+
+
+def test_positions_taken_after_redis_lost_its_data_hold_on_the_processes_started_later(tmp_path):
+    """Redis restarted without its data lost the cursor secret too, which the running workers
+    still sign with. A client that did what the 410 says (a new position from `now`) keeps it on
+    the processes started after (a reload's workers, another host), and its old position is still
+    the 410 there: were the secret made anew, both would be 400s, the new position lost again."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    settings = redis_settings(own_redis)
+    first = redis_gunicorn(settings, workers=1, **SHORT_TIMEOUTS)
+    later = None
+    try:
+        create_until_200(first, range(3), AUTH)
+        passed = get_json(first, "/events?after=now")[1]["next"]
+        kill_and_restart(own_redis, before_s=0)
+        create_until_200(first, range(10, 15), AUTH)
+        assert get_json(first, f"/events?after={passed}")[0] == 410
+        time.sleep(CONFIRM_SECONDS)  # the worker looks for its secret at a use after this long
+        status, body = get_json(first, "/events?after=now")
+        assert status == 200, body
+        now = body["next"]
+        later = redis_gunicorn(settings, workers=1, **SHORT_TIMEOUTS)
+        create_until_200(later, range(20, 22), AUTH)
+        status, body = get_json(later, f"/events?after={now}")
+        assert status == 200, body
+        assert [event["plant"]["id"] for event in body["events"]] == [20, 21]
+        status, body = get_json(later, f"/events?after={passed}")
+        assert status == 410, body
+    finally:
+        for server in (first, later):
+            if server is not None:
+                server.stop()
         own_redis.stop()

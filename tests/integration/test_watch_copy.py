@@ -392,23 +392,37 @@ def woken(port: int) -> tuple[float, float]:
     )
 
 
+def park_streams(server: Gunicorn, run: str, streams: list[Stream]) -> tuple[float, float]:
+    """TAGGED_STREAMS streams put in `streams` (the caller closes them), the nth of tag
+    `wk-{run}-{n}`, each parked; the worker's `woken` once they are."""
+    for n in range(TAGGED_STREAMS):
+        streams.append(Stream(server.port, f"/events?{query(after='now', tags=f'wk-{run}-{n}')}"))
+    assert {stream.status for stream in streams} == {200}
+    time.sleep(1.0)  # each parked
+    # On Redis, the feed listener's start (with the first watch) wakes every watch once, as a
+    # change not known: the count starts after it, however late a loaded machine makes it.
+    started = 0 if server.store == "memory" else 1
+    deadline = time.monotonic() + 15
+    while (before := woken(server.port))[1] < started:
+        assert time.monotonic() < deadline, "the feed listener did not start"
+        time.sleep(0.1)
+    return before
+
+
+def assert_woken_by_their_tag(before: tuple[float, float], after: tuple[float, float], least: int) -> None:
+    """At least `least` changes, each waking about one stream (two on a shared store: the writer's
+    own wake-up, then the feed listener's), not every stream."""
+    total, changes = after[0] - before[0], after[1] - before[1]
+    assert changes >= least
+    assert total <= 2 * changes, f"{total} streams woken by {changes} changes"
+
+
 def test_a_write_wakes_the_stream_of_its_tag_not_every_stream(one_worker):
     run = uuid.uuid4().hex[:8]
     client = Client(one_worker.port)
-    streams = [
-        Stream(one_worker.port, f"/events?{query(after='now', tags=f'wk-{run}-{n}')}")
-        for n in range(TAGGED_STREAMS)
-    ]
+    streams: list[Stream] = []
     try:
-        assert {stream.status for stream in streams} == {200}
-        time.sleep(1.0)  # each parked
-        # On Redis, the feed listener's start (with the first watch) wakes every watch once, as a
-        # change not known: the count starts after it, however late a loaded machine makes it.
-        started = 0 if one_worker.store == "memory" else 1
-        deadline = time.monotonic() + 15
-        while (before := woken(one_worker.port))[1] < started:
-            assert time.monotonic() < deadline, "the feed listener did not start"
-            time.sleep(0.1)
+        before = park_streams(one_worker, run, streams)
         base = random.randrange(1, 1 << 40) << 20
         for n in range(20):
             plant = {"id": base + n, "name": "woken", "tag": f"wk-{run}-{n}"}
@@ -421,6 +435,33 @@ def test_a_write_wakes_the_stream_of_its_tag_not_every_stream(one_worker):
     finally:
         for stream in streams:
             stream.close()
-    total, changes = after[0] - before[0], after[1] - before[1]
-    assert changes >= 20
-    assert total <= 2 * changes, f"{total} streams woken by {changes} changes"
+    assert_woken_by_their_tag(before, after, 20)
+
+
+def test_a_rename_or_a_delete_wakes_the_stream_of_its_tag_not_every_stream(one_worker):
+    # A PUT names the plant's tag before as well as after, and a delete the tag it had: on Redis
+    # the view learns them from the write's script, as the memory store tells them (they woke
+    # every stream filed by tag there, a PUT that kept its tag too).
+    run = uuid.uuid4().hex[:8]
+    client = Client(one_worker.port)
+    base = random.randrange(1, 1 << 40) << 20
+    for n in range(20):
+        assert (
+            client.call("POST", "/plants", {"id": base + n, "name": "v0", "tag": f"wk-{run}-{n}"})[0] == 200
+        )
+    streams: list[Stream] = []
+    try:
+        before = park_streams(one_worker, run, streams)
+        for n in range(20):
+            assert client.call("PUT", f"/plants/{base + n}", {"name": "v1", "tag": f"wk-{run}-{n}"})[0] == 200
+            time.sleep(0.05)  # one change at a time, not one wake-up for several
+            assert client.call("DELETE", f"/plants/{base + n}")[0] == 204
+            time.sleep(0.05)
+        for n in range(20):
+            blocks = (block for block in streams[n].blocks() if block.get("event", "").startswith("plant."))
+            assert [next(blocks)["event"], next(blocks)["event"]] == ["plant.updated", "plant.deleted"]
+        after = woken(one_worker.port)
+    finally:
+        for stream in streams:
+            stream.close()
+    assert_woken_by_their_tag(before, after, 40)

@@ -6,6 +6,7 @@ The key layout and the scripts are in `lua.py`; how plants spread over bucket gr
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from typing import Any
 
@@ -78,6 +79,9 @@ class RedisPlantStore(RedisBacked):
             retain=events_retain,
         )
         self._hints = GroupHints(prefix, self.groups)
+        #: Each thread's last change's or delete's tag before, as its script answered (`tag_before`);
+        #: None when not known: a lost reply's answer is its event's, which does not tell it.
+        self._before = threading.local()
         self._cursor_key = SharedSecret(f"{{{prefix}}}:cursor-key")
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
         self._run = ScriptRunner(
@@ -118,9 +122,11 @@ class RedisPlantStore(RedisBacked):
         keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
         answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
+        deleted = isinstance(answer, list)  # {1, its tag}; a lost reply's answer is 1
+        self._before.tags = (_tag(answer[1]),) if deleted else None
         if answer == 2:
             raise PreconditionFailedError
-        return answer == 1
+        return deleted or answer == 1
 
     def change(
         self,
@@ -145,6 +151,7 @@ class RedisPlantStore(RedisBacked):
             raise PreconditionFailedError
         if code == 5:
             raise StoreFullError
+        self._before.tags = (_tag(answer[2]),) if len(answer) > 2 else None
         return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
@@ -158,8 +165,11 @@ class RedisPlantStore(RedisBacked):
     def events_now(self) -> bytes:
         return self._feeds.now()
 
-    def tag_before(self) -> None:
-        return None  # the listener reads it from the feed's entries (listener.py)
+    def tag_before(self) -> tuple[str | None] | None:
+        """The tag before of this thread's change or delete just made, as its script answered;
+        None (not known) after a lost reply, or in a thread that has made neither."""
+        tags: tuple[str | None] | None = getattr(self._before, "tags", None)
+        return tags
 
     def feed_listener(self) -> StreamsListener:
         """What hears the other processes' writes to the feed (listener.py): a client of its own,
@@ -195,3 +205,8 @@ class RedisPlantStore(RedisBacked):
 
     def close(self) -> None:
         self._clients.close()
+
+
+def _tag(raw: bytes) -> str | None:
+    """A tag as a script answers it: '' for none."""
+    return raw.decode() if raw else None

@@ -1,7 +1,7 @@
 -- A PUT or PATCH: checks the precondition and changes the plant (or creates an absent one, when
 -- asked), moving it between tag indexes when its tag changes. Answers {0, plant} created,
--- {1, plant} changed, {2, plant} unchanged (nothing written), {3} absent, {4} refused by the
--- precondition, {5} full; LATE past the deadline.
+-- {1, plant, tag before ('' for none)} changed, {2, plant} unchanged (nothing written), {3}
+-- absent, {4} refused by the precondition, {5} full; LATE past the deadline.
 local bucket_key = KEYS[1]
 local count_key = KEYS[2]
 local feed_key = KEYS[3]
@@ -46,4 +46,4 @@ end
 local before = nil
 if tag ~= old_tag then before = old_tag == '' and 'n' or 't' .. old_tag end
 record(feed_key, retention, 1, plant_id, value, origin, before)
-return {1, value}
+return {1, value, old_tag}

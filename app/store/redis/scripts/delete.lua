@@ -1,5 +1,6 @@
 -- A delete: removes the plant, frees its place under the capacity, and takes it out of its
--- indexes. Answers 1 deleted, 0 absent, 2 refused by the precondition; LATE past the deadline.
+-- indexes. Answers {1, its tag ('' for none)} deleted, 0 absent, 2 refused by the precondition;
+-- LATE past the deadline.
 local bucket_key = KEYS[1]
 local count_key = KEYS[2]
 local feed_key = KEYS[3]
@@ -22,4 +23,4 @@ index_remove('a', member)
 local tag = tag_of(stored)
 if tag ~= '' then index_remove('t' .. tag, member) end
 record(feed_key, retention, 2, plant_id, stored, origin)
-return 1
+return {1, tag}
