@@ -261,6 +261,43 @@ def test_each_refusal_is_401_naming_the_check(issuer, make_jwt_app, case, caplog
     assert len(app.extensions["plants"].store) == 0
 
 
+def _signed_payload(issuer: Issuer, payload: bytes) -> str:
+    """A token the provider's RSA key signs over `payload` as written: JSON that PyJWT's encoder
+    would not write (a lone surrogate escape, an integer past a float's range)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    key = issuer.keys[0]
+    header = _b64({"alg": "RS256", "typ": "at+jwt", "kid": key.kid})
+    signing_input = f"{header}.{base64.urlsafe_b64encode(payload).rstrip(b'=').decode()}"
+    signature = key.private.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def _claims_text(issuer: Issuer, **members: str) -> bytes:
+    """The default claims as JSON text, with `members` written in as raw JSON values."""
+    claims = {**_claims(issuer), "sub": "client-1"}
+    text = json.dumps({name: value for name, value in claims.items() if name not in members})
+    return (text[:-1] + "".join(f', "{name}": {value}' for name, value in members.items()) + "}").encode()
+
+
+def test_an_exp_past_a_floats_range_is_refused_as_malformed(issuer, make_jwt_app):
+    app = make_jwt_app(PLANTS_RATE_LIMIT="10/minute")
+    token = _signed_payload(issuer, _claims_text(issuer, exp="1" + "0" * 400))
+    assert jwt.decode(token, options={"verify_signature": False})["exp"] == 10**400
+    refused(app.test_client().post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
+    assert len(app.extensions["plants"].store) == 0
+
+
+def test_a_subject_with_a_lone_surrogate_is_a_client_of_its_own(issuer, make_jwt_app):
+    client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    odd = _signed_payload(issuer, _claims_text(issuer, sub='"\\ud800"'))
+    assert [client.get("/plants", headers=bearer(odd)).status_code for _ in range(2)] == [200, 200]
+    error_of(client.get("/plants", headers=bearer(odd)), 429)
+    # Another subject keeps its own budget.
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+
+
 @pytest.mark.parametrize(
     "claims",
     [{"exp": -10}, {"nbf": 10}, {"iat": 10}, {"aud": ["https://other.example", AUDIENCE]}],
