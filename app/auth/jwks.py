@@ -205,11 +205,20 @@ class KeySet:
 
 def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
     """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
-    malformed member) are left out, as PyJWKSet leaves them."""
+    malformed member) are left out, as PyJWKSet leaves them. So is a private key (RFC 7518's `d`,
+    of RSA, EC and OKP keys): PyJWK would load it as one, which cannot verify, and whoever read the
+    document can sign with it."""
     members = document.get("keys")
     keys = []
     for member in members if isinstance(members, list) else []:
         if not isinstance(member, dict):
+            continue
+        if "d" in member:
+            log.warning(
+                "The identity provider's JWKS publishes a private key (kid %.80r): it is left out,"
+                " and the provider should withdraw it, as anyone can sign tokens with it",
+                member.get("kid"),
+            )
             continue
         try:
             keys.append(SigningKey(PyJWK(member), member))
