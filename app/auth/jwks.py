@@ -191,7 +191,7 @@ class KeySet:
             if named != self._issuer:
                 raise FetchError(_another_issuer(self._discovery_url, self._issuer, named))
             jwks_url = discovery.get("jwks_uri")
-            if not isinstance(jwks_url, str) or urlsplit(jwks_url).scheme not in ("https", "http"):
+            if not isinstance(jwks_url, str) or _scheme(jwks_url) not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
         document, max_age = fetch_json(jwks_url, deadline)
         keys = usable_keys(document)
@@ -201,6 +201,16 @@ class KeySet:
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
+
+
+def _scheme(url: str) -> str:
+    """A discovery document's `jwks_uri`'s scheme. It is the provider's text: one urlsplit refuses
+    (`http://[::1/`, a bracketed host that is no address) is a failed fetch like any other, never
+    an error that would end the background loader."""
+    try:
+        return urlsplit(url).scheme
+    except ValueError:
+        raise FetchError(f"{url[:200]} is not a URL this service can fetch (ValueError)") from None
 
 
 def usable_keys(document: dict[str, Any]) -> list[SigningKey]:

@@ -680,11 +680,19 @@ def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_o
 
 
 @pytest.mark.parametrize(
-    "jwks_uri", ["http://127.0.0.1:99999/jwks", "http://127.0.0.1:port/jwks", "http://keys .example/jwks"]
+    "jwks_uri",
+    [
+        "http://127.0.0.1:99999/jwks",
+        "http://127.0.0.1:port/jwks",
+        "http://keys .example/jwks",
+        "http://[::1/jwks",
+        "http://[xyz]/jwks",
+    ],
 )
 def test_a_jwks_uri_that_is_no_url_to_fetch_is_logged_and_the_loader_carries_on(issuer, caplog, jwks_uri):
-    """A port out of range or not a number, a host with a space: the loader logs a failed fetch
-    and loads the keys once the provider mends its document."""
+    """A port out of range or not a number, a host with a space, a bracket left open or holding no
+    address (urlsplit's ValueError, which ended the loader: JWTs were 503 for good): the loader
+    logs a failed fetch and loads the keys once the provider mends its document."""
     issuer.jwks_uri = jwks_uri
     logged_then_loaded_once_mended(issuer, caplog, "is not a URL this service can fetch", "jwks_uri")
 
