@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 from jwt import PyJWK
 from jwt.exceptions import MissingCryptographyError, PyJWTError
 
+from app.auth import shared_keys
+
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 2.0
@@ -82,6 +84,8 @@ class KeySet:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
+        #: Where the keys come from, as configured: the keys a sibling shared are taken only from it.
+        self._source = f"{issuer}\0{discovery_url}\0{jwks_url or ''}"
         self._clock = clock
         self._keys: list[SigningKey] | None = None
         #: Bumped whenever the keys change: tokens verified under older keys are checked again.
@@ -104,10 +108,13 @@ class KeySet:
         return self._keys is not None
 
     def start(self) -> None:
-        """Load the keys in the background, once per process (a forked worker starts its own)."""
+        """Load the keys in the background, once per process (a forked worker starts its own),
+        from the keys a sibling worker last loaded meanwhile (shared_keys.py)."""
         if self._loader_pid == os.getpid():
             return
         self._loader_pid = os.getpid()
+        if self._keys is None:
+            self._adopt_shared()
         threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
 
     def _load_until_loaded(self) -> None:
@@ -115,6 +122,15 @@ class KeySet:
         while not self._closed and not self.refresh() and self._keys is None:
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
+
+    def _adopt_shared(self) -> None:
+        document = shared_keys.recall(self._source)
+        keys = [] if document is None else usable_keys(json.loads(document))
+        if keys:
+            # Refreshed at the first token, in the background, as keys whose cache ran out.
+            self._keys, self._fresh_until = keys, 0.0
+            self.generation += 1
+            log.info("Took %d signing key(s) of the identity provider from a worker.", len(keys))
 
     def close(self) -> None:
         """Stop loading in the background; a fetch in flight ends within its deadline."""
@@ -179,6 +195,7 @@ class KeySet:
             self._keys = keys
             self.generation += 1
             log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
+            shared_keys.remember(self._source, json.dumps({"keys": [key.data for key in keys]}).encode())
         self._fresh_until = self._clock() + max_age
         return True
 

@@ -644,6 +644,46 @@ def test_through_gunicorn_two_workers(issuer, redis_server):
     assert writer.split(".")[2] not in output
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_a_reload_while_the_provider_is_down_keeps_the_keys_its_workers_had(issuer, request, shared):
+    """The new workers of a reload start with the keys their predecessors loaded (shared in the
+    master's memory, app/auth/shared_keys.py): with the provider down they verify JWTs as the old
+    ones did, and /readyz stays 200. Before, every JWT was 503 until the provider came back."""
+    import signal
+    from pathlib import Path
+
+    from tests.conftest import redis_settings
+    from tests.helpers import call
+    from tests.servers import Gunicorn
+
+    env = {"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE}
+    if shared:
+        env.update(redis_settings(request.getfixturevalue("redis_server")), WEB_CONCURRENCY="2")
+    server = Gunicorn(env=env)
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    try:
+        deadline = time.monotonic() + 60
+        while call(server.connection(), "GET", "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        token = issuer.token()
+        issuer.down()
+        old = set(children.read_text().split())
+        server.process.send_signal(signal.SIGHUP)
+        while True:  # every old worker gone, new ones in their place
+            workers = set(children.read_text().split())
+            if len(workers) == len(old) and not workers & old:
+                break
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        for _ in range(4):  # over both workers
+            assert call(server.connection(), "GET", "/plants", None, bearer(token))[0] == 200
+            assert call(server.connection(), "GET", "/readyz")[0] == 200
+    finally:
+        server.stop()
+        issuer.up()
+
+
 def _loading_keys(issuer_url: str):
     """The keys of `issuer_url`, loading in the background as a worker's do."""
     from app.auth.jwks import KeySet
