@@ -127,8 +127,8 @@ class KeySet:
         document = shared_keys.recall(self._source)
         keys = [] if document is None else usable_keys(json.loads(document))
         if keys:
-            # Refreshed at the first token, in the background, as keys whose cache ran out.
-            self._keys, self._fresh_until = keys, 0.0
+            # The loader fetches at once (start); these serve until it has, or while it cannot.
+            self._keys, self._fresh_until = keys, self._clock() + REFETCH_INTERVAL
             self.generation += 1
             log.info("Took %d signing key(s) of the identity provider from a worker.", len(keys))
 
