@@ -213,7 +213,7 @@ class KeySet:
         document, max_age = fetch_json(jwks_url, deadline)
         keys = usable_keys(document)
         if not keys:
-            raise FetchError(f"the JWKS at {jwks_url} has no usable key")
+            raise FetchError(f"the JWKS at {_cut(jwks_url)} has no usable key")
         # Kept once it served keys: until then each attempt reads the discovery document again,
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
@@ -227,7 +227,7 @@ def _scheme(url: str) -> str:
     try:
         return urlsplit(url).scheme
     except ValueError:
-        raise FetchError(f"{url[:200]} is not a URL this service can fetch (ValueError)") from None
+        raise FetchError(f"{_cut(url)} is not a URL this service can fetch (ValueError)") from None
 
 
 def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
@@ -263,13 +263,15 @@ def _fingerprint(keys: list[SigningKey]) -> list[str]:
 def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     """GET a JSON object; with its max-age in seconds (Cache-Control, clamped), within `deadline`."""
     parts = urlsplit(url)
+    # The jwks_uri is the provider's text, up to the document's size: a line a fetch, cut short.
+    shown = _cut(url)
     remaining = max(0.01, deadline - time.monotonic())
     try:
         connection = _connection(parts.scheme, parts.hostname or "", parts.port, remaining)
     except (ValueError, http.client.InvalidURL) as exc:
         # A discovery document's jwks_uri is the provider's text: a port out of range or not a
         # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
-        raise FetchError(f"{url} is not a URL this service can fetch ({type(exc).__name__})") from None
+        raise FetchError(f"{shown} is not a URL this service can fetch ({type(exc).__name__})") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         connection.request("GET", target, headers={"Accept": "application/json"})
@@ -283,22 +285,27 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
                 break
             body += chunk
     except (OSError, http.client.HTTPException, UnicodeError) as exc:
-        raise FetchError(f"{url} {_failure(exc)} ({type(exc).__name__})") from None
+        raise FetchError(f"{shown} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
         connection.close()
     if response.status != 200:
-        raise FetchError(f"{url} answered {response.status}")
+        raise FetchError(f"{shown} answered {response.status}")
     if len(body) > MAX_DOCUMENT_BYTES:
-        raise FetchError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+        raise FetchError(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
         # Nesting deeper than the interpreter's recursion limit is a RecursionError, not a
         # ValueError: left out, it would end the background loader for good.
-        raise FetchError(f"{url} did not answer JSON") from None
+        raise FetchError(f"{shown} did not answer JSON") from None
     if not isinstance(document, dict):
-        raise FetchError(f"{url} did not answer a JSON object")
+        raise FetchError(f"{shown} did not answer a JSON object")
     return document, _max_age(response.getheader("Cache-Control"))
+
+
+def _cut(url: str) -> str:
+    """A URL as a log line shows it: its first 200 characters."""
+    return url if len(url) <= 200 else url[:200] + "..."
 
 
 def _connection(scheme: str, host: str, port: int | None, timeout: float) -> http.client.HTTPConnection:

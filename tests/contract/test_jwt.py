@@ -737,6 +737,14 @@ def test_a_jwks_uri_that_is_no_url_to_fetch_is_logged_and_the_loader_carries_on(
     logged_then_loaded_once_mended(issuer, caplog, "is not a URL this service can fetch", "jwks_uri")
 
 
+def test_a_jwks_uri_as_long_as_a_document_is_logged_cut_short(issuer, caplog):
+    """A jwks_uri is the provider's text, up to the discovery document's size: each failed fetch
+    logs its first 200 characters, not a line as long as the document, once per retry."""
+    issuer.jwks_uri = f"http://127.0.0.1:{free_port()}/" + "k" * 100_000  # nothing listens there
+    logged_then_loaded_once_mended(issuer, caplog, "refused the connection", "jwks_uri")
+    assert max(len(record.getMessage()) for record in caplog.records) < 1000
+
+
 def logged_then_loaded_once_mended(issuer, caplog, logged: str, broken: str) -> None:
     """The keys' loader logs `logged`, then loads once the issuer's attribute `broken` is reset."""
     with caplog.at_level(logging.WARNING):
