@@ -163,7 +163,7 @@ def _state_for(settings: Settings) -> PlantsState:
         auth=authenticator_for(settings),
         store=store,
         metrics=metrics,
-        rate_limits=rate_limits_for(settings, url),
+        rate_limits=rate_limits_for(settings, url, store),
         split_guard=None if store.shared else SplitStoreGuard(),
         store_address=url.redacted,
         deliverer=deliverer,

@@ -223,3 +223,69 @@ class ClosingReceiver(_SocketReceiver):
                     self.requests += 1
             except OSError:
                 return
+
+
+class StalledReceiver:
+    """A listener on 127.0.0.1 whose accept queue is full until `release`: a sender's connection
+    hangs in its handshake (the kernel drops its SYNs, and the sender's retries come a second and
+    more apart). Released, it accepts every connection and answers each request 204, recording
+    the `webhook-id` of each request it read, not counting the connections that filled the queue."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self._fillers = []
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", self.port))
+            self._fillers.append(filler)
+        self._filler_ports = {filler.getsockname()[1] for filler in self._fillers}
+        self._stop = threading.Event()
+
+    def release(self) -> None:
+        for filler in self._fillers:
+            filler.close()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self._listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                connection, peer = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if peer[1] in self._filler_ports:
+                connection.close()
+                continue
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(5)
+            data = b""
+            try:
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                found = re.search(rb"(?im)^webhook-id: *(\S+)", data)
+                self.ids.append(found[1].decode() if found else "")
+                connection.sendall(
+                    b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        for filler in self._fillers:
+            filler.close()
+        self._listener.close()

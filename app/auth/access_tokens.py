@@ -7,6 +7,7 @@ the keys change), so a client's repeated requests do not each pay a signature ch
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -129,7 +130,7 @@ class AccessTokens:
                 (refusal for kind, refusal in _DECODE_REFUSALS if isinstance(exc, kind)), MALFORMED
             )
             return refusal, {}
-        if not isinstance(claims.get("exp"), (int, float)):
+        if not _numeric_date(claims.get("exp")):
             return MALFORMED, {}
         return None, claims
 
@@ -138,17 +139,29 @@ class AccessTokens:
         # Without a subject, the token is its own: one shared budget would let one client use
         # up every other subjectless client's.
         subject = claims.get("sub") or claims.get("client_id") or "token:" + digest.hex()
-        subject = f"{claims.get('iss')}\0{subject}"
+        # A JSON string may hold a lone surrogate escape (`"\\ud800"`), which strict UTF-8 refuses.
+        subject = f"{claims.get('iss')}\0{subject}".encode("utf-8", "surrogatepass")
         write = self.settings.write_scope in scopes
         read = write or self.settings.read_scope in scopes
         return Caller(
-            b"jwt:" + hashlib.sha256(subject.encode()).hexdigest().encode(),
+            b"jwt:" + hashlib.sha256(subject).hexdigest().encode(),
             None if read else self._needs_read,
             None if write else self._needs_write,
             None if self.settings.webhooks_scope in scopes else self._needs_webhooks,
             "jwt",
             float(claims["exp"]),
         )
+
+
+def _numeric_date(value: Any) -> bool:
+    """Whether `value` is a time a float holds: PyJWT takes an integer `exp` of any size, and one
+    past a float's range would fail the cache and the watches' deadline (float) as an error."""
+    if not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _scopes(claims: dict[str, Any]) -> frozenset[str]:

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 from jwt import PyJWK
 from jwt.exceptions import MissingCryptographyError, PyJWTError
 
+from app.auth import shared_keys
+
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 2.0
@@ -82,6 +84,8 @@ class KeySet:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
+        #: Where the keys come from, as configured: the keys a sibling shared are taken only from it.
+        self._source = f"{issuer}\0{discovery_url}\0{jwks_url or ''}"
         self._clock = clock
         self._keys: list[SigningKey] | None = None
         #: Bumped whenever the keys change: tokens verified under older keys are checked again.
@@ -104,10 +108,13 @@ class KeySet:
         return self._keys is not None
 
     def start(self) -> None:
-        """Load the keys in the background, once per process (a forked worker starts its own)."""
+        """Load the keys in the background, once per process (a forked worker starts its own),
+        from the keys a sibling worker last loaded meanwhile (shared_keys.py)."""
         if self._loader_pid == os.getpid():
             return
         self._loader_pid = os.getpid()
+        if self._keys is None:
+            self._adopt_shared()
         threading.Thread(target=self._load_until_loaded, name="plants-jwks", daemon=True).start()
 
     def _load_until_loaded(self) -> None:
@@ -115,6 +122,15 @@ class KeySet:
         while not self._closed and not self.refresh() and self._keys is None:
             time.sleep(delay)
             delay = min(delay * 2, REFETCH_INTERVAL)
+
+    def _adopt_shared(self) -> None:
+        document = shared_keys.recall(self._source)
+        keys = [] if document is None else usable_keys(json.loads(document))
+        if keys:
+            # The loader fetches at once (start); these serve until it has, or while it cannot.
+            self._keys, self._fresh_until = keys, self._clock() + REFETCH_INTERVAL
+            self.generation += 1
+            log.info("Took %d signing key(s) of the identity provider from a worker.", len(keys))
 
     def close(self) -> None:
         """Stop loading in the background; a fetch in flight ends within its deadline."""
@@ -179,6 +195,7 @@ class KeySet:
             self._keys = keys
             self.generation += 1
             log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
+            shared_keys.remember(self._source, json.dumps({"keys": [key.data for key in keys]}).encode())
         self._fresh_until = self._clock() + max_age
         return True
 
@@ -191,25 +208,44 @@ class KeySet:
             if named != self._issuer:
                 raise FetchError(_another_issuer(self._discovery_url, self._issuer, named))
             jwks_url = discovery.get("jwks_uri")
-            if not isinstance(jwks_url, str) or urlsplit(jwks_url).scheme not in ("https", "http"):
+            if not isinstance(jwks_url, str) or _scheme(jwks_url) not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
         document, max_age = fetch_json(jwks_url, deadline)
         keys = usable_keys(document)
         if not keys:
-            raise FetchError(f"the JWKS at {jwks_url} has no usable key")
+            raise FetchError(f"the JWKS at {_cut(jwks_url)} has no usable key")
         # Kept once it served keys: until then each attempt reads the discovery document again,
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
 
 
+def _scheme(url: str) -> str:
+    """A discovery document's `jwks_uri`'s scheme. It is the provider's text: one urlsplit refuses
+    (`http://[::1/`, a bracketed host that is no address) is a failed fetch like any other, never
+    an error that would end the background loader."""
+    try:
+        return urlsplit(url).scheme
+    except ValueError:
+        raise FetchError(f"{_cut(url)} is not a URL this service can fetch (ValueError)") from None
+
+
 def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
     """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
-    malformed member) are left out, as PyJWKSet leaves them."""
+    malformed member) are left out, as PyJWKSet leaves them. So is a private key (RFC 7518's `d`,
+    of RSA, EC and OKP keys): PyJWK would load it as one, which cannot verify, and whoever read the
+    document can sign with it."""
     members = document.get("keys")
     keys = []
     for member in members if isinstance(members, list) else []:
         if not isinstance(member, dict):
+            continue
+        if "d" in member:
+            log.warning(
+                "The identity provider's JWKS publishes a private key (kid %.80r): it is left out,"
+                " and the provider should withdraw it, as anyone can sign tokens with it",
+                member.get("kid"),
+            )
             continue
         try:
             keys.append(SigningKey(PyJWK(member), member))
@@ -227,13 +263,15 @@ def _fingerprint(keys: list[SigningKey]) -> list[str]:
 def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     """GET a JSON object; with its max-age in seconds (Cache-Control, clamped), within `deadline`."""
     parts = urlsplit(url)
+    # The jwks_uri is the provider's text, up to the document's size: a line a fetch, cut short.
+    shown = _cut(url)
     remaining = max(0.01, deadline - time.monotonic())
     try:
         connection = _connection(parts.scheme, parts.hostname or "", parts.port, remaining)
     except (ValueError, http.client.InvalidURL) as exc:
         # A discovery document's jwks_uri is the provider's text: a port out of range or not a
         # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
-        raise FetchError(f"{url} is not a URL this service can fetch ({type(exc).__name__})") from None
+        raise FetchError(f"{shown} is not a URL this service can fetch ({type(exc).__name__})") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         connection.request("GET", target, headers={"Accept": "application/json"})
@@ -247,22 +285,27 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
                 break
             body += chunk
     except (OSError, http.client.HTTPException, UnicodeError) as exc:
-        raise FetchError(f"{url} {_failure(exc)} ({type(exc).__name__})") from None
+        raise FetchError(f"{shown} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
         connection.close()
     if response.status != 200:
-        raise FetchError(f"{url} answered {response.status}")
+        raise FetchError(f"{shown} answered {response.status}")
     if len(body) > MAX_DOCUMENT_BYTES:
-        raise FetchError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+        raise FetchError(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
         # Nesting deeper than the interpreter's recursion limit is a RecursionError, not a
         # ValueError: left out, it would end the background loader for good.
-        raise FetchError(f"{url} did not answer JSON") from None
+        raise FetchError(f"{shown} did not answer JSON") from None
     if not isinstance(document, dict):
-        raise FetchError(f"{url} did not answer a JSON object")
+        raise FetchError(f"{shown} did not answer a JSON object")
     return document, _max_age(response.getheader("Cache-Control"))
+
+
+def _cut(url: str) -> str:
+    """A URL as a log line shows it: its first 200 characters."""
+    return url if len(url) <= 200 else url[:200] + "..."
 
 
 def _connection(scheme: str, host: str, port: int | None, timeout: float) -> http.client.HTTPConnection:

@@ -263,6 +263,7 @@ def on_starting(server: Any) -> None:
     asked = tracing.requested()
     if asked and not tracing.available():
         raise SystemExit(f"Plant Store: configuration error: {tracing.MISSING_EXTRA.format(asked)}")
+    from app.auth import shared_keys
     from app.server.settings_check import accept_checked, checked_settings, summary
 
     try:
@@ -270,6 +271,7 @@ def on_starting(server: Any) -> None:
     except ConfigurationError as exc:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
+    shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
     if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "

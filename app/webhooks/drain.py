@@ -11,14 +11,14 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.settings import Settings
-from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore
+from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
 from app.store.endpoints import ENABLED, Endpoint, delivery_fields
 from app.telemetry import tracing
 from app.webhooks.keepalive import Slot
 from app.webhooks.lanes import Lanes
 from app.webhooks.message import message_id, origin_of, payload, signed_headers
 from app.webhooks.outcomes import after_failure, attempt_record, count_attempt, epoch_ms, outcome_record
-from app.webhooks.sender import Attempt, Watchdog, send
+from app.webhooks.sender import WITHDRAWN, Attempt, Watchdog, send
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -113,6 +113,8 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
+            if outcome.error == WITHDRAWN:
+                return False
         count_attempt(deliverer.metrics, outcome, entry.event.time_ms)
         attempt = outcome_record(msg_id, outcome)
         if outcome.delivered:
@@ -150,6 +152,7 @@ class EndpointDrain:
                 allowed=settings.webhooks_allow_hosts,
                 watchdog=deliverer.watchdog,
                 slot=self.slot,
+                still_wanted=self._still_enabled,
             )
 
         deliverer.lanes.begin(endpoint.id)
@@ -160,6 +163,16 @@ class EndpointDrain:
             return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
         finally:
             self.slow = deliverer.lanes.end(endpoint.id)
+
+    def _still_enabled(self) -> bool:
+        """Whether the endpoint is as this drain leased it, and enabled: read again before writing
+        an attempt that took long to connect, so that an endpoint deleted or disabled meanwhile
+        (its answer already given) gets nothing more."""
+        try:
+            fresh = self.deliverer.store.endpoints.get(self.endpoint.id)
+        except StoreUnavailableError:
+            return True  # at least once: a store that does not answer withdraws nothing
+        return fresh is not None and fresh.epoch == self.endpoint.epoch and fresh.status == ENABLED
 
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""

@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple, cast
 
 from app.compat.http_client import FinalAnswerConnection
@@ -25,12 +25,19 @@ log = logging.getLogger(__name__)
 BACKOFF_STATUSES = (429, 503)
 #: The most of a receiver's answer read (and dropped): enough to reuse nothing, bound the time.
 _MOST_READ = 64 * 1024
+#: Seconds an attempt may spend before its request is written (the host's resolution, the
+#: connection, a TLS handshake) without its endpoint being read again: past them, an endpoint
+#: deleted or disabled meanwhile is not sent to.
+CONFIRM_AFTER_S = 0.05
+#: The outcome's error of an attempt given up before its request was written, as its endpoint was
+#: deleted or disabled meanwhile: no attempt at all, neither recorded nor counted.
+WITHDRAWN = "withdrawn"
 
 
 class Attempt(NamedTuple):
     """An attempt: the receiver's HTTP status (None when there was no answer), the error
     (`timeout`, `refused`, `redirect`, `tls`, `address`, `name_not_resolved`, `connection`,
-    `internal`, or None), the Retry-After of a 429 or 503 in seconds (None when absent, invalid,
+    `internal`, `WITHDRAWN`, or None), the Retry-After of a 429 or 503 in seconds (None when absent, invalid,
     or of another status), and how long it took."""
 
     status: int | None
@@ -157,14 +164,19 @@ def send(
     watchdog: Watchdog | None = None,
     slot: Slot | None = None,
     resolve: Resolver = socket.getaddrinfo,
+    still_wanted: Callable[[], bool] | None = None,
 ) -> Attempt:
     """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
     timeout, however the receiver trickles. With `slot`, the endpoint's kept-alive connection is
-    reused when it may be, and the connection is kept there after a 2xx (keepalive.py). Never
-    raises: whatever goes wrong is an outcome."""
+    reused when it may be, and the connection is kept there after a 2xx (keepalive.py). When the
+    connection took CONFIRM_AFTER_S or more to be ready, `still_wanted` is asked before the
+    request is written, and a False gives the attempt up (`WITHDRAWN`). Never raises: whatever
+    goes wrong is an outcome."""
     started = time.monotonic()
     try:
-        return _attempt(url, body, headers, started, timeout, allowed, context, watchdog, slot, resolve)
+        return _attempt(
+            url, body, headers, started, timeout, allowed, context, watchdog, slot, resolve, still_wanted
+        )
     except Exception as exc:
         # Raised by no documented failure: a failed attempt all the same, retried on schedule.
         # One line, no traceback: a receiver can make this happen at every attempt.
@@ -190,6 +202,7 @@ def _attempt(
     watchdog: Watchdog | None,
     slot: Slot | None,
     resolve: Resolver,
+    still_wanted: Callable[[], bool] | None = None,
 ) -> Attempt:
     def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Attempt:
         return Attempt(status, error, retry_after, int((time.monotonic() - started) * 1000))
@@ -209,6 +222,10 @@ def _attempt(
     keep = cut = False
     try:
         connection.begin(deadline)
+        if connection.sock is None:
+            connection.connect()  # here rather than in the first write: it may take long
+        if still_wanted is not None and time.monotonic() - started >= CONFIRM_AFTER_S and not still_wanted():
+            return outcome(None, WITHDRAWN)
         try:
             _write(connection, where, headers, body)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):

@@ -261,6 +261,43 @@ def test_each_refusal_is_401_naming_the_check(issuer, make_jwt_app, case, caplog
     assert len(app.extensions["plants"].store) == 0
 
 
+def _signed_payload(issuer: Issuer, payload: bytes) -> str:
+    """A token the provider's RSA key signs over `payload` as written: JSON that PyJWT's encoder
+    would not write (a lone surrogate escape, an integer past a float's range)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    key = issuer.keys[0]
+    header = _b64({"alg": "RS256", "typ": "at+jwt", "kid": key.kid})
+    signing_input = f"{header}.{base64.urlsafe_b64encode(payload).rstrip(b'=').decode()}"
+    signature = key.private.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def _claims_text(issuer: Issuer, **members: str) -> bytes:
+    """The default claims as JSON text, with `members` written in as raw JSON values."""
+    claims = {**_claims(issuer), "sub": "client-1"}
+    text = json.dumps({name: value for name, value in claims.items() if name not in members})
+    return (text[:-1] + "".join(f', "{name}": {value}' for name, value in members.items()) + "}").encode()
+
+
+def test_an_exp_past_a_floats_range_is_refused_as_malformed(issuer, make_jwt_app):
+    app = make_jwt_app(PLANTS_RATE_LIMIT="10/minute")
+    token = _signed_payload(issuer, _claims_text(issuer, exp="1" + "0" * 400))
+    assert jwt.decode(token, options={"verify_signature": False})["exp"] == 10**400
+    refused(app.test_client().post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
+    assert len(app.extensions["plants"].store) == 0
+
+
+def test_a_subject_with_a_lone_surrogate_is_a_client_of_its_own(issuer, make_jwt_app):
+    client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    odd = _signed_payload(issuer, _claims_text(issuer, sub='"\\ud800"'))
+    assert [client.get("/plants", headers=bearer(odd)).status_code for _ in range(2)] == [200, 200]
+    error_of(client.get("/plants", headers=bearer(odd)), 429)
+    # Another subject keeps its own budget.
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+
+
 @pytest.mark.parametrize(
     "claims",
     [{"exp": -10}, {"nbf": 10}, {"iat": 10}, {"aud": ["https://other.example", AUDIENCE]}],
@@ -607,6 +644,46 @@ def test_through_gunicorn_two_workers(issuer, redis_server):
     assert writer.split(".")[2] not in output
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_a_reload_while_the_provider_is_down_keeps_the_keys_its_workers_had(issuer, request, shared):
+    """The new workers of a reload start with the keys their predecessors loaded (shared in the
+    master's memory, app/auth/shared_keys.py): with the provider down they verify JWTs as the old
+    ones did, and /readyz stays 200. Before, every JWT was 503 until the provider came back."""
+    import signal
+    from pathlib import Path
+
+    from tests.conftest import redis_settings
+    from tests.helpers import call
+    from tests.servers import Gunicorn
+
+    env = {"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE}
+    if shared:
+        env.update(redis_settings(request.getfixturevalue("redis_server")), WEB_CONCURRENCY="2")
+    server = Gunicorn(env=env)
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    try:
+        deadline = time.monotonic() + 60
+        while call(server.connection(), "GET", "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        token = issuer.token()
+        issuer.down()
+        old = set(children.read_text().split())
+        server.process.send_signal(signal.SIGHUP)
+        while True:  # every old worker gone, new ones in their place
+            workers = set(children.read_text().split())
+            if len(workers) == len(old) and not workers & old:
+                break
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        for _ in range(4):  # over both workers
+            assert call(server.connection(), "GET", "/plants", None, bearer(token))[0] == 200
+            assert call(server.connection(), "GET", "/readyz")[0] == 200
+    finally:
+        server.stop()
+        issuer.up()
+
+
 def _loading_keys(issuer_url: str):
     """The keys of `issuer_url`, loading in the background as a worker's do."""
     from app.auth.jwks import KeySet
@@ -643,13 +720,29 @@ def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_o
 
 
 @pytest.mark.parametrize(
-    "jwks_uri", ["http://127.0.0.1:99999/jwks", "http://127.0.0.1:port/jwks", "http://keys .example/jwks"]
+    "jwks_uri",
+    [
+        "http://127.0.0.1:99999/jwks",
+        "http://127.0.0.1:port/jwks",
+        "http://keys .example/jwks",
+        "http://[::1/jwks",
+        "http://[xyz]/jwks",
+    ],
 )
 def test_a_jwks_uri_that_is_no_url_to_fetch_is_logged_and_the_loader_carries_on(issuer, caplog, jwks_uri):
-    """A port out of range or not a number, a host with a space: the loader logs a failed fetch
-    and loads the keys once the provider mends its document."""
+    """A port out of range or not a number, a host with a space, a bracket left open or holding no
+    address (urlsplit's ValueError, which ended the loader: JWTs were 503 for good): the loader
+    logs a failed fetch and loads the keys once the provider mends its document."""
     issuer.jwks_uri = jwks_uri
     logged_then_loaded_once_mended(issuer, caplog, "is not a URL this service can fetch", "jwks_uri")
+
+
+def test_a_jwks_uri_as_long_as_a_document_is_logged_cut_short(issuer, caplog):
+    """A jwks_uri is the provider's text, up to the discovery document's size: each failed fetch
+    logs its first 200 characters, not a line as long as the document, once per retry."""
+    issuer.jwks_uri = f"http://127.0.0.1:{free_port()}/" + "k" * 100_000  # nothing listens there
+    logged_then_loaded_once_mended(issuer, caplog, "refused the connection", "jwks_uri")
+    assert max(len(record.getMessage()) for record in caplog.records) < 1000
 
 
 def logged_then_loaded_once_mended(issuer, caplog, logged: str, broken: str) -> None:
@@ -682,6 +775,23 @@ def test_an_unknown_kid_while_the_jwks_is_nested_too_deep_is_401(issuer, client)
     response = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
     refused(response, "the token names no known signing key")
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-4"))).status_code == 200
+
+
+def test_a_private_key_in_the_jwks_is_left_out_and_its_tokens_refused(issuer, make_jwt_app, caplog):
+    """A JWKS written by hand from the private JWK publishes `d`: loaded as it is, such a key cannot
+    verify, and anyone who read the document can sign with it. Its tokens are 401, never a 500;
+    the other keys keep working, and the log warns without the key's private part."""
+    from jwt.algorithms import RSAAlgorithm
+
+    leaked = issuer.keys[0]
+    private = json.loads(RSAAlgorithm.to_jwk(leaked.private))
+    leaked.jwk = {**private, "kid": leaked.kid, "use": "sig"}
+    with caplog.at_level(logging.WARNING):
+        client = make_jwt_app(PLANTS_JWT_ALGORITHMS="RS256,ES256").test_client()
+        refused(client.get("/plants", headers=bearer(issuer.token())), "the token names no known signing key")
+    assert client.get("/plants", headers=bearer(issuer.token(key=issuer.keys[1]))).status_code == 200
+    assert "publishes a private key" in caplog.text
+    assert private["d"] not in caplog.text
 
 
 def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothing(issuer, tmp_path):

@@ -230,3 +230,33 @@ def test_invented_addresses_past_the_bound_share_one_budget(make_app, monkeypatc
     assert (app.extensions["plants"].rate_limits.open_addresses) == 5  # the bound, not 11
     # The addresses counted before the bound was met keep their own budgets.
     assert refused_from("198.51.100.1").status_code == 401
+
+
+def test_a_reload_on_the_memory_store_keeps_every_window_and_its_counts():
+    """The counters are handed over with the plants (app/store/memory/snapshot.py): a SIGHUP gives
+    no token a fresh budget, and no token guesser a fresh count of failures."""
+    server = Gunicorn(env={"PLANTS_RATE_LIMIT": "3/hour", "PLANTS_AUTH_FAILURE_LIMIT": "2/hour"})
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    wrong = {"Authorization": "Bearer not-a-token"}
+    try:
+        assert [call(server.connection(), "GET", "/plants", None, good)[0] for _ in range(3)] == [200] * 3
+        assert [call(server.connection(), "GET", "/plants", None, wrong)[0] for _ in range(2)] == [401] * 2
+        children = f"/proc/{server.process.pid}/task/{server.process.pid}/children"
+        with open(children) as file:
+            old = set(file.read().split())
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while True:  # the old worker gone, a new one in its place
+            with open(children) as file:
+                now = set(file.read().split())
+            if now and not now & old:
+                break
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        for headers in (good, wrong):
+            status, response_headers, body = call(server.connection(), "GET", "/plants", None, headers)
+            assert_error(status, response_headers, body, 429)
+            assert 3000 < int(response_headers["Retry-After"]) <= 3600
+        assert "took over 0 plants" in server.output()  # the handoff happened, and was this one
+    finally:
+        server.stop()

@@ -15,7 +15,7 @@ from app.store.endpoints import Endpoint
 from app.webhooks.message import new_secret
 from tests.conftest import STORES, settings_for_store
 from tests.integration.test_webhook_delivery import AUTH, attempts, create, endpoint, register, wait_until
-from tests.receiver import Receiver
+from tests.receiver import Receiver, StalledReceiver
 
 TIME = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 
@@ -133,5 +133,35 @@ def test_next_attempt_shows_while_a_retry_is_pending_then_clears(make_app):
         receiver.wait_for(3, timeout=10)
         wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no next_attempt")
         assert client.get("/webhooks", headers=AUTH).json["webhooks"][0]["next_attempt"] is None
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.parametrize("change", ["delete", "disable"])
+def test_an_endpoint_deleted_or_disabled_while_its_attempt_connects_gets_nothing(client, change):
+    """The receiver's accept queue is full: the attempt hangs in its connection's handshake. The
+    endpoint is deleted (or disabled) meanwhile, and its answer given; then the receiver accepts.
+    The connection that comes carries no request; a disabled endpoint, enabled again, gets the
+    event then, as its position held at it."""
+    receiver = StalledReceiver()
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        time.sleep(0.3)  # the attempt is connecting
+        path = f"/webhooks/{hook['id']}"
+        if change == "delete":
+            assert client.delete(path, headers=AUTH).status_code == 204
+        else:
+            assert client.patch(path, json={"status": "disabled"}, headers=AUTH).status_code == 200
+        receiver.release()
+        # The sender's handshake is retried a second after its first SYN, then at 3 s.
+        wait_until(lambda: receiver.connections >= 1, timeout=10, what="the attempt's connection")
+        time.sleep(0.5)
+        assert receiver.ids == []
+        if change == "disable":
+            assert attempts(client, hook) == []
+            assert client.patch(path, json={"status": "enabled"}, headers=AUTH).status_code == 200
+            wait_until(lambda: len(receiver.ids) == 1, what="the event, once enabled")
+            assert receiver.ids[0].startswith("msg_")
     finally:
         receiver.stop()

@@ -52,13 +52,26 @@ def store_state(store: MemoryPlantStore) -> dict[str, Any]:
     return {**table, **_fields(store, STORE_FIELDS)}
 
 
+def _counts_now(counters: Any) -> dict[str, Any]:
+    """The counters' pickling state, each of its dicts copied at once (one C call each, under the
+    GIL): request threads count on while a reservation pickles it, and a dict that changed size
+    mid-pickle would fail the reload."""
+    return {
+        name: value.copy() if isinstance(value, dict) else value
+        for name, value in counters.__getstate__().items()
+    }
+
+
 def dump(store: MemoryPlantStore) -> bytes:
-    """The store's state, pickled, as one consistent cut."""
+    """The store's state, pickled, as one consistent cut; the rate limits' counters with it, as
+    their storage pickles itself (its counts and their windows' ends, without its locks)."""
+    counters = None if store.limit_counters is None else _counts_now(store.limit_counters)
     with store._lock, store.endpoints._lock:
         state = {
             "store": store_state(store),
             "feed": _fields(store._feed, FEED_FIELDS),
             "endpoints": _fields(store.endpoints, ENDPOINT_FIELDS),
+            "limits": counters,
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -137,4 +150,9 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
         if state["feed"]["retain"] == store._feed.retain and state["feed"].keys() == set(FEED_FIELDS):
             vars(store._feed).update(state["feed"])
         vars(store.endpoints).update(state["endpoints"])
+        # Only into counters of the same form (the new worker counts here too, with the same
+        # `limits`): a snapshot of an earlier version has none, one of a worker without limits None.
+        counters, kept = store.limit_counters, state.get("limits")
+        if counters is not None and isinstance(kept, dict) and kept.keys() == counters.__getstate__().keys():
+            counters.__setstate__(kept)
         return len(store)

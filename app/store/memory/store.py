@@ -65,6 +65,9 @@ class MemoryPlantStore(FeedReads):
         #: Each thread's last change's or delete's tag before (`tag_before`).
         self._before = threading.local()
         self._cursor_key = secrets.token_bytes(32)
+        #: The rate limits' counters (a `limits` MemoryStorage) when the app counts here: a reload
+        #: hands them over with the plants (snapshot.py), so that no window starts afresh.
+        self.limit_counters: Any = None
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         """Store the plant unless its id is taken; atomic under concurrent callers.

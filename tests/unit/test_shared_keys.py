@@ -1,0 +1,47 @@
+"""The provider's keys shared between gunicorn's workers (app/auth/shared_keys.py): a record is read
+back only from its own source, and whole."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+
+from app.auth import shared_keys
+
+SOURCE = "https://id.example\0https://id.example/.well-known/openid-configuration\0"
+DOCUMENT = b'{"keys": [{"kty": "EC", "kid": "a"}]}'
+
+
+@pytest.fixture
+def mapping(monkeypatch):
+    """A mapping of this test's own: the module's stays as it was for every other test."""
+    shared = mmap.mmap(-1, shared_keys.SIZE)
+    monkeypatch.setattr(shared_keys, "_shared", shared)
+    return shared
+
+
+def test_without_a_mapping_nothing_is_kept(monkeypatch):
+    monkeypatch.setattr(shared_keys, "_shared", None)
+    shared_keys.remember(SOURCE, DOCUMENT)
+    assert shared_keys.recall(SOURCE) is None
+
+
+def test_a_record_is_read_back_from_its_own_source_only(mapping):
+    assert shared_keys.recall(SOURCE) is None  # nothing written yet
+    shared_keys.remember(SOURCE, DOCUMENT)
+    assert shared_keys.recall(SOURCE) == DOCUMENT
+    assert shared_keys.recall(SOURCE.replace("id.example", "other.example")) is None
+
+
+def test_a_torn_record_is_not_read(mapping):
+    shared_keys.remember(SOURCE, DOCUMENT)
+    end = mapping.find(DOCUMENT) + len(DOCUMENT)
+    mapping[end - 3 : end] = b"XXX"  # another worker's write, half done
+    assert shared_keys.recall(SOURCE) is None
+
+
+def test_a_document_too_large_to_share_is_not_kept(mapping):
+    shared_keys.remember(SOURCE, DOCUMENT)
+    shared_keys.remember(SOURCE, b" " * shared_keys.SIZE)
+    assert shared_keys.recall(SOURCE) == DOCUMENT  # the last one that fitted
