@@ -32,9 +32,10 @@ def share() -> None:
 
 
 def remember(source: str, document: bytes) -> None:
-    """Keep the JWKS `document` loaded from `source` for the workers that start later."""
+    """Keep the JWKS `document` loaded from `source` for the workers that start later (a record
+    already whole and the same is left as it is: a write makes it unreadable while it lasts)."""
     shared = _shared
-    if shared is None:
+    if shared is None or recall(source) == document:
         return
     origin = source.encode()
     if _HEADER.size + len(origin) + len(document) > SIZE:
