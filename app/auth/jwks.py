@@ -195,7 +195,10 @@ class KeySet:
             self._keys = keys
             self.generation += 1
             log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
-            shared_keys.remember(self._source, json.dumps({"keys": [key.data for key in keys]}).encode())
+        # At every fetch, not only when they changed: a record another worker left torn (killed
+        # as it wrote) is whole again at this worker's next refresh, not at the next rotation.
+        shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
+        shared_keys.remember(self._source, shared.encode())
         self._fresh_until = self._clock() + max_age
         return True
 

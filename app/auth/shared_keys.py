@@ -32,10 +32,16 @@ def share() -> None:
 
 
 def remember(source: str, document: bytes) -> None:
-    """Keep the JWKS `document` loaded from `source` for the workers that start later."""
+    """Keep the JWKS `document` loaded from `source` for the workers that start later (a record
+    already whole and the same is left as it is: a write makes it unreadable while it lasts)."""
     shared = _shared
+    if shared is None or recall(source) == document:
+        return
     origin = source.encode()
-    if shared is None or _HEADER.size + len(origin) + len(document) > SIZE:
+    if _HEADER.size + len(origin) + len(document) > SIZE:
+        # The record kept would be keys this worker no longer has (a key the provider withdrew
+        # among them): a later worker would verify with them. None is shared until one fits.
+        shared[: _HEADER.size] = _HEADER.pack(b"\0" * 32, 0, 0)
         return
     body = origin + document
     digest = hashlib.sha256(body).digest()

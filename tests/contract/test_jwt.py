@@ -684,6 +684,29 @@ def test_a_reload_while_the_provider_is_down_keeps_the_keys_its_workers_had(issu
         issuer.up()
 
 
+def test_a_record_of_the_keys_left_torn_is_whole_again_at_the_next_refresh(issuer, monkeypatch):
+    """A worker killed as it wrote the keys it shares leaves a record no worker reads (a later one
+    would start without keys, every JWT 503 while the provider is down): the next refresh of any
+    worker writes it whole again, though the provider's keys did not change."""
+    import mmap
+
+    from app.auth import shared_keys
+    from app.auth.jwks import FETCH_TIMEOUT
+
+    shared = mmap.mmap(-1, shared_keys.SIZE)  # this test's own: the module's stays as it was
+    monkeypatch.setattr(shared_keys, "_shared", shared)
+    keys = _loading_keys(issuer.url)
+    try:
+        _wait_until(lambda: keys.loaded, lambda: "the keys were not loaded")
+        record = shared[: shared_keys.SIZE]
+        assert record.strip(b"\0")  # written at the first load
+        shared[:32] = bytes(32)  # the digest as a write cut short leaves it
+        assert keys.refresh(wait=FETCH_TIMEOUT)  # the same keys, fetched again
+        assert shared[: shared_keys.SIZE] == record
+    finally:
+        keys.close()
+
+
 def _loading_keys(issuer_url: str):
     """The keys of `issuer_url`, loading in the background as a worker's do."""
     from app.auth.jwks import KeySet

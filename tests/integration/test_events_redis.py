@@ -247,3 +247,39 @@ def test_positions_taken_after_redis_lost_its_data_hold_on_the_processes_started
             if server is not None:
                 server.stop()
         own_redis.stop()
+
+
+def test_a_hung_redis_does_not_hold_a_request_that_needs_only_the_cursor_secret(tmp_path):
+    """The secret kept is confirmed in Redis once a second, beside the requests that use it: a
+    ticket (signed with it, and nothing read from Redis) is answered at once while Redis hangs,
+    not after the store's timeout, and the secret is confirmed again once Redis answers."""
+    import signal
+
+    from app import create_app
+    from app.extension import plants_state
+
+    own_redis = RedisServer(tmp_path)
+    timeout = 10.0  # what a request that waited on the hung Redis would take
+    settings = {**redis_settings(own_redis), "PLANTS_STORE_TIMEOUT": timeout}
+    app = create_app({"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], **settings})
+    client = app.test_client()
+    try:
+        assert client.post("/events/tickets", headers=AUTH).status_code == 200  # the secret read
+        time.sleep(CONFIRM_SECONDS)  # due to be confirmed at the next use
+        own_redis.signal(signal.SIGSTOP)
+        try:
+            for _ in range(2):
+                started = time.monotonic()
+                assert client.post("/events/tickets", headers=AUTH).status_code == 200
+                assert time.monotonic() - started < timeout / 2
+        finally:
+            own_redis.signal(signal.SIGCONT)
+        own_redis.command("FLUSHALL")  # the secret lost: put back once confirmed again
+        deadline = time.monotonic() + timeout * 2
+        while own_redis.command("EXISTS", f"{{{settings['PLANTS_STORE_PREFIX']}}}:cursor-key") != "1":
+            assert time.monotonic() < deadline
+            client.post("/events/tickets", headers=AUTH)
+            time.sleep(0.1)
+    finally:
+        plants_state(app).close()
+        own_redis.stop()

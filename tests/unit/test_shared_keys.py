@@ -41,7 +41,23 @@ def test_a_torn_record_is_not_read(mapping):
     assert shared_keys.recall(SOURCE) is None
 
 
-def test_a_document_too_large_to_share_is_not_kept(mapping):
+def test_a_document_too_large_to_share_withdraws_the_one_before(mapping):
+    """The keys loaded before are not the worker's any more (the provider may have withdrawn one
+    of them): a worker started later must not verify with them, so nothing is shared."""
     shared_keys.remember(SOURCE, DOCUMENT)
     shared_keys.remember(SOURCE, b" " * shared_keys.SIZE)
-    assert shared_keys.recall(SOURCE) == DOCUMENT  # the last one that fitted
+    assert shared_keys.recall(SOURCE) is None
+
+
+def test_the_same_record_is_not_written_again(mapping, monkeypatch, tmp_path):
+    """Every refresh of every worker remembers its keys: the same ones, already whole, are left as
+    they are (a write makes the record unreadable while it lasts, to a worker that starts then)."""
+    shared_keys.remember(SOURCE, DOCUMENT)
+    file = tmp_path / "record"
+    file.write_bytes(mapping[:])
+    with file.open("rb") as opened, mmap.mmap(opened.fileno(), 0, access=mmap.ACCESS_READ) as read_only:
+        monkeypatch.setattr(shared_keys, "_shared", read_only)  # a write would raise
+        shared_keys.remember(SOURCE, DOCUMENT)
+        assert shared_keys.recall(SOURCE) == DOCUMENT
+        with pytest.raises(TypeError):  # another document is written
+            shared_keys.remember(SOURCE, DOCUMENT.replace(b'"a"', b'"b"'))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import threading
 import time
 from typing import Any
 
@@ -28,7 +30,9 @@ class SharedSecret:
     everywhere. So the start makes the secret while Redis has room (app/server/settings_check.py):
     this process's own is used only when Redis was full before any start made one.
 
-    The secret kept is confirmed in Redis at most once every CONFIRM_SECONDS, at a use. A Redis
+    The secret kept is confirmed in Redis at most once every CONFIRM_SECONDS, after a use, in a
+    thread of its own: the use goes on with the secret kept, and never waits on a Redis (or the
+    one cluster node that holds the key) that does not answer. A Redis
     that lost its data (restarted without it, FLUSHALL) lost the secret too, while the running
     processes still sign with it: the next process to start (a reload's workers, another host)
     would make another, and refuse every cursor and ticket they signed, those made from `now`
@@ -40,6 +44,8 @@ class SharedSecret:
         self._offered = secrets.token_bytes(32)
         self._kept: bytes | None = None
         self._confirmed_at = 0.0
+        #: The process whose thread is confirming the secret now, if any (a fork's child has none).
+        self._confirming: int | None = None
         self._warned = False
 
     def get(self, clients: Any) -> bytes:
@@ -47,7 +53,7 @@ class SharedSecret:
         `clients` is client.py's LazyClient."""
         if self._kept is not None:
             if time.monotonic() - self._confirmed_at >= CONFIRM_SECONDS:
-                self._confirm(clients)
+                self._confirm_in_background(clients)
             return self._kept
         try:
             self._kept = _read_or_make(clients.get(), self._key, self._offered)
@@ -62,11 +68,18 @@ class SharedSecret:
             return self._offered
         return self._kept
 
+    def _confirm_in_background(self, clients: Any) -> None:
+        if self._confirming == os.getpid():
+            return
+        self._confirming, self._confirmed_at = os.getpid(), time.monotonic()
+        confirming = threading.Thread(target=self._confirm, args=(clients,), name="plants-cursor-secret")
+        confirming.daemon = True  # a stopping worker does not wait on a Redis that does not answer
+        confirming.start()
+
     def _confirm(self, clients: Any) -> None:
         """Redis still holds the secret kept; else it gets it back, or another process's is taken.
         A Redis that does not answer, or takes no write now (full, a replica), leaves it as it
         is, confirmed again at a later use: only a secret Redis holds replaces it."""
-        self._confirmed_at = time.monotonic()
         try:
             client = clients.get()
             found: bytes | None = client.get(self._key)
@@ -74,6 +87,8 @@ class SharedSecret:
                 found = client.set(self._key, self._kept, nx=True, get=True)
         except FAILURES:
             return
+        finally:
+            self._confirmed_at, self._confirming = time.monotonic(), None
         if found is not None and found != self._kept:
             log.warning(
                 "The cursor secret in Redis changed (Redis lost its data): the cursors and watch"
