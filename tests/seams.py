@@ -135,17 +135,20 @@ class Writer:
 class Watcher:
     """A follower that keeps a copy of the store from the feed, as change-feed.md says: a stream
     resumed with `Last-Event-ID`, a long-poll from `next`, or a stream with a watch ticket (a
-    new ticket when one is refused). It ends once it saw the SENTINEL's creation."""
+    new ticket when one is refused). It ends once it saw the creation of the plant `until`."""
 
-    def __init__(self, seen: Seen, port: int, source: str, kind: str, cursor: str) -> None:
+    def __init__(
+        self, seen: Seen, port: int, source: str, kind: str, cursor: str, until: int = SENTINEL
+    ) -> None:
         self.seen, self.port, self.source, self.kind, self.cursor = seen, port, source, kind, cursor
+        self.until = until
         self.events: list[dict] = []
         self.done = threading.Event()
         self.ticket = ""
 
     def take(self, event: dict) -> None:
         self.events.append(event)
-        if event["type"] == "plant.created" and event["plant"]["id"] == SENTINEL:
+        if event["type"] == "plant.created" and event["plant"]["id"] == self.until:
             self.done.set()
 
     def run(self, deadline: float) -> None:
