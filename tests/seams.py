@@ -11,10 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.servers import TOKEN
+from tests.feed_client import AUTH, JSON, send
 
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-JSON = {**AUTH, "Content-Type": "application/json"}
 #: Forwarded values a client may send: nginx replaces or clears them all.
 SPOOFS: tuple[dict[str, str], ...] = (
     {"X-Forwarded-For": "203.0.113.7, 198.51.100.9"},
@@ -69,10 +67,7 @@ def request(
     """One request on a new connection: status (0 when the connection broke), JSON body, headers."""
     conn = connection(port, source)
     try:
-        data = None if body is None else json.dumps(body)
-        conn.request(method, path, body=data, headers=headers or (JSON if data else AUTH))
-        response = conn.getresponse()
-        raw = response.read()
+        response, raw = send(conn, method, path, body, headers)
     except (OSError, http.client.HTTPException):
         return 0, None, None
     finally:

@@ -9,6 +9,7 @@ event, no answer was a 500 or not JSON, and the failed logins counted against th
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import pytest
 from app.store.redis.groups import CLUSTER_GROUPS
 from tests.feed_client import Client
 from tests.receiver import Receiver
-from tests.seams import SENTINEL, SPOOFS, Seen, Watcher, Writer, request
+from tests.seams import JSON, SENTINEL, SPOOFS, Seen, Watcher, Writer, request
 from tests.servers import Nginx, RedisClusterServers, RedisServer, SocketActivated
 
 pytestmark = pytest.mark.skipif(
@@ -335,3 +336,35 @@ def all_events(client: Client, cursor: str) -> list[dict]:
             return events
         events += page["events"]
         cursor = page["next"]
+
+
+def test_a_reload_of_the_memory_store_cuts_a_slow_receivers_attempt_off_rather_than_wait(tmp_path):
+    """An attempt still in flight once the old worker's deliverer stopped is cut off, so that the
+    handoff goes on (docs/webhooks.md): the requests that wait in the backlog meanwhile are answered
+    by the new worker, not held for as long as the receiver takes, and it sends the event again."""
+    receiver = Receiver(lambda delivery, number: (204, {}, 30.0 if number == 1 else 0.0))
+    command = [sys.executable, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
+    env = service_env(
+        PLANTS_API_TOKENS="test-token-1",
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_TIMEOUT="25",
+    )
+    server = SocketActivated(command, env, cwd=tmp_path)
+    seen = Seen()
+    try:
+        assert request(seen, server.port, "127.0.0.1", "POST", "/webhooks", {"url": receiver.url})[0] == 201
+        assert request(seen, server.port, "127.0.0.1", "POST", "/plants", {"id": 1, "name": "a"})[0] == 200
+        receiver.wait_for(1)  # its answer comes in 30 s
+        server.process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("POST", "/plants", json.dumps({"id": 2, "name": "b"}), JSON)
+        assert conn.getresponse().status == 200  # was held until the attempt's timeout
+        conn.close()
+        deliveries = receiver.wait_for(3, timeout=10)
+        assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 1, 2]
+        assert deliveries[1].id == deliveries[0].id  # the same event, sent again
+        assert seen.problems == []
+    finally:
+        server.stop()
+        receiver.stop()
