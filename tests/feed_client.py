@@ -16,6 +16,16 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {**AUTH, "Content-Type": "application/json"}
 
 
+def send(
+    conn: http.client.HTTPConnection, method: str, path: str, body: Any = None, headers: dict | None = None
+) -> tuple[http.client.HTTPResponse, bytes]:
+    """One request on `conn`, a body as JSON, with the token unless `headers`: the answer, read."""
+    data = None if body is None else json.dumps(body)
+    conn.request(method, path, body=data, headers=headers or (JSON if data else AUTH))
+    response = conn.getresponse()
+    return response, response.read()
+
+
 class Client:
     """Requests on one keep-alive connection, opened again when the server closes it. A request
     whose connection broke is sent again once: the tests' writes are such that a repeat is harmless
@@ -31,10 +41,7 @@ class Client:
             conn = self.conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
             self.conn = None
             try:
-                data = None if body is None else json.dumps(body)
-                conn.request(method, path, body=data, headers=headers or (JSON if data else AUTH))
-                response = conn.getresponse()
-                raw = response.read()
+                response, raw = send(conn, method, path, body, headers)
             except (OSError, http.client.HTTPException):
                 conn.close()
                 if attempt:

@@ -463,9 +463,12 @@ def worker_exit(server: Any, worker: Any) -> None:
     this hook in the master for a worker it finds gone.)"""
     handoff.forget(worker)
     deliverer = _deliverer_of(worker)
-    if deliverer is not None:
-        deliverer.stop(timeout=2.0)
     store = _memory_store_of(worker)
+    if deliverer is not None:
+        # With the memory store nothing an attempt acknowledges later is kept (the snapshot is
+        # written next), and a reload's master waits for this process to exit while requests
+        # wait in the backlog: an attempt past the stop's wait is cut off rather than waited for.
+        deliverer.stop(timeout=2.0, cut_off=store is not None)
     if store is not None:
         handoff.write_if_wanted(store)
     provider = getattr(worker, "plants_tracing", None)

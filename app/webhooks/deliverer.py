@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -58,6 +59,8 @@ REFRESH_S = 30.0
 RENEW_S = 3.0
 #: How long a process leaves an endpoint alone after its drain failed other than by an attempt.
 HOLD_S = 5.0
+#: How long a stop waits for the drains whose attempts it cut off to end.
+CUT_OFF_S = 1.0
 
 
 class InFlight:
@@ -81,7 +84,11 @@ class InFlight:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-            futures.wait(list(self.busy.values()), timeout=max(0.0, deadline - time.monotonic()))
+        futures.wait(list(self.busy.values()), timeout=max(0.0, deadline - time.monotonic()))
+
+    @property
+    def in_flight(self) -> bool:
+        return not all(future.done() for future in list(self.busy.values()))
 
     def reap(self) -> bool:
         """Forget the drains that ended; True when one did."""
@@ -255,9 +262,12 @@ class Deliverer:
             self._thread.start()
         return True
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, cut_off: bool = False) -> None:
         """Stop, giving up the leases of the drains that end within `timeout` (an attempt in flight
-        ends by its own timeout; a lease not given up lapses in LEASE_MS)."""
+        ends by its own timeout; a lease not given up lapses in LEASE_MS). `cut_off`: the attempts
+        still in flight then are ended at once, unrecorded, so that their threads do not hold the
+        process's exit (the interpreter waits for its pools' threads) for as long as a receiver
+        takes to answer; the next process sends their events again."""
         deadline = time.monotonic() + timeout
         with self._lock:
             thread, self._thread = self._thread, None
@@ -266,6 +276,9 @@ class Deliverer:
         if thread is not None:
             thread.join(timeout)
         self.drains.close(deadline)
+        if cut_off and self.drains.in_flight:
+            self.watchdog.expire(now=math.inf)
+            self.drains.close(time.monotonic() + CUT_OFF_S)
         self.connections.close_all()
 
     @property

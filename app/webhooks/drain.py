@@ -113,7 +113,9 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-            if outcome.error == WITHDRAWN:
+            if outcome.error == WITHDRAWN or (outcome.error is not None and deliverer.stopping):
+                # Withdrawn, or ended with the process (Deliverer.stop cuts attempts off): not the
+                # receiver's failure, so no retry is scheduled; the next process sends it at once.
                 return False
         count_attempt(deliverer.metrics, outcome, entry.event.time_ms)
         attempt = outcome_record(msg_id, outcome)

@@ -75,8 +75,9 @@ class Watchdog:
             self._expired.discard(id(sock))
             return expired
 
-    def expire(self) -> None:
-        now = time.monotonic()
+    def expire(self, now: float | None = None) -> None:
+        """End the attempts past their deadline; with `now` infinite, every attempt in flight."""
+        now = time.monotonic() if now is None else now
         with self._lock:
             overdue = [(key, sock) for key, (deadline, sock) in self._watched.items() if deadline <= now]
             for key, _ in overdue:
