@@ -43,6 +43,8 @@ SLOW_MODULES = (
     "test_browser.py",
     "test_browser_page.py",
     "test_sse_clients.py",
+    "test_seams.py",
+    "test_partitions.py",
 )
 
 
