@@ -13,6 +13,9 @@ _ORIGIN = re.compile(
     re.IGNORECASE,
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: A last label that makes a host an IPv4 address to a browser (WHATWG URL, "ends in a number"):
+#: decimal digits, or `0x` and hexadecimal ones.
+_ENDS_IN_A_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 
 
 def serialise(origin: str) -> str:
@@ -27,7 +30,7 @@ def serialise(origin: str) -> str:
     scheme, host = matched[1].lower(), matched[2].lower()
     if host.startswith("["):
         host = f"[{_ipv6(host[1:-1], origin)}]"
-    elif host.removesuffix(".").rpartition(".")[2].isdigit():
+    elif _ENDS_IN_A_NUMBER.fullmatch(host.removesuffix(".").rpartition(".")[2]):
         host = _ipv4(host.removesuffix("."), origin)
     port = "" if matched[4] is None or int(matched[4]) == _DEFAULT_PORTS[scheme] else f":{matched[4]}"
     return f"{scheme}://{host}{port}"

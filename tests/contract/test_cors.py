@@ -157,6 +157,7 @@ def test_a_wildcard_allows_every_origin_never_with_credentials(make_app):
         ("http://127.0.0.1:05173", "not one"),
         ("http://127.0.0.1:65536", "not one"),
         ("http://127.1", "four decimal numbers"),
+        ("http://1.2.3.0x4", "four decimal numbers"),
         ("http://127.000.0.1", "four decimal numbers"),
         ("http://[127.0.0.1]", "not an IPv6 address"),
         ("http://[2001:db8::1::2]", "not an IPv6 address"),
