@@ -218,6 +218,9 @@ class Deliverer:
         self.user_agent = user_agent
         self.owner = ""
         self._stop = threading.Event()
+        #: Set when a stop cuts off the attempts still in flight: only those go unrecorded (an
+        #: attempt that fails on its own while the process stops is recorded and retried).
+        self.cutting_off = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -257,6 +260,7 @@ class Deliverer:
             self._pid = os.getpid()
             self.owner = f"{socket.gethostname()}:{self._pid}:{secrets.token_hex(4)}"
             self._stop.clear()
+            self.cutting_off = False
             self.drains.open()
             self._thread = threading.Thread(target=self._run, name="webhooks", daemon=True)
             self._thread.start()
@@ -277,6 +281,7 @@ class Deliverer:
             thread.join(timeout)
         self.drains.close(deadline)
         if cut_off and self.drains.in_flight:
+            self.cutting_off = True
             self.watchdog.expire(now=math.inf)
             self.drains.close(time.monotonic() + CUT_OFF_S)
         self.connections.close_all()

@@ -42,6 +42,7 @@ class Delivering(Protocol):
     lanes: Lanes
     tracer: Any
     metrics: Metrics | None
+    cutting_off: bool
 
     @property
     def stopping(self) -> bool: ...
@@ -113,9 +114,10 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-            if outcome.error == WITHDRAWN or (outcome.error is not None and deliverer.stopping):
-                # Withdrawn, or ended with the process (Deliverer.stop cuts attempts off): not the
-                # receiver's failure, so no retry is scheduled; the next process sends it at once.
+            if outcome.error == WITHDRAWN or (outcome.error is not None and deliverer.cutting_off):
+                # Withdrawn, or cut off by the process's stop (Deliverer.stop): not the receiver's
+                # failure, so no retry is scheduled; the next process sends it at once. An attempt
+                # that failed on its own while the process stops is recorded as any other.
                 return False
         count_attempt(deliverer.metrics, outcome, entry.event.time_ms)
         attempt = outcome_record(msg_id, outcome)

@@ -102,10 +102,24 @@ class _Watched(FinalAnswerConnection):
         self.watched: socket.socket | None = None
 
     def _open(self) -> socket.socket:
-        sock = socket.create_connection((self.host, self.port), self.timeout)
-        # Headers and body go out in two writes: without it, Nagle's algorithm holds the body
-        # back for the receiver's delayed ACK of the headers, up to 40 ms on a kept connection.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        """A socket connected to the checked address, watched from before it connects: a stop
+        that cuts attempts off (Deliverer.stop) ends one whose connection is never answered (a
+        receiver's firewall that drops it, a full backlog) too, not only one whose answer is
+        slow; a connection's timeout alone would hold the stopping process that long."""
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(self.timeout)
+            # Headers and body go out in two writes: without it, Nagle's algorithm holds the body
+            # back for the receiver's delayed ACK of the headers, up to 40 ms on a kept connection.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._watch(sock)
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
         return sock
 
     def _watch(self, sock: socket.socket) -> None:
@@ -115,7 +129,6 @@ class _Watched(FinalAnswerConnection):
 
     def connect(self) -> None:
         self.sock = self._open()
-        self._watch(self.sock)
 
     def begin(self, deadline: float) -> None:
         """An attempt starts on this connection (new or kept): its deadline, its socket watched."""
@@ -145,9 +158,14 @@ class _PinnedHTTPS(_Watched):
 
     def connect(self) -> None:
         # The handshake happens watched: the TLS socket is the one the watchdog shuts down (the
-        # plain one it wraps is detached by then).
+        # plain one it wraps is detached by then, so no longer watched: a watch left on it would
+        # end, at its deadline, whichever socket then had its id).
+        plain = self._open()
+        if self.end():  # cut off as it connected
+            plain.close()
+            raise TimeoutError
         sock = self._ssl_context.wrap_socket(
-            self._open(), server_hostname=self._server_name, do_handshake_on_connect=False
+            plain, server_hostname=self._server_name, do_handshake_on_connect=False
         )
         self.sock = sock
         self._watch(sock)

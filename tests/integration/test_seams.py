@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -338,29 +339,39 @@ def all_events(client: Client, cursor: str) -> list[dict]:
         cursor = page["next"]
 
 
-def test_a_reload_of_the_memory_store_cuts_a_slow_receivers_attempt_off_rather_than_wait(tmp_path):
-    """An attempt still in flight once the old worker's deliverer stopped is cut off, so that the
-    handoff goes on (docs/webhooks.md): the requests that wait in the backlog meanwhile are answered
-    by the new worker, not held for as long as the receiver takes, and it sends the event again."""
-    receiver = Receiver(lambda delivery, number: (204, {}, 30.0 if number == 1 else 0.0))
+def slow_attempts_service(tmp_path: Path) -> SocketActivated:
+    """The service on the memory store, delivering to 127.0.0.1, an attempt's timeout 25 s."""
     command = [sys.executable, "-m", "gunicorn", "-c", "python:app.server.gunicorn_conf"]
     env = service_env(
         PLANTS_API_TOKENS="test-token-1",
         PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
         PLANTS_WEBHOOKS_TIMEOUT="25",
     )
-    server = SocketActivated(command, env, cwd=tmp_path)
+    return SocketActivated(command, env, cwd=tmp_path)
+
+
+def reload_and_write(server: SocketActivated) -> None:
+    """A reload, then a write answered 200 within 10 s: not held for an attempt in flight."""
+    server.process.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/plants", json.dumps({"id": 2, "name": "b"}), JSON)
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
+def test_a_reload_of_the_memory_store_cuts_a_slow_receivers_attempt_off_rather_than_wait(tmp_path):
+    """An attempt still in flight once the old worker's deliverer stopped is cut off, so that the
+    handoff goes on (docs/webhooks.md): the requests that wait in the backlog meanwhile are answered
+    by the new worker, not held for as long as the receiver takes, and it sends the event again."""
+    receiver = Receiver(lambda delivery, number: (204, {}, 30.0 if number == 1 else 0.0))
+    server = slow_attempts_service(tmp_path)
     seen = Seen()
     try:
         assert request(seen, server.port, "127.0.0.1", "POST", "/webhooks", {"url": receiver.url})[0] == 201
         assert request(seen, server.port, "127.0.0.1", "POST", "/plants", {"id": 1, "name": "a"})[0] == 200
         receiver.wait_for(1)  # its answer comes in 30 s
-        server.process.send_signal(signal.SIGHUP)
-        time.sleep(0.5)
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-        conn.request("POST", "/plants", json.dumps({"id": 2, "name": "b"}), JSON)
-        assert conn.getresponse().status == 200  # was held until the attempt's timeout
-        conn.close()
+        reload_and_write(server)  # was held until the attempt's timeout
         deliveries = receiver.wait_for(3, timeout=10)
         assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 1, 2]
         assert deliveries[1].id == deliveries[0].id  # the same event, sent again
@@ -368,3 +379,27 @@ def test_a_reload_of_the_memory_store_cuts_a_slow_receivers_attempt_off_rather_t
     finally:
         server.stop()
         receiver.stop()
+
+
+def test_a_reload_of_the_memory_store_cuts_off_an_attempt_whose_connection_is_never_answered(tmp_path):
+    """A receiver whose host drops the connection's SYN (here: a listener whose backlog is full)
+    holds the attempt in its connect: the stop cuts it off there too, and the requests that wait
+    in the backlog meanwhile are answered by the new worker, not held for the attempt's timeout."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(0)
+    port = silent.getsockname()[1]
+    filling = socket.create_connection(("127.0.0.1", port))  # never accepted: the backlog is full
+    server = slow_attempts_service(tmp_path)
+    seen = Seen()
+    try:
+        url = f"http://127.0.0.1:{port}/hook"
+        assert request(seen, server.port, "127.0.0.1", "POST", "/webhooks", {"url": url})[0] == 201
+        assert request(seen, server.port, "127.0.0.1", "POST", "/plants", {"id": 1, "name": "a"})[0] == 200
+        time.sleep(0.5)  # the attempt is connecting, unanswered
+        reload_and_write(server)  # was held until the attempt's connection timed out
+        assert seen.problems == []
+    finally:
+        server.stop()
+        filling.close()
+        silent.close()

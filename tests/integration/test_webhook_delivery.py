@@ -600,3 +600,23 @@ def test_the_deliverers_help_prints_its_usage_and_settings():
     wrong = subprocess.run([script, "--bogus"], env=env, capture_output=True, text=True, timeout=30)
     assert wrong.returncode == 2
     assert "unrecognized arguments: --bogus" in wrong.stderr
+
+
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_an_attempt_that_fails_while_the_deliverer_stops_is_recorded_and_waits_its_retry(make_app):
+    """Only an attempt the stop cuts off goes unrecorded: one that times out by itself while the
+    deliverer stops (without cutting off, as the app's close and the deliverer on its own stop)
+    is the receiver's failure, recorded and retried on the schedule, not at once."""
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_TIMEOUT=1.0)
+    client = service.test_client()
+    receiver = Receiver(lambda delivery, number: (204, {}, 3.0))
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        receiver.wait_for(1)
+        service.extensions["plants"].deliverer.stop(timeout=5.0)
+        recorded = attempts(client, hook)
+        assert [(attempt["status"], attempt["error"]) for attempt in recorded] == [(None, "timeout")]
+        assert endpoint(client, hook)["next_attempt"] is not None
+    finally:
+        receiver.stop()
