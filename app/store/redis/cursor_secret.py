@@ -46,6 +46,7 @@ class SharedSecret:
         self._confirmed_at = 0.0
         #: The process whose thread is confirming the secret now, if any (a fork's child has none).
         self._confirming: int | None = None
+        self._confirming_lock = threading.Lock()  # two threads due at once start one confirmation
         self._warned = False
 
     def get(self, clients: Any) -> bytes:
@@ -69,9 +70,10 @@ class SharedSecret:
         return self._kept
 
     def _confirm_in_background(self, clients: Any) -> None:
-        if self._confirming == os.getpid():
-            return
-        self._confirming, self._confirmed_at = os.getpid(), time.monotonic()
+        with self._confirming_lock:
+            if self._confirming == os.getpid():
+                return
+            self._confirming, self._confirmed_at = os.getpid(), time.monotonic()
         confirming = threading.Thread(target=self._confirm, args=(clients,), name="plants-cursor-secret")
         confirming.daemon = True  # a stopping worker does not wait on a Redis that does not answer
         confirming.start()
