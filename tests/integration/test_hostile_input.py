@@ -390,3 +390,21 @@ def test_after_the_corpus_the_service_is_normal_and_plants_unchanged(server):
     log = server.output()
     assert "Traceback" not in log
     assert '" 5' not in log  # no 5xx in the access log
+
+
+@pytest.mark.parametrize("pieces", [[b"GET /healthz\r\n"], [b"GET /heal", b"thz\r", b"\n"]])
+def test_a_bare_http_0_9_line_is_refused_at_once(server, pieces):
+    # An HTTP/0.9 client sends its request line alone and waits: it is refused when the line ends,
+    # not left to the read timeout's 408. It speaks no HTTP/1.x: the answer is read raw.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT + 5) as sock:
+        for piece in pieces:
+            sock.sendall(piece)
+            time.sleep(0.05)
+        answer = sock.makefile("rb").read()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"X-Content-Type-Options: nosniff" in head
+    assert json.loads(body) == {
+        "error": 400,
+        "message": "Bad Request: the request's HTTP framing is malformed (HTTP/0.9 is not served).",
+    }

@@ -202,6 +202,9 @@ class Incoming:
             self._after_upgrade(piece[switched_at:])
             return
         self.received += len(piece)
+        if self.phase == HEAD and not self._head_count and _ends_http_0_9(self.parser, self._request, piece):
+            self.refusal = _malformed("HTTP/0.9 is not served")
+            return
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
         if self.phase == phase_before == HEAD:
             self._head_bytes += len(piece)
@@ -653,6 +656,12 @@ def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
     if isinstance(error, httptools.HttpParserCallbackError):
         return _malformed("a field could not be read")
     return _malformed(str(error))
+
+
+def _ends_http_0_9(parser: httptools.HttpRequestParser, request: cycle.Request, piece: bytes) -> bool:
+    """Whether `piece` ended a request line without a version: llhttp reads the lines after it as a
+    head, but an HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends."""
+    return bool(request.url) and b"\n" in piece and parser.get_http_version() == "0.0"
 
 
 def _malformed(detail: str) -> exceptions.BadRequest:
