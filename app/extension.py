@@ -23,6 +23,7 @@ from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
 from app.store import PlantStore, StoreUnavailableError, store_for
+from app.store.memory.store import MemoryPlantStore
 from app.watch.feed_signal import FeedSignal
 from app.watch.wake_index import Touched
 from app.webhooks import Deliverer, user_agent
@@ -158,12 +159,15 @@ def _state_for(settings: Settings) -> PlantsState:
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
         metrics.watch_woken(feed_signal.woken)
+    rate_limits = rate_limits_for(settings, url)
+    if rate_limits is not None and isinstance(store, MemoryPlantStore):
+        store.limit_counters = rate_limits.counters  # handed over with the plants at a reload
     return PlantsState(
         settings=settings,
         auth=authenticator_for(settings),
         store=store,
         metrics=metrics,
-        rate_limits=rate_limits_for(settings, url, store),
+        rate_limits=rate_limits,
         split_guard=None if store.shared else SplitStoreGuard(),
         store_address=url.redacted,
         deliverer=deliverer,

@@ -42,8 +42,7 @@ from limits.errors import StorageError
 from app.auth.address_keys import AddressKeys, client_key, wide_key
 from app.errors import RateLimitExceeded
 from app.settings import Settings
-from app.store import FAILURES, PlantStore, StoreUrl, backend_error
-from app.store.memory.store import MemoryPlantStore
+from app.store import FAILURES, StoreUrl, backend_error
 
 log = logging.getLogger(__name__)
 
@@ -250,13 +249,12 @@ def add_headers(environ: Mapping[str, Any], response: Response) -> None:
         response.headers.extend(limit_headers(state))
 
 
-def rate_limits_for(settings: Settings, url: StoreUrl, store: PlantStore) -> RateLimits | None:
-    """The app's rate limits, kept beside its plants (memory, or the same Redis); None when off.
-    With the memory store, its counters are the store's to hand over at a reload."""
+def rate_limits_for(settings: Settings, url: StoreUrl) -> RateLimits | None:
+    """The app's rate limits, kept beside its plants (memory, or the same Redis); None when off."""
     per_token, own, failures = settings.rate_limit, settings.tokens.limits, settings.auth_failure_limit
     if not (per_token or own or failures):
         return None
-    limits = RateLimits(
+    return RateLimits(
         storage_uri=_storage_uri(url),
         storage_options=_storage_options(url, settings),
         key_prefix=f"{settings.store_prefix}:limits",
@@ -265,9 +263,6 @@ def rate_limits_for(settings: Settings, url: StoreUrl, store: PlantStore) -> Rat
         auth_failures=failures,
         auth_failures_wide=settings.auth_failure_limit_per_48,
     )
-    if isinstance(store, MemoryPlantStore):
-        store.limit_counters = limits.counters
-    return limits
 
 
 def _wide_limits(narrow: list[Any], wide: str | None) -> list[Any]:
