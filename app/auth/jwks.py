@@ -13,6 +13,7 @@ Every fetch has one deadline of 2 s for the whole exchange, not per read.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import logging
@@ -64,12 +65,16 @@ class SigningKey(NamedTuple):
 
 
 def fits(key: SigningKey, algorithm: str) -> bool:
-    """Whether `key` may verify a signature made with `algorithm`."""
+    """Whether `key` may verify a signature made with `algorithm`: its type (and curve) and its
+    `alg` fit, its `use` is `sig` (RFC 7517 §4.2: an `enc` key is for encryption) and its
+    `key_ops` name `verify` (§4.3), each when it has them."""
     kty, crv = KEY_FAMILIES.get(algorithm, (None, None))
     data = key.data
     if kty is None or data.get("kty") != kty or (crv is not None and data.get("crv") != crv):
         return False
-    return data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
+    operations = data.get("key_ops", ["verify"])
+    verifies = isinstance(operations, list) and "verify" in operations
+    return verifies and data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
 
 
 class KeySet:
@@ -97,6 +102,8 @@ class KeySet:
         self._loader_pid: int | None = None
         self._refreshing = False
         self._closed = False
+        #: The private keys already warned about (their digests): a warning a key, not a refresh.
+        self._warned: set[str] = set()
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
 
@@ -125,7 +132,7 @@ class KeySet:
 
     def _adopt_shared(self) -> None:
         document = shared_keys.recall(self._source)
-        keys = [] if document is None else usable_keys(json.loads(document))
+        keys = [] if document is None else usable_keys(json.loads(document), self._warned)
         if keys:
             # The loader fetches at once (start); these serve until it has, or while it cannot.
             self._keys, self._fresh_until = keys, self._clock() + REFETCH_INTERVAL
@@ -214,7 +221,7 @@ class KeySet:
             if not isinstance(jwks_url, str) or _scheme(jwks_url) not in ("https", "http"):
                 raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
         document, max_age = fetch_json(jwks_url, deadline)
-        keys = usable_keys(document)
+        keys = usable_keys(document, self._warned)
         if not keys:
             raise FetchError(f"the JWKS at {_cut(jwks_url)} has no usable key")
         # Kept once it served keys: until then each attempt reads the discovery document again,
@@ -233,22 +240,19 @@ def _scheme(url: str) -> str:
         raise FetchError(f"{_cut(url)} is not a URL this service can fetch (ValueError)") from None
 
 
-def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
+def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
     """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
     malformed member) are left out, as PyJWKSet leaves them. So is a private key (RFC 7518's `d`,
     of RSA, EC and OKP keys): PyJWK would load it as one, which cannot verify, and whoever read the
-    document can sign with it."""
+    document can sign with it. Its WARNING is logged once a key: `warned` keeps the digests of
+    those already logged (never the keys), as every refresh reads the document again."""
     members = document.get("keys")
     keys = []
     for member in members if isinstance(members, list) else []:
         if not isinstance(member, dict):
             continue
         if "d" in member:
-            log.warning(
-                "The identity provider's JWKS publishes a private key (kid %.80r): it is left out,"
-                " and the provider should withdraw it, as anyone can sign tokens with it",
-                member.get("kid"),
-            )
+            _warn_of_private_key(member, warned)
             continue
         try:
             keys.append(SigningKey(PyJWK(member), member))
@@ -259,8 +263,24 @@ def usable_keys(document: dict[str, Any]) -> list[SigningKey]:
     return keys
 
 
+def _warn_of_private_key(member: dict[str, Any], warned: set[str]) -> None:
+    digest = hashlib.sha256(_canonical(member).encode()).hexdigest()
+    if digest in warned:
+        return
+    warned.add(digest)
+    log.warning(
+        "The identity provider's JWKS publishes a private key (kid %.80r): it is left out,"
+        " and the provider should withdraw it, as anyone can sign tokens with it",
+        member.get("kid"),
+    )
+
+
+def _canonical(member: dict[str, Any]) -> str:
+    return json.dumps(member, sort_keys=True)
+
+
 def _fingerprint(keys: list[SigningKey]) -> list[str]:
-    return sorted(json.dumps(key.data, sort_keys=True) for key in keys)
+    return sorted(_canonical(key.data) for key in keys)
 
 
 def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:

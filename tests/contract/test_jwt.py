@@ -817,6 +817,54 @@ def test_a_private_key_in_the_jwks_is_left_out_and_its_tokens_refused(issuer, ma
     assert private["d"] not in caplog.text
 
 
+def test_a_private_key_is_warned_of_once_not_at_every_refresh(issuer, caplog):
+    """Every refresh reads the JWKS again: the WARNING names each private key once a process."""
+    from jwt.algorithms import RSAAlgorithm
+
+    from app.auth.jwks import KeySet
+
+    leaked = issuer.keys[0]
+    leaked.jwk = {**json.loads(RSAAlgorithm.to_jwk(leaked.private)), "kid": leaked.kid}
+    keys = KeySet(discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url)
+    with caplog.at_level(logging.WARNING, logger="app.auth.jwks"):
+        for _ in range(3):
+            assert keys.refresh()
+        second = SigningKey("RSA", number=2)
+        second.jwk = {**json.loads(RSAAlgorithm.to_jwk(second.private)), "kid": second.kid}
+        issuer.keys.append(second)
+        for _ in range(2):
+            assert keys.refresh()
+    messages = [record.getMessage() for record in caplog.records]
+    warned = [message for message in messages if "publishes a private key" in message]
+    assert len(warned) == 2, warned
+    assert leaked.kid in warned[0]
+    assert second.kid in warned[1]
+
+
+@pytest.mark.parametrize(
+    ("published", "verifies"),
+    [
+        ({"use": "enc"}, False),  # RFC 7517 §4.2: for encryption only
+        ({"use": None, "key_ops": ["encrypt", "wrapKey"]}, False),  # §4.3: no `verify`
+        ({"use": None, "key_ops": ["sign"]}, False),
+        ({"use": None, "key_ops": "verify"}, False),  # not an array: not a key this service trusts
+        ({"use": None, "key_ops": ["verify"]}, True),
+        ({"use": None}, True),  # neither member: any use
+    ],
+    ids=["use-enc", "ops-encrypt", "ops-sign", "ops-not-a-list", "ops-verify", "neither"],
+)
+def test_a_key_verifies_only_as_its_use_and_key_ops_allow(issuer, make_jwt_app, published, verifies):
+    key = issuer.keys[0]
+    key.jwk = {name: value for name, value in {**key.jwk, **published}.items() if value is not None}
+    client = make_jwt_app(PLANTS_JWT_ALGORITHMS="RS256,ES256").test_client()
+    response = client.get("/plants", headers=bearer(issuer.token()))
+    if verifies:
+        assert response.status_code == 200
+    else:
+        refused(response, "the signing algorithm is not allowed")
+    assert client.get("/plants", headers=bearer(issuer.token(key=issuer.keys[1]))).status_code == 200
+
+
 def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothing(issuer, tmp_path):
     """gunicorn's master checks the settings, then forks the workers: it builds no app, so no
     fetch of the keys (nor any other thread) runs at the fork for a worker to inherit half done."""
