@@ -50,20 +50,17 @@ def _ipv4(host: str, origin: str) -> str:
 
 def _ipv6(text: str, origin: str) -> str:
     """The compressed form a browser writes: hexadecimal pieces without leading zeros, the first
-    longest run of two or more zero pieces as `::` (an embedded IPv4 address in hexadecimal too)."""
+    longest run of two or more zero pieces as `::` (RFC 5952, as `compressed` writes it), and an
+    IPv4-mapped address in hexadecimal pieces too (`[::ffff:7f00:1]`)."""
     try:
-        packed = ipaddress.IPv6Address(text).packed
+        address = ipaddress.IPv6Address(text)
     except ValueError:
         raise ValueError(f"names {origin!r}, whose host in brackets is not an IPv6 address") from None
-    pieces = [int.from_bytes(packed[i : i + 2], "big") for i in range(0, 16, 2)]
-    start, length = 0, 0
-    for i in range(8):
-        run = 0
-        while i + run < 8 and pieces[i + run] == 0:
-            run += 1
-        if run > length:
-            start, length = i, run
-    words = [f"{piece:x}" for piece in pieces]
-    if length < 2:
-        return ":".join(words)
-    return ":".join(words[:start]) + "::" + ":".join(words[start + length :])
+    mapped = address.ipv4_mapped
+    if mapped is None:
+        return address.compressed
+    # Written by hand: from Python 3.13 `compressed` writes an IPv4-mapped address dotted
+    # (`::ffff:127.0.0.1`), which no browser sends in `Origin` (WHATWG URL serialises every IPv6
+    # address in hexadecimal pieces), so a setting so written would never match.
+    high, low = divmod(int(mapped), 1 << 16)
+    return f"::ffff:{high:x}:{low:x}"

@@ -179,6 +179,9 @@ def test_a_bad_origin_stops_the_start(make_app, value, phrase):
         ("http://[2001:DB8:0:0:0:0:0:1]:8080", "http://[2001:db8::1]:8080"),
         ("http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:1]"),
         ("http://[::FFFF:127.0.0.1]", "http://[::ffff:7f00:1]"),
+        ("http://[::ffff:0.0.0.0]", "http://[::ffff:0:0]"),  # the first longest run of zeros
+        ("http://[0:0:0:0:0:0:0:0]", "http://[::]"),
+        ("http://[::127.0.0.1]", "http://[::7f00:1]"),  # IPv4-compatible, not mapped
         ("http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8:0:1:1:1:1:1]"),
         ("https://App.Example.", "https://app.example."),  # a browser keeps a name's trailing dot
         ("http://127.0.0.1.:8080", "http://127.0.0.1:8080"),  # not an address's
