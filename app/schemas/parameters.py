@@ -46,9 +46,18 @@ class PlantIdSchema(Schema):
     id = IntegralNumber(required=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
 
 
+class DistinctList(fields.List):
+    """A repeatable filter's values, each once, in the order first given: a filter is a set, so
+    a value repeated is counted once against the parameter's bound (its validators read this)."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> tuple[Any, ...]:  # type: ignore[override]
+        return tuple(dict.fromkeys(super()._deserialize(value, attr, data, **kwargs)))
+
+
 def _tags_field() -> fields.List:
-    """`tags`, as `GET /plants` and `GET /events` take it: 1 to MAX_TAGS tags of 1 to 100 characters."""
-    return fields.List(
+    """`tags`, as `GET /plants` and `GET /events` take it: 1 to MAX_TAGS distinct tags of 1 to 100
+    characters."""
+    return DistinctList(
         fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
         validate=validate.Length(min=1, max=MAX_TAGS),
     )
@@ -95,11 +104,11 @@ class EventsQuerySchema(Schema):
     )
     #: Filters (app/watch/filters.py): each repeatable, combined with AND.
     tags = _tags_field()
-    ids = fields.List(
+    ids = DistinctList(
         IntegralNumber(validate=validate.Range(min=INT64_MIN, max=INT64_MAX)),
         validate=validate.Length(min=1, max=MAX_IDS),
     )
-    types = fields.List(
+    types = DistinctList(
         fields.String(validate=validate.OneOf(EVENT_TYPES, error="Must be one of: {choices}.")),
         validate=validate.Length(min=1, max=len(EVENT_TYPES)),
     )
@@ -144,21 +153,14 @@ def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
     Raises InvalidParameters naming every bad parameter: one given twice that may not be, a
     value out of bounds, or an unknown name.
     """
-    query = _load_query(_page_query_schema, args)
-    if "tags" in query:
-        query["tags"] = tuple(dict.fromkeys(query["tags"]))
-    return query
+    return _load_query(_page_query_schema, args)
 
 
 def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
     """The feed's query: `limit` (default 100), `after` (a cursor, or `now`), `wait`, the filters
     (`tags`, `ids`, `types`, each deduplicated) and `snapshot` when given; InvalidParameters as
     for a page."""
-    query = _load_query(_events_query_schema, args)
-    for name in _LISTS:
-        if name in query:
-            query[name] = tuple(dict.fromkeys(query[name]))
-    return query
+    return _load_query(_events_query_schema, args)
 
 
 def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:

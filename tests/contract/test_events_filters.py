@@ -167,3 +167,22 @@ def test_feed_cursors_are_positions_of_the_whole_feed_whatever_the_filter(client
 def test_a_bad_filter_is_a_400_naming_its_parameter(client, auth, query, parameter):
     details = error_of(client.get(f"/events?{query}", headers=auth), 400)["details"]
     assert list(details) == [parameter]
+
+
+@pytest.mark.parametrize(
+    ("query", "selected"),
+    [
+        ("&".join(["tags=green"] * 21 + [f"tags=t{n}" for n in range(19)]), [1]),  # 40 given, 20 distinct
+        ("&".join(["ids=1", "ids=1e0", "ids=1.0"] * 34 + [f"ids={n}" for n in range(2, 101)]), [1, 2]),
+        ("&".join(["types=plant.created"] * 4), [1, 2]),  # more values than there are types
+    ],
+    ids=["tags", "ids", "types"],
+)
+def test_a_value_repeated_counts_once_against_its_filters_bound(client, auth, query, selected):
+    """A filter is a set: a client that builds it from a list with repeats is not refused as if it
+    named more values than the bound, and gets what the distinct values select."""
+    for plant_id, tag in ((1, "green"), (2, "blue")):
+        client.post("/plants", json={"id": plant_id, "name": "Fern", "tag": tag}, headers=auth)
+    response = client.get(f"/events?{query}", headers=auth)
+    assert response.status_code == 200, response.json
+    assert [event["plant"]["id"] for event in response.json["events"]] == selected

@@ -234,6 +234,9 @@ def test_tags_filter_to_plants_with_one_of_them(client, auth, plant, in_order):
     assert nobody.json == {"plants": []}
     repeated, _ = walk(client, auth, "tags=cactus&tags=cactus&limit=3")
     assert [item["id"] for item in repeated] == in_order(range(3, 30, 5))
+    # A tag repeated counts once against the bound of 20: 21 values, 2 distinct.
+    many, _ = walk(client, auth, "&".join(["tags=cactus"] * 20 + ["tags=palm", "limit=5"]))
+    assert [item["id"] for item in many] == in_order([*range(2, 30, 5), *range(3, 30, 5)])
 
 
 def test_tags_match_exactly_whatever_their_characters(client, auth, plant):
