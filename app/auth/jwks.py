@@ -8,39 +8,30 @@
   a flood of random `kid`s cannot make the service hammer the provider.
 - If the provider is down, the cached keys keep working; a refresh is retried after 30 s.
 
-Every fetch has one deadline of 2 s for the whole exchange, not per read.
+Each fetch (provider_fetch.py) has one deadline of 2 s for the whole exchange, not per read.
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import os
-import re
-import socket
-import ssl
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 from jwt import PyJWK
 from jwt.exceptions import MissingCryptographyError, PyJWTError
 
 from app.auth import shared_keys
+from app.auth.provider_fetch import FETCH_TIMEOUT, FetchError, cut, fetch_jwks
 
 log = logging.getLogger(__name__)
 
-FETCH_TIMEOUT = 2.0
 REFETCH_INTERVAL = 30.0
-DEFAULT_MAX_AGE = 600.0
-MIN_MAX_AGE, MAX_MAX_AGE = 60.0, 86400.0
-MAX_DOCUMENT_BYTES = 1 << 20
-_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
 
 #: Which key types sign with which algorithms (RFC 7518 §3.1, RFC 8037): a token whose algorithm
 #: does not fit its key's type is refused, whatever the algorithm list says.
@@ -50,10 +41,6 @@ KEY_FAMILIES = {
     "ES256": ("EC", "P-256"), "ES384": ("EC", "P-384"), "ES512": ("EC", "P-521"),
     "EdDSA": ("OKP", None),
 }  # fmt: skip
-
-
-class FetchError(Exception):
-    """The provider did not give a usable document; the message never holds a secret."""
 
 
 class SigningKey(NamedTuple):
@@ -159,7 +146,8 @@ class KeySet:
         if now >= self._fresh_until:
             self._refresh_in_background()
         key, known = self._match(kid, algorithm)
-        if kid is not None and not known and self._may_refetch(now) and self.refresh(wait=FETCH_TIMEOUT):
+        if kid is not None and not known and self._may_refetch(now):
+            self._refetch()
             key, known = self._match(kid, algorithm)
         return key, known
 
@@ -184,12 +172,25 @@ class KeySet:
         self._refreshing = True
         threading.Thread(target=self.refresh, name="plants-jwks-refresh", daemon=True).start()
 
+    def _refetch(self) -> None:
+        """An unknown `kid`'s fetch. One already in flight (a background refresh) is waited for, not
+        followed by a second: its keys are as new, and the request waits one fetch's deadline."""
+        if self._fetch_lock.acquire(blocking=False):
+            self._refresh_holding_lock()
+        elif self._fetch_lock.acquire(timeout=FETCH_TIMEOUT):
+            self._fetch_lock.release()
+
     def refresh(self, wait: float = -1) -> bool:
         """Fetch the keys now (one fetch at a time); whether they were loaded."""
         if not self._fetch_lock.acquire(timeout=wait):
             return False
+        return self._refresh_holding_lock()
+
+    def _refresh_holding_lock(self) -> bool:
+        # The keys are kept before the lock is released: whoever waited for this fetch reads them.
         try:
             keys, max_age = self._fetch()
+            self._keep(keys, max_age)
         except FetchError as exc:
             log.warning("Could not fetch the identity provider's keys: %s", exc)
             # The cached keys keep working; try again later, not on every request.
@@ -198,6 +199,9 @@ class KeySet:
         finally:
             self._refreshing = False
             self._fetch_lock.release()
+        return True
+
+    def _keep(self, keys: list[SigningKey], max_age: float) -> None:
         if self._keys is None or _fingerprint(keys) != _fingerprint(self._keys):
             self._keys = keys
             self.generation += 1
@@ -207,37 +211,16 @@ class KeySet:
         shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
         shared_keys.remember(self._source, shared.encode())
         self._fresh_until = self._clock() + max_age
-        return True
 
     def _fetch(self) -> tuple[list[SigningKey], float]:
-        deadline = time.monotonic() + FETCH_TIMEOUT
-        jwks_url = self._jwks_url
-        if jwks_url is None:
-            discovery, _ = fetch_json(self._discovery_url, deadline)
-            named = discovery.get("issuer")
-            if named != self._issuer:
-                raise FetchError(_another_issuer(self._discovery_url, self._issuer, named))
-            jwks_url = discovery.get("jwks_uri")
-            if not isinstance(jwks_url, str) or _scheme(jwks_url) not in ("https", "http"):
-                raise FetchError(f"the discovery document at {self._discovery_url} has no jwks_uri")
-        document, max_age = fetch_json(jwks_url, deadline)
+        document, max_age, jwks_url = fetch_jwks(self._discovery_url, self._jwks_url, self._issuer)
         keys = usable_keys(document, self._warned)
         if not keys:
-            raise FetchError(f"the JWKS at {_cut(jwks_url)} has no usable key")
+            raise FetchError(f"the JWKS at {cut(jwks_url)} has no usable key")
         # Kept once it served keys: until then each attempt reads the discovery document again,
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
-
-
-def _scheme(url: str) -> str:
-    """A discovery document's `jwks_uri`'s scheme. It is the provider's text: one urlsplit refuses
-    (`http://[::1/`, a bracketed host that is no address) is a failed fetch like any other, never
-    an error that would end the background loader."""
-    try:
-        return urlsplit(url).scheme
-    except ValueError:
-        raise FetchError(f"{_cut(url)} is not a URL this service can fetch (ValueError)") from None
 
 
 def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
@@ -281,104 +264,3 @@ def _canonical(member: dict[str, Any]) -> str:
 
 def _fingerprint(keys: list[SigningKey]) -> list[str]:
     return sorted(_canonical(key.data) for key in keys)
-
-
-def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
-    """GET a JSON object; with its max-age in seconds (Cache-Control, clamped), within `deadline`."""
-    parts = urlsplit(url)
-    # The jwks_uri is the provider's text, up to the document's size: a line a fetch, cut short.
-    shown = _cut(url)
-    remaining = max(0.01, deadline - time.monotonic())
-    try:
-        connection = _connection(parts.scheme, parts.hostname or "", parts.port, remaining)
-    except (ValueError, http.client.InvalidURL) as exc:
-        # A discovery document's jwks_uri is the provider's text: a port out of range or not a
-        # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
-        raise FetchError(f"{shown} is not a URL this service can fetch ({type(exc).__name__})") from None
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        connection.request("GET", target, headers={"Accept": "application/json"})
-        _bound(connection, deadline)
-        response = connection.getresponse()
-        body = bytearray()
-        while len(body) <= MAX_DOCUMENT_BYTES:
-            _bound(connection, deadline)
-            chunk = response.read1(65536)
-            if not chunk:
-                break
-            body += chunk
-    except (OSError, http.client.HTTPException, UnicodeError) as exc:
-        raise FetchError(f"{shown} {_failure(exc)} ({type(exc).__name__})") from None
-    finally:
-        connection.close()
-    if response.status != 200:
-        raise FetchError(f"{shown} answered {response.status}")
-    if len(body) > MAX_DOCUMENT_BYTES:
-        raise FetchError(f"{shown} answered more than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        # Nesting deeper than the interpreter's recursion limit is a RecursionError, not a
-        # ValueError: left out, it would end the background loader for good.
-        raise FetchError(f"{shown} did not answer JSON") from None
-    if not isinstance(document, dict):
-        raise FetchError(f"{shown} did not answer a JSON object")
-    return document, _max_age(response.getheader("Cache-Control"))
-
-
-def _cut(url: str) -> str:
-    """A URL as a log line shows it: its first 200 characters."""
-    return url if len(url) <= 200 else url[:200] + "..."
-
-
-def _connection(scheme: str, host: str, port: int | None, timeout: float) -> http.client.HTTPConnection:
-    if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
-    return http.client.HTTPConnection(host, port, timeout=timeout)
-
-
-def _failure(exc: BaseException) -> str:
-    """What went wrong with a fetch, in words: a refused connection is not a slow provider."""
-    if isinstance(exc, ConnectionRefusedError):
-        return "refused the connection (is the provider running at that address?)"
-    if isinstance(exc, socket.gaierror):
-        return "has a host name that did not resolve"
-    if isinstance(exc, UnicodeError):
-        return "has a host name that is not a valid DNS name"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return "has a TLS certificate this service does not trust (a private CA: set SSL_CERT_FILE)"
-    if isinstance(exc, TimeoutError):
-        return "did not answer in time"
-    return "failed before its answer was complete"
-
-
-def _bound(connection: http.client.HTTPConnection, deadline: float) -> None:
-    """Every read gets only what is left of the deadline, so a slow drip cannot stretch it."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError
-    if connection.sock is not None:
-        connection.sock.settimeout(remaining)
-
-
-def _max_age(cache_control: str | None) -> float:
-    """How long to keep a JWKS: its max-age within 1 minute and 1 day; no-cache is the minute."""
-    cache_control = cache_control or ""
-    if re.search(r"no-(?:cache|store)", cache_control, re.IGNORECASE):
-        return MIN_MAX_AGE
-    match = _MAX_AGE.search(cache_control)
-    if match is None:
-        return DEFAULT_MAX_AGE
-    return min(max(float(match.group(1)), MIN_MAX_AGE), MAX_MAX_AGE)
-
-
-def _another_issuer(discovery_url: str, configured: str, named: Any) -> str:
-    """Both issuers, as written (the provider's cut short: it is what a stranger's server says)."""
-    shown = repr(named)[:200]
-    hint = ""
-    if isinstance(named, str) and named.rstrip("/") == configured.rstrip("/"):
-        hint = ": they must be equal character for character, trailing slash included"
-    return (
-        f"the discovery document at {discovery_url} names the issuer {shown}, not PLANTS_JWT_ISSUER"
-        f" {configured!r}{hint}"
-    )

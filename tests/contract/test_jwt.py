@@ -451,6 +451,27 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
     assert issuer.fetches["jwks"] == 3
 
 
+def test_an_unknown_kid_during_a_refresh_waits_for_it_not_for_a_second_fetch(issuer):
+    """The docs promise a token naming an unknown `kid` its 401 within the fetch timeout: when a
+    background refresh is already fetching, the request waits for that fetch, and fetches no more."""
+    from app.auth.jwks import FETCH_TIMEOUT, KeySet
+
+    now = [1000.0]
+    keys = KeySet(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    issuer.hanging = True
+    now[0] += 3600  # past any max-age: the next token starts a refresh in the background
+    assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None
+    _wait_until(lambda: issuer.fetches["jwks"] == 2, lambda: issuer.fetches)
+    started = time.monotonic()
+    assert keys.find("unknown", "RS256") == (None, False)
+    elapsed = time.monotonic() - started
+    assert issuer.fetches["jwks"] == 2  # the refresh in flight served the unknown kid too
+    assert elapsed < FETCH_TIMEOUT + 1.0, elapsed  # one deadline, not the refresh's and its own
+
+
 # --- Settings, the document, metrics, rate limits -----------------------------------------------
 
 
