@@ -35,6 +35,7 @@ imported, so it is imported only when an app is built, after the configuration h
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -67,11 +68,9 @@ class Metrics:
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "plants_http_requests",
-            "Requests the plants blueprint answered.",
-            ["route", "method", "status"],
-            registry=self.registry,
+        counter = functools.partial(Counter, registry=self.registry)
+        self.requests = counter(
+            "plants_http_requests", "Requests the plants blueprint answered.", ["route", "method", "status"]
         )
         self.duration = Histogram(
             "plants_http_request_duration_seconds",
@@ -80,44 +79,33 @@ class Metrics:
             buckets=REQUEST_DURATION_BUCKETS,
             registry=self.registry,
         )
-        self.deprecated_requests = Counter(
+        self.deprecated_requests = counter(
             "plants_deprecated_requests",
             "Requests to operations the document marks deprecated (docs/versions.md), per operation.",
             ["operation"],
-            registry=self.registry,
         )
-        self.store_errors = Counter(
-            "plants_store_errors",
-            "Store calls that failed and were answered 503.",
-            ["reason"],
-            registry=self.registry,
+        self.store_errors = counter(
+            "plants_store_errors", "Store calls that failed and were answered 503.", ["reason"]
         )
-        self.auth_refusals = Counter(
+        self.auth_refusals = counter(
             "plants_auth_refusals",
             "Requests refused by authentication or authorization, by reason.",
             ["reason"],
-            registry=self.registry,
         )
-        self.events_appended = Counter(
-            "plants_events_appended",
-            "Changes written to the change feed, by event type.",
-            ["type"],
-            registry=self.registry,
+        self.events_appended = counter(
+            "plants_events_appended", "Changes written to the change feed, by event type.", ["type"]
         )
         # Made on first use: in multiprocess mode a child writes a file, and a process that
         # never counts an event type writes none for it.
         self._appended_children: list[Any] = [None] * len(EVENT_TYPES)
-        self.events_read = Counter(
-            "plants_events_read", "Events served from GET /events.", ["route"], registry=self.registry
-        )
+        self.events_read = counter("plants_events_read", "Events served from GET /events.", ["route"])
         self._refusal_children: dict[str, Any] = {}
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self.webhook_attempts = Counter(
+        self.webhook_attempts = counter(
             "plants_webhook_attempts",
             "Webhook delivery attempts, by outcome: delivered (2xx), status (another HTTP status), or"
             " the error (timeout, refused, redirect, tls, address, name_not_resolved, connection, internal).",
             ["outcome"],
-            registry=self.registry,
         )
         self.webhook_latency = Histogram(
             "plants_webhook_delivery_seconds",
@@ -206,32 +194,42 @@ class Metrics:
     def exposition(self, *, per_endpoint: bool) -> bytes:
         """The scrape's text: every metric, and the webhook endpoints' lag (each endpoint's only
         when `per_endpoint`)."""
-        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client import generate_latest
 
-        lag = CollectorRegistry(auto_describe=False)
-        lag.register(_WebhookLag(self._store, per_endpoint))
-        if self.shared_reads is not None:
-            lag.register(_SharedReadsCollector(self.shared_reads))
-        if self.woken is not None:
-            lag.register(_WokenCollector(self.woken))
+        scraped = generate_latest(_scrape_time(self._store, per_endpoint, self.shared_reads, self.woken))
         if not self.multiprocess:
-            return generate_latest(self.registry) + generate_latest(lag)
+            return generate_latest(self.registry) + scraped
+        directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
         # The files held still while they are read: the master folds dead workers' files into one
         # (app/telemetry/metrics_files.py), and a scrape must see each count once.
-        with metrics_files.reading(os.environ["PROMETHEUS_MULTIPROC_DIR"]):
-            counts = generate_latest(self.exposition_registry())
-        return counts + generate_latest(lag)
+        with metrics_files.reading(directory):
+            return generate_latest(_every_workers(directory, self._store_collector)) + scraped
 
-    def exposition_registry(self) -> CollectorRegistry:
-        """This process's registry, or, in multiprocess mode, one that sums every worker's files."""
-        if not self.multiprocess:
-            return self.registry
-        from prometheus_client import CollectorRegistry
 
-        registry = CollectorRegistry()
-        registry.register(metrics_files.FilesCollector(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
-        registry.register(self._store_collector)
-        return registry
+def _scrape_time(
+    store: PlantStore, per_endpoint: bool, shared_reads: SharedReads | None, woken: WokenTally | None
+) -> CollectorRegistry:
+    """What is read when scraped, in the worker that answers: the webhook endpoints' lag, and this
+    process's shared reads and woken tally when it has them."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_WebhookLag(store, per_endpoint))
+    if shared_reads is not None:
+        registry.register(_SharedReadsCollector(shared_reads))
+    if woken is not None:
+        registry.register(_WokenCollector(woken))
+    return registry
+
+
+def _every_workers(directory: str, stored: _StoreCollector) -> CollectorRegistry:
+    """In multiprocess mode, a registry that sums every worker's files, and the store's count."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(metrics_files.FilesCollector(directory))
+    registry.register(stored)
+    return registry
 
 
 class _StoreCollector:
