@@ -54,6 +54,9 @@ class PlantsState:
     feed_signal: FeedSignal
     #: Cross-origin requests (PLANTS_CORS_ORIGINS); None: off.
     cors: Cors | None = None
+    #: The deprecated operations' announcements, by view and method (app/plants/deprecation.py),
+    #: filled as the blueprint is registered: empty, one truth test an answer, while none is.
+    deprecated: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: Set when the process serving the app was asked to stop (SIGTERM, app/server/gunicorn_conf.py):
     #: from then on /readyz is 503, so that a load balancer sends it nothing new while the requests
     #: in flight finish.

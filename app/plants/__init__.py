@@ -38,8 +38,8 @@ bp.before_request(guard)
 def _init_state(setup: BlueprintSetupState) -> None:
     """Fail closed at registration: no tokens configured, no service."""
     _refuse_variable_mount(setup)
-    init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
-    deprecation.prepare()  # a deprecated operation of the document without its date stops the start
+    state = init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
+    deprecation.prepare(state.deprecated)  # an operation deprecated without its date stops the start
 
 
 def _refuse_variable_mount(setup: BlueprintSetupState) -> None:
@@ -74,8 +74,8 @@ def _finish(response: Response) -> Response:
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
-    if deprecation.ACTIVE:
-        deprecated = deprecation.announce(request.endpoint, request.method, response)
+    if state.deprecated:
+        deprecated = deprecation.announce(state.deprecated, request.endpoint, request.method, response)
         if deprecated is not None and state.metrics is not None:
             state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:

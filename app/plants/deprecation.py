@@ -93,28 +93,22 @@ def table() -> dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]]:
     return found
 
 
-#: The table of the document the apps were last registered with (prepare()): empty, and so one
-#: truth test per request, while nothing is deprecated. Calling announce() on every answer (the
-#: cached table() and the request's proxies) cost a create 535,502 instructions against 516,381
-#: without it (+3.7%, bench/instructions.py); behind this test, 515,422.
-ACTIVE: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
+def prepare(announcements: dict[tuple[str, str], Any]) -> None:
+    """At the blueprint's registration: an app's announcements (its state's `deprecated`), read
+    from the document (a deprecated operation without its date raises DocumentError, and the app
+    does not start)."""
+    announcements.update(table())
 
 
-def prepare() -> None:
-    """At the blueprint's registration: read the document's deprecations (a deprecated operation
-    without its date raises DocumentError, and the app does not start)."""
-    global ACTIVE
-    ACTIVE = table()
-
-
-def announce(view: str | None, method: str, response: Any) -> str | None:
+def announce(
+    announcements: dict[tuple[str, str], Any], view: str | None, method: str, response: Any
+) -> str | None:
     """Add the announcement to `response` when its operation is deprecated; the operation's id.
     `view` is the request's view as Flask names it (`request.endpoint`: the blueprint's, a dot, the
     view's)."""
-    deprecated = ACTIVE
     if view is None:
         return None
-    found = deprecated.get((view.rpartition(".")[2], "GET" if method == "HEAD" else method))
+    found = announcements.get((view.rpartition(".")[2], "GET" if method == "HEAD" else method))
     if found is None:
         return None
     operation_id, headers = found

@@ -38,8 +38,6 @@ def marked(monkeypatch):
     monkeypatch.undo()  # the shipped document again, and the table it makes (empty) for later apps
     deprecation.table.cache_clear()
     docs.document_bytes.cache_clear()
-    deprecation.prepare()
-    assert deprecation.ACTIVE == {}
 
 
 def test_a_page_on_a_listed_origin_may_read_the_announcement(marked):
@@ -88,6 +86,19 @@ def test_a_deprecated_operation_announces_its_deprecation_and_sunset(marked):
     assert scrape[("plants_deprecated_requests_total", (("operation", "getPlant"),))] == 3
     assert not any(name == "plants_deprecated_requests_total" and labels != (("operation", "getPlant"),)
                    for name, labels in scrape)  # fmt: skip
+
+
+def test_an_apps_announcements_are_its_own_whatever_apps_come_after_it(marked, monkeypatch):
+    """Each app keeps the announcements of the document it was built with: a later app in the same
+    process (a host's second app, a test's) neither takes nor clears the first one's."""
+    marked({"x-deprecated-since": SINCE})
+    first = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()
+    monkeypatch.undo()  # the shipped document, nothing deprecated, for the next app
+    deprecation.table.cache_clear()
+    docs.document_bytes.cache_clear()
+    second = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN}).test_client()
+    assert "Deprecation" in first.get("/plants/1", headers=AUTH).headers
+    assert "Deprecation" not in second.get("/plants/1", headers=AUTH).headers
 
 
 def test_its_link_names_the_notice_when_the_document_gives_one(marked):
