@@ -84,8 +84,8 @@ class Cors:
     def _decide(self, origin: str) -> list[tuple[str, str]]:
         """The headers Flask-CORS adds to an answer (not a preflight's) for `origin`. With these
         options they depend on the origin alone (on nothing, for `*`), so an allowed origin's
-        are asked once and kept, up to MOST_ORIGINS: asking costs a create a third more
-        instructions (bench/README.md)."""
+        are asked once and kept, up to MOST_ORIGINS: asking at every answer is a large share of a
+        create's cost (bench/README.md)."""
         probe = Response()
         self._apply(probe)
         headers = [(name, value) for name, value in probe.headers.items() if name.startswith(_CORS_HEADER)]

@@ -64,9 +64,9 @@ def answered_where_raised(view: View) -> View:
     """`view`, whose HTTP errors go to the one handler (http_error_to_json) straight from where they
     are raised, rather than after Flask's search of the app's and the blueprint's error handlers.
 
-    The answer is the same; the search is not free: it costs a refused create (an invalid NewPlant,
-    a client's common refusal) about 6% of its instructions (`python -m bench instructions 400`),
-    this catch about 1%. For the views on such a path only."""
+    The answer is the same; the search is not free: it is a measurable share of a refused create's
+    cost (an invalid NewPlant, a client's common refusal: `python -m bench instructions 400`), and
+    this catch a small part of it. For the views on such a path only."""
 
     @functools.wraps(view)
     def answering(*args: Any, **kwargs: Any) -> Any:

@@ -27,8 +27,8 @@ so each script's keys sit in one Redis Cluster slot:
   `LEAF_SIZE / 2` members and gives the rest to a new leaf; an emptied leaf is removed. Finding
   a member's leaf is one ZREVRANGEBYLEX on the fence: O(log n). Every ZADD into a listpack
   walks the leaf twice (to find the member, then its place), so a leaf's size is most of a
-  create's cost in Redis: leaves of 64 cost a sequential create about 18% fewer of Redis's
-  instructions than leaves of 128, for about 6 bytes a plant more (bench/FIGURES.md). Stores
+  create's cost in Redis: leaves of 64 cost a sequential create fewer of Redis's instructions
+  than leaves of 128, for a few bytes a plant more (bench/FIGURES.md has the figures). Stores
   written before, whose leaves hold up to 127 members, are read as they are; such a leaf splits
   at its next insert.
 
