@@ -17,6 +17,9 @@ from werkzeug.exceptions import (
     InternalServerError,
     NotFound,
     PreconditionFailed,
+    PreconditionRequired,
+    RequestEntityTooLarge,
+    RequestTimeout,
     ServiceUnavailable,
     TooManyRequests,
     Unauthorized,
@@ -48,6 +51,48 @@ class InvalidParameters(InvalidFields):
         super().__init__("The request's parameters are not valid.", "parameters", details)
 
 
+class EmptyBody(BadRequest):
+    def __init__(self, record: str) -> None:
+        super().__init__(f"The request body is empty; send a {record} JSON object.")
+
+
+class BodyNotJson(BadRequest):
+    def __init__(self, why: str) -> None:
+        super().__init__(f"The request body is not valid JSON: {why}.")
+
+
+class BodyNotAnObject(BadRequest):
+    def __init__(self, record: str) -> None:
+        super().__init__(f"The request body must be a JSON object (a {record}).")
+
+
+class BodyTooLarge(RequestEntityTooLarge):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The request body is larger than the limit of {limit} bytes.")
+
+
+class BodyCutShort(RequestTimeout):
+    """The body stalled past the server's read timeout, or the client left."""
+
+    description = "The request body was not received in full before the client stopped sending."
+
+
+class MalformedFraming(BadRequest):
+    """The WSGI server refused the body's framing (gunicorn: a bad chunk size)."""
+
+    description = "The request body's framing is malformed (e.g. an invalid chunk)."
+
+
+class NotJsonContent(UnsupportedMediaType):
+    """415 for a body of another type than JSON, or JSON in another charset than UTF-8."""
+
+    description = "The request body must be sent as 'Content-Type: application/json'."
+
+
+#: What a body's charset other than UTF-8 is told, as JSON or as a merge patch.
+UTF8_ONLY = "JSON must be encoded as UTF-8."
+
+
 class InvalidHost(BadHost):
     """Werkzeug's BadHost (a Host header that is no host name: `a..b`), saying which header."""
 
@@ -59,6 +104,49 @@ class InvalidHost(BadHost):
 class PlantNotFound(NotFound):
     def __init__(self, plant_id: int) -> None:
         super().__init__(f"There is no plant with id {plant_id}.")
+
+
+class PlantConflict(Conflict):
+    """A create of an id the store holds with another name or tag (the same one is idempotent)."""
+
+    def __init__(self, plant_id: int) -> None:
+        super().__init__(f"A plant with id {plant_id} already exists with a different name or tag.")
+
+
+class PlantChangedSinceRead(PreconditionFailed):
+    """412 for a read whose If-Match the plant no longer matches."""
+
+    description = (
+        "The plant does not match If-Match: it was changed since you read it. Read it"
+        " without If-Match for its current ETag."
+    )
+
+
+class PlantPreconditionFailed(PreconditionFailed):
+    """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
+    `absent`: an If-Match for a plant that is not there (a PUT that would have created it)."""
+
+    def __init__(self, plant_id: int, *, absent: bool = False) -> None:
+        if absent:
+            super().__init__(
+                f"There is no plant with id {plant_id} to match If-Match: nothing was created. Send"
+                " the replacement without If-Match (or with If-None-Match: *) to create it."
+            )
+            return
+        super().__init__(
+            f"The plant with id {plant_id} does not match the request's precondition (If-Match or"
+            " If-None-Match): it was changed, created or deleted since you read it. Nothing changed;"
+            " read it again (GET) for its current ETag."
+        )
+
+
+class ConditionalRequestRequired(PreconditionRequired):
+    """428 for a write without a precondition where PLANTS_REQUIRE_IF_MATCH asks for one."""
+
+    description = (
+        "This service requires a conditional request: send If-Match with the plant's ETag"
+        ' (from GET), or "If-None-Match: *" to create with PUT.'
+    )
 
 
 class _BearerChallenge(HTTPException):
@@ -134,6 +222,37 @@ class UnsupportedPatch(UnsupportedMediaType):
 
     def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
         return [*super().get_headers(*args, **kwargs), ("Accept-Patch", MERGE_PATCH)]
+
+
+class MetricsOff(NotFound):
+    description = "Metrics are turned off (PLANTS_METRICS)."
+
+
+class DocsOff(NotFound):
+    description = "The API page is turned off (PLANTS_DOCS)."
+
+
+class StoreNotAnswering(ServiceUnavailable):
+    """A store call that failed (app/store/: StoreUnavailableError); the client may retry."""
+
+    def __init__(self) -> None:
+        super().__init__("The plant store is not answering right now; retry shortly.", retry_after=1)
+
+
+class StoreNeedsMigration(ServiceUnavailable):
+    def __init__(self) -> None:
+        super().__init__(
+            "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
+        )
+
+
+class ReplicasDidNotConfirm(ServiceUnavailable):
+    def __init__(self) -> None:
+        super().__init__(
+            "The plant store's replicas did not confirm the write in time; retry shortly"
+            " (a create that did land answers 200 again).",
+            retry_after=1,
+        )
 
 
 class FeedOff(NotFound):

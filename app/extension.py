@@ -18,6 +18,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
+from app.errors import ReplicasDidNotConfirm, StoreNeedsMigration, StoreNotAnswering
 from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
@@ -110,22 +111,16 @@ class PlantsState:
             self.metrics.count_store_error(exc.reason)
         if exc.reason == "needs_migration":
             log.error("The plant store cannot list plants: %s", exc)
-            return ServiceUnavailable(
-                "The plant store must be upgraded by its operator before it can list plants.", retry_after=60
-            )
+            return StoreNeedsMigration()
         if exc.reason == "replication":
             on = f" on node {exc.node}" if exc.node is not None else ""
             log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)
-            return ServiceUnavailable(
-                "The plant store's replicas did not confirm the write in time; retry shortly"
-                " (a create that did land answers 200 again).",
-                retry_after=1,
-            )
+            return ReplicasDidNotConfirm()
         if exc.node is not None:  # one node of a cluster: the others serve their plants
             log.warning("The plant store's node %s did not answer: %s", exc.node, exc)
         else:
             log.warning("The plant store at %s did not answer: %s", self.store_address, exc)
-        return ServiceUnavailable("The plant store is not answering right now; retry shortly.", retry_after=1)
+        return StoreNotAnswering()
 
 
 def init_state(app: Flask) -> PlantsState:

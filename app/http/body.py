@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Request
-from werkzeug.exceptions import (
-    BadRequest,
-    ClientDisconnected,
-    HTTPException,
-    RequestEntityTooLarge,
-    RequestTimeout,
-    UnsupportedMediaType,
-)
+from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.wsgi import get_content_length
 
-from app.errors import MERGE_PATCH, UnsupportedPatch
+from app.errors import (
+    MERGE_PATCH,
+    UTF8_ONLY,
+    BodyCutShort,
+    BodyNotAnObject,
+    BodyNotJson,
+    BodyTooLarge,
+    EmptyBody,
+    MalformedFraming,
+    NotJsonContent,
+    UnsupportedPatch,
+)
 from app.http import strict_json
 from app.settings import DEFAULTS
 
@@ -35,7 +39,7 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
     else:
         try:
             _require_json_content_type(req)
-        except UnsupportedMediaType as exc:
+        except NotJsonContent as exc:
             if not merge_patch:
                 raise
             if req.mimetype == "application/json":
@@ -46,13 +50,13 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
             ) from None
     body = _read_body(req)
     if not body:
-        raise BadRequest(f"The request body is empty; send a {record} JSON object.")
+        raise EmptyBody(record)
     try:
         value = strict_json.loads(body)
     except strict_json.InvalidJSON as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+        raise BodyNotJson(str(exc)) from None
     if not isinstance(value, dict):
-        raise BadRequest(f"The request body must be a JSON object (a {record}).")
+        raise BodyNotAnObject(record)
     return value
 
 
@@ -60,14 +64,14 @@ def _require_json_content_type(req: Request) -> None:
     if req.environ.get("CONTENT_TYPE") in _JSON_CONTENT_TYPES:
         return
     if req.mimetype != "application/json":
-        raise UnsupportedMediaType("The request body must be sent as 'Content-Type: application/json'.")
-    _require_utf8(req, UnsupportedMediaType)
+        raise NotJsonContent()
+    _require_utf8(req, NotJsonContent)
 
 
 def _require_utf8(req: Request, refusal: type[UnsupportedMediaType]) -> None:
     charset = req.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
-        raise refusal("JSON must be encoded as UTF-8.")
+        raise refusal(UTF8_ONLY)
 
 
 def _read_body(req: Request) -> bytes:
@@ -77,20 +81,17 @@ def _read_body(req: Request) -> bytes:
     try:
         body = _read_at_most(req, limit)
     except RequestEntityTooLarge:
-        raise _too_large(limit) from None
+        raise BodyTooLarge(limit) from None
     except (ClientDisconnected, OSError):
-        # The body stalled past the server's read timeout, or the client left.
-        raise RequestTimeout(
-            "The request body was not received in full before the client stopped sending."
-        ) from None
+        raise BodyCutShort() from None
     except HTTPException:
         raise
     except Exception:
         # The WSGI server refused the body's framing (e.g. gunicorn: a bad chunk size).
         # Its exception types are its own, so they cannot be named here.
-        raise BadRequest("The request body's framing is malformed (e.g. an invalid chunk).") from None
+        raise MalformedFraming() from None
     if len(body) > limit:
-        raise _too_large(limit)
+        raise BodyTooLarge(limit)
     return body
 
 
@@ -110,7 +111,3 @@ def _read_at_most(req: Request, limit: int) -> bytes:
     if len(body) < length:
         raise ClientDisconnected()
     return body
-
-
-def _too_large(limit: int) -> RequestEntityTooLarge:
-    return RequestEntityTooLarge(f"The request body is larger than the limit of {limit} bytes.")

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from flask import Request, Response
 from werkzeug.datastructures import Headers
-from werkzeug.exceptions import HTTPException, PreconditionFailed, PreconditionRequired
 from werkzeug.http import remove_entity_headers
 
+from app.errors import ConditionalRequestRequired, PlantChangedSinceRead
 from app.store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
 
 if TYPE_CHECKING:
@@ -74,10 +74,7 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
     its If-Match does not (strong comparison), checked first (RFC 9110 §13.2.2)."""
     match = _etags(req, "If-Match", strong=True)
     if match is not None and not Precondition(match).allows(etag_of(plant)):
-        raise PreconditionFailed(
-            "The plant does not match If-Match: it was changed since you read it. Read it"
-            " without If-Match for its current ETag."
-        )
+        raise PlantChangedSinceRead()
     value = req.environ.get("HTTP_IF_NONE_MATCH")
     if value is None:
         return None
@@ -110,22 +107,6 @@ def write_precondition(req: Request, required: bool) -> Precondition:
     none_match = _etags(req, "If-None-Match", strong=False)
     if match is None and none_match is None:
         if required:
-            raise PreconditionRequired(
-                "This service requires a conditional request: send If-Match with the plant's ETag"
-                ' (from GET), or "If-None-Match: *" to create with PUT.'
-            )
+            raise ConditionalRequestRequired()
         return UNCONDITIONAL
     return Precondition(match, none_match)
-
-
-def precondition_failed(plant_id: int, *, absent: bool = False) -> HTTPException:
-    if absent:
-        return PreconditionFailed(
-            f"There is no plant with id {plant_id} to match If-Match: nothing was created. Send the"
-            " replacement without If-Match (or with If-None-Match: *) to create it."
-        )
-    return PreconditionFailed(
-        f"The plant with id {plant_id} does not match the request's precondition (If-Match or"
-        " If-None-Match): it was changed, created or deleted since you read it. Nothing changed;"
-        " read it again (GET) for its current ETag."
-    )

@@ -9,10 +9,10 @@ from typing import Any
 from flask import Response, request, url_for
 from marshmallow import ValidationError
 
-from app.errors import InvalidChange, PlantNotFound
+from app.errors import InvalidChange, PlantNotFound, PlantPreconditionFailed
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
-from app.http.conditional import precondition_failed, with_etag, write_precondition
+from app.http.conditional import with_etag, write_precondition
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_plant_id
 from app.schemas.records import MergePatchSchema, ReplacementSchema, plant_record
@@ -42,9 +42,9 @@ def replace_plant(plant_id: str) -> Response:
             origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
-        raise precondition_failed(number) from None
+        raise PlantPreconditionFailed(number) from None
     if change is Change.ABSENT:
-        raise precondition_failed(number, absent=True)
+        raise PlantPreconditionFailed(number, absent=True)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
     _count(state, change, number, stored, tag_kept=False)
     response = with_etag(json_response(plant_record(stored)), stored)
@@ -73,7 +73,7 @@ def patch_plant(plant_id: str) -> Response:
             origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
-        raise precondition_failed(number) from None
+        raise PlantPreconditionFailed(number) from None
     if change is Change.ABSENT:
         raise PlantNotFound(number)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant

@@ -21,6 +21,7 @@ import yaml
 from flask import Response, current_app, request, send_from_directory
 from werkzeug.exceptions import NotFound
 
+from app.errors import DocsOff
 from app.extension import plants_state
 from app.settings import JwtSettings
 from app.telemetry.version import VERSION
@@ -195,7 +196,7 @@ def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[
 
 def _require_docs_enabled() -> None:
     if not plants_state().settings.docs:
-        raise NotFound("The API page is turned off (PLANTS_DOCS).")
+        raise DocsOff()
 
 
 def page() -> Response:

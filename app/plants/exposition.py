@@ -4,10 +4,9 @@ Each webhook endpoint's own series only for a caller that may manage webhooks (i
 from __future__ import annotations
 
 from flask import Response, request
-from werkzeug.exceptions import NotFound
 
 from app.auth.caller import current_caller
-from app.errors import SplitMetricsRefused
+from app.errors import MetricsOff, SplitMetricsRefused
 from app.extension import plants_state
 from app.plants.docs import NOSNIFF
 
@@ -19,7 +18,7 @@ def metrics() -> Response:
     state = plants_state()
     collected = state.metrics
     if collected is None:
-        raise NotFound("Metrics are turned off (PLANTS_METRICS).")
+        raise MetricsOff()
     if request.environ.get("wsgi.multiprocess") and not collected.multiprocess:
         raise SplitMetricsRefused()
     # The guard let the caller in with read access; the per-endpoint series need the webhooks one.

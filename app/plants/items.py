@@ -11,12 +11,11 @@ from urllib.parse import quote, urlencode
 
 from flask import Response, current_app, request
 from marshmallow import ValidationError
-from werkzeug.exceptions import Conflict
 
-from app.errors import InvalidParameters, InvalidPlant, PlantNotFound
+from app.errors import InvalidParameters, InvalidPlant, PlantConflict, PlantNotFound, PlantPreconditionFailed
 from app.extension import plants_state
 from app.http.body import read_json_object
-from app.http.conditional import not_modified, precondition_failed, with_etag, write_precondition
+from app.http.conditional import not_modified, with_etag, write_precondition
 from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import answered_where_raised
 from app.http.json_provider import json_response
@@ -46,7 +45,7 @@ def create_plant() -> Response:
         plant["id"], plant["name"], plant.get("tag"), origin=req.environ.get(REQUEST_ID, "")
     )
     if outcome is CreateOutcome.CONFLICT:
-        raise Conflict(f"A plant with id {plant['id']} already exists with a different name or tag.")
+        raise PlantConflict(plant["id"])
     if outcome is CreateOutcome.CREATED:
         state.count_event(CREATED_EVENT, plant["id"], (plant.get("tag"),))
     response = json_response(_plant_schema.dump(plant))
@@ -107,7 +106,7 @@ def delete_plant(plant_id: str) -> Response:
             number, precondition, origin=request.environ.get(REQUEST_ID, "")
         )
     except PreconditionFailedError:
-        raise precondition_failed(number) from None
+        raise PlantPreconditionFailed(number) from None
     if not deleted:
         raise PlantNotFound(number)
     state.count_event(DELETED_EVENT, number, (), with_before=True)  # the tag it had: the store's
