@@ -64,6 +64,16 @@ def fits(key: SigningKey, algorithm: str) -> bool:
     return verifies and data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
 
 
+def match(keys: list[SigningKey], kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
+    """Of `keys`, the one `kid` names that fits `algorithm`, or without `kid` the one key that
+    fits, if there is exactly one; and whether `kid` names any (or, without it, any fits)."""
+    if kid is None:
+        fitting = [key.jwk for key in keys if fits(key, algorithm)]
+        return (fitting[0] if len(fitting) == 1 else None), bool(fitting)
+    named = [key for key in keys if key.jwk.key_id == kid]
+    return next((key.jwk for key in named if fits(key, algorithm)), None), bool(named)
+
+
 class KeySet:
     """One process's copy of the provider's keys."""
 
@@ -145,10 +155,10 @@ class KeySet:
         now = self._clock()
         if now >= self._fresh_until:
             self._refresh_in_background()
-        key, known = self._match(kid, algorithm)
+        key, known = match(self._keys or [], kid, algorithm)
         if kid is not None and not known and self._may_refetch(now):
             self._refetch()
-            key, known = self._match(kid, algorithm)
+            key, known = match(self._keys or [], kid, algorithm)
         return key, known
 
     def _may_refetch(self, now: float) -> bool:
@@ -157,14 +167,6 @@ class KeySet:
                 return False
             self._last_unknown_kid_fetch = now
             return True
-
-    def _match(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
-        keys = self._keys or []
-        if kid is None:
-            fitting = [key.jwk for key in keys if fits(key, algorithm)]
-            return (fitting[0] if len(fitting) == 1 else None), bool(fitting)
-        named = [key for key in keys if key.jwk.key_id == kid]
-        return next((key.jwk for key in named if fits(key, algorithm)), None), bool(named)
 
     def _refresh_in_background(self) -> None:
         if self._refreshing or self._keys is None:
