@@ -10,7 +10,8 @@ every request with:
 
 and each such request is counted in `plants_deprecated_requests_total{operation}`, so an operator
 sees who still calls it before the sunset. Nothing else is needed: the table below is read from the
-document once, and is empty (one dict lookup skipped per request) while nothing is deprecated.
+document once, kept in each app's state as it registers the blueprint, and is empty (one truth
+test an answer) while nothing is deprecated.
 """
 
 from __future__ import annotations
