@@ -51,19 +51,16 @@ class InvalidParameters(InvalidFields):
         super().__init__("The request's parameters are not valid.", "parameters", details)
 
 
-class EmptyBody(BadRequest):
-    def __init__(self, record: str) -> None:
-        super().__init__(f"The request body is empty; send a {record} JSON object.")
+class InvalidBody(BadRequest):
+    """A body that is not one JSON object: empty (naming the record), not JSON (saying why), or
+    another JSON value (naming the record)."""
 
+    EMPTY = "The request body is empty; send a {} JSON object."
+    NOT_JSON = "The request body is not valid JSON: {}."
+    NOT_AN_OBJECT = "The request body must be a JSON object (a {})."
 
-class BodyNotJson(BadRequest):
-    def __init__(self, why: str) -> None:
-        super().__init__(f"The request body is not valid JSON: {why}.")
-
-
-class BodyNotAnObject(BadRequest):
-    def __init__(self, record: str) -> None:
-        super().__init__(f"The request body must be a JSON object (a {record}).")
+    def __init__(self, template: str, subject: str) -> None:
+        super().__init__(template.format(subject))
 
 
 class BodyTooLarge(RequestEntityTooLarge):

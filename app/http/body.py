@@ -12,10 +12,8 @@ from app.errors import (
     MERGE_PATCH,
     UTF8_ONLY,
     BodyCutShort,
-    BodyNotAnObject,
-    BodyNotJson,
     BodyTooLarge,
-    EmptyBody,
+    InvalidBody,
     MalformedFraming,
     NotJsonContent,
     UnsupportedPatch,
@@ -50,13 +48,13 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
             ) from None
     body = _read_body(req)
     if not body:
-        raise EmptyBody(record)
+        raise InvalidBody(InvalidBody.EMPTY, record)
     try:
         value = strict_json.loads(body)
     except strict_json.InvalidJSON as exc:
-        raise BodyNotJson(str(exc)) from None
+        raise InvalidBody(InvalidBody.NOT_JSON, str(exc)) from None
     if not isinstance(value, dict):
-        raise BodyNotAnObject(record)
+        raise InvalidBody(InvalidBody.NOT_AN_OBJECT, record)
     return value
 
 
