@@ -9,7 +9,6 @@ a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 5
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import socket
 import time
@@ -333,12 +332,12 @@ class Outgoing:
     rest, `body`), sent as the socket takes it, and the bytes it has taken (`taken`). Each step
     says how it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
 
-    __slots__ = ("_conn", "body", "close_after", "fd", "out", "started", "taken")
+    __slots__ = ("_conn", "body", "close_after", "out", "started", "taken")
 
     def __init__(self, conn: Conn) -> None:
-        self._conn, self.fd = conn, conn.fd
+        self._conn = conn
         self.out: memoryview | None = None
-        self.body: cycle.Body | None = None
+        self.body: cycle.IterBody | None = None
         self.close_after = False
         self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
         self.taken = 0
@@ -346,7 +345,7 @@ class Outgoing:
     def begin(self) -> None:
         self.started, self.taken = time.monotonic(), 0
 
-    def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
+    def answer(self, data: bytes, keep_alive: bool, body: cycle.IterBody | None = None) -> None:
         """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
         if body is not None:
             self.body = body
@@ -377,7 +376,7 @@ class Outgoing:
         return went == cycle.DONE
 
     def drop(self) -> None:
-        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
+        """The rest of the answer is not to be sent: the app's iterable is closed."""
         body, self.body = self.body, None
         if body is not None:
             cycle.close_result(body.result, self._conn.context.log)
@@ -397,20 +396,13 @@ class Outgoing:
         self.out = None
         return cycle.DONE
 
-    def put_file(self, fileno: int, offset: int, count: int) -> int:
-        """Send up to `count` bytes of a file from `offset`, by the kernel (as gunicorn does): the
-        bytes taken. BlockingIOError: the socket takes none now."""
-        taken = os.sendfile(self.fd, fileno, offset, count)
-        self.taken += taken
-        return taken
-
     def _pump(self) -> int:
         """A turn of a large answer's rest, `SEND_QUOTA` at most: then the others' come first."""
         body, log = self.body, self._conn.context.log
         assert body is not None
         taken = self.taken
         try:
-            went = body.pump(self, cycle.SEND_QUOTA)
+            went = body.pump(self.put, cycle.SEND_QUOTA)
         except OSError:  # the client has gone
             return cycle.GONE
         except Exception:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from email.utils import formatdate
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 from wsgiref.util import FileWrapper
 
@@ -210,13 +210,6 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
     return answer.encode("GET", keep_alive=False)[0]
 
 
-class Sender(Protocol):
-    """What a large answer's rest is sent through (connection.py's `Outgoing`)."""
-
-    def put(self, view: memoryview) -> int: ...
-    def put_file(self, fileno: int, offset: int, count: int) -> int: ...
-
-
 class IterBody:
     """The rest of an app's iterable, framed (chunked, or counted against its Content-Length)."""
 
@@ -227,9 +220,10 @@ class IterBody:
         self.chunked = chunked
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
-    def pump(self, out: Sender, quota: int) -> int:
-        """Send the app's next pieces, about `quota` bytes. ValueError when it gives more or fewer
-        than its Content-Length (the connection is then closed, the answer cut)."""
+    def pump(self, put: Callable[[memoryview], int], quota: int) -> int:
+        """Send the app's next pieces through `put` (connection.py's `Outgoing.put`), about `quota`
+        bytes. ValueError when it gives more or fewer than its Content-Length (the connection is
+        then closed, the answer cut)."""
         for piece in self._iterator:
             if not piece:
                 continue
@@ -237,56 +231,18 @@ class IterBody:
                 if len(piece) > self.left:
                     raise ValueError("the app gave more bytes than its Content-Length")
                 self.left -= len(piece)
-            went = out.put(memoryview(frame_chunk(piece) if self.chunked else piece))
+            went = put(memoryview(frame_chunk(piece) if self.chunked else piece))
             quota -= len(piece)
             if went != DONE or quota <= 0:
                 return went or WAITING  # its turn is up: the others' come first
         if self.left:
             raise ValueError("the app gave fewer bytes than its Content-Length")
-        return out.put(memoryview(LAST_CHUNK)) if self.chunked else DONE
+        return put(memoryview(LAST_CHUNK)) if self.chunked else DONE
 
 
-class FileBody:
-    """A file's bytes, sent by the kernel from the file to the socket, as gunicorn does."""
-
-    __slots__ = ("fileno", "left", "offset", "result")
-
-    def __init__(self, result: FileWrapper, fileno: int, offset: int, count: int) -> None:
-        self.result = result
-        self.fileno, self.offset, self.left = fileno, offset, count
-
-    @classmethod
-    def of(cls, result: Any) -> FileBody | None:
-        """The file behind `wsgi.file_wrapper`'s answer, if it is a regular file with a descriptor."""
-        if not isinstance(result, FileWrapper):
-            return None
-        try:
-            fileno = result.filelike.fileno()
-            offset = os.lseek(fileno, 0, os.SEEK_CUR)
-            size = os.fstat(fileno).st_size
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            return None
-        return cls(result, fileno, offset, max(size - offset, 0))
-
-    def pump(self, out: Sender, quota: int) -> int:
-        """Send up to `quota` bytes of the file."""
-        while self.left and quota > 0:
-            try:
-                taken = out.put_file(self.fileno, self.offset, min(quota, self.left))
-            except BlockingIOError:
-                return WAITING
-            if taken == 0:
-                raise ValueError("the file is shorter than its answer's Content-Length")
-            self.offset += taken
-            self.left -= taken
-            quota -= taken
-        return WAITING if self.left else DONE
-
-
-Body = IterBody | FileBody
 #: What `Serving.serve` gives the connection: the answer's first bytes, whether to keep the
 #: connection, and a large answer's rest.
-Served = tuple[bytes, bool, Body | None]
+Served = tuple[bytes, bool, IterBody | None]
 
 
 def close_result(result: Any, log: Any = None) -> None:
@@ -314,7 +270,7 @@ class EnvironBuilder:
             "wsgi.multithread": cfg.threads > 1,
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
-            "wsgi.file_wrapper": FileWrapper,  # its files go by os.sendfile, never held
+            "wsgi.file_wrapper": FileWrapper,  # an iterable as any other: read a block at a time
             "wsgi.input_terminated": True,
             "SERVER_SOFTWARE": f"gunicorn/{gunicorn.__version__}",
             "wsgi.url_scheme": "http",
@@ -477,14 +433,8 @@ class Serving:
     def _produce(self, request: Request, answer: Answer, result: Any, keep_alive: bool) -> Served:
         """The answer's first bytes (all, unless it is large), whether to keep the connection, and
         a large answer's rest. The app's iterable is closed here, unless its rest goes on."""
-        body: Body | None = None
+        body: IterBody | None = None
         try:
-            file = FileBody.of(result)
-            if file is not None:
-                head = answer.head(request.method, keep_alive, file.left)
-                answer.sent = file.left if head.sends_body else 0
-                body = file if head.sends_body and file.left else None
-                return head.data, head.keep_alive, body
             chunks, held = answer.chunks, 0
             iterator = iter(result)
             for chunk in iterator:
