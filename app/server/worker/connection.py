@@ -35,13 +35,9 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 #: The most bytes fed to the parser at once: the limits are checked between slices.
 SLICE = 16 * 1024
-#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
+#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes (llhttp reads
+#: a chunk extension of any length: this bounds it).
 FRAMING_ALLOWANCE = 16 * 1024
-#: A chunk's size line with its extensions, its CRLF not counted: llhttp reads extensions of any
-#: length; none is read here.
-MAX_SIZE_LINE = 16 * 1024
-#: The bytes of a size line before its LF: its size and extensions, and its CR.
-_SIZE_LINE_BYTES = MAX_SIZE_LINE + 1
 #: Where the parser is: between requests (before one's first byte), in its head, in its body.
 BETWEEN, HEAD, BODY = 0, 1, 2
 
@@ -142,7 +138,6 @@ class Incoming:
         self.received = 0
         self.wants_continue = False
         self._body: list[bytes] = []
-        self._size_line = SizeLine()
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
         self.on_message_begin()
         self.phase = BETWEEN
@@ -184,9 +179,6 @@ class Incoming:
         phase_before = self.phase
         if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
-        elif self._size_line.too_long_before(piece):
-            self.refusal = _size_line_too_long()
-            return
         switched_at: int | None = None
         try:
             self.parser.feed_data(piece)
@@ -213,8 +205,6 @@ class Incoming:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
                 self.refusal = _framing_too_large(self.limits.body)
-        if self.phase == BODY and self._size_line.too_long_after(piece):
-            self.refusal = self.refusal or _size_line_too_long()
 
     def _after_upgrade(self, rest: bytes) -> None:
         """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
@@ -236,7 +226,6 @@ class Incoming:
         self._request = cycle.Request()
         self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
-        self._size_line.length = None
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
@@ -260,15 +249,7 @@ class Incoming:
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
         chunked = self.limits.check_head(request, self._content_length)
-        if chunked:
-            self._size_line.length = 0
         self.wants_continue = (chunked or self._content_length > 0) and request.expects_continue()
-
-    def on_chunk_header(self) -> None:
-        self._size_line.length = None  # the size line is read: the chunk's data follows
-
-    def on_chunk_complete(self) -> None:
-        self._size_line.length = 0  # the next chunk's size line follows
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -285,32 +266,6 @@ class Incoming:
         self.ready.append(request)
         self.phase = BETWEEN
         self.wants_continue = False
-        self._size_line.length = None
-
-
-class SizeLine:
-    """A chunk's size line (its size and extensions: llhttp reads extensions of any length), its
-    bytes counted as the parser is fed, whatever slices they come in."""
-
-    __slots__ = ("length",)
-
-    def __init__(self) -> None:
-        self.length: int | None = None  # its bytes so far; None: no size line is being read
-
-    def too_long_before(self, piece: bytes) -> bool:
-        """Whether a line carried from the slices before, which ends at `piece`'s first LF, is too long."""
-        if not self.length:
-            return False
-        line_feed = piece.find(b"\n")
-        return self.length + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES
-
-    def too_long_after(self, piece: bytes) -> bool:
-        """Count `piece`, just parsed: a size line holds no LF, so it began after its last LF if any."""
-        if self.length is None:
-            return False
-        line_feed = piece.rfind(b"\n")
-        self.length = len(piece) - line_feed - 1 if line_feed >= 0 else self.length + len(piece)
-        return self.length > _SIZE_LINE_BYTES
 
 
 class Standing:
@@ -555,12 +510,6 @@ class Conn:
     def on_headers_complete(self) -> None:
         self.incoming.on_headers_complete()
 
-    def on_chunk_header(self) -> None:
-        self.incoming.on_chunk_header()
-
-    def on_chunk_complete(self) -> None:
-        self.incoming.on_chunk_complete()
-
     def on_body(self, body: bytes) -> None:
         self.incoming.on_body(body)
 
@@ -658,10 +607,6 @@ def _ends_http_0_9(parser: httptools.HttpRequestParser, request: cycle.Request, 
 
 def _malformed(detail: str) -> exceptions.BadRequest:
     return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
-
-
-def _size_line_too_long() -> exceptions.BadRequest:
-    return _malformed(f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most")
 
 
 def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
