@@ -1,9 +1,8 @@
-"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (its
-callbacks land on it), with its request side (`Incoming`, each limit checked as the bytes go by),
-its standing with the worker (`Standing`), its send side (`Outgoing`) and its end other than at
-once (`Closing`: a time-out, a lingering close). One thread at a time
-takes a turn on it (loop.py): read once and parse, serve one request (cycle.py), send, or close;
-a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
+"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: its request side (`Incoming`,
+the parser's protocol, each limit checked as the bytes go by), its standing with the loop
+(`Standing`), its send side (`Outgoing`) and its end other than at once (`Closing`). One thread at
+a time takes a turn on it (loop.py), so a slow client holds no thread. Framing errors are a JSON
+400, 413, 414, 431 or 501, then close.
 """
 
 from __future__ import annotations
@@ -124,13 +123,12 @@ class Context:
 
 
 class Incoming:
-    """A connection's request side, to which the parser's callbacks on `Conn` come: bytes not yet
-    parsed (parsing waits while a request is `ready`), the requests parsed whole, a refusal
-    (answered once `ready` is served), and the counters of the request being read."""
+    """A connection's request side, and the parser's protocol (its callbacks are the `on_` methods):
+    bytes not yet parsed (parsing waits while a request is `ready`), the requests parsed whole, a
+    refusal (answered once `ready` is served), and the counters of the request being read."""
 
-    def __init__(self, protocol: Conn, limits: RequestLimits) -> None:
-        self.parser, self.limits = httptools.HttpRequestParser(protocol), limits
-        self._protocol = protocol
+    def __init__(self, limits: RequestLimits) -> None:
+        self.parser, self.limits = httptools.HttpRequestParser(self), limits
         self.ready: deque[cycle.Request] = deque()
         self.refusal: exceptions.HTTPException | None = None
         self.unparsed = b""
@@ -184,16 +182,26 @@ class Incoming:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade as upgrade:
             switched_at = upgrade.args[0]
-        except httptools.HttpParserError as exc:
-            self.refusal = _refusal_of(exc)
+        except httptools.HttpParserError as error:
+            # A callback's refusal is chained onto httptools' error; another error's text may
+            # quote the request, so it is not passed on.
+            refused = error.__context__
+            if isinstance(refused, exceptions.HTTPException):
+                self.refusal = refused
+            else:
+                callback = isinstance(error, httptools.HttpParserCallbackError)
+                self.refusal = _malformed("a field could not be read" if callback else str(error))
             return
         if switched_at is not None:
             # Outside the handler: a callback's refusal raised within it would have httptools'
-            # HttpParserUpgrade, not the refusal, as its context (`_refusal_of`).
+            # HttpParserUpgrade, not the refusal, as its context.
             self._after_upgrade(piece[switched_at:])
             return
         self.received += len(piece)
-        if self.phase == HEAD and not self._head_count and _ends_http_0_9(self.parser, self._request, piece):
+        line_ended = self.phase == HEAD and not self._head_count and self._request.url and b"\n" in piece
+        if line_ended and self.parser.get_http_version() == "0.0":
+            # A request line without a version: llhttp reads the lines after it as a head, but an
+            # HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends.
             self.refusal = _malformed("HTTP/0.9 is not served")
             return
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
@@ -204,22 +212,29 @@ class Incoming:
         elif self.phase == phase_before == BODY:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
-                self.refusal = _framing_too_large(self.limits.body)
+                framing = f"{self.limits.body} bytes and {FRAMING_ALLOWANCE} bytes of chunk sizes, extensions"
+                message = f"the request body with its framing is larger than {framing} and trailers."
+                self.refusal = exceptions.RequestEntityTooLarge(message)
 
     def _after_upgrade(self, rest: bytes) -> None:
         """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
-        request is served as any other, and the connection then closes."""
+        request is served as any other, and the connection then closes. httptools has llhttp skip
+        its body: a new parser, given a head that frames it alike without Upgrade, reads it."""
         if not self.ready:
             self.refusal = exceptions.BadRequest("this server does not switch protocols.")
             return
-        self.ready[-1].keep_alive = False
-        framing = _skipped_body(self.ready[-1], self._content_length)
-        if framing is not None:
-            # httptools has llhttp skip such a request's body: a new parser, given a head that
-            # frames it alike without Upgrade, reads it into the request (on_message_complete).
-            self._upgraded = self.ready.pop()
-            self.parser = httptools.HttpRequestParser(self._protocol)
-            self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
+        request = self.ready[-1]
+        request.keep_alive = False
+        framing = b"Expect: 100-continue\r\n" if request.expects_continue() else b""  # owed still
+        if any(name.lower() == b"transfer-encoding" for name, _ in request.fields):
+            framing += b"Transfer-Encoding: chunked\r\n"  # the only coding `check_head` passes
+        elif self._content_length:
+            framing += b"Content-Length: %d\r\n" % self._content_length
+        else:
+            return  # it has no body
+        self._upgraded = self.ready.pop()
+        self.parser = httptools.HttpRequestParser(self)
+        self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
@@ -380,7 +395,7 @@ class Conn:
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.incoming = Incoming(self, context.limits)
+        self.incoming = Incoming(context.limits)
         self.outgoing = Outgoing(self)
         self.standing = Standing()
         self.closing = Closing(self)
@@ -496,26 +511,6 @@ class Conn:
             self.sock.close()
         self.outgoing.drop()
 
-    # --- the parser's callbacks (llhttp's protocol, as uvicorn's): its request side counts them ---
-
-    def on_message_begin(self) -> None:
-        self.incoming.on_message_begin()
-
-    def on_url(self, url: bytes) -> None:
-        self.incoming.on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.incoming.on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self.incoming.on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        self.incoming.on_body(body)
-
-    def on_message_complete(self) -> None:
-        self.incoming.on_message_complete()
-
 
 class Closing:
     """How a connection ends other than at once: past its deadline, or by a lingering close."""
@@ -579,32 +574,6 @@ class Closing:
             conn.close()
 
 
-def _skipped_body(request: cycle.Request, content_length: int) -> bytes | None:
-    """The framing fields of the body llhttp skipped, as httptools has it do for a request that
-    asks to upgrade; None when it has none. An Expect: 100-continue is owed for it still."""
-    expects = b"Expect: 100-continue\r\n" if request.expects_continue() else b""
-    if any(name.lower() == b"transfer-encoding" for name, _ in request.fields):
-        return b"Transfer-Encoding: chunked\r\n" + expects  # the only coding `check_head` passes
-    return b"Content-Length: %d\r\n" % content_length + expects if content_length else None
-
-
-def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
-    """A callback's refusal, which httptools chains onto its `HttpParserCallbackError`; else a 400
-    that does not quote the request (a callback's other error's text may)."""
-    refused = error.__context__
-    if isinstance(refused, exceptions.HTTPException):
-        return refused
-    if isinstance(error, httptools.HttpParserCallbackError):
-        return _malformed("a field could not be read")
-    return _malformed(str(error))
-
-
-def _ends_http_0_9(parser: httptools.HttpRequestParser, request: cycle.Request, piece: bytes) -> bool:
-    """Whether `piece` ended a request line without a version: llhttp reads the lines after it as a
-    head, but an HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends."""
-    return bool(request.url) and b"\n" in piece and parser.get_http_version() == "0.0"
-
-
 def _malformed(detail: str) -> exceptions.BadRequest:
     return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
 
@@ -612,12 +581,6 @@ def _malformed(detail: str) -> exceptions.BadRequest:
 def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
     message = f"the request line and headers may take {limit} bytes at most."
     return exceptions.RequestHeaderFieldsTooLarge(message)
-
-
-def _framing_too_large(limit: int) -> exceptions.RequestEntityTooLarge:
-    framing = f"{FRAMING_ALLOWANCE} bytes of chunk sizes, extensions and trailers"
-    message = f"the request body with its framing is larger than {limit} bytes and {framing}."
-    return exceptions.RequestEntityTooLarge(message)
 
 
 def _too_large(limit: int) -> exceptions.RequestEntityTooLarge:
