@@ -67,28 +67,13 @@ def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]
     return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
 
 
-class Tally:
-    """Events counted between log lines, one line per `LOG_PERIOD` at most."""
-
-    def __init__(self) -> None:
-        self._count, self._logged_at = 0, 0.0
-
-    def add(self, count: int, now: float) -> int:
-        """Count `count` more; the count to log now, or 0 while a line is not due."""
-        self._count += count
-        if not count or now < self._logged_at + LOG_PERIOD:
-            return 0
-        count, self._count, self._logged_at = self._count, 0, now
-        return count
-
-
 class Budget:
     """The bytes held for the connections (request bytes, unsent answers, a long-poll's collected
     pieces), as counted when each is handed back. Used under the registry's lock."""
 
     def __init__(self, limit: int, log: Any) -> None:
         self.limit, self.held, self._log = limit, 0, log
-        self._displaced = Tally()
+        self._displaced, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def account(self, conn: Conn, closed: bool = False) -> None:
         """Count what `conn` holds now (nothing once `closed`)."""
@@ -113,11 +98,13 @@ class Budget:
                 break
             victims.append(conn)
             held -= conn.standing.budgeted
-        if displaced := self._displaced.add(len(victims), now):
+        self._displaced += len(victims)
+        if victims and now >= self._logged_at + LOG_PERIOD:
             self._log.warning(
-                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {displaced} "
+                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {self._displaced} "
                 f"connections displaced in {LOG_PERIOD}s, those making the least progress"
             )
+            self._displaced, self._logged_at = 0, now
         return victims
 
 
@@ -331,7 +318,7 @@ class Admission:
         # Held through an accept batch: once accepting has stopped and this is free, no
         # connection is accepted that the graceful stop does not see.
         self._accept_lock = threading.Lock()
-        self._fd_failures = Tally()
+        self._fd_failures, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def start(self, connect: Callable[[socket.socket, Any, Any], Conn], first_wait: float) -> None:
         """Accept from now on: `connect` makes a new connection's protocol (connection.py), which
@@ -409,7 +396,10 @@ class Admission:
             if evicted is None:
                 registry.listening.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
                 registry.listening.set_accepting(False)
-            failures = self._fd_failures.add(1, now)
+            self._fd_failures += 1
+            failures = self._fd_failures if now >= self._logged_at + LOG_PERIOD else 0
+            if failures:
+                self._fd_failures, self._logged_at = 0, now
         if evicted is not None:
             evicted.close()
         if failures:
