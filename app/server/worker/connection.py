@@ -60,9 +60,8 @@ class RequestLimits:
     def check_field(self, count: int, size: int, head_bytes: int) -> None:
         """A header (or trailer) field, the `count`th of `size` bytes, the head `head_bytes` so far."""
         if count > self.fields:
-            raise exceptions.RequestHeaderFieldsTooLarge(
-                f"a request may have {self.fields} header fields at most."
-            )
+            message = f"a request may have {self.fields} header fields at most."
+            raise exceptions.RequestHeaderFieldsTooLarge(message)
         if size > self.field_size:
             message = f"a header field may take {self.field_size} bytes at most."
             raise exceptions.RequestHeaderFieldsTooLarge(message)
@@ -107,7 +106,6 @@ class ParkingInterface(Protocol):
     """What a connection asks of its worker's parking (parking.py's `Parking`)."""
 
     def step(self, conn: Conn) -> None: ...
-    def resume(self, conn: Conn) -> None: ...
 
 
 @dataclass(slots=True)
@@ -156,13 +154,12 @@ class Incoming:
         self.unparsed, self._body, self._body_size = b"", [], 0
 
     def take_continue(self) -> bool:
-        """Whether the client waits for a 100 Continue before its body; it is owed once."""
+        """Whether a 100 Continue is owed now (once, after a head that asks)."""
         wants, self.wants_continue = self.wants_continue, False
         return wants
 
     def feed(self, data: bytes) -> None:
-        """Parse `data` (and what was held back) until a request is whole, in slices (the limits
-        are checked between them); keep the rest."""
+        """Parse `data` after what was held back, in slices, until a request is whole; keep the rest."""
         data = self.unparsed + data if self.unparsed else data
         self.unparsed = b""
         position = 0
@@ -299,8 +296,8 @@ class Standing:
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
-    rest, `body`), sent as the socket takes it, and the bytes it has taken (`taken`). Each step
-    says how it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
+    rest, `body`), sent as the socket takes it. Each step says how it went (cycle.py's `DONE`,
+    `WAITING`, `GONE`); `_went` acts on it."""
 
     __slots__ = ("_conn", "body", "close_after", "out", "started", "taken")
 
@@ -316,7 +313,7 @@ class Outgoing:
         self.started, self.taken = time.monotonic(), 0
 
     def answer(self, data: bytes, keep_alive: bool, body: cycle.IterBody | None = None) -> None:
-        """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
+        """Send an answer (`body`: its rest, as the client takes it), then go on to the next."""
         if body is not None:
             self.body = body
             self._conn.allow(len(data) + (body.left or 0))  # the whole answer's time
@@ -346,7 +343,6 @@ class Outgoing:
         return went == cycle.DONE
 
     def drop(self) -> None:
-        """The rest of the answer is not to be sent: the app's iterable is closed."""
         body, self.body = self.body, None
         if body is not None:
             cycle.close_result(body.result, self._conn.context.log)
@@ -367,7 +363,7 @@ class Outgoing:
         return cycle.DONE
 
     def _pump(self) -> int:
-        """A turn of a large answer's rest, `SEND_QUOTA` at most: then the others' come first."""
+        """A turn of a large answer's rest, `SEND_QUOTA` at most."""
         body, log = self.body, self._conn.context.log
         assert body is not None
         taken = self.taken
@@ -417,14 +413,17 @@ class Conn:
         self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
 
     def turn(self) -> None:
-        """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
+        """One turn, on a connection this thread has taken (`Registry.take`)."""
         try:
             if self.standing.lingering:
                 self.closing.drain()
             elif self.outgoing.out is not None or self.outgoing.body is not None:
                 self.outgoing.flush()
-            elif self.standing.parked is not None:
-                self.context.parking.resume(self)
+            elif self.standing.parked is not None:  # woken, or its client left
+                if self.standing.woken:
+                    self.context.parking.step(self)
+                else:
+                    self.close()
             elif self.incoming.has_work or self._receive():
                 self._answer_next()
         except Exception:
@@ -479,7 +478,6 @@ class Conn:
             self._await_more()
 
     def after_answer(self, keep_alive: bool) -> None:
-        """Its answer is out (`Outgoing`): on to the next."""
         if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
@@ -522,7 +520,7 @@ class Closing:
         self.lingered = 0  # bytes read and discarded while it lingers
 
     def time_out(self) -> None:
-        """Past its deadline (run by the main thread, which has taken it)."""
+        """Past its deadline (the main thread has taken it)."""
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
             within = conn.context.read_timeout
