@@ -2,11 +2,10 @@
 app's call with gunicorn's hooks and access line, the answer's head and body, and the worker's own
 answers (Werkzeug's `HTTPException`s, as the service's JSON Error record).
 
-A small answer is one send; the worker owns the framing fields and drops the app's hop-by-hop ones
-(PEP 3333). The environ has gunicorn's keys, built here from the standard library (gunicorn's
-helpers are not its documented API), but a chunked body is decoded first (the app sees its
-`CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
-`header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
+The worker owns the framing fields and drops the app's hop-by-hop ones (PEP 3333). The environ has
+gunicorn's keys, built from the standard library (gunicorn's helpers are not its documented API);
+the app sees a chunked body's `CONTENT_LENGTH`, and no field whose name has an underscore
+(gunicorn's default `header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ APP_ERROR = exceptions.InternalServerError("the service failed to answer; the er
 
 
 def frame_chunk(data: bytes) -> bytes:
-    """`data` as one chunk of a chunked body (RFC 9112 section 7.1)."""
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
@@ -106,8 +104,9 @@ class Request:
     def expects_continue(self) -> bool:
         """Whether an HTTP/1.1 client waits for a 100 Continue before its body (RFC 9110 section 10.1.1)."""
         expects = (b"expect", b"100-continue")
-        fields = self.fields
-        return self.http == "1.1" and any((name.lower(), value.lower()) == expects for name, value in fields)
+        return self.http == "1.1" and any(
+            (name.lower(), value.lower()) == expects for name, value in self.fields
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,7 +148,7 @@ class Answer:
         return self.chunks.append
 
     def encode(self, method: str, keep_alive: bool) -> tuple[bytes, bool]:
-        """The answer's bytes, and whether the connection stays open after it."""
+        """The answer's bytes, and whether the connection stays open."""
         body = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
         head = self.head(method, keep_alive, len(body))
         self.sent = len(body) if head.sends_body else 0
@@ -221,9 +220,8 @@ class IterBody:
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
     def pump(self, put: Callable[[memoryview], int], quota: int) -> int:
-        """Send the app's next pieces through `put` (connection.py's `Outgoing.put`), about `quota`
-        bytes. ValueError when it gives more or fewer than its Content-Length (the connection is
-        then closed, the answer cut)."""
+        """Send about `quota` bytes of the app's next pieces. ValueError when it gives more or fewer
+        than its Content-Length (the connection is then closed, the answer cut)."""
         for piece in self._iterator:
             if not piece:
                 continue
@@ -289,8 +287,7 @@ class EnvironBuilder:
         }
 
     def shared(self, client: Any, server: Any) -> tuple[dict[str, Any], bool]:
-        """What every request of a connection shares, and whether its peer may set the scheme
-        (gunicorn's forwarded_allow_ips)."""
+        """What every request of a connection shares, and whether its peer may set the scheme."""
         environ = dict(self.static)
         if isinstance(client, tuple):
             environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = client[0], str(client[1])
@@ -304,7 +301,7 @@ class EnvironBuilder:
         return environ, trusted
 
     def build(self, conn: Any, request: Request) -> dict[str, Any]:
-        """The environ of `request`, on `conn` (connection.py's `Conn`, which keeps its shared part)."""
+        """The environ of `request` on `conn` (a `Conn`, which keeps its shared part)."""
         base = conn.environ_base
         if base is None:
             base, trusted = self.shared(conn.client, conn.server)
@@ -359,9 +356,8 @@ Record = Callable[[Answer, Request, dict[str, Any], float], None]
 
 
 def recorder(worker: Any) -> Record:
-    """The end of every answer, served at once or after parking (parking.py), whole or left by
-    its client: gunicorn's access line, then its `post_request` hook, as gunicorn's own workers
-    call it after each request however it went."""
+    """The end of every answer, however it went: gunicorn's access line, then its `post_request`
+    hook, as gunicorn's own workers call it."""
     log, post_request = worker.log, worker.cfg.post_request  # read once: each read of a setting validates
 
     def record(answer: Answer, request: Request, environ: dict[str, Any], started: float) -> None:
@@ -394,7 +390,7 @@ class Serving:
         self._max_requests = worker.max_requests
 
     def serve(self, conn: Any, request: Request) -> Served | None:
-        """The answer to `request` on `conn`; None when it waits (parking.py)."""
+        """The answer to `request`; None when it waits (parking.py)."""
         try:
             environ = self.environs.build(conn, request)
         except exceptions.HTTPException as refusal:
@@ -431,8 +427,7 @@ class Serving:
         return served
 
     def _produce(self, request: Request, answer: Answer, result: Any, keep_alive: bool) -> Served:
-        """The answer's first bytes (all, unless it is large), whether to keep the connection, and
-        a large answer's rest. The app's iterable is closed here, unless its rest goes on."""
+        """The app's iterable as `Served`, closed here unless a large answer's rest goes on."""
         body: IterBody | None = None
         try:
             chunks, held = answer.chunks, 0

@@ -1,7 +1,6 @@
-"""The worker's loop: each request thread's (`run_thread`), the registry of its connections on the
-epoll (a thread takes a connection for one turn, `EPOLLONESHOT`, and hands it back with the events
-it waits for), the memory budget, admission under the connection cap, and displacement
-(`progress`). CONTRIBUTING.md's worker section tells their rules.
+"""The worker's loop: its request threads (`run_thread`), the registry of its connections on the
+epoll (a thread takes one for a turn, `EPOLLONESHOT`, and hands it back), the memory budget,
+admission under the connection cap, and displacement (`progress`): CONTRIBUTING.md tells the rules.
 """
 
 from __future__ import annotations
@@ -62,11 +61,6 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, standing.idle_since)
 
 
-def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
-    """The connections that may be displaced, each with its `progress`."""
-    return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
-
-
 class Budget:
     """The bytes held for the connections (request bytes, unsent answers, a long-poll's collected
     pieces), as counted when each is handed back. Used under the registry's lock."""
@@ -76,7 +70,6 @@ class Budget:
         self._displaced, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def account(self, conn: Conn, closed: bool = False) -> None:
-        """Count what `conn` holds now (nothing once `closed`)."""
         standing, held = conn.standing, 0
         if not closed:
             out = conn.outgoing.out  # a memoryview of the answer: its whole buffer stays
@@ -91,7 +84,7 @@ class Budget:
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        going = ranked((conn for conn in conns if conn.standing.budgeted), now)
+        going = {conn: pace for conn in conns if conn.standing.budgeted and (pace := progress(conn, now))}
         victims, held = [], self.held
         for conn in sorted(going, key=going.__getitem__):
             if held <= self.limit:
@@ -109,7 +102,7 @@ class Budget:
 
 
 class Listening:
-    """The listeners on the worker's epoll, registered while it accepts (under the registry's lock)."""
+    """The listeners, on the worker's epoll while it accepts (under the registry's lock)."""
 
     def __init__(self, epoll: select.epoll, listeners: list[socket.socket]) -> None:
         self._epoll = epoll
@@ -118,7 +111,6 @@ class Listening:
         self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
 
     def set_accepting(self, accepting: bool) -> None:
-        """Register the listeners on the epoll, or not."""
         if accepting and self.paused_until:
             if time.monotonic() < self.paused_until:
                 return  # out of descriptors: the registry's `expired` resumes
@@ -162,8 +154,8 @@ class Registry:
         self.epoll.register(conn.fd, READ)
 
     def take(self, fd: int) -> Conn | None:
-        """The connection whose turn has come, taken up (busy); None when another thread has it
-        or it is gone."""
+        """The connection whose turn has come, taken up (busy); None if another thread has it or it
+        is gone."""
         with self.lock:
             conn = self.conns.get(fd)
             return conn if conn is not None and self._take(conn) else None
@@ -188,7 +180,7 @@ class Registry:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
         if victim is None:
             others = (c for c in self.conns.values() if c is not spare and not c.standing.lingering)
-            going = ranked(others, now)
+            going = {conn: pace for conn in others if (pace := progress(conn, now))}
             victim = min(going, key=going.__getitem__, default=None)
         if victim is not None:
             self._take(victim)
@@ -254,15 +246,14 @@ class Registry:
         return parked
 
     def linger(self, conn: Conn) -> None:
-        """The connection only lingers now: no longer counted against the cap."""
+        """Not counted against the cap from now."""
         with self.lock:
             conn.standing.lingering = True
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
-        """Run by the main thread: the parked answers whose deadline has come (to ask again), and
-        every other connection past its deadline, taken up (to time out). Accepting resumes after
-        a pause for descriptors."""
+        """The parked answers whose deadline has come (to ask again), and every other connection
+        past its deadline, taken up (to time out); accepting resumes after a pause for descriptors."""
         now = time.monotonic()
         due, expired = [], []
         with self.lock:
@@ -321,8 +312,7 @@ class Admission:
         self._fd_failures, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def start(self, connect: Callable[[socket.socket, Any, Any], Conn], first_wait: float) -> None:
-        """Accept from now on: `connect` makes a new connection's protocol (connection.py), which
-        has `first_wait` for its first request."""
+        """Accept from now on: `connect` makes a `Conn`, which has `first_wait` for its first request."""
         self._connect, self._first_wait = connect, first_wait
         with self._registry.lock:
             self._registry.listening.set_accepting(True)
@@ -335,7 +325,6 @@ class Admission:
             pass
 
     def accept(self, listener: socket.socket) -> None:
-        """A listener's turn: accept what waits, then re-arm it."""
         registry = self._registry
         try:
             with self._accept_lock:
@@ -361,9 +350,8 @@ class Admission:
                 return
             client_sock.setblocking(False)
             if client_sock.family in (socket.AF_INET, socket.AF_INET6):
-                # EPOLLOUT waits till the kernel holds at most this much unsent: a slow reader no
-                # longer parks its whole answer in TCP memory, which every socket on the host would
-                # feel. The bytes in flight are not limited.
+                # EPOLLOUT waits till the kernel holds at most this much unsent: a slow reader does
+                # not park its whole answer in TCP memory, which every socket on the host would feel.
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
@@ -387,8 +375,8 @@ class Admission:
         return True
 
     def _out_of_descriptors(self, error: OSError) -> None:
-        """accept() found no descriptor: displace a connection for the next client, or with
-        none to displace, stop accepting for `ACCEPT_PAUSE` (the listener would wake at once)."""
+        """Displace a connection for the next client, or with none, stop accepting for
+        `ACCEPT_PAUSE` (the listener would wake at once)."""
         now = time.monotonic()
         registry = self._registry
         with registry.lock:
@@ -412,8 +400,7 @@ class Admission:
 
 
 def run_thread(registry: Registry, admission: Admission, log: Any) -> None:
-    """A request thread's loop, one of the worker's threads on its one epoll: a turn on whichever
-    connection (connection.py's `Conn.turn`) or listener (`Admission.accept`) is ready."""
+    """A request thread's loop: a turn on whichever connection or listener the epoll has ready."""
     poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
     while True:
         try:
