@@ -140,16 +140,14 @@ class Incoming:
 
     @property
     def has_work(self) -> bool:
-        """A request (or a refusal) is ready to be answered without reading more."""
+        """A request or a refusal is ready to be answered, or bytes to be parsed, without reading."""
         return bool(self.ready or self.refusal or self.unparsed)
 
     def buffered(self) -> int:
-        """The request bytes it holds: not yet parsed, being parsed, or parsed whole."""
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
         return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
     def discard(self) -> None:
-        """Every request byte read is dropped (the connection is closing)."""
         self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
 
@@ -386,7 +384,7 @@ class Outgoing:
 
 class Conn:
     """A client connection. One thread at a time takes a turn on it (its standing's `busy`); another
-    thread only wakes a parked answer on it, under the registry's lock (loop.py's `Registry.wake`)."""
+    only wakes a parked answer on it, under the registry's lock (`Registry.wake`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
@@ -413,7 +411,6 @@ class Conn:
         self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
 
     def turn(self) -> None:
-        """One turn, on a connection this thread has taken (`Registry.take`)."""
         try:
             if self.standing.lingering:
                 self.closing.drain()
@@ -520,7 +517,6 @@ class Closing:
         self.lingered = 0  # bytes read and discarded while it lingers
 
     def time_out(self) -> None:
-        """Past its deadline (the main thread has taken it)."""
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
             within = conn.context.read_timeout
