@@ -154,8 +154,7 @@ class Registry:
         self.epoll.register(conn.fd, READ)
 
     def take(self, fd: int) -> Conn | None:
-        """The connection whose turn has come, taken up (busy); None if another thread has it or it
-        is gone."""
+        """The connection whose turn has come, taken up (busy); None if another thread has it, or gone."""
         with self.lock:
             conn = self.conns.get(fd)
             return conn if conn is not None and self._take(conn) else None
@@ -167,7 +166,7 @@ class Registry:
         conn.standing.busy = True
         return True
 
-    def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
+    def evict(self, lingering: bool, spare: Conn | None = None) -> Conn | None:
         """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
         A lingering one only if `lingering`; never `spare` (the one just accepted)."""
         now = time.monotonic()
@@ -303,8 +302,7 @@ class Admission:
         self.max_connections, self._fd_room = min(asked, room), min(room, 2 * asked)
         cap = self.max_connections  # of which watches hold `WATCH_SHARE`, and leave `threads + 1`
         registry.watch_limit = max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
-        # Read once: a listener closed at exit has no name, and a connection accepted then is
-        # still served.
+        # Read once: a listener closed at exit has no name, and a connection accepted then is served.
         self._socknames = {fd: listener.getsockname() for fd, listener in registry.listening.sockets.items()}
         # Held through an accept batch: once accepting has stopped and this is free, no
         # connection is accepted that the graceful stop does not see.

@@ -67,8 +67,7 @@ class Parked:
 
 
 class Parking:
-    """Parks, steps and ends the waiting answers of a worker's connections (loop.py's
-    `Registry.wake` wakes them)."""
+    """Parks, steps and ends the waiting answers of a worker's connections (`Registry.wake` wakes them)."""
 
     def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
         self._registry, self._log, self._alive, self._record = registry, log, alive, record
