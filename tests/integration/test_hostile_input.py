@@ -347,7 +347,7 @@ EXTENSION_SPLITS = {
 def test_an_endless_chunk_extension_is_refused_within_the_framing_allowance(server, split):
     """llhttp reads a chunk extension of any length: the body's framing allowance bounds it. Sent
     up to the bound and no further (the client then waits), it is refused with a JSON 413 and the
-    connection closed, not read on till the read timeout; the worker serves others meanwhile."""
+    connection closed, not read on till the read timeout; the worker then serves others."""
     head = chunked(headers=[AUTH, JSON], terminate=False).replace(
         b"Connection: close", b"Connection: keep-alive"
     )
