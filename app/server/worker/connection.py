@@ -34,8 +34,8 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 #: The most bytes fed to the parser at once: the limits are checked between slices.
 SLICE = 16 * 1024
-#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes (llhttp reads
-#: a chunk extension of any length: this bounds it).
+#: Chunk sizes, extensions and trailers a body may add to its decoded bytes, counted a slice at a
+#: time: a chunk extension of any length (llhttp reads it) is refused within this and one slice.
 FRAMING_ALLOWANCE = 16 * 1024
 #: Where the parser is: between requests (before one's first byte), in its head, in its body.
 BETWEEN, HEAD, BODY = 0, 1, 2
