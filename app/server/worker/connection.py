@@ -1,15 +1,13 @@
-"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: the parser's protocol (its
-callbacks land on it), with its request side (`Incoming`, each limit checked as the bytes go by),
-its standing with the worker (`Standing`), its send side (`Outgoing`) and its end other than at
-once (`Closing`: a time-out, a lingering close). One thread at a time
-takes a turn on it (loop.py): read once and parse, serve one request (cycle.py), send, or close;
-a slow client holds no thread. Framing errors are a JSON 400, 413, 414, 431 or 501, then close.
+"""One client connection (`Conn`), as uvicorn's `HttpToolsProtocol`: its request side (`Incoming`,
+the parser's protocol, each limit checked as the bytes go by), its standing with the loop
+(`Standing`), its send side (`Outgoing`) and its end other than at once (`Closing`). One thread at
+a time takes a turn on it (loop.py), so a slow client holds no thread. Framing errors are a JSON
+400, 413, 414, 431 or 501, then close.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import socket
 import time
@@ -36,13 +34,9 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LINGER_SECONDS, LINGER_BYTES = 2.0, 65536
 #: The most bytes fed to the parser at once: the limits are checked between slices.
 SLICE = 16 * 1024
-#: Chunk sizes, extensions and trailers a body may add on top of its decoded bytes.
+#: Chunk sizes, extensions and trailers a body may add to its decoded bytes, counted a slice at a
+#: time: a chunk extension of any length (llhttp reads it) is refused within this and one slice.
 FRAMING_ALLOWANCE = 16 * 1024
-#: A chunk's size line with its extensions, its CRLF not counted: llhttp reads extensions of any
-#: length; none is read here.
-MAX_SIZE_LINE = 16 * 1024
-#: The bytes of a size line before its LF: its size and extensions, and its CR.
-_SIZE_LINE_BYTES = MAX_SIZE_LINE + 1
 #: Where the parser is: between requests (before one's first byte), in its head, in its body.
 BETWEEN, HEAD, BODY = 0, 1, 2
 
@@ -66,9 +60,8 @@ class RequestLimits:
     def check_field(self, count: int, size: int, head_bytes: int) -> None:
         """A header (or trailer) field, the `count`th of `size` bytes, the head `head_bytes` so far."""
         if count > self.fields:
-            raise exceptions.RequestHeaderFieldsTooLarge(
-                f"a request may have {self.fields} header fields at most."
-            )
+            message = f"a request may have {self.fields} header fields at most."
+            raise exceptions.RequestHeaderFieldsTooLarge(message)
         if size > self.field_size:
             message = f"a header field may take {self.field_size} bytes at most."
             raise exceptions.RequestHeaderFieldsTooLarge(message)
@@ -113,7 +106,6 @@ class ParkingInterface(Protocol):
     """What a connection asks of its worker's parking (parking.py's `Parking`)."""
 
     def step(self, conn: Conn) -> None: ...
-    def resume(self, conn: Conn) -> None: ...
 
 
 @dataclass(slots=True)
@@ -129,13 +121,12 @@ class Context:
 
 
 class Incoming:
-    """A connection's request side, to which the parser's callbacks on `Conn` come: bytes not yet
-    parsed (parsing waits while a request is `ready`), the requests parsed whole, a refusal
-    (answered once `ready` is served), and the counters of the request being read."""
+    """A connection's request side, and the parser's protocol (its callbacks are the `on_` methods):
+    bytes not yet parsed (parsing waits while a request is `ready`), the requests parsed whole, a
+    refusal (answered once `ready` is served), and the counters of the request being read."""
 
-    def __init__(self, protocol: Conn, limits: RequestLimits) -> None:
-        self.parser, self.limits = httptools.HttpRequestParser(protocol), limits
-        self._protocol = protocol
+    def __init__(self, limits: RequestLimits) -> None:
+        self.parser, self.limits = httptools.HttpRequestParser(self), limits
         self.ready: deque[cycle.Request] = deque()
         self.refusal: exceptions.HTTPException | None = None
         self.unparsed = b""
@@ -143,34 +134,30 @@ class Incoming:
         self.received = 0
         self.wants_continue = False
         self._body: list[bytes] = []
-        self._size_line = SizeLine()
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
         self.on_message_begin()
         self.phase = BETWEEN
 
     @property
     def has_work(self) -> bool:
-        """A request (or a refusal) is ready to be answered without reading more."""
+        """A request or a refusal is ready to be answered, or bytes to be parsed, without reading."""
         return bool(self.ready or self.refusal or self.unparsed)
 
     def buffered(self) -> int:
-        """The request bytes it holds: not yet parsed, being parsed, or parsed whole."""
         held = len(self.unparsed) + self._body_size + (self._head_bytes if self.phase == HEAD else 0)
         return held + sum(len(request.body) + len(request.url) for request in self.ready)
 
     def discard(self) -> None:
-        """Every request byte read is dropped (the connection is closing)."""
         self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
 
     def take_continue(self) -> bool:
-        """Whether the client waits for a 100 Continue before its body; it is owed once."""
+        """Whether a 100 Continue is owed now (once, after a head that asks)."""
         wants, self.wants_continue = self.wants_continue, False
         return wants
 
     def feed(self, data: bytes) -> None:
-        """Parse `data` (and what was held back) until a request is whole, in slices (the limits
-        are checked between them); keep the rest."""
+        """Parse `data` after what was held back, in slices, until a request is whole; keep the rest."""
         data = self.unparsed + data if self.unparsed else data
         self.unparsed = b""
         position = 0
@@ -185,24 +172,31 @@ class Incoming:
         phase_before = self.phase
         if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
-        elif self._size_line.too_long_before(piece):
-            self.refusal = _size_line_too_long()
-            return
         switched_at: int | None = None
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade as upgrade:
             switched_at = upgrade.args[0]
-        except httptools.HttpParserError as exc:
-            self.refusal = _refusal_of(exc)
+        except httptools.HttpParserError as error:
+            # A callback's refusal is chained onto httptools' error; another error's text may
+            # quote the request, so it is not passed on.
+            refused = error.__context__
+            if isinstance(refused, exceptions.HTTPException):
+                self.refusal = refused
+            else:
+                callback = isinstance(error, httptools.HttpParserCallbackError)
+                self.refusal = _malformed("a field could not be read" if callback else str(error))
             return
         if switched_at is not None:
             # Outside the handler: a callback's refusal raised within it would have httptools'
-            # HttpParserUpgrade, not the refusal, as its context (`_refusal_of`).
+            # HttpParserUpgrade, not the refusal, as its context.
             self._after_upgrade(piece[switched_at:])
             return
         self.received += len(piece)
-        if self.phase == HEAD and not self._head_count and _ends_http_0_9(self.parser, self._request, piece):
+        line_ended = self.phase == HEAD and not self._head_count and self._request.url and b"\n" in piece
+        if line_ended and self.parser.get_http_version() == "0.0":
+            # A request line without a version: llhttp reads the lines after it as a head, but an
+            # HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends.
             self.refusal = _malformed("HTTP/0.9 is not served")
             return
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
@@ -213,31 +207,35 @@ class Incoming:
         elif self.phase == phase_before == BODY:
             self._framing_bytes += len(piece)
             if self._framing_bytes > self.limits.body + FRAMING_ALLOWANCE:
-                self.refusal = _framing_too_large(self.limits.body)
-        if self.phase == BODY and self._size_line.too_long_after(piece):
-            self.refusal = self.refusal or _size_line_too_long()
+                framing = f"{self.limits.body} bytes and {FRAMING_ALLOWANCE} bytes of chunk sizes, extensions"
+                message = f"the request body with its framing is larger than {framing} and trailers."
+                self.refusal = exceptions.RequestEntityTooLarge(message)
 
     def _after_upgrade(self, rest: bytes) -> None:
         """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
-        request is served as any other, and the connection then closes."""
+        request is served as any other, and the connection then closes. httptools has llhttp skip
+        its body: a new parser, given a head that frames it alike without Upgrade, reads it."""
         if not self.ready:
             self.refusal = exceptions.BadRequest("this server does not switch protocols.")
             return
-        self.ready[-1].keep_alive = False
-        framing = _skipped_body(self.ready[-1], self._content_length)
-        if framing is not None:
-            # httptools has llhttp skip such a request's body: a new parser, given a head that
-            # frames it alike without Upgrade, reads it into the request (on_message_complete).
-            self._upgraded = self.ready.pop()
-            self.parser = httptools.HttpRequestParser(self._protocol)
-            self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
+        request = self.ready[-1]
+        request.keep_alive = False
+        framing = b"Expect: 100-continue\r\n" if request.expects_continue() else b""  # owed still
+        if any(name.lower() == b"transfer-encoding" for name, _ in request.fields):
+            framing += b"Transfer-Encoding: chunked\r\n"  # the only coding `check_head` passes
+        elif self._content_length:
+            framing += b"Content-Length: %d\r\n" % self._content_length
+        else:
+            return  # it has no body
+        self._upgraded = self.ready.pop()
+        self.parser = httptools.HttpRequestParser(self)
+        self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
 
     def on_message_begin(self) -> None:
         self.phase = HEAD
         self._request = cycle.Request()
         self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
-        self._size_line.length = None
 
     def on_url(self, url: bytes) -> None:
         self._request.url += url
@@ -261,15 +259,7 @@ class Incoming:
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
         chunked = self.limits.check_head(request, self._content_length)
-        if chunked:
-            self._size_line.length = 0
         self.wants_continue = (chunked or self._content_length > 0) and request.expects_continue()
-
-    def on_chunk_header(self) -> None:
-        self._size_line.length = None  # the size line is read: the chunk's data follows
-
-    def on_chunk_complete(self) -> None:
-        self._size_line.length = 0  # the next chunk's size line follows
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -286,32 +276,6 @@ class Incoming:
         self.ready.append(request)
         self.phase = BETWEEN
         self.wants_continue = False
-        self._size_line.length = None
-
-
-class SizeLine:
-    """A chunk's size line (its size and extensions: llhttp reads extensions of any length), its
-    bytes counted as the parser is fed, whatever slices they come in."""
-
-    __slots__ = ("length",)
-
-    def __init__(self) -> None:
-        self.length: int | None = None  # its bytes so far; None: no size line is being read
-
-    def too_long_before(self, piece: bytes) -> bool:
-        """Whether a line carried from the slices before, which ends at `piece`'s first LF, is too long."""
-        if not self.length:
-            return False
-        line_feed = piece.find(b"\n")
-        return self.length + (line_feed if line_feed >= 0 else len(piece)) > _SIZE_LINE_BYTES
-
-    def too_long_after(self, piece: bytes) -> bool:
-        """Count `piece`, just parsed: a size line holds no LF, so it began after its last LF if any."""
-        if self.length is None:
-            return False
-        line_feed = piece.rfind(b"\n")
-        self.length = len(piece) - line_feed - 1 if line_feed >= 0 else self.length + len(piece)
-        return self.length > _SIZE_LINE_BYTES
 
 
 class Standing:
@@ -330,15 +294,15 @@ class Standing:
 
 class Outgoing:
     """A connection's send side: what its client has not taken yet (`out`, then a large answer's
-    rest, `body`), sent as the socket takes it, and the bytes it has taken (`taken`). Each step
-    says how it went (cycle.py's `DONE`, `WAITING`, `GONE`); `_went` acts on it."""
+    rest, `body`), sent as the socket takes it. Each step says how it went (cycle.py's `DONE`,
+    `WAITING`, `GONE`); `_went` acts on it."""
 
-    __slots__ = ("_conn", "body", "close_after", "fd", "out", "started", "taken")
+    __slots__ = ("_conn", "body", "close_after", "out", "started", "taken")
 
     def __init__(self, conn: Conn) -> None:
-        self._conn, self.fd = conn, conn.fd
+        self._conn = conn
         self.out: memoryview | None = None
-        self.body: cycle.Body | None = None
+        self.body: cycle.IterBody | None = None
         self.close_after = False
         self.started = 0.0  # when the answer began, and its bytes taken so far: whom to displace
         self.taken = 0
@@ -346,8 +310,8 @@ class Outgoing:
     def begin(self) -> None:
         self.started, self.taken = time.monotonic(), 0
 
-    def answer(self, data: bytes, keep_alive: bool, body: cycle.Body | None = None) -> None:
-        """Send an answer (`body`: its rest, as the client takes it); then the connection goes on."""
+    def answer(self, data: bytes, keep_alive: bool, body: cycle.IterBody | None = None) -> None:
+        """Send an answer (`body`: its rest, as the client takes it), then go on to the next."""
         if body is not None:
             self.body = body
             self._conn.allow(len(data) + (body.left or 0))  # the whole answer's time
@@ -377,7 +341,6 @@ class Outgoing:
         return went == cycle.DONE
 
     def drop(self) -> None:
-        """The rest of the answer is not to be sent: closed (its file, or the app's iterable)."""
         body, self.body = self.body, None
         if body is not None:
             cycle.close_result(body.result, self._conn.context.log)
@@ -397,20 +360,13 @@ class Outgoing:
         self.out = None
         return cycle.DONE
 
-    def put_file(self, fileno: int, offset: int, count: int) -> int:
-        """Send up to `count` bytes of a file from `offset`, by the kernel (as gunicorn does): the
-        bytes taken. BlockingIOError: the socket takes none now."""
-        taken = os.sendfile(self.fd, fileno, offset, count)
-        self.taken += taken
-        return taken
-
     def _pump(self) -> int:
-        """A turn of a large answer's rest, `SEND_QUOTA` at most: then the others' come first."""
+        """A turn of a large answer's rest, `SEND_QUOTA` at most."""
         body, log = self.body, self._conn.context.log
         assert body is not None
         taken = self.taken
         try:
-            went = body.pump(self, cycle.SEND_QUOTA)
+            went = body.pump(self.put, cycle.SEND_QUOTA)
         except OSError:  # the client has gone
             return cycle.GONE
         except Exception:
@@ -428,12 +384,12 @@ class Outgoing:
 
 class Conn:
     """A client connection. One thread at a time takes a turn on it (its standing's `busy`); another
-    thread only wakes a parked answer on it, under the registry's lock (loop.py's `Registry.wake`)."""
+    only wakes a parked answer on it, under the registry's lock (`Registry.wake`)."""
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, context: Context) -> None:
         self.sock, self.client, self.server, self.context = sock, client, server, context
         self.fd = sock.fileno()  # kept: fileno() is -1 once the socket is closed
-        self.incoming = Incoming(self, context.limits)
+        self.incoming = Incoming(context.limits)
         self.outgoing = Outgoing(self)
         self.standing = Standing()
         self.closing = Closing(self)
@@ -455,14 +411,16 @@ class Conn:
         self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
 
     def turn(self) -> None:
-        """One turn, on a connection this thread has taken (loop.py's `Registry.take`)."""
         try:
             if self.standing.lingering:
                 self.closing.drain()
             elif self.outgoing.out is not None or self.outgoing.body is not None:
                 self.outgoing.flush()
-            elif self.standing.parked is not None:
-                self.context.parking.resume(self)
+            elif self.standing.parked is not None:  # woken, or its client left
+                if self.standing.woken:
+                    self.context.parking.step(self)
+                else:
+                    self.close()
             elif self.incoming.has_work or self._receive():
                 self._answer_next()
         except Exception:
@@ -517,7 +475,6 @@ class Conn:
             self._await_more()
 
     def after_answer(self, keep_alive: bool) -> None:
-        """Its answer is out (`Outgoing`): on to the next."""
         if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
             self.context.parking.step(self)
         elif not keep_alive:
@@ -549,32 +506,6 @@ class Conn:
             self.sock.close()
         self.outgoing.drop()
 
-    # --- the parser's callbacks (llhttp's protocol, as uvicorn's): its request side counts them ---
-
-    def on_message_begin(self) -> None:
-        self.incoming.on_message_begin()
-
-    def on_url(self, url: bytes) -> None:
-        self.incoming.on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.incoming.on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self.incoming.on_headers_complete()
-
-    def on_chunk_header(self) -> None:
-        self.incoming.on_chunk_header()
-
-    def on_chunk_complete(self) -> None:
-        self.incoming.on_chunk_complete()
-
-    def on_body(self, body: bytes) -> None:
-        self.incoming.on_body(body)
-
-    def on_message_complete(self) -> None:
-        self.incoming.on_message_complete()
-
 
 class Closing:
     """How a connection ends other than at once: past its deadline, or by a lingering close."""
@@ -586,7 +517,6 @@ class Closing:
         self.lingered = 0  # bytes read and discarded while it lingers
 
     def time_out(self) -> None:
-        """Past its deadline (run by the main thread, which has taken it)."""
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
             within = conn.context.read_timeout
@@ -638,49 +568,13 @@ class Closing:
             conn.close()
 
 
-def _skipped_body(request: cycle.Request, content_length: int) -> bytes | None:
-    """The framing fields of the body llhttp skipped, as httptools has it do for a request that
-    asks to upgrade; None when it has none. An Expect: 100-continue is owed for it still."""
-    expects = b"Expect: 100-continue\r\n" if request.expects_continue() else b""
-    if any(name.lower() == b"transfer-encoding" for name, _ in request.fields):
-        return b"Transfer-Encoding: chunked\r\n" + expects  # the only coding `check_head` passes
-    return b"Content-Length: %d\r\n" % content_length + expects if content_length else None
-
-
-def _refusal_of(error: httptools.HttpParserError) -> exceptions.HTTPException:
-    """A callback's refusal, which httptools chains onto its `HttpParserCallbackError`; else a 400
-    that does not quote the request (a callback's other error's text may)."""
-    refused = error.__context__
-    if isinstance(refused, exceptions.HTTPException):
-        return refused
-    if isinstance(error, httptools.HttpParserCallbackError):
-        return _malformed("a field could not be read")
-    return _malformed(str(error))
-
-
-def _ends_http_0_9(parser: httptools.HttpRequestParser, request: cycle.Request, piece: bytes) -> bool:
-    """Whether `piece` ended a request line without a version: llhttp reads the lines after it as a
-    head, but an HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends."""
-    return bool(request.url) and b"\n" in piece and parser.get_http_version() == "0.0"
-
-
 def _malformed(detail: str) -> exceptions.BadRequest:
     return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
-
-
-def _size_line_too_long() -> exceptions.BadRequest:
-    return _malformed(f"a chunk's size and extensions may take {MAX_SIZE_LINE} bytes at most")
 
 
 def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
     message = f"the request line and headers may take {limit} bytes at most."
     return exceptions.RequestHeaderFieldsTooLarge(message)
-
-
-def _framing_too_large(limit: int) -> exceptions.RequestEntityTooLarge:
-    framing = f"{FRAMING_ALLOWANCE} bytes of chunk sizes, extensions and trailers"
-    message = f"the request body with its framing is larger than {limit} bytes and {framing}."
-    return exceptions.RequestEntityTooLarge(message)
 
 
 def _too_large(limit: int) -> exceptions.RequestEntityTooLarge:

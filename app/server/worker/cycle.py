@@ -2,11 +2,10 @@
 app's call with gunicorn's hooks and access line, the answer's head and body, and the worker's own
 answers (Werkzeug's `HTTPException`s, as the service's JSON Error record).
 
-A small answer is one send; the worker owns the framing fields and drops the app's hop-by-hop ones
-(PEP 3333). The environ has gunicorn's keys, built here from the standard library (gunicorn's
-helpers are not its documented API), but a chunked body is decoded first (the app sees its
-`CONTENT_LENGTH`), and a field name with an underscore is dropped (gunicorn's default
-`header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
+The worker owns the framing fields and drops the app's hop-by-hop ones (PEP 3333). The environ has
+gunicorn's keys, built from the standard library (gunicorn's helpers are not its documented API);
+the app sees a chunked body's `CONTENT_LENGTH`, and no field whose name has an underscore
+(gunicorn's default `header_map`), so `X_Forwarded_For` never passes for `X-Forwarded-For`.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from email.utils import formatdate
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 from wsgiref.util import FileWrapper
 
@@ -51,7 +50,6 @@ APP_ERROR = exceptions.InternalServerError("the service failed to answer; the er
 
 
 def frame_chunk(data: bytes) -> bytes:
-    """`data` as one chunk of a chunked body (RFC 9112 section 7.1)."""
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
@@ -106,8 +104,9 @@ class Request:
     def expects_continue(self) -> bool:
         """Whether an HTTP/1.1 client waits for a 100 Continue before its body (RFC 9110 section 10.1.1)."""
         expects = (b"expect", b"100-continue")
-        fields = self.fields
-        return self.http == "1.1" and any((name.lower(), value.lower()) == expects for name, value in fields)
+        return self.http == "1.1" and any(
+            (name.lower(), value.lower()) == expects for name, value in self.fields
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,7 +148,7 @@ class Answer:
         return self.chunks.append
 
     def encode(self, method: str, keep_alive: bool) -> tuple[bytes, bool]:
-        """The answer's bytes, and whether the connection stays open after it."""
+        """The answer's bytes, and whether the connection stays open."""
         body = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
         head = self.head(method, keep_alive, len(body))
         self.sent = len(body) if head.sends_body else 0
@@ -210,13 +209,6 @@ def encode_refusal(error: exceptions.HTTPException, answer: Answer | None = None
     return answer.encode("GET", keep_alive=False)[0]
 
 
-class Sender(Protocol):
-    """What a large answer's rest is sent through (connection.py's `Outgoing`)."""
-
-    def put(self, view: memoryview) -> int: ...
-    def put_file(self, fileno: int, offset: int, count: int) -> int: ...
-
-
 class IterBody:
     """The rest of an app's iterable, framed (chunked, or counted against its Content-Length)."""
 
@@ -227,8 +219,8 @@ class IterBody:
         self.chunked = chunked
         self.left = length  # the bytes the Content-Length still promises; None when chunked or unknown
 
-    def pump(self, out: Sender, quota: int) -> int:
-        """Send the app's next pieces, about `quota` bytes. ValueError when it gives more or fewer
+    def pump(self, put: Callable[[memoryview], int], quota: int) -> int:
+        """Send about `quota` bytes of the app's next pieces. ValueError when it gives more or fewer
         than its Content-Length (the connection is then closed, the answer cut)."""
         for piece in self._iterator:
             if not piece:
@@ -237,56 +229,18 @@ class IterBody:
                 if len(piece) > self.left:
                     raise ValueError("the app gave more bytes than its Content-Length")
                 self.left -= len(piece)
-            went = out.put(memoryview(frame_chunk(piece) if self.chunked else piece))
+            went = put(memoryview(frame_chunk(piece) if self.chunked else piece))
             quota -= len(piece)
             if went != DONE or quota <= 0:
                 return went or WAITING  # its turn is up: the others' come first
         if self.left:
             raise ValueError("the app gave fewer bytes than its Content-Length")
-        return out.put(memoryview(LAST_CHUNK)) if self.chunked else DONE
+        return put(memoryview(LAST_CHUNK)) if self.chunked else DONE
 
 
-class FileBody:
-    """A file's bytes, sent by the kernel from the file to the socket, as gunicorn does."""
-
-    __slots__ = ("fileno", "left", "offset", "result")
-
-    def __init__(self, result: FileWrapper, fileno: int, offset: int, count: int) -> None:
-        self.result = result
-        self.fileno, self.offset, self.left = fileno, offset, count
-
-    @classmethod
-    def of(cls, result: Any) -> FileBody | None:
-        """The file behind `wsgi.file_wrapper`'s answer, if it is a regular file with a descriptor."""
-        if not isinstance(result, FileWrapper):
-            return None
-        try:
-            fileno = result.filelike.fileno()
-            offset = os.lseek(fileno, 0, os.SEEK_CUR)
-            size = os.fstat(fileno).st_size
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            return None
-        return cls(result, fileno, offset, max(size - offset, 0))
-
-    def pump(self, out: Sender, quota: int) -> int:
-        """Send up to `quota` bytes of the file."""
-        while self.left and quota > 0:
-            try:
-                taken = out.put_file(self.fileno, self.offset, min(quota, self.left))
-            except BlockingIOError:
-                return WAITING
-            if taken == 0:
-                raise ValueError("the file is shorter than its answer's Content-Length")
-            self.offset += taken
-            self.left -= taken
-            quota -= taken
-        return WAITING if self.left else DONE
-
-
-Body = IterBody | FileBody
 #: What `Serving.serve` gives the connection: the answer's first bytes, whether to keep the
 #: connection, and a large answer's rest.
-Served = tuple[bytes, bool, Body | None]
+Served = tuple[bytes, bool, IterBody | None]
 
 
 def close_result(result: Any, log: Any = None) -> None:
@@ -314,7 +268,7 @@ class EnvironBuilder:
             "wsgi.multithread": cfg.threads > 1,
             "wsgi.multiprocess": cfg.workers > 1,
             "wsgi.run_once": False,
-            "wsgi.file_wrapper": FileWrapper,  # its files go by os.sendfile, never held
+            "wsgi.file_wrapper": FileWrapper,  # an iterable as any other: read a block at a time
             "wsgi.input_terminated": True,
             "SERVER_SOFTWARE": f"gunicorn/{gunicorn.__version__}",
             "wsgi.url_scheme": "http",
@@ -333,8 +287,7 @@ class EnvironBuilder:
         }
 
     def shared(self, client: Any, server: Any) -> tuple[dict[str, Any], bool]:
-        """What every request of a connection shares, and whether its peer may set the scheme
-        (gunicorn's forwarded_allow_ips)."""
+        """What every request of a connection shares, and whether its peer may set the scheme."""
         environ = dict(self.static)
         if isinstance(client, tuple):
             environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = client[0], str(client[1])
@@ -348,7 +301,7 @@ class EnvironBuilder:
         return environ, trusted
 
     def build(self, conn: Any, request: Request) -> dict[str, Any]:
-        """The environ of `request`, on `conn` (connection.py's `Conn`, which keeps its shared part)."""
+        """The environ of `request` on `conn` (a `Conn`, which keeps its shared part)."""
         base = conn.environ_base
         if base is None:
             base, trusted = self.shared(conn.client, conn.server)
@@ -403,9 +356,8 @@ Record = Callable[[Answer, Request, dict[str, Any], float], None]
 
 
 def recorder(worker: Any) -> Record:
-    """The end of every answer, served at once or after parking (parking.py), whole or left by
-    its client: gunicorn's access line, then its `post_request` hook, as gunicorn's own workers
-    call it after each request however it went."""
+    """The end of every answer, however it went: gunicorn's access line, then its `post_request`
+    hook, as gunicorn's own workers call it."""
     log, post_request = worker.log, worker.cfg.post_request  # read once: each read of a setting validates
 
     def record(answer: Answer, request: Request, environ: dict[str, Any], started: float) -> None:
@@ -438,7 +390,7 @@ class Serving:
         self._max_requests = worker.max_requests
 
     def serve(self, conn: Any, request: Request) -> Served | None:
-        """The answer to `request` on `conn`; None when it waits (parking.py)."""
+        """The answer to `request`; None when it waits (parking.py)."""
         try:
             environ = self.environs.build(conn, request)
         except exceptions.HTTPException as refusal:
@@ -475,16 +427,9 @@ class Serving:
         return served
 
     def _produce(self, request: Request, answer: Answer, result: Any, keep_alive: bool) -> Served:
-        """The answer's first bytes (all, unless it is large), whether to keep the connection, and
-        a large answer's rest. The app's iterable is closed here, unless its rest goes on."""
-        body: Body | None = None
+        """The app's iterable as `Served`, closed here unless a large answer's rest goes on."""
+        body: IterBody | None = None
         try:
-            file = FileBody.of(result)
-            if file is not None:
-                head = answer.head(request.method, keep_alive, file.left)
-                answer.sent = file.left if head.sends_body else 0
-                body = file if head.sends_body and file.left else None
-                return head.data, head.keep_alive, body
             chunks, held = answer.chunks, 0
             iterator = iter(result)
             for chunk in iterator:

@@ -1,7 +1,6 @@
-"""The worker's loop: each request thread's (`run_thread`), the registry of its connections on the
-epoll (a thread takes a connection for one turn, `EPOLLONESHOT`, and hands it back with the events
-it waits for), the memory budget, admission under the connection cap, and displacement
-(`progress`). CONTRIBUTING.md's worker section tells their rules.
+"""The worker's loop: its request threads (`run_thread`), the registry of its connections on the
+epoll (a thread takes one for a turn, `EPOLLONESHOT`, and hands it back), the memory budget,
+admission under the connection cap, and displacement (`progress`): CONTRIBUTING.md tells the rules.
 """
 
 from __future__ import annotations
@@ -62,36 +61,15 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, standing.idle_since)
 
 
-def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
-    """The connections that may be displaced, each with its `progress`."""
-    return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
-
-
-class Tally:
-    """Events counted between log lines, one line per `LOG_PERIOD` at most."""
-
-    def __init__(self) -> None:
-        self._count, self._logged_at = 0, 0.0
-
-    def add(self, count: int, now: float) -> int:
-        """Count `count` more; the count to log now, or 0 while a line is not due."""
-        self._count += count
-        if not count or now < self._logged_at + LOG_PERIOD:
-            return 0
-        count, self._count, self._logged_at = self._count, 0, now
-        return count
-
-
 class Budget:
     """The bytes held for the connections (request bytes, unsent answers, a long-poll's collected
     pieces), as counted when each is handed back. Used under the registry's lock."""
 
     def __init__(self, limit: int, log: Any) -> None:
         self.limit, self.held, self._log = limit, 0, log
-        self._displaced = Tally()
+        self._displaced, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def account(self, conn: Conn, closed: bool = False) -> None:
-        """Count what `conn` holds now (nothing once `closed`)."""
         standing, held = conn.standing, 0
         if not closed:
             out = conn.outgoing.out  # a memoryview of the answer: its whole buffer stays
@@ -106,23 +84,25 @@ class Budget:
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        going = ranked((conn for conn in conns if conn.standing.budgeted), now)
+        going = {conn: pace for conn in conns if conn.standing.budgeted and (pace := progress(conn, now))}
         victims, held = [], self.held
         for conn in sorted(going, key=going.__getitem__):
             if held <= self.limit:
                 break
             victims.append(conn)
             held -= conn.standing.budgeted
-        if displaced := self._displaced.add(len(victims), now):
+        self._displaced += len(victims)
+        if victims and now >= self._logged_at + LOG_PERIOD:
             self._log.warning(
-                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {displaced} "
+                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {self._displaced} "
                 f"connections displaced in {LOG_PERIOD}s, those making the least progress"
             )
+            self._displaced, self._logged_at = 0, now
         return victims
 
 
 class Listening:
-    """The listeners on the worker's epoll, registered while it accepts (under the registry's lock)."""
+    """The listeners, on the worker's epoll while it accepts (under the registry's lock)."""
 
     def __init__(self, epoll: select.epoll, listeners: list[socket.socket]) -> None:
         self._epoll = epoll
@@ -131,7 +111,6 @@ class Listening:
         self.paused_until = 0.0  # out of descriptors (Admission): no accepting before this
 
     def set_accepting(self, accepting: bool) -> None:
-        """Register the listeners on the epoll, or not."""
         if accepting and self.paused_until:
             if time.monotonic() < self.paused_until:
                 return  # out of descriptors: the registry's `expired` resumes
@@ -175,8 +154,7 @@ class Registry:
         self.epoll.register(conn.fd, READ)
 
     def take(self, fd: int) -> Conn | None:
-        """The connection whose turn has come, taken up (busy); None when another thread has it
-        or it is gone."""
+        """The connection whose turn has come, taken up (busy); None if another thread has it, or gone."""
         with self.lock:
             conn = self.conns.get(fd)
             return conn if conn is not None and self._take(conn) else None
@@ -188,7 +166,7 @@ class Registry:
         conn.standing.busy = True
         return True
 
-    def evict(self, lingering: bool = False, spare: Conn | None = None) -> Conn | None:
+    def evict(self, lingering: bool, spare: Conn | None = None) -> Conn | None:
         """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
         A lingering one only if `lingering`; never `spare` (the one just accepted)."""
         now = time.monotonic()
@@ -201,7 +179,7 @@ class Registry:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
         if victim is None:
             others = (c for c in self.conns.values() if c is not spare and not c.standing.lingering)
-            going = ranked(others, now)
+            going = {conn: pace for conn in others if (pace := progress(conn, now))}
             victim = min(going, key=going.__getitem__, default=None)
         if victim is not None:
             self._take(victim)
@@ -267,15 +245,14 @@ class Registry:
         return parked
 
     def linger(self, conn: Conn) -> None:
-        """The connection only lingers now: no longer counted against the cap."""
+        """Not counted against the cap from now."""
         with self.lock:
             conn.standing.lingering = True
             self._lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
-        """Run by the main thread: the parked answers whose deadline has come (to ask again), and
-        every other connection past its deadline, taken up (to time out). Accepting resumes after
-        a pause for descriptors."""
+        """The parked answers whose deadline has come (to ask again), and every other connection
+        past its deadline, taken up (to time out); accepting resumes after a pause for descriptors."""
         now = time.monotonic()
         due, expired = [], []
         with self.lock:
@@ -325,17 +302,15 @@ class Admission:
         self.max_connections, self._fd_room = min(asked, room), min(room, 2 * asked)
         cap = self.max_connections  # of which watches hold `WATCH_SHARE`, and leave `threads + 1`
         registry.watch_limit = max(min(int(cap * WATCH_SHARE), cap - threads - 1), 0)
-        # Read once: a listener closed at exit has no name, and a connection accepted then is
-        # still served.
+        # Read once: a listener closed at exit has no name, and a connection accepted then is served.
         self._socknames = {fd: listener.getsockname() for fd, listener in registry.listening.sockets.items()}
         # Held through an accept batch: once accepting has stopped and this is free, no
         # connection is accepted that the graceful stop does not see.
         self._accept_lock = threading.Lock()
-        self._fd_failures = Tally()
+        self._fd_failures, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
 
     def start(self, connect: Callable[[socket.socket, Any, Any], Conn], first_wait: float) -> None:
-        """Accept from now on: `connect` makes a new connection's protocol (connection.py), which
-        has `first_wait` for its first request."""
+        """Accept from now on: `connect` makes a `Conn`, which has `first_wait` for its first request."""
         self._connect, self._first_wait = connect, first_wait
         with self._registry.lock:
             self._registry.listening.set_accepting(True)
@@ -348,7 +323,6 @@ class Admission:
             pass
 
     def accept(self, listener: socket.socket) -> None:
-        """A listener's turn: accept what waits, then re-arm it."""
         registry = self._registry
         try:
             with self._accept_lock:
@@ -374,9 +348,8 @@ class Admission:
                 return
             client_sock.setblocking(False)
             if client_sock.family in (socket.AF_INET, socket.AF_INET6):
-                # EPOLLOUT waits till the kernel holds at most this much unsent: a slow reader no
-                # longer parks its whole answer in TCP memory, which every socket on the host would
-                # feel. The bytes in flight are not limited.
+                # EPOLLOUT waits till the kernel holds at most this much unsent: a slow reader does
+                # not park its whole answer in TCP memory, which every socket on the host would feel.
                 with contextlib.suppress(OSError):
                     client_sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
             conn = self._connect(client_sock, client_addr, self._socknames[listener.fileno()])
@@ -400,8 +373,8 @@ class Admission:
         return True
 
     def _out_of_descriptors(self, error: OSError) -> None:
-        """accept() found no descriptor: displace a connection for the next client, or with
-        none to displace, stop accepting for `ACCEPT_PAUSE` (the listener would wake at once)."""
+        """Displace a connection for the next client, or with none, stop accepting for
+        `ACCEPT_PAUSE` (the listener would wake at once)."""
         now = time.monotonic()
         registry = self._registry
         with registry.lock:
@@ -409,7 +382,10 @@ class Admission:
             if evicted is None:
                 registry.listening.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
                 registry.listening.set_accepting(False)
-            failures = self._fd_failures.add(1, now)
+            self._fd_failures += 1
+            failures = self._fd_failures if now >= self._logged_at + LOG_PERIOD else 0
+            if failures:
+                self._fd_failures, self._logged_at = 0, now
         if evicted is not None:
             evicted.close()
         if failures:
@@ -422,8 +398,7 @@ class Admission:
 
 
 def run_thread(registry: Registry, admission: Admission, log: Any) -> None:
-    """A request thread's loop, one of the worker's threads on its one epoll: a turn on whichever
-    connection (connection.py's `Conn.turn`) or listener (`Admission.accept`) is ready."""
+    """A request thread's loop: a turn on whichever connection or listener the epoll has ready."""
     poll, listeners, take = registry.epoll.poll, registry.listening.sockets, registry.take
     while True:
         try:

@@ -57,30 +57,17 @@ class Parked:
         return self.request.http == "1.1"
 
     def abandon(self, log: Any) -> None:
-        """The end of an answer its client left (or that timed out) before its end, recorded
-        (access line, post_request) with the status it began with and the bytes sent, or nginx's
-        499 when nothing was sent yet."""
+        """Its client left (or it timed out) before its end: recorded with the status it began
+        with and the bytes sent, or nginx's 499 when nothing was sent yet."""
         close_result(self.iterable, log)
         if not self.head_sent:
             self.answer.status = "499 Client Closed Request"
         self.answer.sent = self.streamed
         self.record(self.answer, self.request, self.environ, self.started)
 
-    def stream_head(self, out: list[bytes]) -> None:
-        """Put a stream's head first, once, through `Answer.head` (its Date, its checks): the app's
-        Content-Length is dropped, the stream is chunked (on HTTP/1.0 it ends where the connection
-        closes). ValueError: a bad field."""
-        answer = self.answer
-        if not self.head_sent:
-            answer.headers = [field for field in answer.headers if field[0].lower() != "content-length"]
-            # "GET": the stream's framing is decided here and in `Parking.step`, never by the method.
-            out.insert(0, answer.head("GET", False, None, http11=self.chunked).data)
-            self.head_sent = True
-
 
 class Parking:
-    """Parks, steps and ends the waiting answers of a worker's connections (loop.py's
-    `Registry.wake` wakes them)."""
+    """Parks, steps and ends the waiting answers of a worker's connections (`Registry.wake` wakes them)."""
 
     def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
         self._registry, self._log, self._alive, self._record = registry, log, alive, record
@@ -106,7 +93,7 @@ class Parking:
         return True
 
     def step(self, conn: Conn) -> None:
-        """Ask the parked iterable for what it has, on a connection this thread holds."""
+        """Ask the parked iterable for what it has, on a connection this thread holds (woken)."""
         parked = conn.standing.parked
         assert parked is not None
         streaming = parked.iterable.streaming
@@ -116,8 +103,13 @@ class Parking:
             while chunk and not streaming:
                 parked.answer.chunks.append(chunk)
                 chunk = next(parked.iterable, None)
-            if streaming:
-                parked.stream_head(out)
+            if streaming and not parked.head_sent:
+                # Through `Answer.head` (its Date, its checks), chunked whatever the method (on
+                # HTTP/1.0 ended by the close); the app's Content-Length is dropped.
+                answer = parked.answer
+                answer.headers = [field for field in answer.headers if field[0].lower() != "content-length"]
+                out.append(answer.head("GET", False, None, http11=parked.chunked).data)
+                parked.head_sent = True
             if chunk:
                 # One chunk a turn: it goes out before the next is asked for, so a stream holds
                 # at most one chunk here, and a long one waits its turn behind other connections.
@@ -140,13 +132,6 @@ class Parking:
             conn.standing.deadline = parked.iterable.deadline()
         # EPOLLRDHUP alone: a client that leaves is noticed; one that sends more waits.
         self._registry.rearm(conn, PARKED)
-
-    def resume(self, conn: Conn) -> None:
-        """A turn on a parked connection: woken, or its client left."""
-        if conn.standing.woken:
-            self.step(conn)
-        else:
-            conn.close()
 
     def _finish(self, conn: Conn, out: list[bytes], failed: bool = False) -> None:
         parked = self._registry.unpark(conn)

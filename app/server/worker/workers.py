@@ -72,8 +72,7 @@ class PlantsWorker(base.Worker):
         cfg = self.cfg
         line, fields, size = cfg.limit_request_line, cfg.limit_request_fields, cfg.limit_request_field_size
         # A request's head is buffered before a thread reads it, on every connection at once: at
-        # most MAX_HEAD (or what gunicorn's limits allow, if less), so that 1,000 connections
-        # cannot make the worker hold more than a few hundred MB.
+        # most MAX_HEAD, or what gunicorn's limits allow if less.
         head = min(line + 2 + fields * (size + 2), MAX_HEAD)
         config = getattr(self.wsgi, "config", None)  # a Flask app says how large a body it takes
         body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) if config else DEFAULT_MAX_BODY
@@ -94,9 +93,8 @@ class PlantsWorker(base.Worker):
 
     def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
-        # stays open briefly for a request its client may already be sending, which is then
-        # answered with "Connection: close"; a parked answer ends now (a long-poll's page, a
-        # stream's end).
+        # stays open briefly for a request already on its way, answered with "Connection: close";
+        # a parked answer ends now (a long-poll's page, a stream's end).
         self.alive = False
         linger = time.monotonic() + STOP_LINGER
         self.admission.stop()
