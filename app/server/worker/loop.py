@@ -207,12 +207,20 @@ class Registry:
             victims = self.budget.over(self.conns.values())
             for victim in victims:
                 self._take(victim)
-            if conn not in victims:  # armed under the lock: a parked answer's `wake` arms it too
-                # ValueError: the epoll is closed, because the graceful stop ran out of time.
-                with contextlib.suppress(ValueError, OSError):
-                    self.epoll.modify(conn.fd, events)
+            parked = standing.parked is not None
+            if parked and conn not in victims:  # under the lock: a parked answer's `wake` arms it too
+                self._arm(conn, events)
+        if not parked and conn not in victims:
+            # Outside the lock: epoll_ctl lets go of the GIL, and a request thread that took it
+            # meanwhile would wait on the lock, then on the GIL (futex calls on every request).
+            self._arm(conn, events)
         for victim in victims:
             victim.close()
+
+    def _arm(self, conn: Conn, events: int) -> None:
+        # ValueError: the epoll is closed, because the graceful stop ran out of time.
+        with contextlib.suppress(ValueError, OSError):
+            self.epoll.modify(conn.fd, events)
 
     def wake(self, conn: Conn) -> None:
         """From any thread: the connection's parked answer has more to give. Armed for its next
