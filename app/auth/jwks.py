@@ -69,7 +69,12 @@ def fits(key: SigningKey, algorithm: str) -> bool:
     data = key.data
     if kty is None or data.get("kty") != kty or (crv is not None and data.get("crv") != crv):
         return False
-    return data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
+    if data.get("alg", algorithm) != algorithm or data.get("use", "sig") != "sig":
+        return False
+    # RFC 7517 §4.3: a key whose operations are listed verifies only if `verify` is among them (a
+    # key published to encrypt to, `["encrypt"]` or `["wrapKey"]`, is not the provider's to sign).
+    operations = data.get("key_ops", ["verify"])
+    return isinstance(operations, list) and "verify" in operations
 
 
 class KeySet:

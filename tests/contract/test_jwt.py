@@ -817,6 +817,23 @@ def test_a_private_key_in_the_jwks_is_left_out_and_its_tokens_refused(issuer, ma
     assert private["d"] not in caplog.text
 
 
+@pytest.mark.parametrize(
+    "published",
+    [{"use": "enc"}, {"key_ops": ["encrypt"]}, {"key_ops": ["wrapKey", "encrypt"]}, {"key_ops": "verify"}],
+)
+def test_a_key_published_for_another_use_verifies_no_token(issuer, make_jwt_app, published):
+    """RFC 7517 §4.2 and §4.3: a key the provider publishes to be encrypted to (`use: enc`, or
+    `key_ops` without `verify`, or a malformed `key_ops`) is no key to verify its tokens with,
+    even where its type fits the token's algorithm. The other keys keep working."""
+    issuer.keys[0].jwk = {**{m: v for m, v in issuer.keys[0].jwk.items() if m != "use"}, **published}
+    client = make_jwt_app().test_client()
+    refused(client.get("/plants", headers=bearer(issuer.token())), "the signing algorithm is not allowed")
+    assert client.get("/plants", headers=bearer(issuer.token(key=issuer.keys[1]))).status_code == 200
+    issuer.keys[1].jwk = {**issuer.keys[1].jwk, "key_ops": ["verify", "sign"]}
+    client = make_jwt_app().test_client()
+    assert client.get("/plants", headers=bearer(issuer.token(key=issuer.keys[1]))).status_code == 200
+
+
 def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothing(issuer, tmp_path):
     """gunicorn's master checks the settings, then forks the workers: it builds no app, so no
     fetch of the keys (nor any other thread) runs at the fork for a worker to inherit half done."""
