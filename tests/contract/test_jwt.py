@@ -800,21 +800,29 @@ def test_an_unknown_kid_while_the_jwks_is_nested_too_deep_is_401(issuer, client)
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-4"))).status_code == 200
 
 
-def test_a_private_key_in_the_jwks_is_left_out_and_its_tokens_refused(issuer, make_jwt_app, caplog):
-    """A JWKS written by hand from the private JWK publishes `d`: loaded as it is, such a key cannot
-    verify, and anyone who read the document can sign with it. Its tokens are 401, never a 500;
-    the other keys keep working, and the log warns without the key's private part."""
+@pytest.mark.parametrize("published", [None, ("n", "e", "p", "q"), ("n", "e", "dp", "dq", "qi")])
+def test_a_private_key_in_the_jwks_is_left_out_and_its_tokens_refused(
+    issuer, make_jwt_app, caplog, published
+):
+    """A JWKS written by hand from the private JWK publishes `d` (or, cut down, only some of the
+    private members: the primes alone give `d` away, and without `d` PyJWK loads the public key):
+    anyone who read the document can sign with it. Its tokens are 401, never a 500 or a 200; the
+    other keys keep working, and the log warns without the key's private part."""
     from jwt.algorithms import RSAAlgorithm
 
     leaked = issuer.keys[0]
     private = json.loads(RSAAlgorithm.to_jwk(leaked.private))
+    if published is not None:
+        private = {member: private[member] for member in ("kty", *published)}
     leaked.jwk = {**private, "kid": leaked.kid, "use": "sig"}
     with caplog.at_level(logging.WARNING):
         client = make_jwt_app(PLANTS_JWT_ALGORITHMS="RS256,ES256").test_client()
         refused(client.get("/plants", headers=bearer(issuer.token())), "the token names no known signing key")
     assert client.get("/plants", headers=bearer(issuer.token(key=issuer.keys[1]))).status_code == 200
     assert "publishes a private key" in caplog.text
-    assert private["d"] not in caplog.text
+    secrets = [private[member] for member in ("d", "p", "q", "dp", "dq", "qi") if member in private]
+    assert secrets
+    assert not [secret for secret in secrets if secret in caplog.text]
 
 
 @pytest.mark.parametrize(
