@@ -101,6 +101,7 @@ class KeySet:
         self._refetch_lock = threading.Lock()
         self._loader_pid: int | None = None
         self._refreshing = False
+        self._fetched = False  # the last fetch's outcome, for a caller that waited for it
         self._closed = False
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
@@ -183,9 +184,23 @@ class KeySet:
         threading.Thread(target=self.refresh, name="plants-jwks-refresh", daemon=True).start()
 
     def refresh(self, wait: float = -1) -> bool:
-        """Fetch the keys now (one fetch at a time); whether they were loaded."""
-        if not self._fetch_lock.acquire(timeout=wait):
-            return False
+        """Fetch the keys now, one fetch at a time; whether they were loaded. One that finds a fetch
+        under way waits for it (up to `wait` s) and takes its outcome: one deadline, not two."""
+        try:
+            if self._fetch_lock.acquire(blocking=False):
+                try:
+                    self._fetched = self._load()
+                finally:
+                    self._fetch_lock.release()
+            elif self._fetch_lock.acquire(timeout=wait):
+                self._fetch_lock.release()
+            else:
+                return False
+            return self._fetched
+        finally:
+            self._refreshing = False
+
+    def _load(self) -> bool:
         try:
             keys, max_age = self._fetch()
         except FetchError as exc:
@@ -193,17 +208,11 @@ class KeySet:
             # The cached keys keep working; try again later, not on every request.
             self._fresh_until = self._clock() + REFETCH_INTERVAL
             return False
-        finally:
-            self._refreshing = False
-            self._fetch_lock.release()
         if self._keys is None or _fingerprint(keys) != _fingerprint(self._keys):
             self._keys = keys
             self.generation += 1
             log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
-        # At every fetch, not only when they changed: a record another worker left torn (killed
-        # as it wrote) is whole again at this worker's next refresh, not at the next rotation.
-        shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
-        shared_keys.remember(self._source, shared.encode())
+        _share(self._source, keys)
         self._fresh_until = self._clock() + max_age
         return True
 
@@ -226,6 +235,14 @@ class KeySet:
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
+
+
+def _share(source: str, keys: list[SigningKey]) -> None:
+    """Keep the keys for the workers that start later, at every fetch, not only when they changed:
+    a record another worker left torn (killed as it wrote) is whole again at this worker's next
+    refresh, not at the next rotation."""
+    shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
+    shared_keys.remember(source, shared.encode())
 
 
 def _scheme(url: str) -> str:

@@ -451,6 +451,32 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
     assert issuer.fetches["jwks"] == 3
 
 
+def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_one(issuer):
+    """The provider hangs while the stale keys are refreshed in the background: a token naming an
+    unknown `kid` takes that fetch's outcome, within its deadline, as the docs say. It waited for
+    it to end and then fetched again, twice the deadline, holding the request's thread."""
+    from app.auth.jwks import FETCH_TIMEOUT, KeySet
+
+    now = [1000.0]
+    keys = KeySet(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    issuer.hanging = True
+    now[0] += 86400  # the keys are stale: the next look refreshes them in the background
+    assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None
+    _wait_until(lambda: issuer.fetches["jwks"] == 2, lambda: "the refresh did not start")
+    started = time.monotonic()
+    assert keys.find("unknown", "RS256") == (None, False)
+    elapsed = time.monotonic() - started
+    assert issuer.fetches["jwks"] == 2
+    assert elapsed < FETCH_TIMEOUT + 1.5, elapsed
+    issuer.hanging = False
+    now[0] += 30
+    assert keys.refresh(wait=FETCH_TIMEOUT)  # the background refresh is done: fetching again works
+    assert issuer.fetches["jwks"] == 3
+
+
 # --- Settings, the document, metrics, rate limits -----------------------------------------------
 
 
