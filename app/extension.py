@@ -188,5 +188,5 @@ def _hold_cursor_key(store: PlantStore) -> None:
     (app/store/redis/cursor_secret.py). A failure leaves it to be read at its first use, as before."""
     try:
         store.cursor_key()
-    except FAILURES as exc:
+    except (StoreUnavailableError, *FAILURES) as exc:
         log.info("The store's cursor key is read at its first use: %s", type(exc).__name__)
