@@ -23,7 +23,7 @@ from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
-from app.store import PlantStore, StoreUnavailableError, store_for
+from app.store import FAILURES, PlantStore, StoreUnavailableError, store_for
 from app.store.memory.store import MemoryPlantStore
 from app.watch.feed_signal import FeedSignal
 from app.watch.wake_index import Touched
@@ -157,6 +157,10 @@ def _state_for(settings: Settings) -> PlantsState:
     if metrics is not None:
         metrics.shared_reads = feed_signal.reads
         metrics.watch_woken(feed_signal.woken)
+    if store.shared:
+        holding = threading.Thread(target=_hold_cursor_key, args=(store,), name="plants-cursor-key")
+        holding.daemon = True
+        holding.start()
     rate_limits = rate_limits_for(settings, url)
     if rate_limits is not None and isinstance(store, MemoryPlantStore):
         store.limit_counters = rate_limits.counters  # handed over with the plants at a reload
@@ -172,3 +176,15 @@ def _state_for(settings: Settings) -> PlantsState:
         feed_signal=feed_signal,
         cors=Cors(settings.cors_origins) if settings.cors_origins else None,
     )
+
+
+def _hold_cursor_key(store: PlantStore) -> None:
+    """Read the shared store's cursor key as the process starts, in the background (no start waits
+    on a Redis that does not answer). A process that first needed it only after Redis lost its data
+    would make a new one, and every cursor and ticket signed before the loss would be refused
+    everywhere (400, 401) where the docs promise a 410: one that holds it puts it back
+    (app/store/redis/cursor_secret.py). A failure leaves it to be read at its first use, as before."""
+    try:
+        store.cursor_key()
+    except (StoreUnavailableError, *FAILURES) as exc:
+        log.info("The store's cursor key is read at its first use: %s", type(exc).__name__)

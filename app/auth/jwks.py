@@ -225,18 +225,23 @@ class KeySet:
         return keys, max_age
 
 
+#: A private key's members (RFC 7518 §6.2.2, §6.3.2 and §6.4.1, RFC 8037): an RSA key's primes
+#: alone give away its private exponent, and PyJWK loads a key without `d` as a public one.
+_PRIVATE_MEMBERS = frozenset(("d", "p", "q", "dp", "dq", "qi", "oth", "k"))
+
+
 def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
     """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
-    malformed member) are left out, as PyJWKSet leaves them. So is a private key (RFC 7518's `d`,
-    of RSA, EC and OKP keys): PyJWK would load it as one, which cannot verify, and whoever read the
-    document can sign with it. Its WARNING is logged once a key: `warned` keeps the digests of
+    malformed member) are left out, as PyJWKSet leaves them. So is a private key (any of its
+    private members, `d` or an RSA key's primes among them): PyJWK would load it as one, which
+    cannot verify, and whoever read the document can sign with it. Its WARNING is logged once a key: `warned` keeps the digests of
     those already logged (never the keys), as every refresh reads the document again."""
     members = document.get("keys")
     keys = []
     for member in members if isinstance(members, list) else []:
         if not isinstance(member, dict):
             continue
-        if "d" in member:
+        if not _PRIVATE_MEMBERS.isdisjoint(member):
             _warn_of_private_key(member, warned)
             continue
         try:

@@ -283,3 +283,34 @@ def test_a_hung_redis_does_not_hold_a_request_that_needs_only_the_cursor_secret(
     finally:
         plants_state(app).close()
         own_redis.stop()
+
+
+def test_a_process_that_had_not_yet_used_the_cursor_secret_keeps_positions_410_after_a_loss(tmp_path):
+    """Two hosts (masters) on one Redis, started before it loses its data; only the first has
+    answered a cursor. A position from before the loss is a 410 on both, and a ticket minted then
+    still watches from `now`: the second, which first needed the secret after the loss, made a new
+    one, which every process then took, so that position was a 400 everywhere (and the ticket 401),
+    and a reader told its cursor is not the service's own rather than to list the store again."""
+    own_redis = RedisServer(tmp_path)  # no append-only file, no snapshot
+    settings = redis_settings(own_redis)
+    first = redis_gunicorn(settings, workers=1, **SHORT_TIMEOUTS)
+    second = redis_gunicorn(settings, workers=1, **SHORT_TIMEOUTS)
+    try:
+        create_until_200(first, range(3), AUTH)
+        passed = get_json(first, "/events?after=now")[1]["next"]
+        _, _, minted = call(first.connection(), "POST", "/events/tickets", None, AUTH)
+        ticket = json.loads(minted)["ticket"]
+        kill_and_restart(own_redis, before_s=CONFIRM_SECONDS)
+        for server in (second, first):
+            status, body = get_json(server, f"/events?after={passed}")
+            assert status == 410, body
+        time.sleep(CONFIRM_SECONDS)  # each process looks for its secret at a use after this long
+        for server in (first, second, first):
+            status, body = get_json(server, f"/events?after={passed}")
+            assert status == 410, body
+            status, _, page = call(server.connection(), "GET", f"/events?after=now&ticket={ticket}&wait=1")
+            assert status == 200, page
+    finally:
+        for server in (first, second):
+            server.stop()
+        own_redis.stop()
