@@ -234,8 +234,9 @@ def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
     """The JWKS's keys that PyJWK can load, in order; the others (an unknown `kty` or `alg`, a
     malformed member) are left out, as PyJWKSet leaves them. So is a private key (any of its
     private members, `d` or an RSA key's primes among them): PyJWK would load it as one, which
-    cannot verify, and whoever read the document can sign with it. Its WARNING is logged once a key: `warned` keeps the digests of
-    those already logged (never the keys), as every refresh reads the document again."""
+    cannot verify, and whoever read the document can sign with it. Its WARNING is logged once a
+    key: `warned` keeps the digests of those already logged (never the keys), as every refresh
+    reads the document again."""
     members = document.get("keys")
     keys = []
     for member in members if isinstance(members, list) else []:
