@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -283,9 +284,10 @@ class Standing:
     has the connection (`busy`) writes it freely, any other only under the registry's lock (the
     graceful stop only shortens a busy one's deadline, which its thread may set again)."""
 
-    __slots__ = ("budgeted", "busy", "deadline", "idle_since", "lingering", "parked", "woken")
+    __slots__ = ("budgeted", "busy", "deadline", "handing_back", "idle_since", "lingering", "parked", "woken")
 
     def __init__(self) -> None:
+        self.handing_back = threading.Lock()  # held by `Registry.rearm` till its arm has landed
         self.busy = self.lingering = self.woken = False
         self.budgeted = 0  # the bytes it held as the memory budget last counted them
         self.deadline = self.idle_since = 0.0

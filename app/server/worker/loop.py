@@ -189,31 +189,34 @@ class Registry:
         """Hand the connection back, to be woken for `events`, held to the memory budget: past it,
         those making the least progress close (this one may be among them). `idle`: it rests
         among the idle connections, `anew`: for the keep-alive time from now (less once stopping)."""
-        with self.lock:
-            standing = conn.standing
-            if idle:
-                self._idle[conn.fd] = conn
-            if anew:
-                standing.idle_since = now = time.monotonic()
-                keepalive = self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
-                standing.deadline = now + keepalive
-            if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
-                # Its step comes when the socket is writable: a client that takes nothing within
-                # the read timeout is closed, to reconnect from its last event.
-                events = WRITE
-                conn.allow(0)
-            standing.busy = False
-            self.budget.account(conn)
-            victims = self.budget.over(self.conns.values())
-            for victim in victims:
-                self._take(victim)
-            parked = standing.parked is not None
-            if parked and conn not in victims:  # under the lock: a parked answer's `wake` arms it too
+        standing = conn.standing
+        with standing.handing_back:  # its close waits for this arm (`forget`)
+            with self.lock:
+                if idle:
+                    self._idle[conn.fd] = conn
+                if anew:
+                    standing.idle_since = now = time.monotonic()
+                    keepalive = self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
+                    standing.deadline = now + keepalive
+                if events == PARKED and standing.woken:  # woken while its thread had it (`wake`)
+                    # Its step comes when the socket is writable: a client that takes nothing
+                    # within the read timeout is closed, to reconnect from its last event.
+                    events = WRITE
+                    conn.allow(0)
+                standing.busy = False
+                self.budget.account(conn)
+                victims = self.budget.over(self.conns.values())
+                for victim in victims:
+                    self._take(victim)
+                parked = standing.parked is not None
+                if parked and conn not in victims:  # under the lock: a parked answer's `wake` arms it too
+                    self._arm(conn, events)
+            if not parked and conn not in victims:
+                # Outside the lock: epoll_ctl lets go of the GIL, and a request thread that took
+                # it meanwhile would wait on the lock, then on the GIL (futex calls on every
+                # request). Another thread may now take the connection and close it, but not
+                # free its number for the next accept() before this arm has landed.
                 self._arm(conn, events)
-        if not parked and conn not in victims:
-            # Outside the lock: epoll_ctl lets go of the GIL, and a request thread that took it
-            # meanwhile would wait on the lock, then on the GIL (futex calls on every request).
-            self._arm(conn, events)
         for victim in victims:
             victim.close()
 
@@ -288,6 +291,8 @@ class Registry:
                     self.epoll.unregister(conn.fd)
                 if self._alive():  # the graceful stop turns accepting off under this lock
                     self.listening.set_accepting(True)
+        with conn.standing.handing_back:  # an arm in flight (`rearm`) lands before the socket closes
+            pass
 
 
 class Admission:
