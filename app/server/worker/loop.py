@@ -212,16 +212,15 @@ class Registry:
                 if parked and conn not in victims:  # under the lock: a parked answer's `wake` arms it too
                     self._arm(conn, events)
             if not parked and conn not in victims:
-                # Outside the lock: epoll_ctl lets go of the GIL, and a request thread that took
-                # it meanwhile would wait on the lock, then on the GIL (futex calls on every
-                # request). Another thread may now take the connection and close it, but not
-                # free its number for the next accept() before this arm has landed.
+                # Outside the lock: epoll_ctl lets go of the GIL, and a request thread that took it
+                # meanwhile would wait on the lock, then on the GIL (futex calls on every request).
+                # Another thread may close the connection now, but its number is reused only after.
                 self._arm(conn, events)
         for victim in victims:
             victim.close()
 
     def _arm(self, conn: Conn, events: int) -> None:
-        # ValueError: the epoll is closed, because the graceful stop ran out of time.
+        # OSError: closed meanwhile; ValueError: the epoll is, as the graceful stop ran out of time.
         with contextlib.suppress(ValueError, OSError):
             self.epoll.modify(conn.fd, events)
 
@@ -235,8 +234,7 @@ class Registry:
             standing.woken = True
             if not standing.busy and standing.parked is not None:
                 conn.allow(0)  # as `rearm` arms one woken while its thread had it
-                with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                    self.epoll.modify(conn.fd, WRITE)
+                self._arm(conn, WRITE)
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""
