@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.server.worker.connection import WRITE, Conn, Context, RequestLimits
-from app.server.worker.loop import Budget, Registry
+from app.server.worker.loop import Admission, Budget, Registry
 
 
 class _NoParking:
@@ -61,13 +61,14 @@ def test_the_longest_lingering_connection_is_displaced_first(registry):
     for conn in (first, second, third):
         _linger(registry, conn)
     assert registry.counted == 1  # the three lingering closes are not counted against the cap
+    admission = Admission(registry, 1000, 1, logging.getLogger("test"))
     with registry.lock:
-        assert registry.evict(lingering=True) is first
+        assert admission.evict(lingering=True) is first
     first.close()
     assert (len(registry.conns), registry.counted) == (3, 1)
     assert registry.take(second.fd) is second  # being served: never displaced
     with registry.lock:
-        assert registry.evict(lingering=True) is third
+        assert admission.evict(lingering=True) is third
     for client in clients:
         client.close()
 

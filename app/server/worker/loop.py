@@ -135,9 +135,10 @@ class Registry:
         self.lock = threading.Lock()
         self.conns: dict[int, Conn] = {}
         # The idle ones, the longest idle first, and the lingering ones, the first to end first
-        # (each lingers as long): a dict keeps insertion order, so neither is sorted nor scanned.
-        self._idle: dict[int, Conn] = {}
-        self._lingering: dict[int, Conn] = {}
+        # (each lingers as long): a dict keeps insertion order, so neither is sorted nor scanned
+        # (Admission.evict takes the first of each).
+        self.idle: dict[int, Conn] = {}
+        self.lingering: dict[int, Conn] = {}
         self.listening = Listening(self.epoll, listeners)
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
         self.watch_limit = 0  # set by Admission
@@ -145,45 +146,27 @@ class Registry:
     @property
     def counted(self) -> int:
         """The connections counted against the cap: a lingering close is not."""
-        return len(self.conns) - len(self._lingering)
+        return len(self.conns) - len(self.lingering)
 
     def add(self, conn: Conn, deadline: float = 0.0) -> None:
         with self.lock:
             conn.standing.idle_since, conn.standing.deadline = time.monotonic(), deadline
-            self.conns[conn.fd] = self._idle[conn.fd] = conn
+            self.conns[conn.fd] = self.idle[conn.fd] = conn
         self.epoll.register(conn.fd, READ)
 
     def take(self, fd: int) -> Conn | None:
         """The connection whose turn has come, taken up (busy); None if another thread has it, or gone."""
         with self.lock:
             conn = self.conns.get(fd)
-            return conn if conn is not None and self._take(conn) else None
+            return conn if conn is not None and self.claim(conn) else None
 
-    def _take(self, conn: Conn) -> bool:
-        self._idle.pop(conn.fd, None)
+    def claim(self, conn: Conn) -> bool:
+        """Under the lock: take the connection up (busy); False if another thread has it."""
+        self.idle.pop(conn.fd, None)
         if conn.standing.busy:  # another thread has it
             return False
         conn.standing.busy = True
         return True
-
-    def evict(self, lingering: bool, spare: Conn | None = None) -> Conn | None:
-        """Under the lock, at the cap: the connection to close for a new one, taken up, or None.
-        A lingering one only if `lingering`; never `spare` (the one just accepted)."""
-        now = time.monotonic()
-        # The oldest lingering close, else the longest idle past its grace, ranks first: found
-        # without a scan (at the descriptors' room, each accept displaces one).
-        free = (c for c in self._lingering.values() if not c.standing.busy)
-        victim = next(free, None) if lingering else None
-        oldest = next(iter(self._idle.values()), None)
-        if victim is None and oldest is not None and oldest is not spare:
-            victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
-        if victim is None:
-            others = (c for c in self.conns.values() if c is not spare and not c.standing.lingering)
-            going = {conn: pace for conn in others if (pace := progress(conn, now))}
-            victim = min(going, key=going.__getitem__, default=None)
-        if victim is not None:
-            self._take(victim)
-        return victim
 
     def rearm(self, conn: Conn, events: int, idle: bool = False, anew: bool = False) -> None:
         """Hand the connection back, to be woken for `events`, held to the memory budget: past it,
@@ -193,7 +176,7 @@ class Registry:
         with standing.handing_back:  # its close waits for this arm (`forget`)
             with self.lock:
                 if idle:
-                    self._idle[conn.fd] = conn
+                    self.idle[conn.fd] = conn
                 if anew:
                     standing.idle_since = now = time.monotonic()
                     keepalive = self._keepalive if self._alive() else min(self._keepalive, STOP_LINGER)
@@ -207,7 +190,7 @@ class Registry:
                 self.budget.account(conn)
                 victims = self.budget.over(self.conns.values())
                 for victim in victims:
-                    self._take(victim)
+                    self.claim(victim)
                 parked = standing.parked is not None
                 if parked and conn not in victims:  # under the lock: a parked answer's `wake` arms it too
                     self._arm(conn, events)
@@ -257,7 +240,7 @@ class Registry:
         """Not counted against the cap from now."""
         with self.lock:
             conn.standing.lingering = True
-            self._lingering[conn.fd] = conn
+            self.lingering[conn.fd] = conn
 
     def expired(self) -> tuple[list[Conn], list[Conn]]:
         """The parked answers whose deadline has come (to ask again), and every other connection
@@ -273,7 +256,7 @@ class Registry:
                     continue
                 if standing.parked is not None and conn.outgoing.out is None and not standing.woken:
                     due.append(conn)
-                elif self._take(conn):
+                elif self.claim(conn):
                     expired.append(conn)
         return due, expired
 
@@ -282,8 +265,8 @@ class Registry:
         with self.lock:
             if self.conns.get(conn.fd) is conn:
                 del self.conns[conn.fd]
-                self._idle.pop(conn.fd, None)
-                self._lingering.pop(conn.fd, None)
+                self.idle.pop(conn.fd, None)
+                self.lingering.pop(conn.fd, None)
                 self.budget.account(conn, closed=True)
                 with contextlib.suppress(OSError, ValueError):
                     self.epoll.unregister(conn.fd)
@@ -368,6 +351,25 @@ class Admission:
             if not self._make_room(conn):
                 return
 
+    def evict(self, lingering: bool, spare: Conn | None = None) -> Conn | None:
+        """Under the registry's lock, at the cap: the connection to close for a new one, taken up,
+        or None. A lingering one only if `lingering`; never `spare` (the one just accepted)."""
+        registry, now = self._registry, time.monotonic()
+        # The oldest lingering close, else the longest idle past its grace, ranks first: found
+        # without a scan (at the descriptors' room, each accept displaces one).
+        free = (c for c in registry.lingering.values() if not c.standing.busy)
+        victim = next(free, None) if lingering else None
+        oldest = next(iter(registry.idle.values()), None)
+        if victim is None and oldest is not None and oldest is not spare:
+            victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
+        if victim is None:
+            others = (c for c in registry.conns.values() if c is not spare and not c.standing.lingering)
+            going = {conn: pace for conn in others if (pace := progress(conn, now))}
+            victim = min(going, key=going.__getitem__, default=None)
+        if victim is not None:
+            registry.claim(victim)
+        return victim
+
     def _make_room(self, accepted: Conn) -> bool:
         """Past the cap, displace one other connection than `accepted`. With none to displace,
         the worker holds one more than its cap, and accepting stops (False) till one closes."""
@@ -376,7 +378,7 @@ class Admission:
             counted = registry.counted
             if counted <= self.max_connections and len(registry.conns) <= self._fd_room:
                 return True
-            evicted = registry.evict(lingering=counted <= self.max_connections, spare=accepted)
+            evicted = self.evict(lingering=counted <= self.max_connections, spare=accepted)
             if evicted is None:
                 registry.listening.set_accepting(False)
                 return False
@@ -389,7 +391,7 @@ class Admission:
         now = time.monotonic()
         registry = self._registry
         with registry.lock:
-            evicted = registry.evict(lingering=True)
+            evicted = self.evict(lingering=True)
             if evicted is None:
                 registry.listening.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
                 registry.listening.set_accepting(False)
