@@ -23,7 +23,7 @@ from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
 from app.settings import Settings, load_settings
-from app.store import FAILURES, PlantStore, StoreUnavailableError, store_for
+from app.store import PlantStore, StoreUnavailableError, store_for
 from app.store.memory.store import MemoryPlantStore
 from app.watch.feed_signal import FeedSignal
 from app.watch.wake_index import Touched
@@ -186,5 +186,5 @@ def _hold_cursor_key(store: PlantStore) -> None:
     (app/store/redis/cursor_secret.py). A failure leaves it to be read at its first use, as before."""
     try:
         store.cursor_key()
-    except (StoreUnavailableError, *FAILURES) as exc:
+    except Exception as exc:  # the store's errors, or its client closed meanwhile (an app dropped)
         log.info("The store's cursor key is read at its first use: %s", type(exc).__name__)
