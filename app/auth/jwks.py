@@ -99,7 +99,7 @@ class KeySet:
         self._loader_pid: int | None = None
         self._refreshing = False
         self._closed = False
-        #: The private keys already warned about (their digests): a warning a key, not a refresh.
+        #: The digests of the private keys the JWKS now publishes, each warned of once (usable_keys).
         self._warned: set[str] = set()
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
