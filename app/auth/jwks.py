@@ -99,7 +99,7 @@ class KeySet:
         self._loader_pid: int | None = None
         self._refreshing = False
         self._closed = False
-        #: The private keys already warned about (their digests): a warning a key, not a refresh.
+        #: The digests of the private keys the JWKS now publishes, each warned of once (usable_keys).
         self._warned: set[str] = set()
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
@@ -235,15 +235,17 @@ def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
     malformed member) are left out, as PyJWKSet leaves them. So is a private key (any of its
     private members, `d` or an RSA key's primes among them): PyJWK would load it as one, which
     cannot verify, and whoever read the document can sign with it. Its WARNING is logged once a
-    key: `warned` keeps the digests of those already logged (never the keys), as every refresh
-    reads the document again."""
+    key: every refresh reads the document again, so `warned` keeps the digests (never the keys)
+    of the private keys this document publishes, and only those: one a provider withdrew is
+    forgotten (warned of again if it comes back), so a provider that publishes a new one at each
+    refresh does not grow the set for as long as the worker lives."""
     members = document.get("keys")
-    keys = []
+    keys, published = [], set()
     for member in members if isinstance(members, list) else []:
         if not isinstance(member, dict):
             continue
         if not _PRIVATE_MEMBERS.isdisjoint(member):
-            _warn_of_private_key(member, warned)
+            published.add(_warn_of_private_key(member, warned))
             continue
         try:
             keys.append(SigningKey(PyJWK(member), member))
@@ -251,19 +253,22 @@ def usable_keys(document: dict[str, Any], warned: set[str]) -> list[SigningKey]:
             raise
         except (PyJWTError, TypeError, ValueError, AttributeError):
             continue
+    warned.intersection_update(published)
     return keys
 
 
-def _warn_of_private_key(member: dict[str, Any], warned: set[str]) -> None:
+def _warn_of_private_key(member: dict[str, Any], warned: set[str]) -> str:
+    """Warn of `member` unless `warned` holds it; its digest, now in `warned`."""
     digest = hashlib.sha256(_canonical(member).encode()).hexdigest()
     if digest in warned:
-        return
+        return digest
     warned.add(digest)
     log.warning(
         "The identity provider's JWKS publishes a private key (kid %.80r): it is left out,"
         " and the provider should withdraw it, as anyone can sign tokens with it",
         member.get("kid"),
     )
+    return digest
 
 
 def _canonical(member: dict[str, Any]) -> str:
