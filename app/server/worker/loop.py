@@ -61,13 +61,33 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, standing.idle_since)
 
 
+def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
+    """The connections that may be displaced, each with its `progress`."""
+    return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
+
+
+class Tally:
+    """Events counted between log lines, one line per `LOG_PERIOD` at most."""
+
+    def __init__(self) -> None:
+        self._count, self._logged_at = 0, 0.0
+
+    def add(self, count: int, now: float) -> int:
+        """Count `count` more; the count to log now, or 0 while a line is not due."""
+        self._count += count
+        if not count or now < self._logged_at + LOG_PERIOD:
+            return 0
+        count, self._count, self._logged_at = self._count, 0, now
+        return count
+
+
 class Budget:
     """The bytes held for the connections (request bytes, unsent answers, a long-poll's collected
     pieces), as counted when each is handed back. Used under the registry's lock."""
 
     def __init__(self, limit: int, log: Any) -> None:
         self.limit, self.held, self._log = limit, 0, log
-        self._displaced, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
+        self._displaced = Tally()
 
     def account(self, conn: Conn, closed: bool = False) -> None:
         standing, held = conn.standing, 0
@@ -84,20 +104,18 @@ class Budget:
         if self.held <= self.limit:
             return []
         now = time.monotonic()
-        going = {conn: pace for conn in conns if conn.standing.budgeted and (pace := progress(conn, now))}
+        going = ranked((conn for conn in conns if conn.standing.budgeted), now)
         victims, held = [], self.held
         for conn in sorted(going, key=going.__getitem__):
             if held <= self.limit:
                 break
             victims.append(conn)
             held -= conn.standing.budgeted
-        self._displaced += len(victims)
-        if victims and now >= self._logged_at + LOG_PERIOD:
+        if displaced := self._displaced.add(len(victims), now):
             self._log.warning(
-                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {self._displaced} "
+                f"Over the memory budget ({self.held} bytes held, of {self.limit}): {displaced} "
                 f"connections displaced in {LOG_PERIOD}s, those making the least progress"
             )
-            self._displaced, self._logged_at = 0, now
         return victims
 
 
@@ -301,7 +319,7 @@ class Admission:
         # Held through an accept batch: once accepting has stopped and this is free, no
         # connection is accepted that the graceful stop does not see.
         self._accept_lock = threading.Lock()
-        self._fd_failures, self._logged_at = 0, 0.0  # since the last line (one per `LOG_PERIOD`)
+        self._fd_failures = Tally()
 
     def start(self, connect: Callable[[socket.socket, Any, Any], Conn], first_wait: float) -> None:
         """Accept from now on: `connect` makes a `Conn`, which has `first_wait` for its first request."""
@@ -364,7 +382,7 @@ class Admission:
             victim = oldest if oldest.standing.idle_since + IDLE_GRACE <= now else None
         if victim is None:
             others = (c for c in registry.conns.values() if c is not spare and not c.standing.lingering)
-            going = {conn: pace for conn in others if (pace := progress(conn, now))}
+            going = ranked(others, now)
             victim = min(going, key=going.__getitem__, default=None)
         if victim is not None:
             registry.claim(victim)
@@ -395,10 +413,7 @@ class Admission:
             if evicted is None:
                 registry.listening.paused_until = now + ACCEPT_PAUSE  # the registry's `expired` resumes
                 registry.listening.set_accepting(False)
-            self._fd_failures += 1
-            failures = self._fd_failures if now >= self._logged_at + LOG_PERIOD else 0
-            if failures:
-                self._fd_failures, self._logged_at = 0, now
+            failures = self._fd_failures.add(1, now)
         if evicted is not None:
             evicted.close()
         if failures:
