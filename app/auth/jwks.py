@@ -74,6 +74,20 @@ def match(keys: list[SigningKey], kid: str | None, algorithm: str) -> tuple[PyJW
     return next((key.jwk for key in named if fits(key, algorithm)), None), bool(named)
 
 
+#: This process's key sets, for the one fork hook below (a fork is the process's concern, not one
+#: key set's: a hook per key set could never be removed, and would grow with every app built).
+#: Weak: an app that is dropped takes its key set with it.
+_LIVE: weakref.WeakSet[KeySet] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for keys in list(_LIVE):
+        keys._new_locks()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class KeySet:
     """One process's copy of the provider's keys."""
 
@@ -94,15 +108,12 @@ class KeySet:
         self.generation = 0
         self._fresh_until = 0.0
         self._last_unknown_kid_fetch = -REFETCH_INTERVAL
-        self._fetch_lock = threading.Lock()
-        self._refetch_lock = threading.Lock()
+        self._new_locks()
         self._loader_pid: int | None = None
-        self._refreshing = False
         self._closed = False
         #: The digests of the private keys the JWKS now publishes, each warned of once (usable_keys).
         self._warned: set[str] = set()
-        reference = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (keys := reference()) and keys._after_fork())  # type: ignore[func-returns-value]
+        _LIVE.add(self)
 
     @property
     def loaded(self) -> bool:
@@ -140,11 +151,13 @@ class KeySet:
         """Stop loading in the background; a fetch in flight ends within its deadline."""
         self._closed = True
 
-    def _after_fork(self) -> None:
-        # A lock held by another thread at the fork would stay held in the child for ever.
+    def _new_locks(self) -> None:
+        """Made anew in a forked child too: a lock another thread held at the fork would stay held
+        there for ever. `_refreshing` is held while a background refresh is on its way, and taken
+        without waiting: of the requests that find the keys stale at once, one starts it."""
         self._fetch_lock = threading.Lock()
         self._refetch_lock = threading.Lock()
-        self._refreshing = False
+        self._refreshing = threading.Lock()
 
     def find(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
         """The key that verifies a token's signature, and whether `kid` names a known key at all.
@@ -154,7 +167,7 @@ class KeySet:
         """
         now = self._clock()
         if now >= self._fresh_until:
-            self._refresh_in_background()
+            self._refresh_in_background(now)
         key, known = match(self._keys or [], kid, algorithm)
         if kid is not None and not known and self._may_refetch(now):
             self._refetch()
@@ -168,11 +181,23 @@ class KeySet:
             self._last_unknown_kid_fetch = now
             return True
 
-    def _refresh_in_background(self) -> None:
-        if self._refreshing or self._keys is None:
+    def _refresh_in_background(self, now: float) -> None:
+        """Refresh the keys `now` found stale, unless a refresh is on its way or one that ended
+        meanwhile made them fresh: one fetch, however many requests found them stale at once."""
+        if self._keys is None or not self._refreshing.acquire(blocking=False):
             return
-        self._refreshing = True
-        threading.Thread(target=self.refresh, name="plants-jwks-refresh", daemon=True).start()
+        if now < self._fresh_until:
+            self._refreshing.release()
+        else:
+            threading.Thread(
+                target=self._refresh_then_release, name="plants-jwks-refresh", daemon=True
+            ).start()
+
+    def _refresh_then_release(self) -> None:
+        try:
+            self.refresh()
+        finally:
+            self._refreshing.release()
 
     def _refetch(self) -> None:
         """An unknown `kid`'s fetch. One already in flight (a background refresh) is waited for, not
@@ -199,7 +224,6 @@ class KeySet:
             self._fresh_until = self._clock() + REFETCH_INTERVAL
             return False
         finally:
-            self._refreshing = False
             self._fetch_lock.release()
         return True
 

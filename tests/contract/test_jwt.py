@@ -477,6 +477,118 @@ def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_o
     assert issuer.fetches["jwks"] >= 3
 
 
+def test_two_requests_that_find_the_keys_stale_at_once_start_one_fetch(issuer):
+    """Two requests find the keys stale together: the provider is asked once. Each request's
+    first look at the keys waits here for the other's, so that both decide together; then two
+    background refreshes started, fetching the same keys twice in a row."""
+    import contextlib
+    import threading
+
+    from app.auth.jwks import KeySet
+
+    together = threading.Barrier(2, timeout=2)
+    waiting: set[int] = set()
+
+    class BothAtOnce(KeySet):
+        """A key set whose keys the two requests' threads first read together."""
+
+        @property
+        def _keys(self):
+            if threading.get_ident() in waiting:
+                waiting.discard(threading.get_ident())
+                # Broken when the other request does not come this way: it was not let in.
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    together.wait()
+            return self.__dict__["keys"]
+
+        @_keys.setter
+        def _keys(self, keys):
+            self.__dict__["keys"] = keys
+
+    now = [1000.0]
+    keys = BothAtOnce(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    now[0] += 86400  # the keys are stale: the next look refreshes them in the background
+    kid = issuer.keys[0].kid
+    found = []
+
+    def request() -> None:
+        waiting.add(threading.get_ident())
+        found.append(keys.find(kid, "RS256")[0])
+
+    requests = [threading.Thread(target=request) for _ in range(2)]
+    for thread in requests:
+        thread.start()
+    for thread in requests:
+        thread.join(timeout=10)
+    assert len(found) == 2
+    assert None not in found  # the cached keys answered meanwhile
+    for thread in threading.enumerate():
+        if thread.name == "plants-jwks-refresh":
+            thread.join(timeout=10)
+    assert issuer.fetches["jwks"] == 2  # the first load, and one refresh
+
+
+def test_key_sets_that_were_dropped_leave_nothing_behind():
+    """A host that builds many apps (a test suite, an app per tenant) keeps no trace of each key
+    set it dropped: it kept a fork hook each, which a process can never remove."""
+    script = (
+        "import gc\n"
+        "from app.auth.jwks import KeySet\n"
+        "def build():\n"
+        "    KeySet(discovery_url='unused', jwks_url='https://idp.example/jwks', issuer='https://idp.example')\n"
+        "build(); gc.collect(); before = len(gc.get_objects())\n"
+        "for _ in range(500):\n"
+        "    build()\n"
+        "gc.collect(); print(len(gc.get_objects()) - before)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout) < 100, result.stdout  # each had left its fork hook behind
+
+
+def test_a_process_forked_during_a_fetch_fetches_the_keys_itself(issuer):
+    """A fork while a fetch is in flight (a host that forks after building its app): the child's
+    copy of the fetch's lock would be held for ever, and the child never fetch the keys. Other key
+    sets, live and dropped, are beside it."""
+    script = (
+        "import gc, os, sys, threading\n"
+        "from app.auth.jwks import FETCH_TIMEOUT, KeySet\n"
+        "def keys():\n"
+        "    return KeySet(discovery_url='unused', jwks_url=sys.argv[1], issuer='https://idp.example')\n"
+        "dropped, live, fetching = keys(), keys(), keys()\n"
+        "del dropped; gc.collect()\n"
+        "threading.Thread(target=fetching.refresh, daemon=True).start()\n"
+        "sys.stdin.readline()  # the provider got the fetch, and hangs\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os._exit(0 if fetching.refresh(wait=FETCH_TIMEOUT / 2) and live.refresh(wait=0) else 1)\n"
+        "print(os.waitpid(child, 0)[1])\n"
+    )
+    issuer.hanging = True
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, f"{issuer.url}/jwks"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_until(lambda: issuer.fetches["jwks"] == 1, lambda: "the first fetch did not start")
+        issuer.hanging = False  # the fetch in flight hangs on; the child's own is answered
+        out, err = child.communicate("go\n", timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-3000:]
+    assert out.strip() == "0", err[-3000:]
+    assert issuer.fetches["jwks"] == 3
+
+
 # --- Settings, the document, metrics, rate limits -----------------------------------------------
 
 
