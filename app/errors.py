@@ -15,6 +15,7 @@ from werkzeug.exceptions import (
     Gone,
     HTTPException,
     InternalServerError,
+    MethodNotAllowed,
     NotFound,
     PreconditionFailed,
     PreconditionRequired,
@@ -96,6 +97,16 @@ class InvalidHost(BadHost):
     description = (
         "The Host header does not name a valid host: each dot-separated label has 1 to 63 characters."
     )
+
+
+class NoSuchPath(NotFound):
+    """404 for a path the router matched but the service does not serve, as the router answers one
+    it does not match: a doubled leading slash (`//plants`), an asset the API page does not have."""
+
+
+class MethodNotServed(MethodNotAllowed):
+    """405 whose `Allow` names the methods the path serves, as its OPTIONS answer does: the
+    router's own names every method of the path's rules, those a rule refuses included."""
 
 
 class PlantNotFound(NotFound):

@@ -94,7 +94,8 @@ def _read_body(req: Request) -> bytes:
 
 
 def _read_at_most(req: Request, limit: int) -> bytes:
-    """The body, or RequestEntityTooLarge past `limit` and ClientDisconnected when it ends short."""
+    """The body, or BodyTooLarge past `limit` and BodyCutShort when it ends short (Werkzeug's own
+    errors for a chunked one)."""
     length = get_content_length(req.environ)
     if length is None:
         # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
@@ -104,8 +105,8 @@ def _read_at_most(req: Request, limit: int) -> bytes:
     # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
     # allow, without its stream wrapper and read loop, which cost a good part of the view's time.
     if length > limit:
-        raise RequestEntityTooLarge()
+        raise BodyTooLarge(limit)
     body = req.environ["wsgi.input"].read(length)
     if len(body) < length:
-        raise ClientDisconnected()
+        raise BodyCutShort()
     return body

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import BadHost, HTTPException, MethodNotAllowed, default_exceptions
 
-from app.errors import InvalidHost
+from app.errors import InvalidHost, MethodNotServed
 from app.http.json_provider import json_response
 
 
@@ -35,7 +35,7 @@ def _served_methods(exc: MethodNotAllowed) -> MethodNotAllowed:
     except HTTPException:
         return exc
     allow = getattr(current_app.view_functions.get(rule.endpoint), "allow", None)
-    return exc if allow is None else MethodNotAllowed(valid_methods=allow.split(", "))
+    return exc if allow is None else MethodNotServed(valid_methods=allow.split(", "))
 
 
 def error_response(exc: HTTPException) -> Response:

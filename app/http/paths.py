@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response
-from werkzeug.exceptions import NotFound
 from werkzeug.routing import Map, MapAdapter
 
+from app.errors import NoSuchPath
 from app.http.error_handler import error_response
 
 
@@ -42,4 +42,4 @@ def doubled_leading_slash() -> Response:
     """The 404 of `//plants`, which the router matched as `/plants`: for a blueprint's
     before_request, on a PATH_INFO whose second character is a slash. As an unrouted 404: returned
     before the request is timed, its route named or its token read."""
-    return error_response(NotFound())
+    return error_response(NoSuchPath())

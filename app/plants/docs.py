@@ -19,9 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 from flask import Response, current_app, request, send_from_directory
-from werkzeug.exceptions import NotFound
 
-from app.errors import DocsOff
+from app.errors import DocsOff, NoSuchPath
 from app.extension import plants_state
 from app.settings import JwtSettings
 from app.telemetry.version import VERSION
@@ -228,7 +227,7 @@ def init_script() -> Response:
 def asset(name: str) -> Response:
     _require_docs_enabled()
     if name not in ASSETS:
-        raise NotFound()
+        raise NoSuchPath()
     response = send_from_directory(str(resources.files("swagger_ui") / "static"), name, max_age=86400)
     response.headers.update(PAGE_HEADERS)
     return response

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from flask import Blueprint
-from werkzeug.exceptions import MethodNotAllowed
 
+from app.errors import MethodNotServed
 from app.http.options import options_view
 from app.plants import changes, docs, events, exposition, items, tickets, webhooks
 
@@ -117,7 +117,7 @@ def _refusal(number: int, rule: str) -> tuple[str, Callable[..., Any], tuple[str
     allowed = allowed_methods(rule)
 
     def other_method(**_: Any) -> Any:
-        raise MethodNotAllowed(valid_methods=(*allowed, "OPTIONS"))  # as OPTIONS's Allow
+        raise MethodNotServed(valid_methods=(*allowed, "OPTIONS"))  # as OPTIONS's Allow
 
     other_method.__name__ = f"other_method_{number}"
     return rule, other_method, tuple(method for method in METHODS if method not in allowed)

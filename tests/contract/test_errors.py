@@ -126,6 +126,57 @@ def test_a_method_no_rule_names_is_405_with_what_the_path_serves(client, auth, p
     assert response.headers["Allow"] == allow == client.options(path).headers["Allow"]
 
 
+#: Werkzeug's messages, which these answers have always carried.
+NOT_FOUND = (
+    "The requested URL was not found on the server. If you entered the URL manually please check"
+    " your spelling and try again."
+)
+NOT_ALLOWED = "The method is not allowed for the requested URL."
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message", "allow"),
+    [
+        ("GET", "//plants", 404, NOT_FOUND, None),
+        ("GET", "/docs/assets/no-such-asset.js", 404, NOT_FOUND, None),
+        ("GET", "/no-such-path", 404, NOT_FOUND, None),
+        ("PUT", "/plants", 405, NOT_ALLOWED, "GET, HEAD, POST, OPTIONS"),
+        ("PROPFIND", "/plants", 405, NOT_ALLOWED, "GET, HEAD, POST, OPTIONS"),
+        ("POST", "/healthz", 405, NOT_ALLOWED, "GET, HEAD, OPTIONS"),
+    ],
+)
+def test_a_path_or_method_not_served_is_answered_as_the_router_answers(
+    client, auth, method, path, status, message, allow
+):
+    """Whether the router refused it, or the service after the router matched it: one answer."""
+    response = client.open(path, method=method, headers=auth)
+    assert error_of(response, status) == {"error": status, "message": message}
+    assert response.headers.get("Allow") == allow
+
+
+@pytest.mark.parametrize(
+    ("declared", "status", "message"),
+    [
+        (64 * 1024 + 1, 413, "The request body is larger than the limit of 65536 bytes."),
+        (100, 408, "The request body was not received in full before the client stopped sending."),
+    ],
+    ids=["over-the-limit", "cut-short"],
+)
+def test_a_sized_body_over_the_limit_or_cut_short_is_answered_saying_so(
+    client, auth, store, declared, status, message
+):
+    """The body is shorter than its Content-Length: the declared length alone is refused, or the
+    read ends short of it."""
+    response = client.post(
+        "/plants",
+        data=b'{"id": 1, "name": "Fern"}',
+        headers={**auth, "Content-Type": "application/json"},
+        environ_overrides={"CONTENT_LENGTH": str(declared)},
+    )
+    assert error_of(response, status) == {"error": status, "message": message}
+    assert len(store) == 0
+
+
 def test_wrong_method_on_healthz_is_json_405(client):
     response = client.post("/healthz")
     error_of(response, 405)
