@@ -61,6 +61,13 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, standing.idle_since)
 
 
+def unread(conn: Conn) -> bool:
+    """Whether bytes from its client wait unread (a system call: not on an ordinary request's path)."""
+    with contextlib.suppress(OSError):  # nothing to read, or reset
+        return bool(conn.sock.recv(1, socket.MSG_PEEK))
+    return False
+
+
 def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
     """The connections that may be displaced, each with its `progress`."""
     return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
@@ -383,7 +390,11 @@ class Admission:
         if victim is None:
             others = (c for c in registry.conns.values() if c is not spare and not c.standing.lingering)
             going = ranked(others, now)
-            victim = min(going, key=going.__getitem__, default=None)
+            # Of those just connected or answered, one whose request has come unread would be
+            # reset: one that sent nothing goes first (a peek at each in turn, at the cap only).
+            order = sorted(going, key=going.__getitem__)
+            first = (c for c in order if going[c][0] < float("inf") or not unread(c))
+            victim = next(first, next(iter(order), None))
         if victim is not None:
             registry.claim(victim)
         return victim
