@@ -390,11 +390,12 @@ class Admission:
         if victim is None:
             others = (c for c in registry.conns.values() if c is not spare and not c.standing.lingering)
             going = ranked(others, now)
-            # Of those just connected or answered, one whose request has come unread would be
-            # reset: one that sent nothing goes first (a peek at each in turn, at the cap only).
-            order = sorted(going, key=going.__getitem__)
-            first = (c for c in order if going[c][0] < float("inf") or not unread(c))
-            victim = next(first, next(iter(order), None))
+            victim = min(going, key=going.__getitem__, default=None)
+            if victim is not None and going[victim][0] == float("inf") and unread(victim):
+                # All were just connected or answered: closed with its request unread, this one
+                # would be reset, so the first that has sent nothing goes instead (peeks, at the cap).
+                order = sorted(going, key=going.__getitem__)
+                victim = next((c for c in order if not unread(c)), victim)
         if victim is not None:
             registry.claim(victim)
         return victim
