@@ -394,8 +394,7 @@ class Admission:
             if victim is not None and going[victim][0] == float("inf") and unread(victim):
                 # All were just connected or answered: closed with its request unread, this one
                 # would be reset, so the first that has sent nothing goes instead (peeks, at the cap).
-                order = sorted(going, key=going.__getitem__)
-                victim = next((c for c in order if not unread(c)), victim)
+                victim = next((c for c in sorted(going, key=going.__getitem__) if not unread(c)), victim)
         if victim is not None:
             registry.claim(victim)
         return victim
