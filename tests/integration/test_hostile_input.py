@@ -403,3 +403,28 @@ def test_a_bare_http_0_9_line_is_refused_at_once(server, pieces):
         "error": 400,
         "message": "Bad Request: the request's HTTP framing is malformed (HTTP/0.9 is not served).",
     }
+
+
+def with_trailers(head_fields: int, head_size: int, trailers: int, trailer_size: int) -> bytes:
+    """A chunked POST /plants with `head_fields` header fields and `trailers` trailer fields."""
+    pad = [(f"X-Pad-{n}", "a" * head_size) for n in range(head_fields)]
+    fields = b"".join(b"X-Trailer-%d: %s\r\n" % (n, b"a" * trailer_size) for n in range(trailers))
+    return chunked(b"{}", headers=[AUTH, JSON, *pad], terminate=False) + b"0\r\n" + fields + b"\r\n"
+
+
+#: A trailer past a head's limit is refused as one, counted with the head before it: 20 KiB of
+#: head and 48 KiB of trailers pass 64 KiB (and stay within the body's framing allowance).
+TRAILER_REFUSALS = {
+    "bytes": (with_trailers(3, 7000, 6, 8000), "the request line, headers and trailers may take 65536 bytes"),
+    "count": (with_trailers(90, 10, 10, 10), "a request may have 100 header and trailer fields"),
+    "size": (with_trailers(0, 0, 1, 9000), "a trailer field may take 8190 bytes"),
+}
+
+
+@pytest.mark.parametrize("limit", list(TRAILER_REFUSALS))
+def test_a_trailer_past_a_limit_is_a_431_that_says_trailer(server, limit):
+    data, said = TRAILER_REFUSALS[limit]
+    response = exchange(server.port, data)
+    assert response is not None
+    assert response.status == 431
+    assert response.json() == {"error": 431, "message": f"Request Header Fields Too Large: {said} at most."}

@@ -58,16 +58,17 @@ class RequestLimits:
             message = f"the request line may take {self.request_line} bytes at most."
             raise exceptions.RequestURITooLarge(message)
 
-    def check_field(self, count: int, size: int, head_bytes: int) -> None:
-        """A header (or trailer) field, the `count`th of `size` bytes, the head `head_bytes` so far."""
+    def check_field(self, count: int, size: int, head_bytes: int, trailer: bool) -> None:
+        """A header (or `trailer`) field, the `count`th of `size` bytes, the head `head_bytes` so far."""
+        kind, counted = ("trailer", "header and trailer") if trailer else ("header", "header")
         if count > self.fields:
-            message = f"a request may have {self.fields} header fields at most."
+            message = f"a request may have {self.fields} {counted} fields at most."
             raise exceptions.RequestHeaderFieldsTooLarge(message)
         if size > self.field_size:
-            message = f"a header field may take {self.field_size} bytes at most."
+            message = f"a {kind} field may take {self.field_size} bytes at most."
             raise exceptions.RequestHeaderFieldsTooLarge(message)
         if head_bytes > self.head:
-            raise _head_too_large(self.head)
+            raise _head_too_large(self.head, ", headers and trailers" if trailer else " and headers")
 
     def check_head(self, request: cycle.Request, content_length: int) -> bool:
         """Whether the whole head is one this worker serves; True when its body is chunked."""
@@ -246,7 +247,7 @@ class Incoming:
         self._head_count += 1
         size = len(name) + len(value) + 2
         self._head_bytes += size + 2
-        self.limits.check_field(self._head_count, size, self._head_bytes)
+        self.limits.check_field(self._head_count, size, self._head_bytes, trailer=self.phase == BODY)
         if self.phase == BODY:
             return  # a trailer field: checked as a header field is, counted as framing, not passed on
         if name.lower() == b"content-length":
@@ -574,8 +575,8 @@ def _malformed(detail: str) -> exceptions.BadRequest:
     return exceptions.BadRequest(f"the request's HTTP framing is malformed ({detail}).")
 
 
-def _head_too_large(limit: int) -> exceptions.RequestHeaderFieldsTooLarge:
-    message = f"the request line and headers may take {limit} bytes at most."
+def _head_too_large(limit: int, parts: str = " and headers") -> exceptions.RequestHeaderFieldsTooLarge:
+    message = f"the request line{parts} may take {limit} bytes at most."
     return exceptions.RequestHeaderFieldsTooLarge(message)
 
 

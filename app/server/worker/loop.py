@@ -61,6 +61,13 @@ def progress(conn: Conn, now: float) -> tuple[float, float] | None:
     return (0.0, standing.idle_since)
 
 
+def unread(conn: Conn) -> bool:
+    """Whether bytes from its client wait unread (a system call: not on an ordinary request's path)."""
+    with contextlib.suppress(OSError):  # nothing to read, or reset
+        return bool(conn.sock.recv(1, socket.MSG_PEEK))
+    return False
+
+
 def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
     """The connections that may be displaced, each with its `progress`."""
     return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
@@ -384,6 +391,10 @@ class Admission:
             others = (c for c in registry.conns.values() if c is not spare and not c.standing.lingering)
             going = ranked(others, now)
             victim = min(going, key=going.__getitem__, default=None)
+            if victim is not None and going[victim][0] == float("inf") and unread(victim):
+                # All were just connected or answered: closed with its request unread, this one
+                # would be reset, so the first that has sent nothing goes instead (peeks, at the cap).
+                victim = next((c for c in sorted(going, key=going.__getitem__) if not unread(c)), victim)
         if victim is not None:
             registry.claim(victim)
         return victim
