@@ -428,3 +428,21 @@ def test_a_trailer_past_a_limit_is_a_431_that_says_trailer(server, limit):
     assert response is not None
     assert response.status == 431
     assert response.json() == {"error": 431, "message": f"Request Header Fields Too Large: {said} at most."}
+
+
+#: A head just under the 64 KiB the worker buffers: ten fields of 6,000 bytes each.
+NEAR_LIMIT_HEAD = request(
+    body=b"{}", headers=[AUTH, JSON, *[(f"X-Filler-{n}", "a" * 6000) for n in range(10)]]
+)
+
+
+@pytest.mark.parametrize(
+    "cut", [0, 1000, 16 * 1024], ids=["in-one-write", "in-1000-byte-pieces", "in-16-kib-pieces"]
+)
+def test_a_head_under_the_limit_is_read_however_it_is_split(server, cut):
+    """The head's 64 KiB is counted once, whatever the reads it arrives in: the request is served."""
+    assert 60_000 < len(NEAR_LIMIT_HEAD) < 64 * 1024
+    cuts = list(range(cut, len(NEAR_LIMIT_HEAD), cut)) if cut else []
+    answer = sent_in_pieces(server.port, NEAR_LIMIT_HEAD, cuts, pause=0.002)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]  # the body's own refusal, not a 431
+    assert b'"error":400' in answer

@@ -56,7 +56,7 @@ def test_every_http_error_the_service_makes_is_the_catalogues():
 
 
 def test_the_check_sees_a_werkzeug_error_however_it_is_named(tmp_path):
-    module = tmp_path / "views.py"
+    module = tmp_path / "bad.py"
     module.write_text(
         "import flask\n"
         "import werkzeug.exceptions\n"

@@ -171,7 +171,7 @@ class Incoming:
             self.unparsed = data[position:]
 
     def _feed_slice(self, piece: bytes) -> None:
-        phase_before = self.phase
+        phase_before, head_before, request_before = self.phase, self._head_bytes, self._request
         if phase_before == BETWEEN:
             self.started, self.received = time.monotonic(), 0
         switched_at: int | None = None
@@ -202,8 +202,8 @@ class Incoming:
             self.refusal = _malformed("HTTP/0.9 is not served")
             return
         # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
-        if self.phase == phase_before == HEAD:
-            self._head_bytes += len(piece)
+        if self.phase == phase_before == HEAD and self._request is request_before:
+            self._head_bytes = head_before + len(piece)  # its fields were counted by `on_header` too
             if self._head_bytes > self.limits.head:
                 self.refusal = _head_too_large(self.limits.head)
         elif self.phase == phase_before == BODY:
