@@ -264,3 +264,53 @@ def test_a_create_whose_reply_was_lost_runs_once_though_another_client_deleted_i
         assert events_of(client, auth, plant_id, start) == ["plant.created", "plant.deleted"]
     finally:
         proxy.close()
+
+
+#: The store timeout of these tests, as a figure.
+TIMEOUT_S = TIMEOUTS["PLANTS_STORE_TIMEOUT"]
+#: docs/redis-cluster.md: a write whose reply was lost answers within twice the timeout; 0.3 s
+#: more for a busy machine.
+SLOWEST_LOST_S = 2 * TIMEOUT_S + 0.3
+
+
+@pytest.mark.parametrize("write", ["create", "put if-match", "delete"])
+def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_store_is_slow(
+    proxied, auth, write
+):
+    """The link stalls most of a timeout, then breaks before the write reached Redis; every reply
+    after it comes most of a timeout late. Each later step (two reads of the feed, a second run)
+    would fit in a timeout of its own: together they must fit in what is left of the write's two."""
+    client, proxy = proxied
+    warm(client, auth)
+    start = client.get("/events?after=now", headers=auth).get_json()["next"]
+    if write == "create":
+        plant_id, etag = next(_IDS), ""
+    else:
+        plant_id, etag = fresh_plant(client, auth)
+    method, path, body, headers, statuses, stored, event = requests(plant_id, etag)[write]
+    stall = 0.8 * TIMEOUT_S
+    proxy.drop_next(after_reply=False, before_drop=lambda: time.sleep(stall))
+    proxy.slow_replies(stall)
+    began = time.monotonic()
+    try:
+        answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+    finally:
+        took = time.monotonic() - began
+        proxy.slow_replies(0)
+    assert proxy.dropped.is_set()
+    assert took < SLOWEST_LOST_S, (took, answer.status_code)
+    # No step after the drop can answer in time: the outcome cannot be learnt, so 503.
+    assert answer.status_code == 503, answer.get_data(as_text=True)
+    assert answer.get_json()["error"] == "store_unavailable"
+    # It never reached Redis, and nothing ran it since: the plant is as it was.
+    now = client.get(f"/plants/{plant_id}", headers=auth)
+    if write == "create":
+        assert now.status_code == 404
+    else:
+        assert now.get_json()["name"] == "before"
+    # The client retries: its true outcome, once.
+    again = client.open(path, method=method, json=body, headers={**auth, **headers})
+    assert again.status_code in statuses, again.get_data(as_text=True)
+    now = client.get(f"/plants/{plant_id}", headers=auth)
+    assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
+    assert events_of(client, auth, plant_id, start).count(event) == 1
