@@ -32,8 +32,8 @@ no per-command timeout. Its `Connection.read_response` takes a timeout of its ow
 is read at each connect. So during such a step the held connection connects within what is left,
 and its `read_response` is, on the instance, one that waits what is left: redis-py's own handshake
 on a new connection (HELLO, CLIENT SETINFO, up to four round trips) reads through it too. With a
-redis-py whose `read_response` takes no timeout, a step with less left than the socket timeout
-times out before it is sent.
+redis-py whose `read_response` takes no timeout, no such step is sent: the write answers 503 once
+its fate is settled, as where the feed cannot tell.
 
 **The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
 never after a timeout, and the store's scripts (which must not follow ASK) do not go through its
@@ -108,9 +108,7 @@ if not ABORTIVE_CLOSE:
 if not HELD_CONNECTIONS:
     log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
 if HELD_CONNECTIONS and not READ_TIMEOUT:
-    log.warning(
-        "redis-py's read_response takes no timeout: a write whose reply was lost answers 503 more often"
-    )
+    log.warning("redis-py's read_response takes no timeout: a write whose reply was lost answers 503")
 if not SLOT_MAP:
     log.warning("redis-py's cluster slot map has changed: only RedisCluster's own errors read it again")
 
@@ -289,17 +287,13 @@ def _bounded(connection: Any, until: float | None) -> Iterator[None]:
     """A call on `connection` that ends by `until` (time.monotonic()), when given: a connect it
     makes times out then, and so does each reply it reads, the handshake's of a new connection
     included (redis-py's own calls read through the connection's `read_response`). TimeoutError
-    before anything is sent when no time is left, or when redis-py cannot wait less than its socket
-    timeout and less is left."""
+    before anything is sent when no time is left, or when redis-py cannot bound the reads."""
     if until is None:
         yield
         return
     left = _left(until)
     if not READ_TIMEOUT:
-        if left < (connection.socket_timeout or left):
-            raise RedisTimeoutError("redis-py cannot wait for a reply less than its socket timeout")
-        yield
-        return
+        raise RedisTimeoutError("redis-py cannot bound the wait for a reply")
     read = type(connection).read_response
 
     def read_by_end(*args: Any, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+import app.compat.redis
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
@@ -314,4 +315,26 @@ def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_sto
     assert again.status_code in statuses, again.get_data(as_text=True)
     now = client.get(f"/plants/{plant_id}", headers=auth)
     assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
+    assert events_of(client, auth, plant_id, start).count(event) == 1
+
+
+def test_where_redis_py_cannot_bound_a_read_a_write_whose_reply_was_lost_answers_503(
+    proxied, auth, monkeypatch
+):
+    """A redis-py whose reads take no timeout of their own (app/compat/redis.py): the write's
+    later steps could not keep to two timeouts, so none runs; its 503 leaves once its fate is
+    settled, and it ran once."""
+    monkeypatch.setattr(app.compat.redis, "READ_TIMEOUT", False)
+    client, proxy = proxied
+    start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, "create")
+    proxy.drop_next(after_reply=True)
+    began = time.monotonic()
+    answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+    took = time.monotonic() - began
+    assert proxy.dropped.is_set()
+    assert answer.status_code == 503, answer.get_data(as_text=True)
+    assert TIMEOUT_S <= took < SLOWEST_LOST_S, took
+    assert client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == stored  # it landed
+    again = client.open(path, method=method, json=body, headers={**auth, **headers})
+    assert again.status_code in statuses  # the retry: the same plant, "identical"
     assert events_of(client, auth, plant_id, start).count(event) == 1
