@@ -297,7 +297,8 @@ def _bounded(connection: Any, until: float | None) -> Iterator[None]:
     read = type(connection).read_response
 
     def read_by_end(*args: Any, **kwargs: Any) -> Any:
-        # Past the end, a least wait: redis-py's timeout closes the connection, out of step.
+        # Past the end, the least wait rather than none: redis-py's own timeout closes the
+        # connection, on which a reply is still due.
         return read(connection, *args, **kwargs, timeout=max(until - time.monotonic(), _LEAST_WAIT_S))
 
     own = connection.socket_connect_timeout

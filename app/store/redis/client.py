@@ -282,7 +282,8 @@ class ScriptRunner:
         wait_s = self._wait_ms / 1000
         if until is not None:
             wait_s = min(wait_s, until - time.monotonic())
-        return wait_s > 0 and self._nodes.wait_for_map(self._nodes.suspect(key), wait_s)
+        reads = self._nodes.suspect(key)
+        return wait_s > 0 and self._nodes.wait_for_map(reads, wait_s)
 
     def _once(
         self,
