@@ -4,7 +4,8 @@ failover, a middlebox's idle timer) that breaks a connection while a write is on
 `drop_next(after_reply=True)`: the next EVALSHA goes to Redis whole, Redis runs it and replies, and
 the proxy resets the client's connection instead of passing the reply on: the write landed, and
 its sender does not know. `after_reply=False`: the next EVALSHA never reaches Redis; the client's
-connection is reset as it is sent.
+connection is reset as it is sent. `slow_replies(seconds)`: every reply reaches its client that
+much late (a stalled Redis, or a congested link, that still answers within a timeout).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 from tests.proxy import Proxy, received, sent
@@ -27,7 +29,12 @@ class DroppingProxy(Proxy):
         self.dropped_command = b""
         #: Set when the armed drop has happened.
         self.dropped = threading.Event()
+        self._reply_delay_s = 0.0
         super().__init__(upstream_port)
+
+    def slow_replies(self, seconds: float) -> None:
+        """Pass each reply on `seconds` after it came (0: at once)."""
+        self._reply_delay_s = seconds
 
     def drop_next(self, *, after_reply: bool, before_drop: Callable[[], None] | None = None) -> None:
         """`before_drop`: what else happens while the script has run and its sender waits (a
@@ -73,5 +80,7 @@ class DroppingProxy(Proxy):
             if swallow.is_set():
                 self._reset(client, upstream)
                 return
+            if self._reply_delay_s:
+                time.sleep(self._reply_delay_s)
             if not sent(client, data):
                 return

@@ -25,6 +25,16 @@ write, a connection Redis has closed meanwhile (a restart) is found and replaced
 write goes on a live one. When the pool's or the connection's methods are not as expected, each
 call goes through `execute_command`, which resends after a lost reply as redis-py does.
 
+**A call's own time.** The steps that learn what a write whose reply was lost did share what is
+left of the write's time, so each may get less than the client's socket timeout. redis-py documents
+no per-command timeout. Its `Connection.read_response` takes a timeout of its own since 8.0
+(`timeout`, for one read), and a connection's `socket_connect_timeout` (its constructor's option)
+is read at each connect. So during such a step the held connection connects within what is left,
+and its `read_response` is, on the instance, one that waits what is left: redis-py's own handshake
+on a new connection (HELLO, CLIENT SETINFO, up to four round trips) reads through it too. With a
+redis-py whose `read_response` takes no timeout, no such step is sent: the write answers 503 once
+its fate is settled, as where the feed cannot tell.
+
 **The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
 never after a timeout, and the store's scripts (which must not follow ASK) do not go through its
 routing. So the store drives the map itself, through `RedisCluster.nodes_manager` (undocumented):
@@ -44,8 +54,9 @@ import os
 import socket
 import struct
 import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -53,6 +64,7 @@ from redis.cluster import NodesManager, RedisCluster
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.compat import binds
 
@@ -82,10 +94,21 @@ SLOT_MAP = (
     and binds(getattr(NodesManager, "move_node_to_end_of_cached_nodes", None), "node")
     and binds(getattr(NodesManager, "move_slot", None), object())
 )
+#: Whether a reply can be waited for with a timeout of its own (redis-py 8's `read_response`), and
+#: a connection's reads can be made to (its instances take attributes).
+READ_TIMEOUT = (
+    HELD_CONNECTIONS
+    and binds(getattr(Connection, "read_response", None), timeout=1.0)
+    and not hasattr(Connection, "__slots__")
+)
+#: The least a read past a call's end waits: a reply already come is still taken.
+_LEAST_WAIT_S = 0.001
 if not ABORTIVE_CLOSE:
     log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
 if not HELD_CONNECTIONS:
     log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
+if HELD_CONNECTIONS and not READ_TIMEOUT:
+    log.warning("redis-py's read_response takes no timeout: a write whose reply was lost answers 503")
 if not SLOT_MAP:
     log.warning("redis-py's cluster slot map has changed: only RedisCluster's own errors read it again")
 
@@ -147,52 +170,59 @@ class HeldConnections:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def call(self, client: redis.Redis, *command: Any, resend: bool = True) -> Any:
+    def call(
+        self, client: redis.Redis, *command: Any, resend: bool = True, until: float | None = None
+    ) -> Any:
         """The reply to `command` on this thread's connection of `client`; raises what redis-py
         raises. As the client does: one retry on a broken connection (one Redis closed, say after
         a restart; redis-py reconnects on the next send), none on a timeout, after which redis-py
         has closed the connection. After a reply was lost, the retry only with `resend`; without
-        it, `Unanswered`. Any other error came with a whole reply: the connection is in step."""
+        it, `Unanswered`. Any other error came with a whole reply: the connection is in step.
+        `until` (time.monotonic()): TimeoutError past it (`_bounded`)."""
         if not HELD_CONNECTIONS:
+            # execute_command resends after a lost reply: no write raises Unanswered, so no call
+            # learning what one did is given an `until`.
             return client.execute_command(*command)
         connection = self._connection(client)
-        if resend:
+        with _bounded(connection, until):
+            if resend:
+                try:
+                    connection.send_command(*command)
+                    return connection.read_response()
+                except RedisConnectionError:
+                    connection.disconnect()
+                    connection.send_command(*command)
+                    return connection.read_response()
+            _sent(connection, lambda: connection.send_command(*command))
             try:
-                connection.send_command(*command)
                 return connection.read_response()
-            except RedisConnectionError:
+            except RedisConnectionError as exc:
                 connection.disconnect()
-                connection.send_command(*command)
-                return connection.read_response()
-        _sent(connection, lambda: connection.send_command(*command))
-        try:
-            return connection.read_response()
-        except RedisConnectionError as exc:
-            connection.disconnect()
-            raise Unanswered("the reply was lost") from exc
+                raise Unanswered("the reply was lost") from exc
 
-    def call_all(self, client: redis.Redis, *commands: tuple) -> list[Any]:
+    def call_all(self, client: redis.Redis, *commands: tuple, until: float | None = None) -> list[Any]:
         """The replies to `commands`, sent together on this thread's connection of `client` (an
         error reply in its place, as a pipeline's with raise_on_error=False); never resent after
-        a lost reply (`Unanswered`)."""
+        a lost reply (`Unanswered`). `until`: as `call`'s."""
         if not HELD_CONNECTIONS:
             pipe = client.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
             return list(pipe.execute(raise_on_error=False))
         connection = self._connection(client)
-        packed = connection.pack_commands(commands)
-        _sent(connection, lambda: connection.send_packed_command(packed))
-        replies: list[Any] = []
-        try:
-            for _ in commands:
-                try:
-                    replies.append(connection.read_response())
-                except ResponseError as error:  # read whole: the connection is in step
-                    replies.append(error)
-        except RedisConnectionError as exc:
-            connection.disconnect()
-            raise Unanswered("the reply was lost") from exc
+        with _bounded(connection, until):
+            packed = connection.pack_commands(commands)
+            _sent(connection, lambda: connection.send_packed_command(packed))
+            replies: list[Any] = []
+            try:
+                for _ in commands:
+                    try:
+                        replies.append(connection.read_response())
+                    except ResponseError as error:  # read whole: the connection is in step
+                        replies.append(error)
+            except RedisConnectionError as exc:
+                connection.disconnect()
+                raise Unanswered("the reply was lost") from exc
         return replies
 
     def _connection(self, client: redis.Redis) -> Any:
@@ -242,6 +272,43 @@ def _sent(connection: Any, send: Callable[[], None]) -> None:
     except RedisConnectionError:
         connection.disconnect()
         send()
+
+
+def _left(until: float) -> float:
+    """The seconds left until `until` (time.monotonic()); TimeoutError when none are."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise RedisTimeoutError("no time was left for the call")
+    return left
+
+
+@contextlib.contextmanager
+def _bounded(connection: Any, until: float | None) -> Iterator[None]:
+    """A call on `connection` that ends by `until` (time.monotonic()), when given: a connect it
+    makes times out then, and so does each reply it reads, the handshake's of a new connection
+    included (redis-py's own calls read through the connection's `read_response`). TimeoutError
+    before anything is sent when no time is left, or when redis-py cannot bound the reads."""
+    if until is None:
+        yield
+        return
+    left = _left(until)
+    if not READ_TIMEOUT:
+        raise RedisTimeoutError("redis-py cannot bound the wait for a reply")
+    read = type(connection).read_response
+
+    def read_by_end(*args: Any, **kwargs: Any) -> Any:
+        # Past the end, the least wait rather than none: redis-py's own timeout closes the
+        # connection, on which a reply is still due.
+        return read(connection, *args, **kwargs, timeout=max(until - time.monotonic(), _LEAST_WAIT_S))
+
+    own = connection.socket_connect_timeout
+    connection.socket_connect_timeout = min(own, left) if own else left
+    connection.read_response = read_by_end
+    try:
+        yield
+    finally:
+        del connection.read_response
+        connection.socket_connect_timeout = own
 
 
 def follow_redirect(client: RedisCluster, key: str, moved: MovedError | None = None) -> None:

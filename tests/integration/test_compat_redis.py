@@ -34,6 +34,17 @@ def public_path(monkeypatch):
 def test_the_checks_accept_the_installed_redis_py():
     assert app.compat.redis.ABORTIVE_CLOSE
     assert app.compat.redis.HELD_CONNECTIONS
+    assert app.compat.redis.READ_TIMEOUT
+
+
+def test_a_read_without_a_timeout_of_its_own_is_found(monkeypatch):
+    """redis-py before 8.0: held connections still, and no bound for a lost write's steps
+    (tests/integration/test_lost_replies.py runs them so)."""
+    monkeypatch.setattr(Connection, "read_response", lambda self, disable_decoding=False: None)
+    with reloaded(app.compat.redis) as compat:
+        monkeypatch.undo()
+        assert compat.HELD_CONNECTIONS
+        assert not compat.READ_TIMEOUT
 
 
 def test_the_store_answers_on_redis_pys_public_path(public_path, make_app, auth):

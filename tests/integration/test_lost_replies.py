@@ -17,6 +17,7 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+import app.compat.redis
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
@@ -93,17 +94,23 @@ def requests(plant_id: int, etag: str) -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize("after_reply", [True, False], ids=["ran, reply lost", "never reached Redis"])
-@pytest.mark.parametrize("write", list(requests(0, "")))
-def test_a_write_whose_connection_broke_answers_what_it_did(proxied, auth, write, after_reply):
-    client, proxy = proxied
+def ready(client, auth, write: str) -> tuple[str, int, tuple]:
+    """Scripts loaded and the plant there (but for a create): the feed's position before the
+    write, the plant's id, and the write (`requests`)."""
     warm(client, auth)
     start = client.get("/events?after=now", headers=auth).get_json()["next"]
     if write == "create":
         plant_id, etag = next(_IDS), ""
     else:
         plant_id, etag = fresh_plant(client, auth)
-    method, path, body, headers, statuses, stored, event = requests(plant_id, etag)[write]
+    return start, plant_id, requests(plant_id, etag)[write]
+
+
+@pytest.mark.parametrize("after_reply", [True, False], ids=["ran, reply lost", "never reached Redis"])
+@pytest.mark.parametrize("write", list(requests(0, "")))
+def test_a_write_whose_connection_broke_answers_what_it_did(proxied, auth, write, after_reply):
+    client, proxy = proxied
+    start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, write)
     proxy.drop_next(after_reply=after_reply)
     answer = client.open(path, method=method, json=body, headers={**auth, **headers})
     assert proxy.dropped.is_set()
@@ -264,3 +271,70 @@ def test_a_create_whose_reply_was_lost_runs_once_though_another_client_deleted_i
         assert events_of(client, auth, plant_id, start) == ["plant.created", "plant.deleted"]
     finally:
         proxy.close()
+
+
+#: The store timeout of these tests, as a figure.
+TIMEOUT_S = TIMEOUTS["PLANTS_STORE_TIMEOUT"]
+#: docs/redis-cluster.md: a write whose reply was lost answers within twice the timeout; 0.5 s
+#: more for a busy machine (each step with a whole timeout took 2.5 s and more here).
+SLOWEST_LOST_S = 2 * TIMEOUT_S + 0.5
+
+
+@pytest.mark.parametrize("write", ["create", "put if-match", "delete"])
+def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_store_is_slow(
+    proxied, auth, write
+):
+    """The link stalls most of a timeout, then breaks before the write reached Redis; every reply
+    after it comes more than half a timeout late. Each later step (a new connection, two reads of
+    the feed, a second run) would fit in a timeout of its own: together they must fit in what is
+    left of the write's two."""
+    client, proxy = proxied
+    start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, write)
+    proxy.drop_next(after_reply=False, before_drop=lambda: time.sleep(0.8 * TIMEOUT_S))
+    proxy.slow_replies(0.6 * TIMEOUT_S)
+    began = time.monotonic()
+    try:
+        answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+    finally:
+        took = time.monotonic() - began
+        proxy.slow_replies(0)
+    assert proxy.dropped.is_set()
+    assert took < SLOWEST_LOST_S, (took, answer.status_code)
+    # No step after the drop can answer in time: the outcome cannot be learnt, so 503.
+    assert answer.status_code == 503, answer.get_data(as_text=True)
+    assert answer.headers["Retry-After"] == "1"
+    assert set(answer.get_json()) >= {"error", "message"}
+    # It never reached Redis, and nothing ran it since: the plant is as it was.
+    now = client.get(f"/plants/{plant_id}", headers=auth)
+    if write == "create":
+        assert now.status_code == 404
+    else:
+        assert now.get_json()["name"] == "before"
+    # The client retries: its true outcome, once.
+    again = client.open(path, method=method, json=body, headers={**auth, **headers})
+    assert again.status_code in statuses, again.get_data(as_text=True)
+    now = client.get(f"/plants/{plant_id}", headers=auth)
+    assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
+    assert events_of(client, auth, plant_id, start).count(event) == 1
+
+
+def test_where_redis_py_cannot_bound_a_read_a_write_whose_reply_was_lost_answers_503(
+    proxied, auth, monkeypatch
+):
+    """A redis-py whose reads take no timeout of their own (app/compat/redis.py): the write's
+    later steps could not keep to two timeouts, so none runs; its 503 leaves once its fate is
+    settled, and it ran once."""
+    monkeypatch.setattr(app.compat.redis, "READ_TIMEOUT", False)
+    client, proxy = proxied
+    start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, "create")
+    proxy.drop_next(after_reply=True)
+    began = time.monotonic()
+    answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+    took = time.monotonic() - began
+    assert proxy.dropped.is_set()
+    assert answer.status_code == 503, answer.get_data(as_text=True)
+    assert TIMEOUT_S <= took < SLOWEST_LOST_S, took
+    assert client.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == stored  # it landed
+    again = client.open(path, method=method, json=body, headers={**auth, **headers})
+    assert again.status_code in statuses  # the retry: the same plant, "identical"
+    assert events_of(client, auth, plant_id, start).count(event) == 1

@@ -109,10 +109,10 @@ NODE_TIMEOUT_S = 3.0  # deploy/redis.conf's cluster-node-timeout
 #: the old primary (slot_map.py): within 1 s, and 0.5 s more for a busy machine.
 FOLLOWS_PROMOTION_S = 1.5
 #: A write's 503 leaves within PLANTS_STORE_TIMEOUT (1 s) and 0.2 s, waiting for no read of the
-#: slot map; a write whose reply was lost (a flapping link) may take four timeouts: its send, two
-#: reads of its group's feed and its second run, each bounded by the timeout (docs/redis-cluster.md,
-#: app/store/redis/lost.py); 0.3 s more for a busy machine.
-SLOWEST_503_S = 4.3
+#: slot map; a write whose reply was lost (a flapping link) within twice that: the reads of its
+#: group's feed and its second run share what is left of two timeouts (docs/redis-cluster.md,
+#: app/store/redis/lost.py); 0.5 s more for a busy machine.
+SLOWEST_503_S = 2.5
 PREFIX = "partition"
 
 

@@ -107,14 +107,14 @@ class LazyClient:
             entry = self._nodes[slot] = (node.name, client.get_redis_connection(node))
         return entry
 
-    def call(self, node: redis.Redis, *command: Any, resend: bool = True) -> Any:
+    def call(self, node: redis.Redis, *command: Any, resend: bool = True, until: float | None = None) -> Any:
         """`command` on `node` (a plain client), on this thread's held connection (app/compat/redis.py);
-        after a lost reply, sent again only with `resend`."""
-        return self._held.call(node, *command, resend=resend)
+        after a lost reply, sent again only with `resend`; a timeout at `until` (time.monotonic())."""
+        return self._held.call(node, *command, resend=resend, until=until)
 
-    def call_all(self, node: redis.Redis, *commands: tuple) -> list[Any]:
+    def call_all(self, node: redis.Redis, *commands: tuple, until: float | None = None) -> list[Any]:
         """`commands` together on `node`'s held connection, never sent again after a lost reply."""
-        return self._held.call_all(node, *commands)
+        return self._held.call_all(node, *commands, until=until)
 
     def read(self, key: str, *command: Any) -> Any:
         """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
@@ -188,7 +188,8 @@ class ScriptRunner:
     has passed, after which Redis refuses it; so it can never land after the 503 it answered.
     A script run with `resend` False is never sent again once it was sent whole (nor on a
     cluster's other node after a failover): its lost reply raises `Unanswered` at once, for
-    lost.py to learn what it did.
+    lost.py to learn what it did. A script given `until` (time.monotonic()) times out then at
+    the latest, whatever its connect, its replies or a move of its slot would take.
     """
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
@@ -207,12 +208,13 @@ class ScriptRunner:
         write: bool = False,
         deadline: Deadline | None = None,
         resend: bool = True,
+        until: float | None = None,
     ) -> Any:
         """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked. A
         failure raises the store's error, which names the cluster's node that failed; without
         `resend`, a lost reply raises `Unanswered`."""
         try:
-            return self._run(name, keys, args, write=write, resend=resend)
+            return self._run(name, keys, args, write=write, resend=resend, until=until)
         except FAILURES as exc:
             if isinstance(exc, Unanswered) and not resend:
                 raise  # lost.py learns what it did
@@ -226,11 +228,15 @@ class ScriptRunner:
         """The cluster's node that serves `key` (LazyClient.serving)."""
         return self._nodes.serving(key)
 
-    def _run(self, name: str, keys: tuple, args: tuple, *, write: bool, resend: bool) -> Any:
+    def _run(
+        self, name: str, keys: tuple, args: tuple, *, write: bool, resend: bool, until: float | None
+    ) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self._nodes.get().register_script(getattr(lua, name))
         moving_deadline = time.monotonic() + self._moving_wait_s
+        if until is not None:
+            moving_deadline = min(moving_deadline, until)
         redirects = 0
         sent_to = None
         wait = write and self._replicas > 0
@@ -238,16 +244,16 @@ class ScriptRunner:
             while True:
                 sent_to, node = self._nodes.entry_for(keys[0])
                 try:
-                    return self._once(node, script, keys, args, wait=wait, resend=resend)
+                    return self._once(node, script, keys, args, wait=wait, resend=resend, until=until)
                 except NoScriptError:
-                    node.script_load(script.script)
+                    self._nodes.call(node, "SCRIPT", "LOAD", script.script, until=until)
                 except (MovedError, ClusterDownError, RedisConnectionError) as exc:
                     if isinstance(exc, Unanswered) and not resend:
                         raise  # it may have run: never on another node too
                     redirects += 1
                     if not self._nodes.cluster or redirects > (5 if isinstance(exc, MovedError) else 2):
                         raise
-                    if not self._follow(keys[0], exc):
+                    if not self._follow(keys[0], exc, until):
                         raise
                 except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
                     if time.monotonic() > moving_deadline:
@@ -260,11 +266,12 @@ class ScriptRunner:
             setattr(exc, _SENT_TO, sent_to)  # for the log: the node as it was when sent
             raise
 
-    def _follow(self, key: str, exc: Exception) -> bool:
+    def _follow(self, key: str, exc: Exception, until: float | None) -> bool:
         """After a redirect or a failure on `key`'s node: whether the slot's node may be another
         now (a move or a failover). MOVED names it, as RedisCluster itself patches its map;
         otherwise the map is read again in the background (slot_map.py) and waited for, for no
-        longer than half the store's timeout (a write's 503 waits for no one's read longer)."""
+        longer than half the store's timeout (a write's 503 waits for no one's read longer), nor
+        past `until`."""
         self._nodes.forget(key)
         moved = exc if isinstance(exc, MovedError) else None
         if moved is not None or not SLOT_MAP:
@@ -272,17 +279,30 @@ class ScriptRunner:
             with contextlib.suppress(*FAILURES):
                 follow_redirect(self._nodes.get(), key, moved)
             return True
-        return self._nodes.wait_for_map(self._nodes.suspect(key), self._wait_ms / 1000)
+        wait_s = self._wait_ms / 1000
+        if until is not None:
+            wait_s = min(wait_s, until - time.monotonic())
+        reads = self._nodes.suspect(key)
+        return wait_s > 0 and self._nodes.wait_for_map(reads, wait_s)
 
     def _once(
-        self, node: redis.Redis, script: Script, keys: tuple, args: tuple, *, wait: bool, resend: bool
+        self,
+        node: redis.Redis,
+        script: Script,
+        keys: tuple,
+        args: tuple,
+        *,
+        wait: bool,
+        resend: bool,
+        until: float | None,
     ) -> Any:
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         if not wait:
-            return self._nodes.call(node, "EVALSHA", script.sha, len(keys), *keys, *args, resend=resend)
+            return self._nodes.call(node, *command, resend=resend, until=until)
         # WAIT counts the replicas that have this connection's writes, so it must follow the
         # script on the same connection: sent together, one round trip, and never sent again.
         answer, confirmed = self._nodes.call_all(
-            node, ("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", self._replicas, self._wait_ms)
+            node, command, ("WAIT", self._replicas, self._wait_ms), until=until
         )
         for result in (answer, confirmed):
             if isinstance(result, Exception):

@@ -12,6 +12,12 @@ with If-Match would answer 412, a DELETE 404, though they landed), so it is neve
 - the feed cannot tell (it is off, the write has no origin, or too many events followed): 503,
   once the deadline has passed, so that the write has landed by the 503 or never will.
 
+All of it ends within twice the write's window of its start: the steps after the lost reply (the
+reads of the feed and the second run, its connect and its slot's moves included) share one end,
+the write's deadline plus one more window, and each gets only what is left of it (a read that
+cannot end in time times out: 503). A second run gets a deadline of what is left, so that its 503
+too leaves once it has landed or never will.
+
 A create is learnt alike: sent again blind, its second run would find the plant its first run
 stored and answer "identical", or, had another client deleted the plant meanwhile, store it a
 second time (a deleted plant back, and two created events for one request).
@@ -19,6 +25,7 @@ second time (a deleted plant back, and two created events for one request).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from app.compat.redis import Unanswered
@@ -55,6 +62,8 @@ class LostReplies:
             return self._run(name, keys, args, write=True, deadline=deadline, resend=False)
         except Unanswered:
             pass
+        # The end of every later step: the 503 leaves by then at the latest.
+        end = deadline.settled_at + self._window_s
         settle = SettleArgs(
             self._groups.tags[self._groups.of(plant_id)],
             self._groups.cluster_arg,
@@ -64,10 +73,10 @@ class LostReplies:
             self._most,
         )
         try:
-            found = self._found(name, keys, settle)
+            found = self._found(name, keys, settle, end)
             if found is None:
                 deadline.wait_until_settled()
-                found = self._found(name, keys, settle)
+                found = self._found(name, keys, settle, end)
         except StoreUnavailableError:
             deadline.wait_until_settled()  # a 503 only once the write has landed or never will
             raise
@@ -76,22 +85,30 @@ class LostReplies:
             raise self._unknown(keys, "whether a replica has it")
         if found is not None:
             return found
-        # Settled, and nothing written: the write runs once more, as if new.
-        again = Deadline.after(self._window_s)
+        # Settled, and nothing written: the write runs once more, as if new, in what is left.
+        left = end - time.monotonic()
+        if left <= 0:
+            raise StoreUnavailableError(
+                "timeout",
+                "the connection was lost after the write was sent; it did not run, and no time was"
+                " left to run it again (Redis: Unanswered)",
+                self._run.serving(keys[0]),
+            )
+        again = Deadline.after(left)
         try:
             args = (*args[:3], again.ms, *args[4:])
-            return self._run(name, keys, args, write=True, deadline=again, resend=False)
+            return self._run(name, keys, args, write=True, deadline=again, resend=False, until=end)
         except Unanswered:
             again.wait_until_settled()
             raise self._unknown(keys) from None
 
-    def _found(self, name: str, keys: tuple, settle: SettleArgs) -> Any:
-        """The write's answer by its event in the feed (keys[2]); None when it has none; raises
-        StoreUnavailableError when the feed cannot tell."""
+    def _found(self, name: str, keys: tuple, settle: SettleArgs, end: float) -> Any:
+        """The write's answer by its event in the feed (keys[2]), read by `end` (time.monotonic());
+        None when it has none; raises StoreUnavailableError when the feed cannot tell."""
         if not settle.origin or self._most < 1:
             raise self._unknown(keys)
         try:
-            event = self._run("SETTLE", (keys[2],), settle)
+            event = self._run("SETTLE", (keys[2],), settle, until=end)
         except StoreUnavailableError as exc:
             if exc.reason != "other":
                 raise
