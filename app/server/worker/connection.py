@@ -137,6 +137,7 @@ class Incoming:
         self.wants_continue = False
         self._body: list[bytes] = []
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
+        self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
         self.on_message_begin()
         self.phase = BETWEEN
 
