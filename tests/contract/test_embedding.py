@@ -189,6 +189,37 @@ def test_missing_tokens_name_the_hosts_config():
     assert 'app.config["PLANTS_API_TOKENS_FILE"]' in str(raised.value)
 
 
+def test_registered_twice_in_one_app_both_prefixes_serve_its_one_store():
+    host = make_host()
+    host.register_blueprint(bp, url_prefix="/api/v2", name="plants_v2")
+    client = host.test_client()
+    assert client.post("/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code == 200
+    assert client.get("/api/v2/plants/1", headers=AUTH).json == {"name": "Fern"}
+    assert client.get("/api/v2/openapi.json").json["servers"] == [{"url": "/api/v2"}]
+    created = client.put("/api/v2/plants/2", json={"name": "Palm"}, headers=AUTH)
+    assert created.headers["Location"] == "http://localhost/api/v2/plants/2"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "wanted"),
+    [
+        ("PLANTS_EVENTS_RETAIN", "0", "a whole number >= 0"),
+        ("PLANTS_STORE_TIMEOUT", "0.5", "a number of seconds above 0"),
+        ("PLANTS_WEBHOOKS_RETRY_SCALE", "1", "a number from 1e-05 to 1"),
+    ],
+)
+def test_a_number_setting_given_as_text_is_told_it_is_a_string(key, text, wanted):
+    """A host copying text into its config (`os.environ.get(...)`) learns that the setting takes a
+    number, not that '0' is not a whole number."""
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS=["t"], **{key: text})
+    with pytest.raises(ConfigurationError) as raised:
+        host.register_blueprint(bp)
+    assert str(raised.value) == (
+        f'app.config["{key}"] must be {wanted}, not the string {text!r} (app.config takes a number)'
+    )
+
+
 def test_the_document_and_the_page_live_under_the_prefix():
     client = make_host().test_client()
     document = client.get("/api/v1/openapi.json")
