@@ -165,6 +165,14 @@ def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
     [
         *[("/api/v1/plants", method, ON_PLANTS) for method in ("PUT", "PATCH", "DELETE", "TRACE")],
         *[("/api/v1/plants/1", method, ON_A_PLANT) for method in ("POST", "TRACE")],
+        # Methods no rule names, and the routes outside the operations: the host's router had them.
+        ("/api/v1/plants", "PROPFIND", ON_PLANTS),
+        ("/api/v1/plants/1", "BREW", ON_A_PLANT),
+        ("/api/v1/events/tickets", "CONNECT", "POST, OPTIONS"),
+        ("/api/v1/metrics", "PUT", "GET, HEAD, OPTIONS"),
+        ("/api/v1/openapi.json", "DELETE", "GET, HEAD, OPTIONS"),
+        ("/api/v1/docs", "POST", "GET, HEAD, OPTIONS"),
+        ("/api/v1/docs/assets/swagger-ui.css", "PROPFIND", "GET, HEAD, OPTIONS"),
     ],
 )
 def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(path, method, allow):
@@ -198,6 +206,8 @@ def test_registered_twice_in_one_app_both_prefixes_serve_its_one_store():
     assert client.get("/api/v2/openapi.json").json["servers"] == [{"url": "/api/v2"}]
     created = client.put("/api/v2/plants/2", json={"name": "Palm"}, headers=AUTH)
     assert created.headers["Location"] == "http://localhost/api/v2/plants/2"
+    refused = client.open("/api/v2/plants", method="PROPFIND")
+    assert (refused.status_code, refused.headers["Allow"], refused.json["error"]) == (405, ON_PLANTS, 405)
 
 
 @pytest.mark.parametrize(
