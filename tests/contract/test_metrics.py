@@ -78,6 +78,18 @@ def test_metrics_can_be_turned_off(make_app, auth):
     assert "404" in client.get("/openapi.json").json["paths"]["/metrics"]["get"]["responses"]
 
 
+def test_made_up_methods_are_counted_as_one_series(client, auth):
+    """Any method reaches a route's JSON 405: a client without a token must not add a series per
+    method it makes up (PROPFIND, BREW1...), which would grow every scrape and the memory for good."""
+    for number in range(20):
+        assert client.open("/plants", method=f"BREW{number}").status_code == 405
+    assert client.open("/plants", method="PROPFIND").status_code == 405
+    exposition = client.get("/metrics", headers=auth).get_data(as_text=True)
+    assert "BREW" not in exposition
+    assert "PROPFIND" not in exposition
+    assert 'plants_http_requests_total{method="other",route="/plants",status="405"} 21.0' in exposition
+
+
 def test_metrics_of_several_processes_without_their_directory_are_a_documented_500(
     make_app, auth, monkeypatch
 ):
