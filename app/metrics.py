@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from app.watch.wake_index import WokenTally
 
 _START = "plants.started"
+#: The methods a request is counted under by name (RFC 9110's and PATCH); any other, which a rule's
+#: 405 answers too, is counted as `other`: a client must not grow the series with made-up methods.
+_NAMED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 #: A request's duration, in seconds: a create takes well under a millisecond, and a request that
 #: meets a Redis fault waits up to the store's timeouts.
 REQUEST_DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -128,13 +131,14 @@ class Metrics:
             return
         rule = req.url_rule
         route = rule.rule if rule is not None else "unrouted"
-        key = (route, req.method, response.status_code)
+        method = req.method if req.method in _NAMED_METHODS else "other"
+        key = (route, method, response.status_code)
         children = self._children.get(key)
         if children is None:
             # labels() takes a lock and builds its key on every call: looked up once per key.
-            # The keys are bounded: the blueprint's routes, their methods, and HTTP statuses.
+            # The keys are bounded: the blueprint's routes, the named methods, and HTTP statuses.
             children = self._children[key] = (
-                self.requests.labels(route, req.method, str(response.status_code)),
+                self.requests.labels(route, method, str(response.status_code)),
                 self.duration.labels(route),
             )
         children[0].inc()

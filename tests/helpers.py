@@ -173,3 +173,50 @@ def packaged_env(port: int, tmp_path: Any) -> dict[str, str]:
 #: The `Allow` of a 405 (and of OPTIONS) on /plants and on /plants/{id}.
 ON_PLANTS = "GET, HEAD, POST, OPTIONS"
 ON_A_PLANT = "GET, HEAD, PUT, PATCH, DELETE, OPTIONS"
+
+
+def node_ref_parts(ref: str) -> list[str]:
+    """The keys a local `$ref` of an OpenAPI document names, from its root."""
+    assert ref.startswith("#/")
+    return ref[2:].split("/")
+
+
+def deref(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """`node` of `document`, its `$ref`s followed."""
+    while "$ref" in node:
+        target = document
+        for part in node_ref_parts(node["$ref"]):
+            target = target[part]
+        node = target
+    return node
+
+
+#: A value for each path parameter of the served document, when a test calls every operation.
+PATH_PARAMETERS = {"{id}": "1", "{endpoint_id}": "wh_0000000000000000"}
+HTTP_METHODS = ("get", "head", "put", "post", "patch", "delete")
+
+
+def guarded_operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(method, path with its parameters filled in, responses) of each operation of the served
+    `document` that needs the bearer token: its own `security`, or the document's, is not empty."""
+    for path, item in document["paths"].items():
+        for parameter, value in PATH_PARAMETERS.items():
+            path = path.replace(parameter, value)
+        for method, operation in item.items():
+            if method in HTTP_METHODS and operation.get("security", document["security"]):
+                yield method.upper(), path, operation["responses"]
+
+
+def refused_alike_and_documented(client: Any, headers: dict[str, str], status: int, header: str) -> set[str]:
+    """Calls every operation of `client`'s served document that needs the bearer token with
+    `headers`; asserts each answers `status` with `header`, and that the document lists that status
+    with that header for each. The values of the header the answers carried."""
+    document = client.get("/openapi.json").json
+    values = set()
+    for method, path, responses in guarded_operations(document):
+        response = client.open(path, method=method, headers=headers)
+        assert response.status_code == status, (method, path)
+        values.add(response.headers[header])
+        assert str(status) in responses, (method, path)
+        assert header in deref(document, responses[str(status)]).get("headers", {}), (method, path)
+    return values

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from flask import Blueprint
+from flask.blueprints import BlueprintSetupState
 
 from app.errors import MethodNotServed
 from app.http.options import options_view
@@ -98,9 +99,9 @@ ROUTES: tuple[Route, ...] = (
     Route("/docs/assets/<name>", "GET", docs.asset, Access.PUBLIC, limited=False),
 )
 
-#: Every method a client may try on an operation's rule: those it does not serve are a JSON 405
-#: here, so that an embedded blueprint answers them rather than its host's page; OPTIONS is
-#: served on every rule (app/http/options.py).
+#: The methods a rule's 405 is registered for by name (any other reaches it too: see
+#: `_refuse_every_other_method`), so that an embedded blueprint answers them rather than its
+#: host's page; OPTIONS is served on every rule (app/http/options.py).
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "TRACE")
 
 
@@ -123,10 +124,9 @@ def _refusal(number: int, rule: str) -> tuple[str, Callable[..., Any], tuple[str
     return rule, other_method, tuple(method for method in METHODS if method not in allowed)
 
 
-#: For each operation's rule, the view of its 405, and the methods it answers.
+#: For each rule, the view of its 405, and the methods it answers.
 REFUSALS = tuple(
-    _refusal(number, rule)
-    for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES if route.operation_id))
+    _refusal(number, rule) for number, rule in enumerate(dict.fromkeys(route.rule for route in ROUTES))
 )
 #: For every rule, the view of OPTIONS: 204 with its Allow, no token.
 OPTIONS = tuple(
@@ -167,3 +167,19 @@ def add_routes(bp: Blueprint) -> None:
         bp.add_url_rule(
             rule, view_func=view, methods=["OPTIONS"], provide_automatic_options=False, merge_slashes=False
         )
+    bp.record(_refuse_every_other_method)
+
+
+def _refuse_every_other_method(setup: BlueprintSetupState) -> None:
+    """Each rule's 405 for any method at all, after its own rules (werkzeug tries a path's rules in
+    the order they were added). A method none of them names (PROPFIND, a made-up one) would be
+    the router's 405, answered by the app's own handler: an embedding host's HTML page, without
+    `Allow`. Flask's `add_url_rule` names the methods a rule takes; a rule for every method is
+    the same rule, as registered, with none named (`methods=None`)."""
+    url_map = setup.app.url_map
+    for _, view, _ in REFUSALS:
+        endpoint = f"{setup.name_prefix}.{setup.name}.{view.__name__}".lstrip(".")
+        for registered in list(url_map.iter_rules(endpoint)):
+            url_map.add(
+                type(registered)(registered.rule, **{**registered.get_empty_kwargs(), "methods": None})
+            )

@@ -60,6 +60,13 @@ class Setting(fields.Field):
 MAX_WHOLE_NUMBER = 2**63 - 1
 
 
+def _as_given(value: Any) -> str:
+    """A refused value as a message quotes it. Only the environment's text is read as a number: in
+    `app.config` a number setting takes a number, so `'0'` there is named the string it is, not
+    left to read as the number it looks like."""
+    return f"the string {value!r} (app.config takes a number)" if isinstance(value, str) else repr(value)
+
+
 class WholeNumber(Setting):
     def __init__(
         self, default: int, *, minimum: int = 0, maximum: int = MAX_WHOLE_NUMBER, unit: str = ""
@@ -75,7 +82,7 @@ class WholeNumber(Setting):
 
     def check(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
-            raise ValidationError(f"must be a whole number >= {self.minimum}, not {value!r}")
+            raise ValidationError(f"must be a whole number >= {self.minimum}, not {_as_given(value)}")
         if value > self.maximum:
             raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value}")
         return value
@@ -100,7 +107,7 @@ class Seconds(_Number):
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValidationError(f"must be a number of seconds above 0, not {value!r}")
+            raise ValidationError(f"must be a number of seconds above 0, not {_as_given(value)}")
         if value > self.maximum:
             raise ValidationError(f"must be at most {self.maximum:g} seconds, not {value!r}")
         return float(value)
@@ -115,7 +122,7 @@ class Scale(_Number):
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.minimum <= value <= 1:
-            raise ValidationError(f"must be a number from {self.minimum} to 1, not {value!r}")
+            raise ValidationError(f"must be a number from {self.minimum} to 1, not {_as_given(value)}")
         return float(value)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import error_of
+from tests.helpers import error_of, refused_alike_and_documented
 
 PLANT = {"id": 1, "name": "Fern"}
 CHALLENGE = 'Bearer realm="plants"'
@@ -80,6 +80,15 @@ def test_empty_or_malformed_token_is_400_invalid_request(client, store, value):
     error_of(response, 400)
     assert response.headers["WWW-Authenticate"] == 'Bearer realm="plants", error="invalid_request"'
     assert len(store) == 0
+
+
+def test_every_operation_behind_the_token_documents_the_malformed_token_400(client):
+    """The bearer guard refuses a malformed token before any operation that needs one: each such
+    operation of the served document lists that 400 and its challenge, webhooks and metrics too."""
+    challenges = refused_alike_and_documented(
+        client, {"Authorization": "Bearer two tokens"}, 400, "WWW-Authenticate"
+    )
+    assert challenges == {'Bearer realm="plants", error="invalid_request"'}
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])

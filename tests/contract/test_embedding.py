@@ -165,6 +165,14 @@ def test_concurrent_overlapping_creates_through_the_app(app, auth, store):
     [
         *[("/api/v1/plants", method, ON_PLANTS) for method in ("PUT", "PATCH", "DELETE", "TRACE")],
         *[("/api/v1/plants/1", method, ON_A_PLANT) for method in ("POST", "TRACE")],
+        # Methods no rule names, and the routes outside the operations: the host's router had them.
+        ("/api/v1/plants", "PROPFIND", ON_PLANTS),
+        ("/api/v1/plants/1", "BREW", ON_A_PLANT),
+        ("/api/v1/events/tickets", "CONNECT", "POST, OPTIONS"),
+        ("/api/v1/metrics", "PUT", "GET, HEAD, OPTIONS"),
+        ("/api/v1/openapi.json", "DELETE", "GET, HEAD, OPTIONS"),
+        ("/api/v1/docs", "POST", "GET, HEAD, OPTIONS"),
+        ("/api/v1/docs/assets/swagger-ui.css", "PROPFIND", "GET, HEAD, OPTIONS"),
     ],
 )
 def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(path, method, allow):
@@ -187,6 +195,39 @@ def test_missing_tokens_name_the_hosts_config():
         host.register_blueprint(bp)
     assert str(raised.value).startswith('app.config["PLANTS_API_TOKENS"] is not set')
     assert 'app.config["PLANTS_API_TOKENS_FILE"]' in str(raised.value)
+
+
+def test_registered_twice_in_one_app_both_prefixes_serve_its_one_store():
+    host = make_host()
+    host.register_blueprint(bp, url_prefix="/api/v2", name="plants_v2")
+    client = host.test_client()
+    assert client.post("/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code == 200
+    assert client.get("/api/v2/plants/1", headers=AUTH).json == {"name": "Fern"}
+    assert client.get("/api/v2/openapi.json").json["servers"] == [{"url": "/api/v2"}]
+    created = client.put("/api/v2/plants/2", json={"name": "Palm"}, headers=AUTH)
+    assert created.headers["Location"] == "http://localhost/api/v2/plants/2"
+    refused = client.open("/api/v2/plants", method="PROPFIND")
+    assert (refused.status_code, refused.headers["Allow"], refused.json["error"]) == (405, ON_PLANTS, 405)
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "wanted"),
+    [
+        ("PLANTS_EVENTS_RETAIN", "0", "a whole number >= 0"),
+        ("PLANTS_STORE_TIMEOUT", "0.5", "a number of seconds above 0"),
+        ("PLANTS_WEBHOOKS_RETRY_SCALE", "1", "a number from 1e-05 to 1"),
+    ],
+)
+def test_a_number_setting_given_as_text_is_told_it_is_a_string(key, text, wanted):
+    """A host copying text into its config (`os.environ.get(...)`) learns that the setting takes a
+    number, not that '0' is not a whole number."""
+    host = Flask("host")
+    host.config.update(PLANTS_API_TOKENS=["t"], **{key: text})
+    with pytest.raises(ConfigurationError) as raised:
+        host.register_blueprint(bp)
+    assert str(raised.value) == (
+        f'app.config["{key}"] must be {wanted}, not the string {text!r} (app.config takes a number)'
+    )
 
 
 def test_the_document_and_the_page_live_under_the_prefix():
@@ -219,7 +260,9 @@ def test_a_host_can_turn_the_page_off():
     assert response.status_code == 404
     assert response.json["error"] == 404
     assert client.get("/api/docs/assets/swagger-ui-bundle.js").status_code == 404
-    assert client.get("/api/openapi.json").status_code == 200
+    document = client.get("/api/openapi.json")
+    assert document.status_code == 200
+    assert "404" in document.json["paths"]["/docs"]["get"]["responses"]  # the page says it may be off
 
 
 def test_a_bad_docs_setting_fails_at_registration_not_at_request_time():

@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from app import ConfigurationError, create_app
-from tests.helpers import error_of
+from tests.helpers import error_of, refused_alike_and_documented
 from tests.issuer import AUDIENCE, Issuer, SigningKey
 from tests.servers import ROOT, TOKEN, free_port
 
@@ -376,6 +376,15 @@ def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, 
     assert 1.5 < elapsed < 5.0, elapsed
     # Cached keys still work while it hangs.
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
+
+
+def test_every_operation_behind_the_token_documents_the_503_before_any_key(issuer, make_jwt_app):
+    """Until the provider's keys are first loaded, a JWT is 503 before any operation that needs a
+    token, the metrics too: each one's document says so, with its Retry-After."""
+    issuer.down()
+    client = make_jwt_app(wait=False).test_client()
+    waits = refused_alike_and_documented(client, bearer(issuer.token()), 503, "Retry-After")
+    assert min(map(int, waits)) >= 1
 
 
 def test_a_flood_of_random_kids_fetches_at_most_once(issuer, client):

@@ -75,6 +75,31 @@ def test_metrics_can_be_turned_off(make_app, auth):
     client = make_app(PLANTS_METRICS=False).test_client()
     assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
     error_of(client.get("/metrics", headers=auth), 404)
+    assert "404" in client.get("/openapi.json").json["paths"]["/metrics"]["get"]["responses"]
+
+
+def test_made_up_methods_are_counted_as_one_series(client, auth):
+    """Any method reaches a route's JSON 405: a client without a token must not add a series per
+    method it makes up (PROPFIND, BREW1...), which would grow every scrape and the memory for good."""
+    for number in range(20):
+        assert client.open("/plants", method=f"BREW{number}").status_code == 405
+    assert client.open("/plants", method="PROPFIND").status_code == 405
+    exposition = client.get("/metrics", headers=auth).get_data(as_text=True)
+    assert "BREW" not in exposition
+    assert "PROPFIND" not in exposition
+    assert 'plants_http_requests_total{method="other",route="/plants",status="405"} 21.0' in exposition
+
+
+def test_metrics_of_several_processes_without_their_directory_are_a_documented_500(
+    make_app, auth, monkeypatch
+):
+    """A host serving the app from several processes without PROMETHEUS_MULTIPROC_DIR
+    (docs/embedding.md): one worker's counts are not the total, and the document says so."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    client = make_app().test_client()
+    response = client.get("/metrics", headers=auth, environ_overrides={"wsgi.multiprocess": True})
+    assert "without PROMETHEUS_MULTIPROC_DIR" in error_of(response, 500)["message"]
+    assert "500" in client.get("/openapi.json").json["paths"]["/metrics"]["get"]["responses"]
 
 
 @pytest.mark.parametrize(

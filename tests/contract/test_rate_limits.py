@@ -15,7 +15,7 @@ from flask_limiter import Limiter
 from app import ConfigurationError, create_app
 from app.plants import bp
 from tests.conftest import redis_settings, settings_for_store
-from tests.helpers import assert_error, call, error_of
+from tests.helpers import assert_error, call, error_of, refused_alike_and_documented
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
 OTHER = "second-token"
@@ -85,6 +85,16 @@ def test_an_anonymous_flood_is_limited_per_address(make_app):
     # Another address, with a valid token or a wrong one, is not held back.
     assert create(client, 1, address="203.0.113.5").status_code == 200
     assert create(client, 2, token="guess", address="203.0.113.5").status_code == 401
+
+
+def test_every_operation_behind_the_token_documents_the_auth_failure_429(make_app):
+    """Past PLANTS_AUTH_FAILURE_LIMIT a client address is refused 429 before any operation that
+    needs a token, those outside PLANTS_RATE_LIMIT (the metrics) too: each one's document says so."""
+    client = make_app(PLANTS_AUTH_FAILURE_LIMIT="1/minute").test_client()
+    guess = {"Authorization": "Bearer guess"}
+    error_of(client.get("/plants", headers=guess), 401)
+    waits = refused_alike_and_documented(client, guess, 429, "Retry-After")
+    assert min(map(int, waits)) >= 1
 
 
 def test_the_address_is_the_clients_behind_a_trusted_proxy(make_app):

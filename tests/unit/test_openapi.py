@@ -7,6 +7,7 @@ from marshmallow import RAISE, Schema, fields, validate
 from openapi_spec_validator import validate as validate_spec
 
 from app.schemas.records import ErrorSchema, NewPlantSchema, PlantSchema, StoredPlantSchema
+from tests.helpers import deref, node_ref_parts
 
 JSON_TYPES = {fields.Integer: "integer", fields.String: "string", fields.Dict: "object", fields.List: "array"}
 
@@ -16,20 +17,6 @@ def document():
     from app import create_app
 
     return create_app({"PLANTS_API_TOKENS": "t"}).test_client().get("/openapi.json").json
-
-
-def node_ref_parts(ref):
-    assert ref.startswith("#/")
-    return ref[2:].split("/")
-
-
-def deref(document, node):
-    while "$ref" in node:
-        target = document
-        for part in node_ref_parts(node["$ref"]):
-            target = target[part]
-        node = target
-    return node
 
 
 def test_document_is_valid_openapi_3_1(document):
