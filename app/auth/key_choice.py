@@ -1,5 +1,5 @@
-"""Which of the identity provider's keys verifies a token: the key its `kid` names, or the one
-key there is, whose type, curve, `alg`, `use` and `key_ops` fit the token's algorithm."""
+"""Which of the identity provider's keys verifies a token: the key its `kid` names, or without a
+`kid` the only one, whose type, curve, `alg`, `use` and `key_ops` fit the token's algorithm."""
 
 from __future__ import annotations
 
