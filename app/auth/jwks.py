@@ -21,58 +21,18 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from jwt import PyJWK
 from jwt.exceptions import MissingCryptographyError, PyJWTError
 
 from app.auth import shared_keys
+from app.auth.key_choice import SigningKey, match
 from app.auth.provider_fetch import FETCH_TIMEOUT, FetchError, cut, fetch_jwks
 
 log = logging.getLogger(__name__)
 
 REFETCH_INTERVAL = 30.0
-
-#: Which key types sign with which algorithms (RFC 7518 §3.1, RFC 8037): a token whose algorithm
-#: does not fit its key's type is refused, whatever the algorithm list says.
-KEY_FAMILIES = {
-    "RS256": ("RSA", None), "RS384": ("RSA", None), "RS512": ("RSA", None),
-    "PS256": ("RSA", None), "PS384": ("RSA", None), "PS512": ("RSA", None),
-    "ES256": ("EC", "P-256"), "ES384": ("EC", "P-384"), "ES512": ("EC", "P-521"),
-    "EdDSA": ("OKP", None),
-}  # fmt: skip
-
-
-class SigningKey(NamedTuple):
-    """One usable key of the provider's JWKS, and its JWK as published (PyJWK keeps that only
-    privately, and `fits` reads its `crv` and whether it names an `alg`)."""
-
-    jwk: PyJWK
-    data: dict[str, Any]
-
-
-def fits(key: SigningKey, algorithm: str) -> bool:
-    """Whether `key` may verify a signature made with `algorithm`: its type (and curve) and its
-    `alg` fit, its `use` is `sig` (RFC 7517 §4.2: an `enc` key is for encryption) and its
-    `key_ops` name `verify` (§4.3), each when it has them."""
-    kty, crv = KEY_FAMILIES.get(algorithm, (None, None))
-    data = key.data
-    if kty is None or data.get("kty") != kty or (crv is not None and data.get("crv") != crv):
-        return False
-    operations = data.get("key_ops", ["verify"])
-    verifies = isinstance(operations, list) and "verify" in operations
-    return verifies and data.get("alg", algorithm) == algorithm and data.get("use", "sig") == "sig"
-
-
-def match(keys: list[SigningKey], kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
-    """Of `keys`, the one `kid` names that fits `algorithm`, or without `kid` the one key that
-    fits, if there is exactly one; and whether `kid` names any (or, without it, any fits)."""
-    if kid is None:
-        fitting = [key.jwk for key in keys if fits(key, algorithm)]
-        return (fitting[0] if len(fitting) == 1 else None), bool(fitting)
-    named = [key for key in keys if key.jwk.key_id == kid]
-    return next((key.jwk for key in named if fits(key, algorithm)), None), bool(named)
-
 
 #: This process's key sets, for the one fork hook below (a fork is the process's concern, not one
 #: key set's: a hook per key set could never be removed, and would grow with every app built).
@@ -99,9 +59,7 @@ class KeySet:
         issuer: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
-        #: Where the keys come from, as configured: the keys a sibling shared are taken only from it.
-        self._source = f"{issuer}\0{discovery_url}\0{jwks_url or ''}"
+        self._source = KeySource(discovery_url=discovery_url, jwks_url=jwks_url, issuer=issuer)
         self._clock = clock
         self._keys: list[SigningKey] | None = None
         #: Bumped whenever the keys change: tokens verified under older keys are checked again.
@@ -111,8 +69,6 @@ class KeySet:
         self._new_locks()
         self._loader_pid: int | None = None
         self._closed = False
-        #: The digests of the private keys the JWKS now publishes, each warned of once (usable_keys).
-        self._warned: set[str] = set()
         _LIVE.add(self)
 
     @property
@@ -139,8 +95,7 @@ class KeySet:
             delay = min(delay * 2, REFETCH_INTERVAL)
 
     def _adopt_shared(self) -> None:
-        document = shared_keys.recall(self._source)
-        keys = [] if document is None else usable_keys(json.loads(document), self._warned)
+        keys = self._source.recall()
         if keys:
             # The loader fetches at once (start); these serve until it has, or while it cannot.
             self._keys, self._fresh_until = keys, self._clock() + REFETCH_INTERVAL
@@ -216,7 +171,7 @@ class KeySet:
     def _refresh_holding_lock(self) -> bool:
         # The keys are kept before the lock is released: whoever waited for this fetch reads them.
         try:
-            keys, max_age = self._fetch()
+            keys, max_age = self._source.fetch()
             self._keep(keys, max_age)
         except FetchError as exc:
             log.warning("Could not fetch the identity provider's keys: %s", exc)
@@ -234,11 +189,24 @@ class KeySet:
             log.info("Loaded %d signing key(s) of the identity provider.", len(keys))
         # At every fetch, not only when they changed: a record another worker left torn (killed
         # as it wrote) is whole again at this worker's next refresh, not at the next rotation.
-        shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
-        shared_keys.remember(self._source, shared.encode())
+        self._source.share(keys)
         self._fresh_until = self._clock() + max_age
 
-    def _fetch(self) -> tuple[list[SigningKey], float]:
+
+class KeySource:
+    """Where a key set's keys come from: the provider, and the keys a sibling worker shared from
+    the same provider (shared_keys.py). Each document is read as `usable_keys` reads it."""
+
+    def __init__(self, *, discovery_url: str, jwks_url: str | None, issuer: str) -> None:
+        self._discovery_url, self._jwks_url, self._issuer = discovery_url, jwks_url, issuer
+        #: The provider as configured: the keys a sibling shared are taken only from the same one.
+        self._name = f"{issuer}\0{discovery_url}\0{jwks_url or ''}"
+        #: The digests of the private keys the JWKS now publishes, each warned of once (usable_keys).
+        self._warned: set[str] = set()
+
+    def fetch(self) -> tuple[list[SigningKey], float]:
+        """The provider's usable keys, and for how long they may be cached; FetchError when it
+        has none or cannot be read (provider_fetch.py)."""
         document, max_age, jwks_url = fetch_jwks(self._discovery_url, self._jwks_url, self._issuer)
         keys = usable_keys(document, self._warned)
         if not keys:
@@ -247,6 +215,16 @@ class KeySet:
         # so a provider that mends a bad jwks_uri is followed.
         self._jwks_url = jwks_url
         return keys, max_age
+
+    def recall(self) -> list[SigningKey]:
+        """The usable keys a sibling worker last shared from this provider; none when it did not."""
+        document = shared_keys.recall(self._name)
+        return [] if document is None else usable_keys(json.loads(document), self._warned)
+
+    def share(self, keys: list[SigningKey]) -> None:
+        """`keys`, for the sibling workers that start later."""
+        shared = json.dumps({"keys": [key.data for key in keys]}, separators=(",", ":"))
+        shared_keys.remember(self._name, shared.encode())
 
 
 #: A private key's members (RFC 7518 §6.2.2, §6.3.2 and §6.4.1, RFC 8037): an RSA key's primes

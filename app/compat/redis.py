@@ -31,9 +31,11 @@ no per-command timeout. Its `Connection.read_response` takes a timeout of its ow
 (`timeout`, for one read), and a connection's `socket_connect_timeout` (its constructor's option)
 is read at each connect. So during such a step the held connection connects within what is left,
 and its `read_response` is, on the instance, one that waits what is left: redis-py's own handshake
-on a new connection (HELLO, CLIENT SETINFO, up to four round trips) reads through it too. With a
-redis-py whose `read_response` takes no timeout, no such step is sent: the write answers 503 once
-its fate is settled, as where the feed cannot tell.
+on a new connection (HELLO, CLIENT SETINFO: a round trip each) reads through it too. The
+public `socket_timeout` setter would not do: the socket a connect makes while it is short keeps it
+once it is put back, so the connection's later calls would wait that little too. With a redis-py
+whose `read_response` takes no timeout, no such step is sent: the write answers 503 once its fate
+is settled, as where the feed cannot tell.
 
 **The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
 never after a timeout, and the store's scripts (which must not follow ASK) do not go through its

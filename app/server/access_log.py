@@ -37,7 +37,9 @@ from app.telemetry.redact import holds_secret, scrub
 class _Atoms(dict):
     """The common atoms, filled in eagerly; any other one from gunicorn, on first use."""
 
-    def __init__(self, logger: AccessLogger, resp, req, environ: dict, request_time: timedelta) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, logger: AccessLogger, resp: Any, req: Any, environ: dict, request_time: timedelta
+    ) -> None:
         status = resp.status
         if isinstance(status, str):
             status = status.split(None, 1)[0]
@@ -120,7 +122,7 @@ class AccessLogger(glogging.Logger):
             or (cfg.syslog and not cfg.disable_redirect_access_to_syslog)
         )
 
-    def access(self, resp, req, environ, request_time) -> None:  # type: ignore[no-untyped-def]
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: timedelta) -> None:
         if not self._logs_access:
             return
         try:

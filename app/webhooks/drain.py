@@ -80,7 +80,7 @@ class EndpointDrain:
             for entry in entries:
                 if self.deliverer.stopping:
                     return
-                if not self._subscribed(entry):
+                if not subscribed(self.endpoint, entry):
                     self.position = entry.position
                     continue
                 if not self._deliver(entry):
@@ -92,14 +92,6 @@ class EndpointDrain:
             if len(entries) < BATCH:
                 return
 
-    def _subscribed(self, entry: FeedEntry) -> bool:
-        events = self.endpoint.events
-        return events is None or EVENT_TYPES[entry.event.kind] in events
-
-    def _signing(self) -> list[str]:
-        now = epoch_ms()
-        return [secret for secret, until in self.endpoint.secrets if until is None or until > now]
-
     def _deliver(self, entry: FeedEntry) -> bool:
         """Send one event; True when it was delivered and the drain may go on."""
         deliverer, endpoint = self.deliverer, self.endpoint
@@ -107,7 +99,7 @@ class EndpointDrain:
         msg_id = message_id(entry)
         try:
             body = payload(entry.event)
-            headers = signed_headers(msg_id, body, self._signing(), deliverer.user_agent)
+            headers = signed_headers(msg_id, body, signing_secrets(endpoint), deliverer.user_agent)
         except Exception as exc:
             # A stored secret the signer refuses, say: a failed attempt, retried on schedule.
             log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
@@ -206,3 +198,15 @@ class EndpointDrain:
                 return False
             self.endpoint = fresh
         return True
+
+
+def subscribed(endpoint: Endpoint, entry: FeedEntry) -> bool:
+    """Whether `endpoint` takes `entry`'s kind of event."""
+    events = endpoint.events
+    return events is None or EVENT_TYPES[entry.event.kind] in events
+
+
+def signing_secrets(endpoint: Endpoint) -> list[str]:
+    """The secrets that sign `endpoint`'s deliveries now: a rotated one until it expires."""
+    now = epoch_ms()
+    return [secret for secret, until in endpoint.secrets if until is None or until > now]

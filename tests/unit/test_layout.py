@@ -220,7 +220,7 @@ def test_a_class_name_says_one_thing():
 
 #: The longest a class of app/ may be, in lines: the style guide asks for about 150, and a class
 #: past this has two concerns, each of which can be a class of its own.
-MAX_CLASS_LINES = 200
+MAX_CLASS_LINES = 160
 
 
 def test_no_class_is_longer_than_the_bound():

@@ -6,12 +6,10 @@ The key layout and the scripts are in `lua.py`; how plants spread over bucket gr
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection
 from typing import Any
 
 from app.store.base import (
-    KEEP,
     UNCONDITIONAL,
     Change,
     CreateOutcome,
@@ -20,27 +18,22 @@ from app.store.base import (
     Page,
     Plant,
     Precondition,
-    PreconditionFailedError,
-    StoreFullError,
 )
 from app.store.readiness import Readiness
 from app.store.redis.client import LazyClient, ScriptRunner, connect
 from app.store.redis.cursor_secret import SharedSecret
-from app.store.redis.deadline import Deadline
 from app.store.redis.endpoints import RedisEndpoints
 from app.store.redis.failures import RedisBacked
 from app.store.redis.feed import GroupFeeds
-from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode, encode
+from app.store.redis.groups import CLUSTER_GROUPS, Groups, decode
 from app.store.redis.hints import GroupHints
 from app.store.redis.listener import BLOCK_MS, StreamsListener
 from app.store.redis.lost import LostReplies
-from app.store.redis.origins import marked
 from app.store.redis.pages import GroupPages
 from app.store.redis.probe import probe
+from app.store.redis.writes import PlantWrites
 from app.store.url import CLUSTER_SCHEMES, StoreUrl
 
-_OUTCOMES = (CreateOutcome.CREATED, CreateOutcome.IDENTICAL, CreateOutcome.CONFLICT)
-_CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
 #: How long a write waits for a group whose slot is moving between nodes, in all.
 _MOVING_WAIT_S = 1.0
 
@@ -78,10 +71,7 @@ class RedisPlantStore(RedisBacked):
             cluster=cluster,
             retain=events_retain,
         )
-        self._hints = GroupHints(prefix, self.groups)
-        #: Each thread's last change's or delete's tag before, as its script answered (`tag_before`);
-        #: None when not known: a lost reply's answer is its event's, which does not tell it.
-        self._before = threading.local()
+        hints = GroupHints(prefix, self.groups)
         self._cursor_key = SharedSecret(f"{{{prefix}}}:cursor-key")
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
         self._run = ScriptRunner(
@@ -90,26 +80,18 @@ class RedisPlantStore(RedisBacked):
             wait_ms=max(1, int(timeout * 500)),
             moving_wait_s=_MOVING_WAIT_S,
         )
-        self._rewrite = min_replicas > 0
-        # A plant's write takes effect within the store timeout of its start, or never.
-        self._window_s = timeout
         # A write's lost reply is learnt from the feed, never by resending it.
-        self._lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
-        self._pages = GroupPages(self._clients, self.groups, self._hints, self._run)
+        lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
+        # A plant's write takes effect within the store timeout of its start, or never.
+        self._writes = PlantWrites(
+            self._clients, self.groups, hints, lost, window_s=timeout, rewrite=min_replicas > 0
+        )
+        self._pages = GroupPages(self._clients, self.groups, hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
         self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
-        self._hints.note(self._clients.get(), plant_id, tag)
-        deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
-        keys, args = self.groups.create_call(
-            plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms, origin=origin
-        )
-        answer = self._lost.write("CREATE", keys, args, deadline, plant_id, origin)
-        if answer == 3:
-            raise StoreFullError
-        return _OUTCOMES[answer]
+        return self._writes.create(plant_id, name, tag, origin=origin)
 
     def get(self, plant_id: int) -> Plant | None:
         key = self.groups.bucket_key(plant_id)
@@ -117,16 +99,7 @@ class RedisPlantStore(RedisBacked):
         return None if value is None else decode(value)
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
-        deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
-        keys, args = self.groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
-        # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
-        answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
-        deleted = isinstance(answer, list)  # {1, its tag}; a lost reply's answer is 1
-        self._before.tags = (_tag(answer[1]),) if deleted else None
-        if answer == 2:
-            raise PreconditionFailedError
-        return deleted or answer == 1
+        return self._writes.delete(plant_id, precondition, origin=origin)
 
     def change(
         self,
@@ -138,21 +111,7 @@ class RedisPlantStore(RedisBacked):
         create: bool,
         origin: str = "",
     ) -> tuple[Change, Plant | None]:
-        if tag is not KEEP and tag is not None:
-            self._hints.note(self._clients.get(), plant_id, tag)
-        deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
-        keys, args = self.groups.change_call(
-            plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
-        )
-        answer = self._lost.write("CHANGE", keys, args, deadline, plant_id, origin)
-        code = answer[0]
-        if code == 4:
-            raise PreconditionFailedError
-        if code == 5:
-            raise StoreFullError
-        self._before.tags = (_tag(answer[2]),) if len(answer) > 2 else None
-        return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
+        return self._writes.change(plant_id, name, tag, precondition, create=create, origin=origin)
 
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         """A page in (group, id) order; on a single Redis (one group) that is id order."""
@@ -166,10 +125,7 @@ class RedisPlantStore(RedisBacked):
         return self._feeds.now()
 
     def tag_before(self) -> tuple[str | None] | None:
-        """The tag before of this thread's change or delete just made, as its script answered;
-        None (not known) after a lost reply, or in a thread that has made neither."""
-        tags: tuple[str | None] | None = getattr(self._before, "tags", None)
-        return tags
+        return self._writes.tag_before()
 
     def feed_listener(self) -> StreamsListener:
         """What hears the other processes' writes to the feed (listener.py): a client of its own,
@@ -205,8 +161,3 @@ class RedisPlantStore(RedisBacked):
 
     def close(self) -> None:
         self._clients.close()
-
-
-def _tag(raw: bytes) -> str | None:
-    """A tag as a script answers it: '' for none."""
-    return raw.decode() if raw else None
