@@ -392,8 +392,14 @@ def test_watchers_that_take_nothing_do_not_hold_the_reloads_handoff(tmp_path):
             assert call(conn, "POST", "/plants", body, AUTH)[0] == 200
         conn.close()
         time.sleep(1.0)  # each stream has sent what its socket takes, and waits for its client
+        (worker,) = worker_pids(server.process.pid)
+        (ready,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
         server.process.send_signal(signal.SIGHUP)
-        time.sleep(0.3)  # the old worker stops, and waits for its connections
+        deadline = time.monotonic() + 60
+        while not (ready.parent / "handoff-wanted").exists():  # the master has asked it to stop
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.01)
+        time.sleep(0.3)  # the old worker stops accepting, and waits for its connections
         started = time.monotonic()
         status, _, body = call(
             server.connection(timeout=90), "POST", "/plants", {"id": 0, "name": "Honest"}, AUTH
@@ -402,7 +408,7 @@ def test_watchers_that_take_nothing_do_not_hold_the_reloads_handoff(tmp_path):
         assert status == 200, body
         # Well within the 30 s the stalled clients held it for before.
         assert waited < 10, (waited, server.output()[-3000:])
-        assert "took over 400 plants" in server.output()
+        assert "took over 400 plants" in server.output()  # answered by the new worker
         assert_all_readable(server, list(range(401)))
     finally:
         for sock in stalled:
