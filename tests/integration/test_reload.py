@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -359,4 +360,57 @@ def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_wa
         assert (status, json.loads(body)["plants"]) == (200, [])
     finally:
         kept.close()
+        server.stop()
+
+
+def stalled_watch(port: int) -> socket.socket:
+    """A stream of the feed whose client takes nothing of it: its head came, and is left unread."""
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    stalled.settimeout(10)
+    stalled.connect(("127.0.0.1", port))
+    stalled.sendall(
+        f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Accept: text/event-stream\r\n\r\n".encode()
+    )
+    assert stalled.recv(15, socket.MSG_PEEK | socket.MSG_WAITALL) == b"HTTP/1.1 200 OK"
+    return stalled
+
+
+def test_watchers_that_take_nothing_do_not_hold_the_reloads_handoff(tmp_path):
+    """The stopping worker ends a stream at once, and its client has the stop's linger (2 s), not
+    its read timeout, to take that end: a watcher that read nothing held the old worker, and with
+    it every new connection (no worker accepts during the handoff), for the graceful timeout."""
+    env = service_env(GUNICORN_READ_TIMEOUT="60", GUNICORN_GRACEFUL_TIMEOUT="30")
+    server = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    stalled: list[socket.socket] = []
+    try:
+        stalled += [stalled_watch(server.port) for _ in range(4)]
+        conn = server.connection()
+        for plant_id in range(1, 401):  # far more than the streams' socket buffers hold
+            body = {"id": plant_id, "name": "\U0001f33f" * 200}
+            assert call(conn, "POST", "/plants", body, AUTH)[0] == 200
+        conn.close()
+        time.sleep(1.0)  # each stream has sent what its socket takes, and waits for its client
+        (worker,) = worker_pids(server.process.pid)
+        (ready,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while not (ready.parent / "handoff-wanted").exists():  # the master has asked it to stop
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.01)
+        time.sleep(0.3)  # the old worker stops accepting, and waits for its connections
+        started = time.monotonic()
+        status, _, body = call(
+            server.connection(timeout=90), "POST", "/plants", {"id": 0, "name": "Honest"}, AUTH
+        )
+        waited = time.monotonic() - started
+        assert status == 200, body
+        # Well within the 30 s the stalled clients held it for before.
+        assert waited < 10, (waited, server.output()[-3000:])
+        assert "took over 400 plants" in server.output()  # answered by the new worker
+        assert_all_readable(server, list(range(401)))
+    finally:
+        for sock in stalled:
+            sock.close()
         server.stop()

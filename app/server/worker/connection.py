@@ -8,6 +8,7 @@ a time takes a turn on it (loop.py), so a slow client holds no thread. Framing e
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import socket
 import threading
@@ -286,13 +287,18 @@ class Standing:
     has the connection (`busy`) writes it freely, any other only under the registry's lock (the
     graceful stop only shortens a busy one's deadline, which its thread may set again)."""
 
-    __slots__ = ("budgeted", "busy", "deadline", "handing_back", "idle_since", "lingering", "parked", "woken")
+    __slots__ = (
+        "budgeted", "busy", "deadline", "handing_back", "idle_since",
+        "lingering", "parked", "stop_by", "woken",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.handing_back = threading.Lock()  # held by `Registry.rearm` till its arm has landed
         self.busy = self.lingering = self.woken = False
         self.budgeted = 0  # the bytes it held as the memory budget last counted them
         self.deadline = self.idle_since = 0.0
+        # No deadline of its answer goes past this: set by the graceful stop for an answer it ended.
+        self.stop_by = math.inf
         self.parked: Any = None  # an answer that waits (parking.py)
 
 
@@ -412,7 +418,8 @@ class Conn:
 
     def allow(self, size: int) -> None:
         """Its deadline: the read timeout from now, and a second per 64 KiB of `size` to move."""
-        self.standing.deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
+        deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
+        self.standing.deadline = min(deadline, self.standing.stop_by)
 
     def turn(self) -> None:
         try:

@@ -94,7 +94,10 @@ class PlantsWorker(base.Worker):
     def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
         # stays open briefly for a request already on its way, answered with "Connection: close";
-        # a parked answer ends now (a long-poll's page, a stream's end).
+        # a parked answer ends now (a long-poll's page, a stream's end), and its client has as long
+        # to take that end: one that takes nothing would otherwise hold the stop for the read
+        # timeout, and a reload's handoff with it (no worker accepts meanwhile). Its client
+        # resumes from the last event it took.
         self.alive = False
         linger = time.monotonic() + STOP_LINGER
         self.admission.stop()
@@ -102,8 +105,9 @@ class PlantsWorker(base.Worker):
         with registry.lock:
             conns = list(registry.conns.values())
             for conn in conns:
-                if conn.standing.parked is None:
-                    conn.standing.deadline = min(conn.standing.deadline, linger)
+                if conn.standing.parked is not None:
+                    conn.standing.stop_by = linger
+                conn.standing.deadline = min(conn.standing.deadline, linger)
         self.parking.stop(conns)
         stop_by = time.monotonic() + self.cfg.graceful_timeout
         while registry.conns and time.monotonic() < stop_by:
