@@ -73,6 +73,8 @@ class InFlight:
         self.busy: dict[str, Future[None]] = {}
         #: Endpoints this process does not lease until the monotonic time given.
         self.held: dict[str, float] = {}
+        #: Each drain under way, by its endpoint's id.
+        self.running: dict[str, EndpointDrain] = {}
         self._renewed = 0.0
 
     def open(self) -> None:
@@ -107,8 +109,9 @@ class InFlight:
         """One endpoint's drain, in a thread of the pool; its lease given up at the end."""
         deliverer = self.deliverer
         slot = deliverer.connections.take(endpoint.id)
+        drain = self.running[endpoint.id] = EndpointDrain(deliverer, endpoint, slot)
         try:
-            EndpointDrain(deliverer, endpoint, slot).run()
+            drain.run()
         except StoreUnavailableError as exc:
             log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
         except Exception:
@@ -117,6 +120,8 @@ class InFlight:
             self.held[endpoint.id] = time.monotonic() + HOLD_S
             log.exception("Webhooks: delivering to %s failed; it waits %.0f s", endpoint.id, HOLD_S)
         finally:
+            self.running.pop(endpoint.id, None)
+            deliverer.watchdog.uncut(drain.thread)
             if slot is not None and deliverer.stopping:
                 slot.close()
             deliverer.connections.give_back(endpoint.id, slot)
@@ -124,6 +129,14 @@ class InFlight:
                 deliverer.store.endpoints.release(endpoint.id, deliverer.owner)
             # A change another process made while this one held the lease is this one's to send.
             deliverer.look_now()
+
+    def withdraw_moved(self, endpoints: list[Endpoint]) -> None:
+        """Withdraw the drains whose endpoint was moved since they leased it (its epoch: a new
+        URL, a replay, a resume): the next drain sends from where it now stands, at once."""
+        epochs = {endpoint.id: endpoint.epoch for endpoint in endpoints}
+        for endpoint_id, drain in list(self.running.items()):
+            if epochs.get(endpoint_id, drain.endpoint.epoch) != drain.endpoint.epoch:
+                drain.withdraw()
 
     def start(self, endpoint_ids: list[str]) -> bool:
         """Lease the endpoints and drain them, in the lanes' order, as far as the lanes admit;
@@ -346,6 +359,7 @@ class Deliverer:
         # A deleted, disabled or failing endpoint's connection is not kept.
         self.connections.keep_only(enabled)
         self.lanes.keep_only({e.id for e in endpoints})
+        drains.withdraw_moved(endpoints)
         schedule.read(endpoints, enabled, position, now)
         if drains.start(drains.waiting(endpoints, position, now, epoch_ms())):
             # Another process drains one; look again once it may have let go.

@@ -620,3 +620,29 @@ def test_an_attempt_that_fails_while_the_deliverer_stops_is_recorded_and_waits_i
         assert endpoint(client, hook)["next_attempt"] is not None
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_a_new_url_does_not_wait_for_the_old_urls_attempt_under_way(client):
+    """The old URL's receiver holds its answer for longer than the test waits: the event still
+    goes to the new URL at once, not once that attempt ends (it held the endpoint's lease)."""
+    hold_s = 12.0
+    old = Receiver(lambda delivery, number: (204, {}, hold_s))
+    new = Receiver()
+    try:
+        hook = register(client, old.url)
+        create(client, 1)
+        old.wait_for(1, timeout=10)
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"url": new.url}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        changed_at = time.monotonic()
+        (delivery,) = new.wait_for(1, timeout=hold_s / 2)
+        assert delivery.at - changed_at < hold_s / 2
+        assert (delivery.id, delivery.event["data"]["id"]) == (old.deliveries[0].id, 1)
+        # The next event follows it there, and nothing of the old URL's attempt is recorded.
+        create(client, 2)
+        assert [d.event["data"]["id"] for d in new.wait_for(2, timeout=hold_s / 2)] == [1, 2]
+        assert [a["status"] for a in attempts(client, hook)] == [204, 204]
+    finally:
+        old.stop()
+        new.stop()
