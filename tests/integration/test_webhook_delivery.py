@@ -422,6 +422,17 @@ def scrape(client) -> dict:
     return samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
 
 
+def deliverer_on_its_own(settings: dict[str, str]) -> subprocess.Popen:
+    """`python -m app.webhooks` with `settings` beside the environment, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.webhooks"],
+        env={**os.environ, **settings},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
     settings = {
         **redis_settings(redis_server),
@@ -433,14 +444,7 @@ def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
     app = create_app({**settings, "PLANTS_WEBHOOKS_DELIVER": False})
     client = app.test_client()
     hook = register(client, receiver.url)
-    env = {**os.environ, **settings}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.webhooks"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = deliverer_on_its_own(settings)
     try:
         create(client, 1, 2)
         deliveries = receiver.wait_for(2)
