@@ -73,8 +73,10 @@ class InFlight:
         self.busy: dict[str, Future[None]] = {}
         #: Endpoints this process does not lease until the monotonic time given.
         self.held: dict[str, float] = {}
-        #: Each drain under way, by its endpoint's id.
+        #: Each drain under way, by its endpoint's id; changed, and its drains withdrawn, under
+        #: `_running_lock`, so that no withdrawal outlives its drain to cut the thread's next one.
         self.running: dict[str, EndpointDrain] = {}
+        self._running_lock = threading.Lock()
         self._renewed = 0.0
 
     def open(self) -> None:
@@ -109,7 +111,9 @@ class InFlight:
         """One endpoint's drain, in a thread of the pool; its lease given up at the end."""
         deliverer = self.deliverer
         slot = deliverer.connections.take(endpoint.id)
-        drain = self.running[endpoint.id] = EndpointDrain(deliverer, endpoint, slot)
+        drain = EndpointDrain(deliverer, endpoint, slot)
+        with self._running_lock:
+            self.running[endpoint.id] = drain
         try:
             drain.run()
         except StoreUnavailableError as exc:
@@ -120,8 +124,9 @@ class InFlight:
             self.held[endpoint.id] = time.monotonic() + HOLD_S
             log.exception("Webhooks: delivering to %s failed; it waits %.0f s", endpoint.id, HOLD_S)
         finally:
-            self.running.pop(endpoint.id, None)
-            deliverer.watchdog.uncut(drain.thread)
+            with self._running_lock:
+                del self.running[endpoint.id]
+                deliverer.watchdog.uncut(drain.thread)
             if slot is not None and deliverer.stopping:
                 slot.close()
             deliverer.connections.give_back(endpoint.id, slot)
@@ -134,9 +139,10 @@ class InFlight:
         """Withdraw the drains whose endpoint was moved since they leased it (its epoch: a new
         URL, a replay, a resume): the next drain sends from where it now stands, at once."""
         epochs = {endpoint.id: endpoint.epoch for endpoint in endpoints}
-        for endpoint_id, drain in list(self.running.items()):
-            if epochs.get(endpoint_id, drain.endpoint.epoch) != drain.endpoint.epoch:
-                drain.withdraw()
+        with self._running_lock:
+            for endpoint_id, drain in self.running.items():
+                if epochs.get(endpoint_id, drain.endpoint.epoch) != drain.endpoint.epoch:
+                    drain.withdraw()
 
     def start(self, endpoint_ids: list[str]) -> bool:
         """Lease the endpoints and drain them, in the lanes' order, as far as the lanes admit;
