@@ -591,6 +591,33 @@ def test_a_new_url_gets_the_event_at_once(client, first_answer_s, changed_when):
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(client):
+    """The held event's retry is an hour away (a 503's Retry-After; 86 s at this scale) when the
+    endpoint stops listing its type: the next event of a type it lists goes at once."""
+    receiver = Receiver(
+        lambda delivery, number: (
+            (503, {"Retry-After": "3600"}, 0) if delivery.event["type"] == "plant.created" else (204, {}, 0)
+        )
+    )
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        wait_until(lambda: endpoint(client, hook)["next_attempt"], what="a retry pending")
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"events": ["plant.deleted"]}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        assert client.delete("/plants/1", headers=AUTH).status_code == 204
+        first, second = receiver.wait_for(2, timeout=15)
+        assert (first.event["type"], second.event["type"], second.event["data"]["id"]) == (
+            "plant.created",
+            "plant.deleted",
+            1,
+        )
+        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
 def test_the_deliverers_help_prints_its_usage_and_settings():
     """`plant-store-webhooks --help` needs no setting: it says what the command does and reads."""
     script = Path(sys.executable).parent / "plant-store-webhooks"
