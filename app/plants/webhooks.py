@@ -115,7 +115,7 @@ def patch_webhook(endpoint_id: str) -> Response:
         elif _dropped_a_type(endpoint, changed) and endpoint.status == ENABLED and endpoint.tries:
             # The event a retry holds (up to hours away) may be of a type no longer listed: it is
             # looked at again now, skipped if so, rather than holding the next events back.
-            fields["due"] = "0"
+            fields["due"] = str(time.time_ns() // 1_000_000)
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:
             fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1))
