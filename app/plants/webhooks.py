@@ -112,6 +112,10 @@ def patch_webhook(endpoint_id: str) -> Response:
             # (its failure would set one): the new one gets the event now, with its tries anew;
             # the epoch drops the outcome of an attempt to the old one still under way.
             fields.update(epoch=str(endpoint.epoch + 1), **delivery_fields(endpoint.position, 0, 0))
+        elif _dropped_a_type(endpoint, changed) and endpoint.status == ENABLED and endpoint.tries:
+            # The event a retry holds (up to hours away) may be of a type no longer listed: it is
+            # looked at again now, skipped if so, rather than holding the next events back.
+            fields["due"] = str(time.time_ns() // 1_000_000)
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:
             fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1))
@@ -124,6 +128,11 @@ def patch_webhook(endpoint_id: str) -> Response:
     if endpoint.status == ENABLED:
         state.deliverer.start()
     return _with_secrets(record(endpoint))
+
+
+def _dropped_a_type(endpoint: Endpoint, changed: Endpoint) -> bool:
+    """Whether `changed` lists fewer of the feed's types than `endpoint` (None: every type)."""
+    return bool(set(endpoint.events or EVENT_TYPES) - set(changed.events or EVENT_TYPES))
 
 
 def delete_webhook(endpoint_id: str) -> Response:

@@ -18,6 +18,7 @@ from app.settings import DEFAULTS, ConfigurationError, from_environ, load_settin
 from app.settings.schema import FIELDS
 from app.store import store_for
 from app.telemetry.logs import configure
+from app.watch.feed_signal import FeedSignal
 from app.webhooks import Deliverer, user_agent
 
 #: The settings that shape a deliverer on its own, named in --help with their defaults.
@@ -71,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     deliverer = Deliverer(
         store, dataclasses.replace(settings, webhooks_deliver=True), user_agent=user_agent()
     )
+    # Every write is another process's here: the feed's listener hears them as they are made, as
+    # a web worker's does once it has an endpoint (else each waits for the look every IDLE_S).
+    feed_signal = FeedSignal(store.feed_listener, max_watchers=0, max_per_caller=0, cheap_to_listen=True)
+    feed_signal.observe(deliverer.wake)
+    deliverer.on_delivering = feed_signal.listen
     done = threading.Event()
 
     def finish(*_: Any) -> None:
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("app.webhooks").info("Plant Store: delivering webhooks from %s", url.redacted)
     done.wait()
     deliverer.stop()
+    feed_signal.close()
     return 0
 
 

@@ -73,6 +73,10 @@ class InFlight:
         self.busy: dict[str, Future[None]] = {}
         #: Endpoints this process does not lease until the monotonic time given.
         self.held: dict[str, float] = {}
+        #: Each drain under way, by its endpoint's id; changed, and its drains withdrawn, under
+        #: `_running_lock`, so that no withdrawal outlives its drain to cut the thread's next one.
+        self.running: dict[str, EndpointDrain] = {}
+        self._running_lock = threading.Lock()
         self._renewed = 0.0
 
     def open(self) -> None:
@@ -107,8 +111,11 @@ class InFlight:
         """One endpoint's drain, in a thread of the pool; its lease given up at the end."""
         deliverer = self.deliverer
         slot = deliverer.connections.take(endpoint.id)
+        drain = EndpointDrain(deliverer, endpoint, slot)
+        with self._running_lock:
+            self.running[endpoint.id] = drain
         try:
-            EndpointDrain(deliverer, endpoint, slot).run()
+            drain.run()
         except StoreUnavailableError as exc:
             log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
         except Exception:
@@ -117,6 +124,9 @@ class InFlight:
             self.held[endpoint.id] = time.monotonic() + HOLD_S
             log.exception("Webhooks: delivering to %s failed; it waits %.0f s", endpoint.id, HOLD_S)
         finally:
+            with self._running_lock:
+                del self.running[endpoint.id]
+                deliverer.watchdog.uncut(drain.thread)
             if slot is not None and deliverer.stopping:
                 slot.close()
             deliverer.connections.give_back(endpoint.id, slot)
@@ -124,6 +134,15 @@ class InFlight:
                 deliverer.store.endpoints.release(endpoint.id, deliverer.owner)
             # A change another process made while this one held the lease is this one's to send.
             deliverer.look_now()
+
+    def withdraw_moved(self, endpoints: list[Endpoint]) -> None:
+        """Withdraw the drains whose endpoint was moved since they leased it (its epoch: a new
+        URL, a replay, a resume): the next drain sends from where it now stands, at once."""
+        epochs = {endpoint.id: endpoint.epoch for endpoint in endpoints}
+        with self._running_lock:
+            for endpoint_id, drain in self.running.items():
+                if epochs.get(endpoint_id, drain.endpoint.epoch) != drain.endpoint.epoch:
+                    drain.withdraw()
 
     def start(self, endpoint_ids: list[str]) -> bool:
         """Lease the endpoints and drain them, in the lanes' order, as far as the lanes admit;
@@ -346,6 +365,7 @@ class Deliverer:
         # A deleted, disabled or failing endpoint's connection is not kept.
         self.connections.keep_only(enabled)
         self.lanes.keep_only({e.id for e in endpoints})
+        drains.withdraw_moved(endpoints)
         schedule.read(endpoints, enabled, position, now)
         if drains.start(drains.waiting(endpoints, position, now, epoch_ms())):
             # Another process drains one; look again once it may have let go.

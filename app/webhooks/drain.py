@@ -7,6 +7,7 @@ each drain in a thread of its pool.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,10 +66,26 @@ class EndpointDrain:
         self.slow = False
         #: When the drain began (monotonic): it gives its thread up after a turn (lanes.py).
         self.began = time.monotonic()
+        #: The pool's thread it runs in (made there), whose attempts `withdraw` cuts off.
+        self.thread = threading.get_ident()
+        #: Set by `withdraw`: the endpoint moved under the drain, which ends without storing.
+        self.withdrawn = False
+
+    @property
+    def over(self) -> bool:
+        return self.withdrawn or self.deliverer.stopping
+
+    def withdraw(self) -> None:
+        """The endpoint was moved under this drain (a new URL, a replay, a resume: its epoch), so
+        nothing it sends would be stored: its attempt in flight is cut off at once, rather than
+        holding the lease, and the event back from the endpoint's next drain, for as long as
+        the old receiver takes to answer. Called from the coordinator's thread."""
+        self.withdrawn = True
+        self.deliverer.watchdog.cut(self.thread)
 
     def run(self) -> None:
         store = self.deliverer.store
-        while not self.deliverer.stopping:
+        while not self.over:
             try:
                 # The events a store lost after they were delivered are not sent again, nor the
                 # whole feed with them: read on from the position's time.
@@ -78,7 +95,7 @@ class EndpointDrain:
                     return
                 continue
             for entry in entries:
-                if self.deliverer.stopping:
+                if self.over:
                     return
                 if not subscribed(self.endpoint, entry):
                     self.position = entry.position
@@ -106,7 +123,11 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-            if outcome.error == WITHDRAWN or (outcome.error is not None and deliverer.cutting_off):
+            if (
+                outcome.error == WITHDRAWN
+                or self.withdrawn
+                or (outcome.error is not None and deliverer.cutting_off)
+            ):
                 # Withdrawn, or cut off by the process's stop (Deliverer.stop): not the receiver's
                 # failure, so no retry is scheduled; the next process sends it at once. An attempt
                 # that failed on its own while the process stops is recorded as any other.

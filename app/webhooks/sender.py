@@ -54,16 +54,24 @@ class Watchdog:
     """Ends the attempts that pass their deadline. A socket timeout bounds each read, not the
     attempt: a receiver that trickles its answer a byte at a time would hold a delivery thread
     for as long as it likes. The deliverer calls `expire` every poll; it shuts such a socket down,
-    and the attempt ends as a timeout."""
+    and the attempt ends as a timeout. `cut` ends one thread's attempts at once, the ones it
+    starts until `uncut` included (an endpoint moved under its drain)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._watched: dict[int, tuple[float, socket.socket]] = {}
+        #: Each socket watched: its deadline, the socket, and the thread its attempt runs in.
+        self._watched: dict[int, tuple[float, socket.socket, int]] = {}
         self._expired: set[int] = set()
+        #: The threads whose attempts are cut off as they start.
+        self._cut: set[int] = set()
 
     def watch(self, sock: socket.socket, deadline: float) -> None:
+        """Watch `sock` until `deadline`; TimeoutError when its thread's attempts are cut off."""
+        thread = threading.get_ident()
         with self._lock:
-            self._watched[id(sock)] = (deadline, sock)
+            if thread in self._cut:
+                raise TimeoutError
+            self._watched[id(sock)] = (deadline, sock, thread)
 
     def forget(self, sock: socket.socket | None) -> bool:
         """Stop watching `sock`; whether it was ended for passing its deadline."""
@@ -78,8 +86,25 @@ class Watchdog:
     def expire(self, now: float | None = None) -> None:
         """End the attempts past their deadline; with `now` infinite, every attempt in flight."""
         now = time.monotonic() if now is None else now
+        self._end(lambda deadline, _: deadline <= now)
+
+    def cut(self, thread: int) -> None:
+        """End the attempt `thread` has in flight, and those it starts, until `uncut`."""
         with self._lock:
-            overdue = [(key, sock) for key, (deadline, sock) in self._watched.items() if deadline <= now]
+            self._cut.add(thread)
+        self._end(lambda _, watcher: watcher == thread)
+
+    def uncut(self, thread: int) -> None:
+        with self._lock:
+            self._cut.discard(thread)
+
+    def _end(self, ends: Callable[[float, int], bool]) -> None:
+        with self._lock:
+            overdue = [
+                (key, sock)
+                for key, (deadline, sock, thread) in self._watched.items()
+                if ends(deadline, thread)
+            ]
             for key, _ in overdue:
                 del self._watched[key]
                 self._expired.add(key)

@@ -422,6 +422,17 @@ def scrape(client) -> dict:
     return samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
 
 
+def deliverer_on_its_own(settings: dict[str, str]) -> subprocess.Popen:
+    """`python -m app.webhooks` with `settings` beside the environment, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.webhooks"],
+        env={**os.environ, **settings},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
     settings = {
         **redis_settings(redis_server),
@@ -433,14 +444,7 @@ def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
     app = create_app({**settings, "PLANTS_WEBHOOKS_DELIVER": False})
     client = app.test_client()
     hook = register(client, receiver.url)
-    env = {**os.environ, **settings}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.webhooks"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = deliverer_on_its_own(settings)
     try:
         create(client, 1, 2)
         deliveries = receiver.wait_for(2)
@@ -587,6 +591,36 @@ def test_a_new_url_gets_the_event_at_once(client, first_answer_s, changed_when):
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(client):
+    """The held event's retry is an hour away (a 503's Retry-After; 86 s at this scale) when the
+    endpoint stops listing its type: the next event of a type it lists goes at once."""
+    receiver = Receiver(
+        lambda delivery, number: (
+            (503, {"Retry-After": "3600"}, 0) if delivery.event["type"] == "plant.created" else (204, {}, 0)
+        )
+    )
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        wait_until(lambda: endpoint(client, hook)["next_attempt"], what="a retry pending")
+        asked = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"events": ["plant.deleted"]}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        # Due now (RFC 3339 texts in UTC compare as times), or already done.
+        assert (changed.json["next_attempt"] or asked) >= asked, changed.json
+        assert client.delete("/plants/1", headers=AUTH).status_code == 204
+        first, second = receiver.wait_for(2, timeout=15)
+        assert (first.event["type"], second.event["type"], second.event["data"]["id"]) == (
+            "plant.created",
+            "plant.deleted",
+            1,
+        )
+        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
 def test_the_deliverers_help_prints_its_usage_and_settings():
     """`plant-store-webhooks --help` needs no setting: it says what the command does and reads."""
     script = Path(sys.executable).parent / "plant-store-webhooks"
@@ -620,3 +654,29 @@ def test_an_attempt_that_fails_while_the_deliverer_stops_is_recorded_and_waits_i
         assert endpoint(client, hook)["next_attempt"] is not None
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_a_new_url_does_not_wait_for_the_old_urls_attempt_under_way(client):
+    """The old URL's receiver holds its answer for longer than the test waits: the event still
+    goes to the new URL at once, not once that attempt ends (it held the endpoint's lease)."""
+    hold_s = 12.0
+    old = Receiver(lambda delivery, number: (204, {}, hold_s))
+    new = Receiver()
+    try:
+        hook = register(client, old.url)
+        create(client, 1)
+        old.wait_for(1, timeout=10)
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"url": new.url}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        changed_at = time.monotonic()
+        (delivery,) = new.wait_for(1, timeout=hold_s / 2)
+        assert delivery.at - changed_at < hold_s / 2
+        assert (delivery.id, delivery.event["data"]["id"]) == (old.deliveries[0].id, 1)
+        # The next event follows it there, and nothing of the old URL's attempt is recorded.
+        create(client, 2)
+        assert [d.event["data"]["id"] for d in new.wait_for(2, timeout=hold_s / 2)] == [1, 2]
+        assert [a["status"] for a in attempts(client, hook)] == [204, 204]
+    finally:
+        old.stop()
+        new.stop()

@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from tests.conftest import STORES, settings_for_store
-from tests.integration.test_webhook_delivery import AUTH, register
+from tests.integration.test_webhook_delivery import AUTH, deliverer_on_its_own, register
 from tests.receiver import Receiver
-from tests.servers import RedisServer
+from tests.servers import TOKEN, RedisServer
 
 
 @pytest.fixture(params=STORES)
@@ -134,6 +134,20 @@ def test_writes_do_not_wake_a_deliverer_without_endpoints(make_app):
         receiver.stop()
 
 
+def delays_of_writes(writer, receiver: Receiver, plant_ids: range) -> list[float]:
+    """Create each plant through `writer`, one at a time: the seconds from each answer to its
+    delivery, the receiver holding one delivery per plant created before."""
+    delays = []
+    for plant_id in plant_ids:
+        response = writer.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
+        answered = time.monotonic()
+        assert response.status_code == 200
+        delivery = receiver.wait_for(plant_id + 1, timeout=5.0)[-1]
+        assert delivery.event["data"]["id"] == plant_id
+        delays.append(delivery.at - answered)
+    return delays
+
+
 @pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
 def test_another_processs_writes_reach_an_endpoint_at_once_not_at_the_next_poll(make_app):
     """The deliverer hears other processes' writes once it has an endpoint (the feed's listener
@@ -145,15 +159,34 @@ def test_another_processs_writes_reach_an_endpoint_at_once_not_at_the_next_poll(
     try:
         register(delivering.test_client(), receiver.url)
         time.sleep(0.5)  # its first look, done: the listener starts with the endpoint seen
-        delays = []
-        for plant_id in range(12):
-            response = writer.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
-            answered = time.monotonic()
-            assert response.status_code == 200
-            delivery = receiver.wait_for(plant_id + 1, timeout=5.0)[-1]
-            assert delivery.event["data"]["id"] == plant_id
-            delays.append(delivery.at - answered)
+        delays = delays_of_writes(writer, receiver, range(12))
         # A look every 2 s would show as a median of about a second.
         assert statistics.median(delays) < 0.5, delays
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_a_deliverer_on_its_own_hears_the_web_workers_writes_at_once(make_app, store_settings):
+    """`python -m app.webhooks`, the web workers not delivering (docs/webhooks.md, "Where it
+    runs"): every write is another process's, and reaches the endpoint about at once through the
+    feed's listener, not at the deliverer's look every 2 s."""
+    writer = make_app(PLANTS_WEBHOOKS_DELIVER="false", PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+    receiver = Receiver()
+    deliverer = deliverer_on_its_own(
+        {**store_settings, "PLANTS_API_TOKENS": TOKEN, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"}
+    )
+    try:
+        register(writer, receiver.url)
+        # The first write may wait for the deliverer's look, which finds the endpoint.
+        assert writer.post("/plants", json={"id": 0, "name": "Fern"}, headers=AUTH).status_code == 200
+        receiver.wait_for(1, timeout=20.0)
+        delays = delays_of_writes(writer, receiver, range(1, 13))
+        # A look every 2 s would show as a median of about a second.
+        assert statistics.median(delays) < 0.5, delays
+    finally:
+        receiver.stop()
+        deliverer.terminate()
+        output, _ = deliverer.communicate(timeout=20)
+    assert deliverer.returncode == 0, output
+    assert "Traceback" not in output
