@@ -123,11 +123,7 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-            if (
-                outcome.error == WITHDRAWN
-                or self.withdrawn
-                or (outcome.error is not None and deliverer.cutting_off)
-            ):
+            if outcome.error == WITHDRAWN or self.withdrawn or (outcome.error and deliverer.cutting_off):
                 # Withdrawn, or cut off by the process's stop (Deliverer.stop): not the receiver's
                 # failure, so no retry is scheduled; the next process sends it at once. An attempt
                 # that failed on its own while the process stops is recorded as any other.
@@ -169,7 +165,7 @@ class EndpointDrain:
                 allowed=settings.webhooks_allow_hosts,
                 watchdog=deliverer.watchdog,
                 slot=self.slot,
-                still_wanted=self._still_enabled,
+                still_wanted=lambda: still_as_leased(deliverer.store, endpoint),
             )
 
         deliverer.lanes.begin(endpoint.id)
@@ -180,16 +176,6 @@ class EndpointDrain:
             return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
         finally:
             self.slow = deliverer.lanes.end(endpoint.id)
-
-    def _still_enabled(self) -> bool:
-        """Whether the endpoint is as this drain leased it, and enabled: read again before writing
-        an attempt that took long to connect, so that an endpoint deleted or disabled meanwhile
-        (its answer already given) gets nothing more."""
-        try:
-            fresh = self.deliverer.store.endpoints.get(self.endpoint.id)
-        except StoreUnavailableError:
-            return True  # at least once: a store that does not answer withdraws nothing
-        return fresh is not None and fresh.epoch == self.endpoint.epoch and fresh.status == ENABLED
 
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
@@ -231,3 +217,14 @@ def signing_secrets(endpoint: Endpoint) -> list[str]:
     """The secrets that sign `endpoint`'s deliveries now: a rotated one until it expires."""
     now = epoch_ms()
     return [secret for secret, until in endpoint.secrets if until is None or until > now]
+
+
+def still_as_leased(store: Any, endpoint: Endpoint) -> bool:
+    """Whether `endpoint` is as its drain leased it, and enabled: read again before writing an
+    attempt that took long to connect, so that an endpoint deleted or disabled meanwhile (its
+    answer already given) gets nothing more."""
+    try:
+        fresh = store.endpoints.get(endpoint.id)
+    except StoreUnavailableError:
+        return True  # at least once: a store that does not answer withdraws nothing
+    return fresh is not None and fresh.epoch == endpoint.epoch and fresh.status == ENABLED
