@@ -49,6 +49,12 @@ class Delivering(Protocol):
     def stopping(self) -> bool: ...
 
 
+#: The reason an endpoint that fell out of the feed's retention gives (`EndpointDrain._expired`).
+EXPIRED_REASON = (
+    "Events were lost: the endpoint fell behind the feed's retention, and resumed from the oldest event kept."
+)
+
+
 class EndpointDrain:
     """One endpoint's deliveries while its lease is held: until it has caught up with the feed, an
     attempt failed (the next is scheduled), or the endpoint changed under it."""
@@ -169,7 +175,7 @@ class EndpointDrain:
                 allowed=settings.webhooks_allow_hosts,
                 watchdog=deliverer.watchdog,
                 slot=self.slot,
-                still_wanted=self._still_enabled,
+                still_wanted=lambda: still_enabled(deliverer.store, endpoint),
             )
 
         deliverer.lanes.begin(endpoint.id)
@@ -181,25 +187,11 @@ class EndpointDrain:
         finally:
             self.slow = deliverer.lanes.end(endpoint.id)
 
-    def _still_enabled(self) -> bool:
-        """Whether the endpoint is as this drain leased it, and enabled: read again before writing
-        an attempt that took long to connect, so that an endpoint deleted or disabled meanwhile
-        (its answer already given) gets nothing more."""
-        try:
-            fresh = self.deliverer.store.endpoints.get(self.endpoint.id)
-        except StoreUnavailableError:
-            return True  # at least once: a store that does not answer withdraws nothing
-        return fresh is not None and fresh.epoch == self.endpoint.epoch and fresh.status == ENABLED
-
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
         self.position, self.tries = None, 0
         attempt = attempt_record(None, None, "expired", 0)
-        reason = (
-            "Events were lost: the endpoint fell behind the feed's retention, and resumed from the"
-            " oldest event kept."
-        )
-        return self._ack({**delivery_fields(None, 0, 0), "reason": reason}, attempt)
+        return self._ack({**delivery_fields(None, 0, 0), "reason": EXPIRED_REASON}, attempt)
 
     def _ack(self, fields: dict[str, str], attempt: str | None) -> bool:
         """Store an outcome; True when the drain may go on (the lease held, the endpoint enabled)."""
@@ -231,3 +223,14 @@ def signing_secrets(endpoint: Endpoint) -> list[str]:
     """The secrets that sign `endpoint`'s deliveries now: a rotated one until it expires."""
     now = epoch_ms()
     return [secret for secret, until in endpoint.secrets if until is None or until > now]
+
+
+def still_enabled(store: PlantStore, endpoint: Endpoint) -> bool:
+    """Whether `endpoint` is as its drain leased it, and enabled: read again before writing an
+    attempt that took long to connect, so that an endpoint deleted or disabled meanwhile (its
+    answer already given) gets nothing more."""
+    try:
+        fresh = store.endpoints.get(endpoint.id)
+    except StoreUnavailableError:
+        return True  # at least once: a store that does not answer withdraws nothing
+    return fresh is not None and fresh.epoch == endpoint.epoch and fresh.status == ENABLED
