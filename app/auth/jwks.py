@@ -143,10 +143,17 @@ class KeySet:
             return
         if now < self._fresh_until:
             self._refreshing.release()
-        else:
+            return
+        try:
             threading.Thread(
                 target=self._refresh_then_release, name="plants-jwks-refresh", daemon=True
             ).start()
+        except RuntimeError as exc:
+            # No thread to be had now (the process at its limits): the lock would be held for
+            # ever, and the keys never refreshed again, a key the provider withdrew still trusted.
+            # The cached keys serve this request; the next that finds them stale tries again.
+            self._refreshing.release()
+            log.warning("Could not start refreshing the identity provider's keys: %s", exc)
 
     def _refresh_then_release(self) -> None:
         try:

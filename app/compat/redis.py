@@ -33,7 +33,10 @@ is read at each connect. So during such a step the held connection connects with
 and its `read_response` is, on the instance, one that waits what is left: redis-py's own handshake
 on a new connection (HELLO, CLIENT SETINFO: a round trip each) reads through it too. The
 public `socket_timeout` setter would not do: the socket a connect makes while it is short keeps it
-once it is put back, so the connection's later calls would wait that little too. With a redis-py
+once it is put back, so the connection's later calls would wait that little too. A connection the
+thread takes new for such a step (on a cluster, from a node it had not written to: a slot moved)
+is connected by redis-py's `get_connection`, handshake included, before any of that: the store's
+connection classes wait what is left then too, while their thread takes one. With a redis-py
 whose `read_response` takes no timeout, no such step is sent: the write answers 503 once its fate
 is settled, as where the feed cannot tell.
 
@@ -123,19 +126,57 @@ def _abortive(sock: socket.socket) -> socket.socket:
     return sock
 
 
+#: The end (`until`) of the call for which this thread takes a new connection from its pool:
+#: redis-py's `get_connection` connects it, handshake and all, before `_bounded` can hold it.
+_TAKING = threading.local()
+
+
+def _taking_until() -> float | None:
+    return getattr(_TAKING, "until", None)
+
+
+def _connect_by_end(connection: Any, connect: Callable[[], Any]) -> Any:
+    """`connect()`, within what is left of the end of the call taking `connection`, if any."""
+    until = _taking_until()
+    if until is None:
+        return connect()
+    own, left = connection.socket_connect_timeout, _left(until)
+    connection.socket_connect_timeout = min(own, left) if own else left
+    try:
+        return connect()
+    finally:
+        connection.socket_connect_timeout = own
+
+
+def _read_by_end(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A read's arguments: one made while its connection is taken for a call with an end waits
+    only what is left (past it, the least wait, as `_bounded`'s)."""
+    until = _taking_until()
+    if until is None or "timeout" in kwargs:
+        return kwargs
+    return {**kwargs, "timeout": max(until - time.monotonic(), _LEAST_WAIT_S)}
+
+
 class AbortiveConnection(Connection):
-    """redis-py's TCP connection, with SO_LINGER 0 from the moment it connects."""
+    """redis-py's TCP connection, with SO_LINGER 0 from the moment it connects; taken new for a
+    call with an end, it connects and reads its handshake by then."""
 
     def _connect(self) -> Any:
-        return _abortive(super()._connect())
+        return _abortive(_connect_by_end(self, super()._connect))
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return super().read_response(*args, **_read_by_end(kwargs))
 
 
 class AbortiveSSLConnection(SSLConnection):
     """redis-py's TLS connection, with SO_LINGER 0 on its socket (the TLS socket wraps the same
-    descriptor, so the option is the TCP socket's)."""
+    descriptor, so the option is the TCP socket's); bounded as AbortiveConnection when taken."""
 
     def _connect(self) -> Any:
-        return _abortive(super()._connect())
+        return _abortive(_connect_by_end(self, super()._connect))
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return super().read_response(*args, **_read_by_end(kwargs))
 
 
 def connection_class(*, tls: bool) -> type[Connection]:
@@ -185,7 +226,7 @@ class HeldConnections:
             # execute_command resends after a lost reply: no write raises Unanswered, so no call
             # learning what one did is given an `until`.
             return client.execute_command(*command)
-        connection = self._connection(client)
+        connection = self._connection(client, until)
         with _bounded(connection, until):
             if resend:
                 try:
@@ -211,7 +252,7 @@ class HeldConnections:
             for command in commands:
                 pipe.execute_command(*command)
             return list(pipe.execute(raise_on_error=False))
-        connection = self._connection(client)
+        connection = self._connection(client, until)
         with _bounded(connection, until):
             packed = connection.pack_commands(commands)
             _sent(connection, lambda: connection.send_packed_command(packed))
@@ -227,13 +268,21 @@ class HeldConnections:
                 raise Unanswered("the reply was lost") from exc
         return replies
 
-    def _connection(self, client: redis.Redis) -> Any:
+    def _connection(self, client: redis.Redis, until: float | None = None) -> Any:
+        """This thread's connection of `client`; a new one, taken for a call that ends by `until`,
+        connects by then (the project's connection classes: a unix socket's connects at once)."""
         held = self._held()
         entry = held.get(id(client))
         if entry is None or entry[0] is not client:
             if len(held) >= _MOST_HELD:
                 _release(held)
-            entry = held[id(client)] = (client, client.connection_pool.get_connection())
+            if until is not None:
+                _check_bound(until)
+            _TAKING.until = until
+            try:
+                entry = held[id(client)] = (client, client.connection_pool.get_connection())
+            finally:
+                _TAKING.until = None
         return entry[1]
 
     def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
@@ -284,6 +333,15 @@ def _left(until: float) -> float:
     return left
 
 
+def _check_bound(until: float) -> float:
+    """The seconds left until `until`; TimeoutError when none are, or when redis-py cannot bound
+    the wait for a reply."""
+    left = _left(until)
+    if not READ_TIMEOUT:
+        raise RedisTimeoutError("redis-py cannot bound the wait for a reply")
+    return left
+
+
 @contextlib.contextmanager
 def _bounded(connection: Any, until: float | None) -> Iterator[None]:
     """A call on `connection` that ends by `until` (time.monotonic()), when given: a connect it
@@ -293,9 +351,7 @@ def _bounded(connection: Any, until: float | None) -> Iterator[None]:
     if until is None:
         yield
         return
-    left = _left(until)
-    if not READ_TIMEOUT:
-        raise RedisTimeoutError("redis-py cannot bound the wait for a reply")
+    left = _check_bound(until)
     read = type(connection).read_response
 
     def read_by_end(*args: Any, **kwargs: Any) -> Any:

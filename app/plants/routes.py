@@ -175,11 +175,16 @@ def _refuse_every_other_method(setup: BlueprintSetupState) -> None:
     the order they were added). A method none of them names (PROPFIND, a made-up one) would be
     the router's 405, answered by the app's own handler: an embedding host's HTML page, without
     `Allow`. Flask's `add_url_rule` names the methods a rule takes; a rule for every method is
-    the same rule, as registered, with none named (`methods=None`)."""
+    the same rule, as registered, with none named (`methods=None`). Its `merge_slashes` too, which
+    `get_empty_kwargs` leaves out: a host's map merges by default, and a doubled slash with a
+    method only this rule takes would be a 308 in HTML whose Location echoes the query."""
     url_map = setup.app.url_map
     for _, view, _ in REFUSALS:
         endpoint = f"{setup.name_prefix}.{setup.name}.{view.__name__}".lstrip(".")
         for registered in list(url_map.iter_rules(endpoint)):
-            url_map.add(
-                type(registered)(registered.rule, **{**registered.get_empty_kwargs(), "methods": None})
-            )
+            kwargs = {
+                **registered.get_empty_kwargs(),
+                "methods": None,
+                "merge_slashes": registered.merge_slashes,
+            }
+            url_map.add(type(registered)(registered.rule, **kwargs))

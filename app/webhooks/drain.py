@@ -49,6 +49,12 @@ class Delivering(Protocol):
     def stopping(self) -> bool: ...
 
 
+#: The reason an endpoint that fell out of the feed's retention gives (`EndpointDrain._expired`).
+EXPIRED_REASON = (
+    "Events were lost: the endpoint fell behind the feed's retention, and resumed from the oldest event kept."
+)
+
+
 class EndpointDrain:
     """One endpoint's deliveries while its lease is held: until it has caught up with the feed, an
     attempt failed (the next is scheduled), or the endpoint changed under it."""
@@ -123,7 +129,11 @@ class EndpointDrain:
             outcome = Attempt(None, "internal", None, 0)
         else:
             outcome = self._send(entry, msg_id, body, headers)
-            if outcome.error == WITHDRAWN or self.withdrawn or (outcome.error and deliverer.cutting_off):
+            if (
+                outcome.error == WITHDRAWN
+                or self.withdrawn
+                or (outcome.error is not None and deliverer.cutting_off)
+            ):
                 # Withdrawn, or cut off by the process's stop (Deliverer.stop): not the receiver's
                 # failure, so no retry is scheduled; the next process sends it at once. An attempt
                 # that failed on its own while the process stops is recorded as any other.
@@ -165,7 +175,7 @@ class EndpointDrain:
                 allowed=settings.webhooks_allow_hosts,
                 watchdog=deliverer.watchdog,
                 slot=self.slot,
-                still_wanted=lambda: still_as_leased(deliverer.store, endpoint),
+                still_wanted=lambda: still_enabled(deliverer.store, endpoint),
             )
 
         deliverer.lanes.begin(endpoint.id)
@@ -181,11 +191,7 @@ class EndpointDrain:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
         self.position, self.tries = None, 0
         attempt = attempt_record(None, None, "expired", 0)
-        reason = (
-            "Events were lost: the endpoint fell behind the feed's retention, and resumed from the"
-            " oldest event kept."
-        )
-        return self._ack({**delivery_fields(None, 0, 0), "reason": reason}, attempt)
+        return self._ack({**delivery_fields(None, 0, 0), "reason": EXPIRED_REASON}, attempt)
 
     def _ack(self, fields: dict[str, str], attempt: str | None) -> bool:
         """Store an outcome; True when the drain may go on (the lease held, the endpoint enabled)."""
@@ -219,7 +225,7 @@ def signing_secrets(endpoint: Endpoint) -> list[str]:
     return [secret for secret, until in endpoint.secrets if until is None or until > now]
 
 
-def still_as_leased(store: Any, endpoint: Endpoint) -> bool:
+def still_enabled(store: PlantStore, endpoint: Endpoint) -> bool:
     """Whether `endpoint` is as its drain leased it, and enabled: read again before writing an
     attempt that took long to connect, so that an endpoint deleted or disabled meanwhile (its
     answer already given) gets nothing more."""

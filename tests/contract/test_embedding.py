@@ -189,6 +189,20 @@ def test_other_methods_get_the_blueprints_json_405_not_the_hosts_page(path, meth
     assert response.json == {"error": 405, "message": "The method is not allowed for the requested URL."}
 
 
+@pytest.mark.parametrize("method", ["PROPFIND", "BREW"])
+@pytest.mark.parametrize("path", ["/api/v1/plants//1", "/api/v1//events"])
+def test_a_doubled_slash_with_a_method_no_rule_names_is_not_redirected(path, method):
+    """The host's map merges doubled slashes; the blueprint's rules do not, that for any method
+    too: no 308 whose Location repeats the query (a watch ticket), but the host's answer to a path
+    it does not serve, as for a method a rule names."""
+    client = make_host().test_client()
+    answer = client.open(f"{path}?ticket=secret", method=method)
+    named = client.open(f"{path}?ticket=secret", method="POST")
+    assert answer.status_code == named.status_code != 308
+    assert "Location" not in answer.headers
+    assert "secret" not in answer.get_data(as_text=True)
+
+
 def test_missing_tokens_name_the_hosts_config():
     host = Flask("host")
     with pytest.raises(ConfigurationError) as raised:

@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import time
@@ -579,14 +580,7 @@ def test_a_process_forked_during_a_fetch_fetches_the_keys_itself(issuer):
         "print(os.waitpid(child, 0)[1])\n"
     )
     issuer.hanging = True
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, f"{issuer.url}/jwks"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = _python(script, f"{issuer.url}/jwks")
     try:
         _wait_until(lambda: issuer.fetches["jwks"] == 1, lambda: "the first fetch did not start")
         issuer.hanging = False  # the fetch in flight hangs on; the child's own is answered
@@ -596,6 +590,57 @@ def test_a_process_forked_during_a_fetch_fetches_the_keys_itself(issuer):
     assert child.returncode == 0, err[-3000:]
     assert out.strip() == "0", err[-3000:]
     assert issuer.fetches["jwks"] == 3
+
+
+def test_stale_keys_serve_when_no_refresh_thread_can_start_and_are_refreshed_later(issuer):
+    """A request finds the keys stale while the process cannot start a thread (at its limits):
+    it is answered with the cached keys, not an error, and the next request that finds them
+    stale refreshes them, so that a key the provider has withdrawn since stops verifying."""
+    script = (
+        "import sys, threading\n"
+        "from app.auth.jwks import KeySet\n"
+        "now = [1000.0]\n"
+        "keys = KeySet(discovery_url='unused', jwks_url=sys.argv[1], issuer='https://idp.example',\n"
+        "              clock=lambda: now[0])\n"
+        "assert keys.refresh()\n"
+        "now[0] += 86400  # stale: the next look refreshes them in the background\n"
+        "threading.stack_size(1 << 40)  # no thread's stack can be had: none starts\n"
+        "try:\n"
+        "    print(keys.find(sys.argv[2], 'RS256')[0] is not None, flush=True)\n"
+        "finally:\n"
+        "    threading.stack_size(0)\n"
+        "sys.stdin.readline()  # the provider has withdrawn that key meanwhile\n"
+        "keys.find(sys.argv[2], 'RS256')\n"
+        "for thread in threading.enumerate():\n"
+        "    if thread.name == 'plants-jwks-refresh':\n"
+        "        thread.join(timeout=10)\n"
+        "print(keys.find(sys.argv[2], 'RS256')[0] is None)\n"
+    )
+    withdrawn = issuer.keys[0].kid
+    child = _python(script, f"{issuer.url}/jwks", withdrawn)
+    try:
+        assert child.stdout is not None
+        assert select.select([child.stdout], [], [], 30)[0], "the first look did not end"
+        first = child.stdout.readline().strip()
+        issuer.rotate()
+        out, err = child.communicate("go\n", timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-3000:]
+    assert [first, out.strip()] == ["True", "True"], err[-3000:]
+    assert issuer.fetches["jwks"] >= 2  # the first load, and the refresh once a thread could start
+
+
+def _python(script: str, *args: str) -> subprocess.Popen[str]:
+    """`script` run by a Python of its own, its standard streams piped as text."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # --- Settings, the document, metrics, rate limits -----------------------------------------------

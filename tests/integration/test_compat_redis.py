@@ -3,15 +3,22 @@ public path (plain connections, `execute_command`) and answers as before."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
+import redis
 from redis.connection import Connection, ConnectionPool
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import app.compat.redis
+from tests.dropping_proxy import DroppingProxy
 from tests.helpers import reloaded
 
 PLANT = {"id": 7, "name": "Boston fern", "tag": "fern"}
+#: How late each reply comes through the slow proxy, and the time a bounded call is given.
+REPLY_LATE_S = 0.6
+GIVEN_S = 0.2
 
 
 @pytest.fixture
@@ -66,3 +73,32 @@ def test_the_store_answers_on_redis_pys_public_path(public_path, make_app, auth)
     ]
     assert client.delete(f"/plants/{PLANT['id']}", headers=auth).status_code == 204
     assert client.get(f"/plants/{PLANT['id']}", headers=auth).status_code == 404
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["a new connection", "the thread's held one"])
+def test_a_call_given_an_end_ends_by_then_though_every_reply_is_late(redis_server, held):
+    """A lost write's later steps each get only what is left of its time (app/store/redis/lost.py):
+    a call given an end times out by then whatever its replies take, on a connection the thread
+    takes new from the pool too (on a cluster, a node it had not written to: a slot moved), whose
+    connect and handshake redis-py makes before any command is sent."""
+    proxy = DroppingProxy(redis_server.port)
+    client = redis.Redis.from_url(
+        f"redis://127.0.0.1:{proxy.port}/0",
+        connection_class=app.compat.redis.connection_class(tls=False),
+        socket_timeout=REPLY_LATE_S + 0.5,
+        socket_connect_timeout=REPLY_LATE_S + 0.5,
+    )
+    connections = app.compat.redis.HeldConnections()
+    try:
+        if held:
+            assert connections.call(client, "PING") in (True, b"PONG")
+        proxy.slow_replies(REPLY_LATE_S)
+        began = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            connections.call(client, "PING", until=began + GIVEN_S)
+        took = time.monotonic() - began
+        assert took < GIVEN_S + REPLY_LATE_S / 2, took  # not a late reply's wait, nor two
+    finally:
+        proxy.slow_replies(0)
+        client.close()
+        proxy.close()
