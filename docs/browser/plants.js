@@ -24,7 +24,12 @@ async function call(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const record = await response.json();
-  if (!response.ok) throw new Error(`${response.status}: ${record.message}`);
+  if (!response.ok) {
+    const error = new Error(`${response.status}: ${record.message}`);
+    error.status = response.status;
+    error.retryAfter = Number(response.headers.get("Retry-After")) || 0; // seconds; exposed by CORS
+    throw error;
+  }
   return record;
 }
 
@@ -82,8 +87,22 @@ async function start() {
 }
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
-// while it is good. Once a reconnection is refused the source closes: mint a new ticket and
-// follow on from the last event seen.
+// while it is good. Once a reconnection is refused the source closes (EventSource shows no
+// status): mint a new ticket and follow on from the last event seen. A mint refused for a while
+// (429, 503: the token's rate limit, a busy service) or lost on the network is tried again, after
+// its Retry-After, else after a delay that doubles up to a minute: giving up would leave the list
+// stale for good, and trying every second would add to the load that refused it.
+function reconnect(watching, seconds) {
+  $("status").textContent = "reconnecting";
+  setTimeout(() => watch(watching).catch((error) => {
+    show(error.message, true);
+    const transient = error.status === undefined || error.status === 429 || error.status >= 500;
+    if (transient && watching === generation) {
+      reconnect(watching, error.retryAfter || Math.min(seconds * 2, 60));
+    }
+  }), seconds * 1000);
+}
+
 async function watch(watching) {
   const { ticket } = await call("POST", "/events/tickets");
   if (watching !== generation) return; // connected again meanwhile: that watch replaces this one
@@ -100,10 +119,7 @@ async function watch(watching) {
     start().catch((error) => show(error.message, true));
   });
   current.onerror = () => {
-    if (current.readyState === EventSource.CLOSED && watching === generation) {
-      $("status").textContent = "reconnecting";
-      setTimeout(() => watch(watching).catch((error) => show(error.message, true)), 1000);
-    }
+    if (current.readyState === EventSource.CLOSED && watching === generation) reconnect(watching, 1);
   };
 }
 

@@ -166,3 +166,35 @@ def test_connecting_again_while_the_page_reconnects_leaves_one_source(page_origi
     shown(chromium, '#events li[data-id="770000"]')
     time.sleep(2)
     assert len(chromium.find_elements(By.CSS_SELECTOR, '#events li[data-id="770000"]')) == 1
+
+
+def test_the_page_keeps_watching_after_its_token_is_rate_limited_for_a_while(page_origin, chromium):
+    """A reconnection refused with 429 (the page's token past its limit), and the mint of its next
+    ticket refused too, is not the end of the watch: the page waits as Retry-After says and goes
+    on, so a change made once the limit allows it again is shown."""
+    app = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": page_origin,
+            "PLANTS_API_TOKENS": f"{TOKEN},{PAGE_TOKEN}@5/10second",
+            "PLANTS_EVENTS_STREAM_MAX": "2",  # the stream ends: the page reconnects within the hog
+        }
+    )
+    try:
+        connect_page(chromium, page_origin, app.port, PAGE_TOKEN)
+        # Another client spends the page's token's every request for 9 s: the page's reconnection
+        # (3 s after its stream's end, at 2 s) and its mint of a new ticket are both 429.
+        refused, until = 0, time.monotonic() + 9
+        while time.monotonic() < until:
+            status, _, _ = call(
+                connection(app.port), "GET", "/plants/1", None, {"Authorization": f"Bearer {PAGE_TOKEN}"}
+            )
+            refused += status == 429
+            time.sleep(0.05)
+        assert refused
+        wait(chromium, 10).until(lambda d: "429" in d.find_element(By.ID, "message").text)
+
+        create(app.port, 780_000, "Patient fern")
+        shown(chromium, '#events li[data-id="780000"]', timeout=30)
+        shown(chromium, '#plants li[data-id="780000"]')
+    finally:
+        app.stop()
