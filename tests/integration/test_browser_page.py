@@ -198,3 +198,34 @@ def test_the_page_keeps_watching_after_its_token_is_rate_limited_for_a_while(pag
         shown(chromium, '#plants li[data-id="780000"]')
     finally:
         app.stop()
+
+
+def test_a_page_past_its_tokens_watcher_cap_backs_off_and_watches_once_one_closes(page_origin, chromium):
+    """Its source refused (429 past PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN, which EventSource cannot
+    read) while its mints succeed, the page waits longer after each refused source instead of a
+    mint and a refused source every second, and watches once the token's other watch ends."""
+    app = Gunicorn(env={"PLANTS_CORS_ORIGINS": page_origin, "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
+    held = connection(app.port)
+    try:
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()  # kept: the token's one watch
+        assert stream.status == 200
+        chromium.get(f"{page_origin}/index.html")
+        api = chromium.find_element(By.ID, "api")
+        api.clear()
+        api.send_keys(f"http://127.0.0.1:{app.port}")
+        chromium.find_element(By.ID, "token").send_keys(TOKEN)
+        chromium.find_element(By.ID, "connect-button").click()
+        wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
+        time.sleep(10)
+        mints = app.output().count('"POST /events/tickets HTTP/1.1" 200')
+        assert mints <= 5, mints  # 1, 2, 4 s apart: not one a second (about 10)
+
+        stream.close()  # the token's other watch ends
+        held.close()
+        wait(chromium, 40).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+        create(app.port, 790_000, "Waiting fern")
+        shown(chromium, '#events li[data-id="790000"]')
+    finally:
+        held.close()
+        app.stop()
