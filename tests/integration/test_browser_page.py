@@ -64,14 +64,19 @@ def shown(driver, css: str, timeout: float = 15):
     return wait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
 
 
-def connect_page(driver, page_origin: str, port: int, token: str) -> None:
-    """Open the page, give it the service's URL and a token, and wait until it watches the feed."""
+def open_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, give it the service's URL and a token, and press Connect."""
     driver.get(f"{page_origin}/index.html")
     api = driver.find_element(By.ID, "api")
     api.clear()
     api.send_keys(f"http://127.0.0.1:{port}")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "connect-button").click()
+
+
+def connect_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, connect it, and wait until it watches the feed."""
+    open_page(driver, page_origin, port, token)
     wait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
 
 
@@ -210,12 +215,7 @@ def test_a_page_past_its_tokens_watcher_cap_backs_off_and_watches_once_one_close
         held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
         stream = held.getresponse()  # kept: the token's one watch
         assert stream.status == 200
-        chromium.get(f"{page_origin}/index.html")
-        api = chromium.find_element(By.ID, "api")
-        api.clear()
-        api.send_keys(f"http://127.0.0.1:{app.port}")
-        chromium.find_element(By.ID, "token").send_keys(TOKEN)
-        chromium.find_element(By.ID, "connect-button").click()
+        open_page(chromium, page_origin, app.port, TOKEN)
         wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
         time.sleep(10)
         mints = app.output().count('"POST /events/tickets HTTP/1.1" 200')
