@@ -107,9 +107,9 @@ function reconnect(watching, seconds) {
   setTimeout(() => watch(watching).catch((error) => {
     show(error.message, true);
     const transient = error.status === undefined || error.status === 429 || error.status >= 500;
-    if (transient && watching === generation) {
-      reconnect(watching, error.retryAfter || nextDelay());
-    }
+    if (watching !== generation) return;
+    if (transient) reconnect(watching, error.retryAfter || nextDelay());
+    else $("status").textContent = "not connected"; // 401, 403: the token is no longer good
   }), seconds * 1000);
 }
 

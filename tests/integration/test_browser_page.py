@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import time
 
 import pytest
@@ -228,4 +229,27 @@ def test_a_page_past_its_tokens_watcher_cap_backs_off_and_watches_once_one_close
         shown(chromium, '#events li[data-id="790000"]')
     finally:
         held.close()
+        app.stop()
+
+
+def test_a_page_whose_token_is_withdrawn_says_it_is_not_connected(page_origin, chromium, tmp_path):
+    """The page's token removed (the tokens file rewritten, SIGHUP), its next mint is a 401: the
+    page says it is not connected, with the refusal, and does not try again as for a 429."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n{PAGE_TOKEN}\n", "utf-8")
+    app = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": page_origin,
+            "PLANTS_API_TOKENS": "",
+            "PLANTS_API_TOKENS_FILE": str(tokens),
+            "PLANTS_EVENTS_STREAM_MAX": "2",
+        }
+    )
+    try:
+        connect_page(chromium, page_origin, app.port, PAGE_TOKEN)
+        tokens.write_text(f"{TOKEN}\n", "utf-8")
+        app.process.send_signal(signal.SIGHUP)
+        wait(chromium, 30).until(lambda d: d.find_element(By.ID, "status").text == "not connected")
+        assert chromium.find_element(By.ID, "message").text.startswith("401: ")
+    finally:
         app.stop()
