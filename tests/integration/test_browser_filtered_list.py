@@ -156,3 +156,34 @@ def test_a_refused_mint_waits_for_retry_after_and_never_opens_a_source_without_a
     finally:
         driver.quit()
         server.stop()
+
+
+def test_a_source_refused_past_the_watcher_cap_is_opened_again_later_each_time(
+    page_dir_and_origin, monkeypatch
+):
+    """The documented page's source refused (429 past PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN) while
+    its mints succeed is opened again after a doubling delay, not a mint and a source a second,
+    and the page fills its list once the token's other watch ends."""
+    page_dir, origin = page_dir_and_origin
+    server = Gunicorn(env={"PLANTS_CORS_ORIGINS": origin, "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
+    driver = start_chromium(monkeypatch)
+    held = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
+    try:
+        put(server.port, 762_000, "indoor fern", "indoor")
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()  # kept: the token's one watch
+        assert stream.status == 200
+        write_page(page_dir, server.port, TOKEN)
+        driver.get(f"{origin}/index.html")
+        time.sleep(10)
+        mints = server.output().count('"POST /events/tickets HTTP/1.1" 200')
+        assert 1 <= mints <= 5, mints  # 1, 2, 4 s apart: not one a second (about 10)
+        assert listed(driver) == []
+
+        stream.close()  # the token's other watch ends
+        held.close()
+        wait(driver, 40).until(lambda _: listed(driver) == ["indoor fern"])
+    finally:
+        held.close()
+        driver.quit()
+        server.stop()
