@@ -9,6 +9,7 @@ let token = "";
 let source = null;
 let generation = 0; // counts the watches started (Connect, or a start over after `gone`)
 let lastEventId = ""; // where the feed is followed from; each event's id is the cursor after it
+let delay = 1; // seconds before the next watch once a source closes: doubles until one opens
 
 function show(text, isError = false) {
   $("message").textContent = text;
@@ -24,7 +25,12 @@ async function call(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const record = await response.json();
-  if (!response.ok) throw new Error(`${response.status}: ${record.message}`);
+  if (!response.ok) {
+    const error = new Error(`${response.status}: ${record.message}`);
+    error.status = response.status;
+    error.retryAfter = Number(response.headers.get("Retry-After")) || 0; // seconds; exposed by CORS
+    throw error;
+  }
   return record;
 }
 
@@ -75,6 +81,7 @@ function showEvent(event) {
 // while the listing was read comes as an event, and applying one twice is harmless.
 async function start() {
   const watching = ++generation;
+  delay = 1;
   const { next } = await call("GET", "/events?after=now");
   lastEventId = next;
   await listPlants();
@@ -83,7 +90,29 @@ async function start() {
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
 // while it is good. Once a reconnection is refused the source closes: mint a new ticket and
-// follow on from the last event seen.
+// follow on from the last event seen. EventSource shows no status (an expired ticket's 401, the
+// token's watcher cap's 429 look the same), so the wait doubles, up to a minute, with each source
+// refused in a row. A mint refused for a while (429, 503: the token's rate limit, a busy service)
+// or lost on the network is tried again, after its Retry-After, else after that wait: giving up
+// would leave the list stale for good, and trying every second would add to the load that
+// refused it.
+function nextDelay() {
+  const seconds = delay;
+  delay = Math.min(delay * 2, 60);
+  return seconds;
+}
+
+function reconnect(watching, seconds) {
+  $("status").textContent = "reconnecting";
+  setTimeout(() => watch(watching).catch((error) => {
+    show(error.message, true);
+    const transient = error.status === undefined || error.status === 429 || error.status >= 500;
+    if (watching !== generation) return;
+    if (transient) reconnect(watching, error.retryAfter || nextDelay());
+    else $("status").textContent = "not connected"; // 401, 403: the token is no longer good
+  }), seconds * 1000);
+}
+
 async function watch(watching) {
   const { ticket } = await call("POST", "/events/tickets");
   if (watching !== generation) return; // connected again meanwhile: that watch replaces this one
@@ -91,7 +120,10 @@ async function watch(watching) {
   if (source) source.close();
   const current = new EventSource(url);
   source = current;
-  current.onopen = () => { $("status").textContent = "watching"; };
+  current.onopen = () => {
+    delay = 1;
+    $("status").textContent = "watching";
+  };
   for (const type of ["plant.created", "plant.updated", "plant.deleted"]) {
     current.addEventListener(type, showEvent);
   }
@@ -100,10 +132,7 @@ async function watch(watching) {
     start().catch((error) => show(error.message, true));
   });
   current.onerror = () => {
-    if (current.readyState === EventSource.CLOSED && watching === generation) {
-      $("status").textContent = "reconnecting";
-      setTimeout(() => watch(watching).catch((error) => show(error.message, true)), 1000);
-    }
+    if (current.readyState === EventSource.CLOSED && watching === generation) reconnect(watching, nextDelay());
   };
 }
 

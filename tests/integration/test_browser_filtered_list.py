@@ -48,6 +48,23 @@ def indoor_names(port: int) -> list[str]:
     return sorted(plant["name"] for plant in json.loads(body)["plants"])
 
 
+def write_page(page_dir, port: int, token: str) -> None:
+    """The documented code on a page of its own, given the service's port and `token`."""
+    code = documented_code().replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}")
+    code = code.replace('"change-me"', json.dumps(token))
+    page = f'<!doctype html><meta charset="utf-8"><title>indoor</title><ul id="plants"></ul><script>{code}'
+    (page_dir / "index.html").write_text(page + "</script>", "utf-8")
+
+
+def listed(driver) -> list[str]:
+    # Read in one script: the page redraws the list as events come, and an item found before a
+    # redraw is stale by the time its text is asked for.
+    texts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#plants li'), li => li.textContent)"
+    )
+    return sorted(text.strip() for text in texts)
+
+
 def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_origin, monkeypatch):
     page_dir, origin = page_dir_and_origin
     server = Gunicorn(
@@ -63,24 +80,10 @@ def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_orig
         port = server.port
         for n in range(6):  # the snapshot's plants, and others it leaves out
             put(port, 760_000 + n, f"before-{n}", "indoor" if n % 2 else "outdoor")
-        code = documented_code().replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}")
-        code = code.replace('"change-me"', json.dumps(TOKEN))
-        page = (
-            f'<!doctype html><meta charset="utf-8"><title>indoor</title><ul id="plants"></ul><script>{code}'
-        )
-        (page_dir / "index.html").write_text(page + "</script>", "utf-8")
+        write_page(page_dir, port, TOKEN)
         driver.get(f"{origin}/index.html")
-
-        def listed() -> list[str]:
-            # Read in one script: the page redraws the list as events come, and an item found
-            # before a redraw is stale by the time its text is asked for.
-            texts = driver.execute_script(
-                "return Array.from(document.querySelectorAll('#plants li'), li => li.textContent)"
-            )
-            return sorted(text.strip() for text in texts)
-
-        wait(driver, 20).until(lambda _: listed() == indoor_names(port))
-        assert listed() == ["before-1", "before-3", "before-5"]
+        wait(driver, 20).until(lambda _: listed(driver) == indoor_names(port))
+        assert listed(driver) == ["before-1", "before-3", "before-5"]
         changes = [  # about 6 s of them: streams of 2 s end, tickets of 3 s expire
             (760_000, "indoor"),  # moves in
             (760_001, "outdoor"),  # moves out
@@ -102,10 +105,85 @@ def test_the_documented_page_keeps_a_filtered_list_in_chromium(page_dir_and_orig
                 put(port, plant_id, f"step-{step}", tag)
             time.sleep(0.5)
         put(port, 760_099, "last", "indoor")
-        wait(driver, 20).until(lambda _: listed() == indoor_names(port))
-        assert "last" in listed()
+        wait(driver, 20).until(lambda _: listed(driver) == indoor_names(port))
+        assert "last" in listed(driver)
         errors = [entry for entry in driver.get_log("browser") if "CORS" in entry["message"]]
         assert errors == []
     finally:
+        driver.quit()
+        server.stop()
+
+
+PAGE_TOKEN = "page-token"
+
+
+def test_a_refused_mint_waits_for_retry_after_and_never_opens_a_source_without_a_ticket(
+    page_dir_and_origin, monkeypatch
+):
+    """The documented page's mint refused (429: its token past its rate limit) opens no
+    `EventSource` with no ticket (`ticket=undefined`: a 401 a second, each counted against the
+    address's refused authentications), and the page goes on once the limit allows it."""
+    page_dir, origin = page_dir_and_origin
+    server = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": origin,
+            "PLANTS_API_TOKENS": f"{TOKEN},{PAGE_TOKEN}@5/10second",
+            "PLANTS_EVENTS_STREAM_MAX": "2",  # the stream ends: the page reconnects within the hog
+        }
+    )
+    driver = start_chromium(monkeypatch)
+    try:
+        port = server.port
+        put(port, 761_000, "before", "indoor")
+        write_page(page_dir, port, PAGE_TOKEN)
+        driver.get(f"{origin}/index.html")
+        wait(driver, 20).until(lambda _: listed(driver) == ["before"])
+        # Another client spends the page's token's every request for 9 s: the page's reconnection
+        # and its mints of a new ticket are 429.
+        auth = {"Authorization": f"Bearer {PAGE_TOKEN}"}
+        refused, until = 0, time.monotonic() + 9
+        while time.monotonic() < until:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+            refused += call(conn, "GET", "/plants/1", None, auth)[0] == 429
+            time.sleep(0.05)
+        assert refused
+        put(port, 761_001, "after", "indoor")
+        wait(driver, 30).until(lambda _: listed(driver) == ["after", "before"])
+        unauthenticated = [
+            line for line in server.output().splitlines() if "/events?" in line and '" 401 ' in line
+        ]
+        assert unauthenticated == []
+    finally:
+        driver.quit()
+        server.stop()
+
+
+def test_a_source_refused_past_the_watcher_cap_is_opened_again_later_each_time(
+    page_dir_and_origin, monkeypatch
+):
+    """The documented page's source refused (429 past PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN) while
+    its mints succeed is opened again after a doubling delay, not a mint and a source a second,
+    and the page fills its list once the token's other watch ends."""
+    page_dir, origin = page_dir_and_origin
+    server = Gunicorn(env={"PLANTS_CORS_ORIGINS": origin, "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
+    driver = start_chromium(monkeypatch)
+    held = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
+    try:
+        put(server.port, 762_000, "indoor fern", "indoor")
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()  # kept: the token's one watch
+        assert stream.status == 200
+        write_page(page_dir, server.port, TOKEN)
+        driver.get(f"{origin}/index.html")
+        time.sleep(10)
+        mints = server.output().count('"POST /events/tickets HTTP/1.1" 200')
+        assert 1 <= mints <= 5, mints  # 1, 2, 4 s apart: not one a second (about 10)
+        assert listed(driver) == []
+
+        stream.close()  # the token's other watch ends
+        held.close()
+        wait(driver, 40).until(lambda _: listed(driver) == ["indoor fern"])
+    finally:
+        held.close()
         driver.quit()
         server.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import time
 
 import pytest
@@ -64,14 +65,19 @@ def shown(driver, css: str, timeout: float = 15):
     return wait(driver, timeout).until(lambda _: driver.find_elements(By.CSS_SELECTOR, css))
 
 
-def connect_page(driver, page_origin: str, port: int, token: str) -> None:
-    """Open the page, give it the service's URL and a token, and wait until it watches the feed."""
+def open_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, give it the service's URL and a token, and press Connect."""
     driver.get(f"{page_origin}/index.html")
     api = driver.find_element(By.ID, "api")
     api.clear()
     api.send_keys(f"http://127.0.0.1:{port}")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "connect-button").click()
+
+
+def connect_page(driver, page_origin: str, port: int, token: str) -> None:
+    """Open the page, connect it, and wait until it watches the feed."""
+    open_page(driver, page_origin, port, token)
     wait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
 
 
@@ -166,3 +172,84 @@ def test_connecting_again_while_the_page_reconnects_leaves_one_source(page_origi
     shown(chromium, '#events li[data-id="770000"]')
     time.sleep(2)
     assert len(chromium.find_elements(By.CSS_SELECTOR, '#events li[data-id="770000"]')) == 1
+
+
+def test_the_page_keeps_watching_after_its_token_is_rate_limited_for_a_while(page_origin, chromium):
+    """A reconnection refused with 429 (the page's token past its limit), and the mint of its next
+    ticket refused too, is not the end of the watch: the page waits as Retry-After says and goes
+    on, so a change made once the limit allows it again is shown."""
+    app = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": page_origin,
+            "PLANTS_API_TOKENS": f"{TOKEN},{PAGE_TOKEN}@5/10second",
+            "PLANTS_EVENTS_STREAM_MAX": "2",  # the stream ends: the page reconnects within the hog
+        }
+    )
+    try:
+        connect_page(chromium, page_origin, app.port, PAGE_TOKEN)
+        # Another client spends the page's token's every request for 9 s: the page's reconnection
+        # (3 s after its stream's end, at 2 s) and its mint of a new ticket are both 429.
+        refused, until = 0, time.monotonic() + 9
+        while time.monotonic() < until:
+            status, _, _ = call(
+                connection(app.port), "GET", "/plants/1", None, {"Authorization": f"Bearer {PAGE_TOKEN}"}
+            )
+            refused += status == 429
+            time.sleep(0.05)
+        assert refused
+        wait(chromium, 10).until(lambda d: "429" in d.find_element(By.ID, "message").text)
+
+        create(app.port, 780_000, "Patient fern")
+        shown(chromium, '#events li[data-id="780000"]', timeout=30)
+        shown(chromium, '#plants li[data-id="780000"]')
+    finally:
+        app.stop()
+
+
+def test_a_page_past_its_tokens_watcher_cap_backs_off_and_watches_once_one_closes(page_origin, chromium):
+    """Its source refused (429 past PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN, which EventSource cannot
+    read) while its mints succeed, the page waits longer after each refused source instead of a
+    mint and a refused source every second, and watches once the token's other watch ends."""
+    app = Gunicorn(env={"PLANTS_CORS_ORIGINS": page_origin, "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
+    held = connection(app.port)
+    try:
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()  # kept: the token's one watch
+        assert stream.status == 200
+        open_page(chromium, page_origin, app.port, TOKEN)
+        wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
+        time.sleep(10)
+        mints = app.output().count('"POST /events/tickets HTTP/1.1" 200')
+        assert mints <= 5, mints  # 1, 2, 4 s apart: not one a second (about 10)
+
+        stream.close()  # the token's other watch ends
+        held.close()
+        wait(chromium, 40).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+        create(app.port, 790_000, "Waiting fern")
+        shown(chromium, '#events li[data-id="790000"]')
+    finally:
+        held.close()
+        app.stop()
+
+
+def test_a_page_whose_token_is_withdrawn_says_it_is_not_connected(page_origin, chromium, tmp_path):
+    """The page's token removed (the tokens file rewritten, SIGHUP), its next mint is a 401: the
+    page says it is not connected, with the refusal, and does not try again as for a 429."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n{PAGE_TOKEN}\n", "utf-8")
+    app = Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": page_origin,
+            "PLANTS_API_TOKENS": "",
+            "PLANTS_API_TOKENS_FILE": str(tokens),
+            "PLANTS_EVENTS_STREAM_MAX": "2",
+        }
+    )
+    try:
+        connect_page(chromium, page_origin, app.port, PAGE_TOKEN)
+        tokens.write_text(f"{TOKEN}\n", "utf-8")
+        app.process.send_signal(signal.SIGHUP)
+        wait(chromium, 30).until(lambda d: d.find_element(By.ID, "status").text == "not connected")
+        assert chromium.find_element(By.ID, "message").text.startswith("401: ")
+    finally:
+        app.stop()
