@@ -446,3 +446,34 @@ def test_a_head_under_the_limit_is_read_however_it_is_split(server, cut):
     answer = sent_in_pieces(server.port, NEAR_LIMIT_HEAD, cuts, pause=0.002)
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]  # the body's own refusal, not a 431
     assert b'"error":400' in answer
+
+
+def cut_in(head: bytes, *fields: tuple[str, int]) -> list[int]:
+    """Where reads end: `offset` bytes into each named field of `head`."""
+    return [head.index(name.encode()) + offset for name, offset in fields]
+
+
+def test_a_head_under_the_limit_is_read_though_a_read_ends_inside_its_first_and_last_fields(server):
+    """A field whose first bytes came in an earlier read is counted once: its bytes there, and the
+    rest where it ends. Counted whole again there, this head under the limit was a 431."""
+    cuts = cut_in(NEAR_LIMIT_HEAD, ("X-Filler-1", 50), ("X-Filler-9", 5900))
+    answer = sent_in_pieces(server.port, NEAR_LIMIT_HEAD, cuts, pause=0.1)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]  # the body's own refusal, not a 431
+    assert b'"error":400' in answer
+
+
+#: A head just over the 64 KiB: eleven fields of 6,000 bytes each.
+OVER_LIMIT_HEAD = request(
+    body=b"{}", headers=[AUTH, JSON, *[(f"X-Filler-{n}", "a" * 6000) for n in range(11)]]
+)
+
+
+def test_a_head_over_the_limit_is_a_431_though_its_first_read_ends_inside_a_field(server):
+    """The first read of a head counts whole, the part of a field it holds with it: left to the
+    field's own count, those bytes were never counted, and this head over the limit was served."""
+    assert len(OVER_LIMIT_HEAD) > 64 * 1024
+    cuts = cut_in(OVER_LIMIT_HEAD, ("X-Filler-1", 5000))
+    answer = sent_in_pieces(server.port, OVER_LIMIT_HEAD, cuts, pause=0.1)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    message = "Request Header Fields Too Large: the request line and headers may take 65536 bytes at most."
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"error": 431, "message": message}

@@ -34,13 +34,23 @@ def put(client, auth, name: str) -> int:
     return client.put(f"/plants/{PLANT}", json={"id": PLANT, "name": name}, headers=auth).status_code
 
 
+def put_acknowledged(client, auth, name: str) -> int:
+    """A write not held: on a loaded machine its new connection may take its whole deadline (a 503
+    whose fate is settled, README), so it is sent again, as a client would, a few times."""
+    for _ in range(5):
+        status = put(client, auth, name)
+        if status != 503:
+            break
+    return status
+
+
 def assert_held_write_never_lands_after_a_later_one(client, auth, proxy: HoldingProxy) -> None:
-    assert put(client, auth, "version 1") in (200, 201)
+    assert put_acknowledged(client, auth, "version 1") in (200, 201)
     proxy.hold()
     assert put(client, auth, "version 2") == 503
     assert proxy.held_bytes > 0  # version 2 is on its way, held
     proxy.stop_holding()
-    assert put(client, auth, "version 3") == 200
+    assert put_acknowledged(client, auth, "version 3") == 200
     proxy.release()
     # Redis answers the late bytes to a client that has gone.
     wait_until(lambda: proxy.orphan_replies)

@@ -138,7 +138,8 @@ class Incoming:
         self.wants_continue = False
         self._body: list[bytes] = []
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
-        self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
+        self._head_bytes = self._field_bytes = self._head_count = 0
+        self._framing_bytes = self._body_size = self._content_length = 0
         self.on_message_begin()
         self.phase = BETWEEN
 
@@ -203,9 +204,10 @@ class Incoming:
             # HTTP/0.9 client sends none and waits, so it is refused as soon as its line ends.
             self.refusal = _malformed("HTTP/0.9 is not served")
             return
-        # A slice read whole within one phase counts whole; the parser's callbacks count the rest.
-        if self.phase == phase_before == HEAD and self._request is request_before:
-            self._head_bytes = head_before + len(piece)  # its fields were counted by `on_header` too
+        # A slice read whole within one head counts whole (a head begun with it, from 0); the
+        # parser's callbacks count the rest.
+        if self.phase == HEAD and (phase_before == BETWEEN or self._request is request_before):
+            self._head_bytes = (head_before if phase_before == HEAD else 0) + len(piece)
             if self._head_bytes > self.limits.head:
                 self.refusal = _head_too_large(self.limits.head)
         elif self.phase == phase_before == BODY:
@@ -238,7 +240,8 @@ class Incoming:
     def on_message_begin(self) -> None:
         self.phase = HEAD
         self._request = cycle.Request()
-        self._head_bytes = self._head_count = self._framing_bytes = self._body_size = self._content_length = 0
+        self._head_bytes = self._field_bytes = self._head_count = 0
+        self._framing_bytes = self._body_size = self._content_length = 0
         self._body = []
 
     def on_url(self, url: bytes) -> None:
@@ -248,7 +251,12 @@ class Incoming:
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
         size = len(name) + len(value) + 2
-        self._head_bytes += size + 2
+        if self.phase == BODY:
+            self._head_bytes += size + 2  # a trailer field: after the whole head
+        else:
+            # Its first bytes may be counted already, by the slices before: the larger count.
+            self._field_bytes += size + 2
+            self._head_bytes = max(self._head_bytes, self._field_bytes)
         self.limits.check_field(self._head_count, size, self._head_bytes, trailer=self.phase == BODY)
         if self.phase == BODY:
             return  # a trailer field: checked as a header field is, counted as framing, not passed on
