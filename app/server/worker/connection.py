@@ -156,11 +156,6 @@ class Incoming:
         self.ready.clear()
         self.unparsed, self._body, self._body_size = b"", [], 0
 
-    def take_continue(self) -> bool:
-        """Whether a 100 Continue is owed now (once, after a head that asks)."""
-        wants, self.wants_continue = self.wants_continue, False
-        return wants
-
     def feed(self, data: bytes) -> None:
         """Parse `data` after what was held back, in slices, until a request is whole; keep the rest."""
         data = self.unparsed + data if self.unparsed else data
@@ -251,12 +246,11 @@ class Incoming:
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
         size = len(name) + len(value) + 2
-        if self.phase == BODY:
-            self._head_bytes += size + 2  # a trailer field: after the whole head
-        else:
-            # Its first bytes may be counted already, by the slices before: the larger count.
-            self._field_bytes += size + 2
-            self._head_bytes = max(self._head_bytes, self._field_bytes)
+        self._field_bytes += size + 2
+        # A header field's first bytes may be counted already, by the slices before: the larger
+        # count. A trailer field's come after the whole head.
+        after = self._head_bytes + size + 2 if self.phase == BODY else self._field_bytes
+        self._head_bytes = max(self._head_bytes, after)
         self.limits.check_field(self._head_count, size, self._head_bytes, trailer=self.phase == BODY)
         if self.phase == BODY:
             return  # a trailer field: checked as a header field is, counted as framing, not passed on
@@ -507,7 +501,8 @@ class Conn:
             self._await_more()
 
     def _await_more(self) -> None:
-        if self.incoming.take_continue():  # owed after a head that asks, never between requests
+        if self.incoming.wants_continue:  # owed once after a head that asks, never between requests
+            self.incoming.wants_continue = False
             with contextlib.suppress(OSError):
                 self.sock.send(_CONTINUE)  # 25 bytes into an empty send buffer
         resting = self.incoming.phase == BETWEEN  # a kept-alive connection: the keep-alive time from now
