@@ -138,10 +138,15 @@ class Incoming:
         self.wants_continue = False
         self._body: list[bytes] = []
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
-        self._head_bytes = self._field_bytes = self._head_count = 0
-        self._framing_bytes = self._body_size = self._content_length = 0
         self.on_message_begin()
         self.phase = BETWEEN
+
+    def on_message_begin(self) -> None:
+        self.phase = HEAD
+        self._request = cycle.Request()
+        self._head_bytes = self._field_bytes = self._head_count = 0
+        self._framing_bytes = self._body_size = self._content_length = 0
+        self._body = []
 
     @property
     def has_work(self) -> bool:
@@ -232,13 +237,6 @@ class Incoming:
         self.parser = httptools.HttpRequestParser(self)
         self._feed_slice(b"POST / HTTP/1.1\r\nHost: -\r\n%s\r\n%s" % (framing, rest))
 
-    def on_message_begin(self) -> None:
-        self.phase = HEAD
-        self._request = cycle.Request()
-        self._head_bytes = self._field_bytes = self._head_count = 0
-        self._framing_bytes = self._body_size = self._content_length = 0
-        self._body = []
-
     def on_url(self, url: bytes) -> None:
         self._request.url += url
         self.limits.check_request_line(self.parser.get_method(), self._request.url)
@@ -246,14 +244,13 @@ class Incoming:
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
         size = len(name) + len(value) + 2
-        self._field_bytes += size + 2
-        # A header field's first bytes may be counted already, by the slices before: the larger
-        # count. A trailer field's come after the whole head.
-        after = self._head_bytes + size + 2 if self.phase == BODY else self._field_bytes
-        self._head_bytes = max(self._head_bytes, after)
-        self.limits.check_field(self._head_count, size, self._head_bytes, trailer=self.phase == BODY)
-        if self.phase == BODY:
-            return  # a trailer field: checked as a header field is, counted as framing, not passed on
+        if trailer := self.phase == BODY:  # counted after the whole head (`on_headers_complete`)
+            self._head_bytes += size + 2
+        else:
+            self._field_bytes += size + 2
+        self.limits.check_field(self._head_count, size, self._head_bytes, trailer=trailer)
+        if trailer:
+            return  # checked as a header field is, counted as framing, not passed on
         if name.lower() == b"content-length":
             self._content_length = int(value)  # llhttp has checked that it is digits only
         self._request.fields.append((name, value))
@@ -264,6 +261,10 @@ class Incoming:
         request.method = parser.get_method().decode("ascii")
         request.keep_alive = parser.should_keep_alive()
         self.phase = BODY
+        # The slices' count, or its fields' where a read ended inside one (each counted once).
+        self._head_bytes = max(self._head_bytes, self._field_bytes)
+        if self._head_bytes > self.limits.head:
+            raise _head_too_large(self.limits.head)
         chunked = self.limits.check_head(request, self._content_length)
         self.wants_continue = (chunked or self._content_length > 0) and request.expects_continue()
 
@@ -421,7 +422,8 @@ class Conn:
     def allow(self, size: int) -> None:
         """Its deadline: the read timeout from now, and a second per 64 KiB of `size` to move."""
         deadline = time.monotonic() + self.context.read_timeout + size / cycle.BYTES_PER_SECOND
-        self.standing.deadline = min(deadline, self.standing.stop_by)
+        standing = self.standing
+        standing.deadline = deadline if deadline < standing.stop_by else standing.stop_by
 
     def turn(self) -> None:
         try:
