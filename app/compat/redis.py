@@ -342,15 +342,21 @@ def _check_bound(until: float) -> float:
     return left
 
 
+#: A call without an end: most of them, so no generator is made for each.
+_UNBOUNDED = contextlib.nullcontext()
+
+
+def _bounded(connection: Any, until: float | None) -> contextlib.AbstractContextManager[None]:
+    """A call on `connection` that ends by `until` (time.monotonic()), when given (`_bounded_by`)."""
+    return _UNBOUNDED if until is None else _bounded_by(connection, until)
+
+
 @contextlib.contextmanager
-def _bounded(connection: Any, until: float | None) -> Iterator[None]:
-    """A call on `connection` that ends by `until` (time.monotonic()), when given: a connect it
-    makes times out then, and so does each reply it reads, the handshake's of a new connection
-    included (redis-py's own calls read through the connection's `read_response`). TimeoutError
-    before anything is sent when no time is left, or when redis-py cannot bound the reads."""
-    if until is None:
-        yield
-        return
+def _bounded_by(connection: Any, until: float) -> Iterator[None]:
+    """A call on `connection` that ends by `until`: a connect it makes times out then, and so does
+    each reply it reads, the handshake's of a new connection included (redis-py's own calls read
+    through the connection's `read_response`). TimeoutError before anything is sent when no time
+    is left, or when redis-py cannot bound the reads."""
     left = _check_bound(until)
     read = type(connection).read_response
 
