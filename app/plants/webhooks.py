@@ -34,6 +34,7 @@ from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSch
 from app.store import EVENT_TYPES, UNCONDITIONAL
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
+from app.webhooks.drain import holds_listed
 from app.webhooks.lookups import Lookups, NotResolvedInTime
 from app.webhooks.message import new_secret, utc_text
 from app.webhooks.urls import UrlRefused, check_url, encoded, normalized
@@ -112,9 +113,15 @@ def patch_webhook(endpoint_id: str) -> Response:
             # (its failure would set one): the new one gets the event now, with its tries anew;
             # the epoch drops the outcome of an attempt to the old one still under way.
             fields.update(epoch=str(endpoint.epoch + 1), **delivery_fields(endpoint.position, 0, 0))
-        elif _dropped_a_type(endpoint, changed) and endpoint.status == ENABLED and endpoint.tries:
-            # The event a retry holds (up to hours away) may be of a type no longer listed: it is
-            # looked at again now, skipped if so, rather than holding the next events back.
+        elif (
+            _dropped_a_type(endpoint, changed)
+            and endpoint.status == ENABLED
+            and endpoint.tries
+            and not holds_listed(state.store, endpoint, changed)
+        ):
+            # The event a retry holds (up to hours away) is of a type no longer listed: it is
+            # looked at again now, and skipped, rather than holding the next events back. One
+            # still listed keeps its retry's time: releasing it would try it ahead of its backoff.
             fields["due"] = str(time.time_ns() // 1_000_000)
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:

@@ -219,6 +219,17 @@ def subscribed(endpoint: Endpoint, entry: FeedEntry) -> bool:
     return events is None or EVENT_TYPES[entry.event.kind] in events
 
 
+def holds_listed(store: PlantStore, endpoint: Endpoint, changed: Endpoint) -> bool:
+    """Whether the event `endpoint`'s retry holds (the first after its position that it takes) is
+    of a type `changed` still takes; False when the feed no longer has it (the drain says so)."""
+    try:
+        entries, _ = store.feed_entries(endpoint.position, BATCH, read_on=True)
+    except (FeedExpiredError, ValueError):
+        return False
+    held = next((entry for entry in entries if subscribed(endpoint, entry)), None)
+    return held is not None and subscribed(changed, held)
+
+
 def signing_secrets(endpoint: Endpoint) -> list[str]:
     """The secrets that sign `endpoint`'s deliveries now: a rotated one until it expires."""
     now = epoch_ms()

@@ -592,14 +592,19 @@ def test_a_new_url_gets_the_event_at_once(client, first_answer_s, changed_when):
 
 
 @pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
-def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(client):
-    """The held event's retry is an hour away (a 503's Retry-After; 86 s at this scale) when the
-    endpoint stops listing its type: the next event of a type it lists goes at once."""
-    receiver = Receiver(
+def creates_wait_an_hour() -> Receiver:
+    """A receiver that answers a creation 503 with an hour's Retry-After, and the rest 204."""
+    return Receiver(
         lambda delivery, number: (
             (503, {"Retry-After": "3600"}, 0) if delivery.event["type"] == "plant.created" else (204, {}, 0)
         )
     )
+
+
+def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(client):
+    """The held event's retry is an hour away (a 503's Retry-After; 86 s at this scale) when the
+    endpoint stops listing its type: the next event of a type it lists goes at once."""
+    receiver = creates_wait_an_hour()
     try:
         hook = register(client, receiver.url)
         create(client, 1)
@@ -617,6 +622,30 @@ def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(
             1,
         )
         wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
+def test_dropping_another_type_keeps_the_held_events_retry_on_its_schedule(client):
+    """The held event's retry is 86 s away (a 503's Retry-After, at the schedule's longest at
+    this scale) when the endpoint stops listing another type: its type is still listed, so it
+    waits for its retry, and the events behind it wait in order, rather than going at once."""
+    receiver = creates_wait_an_hour()
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        pending = wait_until(lambda: endpoint(client, hook)["next_attempt"], what="a retry pending")
+        changed = client.patch(
+            f"/webhooks/{hook['id']}", json={"events": ["plant.created", "plant.updated"]}, headers=AUTH
+        )
+        assert changed.status_code == 200, changed.json
+        assert changed.json["events"] == ["plant.created", "plant.updated"]
+        assert changed.json["next_attempt"] == pending
+        assert client.put("/plants/1", json={"name": "Fern 1", "tag": "x"}, headers=AUTH).status_code == 200
+        time.sleep(1.0)
+        assert [delivery.event["type"] for delivery in receiver.deliveries] == ["plant.created"]
+        assert endpoint(client, hook)["next_attempt"] == pending
+        assert len(attempts(client, hook)) == 1
     finally:
         receiver.stop()
 
