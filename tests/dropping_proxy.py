@@ -1,11 +1,12 @@
 """A TCP proxy on 127.0.0.1 that drops a connection around one script: a network (or a Redis
 failover, a middlebox's idle timer) that breaks a connection while a write is on it.
 
-`drop_next(after_reply=True)`: the next EVALSHA goes to Redis whole, Redis runs it and replies, and
-the proxy resets the client's connection instead of passing the reply on: the write landed, and
-its sender does not know. `after_reply=False`: the next EVALSHA never reaches Redis; the client's
-connection is reset as it is sent. `slow_replies(seconds)`: every reply reaches its client that
-much late (a stalled Redis, or a congested link, that still answers within a timeout).
+`drop_next(after_reply=True)`: the next EVALSHA (or the next of one script: `containing` its SHA)
+goes to Redis whole, Redis runs it and replies, and the proxy resets the client's connection
+instead of passing the reply on: the write landed, and its sender does not know.
+`after_reply=False`: the next EVALSHA never reaches Redis; the client's connection is reset as it
+is sent. `slow_replies(seconds)`: every reply reaches its client that much late (a stalled Redis,
+or a congested link, that still answers within a timeout).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _RESET = struct.pack("ii", 1, 0)
 class DroppingProxy(Proxy):
     def __init__(self, upstream_port: int) -> None:
         self._armed: bool | None = None  # None: forward everything; else drop_next's after_reply
+        self._containing = b""
         self._before_drop: Callable[[], None] | None = None
         self.dropped_command = b""
         #: Set when the armed drop has happened.
@@ -36,11 +38,15 @@ class DroppingProxy(Proxy):
         """Pass each reply on `seconds` after it came (0: at once)."""
         self._reply_delay_s = seconds
 
-    def drop_next(self, *, after_reply: bool, before_drop: Callable[[], None] | None = None) -> None:
+    def drop_next(
+        self, *, after_reply: bool, before_drop: Callable[[], None] | None = None, containing: bytes = b""
+    ) -> None:
         """`before_drop`: what else happens while the script has run and its sender waits (a
-        slot moving to another node, say)."""
+        slot moving to another node, say). `containing`: the dropped EVALSHA is the next that
+        holds these bytes too (a script's SHA), any other is forwarded."""
         with self._lock:
             self._armed = after_reply
+            self._containing = containing
             self._before_drop = before_drop
             self.dropped.clear()
 
@@ -63,7 +69,7 @@ class DroppingProxy(Proxy):
     def _to_upstream(self, client: socket.socket, upstream: socket.socket, swallow: threading.Event) -> None:
         for data in received(client):
             with self._lock:
-                armed = self._armed if b"EVALSHA" in data else None
+                armed = self._armed if b"EVALSHA" in data and self._containing in data else None
                 if armed is not None:
                     self._armed = None
                     self.dropped_command = data[:300]

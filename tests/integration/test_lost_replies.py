@@ -10,6 +10,7 @@ runs once.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 
@@ -18,10 +19,13 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import app.compat.redis
+from app.store.redis import lua
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
 from tests.integration.test_cluster import move_slot_whole
+from tests.integration.test_webhook_delivery import wait_until
+from tests.receiver import Receiver
 from tests.servers import RedisClusterServers
 
 TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
@@ -163,6 +167,40 @@ def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxie
     assert answer.status_code == status, answer.get_data(as_text=True)
     after = client.get(path, headers=auth)
     assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
+
+
+def test_an_attempt_whose_records_reply_was_lost_is_listed_once(redis_server, make_app, auth):
+    """The deliverer's acknowledgement (the position and the attempt, one script) is sent again
+    after its reply was lost: its second run stores nothing more, so each attempt is listed once."""
+    proxy = DroppingProxy(redis_server.port)
+    receiver = Receiver()
+    settings = {**redis_settings(redis_server), "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+    client = make_app(**settings, **TIMEOUTS, PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+    try:
+        hook = client.post("/webhooks", json={"url": receiver.url}, headers=auth).get_json()
+        path = f"/webhooks/{hook['id']}/attempts"
+
+        def listed() -> list[str]:
+            return [
+                attempt["webhook_id"] for attempt in client.get(path, headers=auth).get_json()["attempts"]
+            ]
+
+        # The first delivery loads the acknowledgement's script: the dropped reply is its own.
+        fresh_plant(client, auth)
+        first = receiver.wait_for(1)[0].id
+        wait_until(lambda: listed() == [first], what="the first attempt listed")
+        ack = hashlib.sha1(lua.HOOK_ACK.encode(), usedforsecurity=False).hexdigest()
+        proxy.drop_next(after_reply=True, containing=ack.encode())
+        fresh_plant(client, auth)
+        second = receiver.wait_for(2)[1].id
+        assert proxy.dropped.wait(10)
+        wait_until(lambda: len(listed()) >= 2, what="the second attempt listed")
+        time.sleep(0.5)  # a second record would come with the resent script, at once
+        assert listed() == [second, first]
+        assert len(receiver.deliveries) == 2
+    finally:
+        receiver.stop()
+        proxy.close()
 
 
 @pytest.fixture

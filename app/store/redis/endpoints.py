@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
@@ -127,7 +128,11 @@ class RedisEndpoints(RedisBacked):
         attempt: str | None,
     ) -> tuple[str, int] | None:
         keys: Any = tuple(self._key(kind, endpoint_id) for kind in "lea")
-        head = HookAckArgs(self._tag, self._cluster, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT)
+        # Resent after a lost reply: its token tells a second run that the first stored it all.
+        token = secrets.token_hex(8)
+        head = HookAckArgs(
+            self._tag, self._cluster, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT, token
+        )
         args = (*head, *_flat(fields))
         answer = self._run("HOOK_ACK", keys, args, write=True)
         return None if answer[0] == 0 else (answer[1].decode(), int(answer[2]))

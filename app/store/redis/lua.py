@@ -212,3 +212,4 @@ class HookAckArgs(NamedTuple):
     epoch: int
     attempt: str
     attempts_kept: int
+    token: str
