@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How often the coordinator looks while drains are in flight (the watchdog, the leases).
+#: How often the coordinator looks while drains are in flight (the leases, the drains that ended).
 POLL_S = 0.1
 #: How often an idle coordinator asks the store for the feed's position alone: the most a change
 #: made by another process (one that does not deliver) waits before this one sees it.
@@ -345,7 +345,6 @@ class Deliverer:
     def run_once(self) -> float | None:
         """One look: lease and drain the endpoints with events to send; the seconds until the
         next look (None: none until something wakes it), unless something wakes it first."""
-        self.watchdog.expire()
         drains, schedule = self.drains, self.schedule
         if drains.reap():
             # The drain's own wake-up may have come before its future was done, and found it

@@ -53,17 +53,23 @@ class Attempt(NamedTuple):
 class Watchdog:
     """Ends the attempts that pass their deadline. A socket timeout bounds each read, not the
     attempt: a receiver that trickles its answer a byte at a time would hold a delivery thread
-    for as long as it likes. The deliverer calls `expire` every poll; it shuts such a socket down,
-    and the attempt ends as a timeout. `cut` ends one thread's attempts at once, the ones it
-    starts until `uncut` included (an endpoint moved under its drain)."""
+    for as long as it likes. A thread of its own shuts such a socket down at its deadline, and
+    the attempt ends as a timeout: not the deliverer's coordinator, whose calls to the store (a
+    hung Redis) would hold the attempt past its limit by as long as the store takes to time out.
+    That thread runs while attempts are watched, and ends when it wakes to find none.
+    `cut` ends one thread's attempts at once, the ones it starts until `uncut` included (an
+    endpoint moved under its drain)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Notified when a socket is watched: its deadline may be the earliest.
+        self._watching = threading.Condition(self._lock)
         #: Each socket watched: its deadline, the socket, and the thread its attempt runs in.
         self._watched: dict[int, tuple[float, socket.socket, int]] = {}
         self._expired: set[int] = set()
         #: The threads whose attempts are cut off as they start.
         self._cut: set[int] = set()
+        self._thread: threading.Thread | None = None
 
     def watch(self, sock: socket.socket, deadline: float) -> None:
         """Watch `sock` until `deadline`; TimeoutError when its thread's attempts are cut off."""
@@ -72,6 +78,24 @@ class Watchdog:
             if thread in self._cut:
                 raise TimeoutError
             self._watched[id(sock)] = (deadline, sock, thread)
+            # A forked process's copy of the thread is not alive: it starts its own.
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="webhooks-watchdog", daemon=True)
+                self._thread.start()
+            self._watching.notify()
+
+    def _run(self) -> None:
+        """Shut each watched socket down at its deadline, until none is watched."""
+        while True:
+            with self._lock:
+                if not self._watched:
+                    self._thread = None
+                    return
+                left = min(deadline for deadline, _, _ in self._watched.values()) - time.monotonic()
+                if left > 0:
+                    self._watching.wait(left)
+                    continue
+            self.expire()
 
     def forget(self, sock: socket.socket | None) -> bool:
         """Stop watching `sock`; whether it was ended for passing its deadline."""

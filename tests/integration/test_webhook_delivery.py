@@ -17,7 +17,7 @@ from app.webhooks.keepalive import IDLE_S
 from tests.conftest import STORES_AND_CLUSTER, redis_settings, settings_for_store
 from tests.contract.test_metrics import samples
 from tests.receiver import Receiver
-from tests.servers import TOKEN
+from tests.servers import TOKEN, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: The schedule at a thousandth: 5 ms, 0.3 s, 1.8 s, 7.2 s, 18 s, 36 s, 50.4 s, 72 s, 86.4 s,
@@ -503,6 +503,61 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(make_app)
     finally:
         stop.set()
         listener.close()
+
+
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # a Redis of its own, hung below
+def test_a_hung_store_does_not_stretch_an_attempt_past_its_timeout(make_app, tmp_path):
+    """The receiver trickles its answer (each read is quick, the attempt never ends), and Redis
+    hangs (SIGSTOP) as the request arrives: the attempt's connection is still shut at
+    PLANTS_WEBHOOKS_TIMEOUT, not once a call to the store times out (PLANTS_STORE_TIMEOUT, longer
+    here)."""
+    import select
+    import signal
+    import socket
+    import threading
+
+    redis = RedisServer(tmp_path)
+    listener = socket.create_server(("127.0.0.1", 0))
+    arrived, closed = threading.Event(), threading.Event()
+    times: dict[str, float] = {}
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            times["arrived"] = time.monotonic()
+            arrived.set()
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            try:
+                # One header byte every 0.1 s, never a line's end, until the sender shuts it.
+                while not select.select([connection], [], [], 0.1)[0] or connection.recv(65536):
+                    connection.sendall(b"X")
+            except OSError:
+                pass
+            times["closed"] = time.monotonic()
+            closed.set()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    client = make_app(
+        **redis_settings(redis),
+        PLANTS_STORE_TIMEOUT=5,
+        PLANTS_WEBHOOKS_TIMEOUT=1,
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_RETRY_SCALE=SCALE,
+    ).test_client()
+    try:
+        register(client, f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        create(client, 1)
+        assert arrived.wait(10)
+        redis.signal(signal.SIGSTOP)
+        try:
+            assert closed.wait(10)
+        finally:
+            redis.signal(signal.SIGCONT)
+        assert times["closed"] - times["arrived"] < 1.8  # its 1 s, not the store's 5 s
+    finally:
+        listener.close()
+        redis.stop()
 
 
 def test_deliveries_share_one_kept_connection_and_each_carries_its_writes_request_id(make_app, receiver):
