@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from standardwebhooks import Webhook
@@ -245,6 +246,16 @@ class StalledReceiver:
             self._fillers.append(filler)
         self._filler_ports = {filler.getsockname()[1] for filler in self._fillers}
         self._stop = threading.Event()
+
+    def senders_stalled(self) -> bool:
+        """Whether a socket of this host but the fillers is in its handshake to it (SYN sent)."""
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        return any(
+            fields[2] == f"0100007F:{self.port:04X}"
+            and fields[3] == "02"
+            and int(fields[1].split(":")[1], 16) not in self._filler_ports
+            for fields in map(str.split, lines)
+        )
 
     def release(self) -> None:
         for filler in self._fillers:

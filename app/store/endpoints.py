@@ -98,7 +98,10 @@ class EndpointStore(Protocol):
         """Keep a new endpoint; False, keeping nothing, when `limit` endpoints are kept already."""
         ...
 
-    def get(self, endpoint_id: str) -> Endpoint | None: ...
+    def get(self, endpoint_id: str, until: float | None = None) -> Endpoint | None:
+        """The endpoint, or None when it is gone. `until` (time.monotonic()): on a shared store, a
+        StoreUnavailableError once it passes (where the client can bound a read)."""
+        ...
 
     def all(self) -> list[Endpoint]:
         """Every endpoint, the oldest first."""

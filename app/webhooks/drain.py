@@ -175,7 +175,7 @@ class EndpointDrain:
                 allowed=settings.webhooks_allow_hosts,
                 watchdog=deliverer.watchdog,
                 slot=self.slot,
-                still_wanted=lambda: still_enabled(deliverer.store, endpoint),
+                still_wanted=lambda until: still_enabled(deliverer.store, endpoint, until),
             )
 
         deliverer.lanes.begin(endpoint.id)
@@ -236,12 +236,12 @@ def signing_secrets(endpoint: Endpoint) -> list[str]:
     return [secret for secret, until in endpoint.secrets if until is None or until > now]
 
 
-def still_enabled(store: PlantStore, endpoint: Endpoint) -> bool:
+def still_enabled(store: PlantStore, endpoint: Endpoint, until: float | None = None) -> bool:
     """Whether `endpoint` is as its drain leased it, and enabled: read again before writing an
     attempt that took long to connect, so that an endpoint deleted or disabled meanwhile (its
-    answer already given) gets nothing more."""
+    answer already given) gets nothing more. The read ends by `until`, the attempt's deadline."""
     try:
-        fresh = store.endpoints.get(endpoint.id)
+        fresh = store.endpoints.get(endpoint.id, until=until)
     except StoreUnavailableError:
         return True  # at least once: a store that does not answer withdraws nothing
     return fresh is not None and fresh.epoch == endpoint.epoch and fresh.status == ENABLED

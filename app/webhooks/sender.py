@@ -232,13 +232,14 @@ def send(
     watchdog: Watchdog | None = None,
     slot: Slot | None = None,
     resolve: Resolver = socket.getaddrinfo,
-    still_wanted: Callable[[], bool] | None = None,
+    still_wanted: Callable[[float], bool] | None = None,
 ) -> Attempt:
     """POST `body` to `url`, checking its address first (addresses.py); `watchdog` ends it at the
     timeout, however the receiver trickles. With `slot`, the endpoint's kept-alive connection is
     reused when it may be, and the connection is kept there after a 2xx (keepalive.py). When the
     connection took CONFIRM_AFTER_S or more to be ready, `still_wanted` is asked before the
-    request is written, and a False gives the attempt up (`WITHDRAWN`). Never raises: whatever
+    request is written (given the deadline, by which it answers), and a False gives the attempt
+    up (`WITHDRAWN`). Never raises: whatever
     goes wrong is an outcome."""
     started = time.monotonic()
     try:
@@ -270,7 +271,7 @@ def _attempt(
     watchdog: Watchdog | None,
     slot: Slot | None,
     resolve: Resolver,
-    still_wanted: Callable[[], bool] | None = None,
+    still_wanted: Callable[[float], bool] | None = None,
 ) -> Attempt:
     def outcome(status: int | None, error: str | None, retry_after: float | None = None) -> Attempt:
         return Attempt(status, error, retry_after, int((time.monotonic() - started) * 1000))
@@ -292,8 +293,12 @@ def _attempt(
         connection.begin(deadline)
         if connection.sock is None:
             connection.connect()  # here rather than in the first write: it may take long
-        if still_wanted is not None and time.monotonic() - started >= CONFIRM_AFTER_S and not still_wanted():
-            return outcome(None, WITHDRAWN)
+        if still_wanted is not None and time.monotonic() - started >= CONFIRM_AFTER_S:
+            # The read ends by the deadline, as the attempt does, however long the store takes.
+            if not still_wanted(deadline):
+                return outcome(None, WITHDRAWN)
+            if time.monotonic() >= deadline:
+                return outcome(None, "timeout")
         try:
             _write(connection, where, headers, body)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):

@@ -16,7 +16,7 @@ import pytest
 from app.webhooks.keepalive import IDLE_S
 from tests.conftest import STORES_AND_CLUSTER, redis_settings, settings_for_store
 from tests.contract.test_metrics import samples
-from tests.receiver import Receiver
+from tests.receiver import Receiver, StalledReceiver
 from tests.servers import TOKEN, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -270,7 +270,7 @@ def test_a_receiver_slower_than_the_timeout_is_a_timeout(make_app):
         create(client, 1)
         receiver.wait_for(2)
         recorded = wait_until(lambda: len(attempts(client, hook)) == 2 and attempts(client, hook))
-        assert recorded[-1]["error"] == "timeout"
+        assert recorded[-1]["error"] == "timeout", (recorded, receiver.ids)
         assert recorded[-1]["status"] is None
         assert recorded[0]["status"] == 204
     finally:
@@ -498,7 +498,7 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(make_app)
         hook = register(client, f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
         create(client, 1)
         recorded = wait_until(lambda: attempts(client, hook), timeout=10, what="an attempt")
-        assert recorded[-1]["error"] == "timeout"
+        assert recorded[-1]["error"] == "timeout", (recorded, receiver.ids)
         assert recorded[-1]["duration_ms"] < 4000  # its 0.5 s timeout: the trickle never ends
     finally:
         stop.set()
@@ -557,6 +557,42 @@ def test_a_hung_store_does_not_stretch_an_attempt_past_its_timeout(make_app, tmp
         assert times["closed"] - times["arrived"] < 1.8  # its 1 s, not the store's 5 s
     finally:
         listener.close()
+        redis.stop()
+
+
+@pytest.mark.parametrize("store_settings", ["memory"], indirect=True)  # a Redis of its own, hung below
+def test_a_hung_store_does_not_stretch_the_check_of_an_attempt_slow_to_connect(make_app, tmp_path):
+    """An attempt that took long to connect reads its endpoint again before it writes its request:
+    with Redis hung (SIGSTOP) meanwhile, that read ends at the attempt's deadline, and the
+    attempt is a timeout of PLANTS_WEBHOOKS_TIMEOUT, not of as long as Redis stays hung."""
+    import signal
+
+    redis = RedisServer(tmp_path)
+    receiver = StalledReceiver()
+    client = make_app(
+        **redis_settings(redis),
+        PLANTS_STORE_TIMEOUT=5,
+        PLANTS_WEBHOOKS_TIMEOUT=2,
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_RETRY_SCALE=1,
+    ).test_client()
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        wait_until(receiver.senders_stalled, timeout=10, what="a connection under way")
+        redis.signal(signal.SIGSTOP)
+        # Its SYN sent again (a second after the first) is accepted: connected, slowly.
+        receiver.release()
+        try:
+            time.sleep(3.5)
+        finally:
+            redis.signal(signal.SIGCONT)
+        recorded = wait_until(lambda: attempts(client, hook), timeout=10, what="an attempt")
+        assert recorded[-1]["error"] == "timeout", (recorded, receiver.ids)
+        assert recorded[-1]["duration_ms"] < 2600  # its 2 s, not the 3.5 s Redis hung
+        assert receiver.ids == []  # nothing written past its deadline
+    finally:
+        receiver.stop()
         redis.stop()
 
 

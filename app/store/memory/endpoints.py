@@ -28,7 +28,7 @@ class MemoryEndpoints:
             self._attempts[endpoint.id] = deque(maxlen=ATTEMPTS_KEPT)
             return True
 
-    def get(self, endpoint_id: str) -> Endpoint | None:
+    def get(self, endpoint_id: str, until: float | None = None) -> Endpoint | None:
         with self._lock:
             fields = self._fields.get(endpoint_id)
             return None if fields is None else Endpoint.from_fields(endpoint_id, dict(fields))

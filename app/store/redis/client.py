@@ -25,7 +25,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from app.compat.redis import SLOT_MAP, HeldConnections, Unanswered, connection_class, follow_redirect
+from app.compat.redis import (
+    READ_TIMEOUT,
+    SLOT_MAP,
+    HeldConnections,
+    Unanswered,
+    connection_class,
+    follow_redirect,
+)
 from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
@@ -116,16 +123,19 @@ class LazyClient:
         """`commands` together on `node`'s held connection, never sent again after a lost reply."""
         return self._held.call_all(node, *commands, until=until)
 
-    def read(self, key: str, *command: Any) -> Any:
+    def read(self, key: str, *command: Any, until: float | None = None) -> Any:
         """`command`, a one-key read, on the node that serves `key`; on a cluster, after a
         redirect or a failed node, once more through RedisCluster, which follows them (a one-key
         read is safe on either node of a moving slot). A failure raises the store's error, which
-        names the cluster's node that failed."""
+        names the cluster's node that failed. `until` (time.monotonic()): a timeout then at the
+        latest, where redis-py can bound a read (else its socket timeout), and no second try
+        through RedisCluster, whose calls have no end of their own."""
+        bound = until if READ_TIMEOUT else None
         try:
             try:
-                return self.call(self.node_for(key), *command)
+                return self.call(self.node_for(key), *command, until=bound)
             except (AskError, TryAgainError, ClusterDownError, RedisConnectionError):
-                if not self.cluster:
+                if not self.cluster or bound is not None:
                     raise
                 self.forget(key)
                 return self.get().execute_command(*command)

@@ -54,9 +54,9 @@ class RedisEndpoints(RedisBacked):
         # them): 503.
         return self._run("HOOK_ADD", keys, args, write=True, resend=False) == 1
 
-    def get(self, endpoint_id: str) -> Endpoint | None:
+    def get(self, endpoint_id: str, until: float | None = None) -> Endpoint | None:
         key = self._key("e", endpoint_id)
-        fields = self._clients.read(key, "HGETALL", key)
+        fields = self._clients.read(key, "HGETALL", key, until=until)
         return Endpoint.from_fields(endpoint_id, _fields(fields)) if fields else None
 
     def ids(self) -> list[str]:
