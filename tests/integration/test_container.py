@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -83,6 +84,32 @@ def test_the_final_stage_runs_as_a_user_with_no_compiler():
         keyword == "RUN" and ("apt-get" in arguments or "pip" in arguments) for keyword, arguments in stage
     )
     assert ("COPY", "--from=build /opt/plant-store /opt/plant-store") in stage
+
+
+def seconds(duration: str) -> float:
+    """A Containerfile duration (`10s`, `1m30s`, `500ms`) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    found = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
+    assert "".join(number + unit for number, unit in found) == duration, duration
+    return sum(float(number) * units[unit] for number, unit in found)
+
+
+def test_the_health_check_gives_up_only_after_a_minute_as_the_liveness_probe():
+    """docs/operations.md#probes: /healthz waits its turn behind requests waiting on a hung store,
+    so a check that gives up sooner than the Kubernetes liveness probe would mark the container
+    unhealthy (and restart it, under `--health-on-failure=restart` or an orchestrator) where a
+    restart cures nothing: it waits as long for each answer, and fails only after as many of them.
+    Its own urllib timeout ends first, so a slow answer fails as urllib's error."""
+    (check,) = [arguments for keyword, arguments in final_stage() if keyword == "HEALTHCHECK"]
+    options, command = check.split(" CMD ", 1)
+    given = dict(option.removeprefix("--").split("=", 1) for option in options.split())
+    defaults = {"interval": "30s", "timeout": "30s", "retries": "3"}  # Docker's
+    interval, timeout = (seconds(given.get(name, defaults[name])) for name in ("interval", "timeout"))
+    retries = int(given.get("retries", defaults["retries"]))
+    assert timeout >= 10
+    assert interval * retries >= 60
+    (urllib_timeout,) = re.findall(r"timeout=(\d+(?:\.\d+)?)\)", command)
+    assert float(urllib_timeout) < timeout
 
 
 def test_its_command_and_health_check_run_on_the_host(tmp_path):
