@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.settings.server import server_setting
 from tests.helpers import call
 from tests.servers import ROOT, TOKEN, Served, free_port
 
@@ -110,6 +111,24 @@ def test_the_health_check_gives_up_only_after_a_minute_as_the_liveness_probe():
     assert interval * retries >= 60
     (urllib_timeout,) = re.findall(r"timeout=(\d+(?:\.\d+)?)\)", command)
     assert float(urllib_timeout) < timeout
+
+
+def test_every_documented_run_gives_the_drain_its_time():
+    """A runtime stops a container with SIGTERM, then SIGKILL after its stop timeout, which by
+    default in podman and Docker is shorter than the drain (GUNICORN_GRACEFUL_TIMEOUT): each `run`
+    the docs show sets a longer one, or `stop` would kill requests still in flight."""
+    graceful = int(server_setting("GUNICORN_GRACEFUL_TIMEOUT"))
+    runs = [
+        line
+        for text in (CONTAINERFILE.read_text(), (ROOT / "docs" / "operations.md").read_text())
+        for line in text.splitlines()
+        if re.search(r"\b(podman|docker) run\b", line)
+    ]
+    assert runs
+    for line in runs:
+        timeouts = re.findall(r"--stop-timeout[ =](\d+)", line)
+        assert timeouts, line
+        assert int(timeouts[0]) > graceful, line
 
 
 def test_its_command_and_health_check_run_on_the_host(tmp_path):
