@@ -358,7 +358,7 @@ def post_worker_init(worker: Any) -> None:
         _prepare_on_sigwinch(worker, store)
     _drain_on_sigterm(worker)
     _start_tracing(worker)
-    _bound_watch_reads(worker)
+    _bound_watches(worker)
     gc.freeze()
     # Each worker delivers webhooks in a background thread (PLANTS_WEBHOOKS_DELIVER=false: none).
     deliverer = _deliverer_of(worker)
@@ -414,17 +414,37 @@ def _drain_on_sigterm(worker: Any) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def _bound_watch_reads(worker: Any) -> None:
+def _bound_watches(worker: Any) -> None:
     """Woken watchers read a shared store on at most the request threads but one
     (app/watch/wake_gate.py): the last is left for requests, /healthz among them, however slow
-    the store is. The in-memory store's reads wait on nothing but the CPU: no bound."""
+    the store is. The in-memory store's reads wait on nothing but the CPU: no bound.
+
+    A worker that does not park watches (gunicorn's stock gthread) holds a request thread for each
+    as long as it lasts: it holds the request threads but one at most, the others refused (503)
+    as past PLANTS_EVENTS_MAX_WATCHERS, so that one watch never stops every other request."""
     from app.extension import EXTENSION, plants_state
+    from app.server.worker import PlantsWorker
 
     app = worker.wsgi
-    if EXTENSION in getattr(app, "extensions", {}):
-        state = plants_state(app)
-        if state.store.shared:
-            state.feed_signal.gate.resize(worker.cfg.threads - 1)
+    if EXTENSION not in getattr(app, "extensions", {}):
+        return
+    state = plants_state(app)
+    if state.store.shared:
+        state.feed_signal.gate.resize(worker.cfg.threads - 1)
+    if isinstance(worker, PlantsWorker):
+        return
+    held = min(state.feed_signal.max_watchers, worker.cfg.threads - 1)
+    if held < state.feed_signal.max_watchers:
+        state.feed_signal.max_watchers = held
+        worker.log.warning(
+            "Plant Store: under the %s worker each watch of the feed holds a request thread while it"
+            " waits, so this worker holds %d at most (GUNICORN_THREADS %d, one kept for every other"
+            " request) and refuses more with 503: raise GUNICORN_THREADS for more, or use the"
+            " packaged worker, whose watches hold no thread.",
+            type(worker).__name__,
+            held,
+            worker.cfg.threads,
+        )
 
 
 def _deliverer_of(worker: Any) -> Any:

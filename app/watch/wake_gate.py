@@ -1,6 +1,6 @@
 """How many woken watches may read the store on a request thread at once, so that the watches
 never take every thread: on a shared store, the worker's request threads but one
-(app/server/gunicorn_conf.py: `_bound_watch_reads`); on the memory store, or under another
+(app/server/gunicorn_conf.py: `_bound_watches`); on the memory store, or under another
 server, no bound.
 
 A watch woken by a change (or by the listener's failure, or its own deadline) reads the feed on

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from app.settings.server import server_setting
 from tests.helpers import call
 from tests.servers import ROOT, TOKEN, Served, free_port
 
@@ -83,6 +85,50 @@ def test_the_final_stage_runs_as_a_user_with_no_compiler():
         keyword == "RUN" and ("apt-get" in arguments or "pip" in arguments) for keyword, arguments in stage
     )
     assert ("COPY", "--from=build /opt/plant-store /opt/plant-store") in stage
+
+
+def seconds(duration: str) -> float:
+    """A Containerfile duration (`10s`, `1m30s`, `500ms`) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    found = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
+    assert "".join(number + unit for number, unit in found) == duration, duration
+    return sum(float(number) * units[unit] for number, unit in found)
+
+
+def test_the_health_check_gives_up_only_after_a_minute_as_the_liveness_probe():
+    """docs/operations.md#probes: /healthz waits its turn behind requests waiting on a hung store,
+    so a check that gives up sooner than the Kubernetes liveness probe would mark the container
+    unhealthy (and restart it, under `--health-on-failure=restart` or an orchestrator) where a
+    restart cures nothing: it waits as long for each answer, and fails only after as many of them.
+    Its own urllib timeout ends first, so a slow answer fails as urllib's error."""
+    (check,) = [arguments for keyword, arguments in final_stage() if keyword == "HEALTHCHECK"]
+    options, command = check.split(" CMD ", 1)
+    given = dict(option.removeprefix("--").split("=", 1) for option in options.split())
+    defaults = {"interval": "30s", "timeout": "30s", "retries": "3"}  # Docker's
+    interval, timeout = (seconds(given.get(name, defaults[name])) for name in ("interval", "timeout"))
+    retries = int(given.get("retries", defaults["retries"]))
+    assert timeout >= 10
+    assert interval * retries >= 60
+    (urllib_timeout,) = re.findall(r"timeout=(\d+(?:\.\d+)?)\)", command)
+    assert float(urllib_timeout) < timeout
+
+
+def test_every_documented_run_gives_the_drain_its_time():
+    """A runtime stops a container with SIGTERM, then SIGKILL after its stop timeout, which by
+    default in podman and Docker is shorter than the drain (GUNICORN_GRACEFUL_TIMEOUT): each `run`
+    the docs show sets a longer one, or `stop` would kill requests still in flight."""
+    graceful = int(server_setting("GUNICORN_GRACEFUL_TIMEOUT"))
+    runs = [
+        line
+        for text in (CONTAINERFILE.read_text(), (ROOT / "docs" / "operations.md").read_text())
+        for line in text.splitlines()
+        if re.search(r"\b(podman|docker) run\b", line)
+    ]
+    assert runs
+    for line in runs:
+        timeouts = re.findall(r"--stop-timeout[ =](\d+)", line)
+        assert timeouts, line
+        assert int(timeouts[0]) > graceful, line
 
 
 def test_its_command_and_health_check_run_on_the_host(tmp_path):

@@ -350,6 +350,30 @@ def test_on_stock_gthread_a_long_poll_waits_in_its_thread():
         server.stop()
 
 
+def test_on_stock_gthread_watches_leave_a_request_thread_for_every_other_request():
+    """Under gthread a watch holds its request thread while it waits: the worker holds its threads
+    but one as watches, and refuses the next with the JSON 503, so a stream never stops the
+    plants' operations and the probes for as long as it lasts."""
+    server = Gunicorn(env={"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "2"})
+    stream = open_stream(server)
+    try:
+        assert read_stream(stream, until=b"retry:", seconds=5).startswith(b"HTTP/1.1 200")
+        conn = server.connection(timeout=5)
+        conn.request("GET", "/events?after=now&wait=20", headers=AUTH)
+        refused = conn.getresponse()
+        assert refused.status == 503
+        assert refused.headers["Retry-After"]
+        assert json.loads(refused.read())["error"] == 503
+        conn = server.connection(timeout=5)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        create(server, 710_055)
+    finally:
+        stream.close()
+        server.stop()
+    assert "GUNICORN_THREADS" in server.output()
+
+
 def test_through_the_shipped_nginx_a_stream_is_not_buffered(tmp_path):
     app = Gunicorn(env={"PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_TRUSTED_PROXIES": "1"})
     proxy = Nginx(app.port, tmp_path)
