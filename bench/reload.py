@@ -11,9 +11,9 @@ clients create (a new connection each, as test_reload.py's) and `--watchers` fol
 from `after=now`, by long-polls and by server-sent events in turn (each resuming from its cursor
 after any error), the master gets SIGHUP. Measured:
 the longest wait of one create (the pause), the gap between the last answer before the old
-worker stopped and the first after, the old and new workers' peak RSS and the snapshot's bytes
-(sampled every 20 ms; RSS plus the snapshot file, which on a tmpfs counts in the service's
-memory cgroup too). Checked: no request failed, every acknowledged plant and the seeded ones
+worker stopped and the first after, the old and new workers' peak RSS, and the peak of their RSS
+with the snapshot and its reservation (sampled every 20 ms): the handoff's directory is on
+/dev/shm, as systemd's RuntimeDirectory= is on a tmpfs, whose pages count in the service's memory. Checked: no request failed, every acknowledged plant and the seeded ones
 are there (`plants_stored`), and every watcher saw each acknowledged create exactly once.
 """
 
@@ -23,6 +23,7 @@ import http.client
 import itertools
 import json
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.server.directories import handoff_key
+from app.server.directories import SHARED_MEMORY, handoff_key
 from app.server.handoff import SNAPSHOT
 from app.store.memory import snapshot as snapshots
 from app.store.memory.store import MemoryPlantStore
@@ -181,7 +182,7 @@ class Memory:
                 self.rss[pid] = max(self.rss.get(pid, 0), rss)
                 total += rss
             files = 0
-            for path in self.directory.glob(f"{SNAPSHOT}*"):
+            for path in self.directory.glob("store.*"):  # the snapshot, its reservation (.partial)
                 try:
                     files += path.stat().st_blocks * 512
                 except OSError:
@@ -195,7 +196,9 @@ class Memory:
 
 
 def one_size(plants: int, retain: int, writers: int, watchers: int, problems: list[str]) -> dict:
-    runtime = Path(tempfile.mkdtemp(prefix="bench-reload-"))
+    # systemd's RuntimeDirectory= is a tmpfs: the snapshot's pages count in the service's memory.
+    shm = SHARED_MEMORY if SHARED_MEMORY.is_dir() else None
+    runtime = Path(tempfile.mkdtemp(prefix="bench-reload-", dir=shm))
     server = gunicorn(f"{plants} plants", {
         "RUNTIME_DIRECTORY": str(runtime), "PLANTS_MAX_PLANTS": str(2 * plants + 10**6),
         "PLANTS_EVENTS_RETAIN": str(retain), "GUNICORN_THREADS": "4", "PLANTS_API_TOKENS": TOKEN,
@@ -228,6 +231,7 @@ def one_size(plants: int, retain: int, writers: int, watchers: int, problems: li
         found.update(check(server.port, plants, load, problems))
     finally:
         server.stop()
+        shutil.rmtree(runtime, ignore_errors=True)
     return found
 
 

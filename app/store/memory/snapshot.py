@@ -60,11 +60,13 @@ def _fields(part: object, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _table_state(store: MemoryPlantStore) -> dict[str, Any]:
-    """The plants' table as marshal writes it: the sorted lists as lists of the dicts' own ids."""
+    """The plants' table as marshal writes it: the sorted lists as lists of the dicts' own ids.
+    The sorted ids first: marshal makes each int where it first meets it, so they lie in memory
+    in their order, which reading them back into sorted lists walks."""
     table = store._table
     ids_by_tag = {tag: list(tagged) for tag, tagged in table.ids_by_tag.items()}
-    return {"names": table.names, "tags": table.tags, "count": table.count, "ids": list(table.ids),
-            "ids_by_tag": ids_by_tag}  # fmt: skip
+    return {"ids": list(table.ids), "ids_by_tag": ids_by_tag, "names": table.names, "tags": table.tags,
+            "count": table.count}  # fmt: skip
 
 
 def _table_from(state: dict[str, Any]) -> dict[str, Any]:
