@@ -9,12 +9,12 @@ feed's events) and written where the handoff's snapshot goes, so that the servic
 worker reads it as a master's unread snapshot (app/server/handoff.py); then, while `--writers`
 clients create (a new connection each, as test_reload.py's) and `--watchers` follow the feed
 from `after=now`, by long-polls and by server-sent events in turn (each resuming from its cursor
-after any error), the master gets SIGHUP. Measured:
-the longest wait of one create (the pause), the gap between the last answer before the old
-worker stopped and the first after, the old and new workers' peak RSS, and the peak of their RSS
-with the snapshot and its reservation (sampled every 20 ms): the handoff's directory is on
-/dev/shm, as systemd's RuntimeDirectory= is on a tmpfs, whose pages count in the service's memory. Checked: no request failed, every acknowledged plant and the seeded ones
-are there (`plants_stored`), and every watcher saw each acknowledged create exactly once.
+after any error), the master gets SIGHUP. Measured: the longest wait of one create (the pause),
+the longest gap between two answers after the SIGHUP, the old and new workers' peak RSS, and the
+peak of their RSS with the snapshot and its reservation (sampled every 20 ms): the handoff's
+directory is on /dev/shm, as systemd's RuntimeDirectory= is on a tmpfs, whose pages count in the
+service's memory. Checked: no request failed, every acknowledged plant and the seeded ones are
+there (`plants_stored`), and every watcher saw each acknowledged create exactly once.
 """
 
 from __future__ import annotations
