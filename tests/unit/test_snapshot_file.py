@@ -173,7 +173,7 @@ def traced_bytes(make) -> tuple[int, object]:
 def test_a_store_read_back_takes_no_more_memory_than_before_its_reload(tmp_path):
     """pickle copies an int at each reference: a store read back from one held each plant's id
     four times over, about half again as much memory after every reload as before the first."""
-    plants = 100_000
+    plants = 50_000
 
     def fill() -> MemoryPlantStore:
         store = MemoryPlantStore(capacity=plants, events_retain=plants)
