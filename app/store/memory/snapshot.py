@@ -12,7 +12,9 @@ marshal's form: pickle copies an int each time it is referenced, so a store read
 pickle held each id four times over (the names' and tags' keys, the sorted lists), and took about
 half as much memory again after a reload as before it; marshal writes an object referenced twice
 once, and reads it back as one. The old and the new worker are the same interpreter (the master
-forks both), so marshal's form never changes across a reload.
+forks both), so marshal's form never changes across a reload; a snapshot a stopped master left
+unread, read by a start on another Python whose marshal cannot read it, is kept as any snapshot
+that cannot be read is (app/server/handoff.py).
 
 A snapshot is written in two steps, so that a full file system is found while the old worker
 still serves: `reserve` allocates the space the store needs now (and a margin for the writes
