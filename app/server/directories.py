@@ -43,13 +43,17 @@ def handoff_parent() -> Path:
     return Path(runtime or tempfile.gettempdir())
 
 
+def handoff_key(cwd: Path, bind: list[str]) -> str:
+    """What names a service's handoff directory: its working directory and its addresses."""
+    return hashlib.sha256(f"{cwd}\0{' '.join(bind)}".encode()).hexdigest()[:16]
+
+
 def handoff_directory(bind: list[str], uid: int | None, gid: int | None) -> Path:
     """The handoff's directory of this service: in systemd's RuntimeDirectory= when the unit sets
     one, else in the temporary directory, named after the working directory and the addresses
     (two services of one user never share it). Made 0700 for the workers' user, or checked to be
     such a directory (never a link or another user's) when it is already there."""
-    key = hashlib.sha256(f"{os.getcwd()}\0{' '.join(bind)}".encode()).hexdigest()[:16]
-    directory = handoff_parent() / f"plant-store-handoff-{key}"
+    directory = handoff_parent() / f"plant-store-handoff-{handoff_key(Path.cwd(), bind)}"
     try:
         directory.mkdir(mode=0o700)
     except FileExistsError:

@@ -210,3 +210,17 @@ def test_filtered_watch_benchmark_smoke_run(tmp_path):
     assert snapshot["status"] == 200
     assert snapshot["ended"] is True
     assert snapshot["existing"] >= snapshot["plants"]
+
+
+def test_reload_benchmark_smoke_run(tmp_path):
+    """A reload under creates and watchers of both kinds: nothing lost, its figures parse."""
+    result, results = smoke_run("reload", tmp_path, "--watchers", "2")
+    (size,) = results["sizes"]
+    assert results["valid"] is True, results["problems"]
+    assert size["failures"] == 0
+    assert size["acknowledged"] > 0
+    assert size["seen"] == [size["acknowledged"]] * 2  # the long-poll's and the stream's
+    assert size["pause_s"] > 0
+    assert size["old_rss_mib"] > 0
+    assert size["new_rss_mib"] > 0
+    assert "| 2,000 |" in result.stdout
