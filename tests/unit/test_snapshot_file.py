@@ -160,3 +160,23 @@ def test_a_reload_that_changes_the_retention_keeps_every_position_of_the_feed(tm
     entries, _ = again.feed_entries(None, 100)
     kept_ids = [*range(5 - kept, 5), *range(10, 20)][-retain_after:]
     assert [entry.event.plant_id for entry in entries] == kept_ids
+
+
+def test_a_reload_that_turns_the_feed_on_again_keeps_no_position_of_before(tmp_path):
+    """Writes made while the feed was off (PLANTS_EVENTS_RETAIN=0) are not recorded: a cursor from
+    before is 410 once the feed is on again, never followed on past the writes it missed."""
+    path = tmp_path / "store.snapshot"
+    before = MemoryPlantStore(capacity=10, events_retain=5)
+    before.create(1, "Fern", None)
+    cursor = before.events_now()
+    snapshot.write(before, path)
+    off = MemoryPlantStore(capacity=10, events_retain=0)
+    snapshot.read_into(off, path)
+    off.create(2, "Written while the feed was off", None)
+    snapshot.write(off, path)
+    on = MemoryPlantStore(capacity=10, events_retain=5)
+    snapshot.read_into(on, path)
+    on.create(3, "Ivy", None)
+    with pytest.raises(FeedExpiredError):
+        on.events(cursor, 10)
+    assert [event.plant_id for event in on.events(None, 10).events] == [3]

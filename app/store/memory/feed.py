@@ -139,9 +139,14 @@ class MemoryFeed:
         that fit, under their numbers, and its count. A position from before the reload then
         means what it meant: followed on, or 410 once its next event is not kept. Starting again
         from 0 made an old position a place in the new feed, which skipped the events before it
-        unsaid. A feed kept in another form (an earlier version's) carries its count only."""
+        unsaid. A feed kept in another form (an earlier version's) carries its count only, and
+        one kept while off (`retain` 0) no position: writes went unrecorded meanwhile."""
         last = kept.get("_last")
-        if not isinstance(last, int) or last <= self._last:
+        if not isinstance(last, int):
+            return
+        if kept.get("retain") == 0:
+            last += 1  # past every earlier position: each is 410
+        if last <= self._last:
             return
         columns = ("_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_before")
         carried = 0
