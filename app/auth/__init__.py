@@ -7,6 +7,8 @@ the static ones and looks like a JWS is verified as an access token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.auth.access_tokens import AccessTokens
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
@@ -39,6 +41,15 @@ class Authenticator:
         if self.access_tokens is not None and token.count(".") == 2:
             return self.access_tokens.verify(token)
         return TOKEN_NOT_ACCEPTED, None
+
+    def holding(self, header: str | None) -> Callable[[], bool] | None:
+        """For a watch: whether the JWT of an Authorization header value it was let in by still
+        verifies (AccessTokens.holding); None for any other caller (a static token lasts as long
+        as the worker that read it, a watch ticket until its expiry)."""
+        problem, token = bearer_token(header)
+        if problem is not None or self.access_tokens is None or self.static.caller(token) is not None:
+            return None
+        return self.access_tokens.holding(token)
 
     def close(self) -> None:
         """Stop loading the provider's keys in the background, for an app no longer served."""

@@ -78,8 +78,8 @@ class AccessTokens:
             scope=settings.webhooks_scope,
         )
 
-    def verify(self, token: str) -> Authentication:
-        """The caller of a valid token, or why it is refused."""
+    def verify(self, token: str, refetch: bool = True) -> Authentication:
+        """The caller of a valid token, or why it is refused (`refetch`: KeySet.find's)."""
         digest = hashlib.sha256(token.encode("ascii")).digest()
         now = self._clock()
         with self._lock:
@@ -90,7 +90,7 @@ class AccessTokens:
         if not self.keys.loaded:
             return KEYS_NOT_LOADED, None
         generation = self.keys.generation
-        problem, claims = self._check(token)
+        problem, claims = self._check(token, refetch)
         if problem is not None:
             return problem, None
         caller = self._caller(claims, digest)
@@ -100,7 +100,25 @@ class AccessTokens:
                 self._cache.popitem(last=False)
         return None, caller
 
-    def _check(self, token: str) -> tuple[HTTPException | None, dict[str, Any]]:
+    def holding(self, token: str) -> Callable[[], bool]:
+        """Whether `token`, verified now, still verifies: asked by its watch at each step, and
+        checked again only once the provider's keys have changed, without fetching them (a key
+        withdrawn ends the watches its tokens opened, as it refuses their requests)."""
+        keys = self.keys
+        checked = [keys.generation]
+
+        def holds() -> bool:
+            generation = keys.generation
+            if generation == checked[0]:
+                return True
+            if self.verify(token, refetch=False)[0] is not None:
+                return False
+            checked[0] = generation
+            return True
+
+        return holds
+
+    def _check(self, token: str, refetch: bool = True) -> tuple[HTTPException | None, dict[str, Any]]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -111,7 +129,7 @@ class AccessTokens:
         typ = header.get("typ")
         if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES):
             return WRONG_TYPE, {}
-        key, known = self.keys.find(header.get("kid"), algorithm)
+        key, known = self.keys.find(header.get("kid"), algorithm, refetch)
         if key is None:
             # A known kid whose key does not fit the algorithm (an RSA key for ES256, say).
             return (ALGORITHM_NOT_ALLOWED if known and "kid" in header else UNKNOWN_KEY), {}

@@ -114,17 +114,18 @@ class KeySet:
         self._refetch_lock = threading.Lock()
         self._refreshing = threading.Lock()
 
-    def find(self, kid: str | None, algorithm: str) -> tuple[PyJWK | None, bool]:
+    def find(self, kid: str | None, algorithm: str, refetch: bool = True) -> tuple[PyJWK | None, bool]:
         """The key that verifies a token's signature, and whether `kid` names a known key at all.
 
         A token without `kid` uses the one key that fits its algorithm, if there is exactly one.
-        An unknown `kid` refetches the keys at once, at most once per REFETCH_INTERVAL.
+        An unknown `kid` refetches the keys at once, at most once per REFETCH_INTERVAL, unless
+        `refetch` is False (a watch asking whether its token's key is still published).
         """
         now = self._clock()
         if now >= self._fresh_until:
             self._refresh_in_background(now)
         key, known = match(self._keys or [], kid, algorithm)
-        if kid is not None and not known and self._may_refetch(now):
+        if refetch and kid is not None and not known and self._may_refetch(now):
             self._refetch()
             key, known = match(self._keys or [], kid, algorithm)
         return key, known

@@ -141,6 +141,7 @@ def _watch(
         "cursor_key": key,
         "caller": caller_key,
         "expires": caller.expires,
+        "holds": state.auth.holding(request.headers.get("Authorization")),
         "parkable": bool(request.environ.get(PARKING)),
         "records": event_records,
         "only": only,

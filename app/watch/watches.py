@@ -14,7 +14,8 @@ left the request's context.
 
 A watch ends when its authority does: at its JWT's `exp` a stream ends, and a long-poll answers
 what it read before then (nothing read after `exp` is sent: the client's next request, with a
-fresh token, reads it from the cursor). A static token lasts as long as the worker that read it:
+fresh token, reads it from the cursor); so they do at their first step after the worker's keys
+no longer verify the JWT (its key withdrawn). A static token lasts as long as the worker that read it:
 removing one takes a reload (SIGHUP), whose old workers end their watches as they stop.
 """
 
@@ -63,6 +64,7 @@ class Watch:
         cursor_key: bytes,
         caller: bytes,
         expires: float | None = None,
+        holds: Callable[[], bool] | None = None,
         parkable: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
         only: EventFilter | None = None,
@@ -75,6 +77,8 @@ class Watch:
         self.seen = signal.version
         #: The caller's authority ends then (time.time()), and by the monotonic clock.
         self.expires = expires
+        #: Whether the caller's token still verifies (a JWT's: its key still published), or None.
+        self.holds = holds
         self.authority_ends = math.inf if expires is None else time.monotonic() + expires - time.time()
         self.stopping = self.done = False
         self._released = False
@@ -136,8 +140,11 @@ class Watch:
             self.signal.reads.leave(self.position)
 
     def expired(self) -> bool:
-        """The caller's authority has ended (its JWT's `exp` passed)."""
-        return self.expires is not None and time.time() >= self.expires
+        """The caller's authority has ended: its JWT's `exp` passed, or its signing key was
+        withdrawn (the token no longer verifies)."""
+        if self.expires is not None and time.time() >= self.expires:
+            return True
+        return self.holds is not None and not self.holds()
 
     def cursor(self, position: bytes) -> str:
         return encode_cursor(self.cursor_key, position, None, EVENTS)

@@ -82,10 +82,14 @@ function showEvent(event) {
 async function start() {
   const watching = ++generation;
   delay = 1;
+  await listFromNow();
+  await watch(watching);
+}
+
+async function listFromNow() {
   const { next } = await call("GET", "/events?after=now");
   lastEventId = next;
   await listPlants();
-  await watch(watching);
 }
 
 // A ticket serves until it expires; EventSource reconnects by itself (same URL, Last-Event-ID)
@@ -104,13 +108,28 @@ function nextDelay() {
 
 function reconnect(watching, seconds) {
   $("status").textContent = "reconnecting";
-  setTimeout(() => watch(watching).catch((error) => {
+  setTimeout(() => resume(watching).catch((error) => {
     show(error.message, true);
     const transient = error.status === undefined || error.status === 429 || error.status >= 500;
     if (watching !== generation) return;
     if (transient) reconnect(watching, error.retryAfter || nextDelay());
     else $("status").textContent = "not connected"; // 401, 403: the token is no longer good
   }), seconds * 1000);
+}
+
+// A source refused at its start shows no status either: were its position no longer kept (410:
+// away longer than the feed keeps its events; 400: a service that started afresh), every source
+// would be refused and the list stale for good. A page of the feed from that position tells,
+// before each source a closed one is replaced with; not kept, the page lists the plants again.
+async function resume(watching) {
+  try {
+    await call("GET", `/events?after=${encodeURIComponent(lastEventId)}&limit=1`);
+  } catch (error) {
+    if (error.status !== 410 && error.status !== 400) throw error;
+    if (watching !== generation) return;
+    await listFromNow();
+  }
+  await watch(watching);
 }
 
 async function watch(watching) {

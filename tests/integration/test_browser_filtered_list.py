@@ -13,6 +13,7 @@ import pytest
 
 from tests.chromium import start_chromium, wait
 from tests.helpers import call, static_origin
+from tests.integration.test_browser_page import hold_the_tokens_one_watch, short_memory_service
 from tests.servers import ROOT, TOKEN, Gunicorn
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -185,5 +186,33 @@ def test_a_source_refused_past_the_watcher_cap_is_opened_again_later_each_time(
         wait(driver, 40).until(lambda _: listed(driver) == ["indoor fern"])
     finally:
         held.close()
+        driver.quit()
+        server.stop()
+
+
+def test_a_page_away_longer_than_the_feed_keeps_starts_over_with_a_snapshot(page_dir_and_origin, monkeypatch):
+    """The documented page's sources refused (past the token's watcher cap here; a laptop asleep
+    alike) while more events were written than the feed keeps: its position is a 410, which
+    EventSource cannot read, so every source was refused and its list stale for good. It asks
+    the feed before each new source and starts over with a snapshot."""
+    page_dir, origin = page_dir_and_origin
+    server = short_memory_service(origin)
+    driver = start_chromium(monkeypatch)
+    held = None
+    try:
+        put(server.port, 763_000, "indoor fern", "indoor")
+        write_page(page_dir, server.port, TOKEN)
+        driver.get(f"{origin}/index.html")
+        wait(driver, 20).until(lambda _: listed(driver) == ["indoor fern"])
+        held = hold_the_tokens_one_watch(server.port)
+        for plant_id in range(763_001, 763_021):  # twice what the feed keeps
+            put(server.port, plant_id, f"indoor {plant_id}", "indoor")
+        held.close()  # the page's next source may open, from a position no longer kept
+        wait(driver, 60).until(lambda _: listed(driver) == indoor_names(server.port))
+        put(server.port, 763_100, "watched again", "indoor")
+        wait(driver, 20).until(lambda _: "watched again" in listed(driver))
+    finally:
+        if held is not None:
+            held.close()
         driver.quit()
         server.stop()

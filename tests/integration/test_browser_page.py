@@ -232,6 +232,58 @@ def test_a_page_past_its_tokens_watcher_cap_backs_off_and_watches_once_one_close
         app.stop()
 
 
+def short_memory_service(origin: str) -> Gunicorn:
+    """A service whose feed keeps 10 events, whose token holds one watch at once, and whose
+    tickets expire in 3 s (a page's stream ends within the test)."""
+    return Gunicorn(
+        env={
+            "PLANTS_CORS_ORIGINS": origin,
+            "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1",
+            "PLANTS_EVENTS_RETAIN": "10",
+            "PLANTS_WATCH_TICKET_TTL": "3",
+        }
+    )
+
+
+def hold_the_tokens_one_watch(port: int) -> http.client.HTTPConnection:
+    """A stream of the token's, once its cap (1) lets one open: the page's stream has ended."""
+    deadline = time.monotonic() + 20
+    while True:
+        held = connection(port)
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()
+        if stream.status == 200:
+            return held
+        stream.read()
+        held.close()
+        assert time.monotonic() < deadline, "the page's stream did not end"
+        time.sleep(0.05)
+
+
+def test_a_page_away_longer_than_the_feed_keeps_lists_the_plants_again(page_origin, chromium):
+    """Its sources refused (past its token's watcher cap here; a laptop asleep alike) while more
+    events were written than the feed keeps, the page's position is a 410, which EventSource
+    cannot read: it was refused at every reconnection and its list stale for good. It asks the
+    feed before each new source, lists the plants again, and watches on."""
+    app = short_memory_service(page_origin)
+    held = None
+    try:
+        connect_page(chromium, page_origin, app.port, TOKEN)
+        held = hold_the_tokens_one_watch(app.port)
+        wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "reconnecting")
+        for plant_id in range(791_000, 791_020):  # twice what the feed keeps
+            create(app.port, plant_id, "Written while away")
+        held.close()  # the page's next source may open, from a position no longer kept
+        shown(chromium, '#plants li[data-id="791019"]', timeout=60)
+        wait(chromium, 20).until(lambda d: d.find_element(By.ID, "status").text == "watching")
+        create(app.port, 791_100, "Watched again")
+        shown(chromium, '#plants li[data-id="791100"]')
+    finally:
+        if held is not None:
+            held.close()
+        app.stop()
+
+
 def test_a_page_whose_token_is_withdrawn_says_it_is_not_connected(page_origin, chromium, tmp_path):
     """The page's token removed (the tokens file rewritten, SIGHUP), its next mint is a 401: the
     page says it is not connected, with the refusal, and does not try again as for a 429."""

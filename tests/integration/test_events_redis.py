@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from app import create_app
+from app.extension import plants_state
 from app.store import Plant
 from app.store.redis.cursor_secret import CONFIRM_SECONDS
 from tests.conftest import redis_settings
@@ -314,3 +316,28 @@ def test_a_process_that_had_not_yet_used_the_cursor_secret_keeps_positions_410_a
         for server in (first, second):
             server.stop()
         own_redis.stop()
+
+
+def test_a_write_while_the_feed_is_off_leaves_no_earlier_position_to_follow_on(redis_server):
+    """PLANTS_EVENTS_RETAIN=0 records no write: a position read before (a follower's cursor) is a
+    410 once the feed is read again, never followed on past the writes it missed. It was, the
+    plant written while the feed was off left out of the follower's copy."""
+    shared = {"TESTING": True, "PLANTS_API_TOKENS": TOKEN, **redis_settings(redis_server)}
+    on, off = create_app(shared), create_app({**shared, "PLANTS_EVENTS_RETAIN": 0})
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        client = on.test_client()
+        assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200
+        cursor = client.get("/events?after=now", headers=auth).json["next"]
+        unrecorded = {"id": 2, "name": "Written while the feed is off"}
+        assert off.test_client().post("/plants", json=unrecorded, headers=auth).status_code == 200
+        assert client.post("/plants", json={"id": 3, "name": "Ivy"}, headers=auth).status_code == 200
+        assert client.get(f"/events?after={cursor}", headers=auth).status_code == 410
+        # A position taken since follows on.
+        cursor = client.get("/events?after=now", headers=auth).json["next"]
+        assert client.post("/plants", json={"id": 4, "name": "Moss"}, headers=auth).status_code == 200
+        events = client.get(f"/events?after={cursor}", headers=auth).json["events"]
+        assert [event["plant"]["id"] for event in events] == [4]
+    finally:
+        plants_state(on).close()
+        plants_state(off).close()

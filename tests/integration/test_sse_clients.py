@@ -289,3 +289,36 @@ def test_the_documented_browser_client_parses_every_event_across_reconnects(serv
     finally:
         relay.shutdown()
         relay.server_close()
+
+
+def test_the_documented_browser_client_stops_at_a_position_no_longer_kept(browser):  # noqa: F811
+    """docs/change-feed.md's fetch() client from a position the feed no longer keeps: its 410 is
+    not a network error to try again, and the client's promise rejects, telling its caller to
+    list the plants again. It warned on the console and asked again every second, for good."""
+    server = Gunicorn(env={"PLANTS_EVENTS_RETAIN": "10"})
+    relay = None
+    try:
+        text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text("utf-8")
+        code = text.split("**In a browser**", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+        cursor = now_cursor(server)
+        for plant_id in range(730_300, 730_320):  # twice what the feed keeps
+            conn = server.connection()
+            body = json.dumps({"id": plant_id, "name": f"Plant {plant_id}"})
+            conn.request("POST", "/plants", body, {**AUTH, "Content-Type": "application/json"})
+            assert conn.getresponse().status == 200
+        page = (
+            f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{code}\n'
+            f'watch("{TOKEN}", () => {{}}, "{cursor}")'
+            ".catch((error) => { window.failed = error.message; });"
+            "</script>"
+        )
+        relay = Relay(server, page)
+        browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
+        wait(browser, 10).until(lambda driver: driver.execute_script("return window.failed"))
+        assert "list the plants again" in browser.execute_script("return window.failed")
+        assert relay.resumed_from == [cursor]  # asked once, not again and again
+    finally:
+        if relay is not None:
+            relay.shutdown()
+            relay.server_close()
+        server.stop()

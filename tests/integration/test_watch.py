@@ -421,6 +421,43 @@ def test_the_documented_python_client_receives_each_event_and_resumes(server):
     assert [event["plant"]["id"] for event in received] == [710_070, 710_071]
 
 
+def test_the_documented_python_client_waits_out_a_refusal_for_a_while():
+    """Refused for a while (429 past its token's watcher cap here; 503 with the store away), the
+    documented client waits the answer's Retry-After and watches on: it raised, ending the
+    caller's loop, as for a 410."""
+    app = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
+    held = app.connection()
+    try:
+        text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text()
+        code = text.split("**A Python client**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+        namespace: dict = {}
+        exec(compile(code, "docs/change-feed.md", "exec"), namespace)  # noqa: S102  # the page's own code
+        held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        stream = held.getresponse()  # kept: the token's one watch
+        assert stream.status == 200
+        received: list[dict] = []
+        failed: list[BaseException] = []
+
+        def consume() -> None:
+            try:
+                received.append(next(namespace["watch"]("127.0.0.1", app.port, TOKEN)))
+            except Exception as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        time.sleep(1.5)  # its stream refused (429, Retry-After: 5)
+        stream.close()
+        held.close()
+        create(app, 710_080, "after the refusal")
+        thread.join(20)
+        assert failed == []
+        assert [event["plant"]["id"] for event in received] == [710_080]
+    finally:
+        held.close()
+        app.stop()
+
+
 def test_the_watch_benchmark_in_small(long_streams):
     """bench/watch.py's two scenarios, small: holding watchers adds no thread, and every stream
     gets every event of an open-loop writer, in the feed's order."""

@@ -40,6 +40,14 @@ def create(server: Gunicorn, plant_id: int, name: str) -> None:
     assert call(server.connection(), "POST", "/plants", {"id": plant_id, "name": name}, WRITER)[0] == 200
 
 
+def assert_watch_refused(server: Gunicorn, token: str) -> None:
+    """The client's reconnect with `token` is a 401."""
+    status, headers, body = call(
+        server.connection(), "GET", "/events", None, {"Authorization": f"Bearer {token}"}
+    )
+    assert_error(status, headers, body, 401)
+
+
 def jwt_server(issuer: Issuer) -> Gunicorn:
     server = Gunicorn(
         env={"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE, "PLANTS_JWT_LEEWAY": "0"}
@@ -74,10 +82,7 @@ def test_a_stream_ends_at_its_jwts_exp_with_nothing_written_after():
         assert ended - expires < 2.0  # at exp, not PLANTS_EVENTS_STREAM_MAX later
         assert b"before exp" in data
         assert b"after exp" not in data
-        status, headers, body = call(
-            server.connection(), "GET", "/events", None, {"Authorization": f"Bearer {token}"}
-        )
-        assert_error(status, headers, body, 401)
+        assert_watch_refused(server, token)
     finally:
         server.stop()
         issuer.down()
@@ -109,6 +114,59 @@ def test_a_long_poll_answers_at_its_jwts_exp_without_events_written_after():
         assert status == 200
         assert page == {"events": [], "next": after}
         assert answered - expires < 2.0  # at exp, not at its 30 s wait
+    finally:
+        server.stop()
+        issuer.down()
+
+
+def test_a_watch_ends_once_its_jwts_signing_key_is_withdrawn():
+    """A key the provider withdrew refuses its tokens from the worker's next look at the keys on:
+    a stream such a token opened ends then, and a long-poll answers, with nothing written after;
+    the client's reconnect with that token is 401. (They went on until the JWT's `exp`, up to
+    PLANTS_EVENTS_STREAM_MAX for a stream, sending every event written meanwhile.)"""
+    issuer = Issuer()
+    server = jwt_server(issuer)  # the memory store: one worker, which every request reaches
+    try:
+        token = issuer.token(scope="plants:read", exp=int(time.time()) + 600)
+        after = json.loads(call(server.connection(), "GET", "/events?after=now", None, WRITER)[2])["next"]
+        sock = open_stream(server.port, token)
+        answers: list[tuple[int, dict]] = []
+
+        def long_poll() -> None:
+            conn = server.connection(timeout=40)
+            conn.request(
+                "GET", f"/events?after={after}&wait=30", headers={"Authorization": f"Bearer {token}"}
+            )
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())))
+
+        poll = threading.Thread(target=long_poll)
+        poll.start()
+        time.sleep(0.5)
+        create(server, 4805, "before the withdrawal")
+        poll.join(20)
+        [(status, page)] = answers
+        assert status == 200
+        assert [event["plant"]["id"] for event in page["events"]] == [4805]
+        after = answers.pop()[1]["next"]
+        poll = threading.Thread(target=long_poll)
+        poll.start()
+        time.sleep(0.5)
+        issuer.rotate()
+        # A token of the new key makes the worker fetch the keys at once: the old one is gone.
+        fresh = {"Authorization": f"Bearer {issuer.token(scope='plants:read')}"}
+        assert call(server.connection(), "GET", "/plants", None, fresh)[0] == 200
+        withdrawn = time.monotonic()
+        create(server, 4806, "after the withdrawal")
+        data, _ = read_to_end(sock, 20)
+        sock.close()
+        poll.join(20)
+        assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]  # a clean end, not a cut
+        assert time.monotonic() - withdrawn < 10  # now, not at exp or PLANTS_EVENTS_STREAM_MAX
+        assert b"before the withdrawal" in data
+        assert b"after the withdrawal" not in data
+        assert answers == [(200, {"events": [], "next": after})]
+        assert_watch_refused(server, token)
     finally:
         server.stop()
         issuer.down()

@@ -13,6 +13,7 @@ import tracemalloc
 import pytest
 
 from app.server import handoff
+from app.store.base import FeedExpiredError
 from app.store.memory import snapshot
 from app.store.memory.store import MemoryPlantStore
 from tests.helpers import small_tmpfs
@@ -111,7 +112,7 @@ def earlier_store_state(store: MemoryPlantStore) -> dict:
     return {**table, "_cursor_key": store.cursor_key()}
 
 
-def test_a_feed_snapshotted_in_another_form_starts_again_and_the_plants_read_back(tmp_path):
+def test_a_feed_snapshotted_in_another_form_keeps_its_count_and_the_plants_read_back(tmp_path):
     store = MemoryPlantStore(capacity=10, events_retain=3)
     store.create(1, "Fern", None)
     state = {
@@ -125,9 +126,12 @@ def test_a_feed_snapshotted_in_another_form_starts_again_and_the_plants_read_bac
     again = MemoryPlantStore(capacity=10, events_retain=3)
     assert snapshot.read_into(again, path) == 1
     assert again.get(1) is not None
-    assert again.feed_entries(None, 10) == ([], (0).to_bytes(8, "big"))
+    # Its events cannot be read back: the position before them is 410, the one after them follows on.
+    assert again.feed_entries(None, 10) == ([], (1).to_bytes(8, "big"))
+    with pytest.raises(FeedExpiredError):
+        again.events((0).to_bytes(8, "big"), 10)
     again.create(2, "Ivy", None)
-    assert [entry.event.plant_id for entry in again.feed_entries(None, 10)[0]] == [2]
+    assert [event.plant_id for event in again.events((1).to_bytes(8, "big"), 10).events] == [2]
 
 
 def test_an_earlier_versions_snapshot_reads_back_whole(tmp_path):
@@ -190,3 +194,61 @@ def test_a_store_read_back_takes_no_more_memory_than_before_its_reload(tmp_path)
     assert len(again) == plants
     assert again.page(None, 5) == store.page(None, 5)
     assert after < before * 1.1, (after, before)
+
+
+@pytest.mark.parametrize("retain_after", [2, 3, 4, 8])
+def test_a_reload_that_changes_the_retention_keeps_every_position_of_the_feed(tmp_path, retain_after):
+    """A follower's cursor from before the reload reads on from the same place, every event
+    after it once, or is 410 when the new retention dropped its next event: never a position of
+    a feed started again, which silently skipped what came before it."""
+    store = MemoryPlantStore(capacity=100, events_retain=3)
+    positions = []
+    for plant_id in range(5):  # the ring wraps: events 3, 4 and 5 are kept
+        positions.append(store.events_now())
+        store.create(plant_id, f"plant {plant_id}", None, origin=f"req-{plant_id}")
+    ids_before = {entry.event.plant_id: entry.id for entry in store.feed_entries(None, 10)[0]}
+    path = tmp_path / "store.snapshot"
+    snapshot.write(store, path)
+    again = MemoryPlantStore(capacity=100, events_retain=retain_after)
+    snapshot.read_into(again, path)
+    kept = min(3, retain_after)
+    for number, position in enumerate(positions):  # after event 0 (none), 1, 2, 3, 4
+        if number < 5 - kept:
+            with pytest.raises(FeedExpiredError):
+                again.events(position, 100)
+            continue
+        entries, end = again.feed_entries(position, 100)
+        assert [entry.event.plant_id for entry in entries] == [*range(number, 5)]
+        assert [entry.origin for entry in entries] == [f"req-{i}" for i in range(number, 5)]
+        assert [entry.id for entry in entries] == [ids_before[i] for i in range(number, 5)]
+        assert end == again.events_now()
+    # The position at the end follows on with the new worker's writes, and the ring goes on.
+    end = again.events_now()
+    for plant_id in (10, 11):
+        again.create(plant_id, "new", None)
+    assert [event.plant_id for event in again.events(end, 100).events] == [10, 11]
+    for plant_id in range(12, 20):
+        again.create(plant_id, "new", None)
+    entries, _ = again.feed_entries(None, 100)
+    kept_ids = [*range(5 - kept, 5), *range(10, 20)][-retain_after:]
+    assert [entry.event.plant_id for entry in entries] == kept_ids
+
+
+def test_a_reload_that_turns_the_feed_on_again_keeps_no_position_of_before(tmp_path):
+    """Writes made while the feed was off (PLANTS_EVENTS_RETAIN=0) are not recorded: a cursor from
+    before is 410 once the feed is on again, never followed on past the writes it missed."""
+    path = tmp_path / "store.snapshot"
+    before = MemoryPlantStore(capacity=10, events_retain=5)
+    before.create(1, "Fern", None)
+    cursor = before.events_now()
+    snapshot.write(before, path)
+    off = MemoryPlantStore(capacity=10, events_retain=0)
+    snapshot.read_into(off, path)
+    off.create(2, "Written while the feed was off", None)
+    snapshot.write(off, path)
+    on = MemoryPlantStore(capacity=10, events_retain=5)
+    snapshot.read_into(on, path)
+    on.create(3, "Ivy", None)
+    with pytest.raises(FeedExpiredError):
+        on.events(cursor, 10)
+    assert [event.plant_id for event in on.events(None, 10).events] == [3]

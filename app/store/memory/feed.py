@@ -8,6 +8,7 @@ import secrets
 import threading
 import time
 from array import array
+from typing import Any
 
 from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
 
@@ -25,7 +26,9 @@ def _unpack(origin: str | int) -> str:
 
 
 class MemoryFeed:
-    """At most `retain` events; the event numbered `n` (from 1) sits at `(n - 1) % retain`.
+    """At most `retain` events; the event numbered `n` (from 1) sits at `(n - 1 - offset) % retain`,
+    `offset` being the number of the event before the ring's first slot (0 but in a feed carried
+    over from a reload's snapshot kept with another `retain`: `carry`).
 
     The ring is kept in columns, one per field of an event, rather than a tuple per event: a
     tuple, its time's int object and its slot cost about 120 bytes an event, the columns 41 (the
@@ -49,6 +52,7 @@ class MemoryFeed:
         #: its tag but for an update that moved the plant, so it adds a slot, not a string.
         self._before: list[str | None] = []
         self._last = 0
+        self._offset = 0
         #: Event ids start with it: the numbers start again with the process, the ids never repeat.
         self._epoch = secrets.token_hex(6)
 
@@ -75,7 +79,7 @@ class MemoryFeed:
             self._origins.append(_pack(origin))
             self._before.append(before)
         else:
-            at = (self._last - 1) % self.retain
+            at = (self._last - 1 - self._offset) % self.retain
             self._kinds[at] = kind
             self._plants[at] = plant_id
             self._names[at] = name
@@ -98,25 +102,25 @@ class MemoryFeed:
             if number < dropped:
                 raise FeedExpiredError
         end = min(number + limit, self._last)
-        retain = self.retain
+        retain, offset = self.retain, self._offset
         kinds, plants, names, tags, times = self._kinds, self._plants, self._names, self._tags, self._times
         events = []
         for n in range(number + 1, end + 1):
-            at = (n - 1) % retain
+            at = (n - 1 - offset) % retain
             events.append(Event(kinds[at], plants[at], names[at], tags[at], times[at]))
         return EventPage(events, end.to_bytes(8, "big"))
 
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
         events, end = self.page(after, limit)
         first = int.from_bytes(end, "big") - len(events)
-        origins, before, retain = self._origins, self._before, self.retain
+        origins, before, retain, offset = self._origins, self._before, self.retain, self._offset
         return [
             FeedEntry(
                 event,
                 f"{self._epoch}-{n}",
                 n.to_bytes(8, "big"),
-                _unpack(origins[(n - 1) % retain]),
-                before[(n - 1) % retain],
+                _unpack(origins[(n - 1 - offset) % retain]),
+                before[(n - 1 - offset) % retain],
             )
             for n, event in enumerate(events, first + 1)
         ], end
@@ -129,6 +133,33 @@ class MemoryFeed:
 
     def now(self) -> bytes:
         return self._last.to_bytes(8, "big")
+
+    def carry(self, kept: dict[str, Any]) -> None:
+        """Take over the feed a reload's snapshot kept with another `retain`: its latest events
+        that fit, under their numbers, and its count. A position from before the reload then
+        means what it meant: followed on, or 410 once its next event is not kept. Starting again
+        from 0 made an old position a place in the new feed, which skipped the events before it
+        unsaid. A feed kept in another form (an earlier version's) carries its count only, and
+        one kept while off (`retain` 0) no position: writes went unrecorded meanwhile."""
+        last = kept.get("_last")
+        if not isinstance(last, int):
+            return
+        if kept.get("retain") == 0:
+            last += 1  # past every earlier position: each is 410
+        if last <= self._last:
+            return
+        columns = ("_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_before")
+        carried = 0
+        if all(name in kept for name in (*columns, "retain")):
+            old_retain, old_offset = kept["retain"], kept.get("_offset", 0)
+            carried = min(len(kept["_kinds"]), self.retain)
+            slots = [(n - 1 - old_offset) % old_retain for n in range(last - carried + 1, last + 1)]
+            for name in columns:
+                column = getattr(self, name)
+                del column[:]
+                column.extend(kept[name][at] for at in slots)
+            self._epoch = kept.get("_epoch", self._epoch)
+        self._last, self._offset = last, last - carried
 
 
 class FeedReads:

@@ -49,6 +49,7 @@ TABLE_FIELDS = {
 STORE_FIELDS = ("_cursor_key",)
 FEED_FIELDS = (
     "retain", "_kinds", "_plants", "_names", "_tags", "_times", "_origins", "_before", "_last", "_epoch",
+    "_offset",
 )  # fmt: skip
 ENDPOINT_FIELDS = ("_fields", "_attempts")
 #: The form of a snapshot whose table and feed follow in marshal's form (an earlier one has no "form").
@@ -170,9 +171,9 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
     """Load the snapshot at `path` into an empty `store`; its plants' count.
 
     The store keeps its own capacity (the reload may have changed PLANTS_MAX_PLANTS). The feed
-    comes back only when PLANTS_EVENTS_RETAIN is unchanged, since an event's place in the ring
-    depends on it, and was written by this version (its fields); otherwise the feed starts again
-    with a new epoch, and a reader starts again from its first page.
+    comes back whole when PLANTS_EVENTS_RETAIN is unchanged and this version wrote it (its
+    fields); otherwise its latest events that fit come back under their numbers, so that every
+    position read before the reload still means the same place: the events after it, or 410.
     """
     with path.open("rb") as file:
         state = pickle.load(file)  # noqa: S301 - our own worker's file, in a 0700 directory
@@ -183,9 +184,14 @@ def read_into(store: MemoryPlantStore, path: Path) -> int:
     table, feed = (None, state["feed"]) if plants is None else (_table_from(plants["table"]), plants["feed"])
     with store._lock, store.endpoints._lock:
         _restore_store(store, state["store"], table)
-        # A feed kept in another form (a snapshot of an earlier version) starts again too.
+        if plants is not None:
+            feed = _feed_from(feed)
+        # A feed kept with another retain, or in another form (a snapshot of an earlier version),
+        # is carried over as far as it fits in this one (MemoryFeed.carry).
         if feed["retain"] == store._feed.retain and feed.keys() == set(FEED_FIELDS):
-            vars(store._feed).update(feed if plants is None else _feed_from(feed))
+            vars(store._feed).update(feed)
+        else:
+            store._feed.carry(feed)
         vars(store.endpoints).update(state["endpoints"])
         # Only into counters of the same form (the new worker counts here too, with the same
         # `limits`): a snapshot of an earlier version has none, one of a worker without limits None.

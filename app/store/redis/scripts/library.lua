@@ -101,15 +101,19 @@ local function allows(value, at)
   return not none_matched
 end
 
--- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step, unless the
--- feed is off (`retention` is '0'). Its entry ID, given by Redis, is when it took effect. Two
+-- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step; with the
+-- feed off (`retention` is '0'), removes the stream instead. Its entry ID, given by Redis, is when it took effect. Two
 -- fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
 -- (FeedEntry.origin; '' for none, and absent from entries written before it existed). An update
 -- that moved the plant to another tag has a third, `b`: its tag before ('t<tag>', or 'n' for
 -- none; FeedEntry.tag_before), so that a filtered watch sees a plant leave its tag. Every other
 -- entry has the same two fields, so the stream stores their names once per node.
 local function record(feed_key, retention, kind, plant_id, value, origin, before)
-  if retention ~= '0' then
+  if retention == '0' then
+    -- The feed is off and this write goes unrecorded: no position read before it may follow on
+    -- past it. Without the stream, each is a 410 once the feed is read again (events.lua).
+    redis.call('UNLINK', feed_key)
+  else
     local event = kind .. ' ' .. plant_id .. ' ' .. value
     if before then
       redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '', 'b', before)
