@@ -86,14 +86,15 @@ def list_events() -> Response:
         return read_precondition(request, None) or Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
     if streaming or (query.get("wait") and not events and request.method == "GET"):
         return _watch(state, store, key, position, query, streaming, only, snapshot)
-    metrics = state.metrics
-    if metrics is not None and events:
-        metrics.count_read(len(events))
     body = {
         "events": event_records(events),
         "next": encode_cursor(key, position, None, EVENTS),
     }
-    return answered_page(request, json_response(body))
+    response = answered_page(request, json_response(body))
+    metrics = state.metrics
+    if metrics is not None and events and response.status_code == 200:  # a 304 sends none
+        metrics.count_read(len(events))
+    return response
 
 
 def _snapshot(query: dict[str, Any], streaming: bool) -> bool:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from app.extension import plants_state
+from tests.contract.test_metrics import samples
 from tests.helpers import error_of
 
 #: Each page, and whether renaming plant 1 changes it: the feed's first event does not.
@@ -99,3 +100,11 @@ def test_a_watch_has_no_etag_so_only_the_wildcards_decide(ferns, auth, path, hea
 def test_head_of_a_stream_judges_its_preconditions(ferns, auth):
     assert ferns.head("/events", headers={**auth, **STREAM, "If-None-Match": "*"}).status_code == 304
     assert ferns.head("/events", headers={**auth, **STREAM, "If-Match": '"other"'}).status_code == 412
+
+
+def test_a_304_of_the_feed_counts_no_event_read(ferns, auth):
+    etag = ferns.get("/events", headers=auth).headers["ETag"]  # the three creates: counted
+    assert ferns.get("/events", headers={**auth, "If-None-Match": etag}).status_code == 304
+    error_of(ferns.get("/events", headers={**auth, "If-Match": '"other"'}), 412)
+    scrape = samples(ferns.get("/metrics", headers=auth).get_data(as_text=True))
+    assert scrape[("plants_events_read_total", (("route", "/events"),))] == 3
