@@ -130,6 +130,15 @@ class PlantChangedSinceRead(PreconditionFailed):
     )
 
 
+class PageChangedSinceRead(PreconditionFailed):
+    """412 for a read of a page (of plants, of the feed) or a watch whose If-Match it does not match."""
+
+    description = (
+        "The page does not match If-Match: it changed since you read it (a watch of the feed has"
+        " no ETag, so only 'If-Match: *' holds there). Read it without If-Match for its current ETag."
+    )
+
+
 class PlantPreconditionFailed(PreconditionFailed):
     """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
     `absent`: an If-Match for a plant that is not there (a PUT that would have created it)."""

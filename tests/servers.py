@@ -157,8 +157,9 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
 class Nginx:
     """nginx running the README's sample deploy/nginx-plants.conf in front of `upstream_port`.
 
-    Only the two addresses and the access log's path are replaced (and a TLS listener added where
-    the sample says "add TLS here"); everything else is the file as shipped.
+    Only the two addresses, the server's name (the listener's address, which the tests' clients
+    name) and the access log's path are replaced (and a TLS listener added where the sample says
+    "add TLS here"); everything else is the file as shipped.
     """
 
     SAMPLE = ROOT / "deploy" / "nginx-plants.conf"
@@ -170,9 +171,9 @@ class Nginx:
         sample = self.SAMPLE.read_text()
         upstream, listener = "server 127.0.0.1:8000;", "listen 127.0.0.1:8080;"
         access_log = "access_log /var/log/nginx/access.log "
-        assert sample.count(upstream) == 1
-        assert sample.count(listener) == 1
-        assert sample.count(access_log) == 1
+        name = "server_name plants.example.com;"
+        for replaced in (upstream, listener, access_log, name):
+            assert sample.count(replaced) == 1, replaced
         site = (
             sample.replace(upstream, f"server 127.0.0.1:{upstream_port};")
             .replace(
@@ -181,6 +182,7 @@ class Nginx:
                 f" ssl_certificate {cert}; ssl_certificate_key {key};",
             )
             .replace(access_log, f"access_log {directory}/access.log ")
+            .replace(name, "server_name 127.0.0.1;")
         )
         (directory / "plants.conf").write_text(site)
         temp_paths = "\n".join(

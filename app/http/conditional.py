@@ -1,21 +1,26 @@
-"""Conditional requests (RFC 9110 §8.8.3, §13), kept in one place: a plant's ETag, the 304 of a
-conditional GET, and the preconditions of PUT, PATCH and DELETE, which the store checks in the
-same atomic step as the write.
+"""Conditional requests (RFC 9110 §8.8.3, §13), kept in one place: a plant's ETag, a page's, the
+304 or 412 of a conditional GET, and the preconditions of PUT, PATCH and DELETE, which the store
+checks in the same atomic step as the write.
 
 A plant's ETag is strong and derived from its name and tag alone (app.store.plant_etag), so it is
-the same from every worker and host of one store and costs no stored byte.
+the same from every worker and host of one store and costs no stored byte. A page's (of `/plants`
+or of the feed) is a digest of its body, which every worker and host of one store answers alike
+(its cursor is signed with the store's key); a watch's answer is not known when its headers go,
+so it has none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import TYPE_CHECKING
 
 from flask import Request, Response
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import PreconditionFailed
 from werkzeug.http import remove_entity_headers
 
-from app.errors import ConditionalRequestRequired, PlantChangedSinceRead
+from app.errors import ConditionalRequestRequired, PageChangedSinceRead, PlantChangedSinceRead
 from app.store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
 
 if TYPE_CHECKING:
@@ -72,19 +77,42 @@ def _etags(req: Request, header: str, *, strong: bool) -> frozenset[str] | None:
 def not_modified(req: Request, plant: Plant) -> Response | None:
     """The 304 of a GET whose If-None-Match matches the plant's ETag (weak comparison); 412 when
     its If-Match does not (strong comparison), checked first (RFC 9110 §13.2.2)."""
+    environ = req.environ
+    if "HTTP_IF_MATCH" not in environ and "HTTP_IF_NONE_MATCH" not in environ:
+        return None
+    return read_precondition(req, etag_of(plant), PlantChangedSinceRead)
+
+
+def read_precondition(
+    req: Request, etag: str | None, failed: type[PreconditionFailed] = PageChangedSinceRead
+) -> Response | None:
+    """RFC 9110 §13.2.2 for a GET or HEAD whose answer has the entity-tag `etag`, or none (None):
+    `failed` (412) when If-Match does not match it strongly (`*` matches any answer); a 304 when
+    If-None-Match matches it weakly, or is `*` (the resource has a representation). None: answer
+    as without them. Called once the answer would be a 2xx (§13.2.1: errors come first)."""
     match = _etags(req, "If-Match", strong=True)
-    if match is not None and not Precondition(match).allows(etag_of(plant)):
-        raise PlantChangedSinceRead()
+    if match is not None and ANY_PLANT not in match and (etag is None or etag not in match):
+        raise failed()
     value = req.environ.get("HTTP_IF_NONE_MATCH")
     if value is None:
         return None
-    etag = etag_of(plant)
     # The common revalidation sends back the one tag it was given: matched without parsing.
-    if value != f'"{etag}"' and value != f'W/"{etag}"':
+    if etag is None or (value != f'"{etag}"' and value != f'W/"{etag}"'):
         tags = parse_entity_tags(value, strong=False)
-        if ANY_PLANT not in tags and etag not in tags:  # (an empty tag `""` never equals a plant's)
+        # (an empty tag `""` never equals an ETag this service makes)
+        if ANY_PLANT not in tags and (etag is None or etag not in tags):
             return None
-    return _NotModified(status=304, headers=[("ETag", f'"{etag}"')])
+    return _NotModified(status=304, headers=[] if etag is None else [("ETag", f'"{etag}"')])
+
+
+def answered_page(req: Request, response: Response) -> Response:
+    """A page's answer with its ETag, a digest of its body, or its 304 or 412 (read_precondition)."""
+    etag = hashlib.blake2b(response.get_data(), digest_size=8).hexdigest()
+    unchanged = read_precondition(req, etag)
+    if unchanged is not None:
+        return unchanged
+    response.headers.add("ETag", f'"{etag}"')
+    return response
 
 
 class _NotModified(Response):

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from flask import Response, request
+from werkzeug.exceptions import PreconditionFailed
 
 from app.auth.caller import current_caller
 from app.auth.watch_tickets import TICKET_CALLER, WATCH_ONLY
@@ -19,6 +20,7 @@ from app.errors import (
     TooManyWatchersForToken,
 )
 from app.extension import PlantsState, plants_state
+from app.http.conditional import answered_page, read_precondition
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import error_response
 from app.http.json_provider import json_response
@@ -81,17 +83,18 @@ def list_events() -> Response:
     except FeedExpiredError:
         raise FeedPositionExpired() from None
     if streaming and request.method == "HEAD":
-        return Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
+        return read_precondition(request, None) or Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
     if streaming or (query.get("wait") and not events and request.method == "GET"):
         return _watch(state, store, key, position, query, streaming, only, snapshot)
-    metrics = state.metrics
-    if metrics is not None and events:
-        metrics.count_read(len(events))
     body = {
         "events": event_records(events),
         "next": encode_cursor(key, position, None, EVENTS),
     }
-    return json_response(body)
+    response = answered_page(request, json_response(body))
+    metrics = state.metrics
+    if metrics is not None and events and response.status_code == 200:  # a 304 sends none
+        metrics.count_read(len(events))
+    return response
 
 
 def _snapshot(query: dict[str, Any], streaming: bool) -> bool:
@@ -136,6 +139,16 @@ def _watch(
         raise (
             TooManyWatchersForToken(signal.max_per_caller) if exc.per_caller else TooManyWatchers()
         ) from None
+    # Judged once admitted, as a 429 or 503 would be answered whatever the preconditions (RFC 9110
+    # §13.2.1); a watch's answer has no ETag (its events are not known yet).
+    try:
+        unwatched = read_precondition(request, None)
+    except PreconditionFailed:
+        signal.release(caller_key)
+        raise
+    if unwatched is not None:
+        signal.release(caller_key)
+        return unwatched
     settings = state.settings
     common: dict[str, Any] = {
         "cursor_key": key,

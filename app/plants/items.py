@@ -15,7 +15,7 @@ from marshmallow import ValidationError
 from app.errors import InvalidParameters, InvalidPlant, PlantConflict, PlantNotFound, PlantPreconditionFailed
 from app.extension import plants_state
 from app.http.body import read_json_object
-from app.http.conditional import not_modified, with_etag, write_precondition
+from app.http.conditional import answered_page, not_modified, with_etag, write_precondition
 from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import answered_where_raised
 from app.http.json_provider import json_response
@@ -53,7 +53,8 @@ def create_plant() -> Response:
 
 
 def list_plants() -> Response:
-    """One page of plants in the store's order; `next` and `Link` lead to the following page."""
+    """One page of plants in the store's order; `next` and `Link` lead to the following page. The
+    page has an ETag, so If-None-Match and If-Match are judged as on a plant."""
     query = load_page_query(request.args)
     tags = query.get("tags")
     store = plants_state().serving_store(request.environ)
@@ -76,7 +77,7 @@ def list_plants() -> Response:
     response = json_response(body)
     if link:
         response.headers["Link"] = link
-    return response
+    return answered_page(request, response)
 
 
 def _next_url(args: Any, cursor: str) -> str:

@@ -37,7 +37,7 @@ class Route(NamedTuple):
     access: Access
     #: The operation's id in openapi.yaml; None for routes outside the interface document.
     operation_id: str | None = None
-    #: Whether a request counts against its token's rate limit (the plant operations do).
+    #: Whether a request counts against its token's rate limit (every route behind a token does).
     limited: bool = True
 
 
@@ -86,7 +86,9 @@ WEBHOOK_OPERATIONS = frozenset(
 #: scope, so it is given the sets above) and the API page.
 ROUTES: tuple[Route, ...] = (
     *OPERATIONS,
-    Route("/metrics", "GET", exposition.metrics, Access.READ, limited=False),
+    # Counted as an operation: a scrape is cheap to ask for and costly to answer (every worker's
+    # files, summed), and any read token may ask. A scraper is given a token of its own.
+    Route("/metrics", "GET", exposition.metrics, Access.READ),
     Route(
         "/openapi.json",
         "GET",

@@ -324,9 +324,13 @@ def test_a_token_in_both_lists_names_the_hosts_config():
 
 def test_the_embedded_document_lists_only_what_the_blueprint_serves():
     client = make_host().test_client()
-    paths = client.get("/api/v1/openapi.json").json["paths"]
+    served = client.get("/api/v1/openapi.json")
+    paths = served.json["paths"]
     assert "/healthz" not in paths
     assert "/readyz" not in paths
+    # Nor does its text send a reader to them: the host serves no such path.
+    assert b"/healthz" not in served.get_data()
+    assert b"/readyz" not in served.get_data()
     for path in paths:  # every path it lists is served (not the host's 404)
         response = client.get("/api/v1" + path.replace("{id}", "1"), headers=AUTH)
         assert response.status_code != 404 or response.json["error"] == 404, path

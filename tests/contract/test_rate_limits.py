@@ -71,10 +71,25 @@ def test_tokens_have_separate_budgets_and_a_token_may_have_its_own(make_app):
 
 def test_replays_and_refusals_other_than_auth_count_only_creates_that_reach_the_view(make_app):
     client = make_app(PLANTS_RATE_LIMIT="2/minute").test_client()
-    auth = {"Authorization": f"Bearer {TOKEN}"}
     assert client.get("/openapi.json").status_code == 200  # public views are never limited
-    assert client.get("/metrics", headers=auth).status_code == 200  # nor other routes
     assert [create(client, 1).status_code for _ in range(3)] == [200, 200, 429]  # replays count
+
+
+def test_metrics_count_against_the_tokens_limit_as_an_operation(make_app):
+    """A scrape is an operation behind a token: counted, and refused past the limit with the JSON
+    429 and Retry-After, so that a token cannot ask for the costly summing without bound; another
+    token (a scraper's own) has its own budget."""
+    client = make_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    auth, scraper = {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": f"Bearer {OTHER}"}
+    first = client.get("/metrics", headers=auth)
+    assert first.status_code == 200
+    assert (first.headers["RateLimit-Limit"], first.headers["RateLimit-Remaining"]) == ("2", "1")
+    assert create(client, 1).status_code == 200  # the same budget as the plants
+    refused = client.get("/metrics", headers=auth)
+    assert "Too many requests for this token" in error_of(refused, 429)["message"]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert b"plants_" not in refused.get_data()
+    assert client.get("/metrics", headers=scraper).status_code == 200
 
 
 def test_an_anonymous_flood_is_limited_per_address(make_app):

@@ -139,6 +139,23 @@ def test_reads_pages_and_deletes_pass_through_with_links_to_the_public_address(t
     assert (status, headers["Location"]) == (201, f"{scheme}://127.0.0.1:{port}/plants/{base + 9}")
 
 
+@pytest.mark.parametrize("absolute", [False, True], ids=["host", "absolute-form"])
+def test_the_urls_handed_out_name_the_sites_server_name_whatever_host_the_client_sends(trusted, absolute):
+    """A client's `Host` (or an absolute request line's host) never becomes the host of a `Location`
+    or a `Link`: they name the site's `server_name` (the tests' 127.0.0.1) and nginx's port."""
+    _, proxy = trusted
+    base = 52_000_000 + (10 if absolute else 0)
+    prefix = "http://evil.example" if absolute else ""
+    evil = {**HEADERS, "Host": "evil.example:8443"}
+    body = json.dumps({"name": "Named"})
+    status, headers, _ = call(connect(proxy.port), "PUT", f"{prefix}/plants/{base}", body, evil)
+    assert (status, headers["Location"]) == (201, f"http://127.0.0.1:{proxy.port}/plants/{base}")
+    assert call(connect(proxy.port), "PUT", f"{prefix}/plants/{base + 1}", body, evil)[0] == 201
+    status, headers, _ = call(connect(proxy.port), "GET", f"{prefix}/plants?limit=1", None, evil)
+    assert status == 200
+    assert headers["Link"].startswith(f"<http://127.0.0.1:{proxy.port}/plants?limit=1&after=")
+
+
 def test_creates_work_and_authorization_reaches_the_app(trusted):
     _, proxy = trusted
     body = json.dumps({"id": 1, "name": "Proxied fern", "tag": "fern"})

@@ -177,6 +177,45 @@ def test_through_nginx_a_ticket_under_an_encoded_name_is_not_logged(servers):
 
 
 @pytest.mark.parametrize(
+    ("referer", "logged"),
+    [
+        ("https://app.example/watch?ticket={}", "https://app.example/watch?ticket=[redacted]"),
+        (
+            "https://app.example/watch?a=1&Access_Token={}&b=2",
+            "https://app.example/watch?access_token=[redacted]",
+        ),
+        ("https://app.example/watch?tick%65t={}", "https://app.example/watch?ticket=[redacted]"),
+        ("https://app.example/p/plwt_{}?q=1", "[redacted]"),
+        ("https://app.example/p?q=plwt%5F{}", "[redacted]"),
+    ],
+)
+def test_through_nginx_a_secret_in_the_referer_is_not_logged(servers, referer, logged):
+    """The page a request came from may hold a ticket or a token in its URL, and nginx writes the
+    `Referer` in its access line: redacted as the request's own line is."""
+    _, proxy, directory = servers
+    marker = f"referer-{time.monotonic_ns()}"
+    status, _, _ = call(
+        _connection(proxy.port), "GET", f"/healthz?{marker}", headers={"Referer": referer.format(TOKEN)}
+    )
+    assert status == 200
+    time.sleep(0.3)
+    log = (directory / "access.log").read_text()
+    assert TOKEN not in log
+    [line] = [line for line in log.splitlines() if marker in line]
+    assert f'"{logged}"' in line
+
+
+def test_through_nginx_a_plain_referer_is_logged_as_sent(servers):
+    _, proxy, directory = servers
+    marker = f"referer-{time.monotonic_ns()}"
+    referer = "https://app.example/garden?view=ferns&page=2"
+    assert call(_connection(proxy.port), "GET", f"/healthz?{marker}", headers={"Referer": referer})[0] == 200
+    time.sleep(0.3)
+    [line] = [line for line in (directory / "access.log").read_text().splitlines() if marker in line]
+    assert f'"{referer}"' in line
+
+
+@pytest.mark.parametrize(
     "query", ["access_token={}", "wait=1&access_token={}&x=1", "access%5Ftoken={}", "Access_Token={}"]
 )
 def test_a_bearer_token_in_the_query_is_refused_and_never_logged(servers, query):

@@ -104,7 +104,8 @@ def test_the_new_operations_extend_1_0_0_and_each_has_its_own_id(document):
     assert scope["required"] is True
     assert 'error="insufficient_scope"' in scope["description"]
     page = operations[("/plants", "get")]
-    assert {parameter["name"] for parameter in page["parameters"]} == {"limit", "after", "tags"}
+    names = {deref(document, parameter)["name"] for parameter in page["parameters"]}
+    assert names == {"limit", "after", "tags", "If-Match", "If-None-Match"}
     assert "Link" in page["responses"]["200"]["headers"]
     assert (
         deref(document, page["responses"]["200"]["content"]["application/json"]["schema"])
@@ -177,6 +178,16 @@ def test_every_reference_names_a_component(document):
         parts = node_ref_parts(ref)
         assert len(parts) == 3, ref
         assert parts[0] == "components", ref
+
+
+def test_lists_declare_their_etag_and_conditional_answers(document):
+    for path in ("/plants", "/events"):
+        get = document["paths"][path]["get"]
+        names = {deref(document, parameter)["name"] for parameter in get["parameters"]}
+        assert {"If-Match", "If-None-Match"} <= names
+        assert {"304", "412"} <= set(get["responses"])
+        assert "content" not in deref(document, get["responses"]["304"])
+        assert "ETag" in get["responses"]["200"]["headers"]
 
 
 def test_1_2_0_changes_a_plant_with_preconditions(document):
