@@ -11,6 +11,7 @@ runs once.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -322,6 +323,56 @@ def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_sto
     now = client.get(f"/plants/{plant_id}", headers=auth)
     assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
     assert events_of(client, auth, plant_id, start).count(event) == 1
+
+
+#: A connect timeout longer than the store's: a step's reconnect must still end with the write's time.
+LONG_CONNECT_S = 4 * TIMEOUT_S
+
+
+def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_timeouts(
+    redis_server, make_app, auth
+):
+    """The write's reply is lost; so is, late in the write's time, the reply of the read of the
+    feed that would tell what the write did, and from then the host takes no connection (a
+    partition). The read is resent on a new connection, whose connect gets what is left of the
+    write's two timeouts at that moment, not the longer connect timeout, nor what was left when
+    the read began: the 503 leaves within two timeouts, and the write landed once."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    direct = make_app(**settings, **TIMEOUTS).test_client()
+    client = make_app(
+        **{**settings, "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"},
+        **{**TIMEOUTS, "PLANTS_STORE_CONNECT_TIMEOUT": LONG_CONNECT_S},
+    ).test_client()
+    stalled = threading.Event()
+    began = 0.0
+
+    def lose_the_reads_reply_late_then_stall() -> None:
+        time.sleep(max(0.0, began + 1.6 * TIMEOUT_S - time.monotonic()))
+        proxy.stall_connects()
+        stalled.set()
+
+    def lose_the_next_reply_too() -> None:
+        proxy.drop_next(after_reply=True, before_drop=lose_the_reads_reply_late_then_stall)
+
+    try:
+        warm(client, auth)
+        start = direct.get("/events?after=now", headers=auth).get_json()["next"]
+        plant_id = next(_IDS)
+        # The write's reply is lost; the next script's (the read of the feed) is lost in turn.
+        proxy.drop_next(after_reply=True, before_drop=lose_the_next_reply_too)
+        began = time.monotonic()
+        answer = client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth)
+        took = time.monotonic() - began
+        assert stalled.is_set()
+        assert took < SLOWEST_LOST_S, (took, answer.status_code)
+        assert answer.status_code == 503, answer.get_data(as_text=True)
+        assert answer.headers["Retry-After"] == "1"
+        assert set(answer.get_json()) >= {"error", "message"}
+        assert direct.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "once"
+        assert events_of(direct, auth, plant_id, start) == ["plant.created"]
+    finally:
+        proxy.close()
 
 
 def test_where_redis_py_cannot_bound_a_read_a_write_whose_reply_was_lost_answers_503(
