@@ -7,6 +7,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,7 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import app.compat.redis
 from tests.dropping_proxy import DroppingProxy
 from tests.helpers import reloaded
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port, self_signed_certificate
 
 PLANT = {"id": 7, "name": "Boston fern", "tag": "fern"}
 #: How late each reply comes through the slow proxy, and the time a bounded call is given.
@@ -119,15 +120,31 @@ def test_a_call_given_an_end_ends_by_then_though_every_reply_is_late(redis_serve
         proxy.close()
 
 
+def stopped_redis_url(directory: Path, transport: str) -> tuple[RedisServer, str]:
+    """A redis-server of its own (it is stopped) and its URL over `transport`: unix or tls."""
+    if transport == "unix":
+        server = RedisServer(directory)
+        return server, server.unix_url
+    cert, key = self_signed_certificate(directory)
+    port = free_port()
+    server = RedisServer(
+        directory,
+        *("--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
+    )
+    return server, f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=none"
+
+
 @HELD
-def test_a_call_given_an_end_on_a_unix_socket_ends_by_then_though_redis_is_stopped(tmp_path, held):
-    """A unix socket's connections are the store's own too: a call given an end times out by then
-    on a stopped Redis (SIGSTOP: the socket still takes connections), a new connection's
-    handshake included."""
-    server = RedisServer(tmp_path)  # its own: it is stopped
+@pytest.mark.parametrize("transport", ["unix", "tls"])
+def test_a_call_given_an_end_ends_by_then_though_redis_is_stopped(tmp_path, held, transport):
+    """Every connection the store makes is its own class, a unix socket's too: a call given an end
+    times out by then on a stopped Redis (SIGSTOP: its sockets still take connections), a new
+    connection's handshakes (TLS's, then redis-py's) included."""
+    server, url = stopped_redis_url(tmp_path, transport)
     try:
         took = bounded_ping_took(
-            server.unix_url, held=held, slow=lambda: server.signal(signal.SIGSTOP), unix=True
+            url, held=held, slow=lambda: server.signal(signal.SIGSTOP), **{transport: True}
         )
         assert took < GIVEN_S + REPLY_LATE_S / 2, took  # not the socket timeout
     finally:
