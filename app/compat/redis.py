@@ -111,7 +111,10 @@ READ_TIMEOUT = HELD_CONNECTIONS and binds(getattr(Connection, "read_response", N
 #: The least a read past a call's end waits: a reply already come is still taken.
 _LEAST_WAIT_S = 0.001
 if not ABORTIVE_CLOSE:
-    log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
+    log.warning(
+        "redis-py's Connection._connect has changed: store connections close gracefully, and a write"
+        " whose reply was lost answers 503"
+    )
 if not HELD_CONNECTIONS:
     log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
 if HELD_CONNECTIONS and not READ_TIMEOUT:

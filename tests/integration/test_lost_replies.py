@@ -375,13 +375,14 @@ def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_ti
         proxy.close()
 
 
-def test_where_redis_py_cannot_bound_a_read_a_write_whose_reply_was_lost_answers_503(
-    proxied, auth, monkeypatch
+@pytest.mark.parametrize("check", ["READ_TIMEOUT", "ABORTIVE_CLOSE"])
+def test_where_redis_py_cannot_bound_a_call_a_write_whose_reply_was_lost_answers_503(
+    proxied, auth, monkeypatch, check
 ):
-    """A redis-py whose reads take no timeout of their own (app/compat/redis.py): the write's
-    later steps could not keep to two timeouts, so none runs; its 503 leaves once its fate is
-    settled, and it ran once."""
-    monkeypatch.setattr(app.compat.redis, "READ_TIMEOUT", False)
+    """A redis-py whose reads take no timeout of their own, or whose connect hook has changed
+    (app/compat/redis.py): the write's later steps could not keep to two timeouts, so none runs;
+    its 503 leaves once its fate is settled, and it ran once."""
+    monkeypatch.setattr(app.compat.redis, check, False)
     client, proxy = proxied
     start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, "create")
     proxy.drop_next(after_reply=True)
