@@ -131,9 +131,16 @@ def _abortive(sock: socket.socket) -> socket.socket:
     return sock
 
 
-#: The end (`until`, time.monotonic()) of the call this thread is making, while it has one
-#: (`_bounded`): the store's connection classes connect and read by then.
-_CALL = threading.local()
+class _CallEnd(threading.local):
+    """The end of the call this thread is making, while it has one (`_bounded`): the store's
+    connection classes connect and read by then."""
+
+    #: time.monotonic(), or None. A default on the class: every read of every store connection
+    #: looks it up, and a thread-local's missing attribute costs an AttributeError made and dropped.
+    until: float | None = None
+
+
+_CALL = _CallEnd()
 
 
 def _connect_by(connection: Any, until: float, connect: Callable[[], Any]) -> Any:
@@ -159,11 +166,11 @@ class _ByTheCallsEnd(AbstractConnection):
     def _connect(self) -> Any:
         # The concrete class's hook (Connection's, SSLConnection's, ...), next in the order.
         connect: Callable[[], Any] = cast(Any, super())._connect
-        until = getattr(_CALL, "until", None)
+        until = _CALL.until
         return connect() if until is None else _connect_by(self, until, connect)
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        until = getattr(_CALL, "until", None)
+        until = _CALL.until
         if until is not None and "timeout" not in kwargs:
             # Past the end, the least wait rather than none: redis-py's own timeout closes the
             # connection, on which a reply is still due.
