@@ -347,13 +347,14 @@ def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_ti
     stalled = threading.Event()
     began = 0.0
 
-    def lose_the_reads_reply_late_then_stall() -> None:
-        time.sleep(max(0.0, began + 1.6 * TIMEOUT_S - time.monotonic()))
-        proxy.stall_connects()
+    def stall_then_lose_the_reads_reply_late() -> None:
+        proxy.stall_connects()  # the read's own connection goes on
+        # Late enough that what was left when the read began would pass the two timeouts.
+        time.sleep(max(0.0, began + 1.4 * TIMEOUT_S - time.monotonic()))
         stalled.set()
 
     def lose_the_next_reply_too() -> None:
-        proxy.drop_next(after_reply=True, before_drop=lose_the_reads_reply_late_then_stall)
+        proxy.drop_next(after_reply=True, before_drop=stall_then_lose_the_reads_reply_late)
 
     try:
         warm(client, auth)
