@@ -19,7 +19,9 @@ class Proxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = [self._listener]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._stalled = False
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def close(self) -> None:
         with self._lock:
@@ -27,10 +29,30 @@ class Proxy:
         for sock in sockets:
             sock.close()
 
+    def stall_connects(self) -> None:
+        """From now on a connect to the proxy never completes (a host whose SYNs go unanswered, as
+        a partition has it): no one takes connections from its listener any more, and its queue
+        is full, so the kernel drops each new SYN. Connections made before go on as they were."""
+        with self._lock:
+            self._stalled = True
+        address = self._listener.getsockname()
+        socket.create_connection(address, timeout=5).close()  # wakes the accept thread: it stops
+        self._accepting.join(timeout=5)
+        self._listener.listen(0)
+        for _ in range(2):  # the first fills the queue of one; the second's SYN is already dropped
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(address)
+            with self._lock:
+                self._sockets.append(filler)
+
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self._listener.accept()
+                if self._stalled:
+                    client.close()
+                    return
                 upstream = socket.create_connection(("127.0.0.1", self._upstream_port), timeout=5)
             except OSError:
                 return

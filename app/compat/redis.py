@@ -8,9 +8,9 @@ and served later writes on new connections. With SO_LINGER 0, closing the socket
 queue and sends a reset: what was not delivered by then never is. redis-py has no public way to
 set a SOL_SOCKET option on its sockets (`socket_keepalive_options` are TCP-level), so the
 connection classes override `_connect`, its per-transport hook that makes the socket. When that
-hook has changed, plain connections are used: the plant writes stay safe (each carries a
+hook has changed, redis-py's own connections are used: the plant writes stay safe (each carries a
 deadline after which Redis refuses it, app/store/redis/deadline.py), the webhook endpoints'
-changes lose the reset.
+changes lose the reset, and no call is bounded (below).
 
 **Held connections.** `Redis.execute_command` checks a connection out of the pool and back in
 on every call, through its argument-deprecation wrappers and observability hooks. A request
@@ -28,17 +28,16 @@ call goes through `execute_command`, which resends after a lost reply as redis-p
 **A call's own time.** The steps that learn what a write whose reply was lost did share what is
 left of the write's time, so each may get less than the client's socket timeout. redis-py documents
 no per-command timeout. Its `Connection.read_response` takes a timeout of its own since 8.0
-(`timeout`, for one read), and a connection's `socket_connect_timeout` (its constructor's option)
-is read at each connect. So during such a step the held connection connects within what is left,
-and its `read_response` is, on the instance, one that waits what is left: redis-py's own handshake
-on a new connection (HELLO, CLIENT SETINFO: a round trip each) reads through it too. The
-public `socket_timeout` setter would not do: the socket a connect makes while it is short keeps it
-once it is put back, so the connection's later calls would wait that little too. A connection the
-thread takes new for such a step (on a cluster, from a node it had not written to: a slot moved)
-is connected by redis-py's `get_connection`, handshake included, before any of that: the store's
-connection classes wait what is left then too, while their thread takes one. With a redis-py
-whose `read_response` takes no timeout, no such step is sent: the write answers 503 once its fate
-is settled, as where the feed cannot tell.
+(`timeout`, for one read), and its `_connect` hook reads the connection's `socket_connect_timeout`
+and `socket_timeout` as it connects. So every connection the store makes is of its own classes
+(a unix socket's too), and while a thread makes a call with an end (`_bounded`, a thread-local)
+each of them connects, and reads each reply, within what is left of it at that moment: a new
+connection that redis-py's `get_connection` connects before the call holds it (on a cluster, a
+node the thread had not written to: a slot moved), a broken one's reconnect late in the call (a
+resend), redis-py's own handshake (HELLO, CLIENT SETINFO: a round trip each) and a TLS one. The
+socket keeps the connection's own timeout for later calls. With a redis-py whose `read_response`
+takes no timeout, or whose `_connect` has changed, no such step is sent: the write answers 503
+once its fate is settled, as where the feed cannot tell.
 
 **The slot map.** RedisCluster reads its slot map again after its own errors and redirects,
 never after a timeout, and the store's scripts (which must not follow ASK) do not go through its
@@ -62,11 +61,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.cluster import NodesManager, RedisCluster
-from redis.connection import Connection, ConnectionPool, SSLConnection
+from redis.connection import (
+    AbstractConnection,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -77,7 +82,9 @@ log = logging.getLogger(__name__)
 
 
 #: Whether `_connect` is the hook this module overrides: made, connects and returns the socket.
-ABORTIVE_CLOSE = all(binds(getattr(cls, "_connect", None)) for cls in (Connection, SSLConnection))
+ABORTIVE_CLOSE = all(
+    binds(getattr(cls, "_connect", None)) for cls in (Connection, SSLConnection, UnixDomainSocketConnection)
+)
 #: Whether the pool lends connections and a connection sends and reads as held connections use them.
 HELD_CONNECTIONS = (
     binds(getattr(ConnectionPool, "get_connection", None))
@@ -99,17 +106,15 @@ SLOT_MAP = (
     and binds(getattr(NodesManager, "move_node_to_end_of_cached_nodes", None), "node")
     and binds(getattr(NodesManager, "move_slot", None), object())
 )
-#: Whether a reply can be waited for with a timeout of its own (redis-py 8's `read_response`), and
-#: a connection's reads can be made to (its instances take attributes).
-READ_TIMEOUT = (
-    HELD_CONNECTIONS
-    and binds(getattr(Connection, "read_response", None), timeout=1.0)
-    and not hasattr(Connection, "__slots__")
-)
+#: Whether a reply can be waited for with a timeout of its own (redis-py 8's `read_response`).
+READ_TIMEOUT = HELD_CONNECTIONS and binds(getattr(Connection, "read_response", None), timeout=1.0)
 #: The least a read past a call's end waits: a reply already come is still taken.
 _LEAST_WAIT_S = 0.001
 if not ABORTIVE_CLOSE:
-    log.warning("redis-py's Connection._connect has changed: store connections close gracefully")
+    log.warning(
+        "redis-py's Connection._connect has changed: store connections close gracefully, and a write"
+        " whose reply was lost answers 503"
+    )
 if not HELD_CONNECTIONS:
     log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
 if HELD_CONNECTIONS and not READ_TIMEOUT:
@@ -126,64 +131,77 @@ def _abortive(sock: socket.socket) -> socket.socket:
     return sock
 
 
-#: The end (`until`) of the call for which this thread takes a new connection from its pool:
-#: redis-py's `get_connection` connects it, handshake and all, before `_bounded` can hold it.
-_TAKING = threading.local()
+class _CallEnd(threading.local):
+    """The end of the call this thread is making, while it has one (`_bounded`): the store's
+    connection classes connect and read by then."""
+
+    #: time.monotonic(), or None. A default on the class: every read of every store connection
+    #: looks it up, and a thread-local's missing attribute costs an AttributeError made and dropped.
+    until: float | None = None
 
 
-def _taking_until() -> float | None:
-    return getattr(_TAKING, "until", None)
+_CALL = _CallEnd()
 
 
-def _connect_by_end(connection: Any, connect: Callable[[], Any]) -> Any:
-    """`connect()`, within what is left of the end of the call taking `connection`, if any."""
-    until = _taking_until()
-    if until is None:
-        return connect()
-    own, left = connection.socket_connect_timeout, _left(until)
-    connection.socket_connect_timeout = min(own, left) if own else left
+def _connect_by(connection: Any, until: float, connect: Callable[[], Any]) -> Any:
+    """`connect()` within what is left until `until` at this moment, a TLS handshake included:
+    redis-py reads both timeouts as it connects; the socket keeps the connection's own after."""
+    left = _left(until)
+    own_connect, own = connection.socket_connect_timeout, connection.socket_timeout
+    connection.socket_connect_timeout = min(own_connect, left) if own_connect else left
+    connection.socket_timeout = min(own, left) if own else left
     try:
-        return connect()
+        sock = connect()
     finally:
-        connection.socket_connect_timeout = own
+        connection.socket_connect_timeout, connection.socket_timeout = own_connect, own
+    sock.settimeout(own)
+    return sock
 
 
-def _read_by_end(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A read's arguments: one made while its connection is taken for a call with an end waits
-    only what is left (past it, the least wait, as `_bounded`'s)."""
-    until = _taking_until()
-    if until is None or "timeout" in kwargs:
-        return kwargs
-    return {**kwargs, "timeout": max(until - time.monotonic(), _LEAST_WAIT_S)}
-
-
-class AbortiveConnection(Connection):
-    """redis-py's TCP connection, with SO_LINGER 0 from the moment it connects; taken new for a
-    call with an end, it connects and reads its handshake by then."""
+class _ByTheCallsEnd(AbstractConnection):
+    """A connection that, during its thread's call with an end, connects and reads by then: the
+    connect of a new connection or of a broken one's reconnect, and each reply, redis-py's own
+    handshake's (HELLO, CLIENT SETINFO) included."""
 
     def _connect(self) -> Any:
-        return _abortive(_connect_by_end(self, super()._connect))
+        # The concrete class's hook (Connection's, SSLConnection's, ...), next in the order.
+        connect: Callable[[], Any] = cast(Any, super())._connect
+        until = _CALL.until
+        return connect() if until is None else _connect_by(self, until, connect)
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        return super().read_response(*args, **_read_by_end(kwargs))
+        until = _CALL.until
+        if until is not None and "timeout" not in kwargs:
+            # Past the end, the least wait rather than none: redis-py's own timeout closes the
+            # connection, on which a reply is still due.
+            kwargs["timeout"] = max(until - time.monotonic(), _LEAST_WAIT_S)
+        return super().read_response(*args, **kwargs)
 
 
-class AbortiveSSLConnection(SSLConnection):
+class _Abortive(_ByTheCallsEnd):
+    def _connect(self) -> Any:
+        return _abortive(super()._connect())
+
+
+class AbortiveConnection(_Abortive, Connection):
+    """redis-py's TCP connection, with SO_LINGER 0 from the moment it connects."""
+
+
+class AbortiveSSLConnection(_Abortive, SSLConnection):
     """redis-py's TLS connection, with SO_LINGER 0 on its socket (the TLS socket wraps the same
-    descriptor, so the option is the TCP socket's); bounded as AbortiveConnection when taken."""
-
-    def _connect(self) -> Any:
-        return _abortive(_connect_by_end(self, super()._connect))
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        return super().read_response(*args, **_read_by_end(kwargs))
+    descriptor, so the option is the TCP socket's)."""
 
 
-def connection_class(*, tls: bool) -> type[Connection]:
-    """The `connection_class` of a TCP store's pools: abortive when redis-py allows it."""
+class BoundedUnixConnection(_ByTheCallsEnd, UnixDomainSocketConnection):
+    """redis-py's unix socket connection: it has no send queue, so it closes as it is."""
+
+
+def connection_class(*, tls: bool = False, unix: bool = False) -> type[AbstractConnection]:
+    """The `connection_class` of a store's pools: theirs, whose calls can be bounded, when
+    redis-py's `_connect` is as expected; else redis-py's own."""
     if not ABORTIVE_CLOSE:
-        return SSLConnection if tls else Connection
-    return AbortiveSSLConnection if tls else AbortiveConnection
+        return UnixDomainSocketConnection if unix else SSLConnection if tls else Connection
+    return BoundedUnixConnection if unix else AbortiveSSLConnection if tls else AbortiveConnection
 
 
 #: Clients one thread may hold a connection of: on a cluster, one per node it has written to.
@@ -226,8 +244,8 @@ class HeldConnections:
             # execute_command resends after a lost reply: no write raises Unanswered, so no call
             # learning what one did is given an `until`.
             return client.execute_command(*command)
-        connection = self._connection(client, until)
-        with _bounded(connection, until):
+        with _bounded(until):
+            connection = self._connection(client)
             if resend:
                 try:
                     connection.send_command(*command)
@@ -252,8 +270,8 @@ class HeldConnections:
             for command in commands:
                 pipe.execute_command(*command)
             return list(pipe.execute(raise_on_error=False))
-        connection = self._connection(client, until)
-        with _bounded(connection, until):
+        with _bounded(until):
+            connection = self._connection(client)
             packed = connection.pack_commands(commands)
             _sent(connection, lambda: connection.send_packed_command(packed))
             replies: list[Any] = []
@@ -268,21 +286,15 @@ class HeldConnections:
                 raise Unanswered("the reply was lost") from exc
         return replies
 
-    def _connection(self, client: redis.Redis, until: float | None = None) -> Any:
-        """This thread's connection of `client`; a new one, taken for a call that ends by `until`,
-        connects by then (the project's connection classes: a unix socket's connects at once)."""
+    def _connection(self, client: redis.Redis) -> Any:
+        """This thread's connection of `client`; a new one, taken during a call with an end
+        (`_bounded`), connects by then: redis-py's `get_connection` connects it, handshake and all."""
         held = self._held()
         entry = held.get(id(client))
         if entry is None or entry[0] is not client:
             if len(held) >= _MOST_HELD:
                 _release(held)
-            if until is not None:
-                _check_bound(until)
-            _TAKING.until = until
-            try:
-                entry = held[id(client)] = (client, client.connection_pool.get_connection())
-            finally:
-                _TAKING.until = None
+            entry = held[id(client)] = (client, client.connection_pool.get_connection())
         return entry[1]
 
     def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
@@ -333,46 +345,34 @@ def _left(until: float) -> float:
     return left
 
 
-def _check_bound(until: float) -> float:
-    """The seconds left until `until`; TimeoutError when none are, or when redis-py cannot bound
-    the wait for a reply."""
-    left = _left(until)
-    if not READ_TIMEOUT:
+def _check_bound(until: float) -> None:
+    """TimeoutError when no time is left until `until`, or when the store's connections cannot
+    bound a call: redis-py's reads take no timeout, or its connect hook has changed."""
+    _left(until)
+    if not (READ_TIMEOUT and ABORTIVE_CLOSE):
         raise RedisTimeoutError("redis-py cannot bound the wait for a reply")
-    return left
 
 
 #: A call without an end: most of them, so no generator is made for each.
 _UNBOUNDED = contextlib.nullcontext()
 
 
-def _bounded(connection: Any, until: float | None) -> contextlib.AbstractContextManager[None]:
-    """A call on `connection` that ends by `until` (time.monotonic()), when given (`_bounded_by`)."""
-    return _UNBOUNDED if until is None else _bounded_by(connection, until)
+def _bounded(until: float | None) -> contextlib.AbstractContextManager[None]:
+    """A call of this thread that ends by `until` (time.monotonic()), when given (`_bounded_by`)."""
+    return _UNBOUNDED if until is None else _bounded_by(until)
 
 
 @contextlib.contextmanager
-def _bounded_by(connection: Any, until: float) -> Iterator[None]:
-    """A call on `connection` that ends by `until`: a connect it makes times out then, and so does
-    each reply it reads, the handshake's of a new connection included (redis-py's own calls read
-    through the connection's `read_response`). TimeoutError before anything is sent when no time
-    is left, or when redis-py cannot bound the reads."""
-    left = _check_bound(until)
-    read = type(connection).read_response
-
-    def read_by_end(*args: Any, **kwargs: Any) -> Any:
-        # Past the end, the least wait rather than none: redis-py's own timeout closes the
-        # connection, on which a reply is still due.
-        return read(connection, *args, **kwargs, timeout=max(until - time.monotonic(), _LEAST_WAIT_S))
-
-    own = connection.socket_connect_timeout
-    connection.socket_connect_timeout = min(own, left) if own else left
-    connection.read_response = read_by_end
+def _bounded_by(until: float) -> Iterator[None]:
+    """A call of this thread that ends by `until`: each connect and each read the store's
+    connections make meanwhile gets what is left when it starts (`_ByTheCallsEnd`). TimeoutError
+    before anything is sent when no time is left, or when the call cannot be bounded."""
+    _check_bound(until)
+    _CALL.until = until
     try:
         yield
     finally:
-        del connection.read_response
-        connection.socket_connect_timeout = own
+        _CALL.until = None
 
 
 def follow_redirect(client: RedisCluster, key: str, moved: MovedError | None = None) -> None:

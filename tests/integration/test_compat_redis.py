@@ -3,8 +3,11 @@ public path (plain connections, `execute_command`) and answers as before."""
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -14,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import app.compat.redis
 from tests.dropping_proxy import DroppingProxy
 from tests.helpers import reloaded
+from tests.servers import RedisServer, free_port, self_signed_certificate
 
 PLANT = {"id": 7, "name": "Boston fern", "tag": "fern"}
 #: How late each reply comes through the slow proxy, and the time a bounded call is given.
@@ -75,16 +79,15 @@ def test_the_store_answers_on_redis_pys_public_path(public_path, make_app, auth)
     assert client.get(f"/plants/{PLANT['id']}", headers=auth).status_code == 404
 
 
-@pytest.mark.parametrize("held", [False, True], ids=["a new connection", "the thread's held one"])
-def test_a_call_given_an_end_ends_by_then_though_every_reply_is_late(redis_server, held):
-    """A lost write's later steps each get only what is left of its time (app/store/redis/lost.py):
-    a call given an end times out by then whatever its replies take, on a connection the thread
-    takes new from the pool too (on a cluster, a node it had not written to: a slot moved), whose
-    connect and handshake redis-py makes before any command is sent."""
-    proxy = DroppingProxy(redis_server.port)
+HELD = pytest.mark.parametrize("held", [False, True], ids=["a new connection", "the thread's held one"])
+
+
+def bounded_ping_took(url: str, *, held: bool, slow: Callable[[], None], **transport: bool) -> float:
+    """The seconds a PING given GIVEN_S took to time out on `url`, once `slow()` has made every
+    reply late; first, with `held`, the thread holds a connection of the client."""
     client = redis.Redis.from_url(
-        f"redis://127.0.0.1:{proxy.port}/0",
-        connection_class=app.compat.redis.connection_class(tls=False),
+        url,
+        connection_class=app.compat.redis.connection_class(**transport),
         socket_timeout=REPLY_LATE_S + 0.5,
         socket_connect_timeout=REPLY_LATE_S + 0.5,
     )
@@ -92,13 +95,57 @@ def test_a_call_given_an_end_ends_by_then_though_every_reply_is_late(redis_serve
     try:
         if held:
             assert connections.call(client, "PING") in (True, b"PONG")
-        proxy.slow_replies(REPLY_LATE_S)
+        slow()
         began = time.monotonic()
         with pytest.raises(RedisTimeoutError):
             connections.call(client, "PING", until=began + GIVEN_S)
-        took = time.monotonic() - began
+        return time.monotonic() - began
+    finally:
+        client.close()
+
+
+@HELD
+def test_a_call_given_an_end_ends_by_then_though_every_reply_is_late(redis_server, held):
+    """A lost write's later steps each get only what is left of its time (app/store/redis/lost.py):
+    a call given an end times out by then whatever its replies take, on a connection the thread
+    takes new from the pool too (on a cluster, a node it had not written to: a slot moved), whose
+    connect and handshake redis-py makes before any command is sent."""
+    proxy = DroppingProxy(redis_server.port)
+    try:
+        url = f"redis://127.0.0.1:{proxy.port}/0"
+        took = bounded_ping_took(url, held=held, slow=lambda: proxy.slow_replies(REPLY_LATE_S), tls=False)
         assert took < GIVEN_S + REPLY_LATE_S / 2, took  # not a late reply's wait, nor two
     finally:
         proxy.slow_replies(0)
-        client.close()
         proxy.close()
+
+
+def stopped_redis_url(directory: Path, transport: str) -> tuple[RedisServer, str]:
+    """A redis-server of its own (it is stopped) and its URL over `transport`: unix or tls."""
+    if transport == "unix":
+        server = RedisServer(directory)
+        return server, server.unix_url
+    cert, key = self_signed_certificate(directory)
+    port = free_port()
+    server = RedisServer(
+        directory,
+        *("--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
+    )
+    return server, f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=none"
+
+
+@HELD
+@pytest.mark.parametrize("transport", ["unix", "tls"])
+def test_a_call_given_an_end_ends_by_then_though_redis_is_stopped(tmp_path, held, transport):
+    """Every connection the store makes is its own class, a unix socket's too: a call given an end
+    times out by then on a stopped Redis (SIGSTOP: its sockets still take connections), a new
+    connection's handshakes (TLS's, then redis-py's) included."""
+    server, url = stopped_redis_url(tmp_path, transport)
+    try:
+        took = bounded_ping_took(
+            url, held=held, slow=lambda: server.signal(signal.SIGSTOP), **{transport: True}
+        )
+        assert took < GIVEN_S + REPLY_LATE_S / 2, took  # not the socket timeout
+    finally:
+        server.stop()  # wakes it first

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import threading
 import time
 
 import pytest
@@ -362,13 +363,65 @@ def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_sto
     assert events_of(client, auth, plant_id, start).count(event) == 1
 
 
-def test_where_redis_py_cannot_bound_a_read_a_write_whose_reply_was_lost_answers_503(
-    proxied, auth, monkeypatch
+#: A connect timeout longer than the store's: a step's reconnect must still end with the write's time.
+LONG_CONNECT_S = 4 * TIMEOUT_S
+
+
+def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_timeouts(
+    redis_server, make_app, auth
 ):
-    """A redis-py whose reads take no timeout of their own (app/compat/redis.py): the write's
-    later steps could not keep to two timeouts, so none runs; its 503 leaves once its fate is
-    settled, and it ran once."""
-    monkeypatch.setattr(app.compat.redis, "READ_TIMEOUT", False)
+    """The write's reply is lost; so is, late in the write's time, the reply of the read of the
+    feed that would tell what the write did, and from then the host takes no connection (a
+    partition). The read is resent on a new connection, whose connect gets what is left of the
+    write's two timeouts at that moment, not the longer connect timeout, nor what was left when
+    the read began: the 503 leaves within two timeouts, and the write landed once."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = redis_settings(redis_server)
+    direct = make_app(**settings, **TIMEOUTS).test_client()
+    client = make_app(
+        **{**settings, "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"},
+        **{**TIMEOUTS, "PLANTS_STORE_CONNECT_TIMEOUT": LONG_CONNECT_S},
+    ).test_client()
+    stalled = threading.Event()
+    began = 0.0
+
+    def stall_then_lose_the_reads_reply_late() -> None:
+        proxy.stall_connects()  # the read's own connection goes on
+        # Late enough that what was left when the read began would pass the two timeouts.
+        time.sleep(max(0.0, began + 1.4 * TIMEOUT_S - time.monotonic()))
+        stalled.set()
+
+    def lose_the_next_reply_too() -> None:
+        proxy.drop_next(after_reply=True, before_drop=stall_then_lose_the_reads_reply_late)
+
+    try:
+        warm(client, auth)
+        start = direct.get("/events?after=now", headers=auth).get_json()["next"]
+        plant_id = next(_IDS)
+        # The write's reply is lost; the next script's (the read of the feed) is lost in turn.
+        proxy.drop_next(after_reply=True, before_drop=lose_the_next_reply_too)
+        began = time.monotonic()
+        answer = client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth)
+        took = time.monotonic() - began
+        assert stalled.is_set()
+        assert took < SLOWEST_LOST_S, (took, answer.status_code)
+        assert answer.status_code == 503, answer.get_data(as_text=True)
+        assert answer.headers["Retry-After"] == "1"
+        assert set(answer.get_json()) >= {"error", "message"}
+        assert direct.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "once"
+        assert events_of(direct, auth, plant_id, start) == ["plant.created"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("check", ["READ_TIMEOUT", "ABORTIVE_CLOSE"])
+def test_where_redis_py_cannot_bound_a_call_a_write_whose_reply_was_lost_answers_503(
+    proxied, auth, monkeypatch, check
+):
+    """A redis-py whose reads take no timeout of their own, or whose connect hook has changed
+    (app/compat/redis.py): the write's later steps could not keep to two timeouts, so none runs;
+    its 503 leaves once its fate is settled, and it ran once."""
+    monkeypatch.setattr(app.compat.redis, check, False)
     client, proxy = proxied
     start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, "create")
     proxy.drop_next(after_reply=True)

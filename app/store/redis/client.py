@@ -43,7 +43,7 @@ from app.store.url import StoreUrl
 
 def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.Redis | RedisCluster:
     """A client for the store URL: redis-py's Redis, or its RedisCluster for a cluster URL. Its TCP
-    connections close abortively (app/compat/redis.py)."""
+    connections close abortively, and each call given an end ends by then (app/compat/redis.py)."""
     # One retry, on a broken connection only: a pooled connection that Redis closed (a restart),
     # or on a cluster a node that failed (the retry follows the refreshed slot map). Every
     # script is safe to repeat: a create that landed answers "identical", a delete "absent".
@@ -52,9 +52,10 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
         "socket_timeout": timeout,
         "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
     }
+    # The project's classes, which bound a call's connects and reads by its end; a unix socket's
+    # closes as it is (no send queue: a write is in Redis's buffer at once).
     tls = url.scheme in ("rediss", "rediss+cluster")
-    if url.scheme != "unix":  # a unix socket has no send queue: a write is in Redis's buffer at once
-        options["connection_class"] = connection_class(tls=tls)
+    options["connection_class"] = connection_class(tls=tls, unix=url.scheme == "unix")
     if not url.cluster:
         return redis.Redis.from_url(url.url, **options)
     # Given a `url`, RedisCluster builds each node's pool from these options, connection_class
