@@ -178,6 +178,29 @@ def test_a_client_that_closes_its_side_mid_body_gets_a_408_and_nothing_is_create
     assert conn.getresponse().status == 404
 
 
+def test_a_flood_of_clients_that_close_mid_body_is_answered_each_and_logged_once():
+    """Each gets its 408; the log gets the first, and the rest are counted into the next line of
+    the kind (one per 5 s at most): a half-open flood (bench/attacks.py) is not a flood of log
+    lines, which took the worker more of its time than the answers did."""
+    flood = Gunicorn(env={"GUNICORN_READ_TIMEOUT": "2"})
+    head = CHUNKED_CREATE.replace(b"Transfer-Encoding: chunked", b"Content-Length: 100")
+    try:
+        socks = [socket.create_connection(("127.0.0.1", flood.port), timeout=5) for _ in range(30)]
+        for sock in socks:
+            sock.sendall(head + b'{"id": 5592')
+        time.sleep(0.1)  # the heads are read first, each as its own turn
+        for sock in socks:
+            sock.shutdown(socket.SHUT_WR)
+        for sock in socks:
+            assert_refused_then_closed(read_until_closed(sock), 408, "not received in full")
+            sock.close()
+        lines = [line for line in flood.output().splitlines() if "Answered 408" in line]
+        assert len(lines) == 1, lines
+        assert lines[0].endswith("Answered 408 to a client that closed before its request's body was whole")
+    finally:
+        flood.stop()
+
+
 @pytest.mark.parametrize("upgrade", [False, True], ids=["plain", "asking-to-upgrade"])
 def test_a_whole_request_larger_than_one_read_sent_with_its_close_is_served(server, upgrade):
     """A client that sends its whole create (a body near the limit: more than one read of the

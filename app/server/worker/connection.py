@@ -15,13 +15,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httptools
 from werkzeug import exceptions
 
 from app.server.worker import cycle
+from app.server.worker.tally import Refusals
 
 #: EPOLLRDHUP: a client's close wakes its connection; what it sent before is read first.
 READ = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -121,6 +122,10 @@ class Context:
     log: Any
     read_timeout: float
     limits: RequestLimits
+    refusals: Refusals = field(init=False)  # the 408s to clients that stalled or left, counted
+
+    def __post_init__(self) -> None:
+        self.refusals = Refusals(self.log)
 
 
 class Incoming:
@@ -549,7 +554,7 @@ class Closing:
         self._conn.close()
 
     def _refuse(self, refusal: exceptions.HTTPException, why: str) -> None:
-        self._conn.context.log.warning("Answered %s to a client that %s", refusal.code, why)
+        self._conn.context.refusals.answered(refusal.code, why, time.monotonic())
         with contextlib.suppress(OSError):
             self._conn.sock.send(cycle.encode_refusal(refusal))
 

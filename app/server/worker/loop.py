@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED, READ, WRITE
+from app.server.worker.tally import LOG_PERIOD, Tally
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 IDLE_GRACE = 1.0
 #: How long a stopping worker keeps an idle connection for a request already on its way.
 STOP_LINGER = 2.0
-#: One line per period at most, for descriptors and for the budget each.
-LOG_PERIOD = 5.0
 #: The most connections one wake-up of a listener accepts (each displacing another at the cap).
 ACCEPT_BATCH = 64
 #: Descriptors kept for the app beside its connections (the store's and webhooks' sockets, files).
@@ -71,21 +70,6 @@ def unread(conn: Conn) -> bool:
 def ranked(conns: Iterable[Conn], now: float) -> dict[Conn, tuple[float, float]]:
     """The connections that may be displaced, each with its `progress`."""
     return {conn: going for conn in conns if (going := progress(conn, now)) is not None}
-
-
-class Tally:
-    """Events counted between log lines, one line per `LOG_PERIOD` at most."""
-
-    def __init__(self) -> None:
-        self._count, self._logged_at = 0, 0.0
-
-    def add(self, count: int, now: float) -> int:
-        """Count `count` more; the count to log now, or 0 while a line is not due."""
-        self._count += count
-        if not count or now < self._logged_at + LOG_PERIOD:
-            return 0
-        count, self._count, self._logged_at = self._count, 0, now
-        return count
 
 
 class Budget:
