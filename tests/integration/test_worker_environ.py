@@ -1,7 +1,7 @@
-"""The environ the packaged worker gives an app holds what gunicorn's gthread gives it: no field
-whose name has an underscore (so `X_Forwarded_For` never passes for `X-Forwarded-For`), an
-absolute-form request target's path and query alone, and a path under `SCRIPT_NAME` (from the
-environment) without it. Served around a host's app written under tmp_path that echoes them.
+"""The environ the packaged worker gives an app has what gunicorn documents: no field whose name
+has an underscore (so `X_Forwarded_For` never passes for `X-Forwarded-For`), an absolute-form
+request target's path and query alone, and a path under `SCRIPT_NAME` (from the environment)
+without it. Served around a host's app written under tmp_path that echoes them.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ def application(environ, start_response):
 """
 
 
-@pytest.fixture(scope="module", params=["app.server.worker.PlantsWorker", "gthread"])
-def server(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("environ")
     (directory / "host_environ.py").write_text(HOST_APP)
-    env = {"WEB_CONCURRENCY": "1", "GUNICORN_WORKER_CLASS": request.param, "SCRIPT_NAME": "/store"}
+    env = {"WEB_CONCURRENCY": "1", "SCRIPT_NAME": "/store"}
     server = Gunicorn(env=env, args=("--pythonpath", str(directory), "host_environ:application"))
     yield server
     server.stop()
