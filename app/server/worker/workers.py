@@ -38,7 +38,9 @@ class PlantsWorker(base.Worker):
 
     def init_process(self) -> None:
         if self.cfg.is_ssl:
-            raise SystemExit("Plant Store: this worker serves plain HTTP; end TLS at the reverse proxy.")
+            # An error before the boot, not SystemExit: gunicorn's master then stops ("Worker failed
+            # to boot"), where a worker that exits is started again, and again, at once.
+            raise RuntimeError("Plant Store: this worker serves plain HTTP; end TLS at the reverse proxy.")
         super().init_process()
 
     def run(self) -> None:
