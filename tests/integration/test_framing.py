@@ -65,6 +65,13 @@ OTHER_REFUSALS = {
         400,
         "framing is malformed",
     ),
+    # A tunnel (RFC 9110 section 9.3.6) is no request to this server: llhttp would hand it the
+    # connection's bytes after the head.
+    "connect": (
+        b"CONNECT plants.example:443 HTTP/1.1\r\nHost: plants.example:443\r\n\r\n",
+        400,
+        "CONNECT is not served",
+    ),
 }
 DELETE = b"DELETE /plants/%d HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"
 

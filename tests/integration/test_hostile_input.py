@@ -482,3 +482,18 @@ def test_a_head_over_the_limit_is_a_431_though_its_first_read_ends_inside_a_fiel
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     message = "Request Header Fields Too Large: the request line and headers may take 65536 bytes at most."
     assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"error": 431, "message": message}
+
+
+def test_a_field_that_has_not_ended_at_the_head_limit_is_a_431_as_it_comes(server):
+    """A field still open when the head passes 64 KiB is refused then, not held (the parser keeps
+    a field's bytes until its end) till the read timeout."""
+    start = request("GET", "/plants").partition(b"Content-Length")[0] + b"X-Endless: "
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT + 5) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused before the end
+            sock.sendall(start + b"a" * (80 * 1024))
+        answer = b""
+        while chunk := sock.recv(65536):  # ends: the worker closes after its answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    message = "Request Header Fields Too Large: the request line and headers may take 65536 bytes at most."
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"error": 431, "message": message}

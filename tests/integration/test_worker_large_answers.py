@@ -1,9 +1,13 @@
 """A large answer of unknown length (an app's iterable past the worker's 64 KiB hold, with no
 Content-Length) goes chunked on HTTP/1.1 as the client takes it, ends with one last chunk, and
-the kept-alive connection then answers its next request; served by the packaged worker around a
-host's app written under tmp_path."""
+the kept-alive connection then answers its next request; one whose app fails past its start is
+cut, never ended as if whole. Served by the packaged worker around a host's app written under
+tmp_path."""
 
 from __future__ import annotations
+
+import http.client
+import time
 
 import pytest
 
@@ -16,12 +20,17 @@ inner = create_app()
 PIECES = [bytes([65 + number]) * 40_000 for number in range(5)]
 
 
+def failing():
+    yield from PIECES[:3]
+    raise RuntimeError("the app failed past its answer's start")
+
+
 def application(environ, start_response):
-    """The service, and a large answer of unknown length at /large."""
-    if environ["PATH_INFO"] != "/large":
+    """The service, and a large answer of unknown length at /large (/failing: it fails)."""
+    if environ["PATH_INFO"] not in ("/large", "/failing"):
         return inner(environ, start_response)
     start_response("200 OK", [("Content-Type", "application/octet-stream")])
-    return iter(PIECES)
+    return iter(PIECES) if environ["PATH_INFO"] == "/large" else failing()
 '''
 LARGE = b"".join(bytes([65 + number]) * 40_000 for number in range(5))
 
@@ -50,3 +59,21 @@ def test_a_large_answer_of_unknown_length_is_chunked_once_and_the_connection_goe
     assert after.status == 200, "the kept-alive connection's next request was not answered"
     after.read()
     conn.close()
+
+
+def test_a_large_answer_whose_app_fails_past_its_start_is_cut_and_the_worker_goes_on(host):
+    conn = host.connection()
+    conn.request("GET", "/failing")
+    response = conn.getresponse()
+    assert response.status == 200
+    with pytest.raises(http.client.IncompleteRead):  # no last chunk: the client knows it is cut
+        response.read()
+    conn.close()
+    deadline = time.monotonic() + 5  # logged as the connection closes
+    while "the app failed past its answer's start" not in host.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "the app failed past its answer's start" in host.output()
+    after = host.connection()
+    after.request("GET", "/healthz")
+    assert after.getresponse().status == 200
+    after.close()

@@ -225,10 +225,8 @@ class Incoming:
     def _after_upgrade(self, rest: bytes) -> None:
         """llhttp stops at an Upgrade or CONNECT request. This server switches no protocol: the
         request is served as any other, and the connection then closes. httptools has llhttp skip
-        its body: a new parser, given a head that frames it alike without Upgrade, reads it."""
-        if not self.ready:
-            self.refusal = exceptions.BadRequest("this server does not switch protocols.")
-            return
+        its body: a new parser, given a head that frames it alike without Upgrade, reads it. llhttp
+        pauses there only once the request's message is complete, so it is always `ready`."""
         request = self.ready[-1]
         request.keep_alive = False
         framing = b"Expect: 100-continue\r\n" if request.expects_continue() else b""  # owed still
@@ -358,11 +356,6 @@ class Outgoing:
             self._conn.close()
         return went == cycle.DONE
 
-    def drop(self) -> None:
-        body, self.body = self.body, None
-        if body is not None:
-            cycle.close_result(body.result, self._conn.context.log)
-
     def put(self, view: memoryview) -> int:
         """Send what the socket takes of `view` now; the rest waits (`out`)."""
         try:
@@ -380,19 +373,14 @@ class Outgoing:
 
     def _pump(self) -> int:
         """A turn of a large answer's rest, `SEND_QUOTA` at most."""
-        body, log = self.body, self._conn.context.log
+        body = self.body
         assert body is not None
         taken = self.taken
-        try:
-            went = body.pump(self.put, cycle.SEND_QUOTA)
-        except OSError:  # the client has gone
-            return cycle.GONE
-        except Exception:
-            log.exception("Error sending an answer's body: the connection is closed")
-            return cycle.GONE
+        # The app's error (a send's is `GONE`) is `Conn.turn`'s: the connection closes, the answer cut.
+        went = body.pump(self.put, cycle.SEND_QUOTA)
         if went == cycle.DONE:
             self.body = None
-            cycle.close_result(body.result, log)
+            cycle.close_result(body.result, self._conn.context.log)
         elif body.left is None and self.taken > taken:
             # Of unknown length, it cannot be given its whole time at its start: each turn the
             # client takes some, it has the read timeout again (as nginx's send_timeout).
@@ -413,9 +401,6 @@ class Conn:
         self.closing = Closing(self)
         self.environ_base: dict[str, Any] | None = None  # the environ's per-connection keys
         self.trusted_peer = False  # may set the scheme (gunicorn's forwarded_allow_ips)
-
-    def keep_environ(self, base: dict[str, Any], trusted_peer: bool) -> None:
-        self.environ_base, self.trusted_peer = base, trusted_peer
 
     @property
     def reading_request(self) -> bool:
@@ -525,7 +510,9 @@ class Conn:
         self.context.registry.forget(self)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.outgoing.drop()
+        body, self.outgoing.body = self.outgoing.body, None
+        if body is not None:
+            cycle.close_result(body.result, self.context.log)
 
 
 class Closing:

@@ -304,8 +304,8 @@ class EnvironBuilder:
         """The environ of `request` on `conn` (a `Conn`, which keeps its shared part)."""
         base = conn.environ_base
         if base is None:
-            base, trusted = self.shared(conn.client, conn.server)
-            conn.keep_environ(base, trusted)
+            base, conn.trusted_peer = self.shared(conn.client, conn.server)
+            conn.environ_base = base
         environ = base.copy()
         url = request.url
         if url[:1] == b"/":

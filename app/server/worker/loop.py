@@ -265,7 +265,8 @@ class Registry:
                     continue
                 if standing.parked is not None and conn.outgoing.out is None and not standing.woken:
                     due.append(conn)
-                elif self.claim(conn):
+                else:  # not busy (above): taken up
+                    self.claim(conn)
                     expired.append(conn)
         return due, expired
 
@@ -426,9 +427,7 @@ def run_thread(registry: Registry, admission: Admission, log: Any) -> None:
     while True:
         try:
             events = poll(1.0, 1)
-        except (ValueError, OSError) as exc:  # the epoll is closed: the worker is exiting
-            if isinstance(exc, OSError) and exc.errno != errno.EBADF:  # closed after Python's check
-                raise
+        except (ValueError, OSError):  # the epoll is closed (EBADF, its only error here): the worker exits
             return
         for fd, _ in events:
             listener = listeners.get(fd)

@@ -38,12 +38,14 @@ class PlantsWorker(base.Worker):
 
     def init_process(self) -> None:
         if self.cfg.is_ssl:
-            raise SystemExit("Plant Store: this worker serves plain HTTP; end TLS at the reverse proxy.")
+            # An error before the boot, not SystemExit: gunicorn's master then stops ("Worker failed
+            # to boot"), where a worker that exits is started again, and again, at once.
+            raise RuntimeError("Plant Store: this worker serves plain HTTP; end TLS at the reverse proxy.")
         super().init_process()
 
     def run(self) -> None:
         cfg, log = self.cfg, self.log
-        alive = self._is_alive
+        alive = lambda: self.alive  # noqa: E731
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
         self.parking = Parking(self.registry, log, alive, recorder(self))
@@ -64,9 +66,6 @@ class PlantsWorker(base.Worker):
         if self.alive:
             self.log.info("Parent changed, shutting down: %s", self)
         self._stop()
-
-    def _is_alive(self) -> bool:
-        return self.alive
 
     def _limits(self) -> RequestLimits:
         cfg = self.cfg

@@ -1,0 +1,62 @@
+"""The environ the packaged worker gives an app has what gunicorn documents: no field whose name
+has an underscore (so `X_Forwarded_For` never passes for `X-Forwarded-For`), an absolute-form
+request target's path and query alone, and a path under `SCRIPT_NAME` (from the environment)
+without it. Served around a host's app written under tmp_path that echoes them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import rawhttp
+from tests.servers import Gunicorn
+
+HOST_APP = """
+import json
+
+from app import create_app
+
+inner = create_app()
+
+
+def application(environ, start_response):
+    if not environ["PATH_INFO"].startswith("/echo"):
+        return inner(environ, start_response)
+    keys = ("PATH_INFO", "QUERY_STRING", "SCRIPT_NAME")
+    echoed = {key: environ[key] for key in keys}
+    echoed["fields"] = sorted(key for key in environ if key.startswith("HTTP_"))
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps(echoed).encode()]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("environ")
+    (directory / "host_environ.py").write_text(HOST_APP)
+    env = {"WEB_CONCURRENCY": "1", "SCRIPT_NAME": "/store"}
+    server = Gunicorn(env=env, args=("--pythonpath", str(directory), "host_environ:application"))
+    yield server
+    server.stop()
+
+
+def echoed(server: Gunicorn, target: str, headers: list[tuple[str, str]] | None = None) -> dict:
+    answer = rawhttp.exchange(server.port, rawhttp.request("GET", target, headers=headers))
+    assert answer is not None
+    assert answer.status == 200, answer.body
+    return answer.json()
+
+
+def test_a_field_whose_name_has_an_underscore_is_not_passed_on(server):
+    fields = [("X_Forwarded_For", "198.51.100.7"), ("X-Request-Id", "r1")]
+    assert echoed(server, "/echo", fields)["fields"] == ["HTTP_CONNECTION", "HTTP_HOST", "HTTP_X_REQUEST_ID"]
+
+
+def test_an_absolute_form_target_gives_its_path_and_query(server):
+    answer = echoed(server, "http://plants.example/echo/a%20b?tag=kept")
+    assert (answer["PATH_INFO"], answer["QUERY_STRING"]) == ("/echo/a b", "tag=kept")
+
+
+def test_a_path_under_script_name_is_given_without_it(server):
+    answer = echoed(server, "/store/echo?x=1")
+    assert (answer["SCRIPT_NAME"], answer["PATH_INFO"], answer["QUERY_STRING"]) == ("/store", "/echo", "x=1")
