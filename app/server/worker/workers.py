@@ -45,7 +45,7 @@ class PlantsWorker(base.Worker):
 
     def run(self) -> None:
         cfg, log = self.cfg, self.log
-        alive = lambda: self.alive  # noqa: E731
+        alive = self._is_alive
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
         self.parking = Parking(self.registry, log, alive, recorder(self))
@@ -66,6 +66,9 @@ class PlantsWorker(base.Worker):
         if self.alive:
             self.log.info("Parent changed, shutting down: %s", self)
         self._stop()
+
+    def _is_alive(self) -> bool:
+        return self.alive
 
     def _limits(self) -> RequestLimits:
         cfg = self.cfg
