@@ -31,6 +31,8 @@ WRITTEN_BY_TESTS = {
     "host_slow_reader.py",
     "host_large.py",
     "host_parked_failure.py",
+    "host_app_framing.py",
+    "host_environ.py",
 }
 
 
