@@ -166,7 +166,10 @@ class Nginx:
 
     SAMPLE = ROOT / "deploy" / "nginx-plants.conf"
 
-    def __init__(self, upstream_port: int, directory: Path) -> None:
+    def __init__(
+        self, upstream_port: int, directory: Path, server_name: str = "server_name 127.0.0.1;"
+    ) -> None:
+        """`server_name`: the site's line in place of the sample's (empty: none, nginx's default)."""
         self.port, self.tls_port = free_port(), free_port()
         self.directory = directory
         cert, key = self_signed_certificate(directory)
@@ -184,7 +187,7 @@ class Nginx:
                 f" ssl_certificate {cert}; ssl_certificate_key {key};",
             )
             .replace(access_log, f"access_log {directory}/access.log ")
-            .replace(name, "server_name 127.0.0.1;")
+            .replace(name, server_name)
         )
         (directory / "plants.conf").write_text(site)
         temp_paths = "\n".join(

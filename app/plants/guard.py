@@ -19,7 +19,7 @@ from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
-from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, Access
+from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, UNCOUNTED_WHEN_DOWN, Access
 from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
@@ -65,7 +65,9 @@ def guard() -> Response | None:
         except RateLimitExceeded as exc:
             return error_response(exc)
         except StoreUnavailableError as exc:
-            return error_response(state.store_unavailable(exc))
+            refusal = state.store_unavailable(exc)  # logged and counted either way
+            if view not in UNCOUNTED_WHEN_DOWN:
+                return error_response(refusal)
         except StoreFullError:
             # Redis is at its maxmemory: no counter can be written, though Redis answers. The
             # request goes on uncounted, so that reads, deletes (which make room) and a refused

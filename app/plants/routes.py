@@ -39,6 +39,8 @@ class Route(NamedTuple):
     operation_id: str | None = None
     #: Whether a request counts against its token's rate limit (every route behind a token does).
     limited: bool = True
+    #: Whether a request goes on uncounted when the limits' store does not answer (else a 503).
+    uncounted_when_down: bool = False
 
 
 #: The operations of the interface document.
@@ -87,8 +89,10 @@ WEBHOOK_OPERATIONS = frozenset(
 ROUTES: tuple[Route, ...] = (
     *OPERATIONS,
     # Counted as an operation: a scrape is cheap to ask for and costly to answer (every worker's
-    # files, summed), and any read token may ask. A scraper is given a token of its own.
-    Route("/metrics", "GET", exposition.metrics, Access.READ),
+    # files, summed), and any read token may ask. A scraper is given a token of its own. A scrape
+    # still answers while Redis does not (uncounted): the metrics are wanted most then, and are
+    # read from the workers' files, not from Redis.
+    Route("/metrics", "GET", exposition.metrics, Access.READ, uncounted_when_down=True),
     Route(
         "/openapi.json",
         "GET",
@@ -145,6 +149,8 @@ ACCESS: dict[str, Access] = {
 TICKET_VIEWS = frozenset({events.list_events.__name__})
 #: The views whose requests count against their token's rate limit.
 LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
+#: The limited views answered uncounted while the limits' store does not answer.
+UNCOUNTED_WHEN_DOWN = frozenset(route.view.__name__ for route in ROUTES if route.uncounted_when_down)
 
 
 def add_routes(bp: Blueprint) -> None:

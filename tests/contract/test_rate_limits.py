@@ -236,6 +236,38 @@ def test_a_hung_redis_is_503_never_500_with_or_without_limits(tmp_path, limits):
         redis.stop()
 
 
+def test_a_scrape_answers_while_redis_is_hung_and_counts_the_store_error(tmp_path):
+    """/metrics counts against its token's limit, but a scrape is wanted most while Redis does not
+    answer: it goes on uncounted (as it was before it was limited), not a 503 that blinds the
+    operator; the plant operations are still 503."""
+    redis = RedisServer(tmp_path, config_file=ROOT / "deploy" / "redis.conf")
+    settings = redis_settings(redis)
+    server = Gunicorn(
+        env={
+            **settings,
+            "PLANTS_STORE_TIMEOUT": "0.5",
+            "PLANTS_STORE_CONNECT_TIMEOUT": "0.5",
+            "PLANTS_RATE_LIMIT": "1000/second",
+        }
+    )
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        assert call(server.connection(), "GET", "/metrics", None, headers)[0] == 200
+        redis.signal(signal.SIGSTOP)
+        status, response_headers, body = call(server.connection(), "GET", "/metrics", None, headers)
+        assert status == 200, body
+        assert response_headers["Content-Type"].startswith("text/plain")
+        assert b"plants_" in body
+        status, response_headers, body = call(server.connection(), "GET", "/plants", None, headers)
+        assert_error(status, response_headers, body, 503)
+        redis.signal(signal.SIGCONT)
+        assert "Traceback" not in server.output()
+    finally:
+        redis.signal(signal.SIGCONT)
+        server.stop()
+        redis.stop()
+
+
 def test_invented_addresses_past_the_bound_share_one_budget(make_app, monkeypatch):
     """A client that invents a new address a request (past its proxy, or with a /64 to spend)
     opens at most MAX_ADDRESSES counters a window; every newcomer past them shares one budget."""

@@ -156,6 +156,32 @@ def test_the_urls_handed_out_name_the_sites_server_name_whatever_host_the_client
     assert headers["Link"].startswith(f"<http://127.0.0.1:{proxy.port}/plants?limit=1&after=")
 
 
+@pytest.mark.parametrize(
+    "server_name",
+    ["", "server_name _;", "server_name *.example.com;", r"server_name ~^plants\.example\.com$;"],
+    ids=["none", "catch-all", "wildcard", "regex"],
+)
+def test_a_server_name_that_names_no_host_hands_out_the_listeners_address(trusted, tmp_path, server_name):
+    """An operator's site without a literal `server_name` (none, the catch-all `_`, a wildcard or
+    a regex: nginx's `$server_name` is then empty or the pattern) still serves, and the URLs it
+    hands out name the listener's address, never the client's `Host`: every request was a 400
+    (no Host sent), or every `Location` and `Link` was `http:///...`."""
+    app, _ = trusted
+    proxy = Nginx(app.port, tmp_path, server_name=server_name)
+    try:
+        base = 53_000_000 + 10 * len(server_name)
+        evil = {**HEADERS, "Host": "evil.example"}
+        body = json.dumps({"name": "Unnamed"})
+        status, headers, _ = call(connect(proxy.port), "PUT", f"/plants/{base}", body, evil)
+        assert (status, headers["Location"]) == (201, f"http://127.0.0.1:{proxy.port}/plants/{base}")
+        assert call(connect(proxy.port), "PUT", f"/plants/{base + 1}", body, evil)[0] == 201
+        status, headers, _ = call(connect(proxy.port), "GET", "/plants?limit=1", None, evil)
+        assert status == 200
+        assert headers["Link"].startswith(f"<http://127.0.0.1:{proxy.port}/plants?limit=1&after=")
+    finally:
+        proxy.stop()
+
+
 def test_creates_work_and_authorization_reaches_the_app(trusted):
     _, proxy = trusted
     body = json.dumps({"id": 1, "name": "Proxied fern", "tag": "fern"})
