@@ -11,9 +11,12 @@ and loses its zone id), and otherwise restores the peer's address, which ProxyFi
 `werkzeug.proxy_fix.orig`.
 
 The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
-scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as RFC 9110's
-`host[:port]`, a prefix only as a path; otherwise the peer's own value stays (`X-Forwarded-Proto:
-javascript` made `Link: <javascript://...>`, and a host with a space `http:///plants`).
+scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as one Werkzeug
+builds URLs with, a prefix only as a path; otherwise the peer's own value stays (`X-Forwarded-Proto:
+javascript` made `Link: <javascript://...>`). Werkzeug takes a host of its own characters with a
+port of 1 to 65535 (`host_is_trusted`), and any other as none at all: `X-Forwarded-Port: 99999`,
+a host with a space or an underscore made every URL handed out `http:///plants`, and one with an
+empty label (`a..b`) a 400 that blamed the client's `Host`.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from werkzeug.wsgi import host_is_trusted
+
 #: Where ProxyFix keeps the environ's values as the peer sent them (documented by Werkzeug).
 _ORIGINAL = "werkzeug.proxy_fix.orig"
 #: No IP address is longer (an IPv6 one with an IPv4 tail and a zone id is under 64 characters).
 _LONGEST = 64
-#: `host[:port]`: a reg-name or IPv4 address (RFC 3986's unreserved characters), or an IP literal.
-_HOST = re.compile(r"(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 #: A path of RFC 3986's segments (percent-encodings included), none empty but a last one (`/a/`):
 #: `//evil.example` would be a URL of another host wherever the prefix starts one (the document's
 #: `servers`, which "Try it out" sends the token to).
@@ -78,8 +81,20 @@ def _keep_valid_url(environ: dict[str, Any], original: dict[str, Any]) -> None:
         scheme = str(scheme).lower()
         environ["wsgi.url_scheme"] = scheme if scheme in ("http", "https") else original["wsgi.url_scheme"]
     host = environ.get("HTTP_HOST")
-    if host != original["HTTP_HOST"] and not _HOST.fullmatch(host or ""):
+    if host != original["HTTP_HOST"] and not _url_host(host or ""):
         environ.update((key, original[key]) for key in _HOST_KEYS)
     prefix = environ.get("SCRIPT_NAME")
     if prefix != original["SCRIPT_NAME"] and not _PREFIX.fullmatch(prefix or ""):
         environ["SCRIPT_NAME"] = original["SCRIPT_NAME"]
+
+
+def _url_host(host: str) -> bool:
+    """Whether Werkzeug builds URLs on `host` as it is: its characters and port, then its name's
+    labels as its URL map encodes them (IDNA: each of 1 to 63 characters)."""
+    if not host_is_trusted(host):
+        return False
+    try:
+        host.partition(":")[0].encode("idna")
+    except UnicodeError:
+        return False
+    return True

@@ -175,6 +175,12 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
             ("http", "localhost", "/plants"),
         ),
         ({"X-Forwarded-Host": "[2001:db8::1]:8443"}, ("http", "[2001:db8::1]:8443", "/plants")),
+        ({"X-Forwarded-Port": "99999"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Port": "0"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "[2001:db8::1]:65536"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "plants_store"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "[.]"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Host": "plants..example"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "/a b"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "javascript:x"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "//evil.example"}, ("http", "localhost", "/plants")),
@@ -187,6 +193,12 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
         "host-path",
         "port",
         "ipv6-host",
+        "port-past-65535",
+        "port-0",
+        "ipv6-host-port-past-65535",
+        "host-underscore",
+        "host-bracketed-no-address",
+        "host-empty-label",
         "prefix-space",
         "prefix-scheme",
         "prefix-another-host",
@@ -196,8 +208,9 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
 def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the_peers(
     auth, forwarded, expected
 ):
-    """From a trusted proxy, a scheme other than http(s), a host that is not `host[:port]` or a
-    prefix that is not a path is not taken into the URLs handed out: the peer's own value stays.
+    """From a trusted proxy, a scheme other than http(s), a host that is not `host[:port]` (a port
+    of 1 to 65535, a name Werkzeug builds URLs on) or a prefix that is not a path is not taken into
+    the URLs handed out: the peer's own value stays, never `http:///plants` nor a 400.
     (On one store: the URLs are the app's, whichever store holds the plants.)"""
     client = create_app(
         {"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], "PLANTS_TRUSTED_PROXIES": 1}
