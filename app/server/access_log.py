@@ -44,7 +44,9 @@ class _Atoms(dict):
         if isinstance(status, str):
             status = status.split(None, 1)[0]
         super().__init__(
-            h=_escape(environ.get("REMOTE_ADDR", "-")),
+            # A unix socket's peer has no address (REMOTE_ADDR is empty): "-", as for any atom
+            # without a value, not an empty field that shifts every later one.
+            h=_escape(environ.get("REMOTE_ADDR") or "-"),
             r=_escape(f"{environ['REQUEST_METHOD']} {environ['RAW_URI']} {environ['SERVER_PROTOCOL']}"),
             s=status,
             b="-" if resp.sent is None else str(resp.sent),
