@@ -4,7 +4,10 @@ The id is the request's own `X-Request-Id` when a trusted proxy sent it (PLANTS_
 the shipped nginx configuration sets nginx's `$request_id`) and it is 1 to 128 of
 `[A-Za-z0-9._:-]`; otherwise a new one, 32 random hex digits. With no trusted proxy, the first
 request that comes with `X-Forwarded-*` headers logs one warning naming the setting: links and
-client addresses would be the proxy's.
+client addresses would be the proxy's. With more trusted proxies than the first forwarded
+request's `X-Forwarded-For` names addresses, it warns too: ProxyFix then ignores the header, so
+every client is the nearest proxy's address, and one client's failed logins hold back every
+other's.
 
 The same middleware, the outermost of the standalone app, gives every answer
 `X-Content-Type-Options: nosniff` (OWASP's REST guidance): a browser never reads a JSON answer, which
@@ -19,6 +22,8 @@ import random
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from werkzeug.http import parse_list_header
 
 from app.telemetry.context import REQUEST_ID
 from app.telemetry.logs import request_fields
@@ -43,6 +48,8 @@ class RequestIds:
         self.app = app
         self.trusted = trusted_proxies > 0
         self._warn = not self.trusted
+        self._proxies = trusted_proxies
+        self._warn_fewer = trusted_proxies > 1  # one proxy always names one address, or none
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request_id = environ.get("HTTP_X_REQUEST_ID") if self.trusted else None
@@ -54,6 +61,8 @@ class RequestIds:
         # A proxy sets X-Forwarded-For, or at least -Proto: two look-ups while the warning is due.
         if self._warn and ("HTTP_X_FORWARDED_FOR" in environ or "HTTP_X_FORWARDED_PROTO" in environ):
             self._warn_once(environ)
+        if self._warn_fewer and "HTTP_X_FORWARDED_FOR" in environ:
+            self._check_proxies(environ)
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-Id", request_id))
@@ -71,5 +80,25 @@ class RequestIds:
             " (Link, Location) and client addresses are the proxy's. Behind one proxy (the shipped"
             " nginx configuration), set PLANTS_TRUSTED_PROXIES=1. (Said once per worker.)",
             ", ".join(sent),
+            extra=request_fields(environ),
+        )
+
+    def _check_proxies(self, environ: dict[str, Any]) -> None:
+        # The first request with the header decides, once per worker: one without it (a probe
+        # that reaches gunicorn directly) says nothing about the proxies. Counted as ProxyFix
+        # counts them (a comma-separated list).
+        self._warn_fewer = False
+        named = len(parse_list_header(environ["HTTP_X_FORWARDED_FOR"]))
+        if named >= self._proxies:
+            return
+        log.warning(
+            "A request came with X-Forwarded-For naming %d address(es), but PLANTS_TRUSTED_PROXIES"
+            " is %d, so it is ignored: links (Link, Location) and client addresses are the nearest"
+            " proxy's, and one client's failed logins (PLANTS_AUTH_FAILURE_LIMIT) count against"
+            " every other's. Set PLANTS_TRUSTED_PROXIES to the number of proxies in front (1"
+            " behind the shipped nginx configuration, which replaces X-Forwarded-For with the"
+            " address it sees). (Said once per worker.)",
+            named,
+            self._proxies,
             extra=request_fields(environ),
         )

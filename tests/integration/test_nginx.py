@@ -98,6 +98,31 @@ def test_an_untrusted_proxys_forwarding_headers_are_warned_of_once(untrusted):
     assert "set PLANTS_TRUSTED_PROXIES=1" in warnings[0]
 
 
+def test_more_trusted_proxies_than_there_are_is_warned_of_once(tmp_path):
+    """PLANTS_TRUSTED_PROXIES=2 behind the shipped nginx alone: its X-Forwarded-For names one
+    address, which ProxyFix then ignores, so every client is nginx's address and one client's
+    failed logins refuse every other's. The log says so, once per worker."""
+    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "2", "PLANTS_AUTH_FAILURE_LIMIT": "2/hour"})
+    proxy = Nginx(app.port, tmp_path)
+    try:
+        assert call(connect(app.port), "GET", "/healthz")[0] == 200  # a probe, past the proxy
+        statuses = [
+            call(connect(proxy.port), "GET", "/plants", headers={"Authorization": "Bearer guess"})[0]
+            for _ in range(3)
+        ]
+        assert statuses == [401, 401, 429]
+        time.sleep(0.2)
+        warnings = [line for line in app.output().splitlines() if "PLANTS_TRUSTED_PROXIES is 2" in line]
+        assert len(warnings) == 1, warnings
+        assert (
+            "[WARNING] app.telemetry.request_ids: A request came with X-Forwarded-For naming 1" in warnings[0]
+        )
+        assert "failed logins" in warnings[0]
+    finally:
+        proxy.stop()
+        app.stop()
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_reads_pages_and_deletes_pass_through_with_links_to_the_public_address(trusted, tls):
     _, proxy = trusted
