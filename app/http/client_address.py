@@ -7,8 +7,8 @@ its own header, and anything in it became the client's address: the key its fail
 authentications were counted under, so random 8 KB strings meant a new counter (and 8 KB of
 memory) a request, and never a 429. This middleware, inside ProxyFix, keeps the forwarded value
 only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets,
-and loses its zone id), and otherwise restores the peer's address, which ProxyFix keeps in
-`werkzeug.proxy_fix.orig`.
+and loses its zone id; an IPv4-mapped one keeps its dotted tail), and otherwise restores the
+peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`.
 
 The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
 scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as one Werkzeug
@@ -54,6 +54,11 @@ def parsed_address(value: str) -> str | None:
         # A zone id names an interface of the proxy's own host, and may be any text (spaces,
         # quotes, control-free Unicode) that would reach the access log as the client's address.
         address = ipaddress.IPv6Address(int(address))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        # An IPv4 client of a dual-stack proxy: its address as the proxy writes it (and its own
+        # log), where Python before 3.13 writes `::ffff:c633:6407`, which no search for the
+        # IPv4 address finds.
+        return f"::ffff:{address.ipv4_mapped}"
     return str(address)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 
 import pytest
 
@@ -83,3 +84,20 @@ def test_a_forwarded_zone_id_is_dropped_not_logged(start):
     lines = [line for line in server.output().splitlines() if "gunicorn.access" in line]
     assert sum(" fe80::5 http " in line for line in lines) == 4
     assert not [line for line in lines if "evil" in line or "spoof" in line or "%z" in line]
+
+
+def test_an_ipv4_client_of_a_dual_stack_proxy_is_logged_as_the_proxy_writes_it(start):
+    """A dual-stack nginx forwards an IPv4 client as `::ffff:198.51.100.7`: the access line names it
+    so (a search for the IPv4 address finds it), and it counts as that IPv4 client."""
+    server = start("2/hour")
+    forwarded = ("::ffff:198.51.100.7", "198.51.100.7", "::FFFF:c633:6407")
+    assert [refused_from(server, value)[0] for value in forwarded] == [401, 401, 429]
+    deadline = time.monotonic() + 10
+    while len(lines := [line for line in server.output().splitlines() if "GET /plants " in line]) < 3:
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+    assert [line.split("gunicorn.access: ")[1].split(" ")[0] for line in lines] == [
+        "::ffff:198.51.100.7",
+        "198.51.100.7",
+        "::ffff:198.51.100.7",
+    ]

@@ -14,6 +14,9 @@ from app.http.client_address import ForwardedAddress, parsed_address
         ("198.51.100.7", "198.51.100.7"),
         ("2001:DB8::0:1", "2001:db8::1"),
         ("[2001:db8::1]", "2001:db8::1"),
+        ("::ffff:198.51.100.7", "::ffff:198.51.100.7"),  # as a dual-stack proxy logs it
+        ("[::FFFF:c633:6407]", "::ffff:198.51.100.7"),
+        ("::ffff:198.51.100.7%eth0", "::ffff:198.51.100.7"),
         ("198.51.100.7:5050", None),  # a port is no part of an address
         ("unknown", None),
         ("", None),
