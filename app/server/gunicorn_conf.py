@@ -352,6 +352,7 @@ def post_worker_init(worker: Any) -> None:
     """
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
     worker.memory_budget = PACKAGED_WORKER_MEMORY_BUDGET
+    _apply_script_name(worker)
     store = _memory_store_of(worker)
     if store is not None:
         handoff.read_if_any(store)  # the plants of the worker this one replaces, on a reload
@@ -365,6 +366,15 @@ def post_worker_init(worker: Any) -> None:
     if deliverer is not None:
         # It starts the feed's listener once it has an endpoint to deliver to (app/extension.py).
         deliverer.start()
+
+
+def _apply_script_name(worker: Any) -> None:
+    """SCRIPT_NAME as the packaged worker applies it, under any other worker (app/server/script_name.py)."""
+    from app.server.script_name import take_over
+    from app.server.worker import PlantsWorker
+
+    if not isinstance(worker, PlantsWorker):
+        take_over(worker)
 
 
 def _prepare_on_sigwinch(worker: Any, store: Any) -> None:
