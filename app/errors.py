@@ -370,6 +370,15 @@ class WebhookPreconditionFailed(PreconditionFailed):
         )
 
 
+class WebhookReadPreconditionFailed(PreconditionFailed):
+    """412 for a read of an endpoint or of their list whose If-Match is not `*`."""
+
+    description = (
+        "Webhook endpoints have no ETag (an endpoint's answer changes with its deliveries, and is"
+        " never kept by a cache): only 'If-Match: *' holds. Read it without If-Match."
+    )
+
+
 class WebhookChanged(Conflict):
     description = "The webhook endpoint was changed by another request meanwhile; send the change again."
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flask import Request, Response
@@ -84,7 +85,7 @@ def not_modified(req: Request, plant: Plant) -> Response | None:
 
 
 def read_precondition(
-    req: Request, etag: str | None, failed: type[PreconditionFailed] = PageChangedSinceRead
+    req: Request, etag: str | None, failed: Callable[[], PreconditionFailed] = PageChangedSinceRead
 ) -> Response | None:
     """RFC 9110 §13.2.2 for a GET or HEAD whose answer has the entity-tag `etag`, or none (None):
     `failed` (412) when If-Match does not match it strongly (`*` matches any answer); a 304 when

@@ -17,11 +17,12 @@ from app.auth.rate_limits import add_headers
 from app.compat.flask import specific_handler
 from app.errors import InsufficientStorage, SplitStoreRefused
 from app.extension import init_state, plants_state
+from app.http import caching
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants import deprecation
 from app.plants.guard import guard
-from app.plants.routes import add_routes
+from app.plants.routes import ACCESS, NEGOTIATED, Access, add_routes
 from app.store import StoreFullError, StoreUnavailableError
 
 __all__ = ["bp"]
@@ -69,8 +70,8 @@ def _unexpected(exc: Exception) -> Any:
 
 @bp.after_request
 def _finish(response: Response) -> Response:
-    """Every answer of the blueprint: counted in the metrics, with the rate-limit and CORS headers,
-    and with the announcement of a deprecated operation (app/plants/deprecation.py)."""
+    """Every answer of the blueprint: counted in the metrics, with the rate-limit, caching and CORS
+    headers, and with the announcement of a deprecated operation (app/plants/deprecation.py)."""
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
@@ -80,6 +81,10 @@ def _finish(response: Response) -> Response:
             state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
         add_headers(request.environ, response)
+    view = request.endpoint.rpartition(".")[2] if request.endpoint else ""
+    caching.finish(
+        response, guarded=ACCESS.get(view, Access.READ) is not Access.PUBLIC, negotiated=view in NEGOTIATED
+    )
     if state.cors is not None:
         state.cors.finish(request.environ, response)
     return response

@@ -49,8 +49,8 @@ def list_events() -> Response:
     if not store.events_retain:
         raise FeedOff()
     key = store.cursor_key()
-    # A HEAD asking for the stream is answered the stream's status and headers (RFC 9110 §9.3.2),
-    # after the same checks, and holds no watch.
+    # A HEAD asking for a watch (a stream, or a long-poll that would wait) is answered the watch's
+    # status and headers (RFC 9110 §9.3.2), after the same checks, and holds none.
     streaming = _wants_stream()
     if TICKET_CALLER in request.environ and not (
         (streaming or query.get("wait")) and request.method == "GET"
@@ -65,7 +65,7 @@ def list_events() -> Response:
         # A reconnect resumes from its position: the snapshot was sent (its `initial_end` is a position).
         after, field, snapshot = request.headers["Last-Event-ID"].strip(), "Last-Event-ID", False
     try:
-        if after == "now":
+        if after == "now" and field == "after":  # never an id a stream sends: a bad Last-Event-ID
             events, position = [], store.events_now()  # type: ignore[var-annotated]
         else:
             start = None if after is None else decode_cursor(key, after, None, EVENTS)
@@ -82,9 +82,12 @@ def list_events() -> Response:
         raise InvalidParameters({field: ["Not a cursor of this feed: follow it again from now."]}) from None
     except FeedExpiredError:
         raise FeedPositionExpired() from None
-    if streaming and request.method == "HEAD":
-        return read_precondition(request, None) or Response(iter(()), mimetype=STREAM, headers=STREAM_HEADERS)
-    if streaming or (query.get("wait") and not events and request.method == "GET"):
+    if streaming or (query.get("wait") and not events):
+        if request.method == "HEAD":
+            # The headers of the watch its GET would be (RFC 9110 §9.3.2): no ETag, no length.
+            headers = STREAM_HEADERS if streaming else None
+            unwatched = Response(iter(()), mimetype=STREAM if streaming else JSON, headers=headers)
+            return read_precondition(request, None) or unwatched
         return _watch(state, store, key, position, query, streaming, only, snapshot)
     body = {
         "events": event_records(events),

@@ -147,6 +147,8 @@ ACCESS: dict[str, Access] = {
 }
 #: The views that accept a watch ticket (app/auth/watch_tickets.py) in place of a bearer header.
 TICKET_VIEWS = frozenset({events.list_events.__name__})
+#: The views whose answer's form (a page or a stream) is chosen by `Accept`.
+NEGOTIATED = frozenset({events.list_events.__name__})
 #: The views whose requests count against their token's rate limit.
 LIMITED = frozenset(route.view.__name__ for route in ROUTES if route.limited)
 #: The limited views answered uncounted while the limits' store does not answer.

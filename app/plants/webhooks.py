@@ -21,13 +21,14 @@ from app.errors import (
     WebhookHostNotResolvedInTime,
     WebhookNotFound,
     WebhookPreconditionFailed,
+    WebhookReadPreconditionFailed,
     WebhookSecretsFull,
     WebhooksFull,
     WebhooksNeedFeed,
 )
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
-from app.http.conditional import write_precondition
+from app.http.conditional import read_precondition, write_precondition
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
 from app.http.json_provider import json_response
 from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
@@ -72,18 +73,31 @@ def create_webhook() -> Response:
         raise WebhooksFull(limit)
     state.deliverer.start()
     response = _with_secrets(record(endpoint), status=201)
-    response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id)
+    response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id, _external=True)
     return response
 
 
 def list_webhooks() -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return _with_secrets({"webhooks": [record(endpoint) for endpoint in endpoints.all()]})
+    return _judged(_with_secrets({"webhooks": [record(endpoint) for endpoint in endpoints.all()]}))
 
 
 def get_webhook(endpoint_id: str) -> Response:
     _, endpoints = _endpoints(need_feed=False)
-    return _with_secrets(record(_found(endpoints, endpoint_id)))
+    return _judged(_with_secrets(record(_found(endpoints, endpoint_id))))
+
+
+def _judged(response: Response) -> Response:
+    """A read's answer, or its 304 or 412 (RFC 9110 §13.2.2) as for a resource without an
+    entity-tag, as a change's precondition is judged (`_check_precondition`): an answer that is
+    never stored has nothing to revalidate, and one whose status changes with each delivery no
+    tag that would stay true. `If-Match: *` holds; `If-None-Match: *` is a 304, kept by no cache
+    either."""
+    unchanged = read_precondition(request, None, WebhookReadPreconditionFailed)
+    if unchanged is None:
+        return response
+    unchanged.headers["Cache-Control"] = "no-store"
+    return unchanged
 
 
 def patch_webhook(endpoint_id: str) -> Response:

@@ -428,3 +428,22 @@ def test_a_mount_point_with_a_variable_is_refused_at_registration(options):
     host.config["PLANTS_API_TOKENS"] = "host-token"
     with pytest.raises(ValueError, match="must be fixed"):
         host.register_blueprint(bp, **options)
+
+
+def test_a_created_webhook_is_located_under_the_prefix_as_a_plant_is():
+    """One form of `Location` for the service: an absolute URL, the prefix and the script's root
+    (SCRIPT_NAME) in it."""
+    host = Flask("host")
+    host.config.update(
+        PLANTS_API_TOKENS="host-token", PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_WEBHOOKS_DELIVER=False
+    )
+    host.register_blueprint(bp, url_prefix="/api/v1")
+    client = host.test_client()
+    root = "http://localhost/shop/"
+    created = client.post(
+        "/api/v1/webhooks", json={"url": "http://127.0.0.1:9/hook"}, headers=AUTH, base_url=root
+    )
+    assert created.status_code == 201
+    assert created.headers["Location"] == f"http://localhost/shop/api/v1/webhooks/{created.json['id']}"
+    plant = client.put("/api/v1/plants/2", json={"name": "Palm"}, headers=AUTH, base_url=root)
+    assert plant.headers["Location"] == "http://localhost/shop/api/v1/plants/2"

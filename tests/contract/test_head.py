@@ -131,3 +131,19 @@ def test_head_of_the_feed_has_the_type_get_would_answer(server, accept, kind):
         if name == "content-length" and kind == "application/json":
             continue  # the page's `next` is a new cursor each time
         assert got.get(name) == expected.get(name), name
+
+
+def test_head_of_a_long_poll_that_would_wait_has_the_watch_headers(server):
+    """A GET that finds no event after `now` waits, and its answer (a watch) has no ETag; its HEAD
+    answers those headers at once and holds no watch. Its length, known only once the watch
+    answers, it may leave out (RFC 9110 §9.3.2)."""
+    get_head, _ = exchange(server, "GET", "/events?after=now&wait=1")
+    head_head, head_body = exchange(server, "HEAD", "/events?after=now&wait=30")
+    assert head_head.split(b"\r\n")[0] == get_head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK"
+    assert head_body == b""
+    got, expected = headers_of(head_head), headers_of(get_head)
+    assert "etag" not in got
+    assert "content-length" not in got
+    for name in (*SAME, "cache-control", "vary"):
+        if name != "content-length":
+            assert got.get(name) == expected.get(name), name

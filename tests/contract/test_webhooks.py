@@ -56,7 +56,7 @@ def test_register_answers_201_with_the_endpoint_and_its_secret(client, auth):
     assert hook["next_attempt"] is None
     assert isinstance(hook["id"], str)
     assert hook["id"]
-    assert response.headers["Location"] == f"/webhooks/{hook['id']}"
+    assert response.headers["Location"] == f"http://localhost/webhooks/{hook['id']}"
     assert hook["url"] == HOOK
     assert hook["description"] == "mine"
     assert hook["events"] == ALL_TYPES

@@ -1,0 +1,28 @@
+"""What a cache may do with an answer of the plants blueprint (RFC 9111), and which request
+headers its form depends on (`Vary`, RFC 9110 §12.5.5).
+
+An answer behind a token is `private, no-cache`: a shared cache must not keep it (nginx's
+proxy_cache, for one, keeps an answer to a request with `Authorization` unless told not to, and a
+watch ticket comes in the URL, without that header), and a browser's cache asks again each time,
+where an ETag makes the answer a 304. An answer that holds a credential (a signing secret, a
+watch ticket) sets its own `no-store`, and a stream its own `no-cache`: neither is replaced. The
+public answers (the document, the page, OPTIONS, the 405s) are the same for every caller and are
+left to the cache's own rules.
+"""
+
+from __future__ import annotations
+
+from flask import Response
+
+#: The Cache-Control of an answer behind a token that sets none of its own.
+GUARDED = "private, no-cache"
+
+
+def finish(response: Response, *, guarded: bool, negotiated: bool) -> None:
+    """Add `Cache-Control` to a `guarded` answer that has none, and `Vary: Accept` to a
+    `negotiated` one (its form, a page or a stream, is chosen by `Accept`). Added, not merged:
+    nothing else in the blueprint sends these but app/http/cors.py's own `Vary`."""
+    if guarded and "Cache-Control" not in response.headers:
+        response.headers.add("Cache-Control", GUARDED)
+    if negotiated:
+        response.headers.add("Vary", "Accept")
