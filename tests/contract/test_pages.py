@@ -225,6 +225,39 @@ def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the
     assert (url.scheme, url.netloc, url.path) == expected
 
 
+def test_plants_a_put_created_are_listed(client, auth, in_order):
+    """On a cluster too, where a page reads only the groups its hints name: a PUT that creates a
+    plant without a tag named its group in none, and the plant, stored and readable, was listed
+    on no page."""
+    for plant_id in (1, 2, 3, 1000, 123456):
+        assert client.put(f"/plants/{plant_id}", json={"name": "Fern"}, headers=auth).status_code == 201
+    plants, _ = walk(client, auth, "limit=2")
+    assert [plant["id"] for plant in plants] == in_order([1, 2, 3, 1000, 123456])
+
+
+@pytest.mark.parametrize("host", ["plant_store:8000", "localhost:99999"])
+def test_a_host_no_url_can_be_built_on_is_handed_paths_that_resolve(auth, host):
+    """A compose file's `plant_store` (an underscore) or a port past 65535, which Werkzeug reads
+    as no host: the URLs handed out are path-absolute references (the client resolves them
+    against the URL it asked), where they were `http:///plants/1`, which reaches nothing.
+    (On one store: the URLs are the app's, whichever store holds the plants.)"""
+    client = create_app({"TESTING": True, "PLANTS_API_TOKENS": [TOKEN]}).test_client()
+    headers = {**auth, "Host": host}
+    created = client.put("/plants/1", json={"name": "Fern"}, headers=headers)
+    assert created.status_code == 201
+    assert created.headers["Location"] == "/plants/1"
+    for plant_id in (2, 3):
+        client.put(f"/plants/{plant_id}", json={"name": "Ivy"}, headers=headers)
+    seen, url = [], "/plants?limit=1"
+    while url:
+        page = client.get(url, headers=headers)
+        seen += [plant["id"] for plant in page.json["plants"]]
+        link = page.headers.get("Link")
+        url = link and LINK.fullmatch(link)["url"]
+        assert url is None or url.startswith("/plants?limit=1&after=")
+    assert sorted(seen) == [1, 2, 3]
+
+
 def test_a_forwarded_prefix_never_points_the_document_at_another_host(auth):
     """A `servers` URL of `//evil.example` would send "Try it out" (and its token) to that host."""
     client = create_app(

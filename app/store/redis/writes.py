@@ -74,8 +74,10 @@ class PlantWrites:
     def change(
         self, plant_id: int, name: Any, tag: Any, precondition: Precondition, *, create: bool, origin: str
     ) -> tuple[Change, Plant | None]:
-        if tag is not KEEP and tag is not None:
-            self._hints.note(self._clients.get(), plant_id, tag)
+        if create or (tag is not KEEP and tag is not None):
+            # A PUT may create the plant: its group goes into the hints as a create's does, or a
+            # cluster's pages would skip a group that only PUTs had filled.
+            self._hints.note(self._clients.get(), plant_id, None if tag is KEEP else tag)
         deadline = Deadline.after(self._window_s)
         origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self._groups.change_call(
