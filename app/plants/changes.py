@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, request, url_for
+from flask import Response, request
 from marshmallow import ValidationError
 
 from app.errors import InvalidChange, PlantNotFound, PlantPreconditionFailed
@@ -14,6 +14,7 @@ from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
 from app.http.conditional import with_etag, write_precondition
 from app.http.json_provider import json_response
+from app.http.links import url_of
 from app.schemas.parameters import load_plant_id
 from app.schemas.records import MergePatchSchema, ReplacementSchema, plant_record
 from app.store import CREATED_EVENT, KEEP, UPDATED_EVENT, Change, Plant, PreconditionFailedError
@@ -50,7 +51,7 @@ def replace_plant(plant_id: str) -> Response:
     response = with_etag(json_response(plant_record(stored)), stored)
     if change is Change.CREATED:
         response.status_code = 201
-        response.headers["Location"] = url_for(".get_plant", plant_id=number, _external=True)
+        response.headers["Location"] = url_of(".get_plant", plant_id=number)
     return response
 
 

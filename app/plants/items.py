@@ -19,6 +19,7 @@ from app.http.conditional import answered_page, not_modified, with_etag, write_p
 from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import answered_where_raised
 from app.http.json_provider import json_response
+from app.http.links import base_url
 from app.schemas.parameters import load_page_query, load_plant_id
 from app.schemas.records import NewPlantSchema, PlantSchema, plant_record, stored_plant
 from app.store import CREATED_EVENT, DELETED_EVENT, CreateOutcome, Plant, PreconditionFailedError
@@ -83,7 +84,7 @@ def list_plants() -> Response:
 def _next_url(args: Any, cursor: str) -> str:
     """This request's URL with `after` set to `cursor` and its other parameters kept."""
     pairs = [(name, value) for name, value in args.items(multi=True) if name != "after"]
-    return f"{request.base_url}?{urlencode([*pairs, ('after', cursor)], quote_via=quote)}"
+    return f"{base_url()}?{urlencode([*pairs, ('after', cursor)], quote_via=quote)}"
 
 
 def get_plant(plant_id: str) -> Response:

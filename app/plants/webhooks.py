@@ -13,7 +13,7 @@ import secrets
 import time
 from typing import Any
 
-from flask import Response, request, url_for
+from flask import Response, request
 
 from app.errors import (
     InvalidWebhook,
@@ -31,6 +31,7 @@ from app.http.body import read_json_object
 from app.http.conditional import read_precondition, write_precondition
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
 from app.http.json_provider import json_response
+from app.http.links import url_of
 from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
 from app.store import EVENT_TYPES, UNCONDITIONAL
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
@@ -73,7 +74,7 @@ def create_webhook() -> Response:
         raise WebhooksFull(limit)
     state.deliverer.start()
     response = _with_secrets(record(endpoint), status=201)
-    response.headers["Location"] = url_for(".get_webhook", endpoint_id=endpoint.id, _external=True)
+    response.headers["Location"] = url_of(".get_webhook", endpoint_id=endpoint.id)
     return response
 
 

@@ -1,0 +1,26 @@
+"""The URLs the service hands out (a create's `Location`, a page's `Link`): absolute, on the
+request's host, scheme and prefix (forwarded ones where trusted: app/http/client_address.py).
+
+A `Host` that Werkzeug builds no URL on (an underscore, as in a compose file's `plant_store`, or a
+port past 65535) reads as no host at all, and the URL came out `http:///plants/1`, which reaches
+nothing. Such a request is handed a path-absolute reference instead (`/plants/1`), which a client
+resolves against the URL it asked (RFC 3986 §5.2; RFC 9110 §10.2.2 allows it in `Location`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import request, url_for
+
+
+def url_of(endpoint: str, **values: Any) -> str:
+    """The URL of `endpoint` with `values`, as `url_for` builds it, absolute where it can be."""
+    return url_for(endpoint, _external=bool(request.host), **values)
+
+
+def base_url() -> str:
+    """This request's URL without its query, absolute where it can be."""
+    url = request.base_url
+    # With no host Werkzeug writes "scheme://" and the path straight after it.
+    return url if request.host else url.partition("://")[2]
