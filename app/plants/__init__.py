@@ -22,7 +22,7 @@ from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants import deprecation
 from app.plants.guard import guard
-from app.plants.routes import ACCESS, NEGOTIATED, Access, add_routes
+from app.plants.routes import ACCESS, NEGOTIATED, OWN_CACHE_CONTROL, Access, add_routes
 from app.store import StoreFullError, StoreUnavailableError
 
 __all__ = ["bp"]
@@ -81,10 +81,12 @@ def _finish(response: Response) -> Response:
             state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
         add_headers(request.environ, response)
-    view = request.endpoint.rpartition(".")[2] if request.endpoint else ""
-    caching.finish(
-        response, guarded=ACCESS.get(view, Access.READ) is not Access.PUBLIC, negotiated=view in NEGOTIATED
-    )
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    if req.method in caching.KEPT_METHODS:
+        rule = req.url_rule
+        view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
+        if ACCESS.get(view, Access.READ) is not Access.PUBLIC:
+            caching.finish(response, own=view in OWN_CACHE_CONTROL, negotiated=view in NEGOTIATED)
     if state.cors is not None:
         state.cors.finish(request.environ, response)
     return response
