@@ -134,6 +134,10 @@ def restore(cluster: RedisClusterServers) -> None:
         if state == "stopped (SIGSTOP)":
             node.signal(signal.SIGCONT)
         elif state == "not running":
+            # It rejoins empty, as it first joined: a node that was ever a replica kept its last
+            # full sync's copy (dump.rdb), and loaded, that copy's keys of slots moved since are
+            # set importing by Redis, a slot on the move that never settles.
+            (node.directory / "dump.rdb").unlink(missing_ok=True)
             node.start()
     cluster.wait_until_healthy()
 
@@ -522,7 +526,15 @@ def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
             break
         after = page.next
     store.close()
-    assert sorted(walked) == sorted(acknowledged)  # the indexes moved whole with their plants
+    # The indexes moved whole with their plants: every acknowledged create is listed, once. A create
+    # answered 503 may have landed too (docs/redis-cluster.md: a write whose store timed out, as
+    # on a loaded machine); no other is listed.
+    assert len(walked) == len(set(walked))
+    assert set(acknowledged) <= set(walked)
+    answered_503 = {plant_id: body for plant_id, status, body, _ in answers if status == 503}
+    landed = sorted(set(walked) - set(acknowledged))
+    assert set(landed) <= set(answered_503), [(plant_id, answered_503.get(plant_id)) for plant_id in landed]
+    assert_readable(settings, landed)
     assert sorted(created) == sorted(walked)  # and the feeds with them
     assert statuses[200] >= 1000
     assert "Traceback" not in server.output()

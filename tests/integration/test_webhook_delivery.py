@@ -682,7 +682,6 @@ def test_a_new_url_gets_the_event_at_once(client, first_answer_s, changed_when):
         receiver.stop()
 
 
-@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
 def creates_wait_an_hour() -> Receiver:
     """A receiver that answers a creation 503 with an hour's Retry-After, and the rest 204."""
     return Receiver(
@@ -692,6 +691,7 @@ def creates_wait_an_hour() -> Receiver:
     )
 
 
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
 def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(client):
     """The held event's retry is an hour away (a 503's Retry-After; 86 s at this scale) when the
     endpoint stops listing its type: the next event of a type it lists goes at once."""
