@@ -13,14 +13,24 @@ from typing import Any
 
 from flask import request, url_for
 
+#: How Werkzeug begins a URL with no host: the scheme, then the path straight after "//".
+_HOSTLESS = ("http:///", "https:///")
+
 
 def url_of(endpoint: str, **values: Any) -> str:
     """The URL of `endpoint` with `values`, as `url_for` builds it, absolute where it can be."""
-    return url_for(endpoint, _external=bool(request.host), **values)
+    return _reference(url_for(endpoint, _external=True, **values))
 
 
 def base_url() -> str:
     """This request's URL without its query, absolute where it can be."""
-    url = request.base_url
-    # With no host Werkzeug writes "scheme://" and the path straight after it.
-    return url if request.host else url.partition("://")[2]
+    return _reference(request.base_url)
+
+
+def _reference(url: str) -> str:
+    """`url`, or its path where it names no host: read off the URL already built, since asking
+    Werkzeug for the host again would parse and check it a second time on every such request."""
+    for prefix in _HOSTLESS:
+        if url.startswith(prefix):
+            return url[len(prefix) - 1 :]
+    return url
