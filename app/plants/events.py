@@ -10,7 +10,8 @@ from typing import Any
 from flask import Response, request
 from werkzeug.exceptions import PreconditionFailed
 
-from app.auth.caller import current_caller
+from app.auth.access_tokens import EXPIRED
+from app.auth.caller import Caller, current_caller
 from app.auth.watch_tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
     FeedOff,
@@ -100,6 +101,20 @@ def list_events() -> Response:
     return response
 
 
+def lapsed(caller: Caller) -> Response | None:
+    """The 401 of a caller let in though its authority has ended: a JWT past its `exp` within the
+    leeway (PLANTS_JWT_LEEWAY). What that authority bounds, a watch of the feed or a watch
+    ticket, would end before it began: answered an empty watch, a client asks again at once with
+    the same token, for as long as the leeway lasts; told that the token has expired, it fetches
+    a fresh one. None when its authority holds."""
+    if caller.expires > time.time():
+        return None
+    metrics = plants_state().metrics
+    if metrics is not None:
+        metrics.count_refusal(EXPIRED.reason)
+    return error_response(EXPIRED)
+
+
 def _snapshot(query: dict[str, Any], streaming: bool) -> bool:
     """`snapshot=true`: only for a stream, and from the current position (no `after`)."""
     if not query.get("snapshot"):
@@ -135,6 +150,9 @@ def _watch(
     app/server/worker/parking.py), else blocked in this request thread (`Watch._block`)."""
     signal = state.feed_signal
     caller = current_caller()  # a watch ticket's counts against its token's cap
+    refusal = lapsed(caller)
+    if refusal is not None:
+        return refusal
     caller_key = caller.limit_key
     try:
         signal.admit(caller_key)

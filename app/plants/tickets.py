@@ -12,6 +12,7 @@ from app.auth.caller import current_caller
 from app.errors import FeedOff
 from app.extension import plants_state
 from app.http.json_provider import json_response
+from app.plants.events import lapsed
 from app.telemetry.logs import rfc3339
 
 
@@ -21,8 +22,12 @@ def create_watch_ticket() -> Response:
     store = state.serving_store(request.environ)
     if not store.events_retain:
         raise FeedOff()
+    caller = current_caller()
+    refusal = lapsed(caller)  # its ticket would expire as it is made
+    if refusal is not None:
+        return refusal
     now = time.time()
-    ticket, expires = state.auth.tickets.mint(current_caller(), store.cursor_key(), now)
+    ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
     body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}
     response = json_response(body)
     response.headers["Cache-Control"] = "no-store"  # a credential: never kept by a cache

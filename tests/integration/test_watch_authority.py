@@ -48,9 +48,9 @@ def assert_watch_refused(server: Gunicorn, token: str) -> None:
     assert_error(status, headers, body, 401)
 
 
-def jwt_server(issuer: Issuer) -> Gunicorn:
+def jwt_server(issuer: Issuer, leeway: str = "0") -> Gunicorn:
     server = Gunicorn(
-        env={"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE, "PLANTS_JWT_LEEWAY": "0"}
+        env={"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE, "PLANTS_JWT_LEEWAY": leeway}
     )
     deadline = time.monotonic() + 60
     while call(server.connection(), "GET", "/readyz")[0] != 200:  # the provider's keys loaded
@@ -114,6 +114,35 @@ def test_a_long_poll_answers_at_its_jwts_exp_without_events_written_after():
         assert status == 200
         assert page == {"events": [], "next": after}
         assert answered - expires < 2.0  # at exp, not at its 30 s wait
+    finally:
+        server.stop()
+        issuer.down()
+
+
+def test_a_jwt_past_its_exp_within_the_leeway_reads_but_is_told_to_renew_for_a_watch():
+    """The leeway lets a token past its `exp` read, but a watch it opened would end before its
+    first read: the client (docs/change-feed.md's, reconnecting at a stream's end) would be
+    answered that again and again. So a watch and a ticket are a 401 naming the expiry."""
+    issuer = Issuer()
+    server = jwt_server(issuer, leeway="30")
+    try:
+        token = issuer.token(scope="plants:read", exp=int(time.time()) - 2)
+        auth = {"Authorization": f"Bearer {token}"}
+        assert call(server.connection(), "GET", "/plants", None, auth)[0] == 200
+        after = json.loads(call(server.connection(), "GET", "/events?after=now", None, auth)[2])["next"]
+        watches = [
+            ("GET", "/events?after=now", {**auth, "Accept": "text/event-stream"}),
+            ("GET", f"/events?after={after}&wait=5", auth),
+            ("POST", "/events/tickets", auth),
+        ]
+        for method, path, headers in watches:
+            started = time.monotonic()
+            status, answer, body = call(server.connection(timeout=10), method, path, None, headers)
+            assert_error(status, answer, body, 401)
+            assert answer["WWW-Authenticate"] == (
+                'Bearer realm="plants", error="invalid_token", error_description="the token has expired"'
+            )
+            assert time.monotonic() - started < 3  # refused, not a long-poll's wait
     finally:
         server.stop()
         issuer.down()
