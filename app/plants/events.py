@@ -84,6 +84,9 @@ def list_events() -> Response:
     except FeedExpiredError:
         raise FeedPositionExpired() from None
     if streaming or (query.get("wait") and not events):
+        refusal = lapsed(current_caller())
+        if refusal is not None:
+            return refusal
         if request.method == "HEAD":
             # The headers of the watch its GET would be (RFC 9110 §9.3.2): no ETag, no length.
             headers = STREAM_HEADERS if streaming else None
@@ -150,9 +153,6 @@ def _watch(
     app/server/worker/parking.py), else blocked in this request thread (`Watch._block`)."""
     signal = state.feed_signal
     caller = current_caller()  # a watch ticket's counts against its token's cap
-    refusal = lapsed(caller)
-    if refusal is not None:
-        return refusal
     caller_key = caller.limit_key
     try:
         signal.admit(caller_key)

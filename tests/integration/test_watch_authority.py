@@ -143,6 +143,11 @@ def test_a_jwt_past_its_exp_within_the_leeway_reads_but_is_told_to_renew_for_a_w
                 'Bearer realm="plants", error="invalid_token", error_description="the token has expired"'
             )
             assert time.monotonic() - started < 3  # refused, not a long-poll's wait
+        # A HEAD of a watch answers as its GET would, without the body.
+        stream = {**auth, "Accept": "text/event-stream"}
+        status, answer, _ = call(server.connection(), "HEAD", "/events?after=now", None, stream)
+        assert status == 401
+        assert 'error_description="the token has expired"' in answer["WWW-Authenticate"]
     finally:
         server.stop()
         issuer.down()
