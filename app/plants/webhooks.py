@@ -286,13 +286,14 @@ def _check_precondition(endpoints: EndpointStore, endpoint_id: str) -> None:
 
 def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:
     """Apply `change` (the endpoint's fields to write, from the endpoint) under the revision
-    check, again when another request changed the endpoint meanwhile; the endpoint after it."""
+    check, again when another request changed the endpoint meanwhile, or a delivery's outcome
+    moved what the change read of it; the endpoint after it."""
     for _ in range(_TRIES):
         endpoint = _found(endpoints, endpoint_id)
         fields = change(endpoint)
         if not fields:
             return endpoint
-        written = endpoints.update(endpoint_id, endpoint.rev, fields)
+        written = endpoints.update(endpoint, fields)
         if written is None:
             raise WebhookNotFound(endpoint_id)
         if written:
