@@ -44,8 +44,10 @@ from app.webhooks.urls import UrlRefused, check_url, encoded, normalized
 _new_schema = NewWebhookSchema()
 _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
-#: How often a change is tried again when another request changed the endpoint meanwhile.
-_TRIES = 3
+#: How often a change is tried again when another request changed the endpoint meanwhile, or a
+#: delivery's outcome moved what the change read: an endpoint that keeps up with a stream of
+#: writes stores one for each, so a change made while it delivers may need a few tries.
+_TRIES = 10
 #: The URL's host is resolved off the request thread; a request waits on a name server at most
 #: PLANTS_WEBHOOKS_LOOKUP_WAIT (lookups.py).
 _lookups = Lookups()
