@@ -155,9 +155,10 @@ class EndpointDrain:
         fields = after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale)
         if self._ack(fields, attempt) and not subscribed(self.endpoint, entry):
             # Its type was dropped through the API while it was sent: that PATCH asked for it to
-            # be skipped at once, which the retry's wait just stored would undo.
+            # be skipped at once, which the retry's wait just stored would undo. A slow attempt
+            # still ends the drain's turn (lanes.py).
             self.position, self.tries = entry.position, 0
-            return self._ack(delivery_fields(entry.position, 0, 0), None)
+            return self._ack(delivery_fields(entry.position, 0, 0), None) and not self.slow
         return False
 
     def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:
