@@ -179,14 +179,19 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
     now_ms = time.time_ns() // 1_000_000
     until = now_ms + settings.webhooks_rotation_overlap * 1000
     _check_precondition(endpoints, endpoint_id)
+    # Made once: a change sent again after its reply was lost, then read back, finds it current
+    # and is done, rather than rotating a second time.
+    fresh = new_secret()
 
     def change(endpoint: Endpoint) -> dict[str, str]:
+        if endpoint.secrets[0][0] == fresh:
+            return {}
         # Every secret rotated out, the current one included, each with when it stops signing.
         old = [(secret, until if expires is None else expires) for secret, expires in endpoint.secrets]
         kept = tuple((secret, expires) for secret, expires in old if expires > now_ms)
         if len(kept) > settings.webhooks_old_secrets_max:
             raise WebhookSecretsFull(settings.webhooks_old_secrets_max, utc_text(min(e for _, e in kept)))
-        rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept))
+        rotated = dataclasses.replace(endpoint, secrets=((fresh, None), *kept))
         return {"config": rotated.config_text()}
 
     return _with_secrets(record(_changed(endpoints, endpoint_id, change)))
