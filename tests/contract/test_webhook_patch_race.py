@@ -1,7 +1,8 @@
 """A PATCH of a webhook endpoint racing a delivery's outcome (docs/webhooks.md): the outcome is
-stored, by a real acknowledgement on the real store (memory and Redis), between the PATCH's read
-of the endpoint and its write, where a deliverer's answer from the receiver may land. Neither
-loses the other's write: an event delivered is not sent again, a receiver's 410 keeps its reason.
+stored, by a real acknowledgement on the real store (memory, Redis, Redis Cluster), between the
+PATCH's read of the endpoint and its write, where a deliverer's answer from the receiver may
+land. Neither loses the other's write: an event delivered is not sent again, a receiver's 410
+keeps its reason.
 """
 
 from __future__ import annotations
@@ -13,10 +14,16 @@ from app.store.endpoints import delivery_fields
 from app.webhooks.message import message_id
 from app.webhooks.outcomes import after_failure, outcome_record
 from app.webhooks.sender import Attempt
+from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 
 HOOK = "http://127.0.0.1:9/hook"
 OWNER = "a-deliverer"
 LEASE_MS = 10_000
+
+
+@pytest.fixture(params=STORES_AND_CLUSTER)
+def store_settings(request):
+    return settings_for_store(request, request.param)
 
 
 @pytest.fixture
