@@ -44,8 +44,10 @@ from app.webhooks.urls import UrlRefused, check_url, encoded, normalized
 _new_schema = NewWebhookSchema()
 _patch_schema = WebhookPatchSchema()
 _replay_schema = ReplaySchema()
-#: How often a change is tried again when another request changed the endpoint meanwhile.
-_TRIES = 3
+#: How often a change is tried again when another request changed the endpoint meanwhile, or a
+#: delivery's outcome moved what the change read: an endpoint that keeps up with a stream of
+#: writes stores one for each, so a change made while it delivers may need a few tries.
+_TRIES = 10
 #: The URL's host is resolved off the request thread; a request waits on a name server at most
 #: PLANTS_WEBHOOKS_LOOKUP_WAIT (lookups.py).
 _lookups = Lookups()
@@ -177,14 +179,19 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
     now_ms = time.time_ns() // 1_000_000
     until = now_ms + settings.webhooks_rotation_overlap * 1000
     _check_precondition(endpoints, endpoint_id)
+    # Made once: a change sent again after its reply was lost, then read back, finds it current
+    # and is done, rather than rotating a second time.
+    fresh = new_secret()
 
     def change(endpoint: Endpoint) -> dict[str, str]:
+        if endpoint.secrets[0][0] == fresh:
+            return {}
         # Every secret rotated out, the current one included, each with when it stops signing.
         old = [(secret, until if expires is None else expires) for secret, expires in endpoint.secrets]
         kept = tuple((secret, expires) for secret, expires in old if expires > now_ms)
         if len(kept) > settings.webhooks_old_secrets_max:
             raise WebhookSecretsFull(settings.webhooks_old_secrets_max, utc_text(min(e for _, e in kept)))
-        rotated = dataclasses.replace(endpoint, secrets=((new_secret(), None), *kept))
+        rotated = dataclasses.replace(endpoint, secrets=((fresh, None), *kept))
         return {"config": rotated.config_text()}
 
     return _with_secrets(record(_changed(endpoints, endpoint_id, change)))
@@ -286,13 +293,14 @@ def _check_precondition(endpoints: EndpointStore, endpoint_id: str) -> None:
 
 def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:
     """Apply `change` (the endpoint's fields to write, from the endpoint) under the revision
-    check, again when another request changed the endpoint meanwhile; the endpoint after it."""
+    check, again when another request changed the endpoint meanwhile, or a delivery's outcome
+    moved what the change read of it; the endpoint after it."""
     for _ in range(_TRIES):
         endpoint = _found(endpoints, endpoint_id)
         fields = change(endpoint)
         if not fields:
             return endpoint
-        written = endpoints.update(endpoint_id, endpoint.rev, fields)
+        written = endpoints.update(endpoint, fields)
         if written is None:
             raise WebhookNotFound(endpoint_id)
         if written:

@@ -86,6 +86,22 @@ class Endpoint:
         )
 
 
+#: The fields a delivery's outcome writes (`ack`), which moves no revision.
+OUTCOME_FIELDS = ("status", "reason", "position", "tries", "due")
+
+
+def outcome_as_read(read: Endpoint, fields: dict[str, str]) -> dict[str, str]:
+    """What a change of `fields`, made from the endpoint as `read`, must find unchanged besides
+    its revision: where its delivery stands, when the change writes any of it (a position, a
+    retry's time, a status), since an outcome stored meanwhile moves it under no revision and
+    the change would write it back (an event delivered sent again, a failure's retry undone).
+    Nothing for a change of the configuration alone, which no outcome touches."""
+    if fields.keys().isdisjoint((*OUTCOME_FIELDS, "epoch")):
+        return {}
+    kept = read.fields()
+    return {name: kept[name] for name in OUTCOME_FIELDS}
+
+
 def delivery_fields(position: bytes | None, tries: int, due_ms: int) -> dict[str, str]:
     """Where a delivery stands, as the stores keep it."""
     return {"position": "-" if position is None else position.hex(), "tries": str(tries), "due": str(due_ms)}
@@ -109,9 +125,10 @@ class EndpointStore(Protocol):
 
     def ids(self) -> list[str]: ...
 
-    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
-        """Write `fields` and bump the revision if it is still `rev`: None when the endpoint is
-        gone, False (writing nothing) when someone changed it since."""
+    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
+        """Write `fields` and bump the revision if the endpoint is still as `read`: its revision,
+        and where its delivery stands when `fields` write any of it (`outcome_as_read`). None
+        when the endpoint is gone, False (writing nothing) when it changed since."""
         ...
 
     def remove(self, endpoint_id: str) -> bool: ...

@@ -153,7 +153,12 @@ class EndpointDrain:
             return acked and not self.slow and not turn_over
         self.tries += 1
         fields = after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale)
-        self._ack(fields, attempt)
+        if self._ack(fields, attempt) and not subscribed(self.endpoint, entry):
+            # Its type was dropped through the API while it was sent: that PATCH asked for it to
+            # be skipped at once, which the retry's wait just stored would undo. A slow attempt
+            # still ends the drain's turn (lanes.py).
+            self.position, self.tries = entry.position, 0
+            return self._ack(delivery_fields(entry.position, 0, 0), None) and not self.slow
         return False
 
     def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:

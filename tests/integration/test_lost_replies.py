@@ -170,6 +170,30 @@ def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxie
     assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
 
 
+def test_a_rotation_whose_reply_was_lost_rotates_once(redis_server, make_app, auth):
+    """A rotation is sent again after its reply was lost, as every change of an endpoint: its
+    second run finds the revision moved, and the request reads the endpoint again. It finds its
+    own new secret there and answers it, rather than rotating once more: a secret nobody was
+    shown signing beside it, and with one rotated-out secret allowed, a 409 for a rotation done."""
+    proxy = DroppingProxy(redis_server.port)
+    settings = {**redis_settings(redis_server), "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+    hooks = {"PLANTS_WEBHOOKS_DELIVER": False, "PLANTS_WEBHOOKS_OLD_SECRETS_MAX": 1}
+    client = make_app(**settings, **TIMEOUTS, **hooks).test_client()
+    try:
+        hook = client.post("/webhooks", json={"url": "https://example.com/hook"}, headers=auth).get_json()
+        path = f"/webhooks/{hook['id']}"
+        # The change's script loaded, so that the dropped reply is the rotation's own.
+        assert client.patch(path, json={"description": "warm"}, headers=auth).status_code == 200
+        proxy.drop_next(after_reply=True)
+        answer = client.post(f"{path}/rotate", headers=auth)
+        assert proxy.dropped.is_set()
+        assert answer.status_code == 200, answer.get_json()
+        assert client.get(path, headers=auth).get_json()["secret"] == answer.get_json()["secret"]
+        assert answer.get_json()["secret"] != hook["secret"]
+    finally:
+        proxy.close()
+
+
 def test_an_attempt_whose_records_reply_was_lost_is_listed_once(redis_server, make_app, auth):
     """The deliverer's acknowledgement (the position and the attempt, one script) is sent again
     after its reply was lost: its second run stores nothing more, so each attempt is listed once."""

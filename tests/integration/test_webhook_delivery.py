@@ -717,6 +717,39 @@ def test_a_type_no_longer_listed_does_not_hold_the_next_events_behind_its_retry(
         receiver.stop()
 
 
+@pytest.mark.parametrize("store_settings", ["memory", "redis"], indirect=True)
+def test_a_type_dropped_while_its_retry_is_under_way_is_skipped_when_it_fails(client):
+    """The held event's retry is under way (the receiver holds its answer) when the endpoint stops
+    listing its type; the retry then fails with an hour's Retry-After (86 s at this scale). The
+    PATCH asked for the event to be skipped at once: that failure's wait does not undo it, and
+    the next event of a type it lists goes at once."""
+    hold_s = 1.0
+
+    def answer(delivery, number):
+        if delivery.event["type"] != "plant.created":
+            return 204, {}, 0
+        return (503, {}, 0) if number == 1 else (503, {"Retry-After": "3600"}, hold_s)
+
+    receiver = Receiver(answer)
+    try:
+        hook = register(client, receiver.url)
+        create(client, 1)
+        receiver.wait_for(2, timeout=10)  # the retry, held
+        changed = client.patch(f"/webhooks/{hook['id']}", json={"events": ["plant.deleted"]}, headers=AUTH)
+        assert changed.status_code == 200, changed.json
+        wait_until(lambda: len(attempts(client, hook)) == 2, timeout=10, what="the retry's failure")
+        assert client.delete("/plants/1", headers=AUTH).status_code == 204
+        deliveries = receiver.wait_for(3, timeout=15)
+        assert [(d.event["type"], d.event["data"]["id"]) for d in deliveries] == [
+            ("plant.created", 1),
+            ("plant.created", 1),
+            ("plant.deleted", 1),
+        ]
+        wait_until(lambda: endpoint(client, hook)["next_attempt"] is None, what="no retry pending")
+    finally:
+        receiver.stop()
+
+
 def test_dropping_another_type_keeps_the_held_events_retry_on_its_schedule(client):
     """The held event's retry is 86 s away (a 503's Retry-After, at the schedule's longest at
     this scale) when the endpoint stops listing another type: its type is still listed, so it

@@ -10,7 +10,7 @@ import threading
 import time
 from collections import deque
 
-from app.store.endpoints import ATTEMPTS_KEPT, ENABLED, Endpoint
+from app.store.endpoints import ATTEMPTS_KEPT, ENABLED, Endpoint, outcome_as_read
 
 
 class MemoryEndpoints:
@@ -41,15 +41,16 @@ class MemoryEndpoints:
         with self._lock:
             return list(self._fields)
 
-    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
+    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
+        unchanged = outcome_as_read(read, fields)
         with self._lock:
-            kept = self._fields.get(endpoint_id)
+            kept = self._fields.get(read.id)
             if kept is None:
                 return None
-            if kept["rev"] != str(rev):
+            if kept["rev"] != str(read.rev) or any(kept[name] != text for name, text in unchanged.items()):
                 return False
             kept.update(fields)
-            kept["rev"] = str(rev + 1)
+            kept["rev"] = str(read.rev + 1)
             return True
 
     def remove(self, endpoint_id: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from app.store.endpoints import ATTEMPTS_KEPT, Endpoint
+from app.store.endpoints import ATTEMPTS_KEPT, Endpoint, outcome_as_read
 from app.store.redis.client import LazyClient, ScriptRunner
 from app.store.redis.failures import FAILURES, RedisBacked
 from app.store.redis.lua import (
@@ -84,11 +84,13 @@ class RedisEndpoints(RedisBacked):
             if fields
         ]
 
-    def update(self, endpoint_id: str, rev: int, fields: dict[str, str]) -> bool | None:
-        args = (*HookUpdateArgs(self._tag, self._cluster, rev), *_flat(fields))
+    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
+        unchanged = outcome_as_read(read, fields)
+        head = HookUpdateArgs(self._tag, self._cluster, read.rev, len(unchanged))
+        args = (*head, *_flat(unchanged), *_flat(fields))
         # Resent after a lost reply: a second run finds the revision moved, and the caller reads
         # the endpoint again (app/plants/webhooks.py), finding its own change.
-        answer = self._run("HOOK_UPDATE", (self._key("e", endpoint_id),), args, write=True)
+        answer = self._run("HOOK_UPDATE", (self._key("e", read.id),), args, write=True)
         return None if answer == 0 else answer == 1
 
     def remove(self, endpoint_id: str) -> bool:

@@ -170,11 +170,13 @@ class HookAddArgs(NamedTuple):
 
 
 class HookUpdateArgs(NamedTuple):
-    """HOOK_UPDATE's arguments (scripts/hook_update.lua); fields and values follow."""
+    """HOOK_UPDATE's arguments (scripts/hook_update.lua); `unchanged` fields and the values they
+    must hold follow, then the fields and values to write."""
 
     hash_tag: str
     cluster: str
     rev: int
+    unchanged: int
 
 
 class HookRemoveArgs(NamedTuple):
