@@ -6,6 +6,7 @@ at each delivery, the feed's retention, replay, metrics, and the deliverer on it
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -454,6 +455,47 @@ def test_a_deliverer_on_its_own_delivers(redis_server, receiver, tmp_path):
         output, _ = process.communicate(timeout=20)
     assert process.returncode == 0, output
     assert "delivering webhooks" in output
+    assert TOKEN not in output
+
+
+def test_a_deliverer_on_its_own_reads_its_settings_again_on_sighup(redis_server, receiver, tmp_path):
+    """SIGHUP (`systemctl reload`, a closed terminal) killed it: its attempt in flight was sent
+    again and the next events waited out its lease. It reads its settings again; refused ones
+    keep it delivering as before."""
+    store_url = redis_settings(redis_server)
+    url_file = tmp_path / "store-url"
+    url_file.write_text(store_url["PLANTS_STORE_URL"])
+    settings = {
+        "PLANTS_STORE_URL_FILE": str(url_file),
+        "PLANTS_STORE_PREFIX": store_url["PLANTS_STORE_PREFIX"],
+        "PLANTS_API_TOKENS": TOKEN,
+        "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+    }
+    from app import create_app
+
+    client = create_app({**store_url, **settings, "PLANTS_WEBHOOKS_DELIVER": False}).test_client()
+    hook = register(client, receiver.url)
+    process = deliverer_on_its_own(settings)
+    try:
+        create(client, 1)
+        receiver.wait_for(1)
+        process.send_signal(signal.SIGHUP)
+        create(client, 2)
+        receiver.wait_for(2)
+        url_file.write_text("nonsense://plants:hunter2@127.0.0.1")
+        process.send_signal(signal.SIGHUP)
+        create(client, 3)
+        deliveries = receiver.wait_for(3)
+        assert process.poll() is None
+        assert [d.verified(hook["secret"])["data"]["id"] for d in deliveries] == [1, 2, 3]
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, output
+    assert output.count("delivering webhooks") == 2
+    assert "Reload refused, delivering as before" in output
+    assert "PLANTS_STORE_URL_FILE" in output
+    assert "hunter2" not in output
     assert TOKEN not in output
 
 
