@@ -8,7 +8,10 @@ authentications were counted under, so random 8 KB strings meant a new counter (
 memory) a request, and never a 429. This middleware, inside ProxyFix, keeps the forwarded value
 only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets,
 and loses its zone id; an IPv4-mapped one keeps its dotted tail), and otherwise restores the
-peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`.
+peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`. An address may come with the
+client's port (`203.0.113.7:51234`, `[2001:db8::1]:443`), as Azure Application Gateway and other
+load balancers write it: the address counts, the port goes. Taken as junk, it put every client
+behind such a proxy on the proxy's one failed-login budget, and out of the access log.
 
 The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
 scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as one Werkzeug
@@ -30,8 +33,11 @@ from werkzeug.wsgi import host_is_trusted
 
 #: Where ProxyFix keeps the environ's values as the peer sent them (documented by Werkzeug).
 _ORIGINAL = "werkzeug.proxy_fix.orig"
-#: No IP address is longer (an IPv6 one with an IPv4 tail and a zone id is under 64 characters).
-_LONGEST = 64
+#: No IP address is longer, with an IPv4 tail, a short zone id, brackets and a port.
+_LONGEST = 72
+#: An IPv4 address, or anything in brackets, then a port: one of 1 to 65535 (checked after). An
+#: IPv6 address with a port takes brackets (RFC 3986's form): `2001:db8::1:443` is an address.
+_WITH_PORT = re.compile(r"([0-9.]+|\[[^\]]*\]):([0-9]{1,5})")
 #: A path of RFC 3986's segments (percent-encodings included), none empty but a last one (`/a/`):
 #: `//evil.example` would be a URL of another host wherever the prefix starts one (the document's
 #: `servers`, which "Try it out" sends the token to).
@@ -40,10 +46,15 @@ _PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?")
 _HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
 
 
-def parsed_address(value: str) -> str | None:
-    """`value` as an IP address, in its compressed form; None when it is none."""
+def ip_address_of(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`value` as an IP address, without its brackets, port or zone id; None when it is none."""
     if not value or len(value) > _LONGEST:
         return None
+    with_port = _WITH_PORT.fullmatch(value)
+    if with_port is not None:
+        if not 0 < int(with_port[2]) < 65536:
+            return None
+        value = with_port[1]
     if value[0] == "[" and value[-1] == "]":
         value = value[1:-1]
     try:
@@ -54,12 +65,18 @@ def parsed_address(value: str) -> str | None:
         # A zone id names an interface of the proxy's own host, and may be any text (spaces,
         # quotes, control-free Unicode) that would reach the access log as the client's address.
         address = ipaddress.IPv6Address(int(address))
+    return address
+
+
+def parsed_address(value: str) -> str | None:
+    """`value` as an IP address, in its compressed form; None when it is none."""
+    address = ip_address_of(value)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         # An IPv4 client of a dual-stack proxy: its address as the proxy writes it (and its own
         # log), where Python before 3.13 writes `::ffff:c633:6407`, which no search for the
         # IPv4 address finds.
         return f"::ffff:{address.ipv4_mapped}"
-    return str(address)
+    return None if address is None else str(address)
 
 
 class ForwardedAddress:

@@ -38,6 +38,15 @@ def refused_from(server: Gunicorn, forwarded: str) -> tuple[int, dict, bytes]:
     return status, dict(answer_headers), body
 
 
+def logged_addresses(server: Gunicorn, count: int) -> list[str]:
+    """The client addresses of the first `count` access lines of `GET /plants`, once logged."""
+    deadline = time.monotonic() + 10
+    while len(lines := [line for line in server.output().splitlines() if "GET /plants " in line]) < count:
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+    return [line.split("gunicorn.access: ")[1].split(" ")[0] for line in lines]
+
+
 def test_forwarded_values_that_are_no_address_count_as_the_peers(start):
     server = start("10/hour")
     junk = ["".join(random.choices(string.ascii_letters + string.digits, k=8000)) for _ in range(13)]
@@ -92,12 +101,29 @@ def test_an_ipv4_client_of_a_dual_stack_proxy_is_logged_as_the_proxy_writes_it(s
     server = start("2/hour")
     forwarded = ("::ffff:198.51.100.7", "198.51.100.7", "::FFFF:c633:6407")
     assert [refused_from(server, value)[0] for value in forwarded] == [401, 401, 429]
-    deadline = time.monotonic() + 10
-    while len(lines := [line for line in server.output().splitlines() if "GET /plants " in line]) < 3:
-        assert time.monotonic() < deadline, lines
-        time.sleep(0.05)
-    assert [line.split("gunicorn.access: ")[1].split(" ")[0] for line in lines] == [
+    assert logged_addresses(server, 3) == [
         "::ffff:198.51.100.7",
         "198.51.100.7",
         "::ffff:198.51.100.7",
+    ]
+
+
+def test_a_forwarded_address_with_its_port_is_that_client(start):
+    """Azure Application Gateway and other load balancers forward `address:port` (an IPv6 one in
+    brackets): each client keeps its own failed-login budget whatever its port, another client is
+    not held back by it, and the access line names the address alone. A port out of range is no
+    address: the peer's."""
+    server = start("2/hour")
+    first = ["203.0.113.7:51234", "203.0.113.7:51235", "203.0.113.7:60000"]
+    assert [refused_from(server, value)[0] for value in first] == [401, 401, 429]
+    assert refused_from(server, "203.0.113.8:51234")[0] == 401  # another client
+    ipv6 = ["[2001:db8:5::1]:443", "[2001:db8:5::1]:444", "2001:db8:5::1"]
+    assert [refused_from(server, value)[0] for value in ipv6] == [401, 401, 429]
+    assert [refused_from(server, "203.0.113.9:70000")[0] for _ in range(3)] == [401, 401, 429]
+    assert refused_from(server, "127.0.0.1")[0] == 429  # the junk was the peer's
+    assert logged_addresses(server, 11) == [
+        *["203.0.113.7"] * 3,
+        "203.0.113.8",
+        *["2001:db8:5::1"] * 3,
+        *["127.0.0.1"] * 4,
     ]

@@ -17,7 +17,25 @@ from app.http.client_address import ForwardedAddress, parsed_address
         ("::ffff:198.51.100.7", "::ffff:198.51.100.7"),  # as a dual-stack proxy logs it
         ("[::FFFF:c633:6407]", "::ffff:198.51.100.7"),
         ("::ffff:198.51.100.7%eth0", "::ffff:198.51.100.7"),
-        ("198.51.100.7:5050", None),  # a port is no part of an address
+        # A client's port, as Azure Application Gateway and other load balancers add it: dropped.
+        ("198.51.100.7:5050", "198.51.100.7"),
+        ("[2001:db8::1]:443", "2001:db8::1"),
+        ("[::ffff:198.51.100.7]:1", "::ffff:198.51.100.7"),
+        ("[fe80::1%eth0]:65535", "fe80::1"),
+        ("2001:db8::1:443", "2001:db8::1:443"),  # with no brackets, the last group is the address's
+        # A port that is none, or a malformed entry, makes no address.
+        ("198.51.100.7:0", None),
+        ("198.51.100.7:65536", None),
+        ("198.51.100.7:123456", None),
+        ("198.51.100.7:", None),
+        ("198.51.100.7:http", None),
+        ("198.51.100.7:80:80", None),
+        ("[2001:db8::1]:", None),
+        ("[2001:db8::1]443", None),
+        ("2001:db8::1]:443", None),
+        ("[host.example]:443", None),
+        ("host.example:443", None),
+        ("[198.51.100.7:80]", None),
         ("unknown", None),
         ("", None),
         ("1" * 9000, None),
@@ -48,4 +66,7 @@ def test_behind_proxyfix_the_peer_counts_unless_the_value_is_an_address():
     assert remote_addr_seen("10.0.0.1, [2001:db8::5]") == "2001:db8::5"  # the one the proxy added
     assert remote_addr_seen("x" * 8000) == "127.0.0.1"
     assert remote_addr_seen("198.51.100.7, evil") == "127.0.0.1"
+    assert remote_addr_seen("10.0.0.1:80, 198.51.100.7:51234") == "198.51.100.7"
+    assert remote_addr_seen("[2001:db8::5]:443") == "2001:db8::5"
+    assert remote_addr_seen("198.51.100.7:99999") == "127.0.0.1"
     assert remote_addr_seen(None) == "127.0.0.1"
