@@ -15,11 +15,12 @@ behind such a proxy on the proxy's one failed-login budget, and out of the acces
 
 The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
 scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as one Werkzeug
-builds URLs with, a prefix only as a path; otherwise the peer's own value stays (`X-Forwarded-Proto:
-javascript` made `Link: <javascript://...>`). Werkzeug takes a host of its own characters with a
-port of 1 to 65535 (`host_is_trusted`), and any other as none at all: `X-Forwarded-Port: 99999`,
-a host with a space or an underscore made every URL handed out `http:///plants`, and one with an
-empty label (`a..b`) a 400 that blamed the client's `Host`.
+builds URLs with, a prefix only as a path (app/settings/fields.py: its percent-encodings valid, no
+`.` or `..` segment); otherwise the peer's own value stays (`X-Forwarded-Proto: javascript` made
+`Link: <javascript://...>`, `X-Forwarded-Prefix: /%zz` a `Location` that is no URL). Werkzeug
+takes a host of its own characters with a port of 1 to 65535 (`host_is_trusted`), and any other as
+none at all: `X-Forwarded-Port: 99999`, a host with a space or an underscore made every URL handed
+out `http:///plants`, and one with an empty label (`a..b`) a 400 that blamed the client's `Host`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 
 from werkzeug.wsgi import host_is_trusted
 
+from app.settings.fields import is_path_prefix
+
 #: Where ProxyFix keeps the environ's values as the peer sent them (documented by Werkzeug).
 _ORIGINAL = "werkzeug.proxy_fix.orig"
 #: No IP address is longer, with an IPv4 tail, a short zone id, brackets and a port.
@@ -38,10 +41,6 @@ _LONGEST = 72
 #: An IPv4 address, or anything in brackets, then a port: one of 1 to 65535 (checked after). An
 #: IPv6 address with a port takes brackets (RFC 3986's form): `2001:db8::1:443` is an address.
 _WITH_PORT = re.compile(r"([0-9.]+|\[[^\]]*\]):([0-9]{1,5})")
-#: A path of RFC 3986's segments (percent-encodings included), none empty but a last one (`/a/`):
-#: `//evil.example` would be a URL of another host wherever the prefix starts one (the document's
-#: `servers`, which "Try it out" sends the token to).
-_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?")
 #: The environ keys a forwarded host sets (ProxyFix's `x_host` and `x_port`).
 _HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
 
@@ -106,7 +105,7 @@ def _keep_valid_url(environ: dict[str, Any], original: dict[str, Any]) -> None:
     if host != original["HTTP_HOST"] and not _url_host(host or ""):
         environ.update((key, original[key]) for key in _HOST_KEYS)
     prefix = environ.get("SCRIPT_NAME")
-    if prefix != original["SCRIPT_NAME"] and not _PREFIX.fullmatch(prefix or ""):
+    if prefix != original["SCRIPT_NAME"] and not is_path_prefix(prefix or "", encoded=True):
         environ["SCRIPT_NAME"] = original["SCRIPT_NAME"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import request, url_for
+from werkzeug.urls import iri_to_uri
 
 #: How Werkzeug begins a URL with no host: the scheme, then the path straight after "//".
 _HOSTLESS = ("http:///", "https:///")
@@ -24,7 +25,13 @@ def url_of(endpoint: str, **values: Any) -> str:
 
 def base_url() -> str:
     """This request's URL without its query, absolute where it can be."""
-    return _reference(request.base_url)
+    url = request.base_url
+    if not url.isascii():
+        # Werkzeug writes it as an IRI, its host's IDNA labels and its prefix's percent-encoded
+        # UTF-8 decoded (`xn--e1afmkfd.example`, `/caf%C3%A9`): in a header, a character past
+        # Latin-1 failed the answer (a 500), and one within it was a byte no URL holds.
+        url = iri_to_uri(url)
+    return _reference(url)
 
 
 def _reference(url: str) -> str:

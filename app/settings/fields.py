@@ -7,7 +7,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from marshmallow import ValidationError, fields
 from marshmallow.utils import missing
@@ -197,6 +197,26 @@ def check_rate_limit(value: Any, problem: str) -> None:
         raise ValidationError(
             f"{problem} a rate limit with a period of at most ten years ({MAX_LIMIT_PERIOD_S} seconds)"
         )
+
+
+#: RFC 3986's path characters, but for `%`.
+_PATH_CHARACTERS = r"[A-Za-z0-9._~!$&'()*+,;=:@-]"
+#: A path of such segments, none empty but a last one (`/a/`): `//evil.example` would be a URL of
+#: another host wherever the prefix starts one (the document's `servers`, which "Try it out"
+#: sends the token to). An encoded prefix may hold percent-encodings, each `%` and two hex digits.
+_PLAIN_PREFIX = re.compile(rf"(?:/{_PATH_CHARACTERS}+)*/?")
+_ENCODED_PREFIX = re.compile(rf"(?:/(?:{_PATH_CHARACTERS}|%[0-9A-Fa-f]{{2}})+)*/?")
+
+
+def is_path_prefix(text: str, *, encoded: bool) -> bool:
+    """Whether the URLs handed out may start with `text` as their path: `/` and segments (or
+    nothing), none `.` or `..` (even encoded), which a client would resolve away, out of the
+    prefix. `encoded`: as a URL writes it (`X-Forwarded-Prefix`), else as WSGI's `SCRIPT_NAME`
+    holds it, which Werkzeug writes into a URL as it is, so that a `%` there makes no URL the
+    server matches it with."""
+    if not (_ENCODED_PREFIX if encoded else _PLAIN_PREFIX).fullmatch(text):
+        return False
+    return not any(unquote(segment) in (".", "..") for segment in text.split("/"))
 
 
 class Entries(Setting):

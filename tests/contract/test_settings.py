@@ -396,6 +396,13 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
         ),
         ({"GUNICORN_BIND": "80000"}, "GUNICORN_BIND has no valid port (0-65535) in '80000'"),
         ({"PLANTS_LOG_FORMAT": "xml"}, "PLANTS_LOG_FORMAT must be text or json"),
+        # The prefix Werkzeug writes into every URL handed out: `/%zz/plants/1` is no URL,
+        # `http://127.0.0.1:8000store/...` another host's, `//evil.example` the document's servers'.
+        ({"SCRIPT_NAME": "/%zz"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "store"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "//evil.example"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "/store/.."}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "/a?b"}, "SCRIPT_NAME must be a path such as /store"),
         ({"GUNICORN_BIND": ":9000"}, "GUNICORN_BIND names no host in ':9000'"),
         ({"GUNICORN_BIND": "127.0.0.1:9000,"}, "GUNICORN_BIND must be addresses such as 127.0.0.1:8000"),
     ],

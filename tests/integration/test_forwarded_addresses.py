@@ -12,7 +12,9 @@ import time
 import pytest
 
 from tests.helpers import assert_error, call
-from tests.servers import Gunicorn
+from tests.servers import TOKEN, Gunicorn
+
+JSON_TOKEN = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -127,3 +129,41 @@ def test_a_forwarded_address_with_its_port_is_that_client(start):
         *["2001:db8:5::1"] * 3,
         *["127.0.0.1"] * 4,
     ]
+
+
+def test_a_forwarded_prefix_that_is_no_path_leaves_the_urls_on_the_peers(start):
+    """`X-Forwarded-Prefix` from a trusted proxy moves the URLs handed out only when it is a path a
+    URL can start with: a bad percent-encoding (`/%zz`, no URL) or a `.` or `..` segment (which a
+    client resolves out of the prefix) leaves them on the peer's."""
+    server = start("10/hour")
+    base = f"http://127.0.0.1:{server.port}"
+    prefixes = {"/%zz": "", "/store%2": "", "/store/..": "", "/store/%2E/x": "", "/st%6Fre": "/st%6Fre"}
+    for number, (prefix, kept) in enumerate(prefixes.items(), start=1):
+        headers = {**JSON_TOKEN, "X-Forwarded-Prefix": prefix}
+        status, answer, _ = call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, headers)
+        assert (status, dict(answer)["Location"]) == (201, f"{base}{kept}/plants/{number}"), prefix
+
+
+@pytest.mark.parametrize("trusted", ["0", "1"])
+def test_a_pages_link_names_an_idna_host_and_an_encoded_prefix_as_sent(trusted):
+    """Werkzeug writes a request's URL as an IRI (its IDNA host and percent-encoded UTF-8 decoded),
+    and a page's `Link` came out with `пример.example` or `/€` in a header: a 500 with a traceback
+    (a character past Latin-1), whether the host came from a client's `Host` or a trusted proxy."""
+    server = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": trusted})
+    try:
+        for number in (1, 2):
+            assert (
+                call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, JSON_TOKEN)[0] == 201
+            )
+        sent = {"Host": "xn--e1afmkfd.example:8080"}
+        if trusted == "1":
+            sent = {"X-Forwarded-Host": "xn--e1afmkfd.example", "X-Forwarded-Prefix": "/%E2%82%AC"}
+        status, headers, _ = call(server.connection(), "GET", "/plants?limit=1", None, {**JSON_TOKEN, **sent})
+        base = (
+            "http://xn--e1afmkfd.example:8080" if trusted == "0" else "http://xn--e1afmkfd.example/%E2%82%AC"
+        )
+        assert status == 200
+        assert headers["Link"].startswith(f"<{base}/plants?limit=1&after=")
+        assert "Traceback" not in server.output()
+    finally:
+        server.stop()
