@@ -144,26 +144,33 @@ def test_a_forwarded_prefix_that_is_no_path_leaves_the_urls_on_the_peers(start):
         assert (status, dict(answer)["Location"]) == (201, f"{base}{kept}/plants/{number}"), prefix
 
 
-@pytest.mark.parametrize("trusted", ["0", "1"])
-def test_a_pages_link_names_an_idna_host_and_an_encoded_prefix_as_sent(trusted):
+@pytest.mark.parametrize(
+    ("trusted", "sent", "base"),
+    [
+        ("0", {"Host": "xn--e1afmkfd.example:8080"}, "http://xn--e1afmkfd.example:8080"),
+        ("0", {"Host": "xn--zz.example"}, "http://xn--zz.example"),  # no IDNA: it raised as decoded
+        (
+            "1",
+            {"X-Forwarded-Host": "xn--e1afmkfd.example", "X-Forwarded-Prefix": "/%E2%82%AC"},
+            "http://xn--e1afmkfd.example/%E2%82%AC",
+        ),
+        ("1", {"X-Forwarded-Prefix": "/caf%C3%A9/st%6Fre"}, "http://127.0.0.1:{port}/caf%C3%A9/st%6Fre"),
+    ],
+    ids=["idna-host", "no-idna-host", "forwarded-host-and-prefix", "forwarded-prefix"],
+)
+def test_a_pages_link_names_the_host_and_prefix_as_sent(trusted, sent, base):
     """Werkzeug writes a request's URL as an IRI (its IDNA host and percent-encoded UTF-8 decoded),
-    and a page's `Link` came out with `пример.example` or `/€` in a header: a 500 with a traceback
-    (a character past Latin-1), whether the host came from a client's `Host` or a trusted proxy."""
+    and a page's `Link` came out with `пример.example` or `/€` in a header, or raised on a label
+    that is no IDNA: a 500 with a traceback, whether from a client's `Host` or a trusted proxy."""
     server = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": trusted})
     try:
         for number in (1, 2):
             assert (
                 call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, JSON_TOKEN)[0] == 201
             )
-        sent = {"Host": "xn--e1afmkfd.example:8080"}
-        if trusted == "1":
-            sent = {"X-Forwarded-Host": "xn--e1afmkfd.example", "X-Forwarded-Prefix": "/%E2%82%AC"}
         status, headers, _ = call(server.connection(), "GET", "/plants?limit=1", None, {**JSON_TOKEN, **sent})
-        base = (
-            "http://xn--e1afmkfd.example:8080" if trusted == "0" else "http://xn--e1afmkfd.example/%E2%82%AC"
-        )
         assert status == 200
-        assert headers["Link"].startswith(f"<{base}/plants?limit=1&after=")
+        assert headers["Link"].startswith(f"<{base.format(port=server.port)}/plants?limit=1&after=")
         assert "Traceback" not in server.output()
     finally:
         server.stop()
