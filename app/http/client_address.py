@@ -82,16 +82,23 @@ class ForwardedAddress:
     """WSGI middleware, directly inside ProxyFix: REMOTE_ADDR is an IP address, the scheme, host and
     prefix are valid, or each is the peer's."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+    def __init__(self, app: Callable[..., Iterable[bytes]], proxies: int = 1) -> None:
         self.app = app
+        self.proxies = proxies
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         original = environ.get(_ORIGINAL)
         if original is not None:
             peer = original.get("REMOTE_ADDR")
-            forwarded = environ.get("REMOTE_ADDR")
-            if forwarded != peer:
-                environ["REMOTE_ADDR"] = parsed_address(forwarded or "") or peer
+            forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+            if forwarded:
+                # The entry the trusted proxies added, found as ProxyFix finds it but for quotes:
+                # no proxy quotes one, and Werkzeug's list parser read a client's lone `"` as a
+                # string that swallowed the entries after it, the proxies' too, so that the
+                # client counted (and was logged) as the proxy.
+                entries = [entry for entry in (part.strip() for part in forwarded.split(",")) if entry]
+                added = entries[-self.proxies] if len(entries) >= self.proxies else ""
+                environ["REMOTE_ADDR"] = parsed_address(added) or peer
             _keep_valid_url(environ, original)
         return self.app(environ, start_response)
 

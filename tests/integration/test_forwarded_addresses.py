@@ -131,6 +131,17 @@ def test_a_forwarded_address_with_its_port_is_that_client(start):
     ]
 
 
+def test_a_clients_lone_quote_does_not_make_it_the_proxy(start):
+    """A client that sends `X-Forwarded-For: "6.6.6.6` past an appending proxy: Werkzeug's list
+    parser read the quote as a string swallowing the proxy's entry, found none, and the client
+    counted and was logged as the proxy (its failures on the proxy's budget, its address lost)."""
+    server = start("2/hour")
+    forwarded = ['"6.6.6.6, 198.51.100.40', '6.6.6.6", 198.51.100.40', '", 198.51.100.40']
+    assert [refused_from(server, value)[0] for value in forwarded] == [401, 401, 429]
+    assert refused_from(server, "127.0.0.1")[0] == 401  # the peer's budget untouched
+    assert logged_addresses(server, 4) == [*["198.51.100.40"] * 3, "127.0.0.1"]
+
+
 def test_a_forwarded_prefix_that_is_no_path_leaves_the_urls_on_the_peers(start):
     """`X-Forwarded-Prefix` from a trusted proxy moves the URLs handed out only when it is a path a
     URL can start with: a bad percent-encoding (`/%zz`, no URL) or a `.` or `..` segment (which a

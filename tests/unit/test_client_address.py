@@ -46,7 +46,7 @@ def test_a_forwarded_value_is_kept_only_as_an_address(value, address):
     assert parsed_address(value) == address
 
 
-def remote_addr_seen(forwarded: str | None, peer: str = "127.0.0.1") -> str:
+def remote_addr_seen(forwarded: str | None, peer: str = "127.0.0.1", proxies: int = 1) -> str:
     seen = {}
 
     def app(environ, start_response):
@@ -57,7 +57,7 @@ def remote_addr_seen(forwarded: str | None, peer: str = "127.0.0.1") -> str:
     environ = {"REMOTE_ADDR": peer, "wsgi.url_scheme": "http", "HTTP_HOST": "x"}
     if forwarded is not None:
         environ["HTTP_X_FORWARDED_FOR"] = forwarded
-    ProxyFix(ForwardedAddress(app), x_for=1)(environ, lambda *_: None)
+    ProxyFix(ForwardedAddress(app, proxies), x_for=proxies)(environ, lambda *_: None)
     return seen["address"]
 
 
@@ -69,4 +69,10 @@ def test_behind_proxyfix_the_peer_counts_unless_the_value_is_an_address():
     assert remote_addr_seen("10.0.0.1:80, 198.51.100.7:51234") == "198.51.100.7"
     assert remote_addr_seen("[2001:db8::5]:443") == "2001:db8::5"
     assert remote_addr_seen("198.51.100.7:99999") == "127.0.0.1"
+    # A client's lone quote, which Werkzeug's list parser reads as swallowing the proxy's entry:
+    # the entry the proxy added still counts, never the proxy itself.
+    assert remote_addr_seen('"6.6.6.6, 198.51.100.10') == "198.51.100.10"
+    assert remote_addr_seen('9.9.9.9, ", 198.51.100.11') == "198.51.100.11"
+    assert remote_addr_seen('"a, b", 198.51.100.12, 10.0.0.1', proxies=2) == "198.51.100.12"
+    assert remote_addr_seen("198.51.100.13", proxies=2) == "127.0.0.1"  # fewer entries than proxies
     assert remote_addr_seen(None) == "127.0.0.1"
