@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.http.client_address import ForwardedAddress, parsed_address
+from app.telemetry.request_ids import RequestIds
 
 
 @pytest.mark.parametrize(
@@ -76,3 +79,16 @@ def test_behind_proxyfix_the_peer_counts_unless_the_value_is_an_address():
     assert remote_addr_seen('"a, b", 198.51.100.12, 10.0.0.1', proxies=2) == "198.51.100.12"
     assert remote_addr_seen("198.51.100.13", proxies=2) == "127.0.0.1"  # fewer entries than proxies
     assert remote_addr_seen(None) == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "warned"), [('"6.6.6.6, 198.51.100.7, 10.0.0.1', False), ("10.0.0.1", True)]
+)
+def test_the_proxies_warning_counts_entries_as_the_address_is_found(caplog, forwarded, warned):
+    """Two trusted proxies and three entries (a client's lone quote among them) are enough: the
+    warning that the header names fewer addresses than proxies counted none there."""
+    middleware = RequestIds(lambda environ, start_response: [], trusted_proxies=2)
+    environ = {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": forwarded}
+    with caplog.at_level(logging.WARNING, logger="app.telemetry.request_ids"):
+        middleware(environ, lambda *_: None)
+    assert any("naming" in record.getMessage() for record in caplog.records) is warned
