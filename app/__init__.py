@@ -76,7 +76,7 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
     if proxies:
         # ProxyFix takes any forwarded value; ForwardedAddress keeps it only when it is an address.
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
-            ForwardedAddress(app.wsgi_app),
+            ForwardedAddress(app.wsgi_app, proxies),
             x_for=proxies,
             x_proto=proxies,
             x_host=proxies,

@@ -16,17 +16,21 @@ import ipaddress
 import threading
 from collections import deque
 
+from app.http.client_address import ip_address_of
+
 #: The key every address beyond the bound counts against, within a window.
 OVERFLOW = "address:newcomers"
 
 
 def client_key(address: str | None) -> str:
     """The client an address stands for: an IPv4 address (an IPv4-mapped IPv6 one's too), or an
-    IPv6 address's /64. Anything else (a Unix socket's peer, or an embedding app's own idea of an
-    address) by a short hash of it, so that a key's length is bounded."""
+    IPv6 address's /64, whatever port or zone id comes with it (an embedding app's own ProxyFix
+    may hand over `203.0.113.7:51234`, a new port a connection). Anything else (a Unix socket's
+    peer, or an embedding app's own idea of an address) by a short hash of it, so that a key's
+    length is bounded."""
     if not address:
         return "-"
-    parsed = _parsed(address)
+    parsed = ip_address_of(address)
     if parsed is None:
         return "other:" + hashlib.sha256(address.encode(errors="replace")).hexdigest()[:24]
     if isinstance(parsed, ipaddress.IPv6Address):
@@ -38,19 +42,10 @@ def client_key(address: str | None) -> str:
 
 def wide_key(address: str | None) -> str | None:
     """An IPv6 address's /48 (None for an IPv4 one, or no address): the network a site holds."""
-    parsed = _parsed(address) if address else None
+    parsed = ip_address_of(address) if address else None
     if not isinstance(parsed, ipaddress.IPv6Address) or parsed.ipv4_mapped is not None:
         return None
     return str(ipaddress.IPv6Network((parsed, 48), strict=False))
-
-
-def _parsed(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if len(address) > 64:  # longer than any address
-        return None
-    try:
-        return ipaddress.ip_address(address)
-    except ValueError:
-        return None
 
 
 class AddressKeys:

@@ -8,15 +8,19 @@ authentications were counted under, so random 8 KB strings meant a new counter (
 memory) a request, and never a 429. This middleware, inside ProxyFix, keeps the forwarded value
 only when it parses as an IP address (the `ipaddress` module; an IPv6 one may come in brackets,
 and loses its zone id; an IPv4-mapped one keeps its dotted tail), and otherwise restores the
-peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`.
+peer's address, which ProxyFix keeps in `werkzeug.proxy_fix.orig`. An address may come with the
+client's port (`203.0.113.7:51234`, `[2001:db8::1]:443`), as Azure Application Gateway and other
+load balancers write it: the address counts, the port goes. Taken as junk, it put every client
+behind such a proxy on the proxy's one failed-login budget, and out of the access log.
 
 The same holds for what builds the URLs the service hands out (`Location`, `Link`): a forwarded
 scheme counts only as `http` or `https`, a host (with `X-Forwarded-Port`'s port) only as one Werkzeug
-builds URLs with, a prefix only as a path; otherwise the peer's own value stays (`X-Forwarded-Proto:
-javascript` made `Link: <javascript://...>`). Werkzeug takes a host of its own characters with a
-port of 1 to 65535 (`host_is_trusted`), and any other as none at all: `X-Forwarded-Port: 99999`,
-a host with a space or an underscore made every URL handed out `http:///plants`, and one with an
-empty label (`a..b`) a 400 that blamed the client's `Host`.
+builds URLs with, a prefix only as a path (app/settings/fields.py: its percent-encodings valid, no
+`.` or `..` segment); otherwise the peer's own value stays (`X-Forwarded-Proto: javascript` made
+`Link: <javascript://...>`, `X-Forwarded-Prefix: /%zz` a `Location` that is no URL). Werkzeug
+takes a host of its own characters with a port of 1 to 65535 (`host_is_trusted`), and any other as
+none at all: `X-Forwarded-Port: 99999`, a host with a space or an underscore made every URL handed
+out `http:///plants`, and one with an empty label (`a..b`) a 400 that blamed the client's `Host`.
 """
 
 from __future__ import annotations
@@ -28,22 +32,28 @@ from typing import Any
 
 from werkzeug.wsgi import host_is_trusted
 
+from app.settings.fields import is_path_prefix
+
 #: Where ProxyFix keeps the environ's values as the peer sent them (documented by Werkzeug).
 _ORIGINAL = "werkzeug.proxy_fix.orig"
-#: No IP address is longer (an IPv6 one with an IPv4 tail and a zone id is under 64 characters).
-_LONGEST = 64
-#: A path of RFC 3986's segments (percent-encodings included), none empty but a last one (`/a/`):
-#: `//evil.example` would be a URL of another host wherever the prefix starts one (the document's
-#: `servers`, which "Try it out" sends the token to).
-_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*/?")
+#: No IP address is longer, with an IPv4 tail, a short zone id, brackets and a port.
+_LONGEST = 72
+#: An IPv4 address, or anything in brackets, then a port: one of 1 to 65535 (checked after). An
+#: IPv6 address with a port takes brackets (RFC 3986's form): `2001:db8::1:443` is an address.
+_WITH_PORT = re.compile(r"([0-9.]+|\[[^\]]*\]):([0-9]{1,5})")
 #: The environ keys a forwarded host sets (ProxyFix's `x_host` and `x_port`).
 _HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
 
 
-def parsed_address(value: str) -> str | None:
-    """`value` as an IP address, in its compressed form; None when it is none."""
+def ip_address_of(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`value` as an IP address, without its brackets, port or zone id; None when it is none."""
     if not value or len(value) > _LONGEST:
         return None
+    with_port = _WITH_PORT.fullmatch(value)
+    if with_port is not None:
+        if not 0 < int(with_port[2]) < 65536:
+            return None
+        value = with_port[1]
     if value[0] == "[" and value[-1] == "]":
         value = value[1:-1]
     try:
@@ -54,28 +64,41 @@ def parsed_address(value: str) -> str | None:
         # A zone id names an interface of the proxy's own host, and may be any text (spaces,
         # quotes, control-free Unicode) that would reach the access log as the client's address.
         address = ipaddress.IPv6Address(int(address))
+    return address
+
+
+def parsed_address(value: str) -> str | None:
+    """`value` as an IP address, in its compressed form; None when it is none."""
+    address = ip_address_of(value)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         # An IPv4 client of a dual-stack proxy: its address as the proxy writes it (and its own
         # log), where Python before 3.13 writes `::ffff:c633:6407`, which no search for the
         # IPv4 address finds.
         return f"::ffff:{address.ipv4_mapped}"
-    return str(address)
+    return None if address is None else str(address)
 
 
 class ForwardedAddress:
     """WSGI middleware, directly inside ProxyFix: REMOTE_ADDR is an IP address, the scheme, host and
     prefix are valid, or each is the peer's."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+    def __init__(self, app: Callable[..., Iterable[bytes]], proxies: int = 1) -> None:
         self.app = app
+        self.proxies = proxies
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         original = environ.get(_ORIGINAL)
         if original is not None:
             peer = original.get("REMOTE_ADDR")
-            forwarded = environ.get("REMOTE_ADDR")
-            if forwarded != peer:
-                environ["REMOTE_ADDR"] = parsed_address(forwarded or "") or peer
+            forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+            if forwarded:
+                # The entry the trusted proxies added, found as ProxyFix finds it but for quotes:
+                # no proxy quotes one, and Werkzeug's list parser read a client's lone `"` as a
+                # string that swallowed the entries after it, the proxies' too, so that the
+                # client counted (and was logged) as the proxy.
+                entries = [entry for entry in (part.strip() for part in forwarded.split(",")) if entry]
+                added = entries[-self.proxies] if len(entries) >= self.proxies else ""
+                environ["REMOTE_ADDR"] = parsed_address(added) or peer
             _keep_valid_url(environ, original)
         return self.app(environ, start_response)
 
@@ -89,7 +112,7 @@ def _keep_valid_url(environ: dict[str, Any], original: dict[str, Any]) -> None:
     if host != original["HTTP_HOST"] and not _url_host(host or ""):
         environ.update((key, original[key]) for key in _HOST_KEYS)
     prefix = environ.get("SCRIPT_NAME")
-    if prefix != original["SCRIPT_NAME"] and not _PREFIX.fullmatch(prefix or ""):
+    if prefix != original["SCRIPT_NAME"] and not is_path_prefix(prefix or "", encoded=True):
         environ["SCRIPT_NAME"] = original["SCRIPT_NAME"]
 
 

@@ -10,9 +10,13 @@ resolves against the URL it asked (RFC 3986 §5.2; RFC 9110 §10.2.2 allows it i
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from flask import request, url_for
 
+#: What Werkzeug keeps unquoted in a URL's path: a path segment's characters (WHATWG's), and `%`
+#: for what is already quoted.
+_PATH_SAFE = "!$&'()*+,/:;=@%"
 #: How Werkzeug begins a URL with no host: the scheme, then the path straight after "//".
 _HOSTLESS = ("http:///", "https:///")
 
@@ -23,8 +27,14 @@ def url_of(endpoint: str, **values: Any) -> str:
 
 
 def base_url() -> str:
-    """This request's URL without its query, absolute where it can be."""
-    return _reference(request.base_url)
+    """This request's URL without its query, absolute where it can be: `request.base_url` as
+    Werkzeug builds it, but left a URI. Werkzeug's is an IRI, its host's IDNA labels and its
+    prefix's percent-encoded UTF-8 decoded (`xn--e1afmkfd.example`, `/caf%C3%A9`): in a header, a
+    character past Latin-1 failed the answer (a 500), one within it was a byte no URL holds, and
+    a label that is no IDNA (`xn--zz`, from a client's `Host`) raised as it was decoded (a 500)."""
+    root = quote(request.root_path.rstrip("/"), safe=_PATH_SAFE)
+    path = quote(request.path.lstrip("/"), safe=_PATH_SAFE)
+    return _reference(f"{request.scheme}://{request.host}{root}/{path}")
 
 
 def _reference(url: str) -> str:

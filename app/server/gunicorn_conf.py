@@ -118,6 +118,8 @@ graceful_timeout = _setting("GUNICORN_GRACEFUL_TIMEOUT")
 # Which peers may set X-Forwarded-Proto for gunicorn itself: nobody unless set. Client address
 # and scheme behind a proxy come from PLANTS_TRUSTED_PROXIES (ProxyFix, in the app).
 forwarded_allow_ips = _setting("FORWARDED_ALLOW_IPS")
+# The path prefix: each worker reads SCRIPT_NAME itself, so it is only checked here, in the master.
+_setting("SCRIPT_NAME")
 
 # No management socket: nothing here uses it, and its default path is shared per user.
 control_socket_disable = True

@@ -7,7 +7,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from marshmallow import ValidationError, fields
 from marshmallow.utils import missing
@@ -164,6 +164,14 @@ class RateLimit(Setting):
         return value
 
 
+#: The longest period a rate limit may have. Past it a budget is renewed in no deployment's life;
+#: far past it Redis refuses the window's expiry: the first request was a 503, its count kept forever.
+MAX_LIMIT_PERIOD_S = 10 * 365 * 86_400
+#: Each period's count as written (`/0 second`): `limits` reads a 0 as no count at all, so
+#: `1/0 second` was one a second.
+_PERIOD_COUNTS = re.compile(r"(?:/|per)\s*([0-9]+)", re.IGNORECASE)
+
+
 def check_rate_limit(value: Any, problem: str) -> None:
     from limits import parse_many
 
@@ -178,6 +186,37 @@ def check_rate_limit(value: Any, problem: str) -> None:
     if any(item.amount < 1 for item in items):
         # `limits` takes 0/second, which refuses every request: leave the setting unset for none.
         raise ValidationError(f"{problem} a rate limit that allows a request (unset it for no limit)")
+    if any(int(count) == 0 for count in _PERIOD_COUNTS.findall(value)):
+        raise ValidationError(
+            f"{problem} a rate limit whose periods are above 0 (`limits` reads `1/0 second` as 1/second)"
+        )
+    if any(item.amount > MAX_WHOLE_NUMBER for item in items):
+        # Never met: Redis holds a count as a signed 64-bit integer.
+        raise ValidationError(f"{problem} a rate limit of at most {MAX_WHOLE_NUMBER} requests a period")
+    if any(item.get_expiry() > MAX_LIMIT_PERIOD_S for item in items):
+        raise ValidationError(
+            f"{problem} a rate limit with a period of at most ten years ({MAX_LIMIT_PERIOD_S} seconds)"
+        )
+
+
+#: RFC 3986's path characters, but for `%`.
+_PATH_CHARACTERS = r"[A-Za-z0-9._~!$&'()*+,;=:@-]"
+#: A path of such segments, none empty but a last one (`/a/`): `//evil.example` would be a URL of
+#: another host wherever the prefix starts one (the document's `servers`, which "Try it out"
+#: sends the token to). An encoded prefix may hold percent-encodings, each `%` and two hex digits.
+_PLAIN_PREFIX = re.compile(rf"(?:/{_PATH_CHARACTERS}+)*/?")
+_ENCODED_PREFIX = re.compile(rf"(?:/(?:{_PATH_CHARACTERS}|%[0-9A-Fa-f]{{2}})+)*/?")
+
+
+def is_path_prefix(text: str, *, encoded: bool) -> bool:
+    """Whether the URLs handed out may start with `text` as their path: `/` and segments (or
+    nothing), none `.` or `..` (even encoded), which a client would resolve away, out of the
+    prefix. `encoded`: as a URL writes it (`X-Forwarded-Prefix`), else as WSGI's `SCRIPT_NAME`
+    holds it, which Werkzeug writes into a URL as it is, so that a `%` there makes no URL the
+    server matches it with."""
+    if not (_ENCODED_PREFIX if encoded else _PLAIN_PREFIX).fullmatch(text):
+        return False
+    return not any(unquote(segment) in (".", "..") for segment in text.split("/"))
 
 
 class Entries(Setting):

@@ -11,7 +11,7 @@ from typing import Any
 from marshmallow import Schema
 
 from app.settings.configuration_error import ConfigurationError, closest_name
-from app.settings.fields import Setting
+from app.settings.fields import Setting, is_path_prefix
 
 
 class ServerNumber(Setting):
@@ -88,6 +88,21 @@ def _port(port: str, text: str) -> int:
     return number
 
 
+class PathPrefix(Setting):
+    """The path the service is served under, as WSGI's `SCRIPT_NAME` holds it (decoded), or none.
+    The worker matches it with a request's decoded path, and Werkzeug writes it into every URL
+    handed out as it is: `store` made them `http://hoststore/...`, `/%zz` or `/a b` no URL, `/a?b`
+    one with a query, and `//evil.example` the document's `servers` another host's."""
+
+    def from_text(self, text: str) -> str:
+        if not is_path_prefix(text, encoded=False):
+            raise ValueError(
+                "must be a path such as /store: segments of A-Z a-z 0-9 and - . _ ~ ! $ & ' ( ) * + , ; = : @"
+                f", none empty or . or .. (no %, space, ? or #), not {text!r}"
+            )
+        return text
+
+
 class ServerSettingsSchema(Schema):
     #: gunicorn's own convention; the in-memory store allows only 1.
     WEB_CONCURRENCY = ServerNumber("1", int, "a whole number", 1)
@@ -103,6 +118,8 @@ class ServerSettingsSchema(Schema):
     GUNICORN_KEEPALIVE = ServerNumber("75", int, "a whole number of seconds", 0)
     GUNICORN_GRACEFUL_TIMEOUT = ServerNumber("30", int, "a whole number of seconds", 0)
     FORWARDED_ALLOW_IPS = Setting("")
+    #: The path prefix (docs/operations.md), which the worker reads itself: checked at start.
+    SCRIPT_NAME = PathPrefix("")
 
 
 #: The declared server settings, by name.

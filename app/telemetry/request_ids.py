@@ -23,8 +23,6 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from werkzeug.http import parse_list_header
-
 from app.telemetry.context import REQUEST_ID
 from app.telemetry.logs import request_fields
 
@@ -85,10 +83,10 @@ class RequestIds:
 
     def _check_proxies(self, environ: dict[str, Any]) -> None:
         # The first request with the header decides, once per worker: one without it (a probe
-        # that reaches gunicorn directly) says nothing about the proxies. Counted as ProxyFix
-        # counts them (a comma-separated list).
+        # that reaches gunicorn directly) says nothing about the proxies. Counted as
+        # app/http/client_address.py counts them, by commas (a client's lone quote swallows none).
         self._warn_fewer = False
-        named = len(parse_list_header(environ["HTTP_X_FORWARDED_FOR"]))
+        named = sum(1 for entry in environ["HTTP_X_FORWARDED_FOR"].split(",") if entry.strip())
         if named >= self._proxies:
             return
         log.warning(

@@ -185,6 +185,12 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
         ({"X-Forwarded-Prefix": "javascript:x"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "//evil.example"}, ("http", "localhost", "/plants")),
         ({"X-Forwarded-Prefix": "/store//x"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/%zz"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/store%2"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/store/.."}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/store/%2e%2E/x"}, ("http", "localhost", "/plants")),
+        ({"X-Forwarded-Prefix": "/caf%C3%A9"}, ("http", "localhost", "/caf%C3%A9/plants")),
+        ({"X-Forwarded-Host": "xn--caf-dma.example"}, ("http", "xn--caf-dma.example", "/plants")),
     ],
     ids=[
         "scheme",
@@ -203,14 +209,22 @@ def test_the_link_keeps_the_query_and_works_under_a_proxy_prefix(make_app, auth)
         "prefix-scheme",
         "prefix-another-host",
         "prefix-empty-segment",
+        "prefix-bad-percent-encoding",
+        "prefix-cut-percent-encoding",
+        "prefix-dot-segment",
+        "prefix-encoded-dot-segment",
+        "prefix-percent-encoded-utf-8",
+        "host-idna",
     ],
 )
 def test_a_forwarded_value_that_is_not_one_leaves_the_links_and_locations_on_the_peers(
     auth, forwarded, expected
 ):
     """From a trusted proxy, a scheme other than http(s), a host that is not `host[:port]` (a port
-    of 1 to 65535, a name Werkzeug builds URLs on) or a prefix that is not a path is not taken into
-    the URLs handed out: the peer's own value stays, never `http:///plants` nor a 400.
+    of 1 to 65535, a name Werkzeug builds URLs on) or a prefix that is not a path (a bad
+    percent-encoding, a `.` or `..` segment a client resolves away) is not taken into
+    the URLs handed out: the peer's own value stays, never `http:///plants` nor a 400. A valid one
+    is written in them as sent, a page's `Link` too (it had `/café`, `café.example`).
     (On one store: the URLs are the app's, whichever store holds the plants.)"""
     client = create_app(
         {"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], "PLANTS_TRUSTED_PROXIES": 1}

@@ -259,6 +259,53 @@ def test_tokens_set_to_empty_entries_say_so_not_that_they_are_unset(value):
     )
 
 
+#: Limits `limits.parse_many` takes that mean nothing sensible: a period of 0 (read as 1), a
+#: count Redis cannot hold, a period whose expiry Redis refused (the first request a 503).
+NONSENSE_LIMITS = [
+    ("1/0 second", "whose periods are above 0"),
+    ("5 per 0 minutes", "whose periods are above 0"),
+    ("10/second;5/00 minute", "whose periods are above 0"),
+    (f"{2**63}/second", f"of at most {2**63 - 1} requests a period"),
+    ("10/9223372036854775 second", "with a period of at most ten years"),
+    ("1/11 years", "with a period of at most ten years"),
+]
+
+
+@pytest.mark.parametrize(("limit", "problem"), NONSENSE_LIMITS)
+@pytest.mark.parametrize(
+    "key", ["PLANTS_RATE_LIMIT", "PLANTS_AUTH_FAILURE_LIMIT", "PLANTS_AUTH_FAILURE_LIMIT_PER_48"]
+)
+def test_a_rate_limit_that_makes_no_sense_stops_the_start_naming_the_setting(
+    monkeypatch, key, limit, problem
+):
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv(key, limit)
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    assert str(raised.value).startswith(f"{key} is not a rate limit {problem}")
+
+
+@pytest.mark.parametrize(("limit", "problem"), NONSENSE_LIMITS)
+@pytest.mark.parametrize("key", ["PLANTS_API_TOKENS", "PLANTS_READ_TOKENS"])
+def test_a_tokens_own_rate_limit_that_makes_no_sense_stops_the_start(key, limit, problem):
+    config = {"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader", key: f"secret-token@{limit}"}
+    with pytest.raises(ConfigurationError) as raised:
+        create_app(config)
+    assert str(raised.value).startswith(
+        f"{key} has a rate limit for token number 1 that is not a rate limit {problem}"
+    )
+    assert "secret-token" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "limit", ["1/10 years", "1/3650 days", "5 per 10 minutes|1/year", f"{2**63 - 1}/hour"]
+)
+def test_the_longest_and_largest_rate_limits_are_taken(limit):
+    app = create_app({"PLANTS_API_TOKENS": f"t,u@{limit}", "PLANTS_RATE_LIMIT": limit})
+    assert read(app, "t") == 200
+    assert read(app, "u") == 200
+
+
 def test_a_read_token_may_carry_its_own_rate_limit():
     app = create_app({"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader@1/minute"})
     assert [read(app, "reader") for _ in range(2)] == [200, 429]
@@ -327,6 +374,10 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
         ),
         ({"PLANTS_RATE_LIMIT": "0/second"}, "PLANTS_RATE_LIMIT is not a rate limit that allows a request"),
         (
+            {"PLANTS_RATE_LIMIT": "1/0 second"},
+            "PLANTS_RATE_LIMIT is not a rate limit whose periods are above 0",
+        ),
+        (
             {"GUNICORN_KEEPALIVE": "1.5"},
             "GUNICORN_KEEPALIVE must be a whole number of seconds >= 0, not '1.5'",
         ),
@@ -345,6 +396,13 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
         ),
         ({"GUNICORN_BIND": "80000"}, "GUNICORN_BIND has no valid port (0-65535) in '80000'"),
         ({"PLANTS_LOG_FORMAT": "xml"}, "PLANTS_LOG_FORMAT must be text or json"),
+        # The prefix Werkzeug writes into every URL handed out: `/%zz/plants/1` is no URL,
+        # `http://127.0.0.1:8000store/...` another host's, `//evil.example` the document's servers'.
+        ({"SCRIPT_NAME": "/%zz"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "store"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "//evil.example"}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "/store/.."}, "SCRIPT_NAME must be a path such as /store"),
+        ({"SCRIPT_NAME": "/a?b"}, "SCRIPT_NAME must be a path such as /store"),
         ({"GUNICORN_BIND": ":9000"}, "GUNICORN_BIND names no host in ':9000'"),
         ({"GUNICORN_BIND": "127.0.0.1:9000,"}, "GUNICORN_BIND must be addresses such as 127.0.0.1:8000"),
     ],

@@ -12,7 +12,9 @@ import time
 import pytest
 
 from tests.helpers import assert_error, call
-from tests.servers import Gunicorn
+from tests.servers import TOKEN, Gunicorn
+
+JSON_TOKEN = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -36,6 +38,15 @@ def refused_from(server: Gunicorn, forwarded: str) -> tuple[int, dict, bytes]:
     headers = {"Authorization": "Bearer guess", "X-Forwarded-For": forwarded}
     status, answer_headers, body = call(server.connection(), "GET", "/plants", None, headers)
     return status, dict(answer_headers), body
+
+
+def logged_addresses(server: Gunicorn, count: int) -> list[str]:
+    """The client addresses of the first `count` access lines of `GET /plants`, once logged."""
+    deadline = time.monotonic() + 10
+    while len(lines := [line for line in server.output().splitlines() if "GET /plants " in line]) < count:
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+    return [line.split("gunicorn.access: ")[1].split(" ")[0] for line in lines]
 
 
 def test_forwarded_values_that_are_no_address_count_as_the_peers(start):
@@ -92,12 +103,85 @@ def test_an_ipv4_client_of_a_dual_stack_proxy_is_logged_as_the_proxy_writes_it(s
     server = start("2/hour")
     forwarded = ("::ffff:198.51.100.7", "198.51.100.7", "::FFFF:c633:6407")
     assert [refused_from(server, value)[0] for value in forwarded] == [401, 401, 429]
-    deadline = time.monotonic() + 10
-    while len(lines := [line for line in server.output().splitlines() if "GET /plants " in line]) < 3:
-        assert time.monotonic() < deadline, lines
-        time.sleep(0.05)
-    assert [line.split("gunicorn.access: ")[1].split(" ")[0] for line in lines] == [
+    assert logged_addresses(server, 3) == [
         "::ffff:198.51.100.7",
         "198.51.100.7",
         "::ffff:198.51.100.7",
     ]
+
+
+def test_a_forwarded_address_with_its_port_is_that_client(start):
+    """Azure Application Gateway and other load balancers forward `address:port` (an IPv6 one in
+    brackets): each client keeps its own failed-login budget whatever its port, another client is
+    not held back by it, and the access line names the address alone. A port out of range is no
+    address: the peer's."""
+    server = start("2/hour")
+    first = ["203.0.113.7:51234", "203.0.113.7:51235", "203.0.113.7:60000"]
+    assert [refused_from(server, value)[0] for value in first] == [401, 401, 429]
+    assert refused_from(server, "203.0.113.8:51234")[0] == 401  # another client
+    ipv6 = ["[2001:db8:5::1]:443", "[2001:db8:5::1]:444", "2001:db8:5::1"]
+    assert [refused_from(server, value)[0] for value in ipv6] == [401, 401, 429]
+    assert [refused_from(server, "203.0.113.9:70000")[0] for _ in range(3)] == [401, 401, 429]
+    assert refused_from(server, "127.0.0.1")[0] == 429  # the junk was the peer's
+    assert logged_addresses(server, 11) == [
+        *["203.0.113.7"] * 3,
+        "203.0.113.8",
+        *["2001:db8:5::1"] * 3,
+        *["127.0.0.1"] * 4,
+    ]
+
+
+def test_a_clients_lone_quote_does_not_make_it_the_proxy(start):
+    """A client that sends `X-Forwarded-For: "6.6.6.6` past an appending proxy: Werkzeug's list
+    parser read the quote as a string swallowing the proxy's entry, found none, and the client
+    counted and was logged as the proxy (its failures on the proxy's budget, its address lost)."""
+    server = start("2/hour")
+    forwarded = ['"6.6.6.6, 198.51.100.40', '6.6.6.6", 198.51.100.40', '", 198.51.100.40']
+    assert [refused_from(server, value)[0] for value in forwarded] == [401, 401, 429]
+    assert refused_from(server, "127.0.0.1")[0] == 401  # the peer's budget untouched
+    assert logged_addresses(server, 4) == [*["198.51.100.40"] * 3, "127.0.0.1"]
+
+
+def test_a_forwarded_prefix_that_is_no_path_leaves_the_urls_on_the_peers(start):
+    """`X-Forwarded-Prefix` from a trusted proxy moves the URLs handed out only when it is a path a
+    URL can start with: a bad percent-encoding (`/%zz`, no URL) or a `.` or `..` segment (which a
+    client resolves out of the prefix) leaves them on the peer's."""
+    server = start("10/hour")
+    base = f"http://127.0.0.1:{server.port}"
+    prefixes = {"/%zz": "", "/store%2": "", "/store/..": "", "/store/%2E/x": "", "/st%6Fre": "/st%6Fre"}
+    for number, (prefix, kept) in enumerate(prefixes.items(), start=1):
+        headers = {**JSON_TOKEN, "X-Forwarded-Prefix": prefix}
+        status, answer, _ = call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, headers)
+        assert (status, dict(answer)["Location"]) == (201, f"{base}{kept}/plants/{number}"), prefix
+
+
+@pytest.mark.parametrize(
+    ("trusted", "sent", "base"),
+    [
+        ("0", {"Host": "xn--e1afmkfd.example:8080"}, "http://xn--e1afmkfd.example:8080"),
+        ("0", {"Host": "xn--zz.example"}, "http://xn--zz.example"),  # no IDNA: it raised as decoded
+        (
+            "1",
+            {"X-Forwarded-Host": "xn--e1afmkfd.example", "X-Forwarded-Prefix": "/%E2%82%AC"},
+            "http://xn--e1afmkfd.example/%E2%82%AC",
+        ),
+        ("1", {"X-Forwarded-Prefix": "/caf%C3%A9/st%6Fre"}, "http://127.0.0.1:{port}/caf%C3%A9/st%6Fre"),
+    ],
+    ids=["idna-host", "no-idna-host", "forwarded-host-and-prefix", "forwarded-prefix"],
+)
+def test_a_pages_link_names_the_host_and_prefix_as_sent(trusted, sent, base):
+    """Werkzeug writes a request's URL as an IRI (its IDNA host and percent-encoded UTF-8 decoded),
+    and a page's `Link` came out with `пример.example` or `/€` in a header, or raised on a label
+    that is no IDNA: a 500 with a traceback, whether from a client's `Host` or a trusted proxy."""
+    server = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": trusted})
+    try:
+        for number in (1, 2):
+            assert (
+                call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, JSON_TOKEN)[0] == 201
+            )
+        status, headers, _ = call(server.connection(), "GET", "/plants?limit=1", None, {**JSON_TOKEN, **sent})
+        assert status == 200
+        assert headers["Link"].startswith(f"<{base.format(port=server.port)}/plants?limit=1&after=")
+        assert "Traceback" not in server.output()
+    finally:
+        server.stop()

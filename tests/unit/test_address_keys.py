@@ -15,6 +15,9 @@ from app.auth.address_keys import OVERFLOW, AddressKeys, client_key, wide_key
         ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64", "2001:db8:1::/48"),
         ("2001:db8:1:ffff::1", "2001:db8:1:ffff::/64", "2001:db8:1::/48"),
         (None, "-", None),
+        # With the client's port, as an embedding app's ProxyFix may hand it over: its client.
+        ("198.51.100.7:51234", "198.51.100.7", None),
+        ("[2001:db8:1:2::9]:443", "2001:db8:1:2::/64", "2001:db8:1::/48"),
     ],
 )
 def test_an_address_counts_as_its_client_and_an_ipv6_one_as_its_site_too(address, client, site):
@@ -28,6 +31,9 @@ def test_what_is_no_address_is_a_short_key_of_its_own():
     assert len(client_key(long_junk)) < 40
     assert client_key(long_junk) != client_key("y" * 8000)
     assert wide_key(long_junk) is None
+    # A port out of range makes no address: junk, not the address before it.
+    assert client_key("198.51.100.7:0").startswith("other:")
+    assert client_key("198.51.100.7:65536").startswith("other:")
 
 
 def test_past_the_bound_newcomers_share_one_key_until_windows_end():
