@@ -50,7 +50,8 @@ def list_events() -> Response:
         raise FeedOff()
     key = store.cursor_key()
     # A HEAD asking for a watch (a stream, or a long-poll that would wait) is answered the watch's
-    # status and headers (RFC 9110 §9.3.2), after the same checks, and holds none.
+    # status and headers (RFC 9110 §9.3.2), after the same checks, the caps' included (`_watch`),
+    # and holds no watch.
     streaming = _wants_stream()
     if TICKET_CALLER in request.environ and not (
         (streaming or query.get("wait")) and request.method == "GET"
@@ -83,9 +84,6 @@ def list_events() -> Response:
     except FeedExpiredError:
         raise FeedPositionExpired() from None
     if streaming or (query.get("wait") and not events):
-        if request.method == "HEAD":
-            # The headers of the watch its GET would be (RFC 9110 §9.3.2), or its 304 or 412.
-            return read_precondition(request, None) or _watch_answer(iter(()), streaming)
         return _watch(state, store, key, position, query, streaming, only, snapshot)
     body = {
         "events": event_records(events),
@@ -126,7 +124,8 @@ def _watch(
     only: EventFilter | None,
     snapshot: bool = False,
 ) -> Response:
-    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process): a
+    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process; a
+    HEAD is answered its headers then, holding no place): a
     `LongPoll` or an `EventStream` (app/watch/watches.py) returned as the answer's iterable, which
     waits between its chunks (`Watch.__next__`): parked without a thread where the server offers it
     (`PARKING` in the environ, app/watch/parkable.py; the packaged worker's
@@ -143,12 +142,14 @@ def _watch(
     # Judged once admitted, as a 429 or 503 would be answered whatever the preconditions (RFC 9110
     # §13.2.1); a watch's answer has no ETag (its events are not known yet). The place is the
     # watch's once its answer holds it (the watch gives it back at its close); on every other way
-    # out (a 412 raised, a 304 returned, a failure) it is given back here.
+    # out (a 412 raised, a 304 returned, a HEAD answered, a failure) it is given back here.
     watching = None
     try:
         unwatched = read_precondition(request, None)
         if unwatched is not None:
             return unwatched
+        if request.method == "HEAD":  # the GET's status and headers; its place is given back
+            return _watch_answer(iter(()), streaming)
         watch = _start(state, store, caller, key, position, query, streaming, only, snapshot)
         watching = _watch_answer(watch, streaming)
         return watching

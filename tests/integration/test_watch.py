@@ -266,6 +266,10 @@ def test_watches_past_the_tokens_cap_are_429_with_retry_after(tmp_path):
         assert status == 429
         assert headers["Retry-After"] == "5"
         assert "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN" in json.loads(body)["message"]
+        # A HEAD answers its GET's status (RFC 9110 §9.3.2), a stream's too, and holds no place.
+        status, headers, _ = get(server, "/events?after=now&wait=4", method="HEAD")
+        assert (status, headers["Retry-After"]) == (429, "5")
+        assert get(server, "/events", {"Accept": "text/event-stream"}, method="HEAD")[0] == 429
         for thread, _ in waiting:
             thread.join(10)
         assert get(server, "/events?after=now&wait=1")[0] == 200  # the places were given back
