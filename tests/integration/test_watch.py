@@ -279,8 +279,8 @@ def test_watches_past_the_tokens_cap_are_429_with_retry_after(tmp_path):
 
 def test_no_watch_answered_without_watching_keeps_its_place(tmp_path):
     """A watch takes its place under the caps before its preconditions are judged: its 412 and its
-    304 give the place back, a 400 or 403 takes none, and a HEAD or OPTIONS holds none. Many of
-    them on the packaged worker, with room for one watch, and a watch is still let in."""
+    304 give the place back, as a HEAD's answer does, a 400 or 403 takes none, nor does OPTIONS.
+    Many of them on the packaged worker, with room for one watch, and a watch is still let in."""
     server = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1", "PLANTS_EVENTS_MAX_WATCHERS": "1"})
     stream = None
     try:
