@@ -1,13 +1,13 @@
 """What a cache may do with an answer of the plants blueprint (RFC 9111), and which request
 headers its form depends on (`Vary`, RFC 9110 §12.5.5).
 
-A GET's or HEAD's answer behind a token is `private, no-cache`: a shared cache must not keep it (nginx's
-proxy_cache, for one, keeps an answer to a request with `Authorization` unless told not to, and a
-watch ticket comes in the URL, without that header), and a browser's cache asks again each time,
-where an ETag makes the answer a 304. An answer that holds a credential (a signing secret, a
-watch ticket) sets its own `no-store`, and a stream its own `no-cache`: neither is replaced. The
-public answers (the document, the page, OPTIONS, the 405s) are the same for every caller and are
-left to the cache's own rules.
+A GET's or HEAD's answer behind a token is `private, no-cache`: a shared cache must not keep it
+(nginx's proxy_cache, for one, keeps an answer to a request with `Authorization` unless told not
+to, and a watch ticket comes in the URL, without that header), and a browser's cache asks again
+each time, where an ETag makes the answer a 304. A stream of the feed is one of them. An answer
+that holds a credential (a signing secret, a watch ticket) sets its own `no-store`, which is not
+replaced. The public answers (the document, the page, OPTIONS, the 405s) are the same for every
+caller and are left to the cache's own rules.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from app.http import caching
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants import deprecation
-from app.plants.guard import guard
-from app.plants.routes import ACCESS, NEGOTIATED, OWN_CACHE_CONTROL, Access, add_routes
+from app.plants.guard import GUARDED_VIEW, guard
+from app.plants.routes import NEGOTIATED, OWN_CACHE_CONTROL, add_routes
 from app.store import StoreFullError, StoreUnavailableError
 
 __all__ = ["bp"]
@@ -73,22 +73,21 @@ def _finish(response: Response) -> Response:
     """Every answer of the blueprint: counted in the metrics, with the rate-limit, caching and CORS
     headers, and with the announcement of a deprecated operation (app/plants/deprecation.py)."""
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    environ = req.environ
     if state.metrics is not None:
-        state.metrics.observe(request._get_current_object(), response)  # type: ignore[attr-defined]
+        state.metrics.observe(req, response)
     if state.deprecated:
-        deprecated = deprecation.announce(state.deprecated, request.endpoint, request.method, response)
+        deprecated = deprecation.announce(state.deprecated, req.endpoint, req.method, response)
         if deprecated is not None and state.metrics is not None:
             state.metrics.count_deprecated(deprecated)
     if state.rate_limits is not None:
-        add_headers(request.environ, response)
-    req = request._get_current_object()  # type: ignore[attr-defined]
-    if req.method in caching.KEPT_METHODS:
-        rule = req.url_rule
-        view = rule.endpoint.rpartition(".")[2] if rule is not None else ""
-        if ACCESS.get(view, Access.READ) is not Access.PUBLIC:
-            caching.finish(response, own=view in OWN_CACHE_CONTROL, negotiated=view in NEGOTIATED)
+        add_headers(environ, response)
+    view = environ.get(GUARDED_VIEW)  # named by the guard; None on a public answer
+    if view is not None and req.method in caching.KEPT_METHODS:
+        caching.finish(response, own=view in OWN_CACHE_CONTROL, negotiated=view in NEGOTIATED)
     if state.cors is not None:
-        state.cors.finish(request.environ, response)
+        state.cors.finish(environ, response)
     return response
 
 

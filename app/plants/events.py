@@ -5,10 +5,10 @@ the same atomic step as its change."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from flask import Response, request
-from werkzeug.exceptions import PreconditionFailed
 
 from app.auth.access_tokens import EXPIRED
 from app.auth.caller import Caller, current_caller
@@ -33,9 +33,9 @@ from app.watch.parkable import PARKING
 from app.watch.watches import EventStream, LongPoll, Watch
 
 JSON, STREAM = "application/json", "text/event-stream"
-#: A stream's headers besides its type: no cache keeps it, no proxy buffers it (nginx reads the
-#: second).
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+#: A stream's headers besides its type: no proxy buffers it (nginx reads this). Its Cache-Control
+#: is every guarded answer's (app/http/caching.py): a shared cache must not keep it either.
+STREAM_HEADERS = {"X-Accel-Buffering": "no"}
 
 
 def list_events() -> Response:
@@ -51,7 +51,8 @@ def list_events() -> Response:
         raise FeedOff()
     key = store.cursor_key()
     # A HEAD asking for a watch (a stream, or a long-poll that would wait) is answered the watch's
-    # status and headers (RFC 9110 §9.3.2), after the same checks, and holds none.
+    # status and headers (RFC 9110 §9.3.2), after the same checks, the caps' included (`_watch`),
+    # and holds no watch.
     streaming = _wants_stream()
     if TICKET_CALLER in request.environ and not (
         (streaming or query.get("wait")) and request.method == "GET"
@@ -87,11 +88,6 @@ def list_events() -> Response:
         refusal = lapsed(current_caller())
         if refusal is not None:
             return refusal
-        if request.method == "HEAD":
-            # The headers of the watch its GET would be (RFC 9110 §9.3.2): no ETag, no length.
-            headers = STREAM_HEADERS if streaming else None
-            unwatched = Response(iter(()), mimetype=STREAM if streaming else JSON, headers=headers)
-            return read_precondition(request, None) or unwatched
         return _watch(state, store, key, position, query, streaming, only, snapshot)
     body = {
         "events": event_records(events),
@@ -146,7 +142,8 @@ def _watch(
     only: EventFilter | None,
     snapshot: bool = False,
 ) -> Response:
-    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process): a
+    """A watch of the feed, once the caps admit it (429 for the token, 503 for this process; a
+    HEAD is answered its headers then, holding no place): a
     `LongPoll` or an `EventStream` (app/watch/watches.py) returned as the answer's iterable, which
     waits between its chunks (`Watch.__next__`): parked without a thread where the server offers it
     (`PARKING` in the environ, app/watch/parkable.py; the packaged worker's
@@ -161,19 +158,40 @@ def _watch(
             TooManyWatchersForToken(signal.max_per_caller) if exc.per_caller else TooManyWatchers()
         ) from None
     # Judged once admitted, as a 429 or 503 would be answered whatever the preconditions (RFC 9110
-    # §13.2.1); a watch's answer has no ETag (its events are not known yet).
+    # §13.2.1); a watch's answer has no ETag (its events are not known yet). The place is the
+    # watch's once its answer holds it (the watch gives it back at its close); on every other way
+    # out (a 412 raised, a 304 returned, a HEAD answered, a failure) it is given back here.
+    watching = None
     try:
         unwatched = read_precondition(request, None)
-    except PreconditionFailed:
-        signal.release(caller_key)
-        raise
-    if unwatched is not None:
-        signal.release(caller_key)
-        return unwatched
+        if unwatched is not None:
+            return unwatched
+        if request.method == "HEAD":  # the GET's status and headers; its place is given back
+            return _watch_answer(iter(()), streaming)
+        watch = _start(state, store, caller, key, position, query, streaming, only, snapshot)
+        watching = _watch_answer(watch, streaming)
+        return watching
+    finally:
+        if watching is None:
+            signal.release(caller_key)
+
+
+def _start(
+    state: PlantsState,
+    store: PlantStore,
+    caller: Caller,
+    key: bytes,
+    position: Any,
+    query: dict[str, Any],
+    streaming: bool,
+    only: EventFilter | None,
+    snapshot: bool,
+) -> Watch:
+    """The admitted watch, which holds its caller's place until its close."""
     settings = state.settings
     common: dict[str, Any] = {
         "cursor_key": key,
-        "caller": caller_key,
+        "caller": caller.limit_key,
         "expires": caller.expires,
         "holds": state.auth.holding(request.headers.get("Authorization")),
         "parkable": bool(request.environ.get(PARKING)),
@@ -181,9 +199,9 @@ def _watch(
         "only": only,
     }
     if streaming:
-        watch: Watch = EventStream(
+        return EventStream(
             store,
-            signal,
+            state.feed_signal,
             position,
             heartbeat=settings.events_heartbeat,
             stream_max=settings.events_stream_max,
@@ -191,11 +209,18 @@ def _watch(
             snapshot=snapshot,
             **common,
         )
-        return Response(watch, mimetype=STREAM, headers=STREAM_HEADERS, direct_passthrough=True)
     after = encode_cursor(key, position, None, EVENTS)
     wait = min(query["wait"], settings.events_max_wait)
-    watch = LongPoll(store, signal, position, wait=wait, limit=query["limit"], after=after, **common)
-    return Response(watch, mimetype=JSON, direct_passthrough=True)
+    return LongPoll(
+        store, state.feed_signal, position, wait=wait, limit=query["limit"], after=after, **common
+    )
+
+
+def _watch_answer(body: Iterable[bytes], streaming: bool) -> Response:
+    """A watch's answer, a GET's or (empty) a HEAD's: no ETag, no length (RFC 9110 §9.3.2)."""
+    if streaming:
+        return Response(body, mimetype=STREAM, headers=STREAM_HEADERS, direct_passthrough=True)
+    return Response(body, mimetype=JSON, direct_passthrough=True)
 
 
 def event_records(events: list[Event]) -> list[dict[str, Any]]:

@@ -23,6 +23,10 @@ from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, UNCOUNTED_WHEN_DOWN
 from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
+#: The environ key of the view a request behind a token is for, named here once for the
+#: request's end (app/plants/__init__.py): absent on a public answer.
+GUARDED_VIEW = "plants.guarded_view"
+
 
 def guard() -> Response | None:
     """The blueprint's before_request: refuse here, or let the view run."""
@@ -41,6 +45,7 @@ def guard() -> Response | None:
     if access is Access.PUBLIC:
         # And so every other method of an operation (its 405) and OPTIONS (a CORS preflight too).
         return None
+    environ[GUARDED_VIEW] = view
     problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
     if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
         ticket = req.args.get("ticket")

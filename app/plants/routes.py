@@ -149,11 +149,10 @@ ACCESS: dict[str, Access] = {
 TICKET_VIEWS = frozenset({events.list_events.__name__})
 #: The views whose answer's form (a page or a stream) is chosen by `Accept`.
 NEGOTIATED = frozenset({events.list_events.__name__})
-#: The views that may set their own Cache-Control (a stream's, a credential's `no-store`): only
-#: their answers are looked through for one (app/http/caching.py).
+#: The views that may set their own Cache-Control (a credential's `no-store`): only their answers
+#: are looked through for one (app/http/caching.py).
 OWN_CACHE_CONTROL = frozenset(
     {
-        events.list_events.__name__,
         tickets.create_watch_ticket.__name__,
         *(route.view.__name__ for route in ROUTES if route.access is Access.WEBHOOKS),
     }

@@ -59,11 +59,11 @@ def test_answers_behind_a_token_are_private_and_revalidated(client, auth):
     assert revalidated.headers["Cache-Control"] == "private, no-cache"
     assert client.get("/plants", headers=auth).headers["Cache-Control"] == "private, no-cache"
     assert client.get("/plants/1").headers["Cache-Control"] == "private, no-cache"  # its 401
-    # A long-poll's answer, a stream's and a credential's keep their own.
+    # A long-poll's answer and a stream's are private too; a credential's keeps its own.
     polled = client.get("/events?after=now&wait=1", headers=auth)
     assert polled.status_code == 200
     assert polled.headers["Cache-Control"] == "private, no-cache"
-    assert client.head("/events", headers={**auth, **STREAM}).headers["Cache-Control"] == "no-cache"
+    assert client.head("/events", headers={**auth, **STREAM}).headers["Cache-Control"] == "private, no-cache"
     assert client.post("/events/tickets", headers=auth).headers["Cache-Control"] == "no-store"
     # The public answers, the same for every caller, are left to a cache's own rules.
     assert "Cache-Control" not in client.get("/openapi.json").headers

@@ -205,7 +205,8 @@ def test_a_stream_sends_each_event_with_its_cursor_then_heartbeats_and_ends(serv
     head, text = dechunk(data)
     assert head.startswith(b"HTTP/1.1 200 ")
     assert b"Content-Type: text/event-stream" in head
-    assert b"Cache-Control: no-cache" in head
+    # Behind a token, as every other answer: no shared cache keeps it, whatever the proxy.
+    assert b"\r\nCache-Control: private, no-cache\r\n" in head
     assert b"X-Accel-Buffering: no" in head
     assert data.endswith(b"\r\n0\r\n\r\n")  # it ended cleanly, after PLANTS_EVENTS_STREAM_MAX
     parsed = frames(text)
@@ -265,10 +266,62 @@ def test_watches_past_the_tokens_cap_are_429_with_retry_after(tmp_path):
         assert status == 429
         assert headers["Retry-After"] == "5"
         assert "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN" in json.loads(body)["message"]
+        # A HEAD answers its GET's status (RFC 9110 §9.3.2), a stream's too, and holds no place.
+        status, headers, _ = get(server, "/events?after=now&wait=4", method="HEAD")
+        assert (status, headers["Retry-After"]) == (429, "5")
+        assert get(server, "/events", {"Accept": "text/event-stream"}, method="HEAD")[0] == 429
         for thread, _ in waiting:
             thread.join(10)
         assert get(server, "/events?after=now&wait=1")[0] == 200  # the places were given back
     finally:
+        server.stop()
+
+
+def test_no_watch_answered_without_watching_keeps_its_place(tmp_path):
+    """A watch takes its place under the caps before its preconditions are judged: its 412 and its
+    304 give the place back, as a HEAD's answer does, a 400 or 403 takes none, nor does OPTIONS.
+    Many of them on the packaged worker, with room for one watch, and a watch is still let in."""
+    server = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1", "PLANTS_EVENTS_MAX_WATCHERS": "1"})
+    stream = None
+    try:
+        status, _, body = get(server, "/events/tickets", method="POST")
+        assert status == 200
+        ticket = json.loads(body)["ticket"]
+        poll, sse = "/events?after=now&wait=20", {"Accept": "text/event-stream"}
+        answered = [
+            ("GET", poll, {"If-Match": '"abc"'}, 412),
+            ("GET", poll, {"If-None-Match": "*"}, 304),
+            ("GET", "/events", {**sse, "If-Match": '"abc"'}, 412),
+            ("GET", "/events", {**sse, "If-None-Match": "*"}, 304),
+            ("GET", f"/events?ticket={ticket}&after=now&wait=20", {"If-None-Match": "*"}, 304),
+            ("GET", f"/events?ticket={ticket}&after=now&wait=20", {"If-Match": '"abc"'}, 412),
+            ("GET", f"/events?ticket={ticket}", {}, 403),
+            ("GET", "/events", {**sse, "Last-Event-ID": "now"}, 400),
+            ("GET", "/events?after=nonsense&wait=20", {}, 400),
+            ("GET", "/events?snapshot=true&after=now", sse, 400),
+            ("HEAD", poll, {}, 200),
+            ("HEAD", "/events", {**sse, "If-Match": '"abc"'}, 412),
+            ("OPTIONS", poll, {}, 204),
+        ]
+        conn = server.connection()
+        for _ in range(5):
+            for method, path, headers, expected in answered:
+                sent = headers if "ticket=" in path else {**AUTH, **headers}
+                conn.request(method, path, headers=sent)
+                response = conn.getresponse()
+                response.read()
+                assert (method, path, response.status) == (method, path, expected)
+        conn.close()
+        status, _, body = get(server, "/events?after=now&wait=1")
+        assert status == 200, body
+        assert json.loads(body)["events"] == []
+        stream = open_stream(server)
+        head = read_stream(stream, until=b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert get(server, poll)[0] == 503  # the one place of the worker is the stream's
+    finally:
+        if stream is not None:
+            stream.close()
         server.stop()
 
 

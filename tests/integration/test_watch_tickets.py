@@ -86,6 +86,9 @@ def test_a_ticket_streams_and_long_polls_then_expires_and_is_never_logged(server
     data = stream_until(port, f"/events?ticket={ticket}&after=now", f'"id":{base + 1}'.encode(), base + 1)
     assert data.startswith(b"HTTP/1.1 200 ")
     assert f'"id":{base + 1}'.encode() in data
+    # The ticket is in the URL, with no Authorization a shared cache would heed: the stream says
+    # itself that it is private.
+    assert b"\r\nCache-Control: private, no-cache\r\n" in data.partition(b"\r\n\r\n")[0]
 
     _, _, body = call(_connection(port), "GET", "/events?after=now", headers=AUTH)
     after = json.loads(body)["next"]
