@@ -118,7 +118,6 @@ class EndpointDrain:
     def _deliver(self, entry: FeedEntry) -> bool:
         """Send one event; True when it was delivered and the drain may go on."""
         deliverer, endpoint = self.deliverer, self.endpoint
-        settings = deliverer.settings
         msg_id = message_id(entry)
         try:
             body = payload(entry.event)
@@ -142,21 +141,21 @@ class EndpointDrain:
         attempt = outcome_record(msg_id, outcome)
         if outcome.delivered:
             self.position, self.tries = entry.position, 0
-            # After a slow attempt, or once its turn is over while others wait for a thread, the
-            # drain gives its thread up: the endpoint's next event waits for its next turn in its
-            # lane (lanes.py). Receivers that answer just under the slow threshold, with a
-            # backlog, would otherwise keep the fast lane's threads for as long as writes come
-            # faster than they answer.
+            # After a slow attempt, or its turn over while others wait for a thread, the drain
+            # gives its thread up till its next turn in its lane (lanes.py): receivers answering
+            # just under the slow threshold, with a backlog, would else keep the fast lane's
+            # threads for as long as writes come faster than they answer.
             acked = self._ack(delivery_fields(entry.position, 0, 0), attempt)
             lanes = deliverer.lanes
             turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
             return acked and not self.slow and not turn_over
         self.tries += 1
-        fields = after_failure(msg_id, outcome, self.position, self.tries, settings.webhooks_retry_scale)
+        scale = deliverer.settings.webhooks_retry_scale
+        fields = after_failure(msg_id, outcome, self.position, self.tries, scale)
         if self._ack(fields, attempt) and not subscribed(self.endpoint, entry):
-            # Its type was dropped through the API while it was sent: that PATCH asked for it to
-            # be skipped at once, which the retry's wait just stored would undo. A slow attempt
-            # still ends the drain's turn (lanes.py).
+            # Its type was dropped by a PATCH while it was sent, which asked for it to be skipped
+            # at once: the retry's wait just stored would undo that. A slow attempt still ends
+            # the drain's turn (lanes.py).
             self.position, self.tries = entry.position, 0
             return self._ack(delivery_fields(entry.position, 0, 0), None) and not self.slow
         return False
