@@ -45,6 +45,11 @@ def healthz():
     return "ok"
 
 
+@shelf.post("/upload")
+def upload():
+    return {"size": len(request.get_data())}
+
+
 @app.before_request
 def audit():
     request.get_data()  # the host logs every body
@@ -136,6 +141,14 @@ def test_a_long_poll_in_the_host_is_woken_by_a_write_on_each_server(host):
         200,
         [("plant.created", 7)],
     )
+
+
+def test_the_hosts_body_limit_bounds_its_own_routes_on_each_server(host):
+    """The host's MAX_CONTENT_LENGTH (1 MiB), not the service's 64 KiB, on each server: the
+    packaged worker reads the app's."""
+    status, _, body = call(host, "POST", "/upload", b"x" * (512 * 1024), {"Content-Type": "text/plain"})
+    assert (status, json.loads(body)) == (200, {"size": 512 * 1024})
+    assert call(host, "POST", "/upload", b"x" * (2 * 1024 * 1024), {"Content-Type": "text/plain"})[0] == 413
 
 
 @pytest.fixture
