@@ -1,5 +1,6 @@
 """The URLs the service hands out (a create's `Location`, a page's `Link`): absolute, on the
-request's host, scheme and prefix (forwarded ones where trusted: app/http/client_address.py).
+request's host (the app's `SERVER_NAME` where it sets one), scheme and prefix (forwarded ones
+where trusted: app/http/client_address.py).
 
 A `Host` that Werkzeug builds no URL on (an underscore, as in a compose file's `plant_store`, or a
 port past 65535) reads as no host at all, and the URL came out `http:///plants/1`, which reaches
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request, url_for
+from flask import current_app, request, url_for
 
 #: How Werkzeug begins a URL with no host: the scheme, then the path straight after "//".
 _HOSTLESS = ("http:///", "https:///")
@@ -23,8 +24,14 @@ def url_of(endpoint: str, **values: Any) -> str:
 
 
 def base_url() -> str:
-    """This request's URL without its query, absolute where it can be."""
-    return _reference(request.base_url)
+    """This request's URL without its query, absolute where it can be. Where the app sets
+    `SERVER_NAME` (a host app's own name), on that name, as `url_for` builds a `Location`: not on
+    the `Host` the client sent, which the request's own URL carries."""
+    # The app itself, not through its proxy: a proxy's attribute costs several times the lookup.
+    if current_app._get_current_object().config["SERVER_NAME"] is None:  # type: ignore[attr-defined]
+        return _reference(request.base_url)
+    assert request.endpoint is not None  # a view's answer: the request was routed
+    return url_of(request.endpoint, **(request.view_args or {}))
 
 
 def _reference(url: str) -> str:

@@ -118,6 +118,30 @@ def test_the_urls_handed_out_carry_the_hosts_name_root_and_prefix(host):
     assert call(client, "GET", "/openapi.json").json["servers"] == [{"url": "/shop"}]
 
 
+@pytest.mark.parametrize("prefix", ["/api/v1", ""])
+def test_a_page_links_on_the_hosts_server_name_as_a_create_locates(host, prefix):
+    """The host's SERVER_NAME is its name: a client that sends another `Host` is handed URLs on
+    that name, the next page's as a created plant's, never on the name it sent."""
+    client = host.test_client()
+    elsewhere = "http://attacker.example/shop/"
+    for plant_id in (1, 2):
+        created = call(
+            client,
+            "PUT",
+            f"{prefix}/plants/{plant_id}",
+            json={"name": "Fern"},
+            headers=AUTH,
+            base_url=elsewhere,
+        )
+        assert created.headers["Location"] == f"http://shop.example:8080/shop{prefix}/plants/{plant_id}"
+    page = call(client, "GET", f"{prefix}/plants?limit=1", headers=AUTH, base_url=elsewhere)
+    assert page.headers["Link"].startswith(f"<http://shop.example:8080/shop{prefix}/plants?limit=1&after=")
+    following = call(
+        client, "GET", page.headers["Link"][1:].partition(">")[0].removeprefix(BASE[:-1]), headers=AUTH
+    )
+    assert following.json["plants"] == [{"id": 2, "name": "Fern"}]
+
+
 def test_entity_tags_and_preconditions_inside_the_host(host):
     client = host.test_client()
     created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
