@@ -231,3 +231,11 @@ def test_a_host_hook_that_reads_the_body_first_leaves_the_writes_whole(reads):
     assert call(client, "GET", "/plants/1", headers=AUTH).json == {"name": "Palm", "tag": "tall"}
     assert seen[1] == json.dumps(body).encode()  # what the host's after_request read
     assert seen[-3] == b'{"tag": "tall"}'
+
+
+def test_a_host_the_hosts_trusted_hosts_refuse_is_the_hosts_own_400():
+    """As docs/embedding.md says: refused before routing, so not the blueprint's answer."""
+    client = make_host(TRUSTED_HOSTS=["shop.example"]).test_client()
+    assert call(client, "GET", "/api/v1/plants", headers=AUTH).status_code == 200
+    refused = call(client, "GET", "/api/v1/plants", headers=AUTH, base_url="http://attacker.example/shop/")
+    assert (refused.status_code, refused.get_data(as_text=True)) == (400, "<h1>host 400</h1>")
