@@ -107,6 +107,32 @@ def test_every_refusal_on_the_plants_routes_is_the_json_error(host, prefix):
     assert call(client, "GET", "/nowhere").get_data(as_text=True) == "<h1>host 404</h1>"
 
 
+#: The blueprint's views that need no token: the interface document and the API page.
+PUBLIC = {"openapi", "page", "init_script", "asset"}
+VALUES = {"plant_id": "1", "endpoint_id": "wh_1", "name": "swagger-ui.css"}
+
+
+def test_every_operation_of_the_blueprint_needs_a_token_in_the_host(host):
+    client = host.test_client()
+    operations = 0
+    for rule in host.url_map.iter_rules():
+        blueprint, _, view = rule.endpoint.rpartition(".")
+        if (
+            blueprint not in ("plants", "plants_at_root")
+            or view in PUBLIC
+            or view.startswith(("other_", "options_"))
+        ):
+            continue
+        path = rule.rule
+        for name, value in VALUES.items():
+            path = path.replace(f"<{name}>", value)
+        for method in rule.methods - {"OPTIONS"}:
+            refused = call(client, method, path)
+            assert (refused.status_code, refused.content_type) == (401, "application/json"), (method, path)
+            operations += 1
+    assert operations >= 2 * 15
+
+
 def test_the_urls_handed_out_carry_the_hosts_name_root_and_prefix(host):
     client = host.test_client()
     created = call(client, "PUT", "/api/v1/plants/2", json={"name": "Palm"}, headers=AUTH)
