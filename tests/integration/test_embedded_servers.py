@@ -75,7 +75,7 @@ def serve(directory: Path, command: list[str], env: dict[str, str]) -> Served:
     """`command` run in `directory` (`{port}` in it: the port it serves), once it serves /healthz."""
     port = free_port()
     args = [sys.executable, *(part.format(port=port) for part in command)]
-    return Served(args, {**os.environ, "PYTHONPATH": str(ROOT), **env}, directory, port)
+    return Served(args, {**os.environ, "PYTHONPATH": str(ROOT), **env}, directory, port, log_dir=directory)
 
 
 def call(server: Served, method, path, body=None, headers=None):
