@@ -103,8 +103,10 @@ def _read_at_most(req: Request, limit: int) -> bytes:
         return earlier
     length = get_content_length(req.environ)
     if length is None or not body_cache.FITS:
-        # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
-        # an error, which would truncate it. Reading one byte more tells the two apart.
+        # A body of unknown length (chunked), or any body where Werkzeug's cache is not where
+        # compat expects it: read through Werkzeug, which keeps it for the host's later readers.
+        # It stops reading at the limit without an error, which would truncate the body.
+        # Reading one byte more tells the two apart.
         req.max_content_length = limit + 1
         return req.get_data()
     # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
