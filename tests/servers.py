@@ -87,10 +87,16 @@ class Gunicorn:
         self._serve([sys.executable, "-m", "gunicorn", *args], full_env, ROOT, preexec_fn)
 
     def _serve(
-        self, command: list[str], env: dict[str, str] | None, cwd: Path, preexec_fn: Any = None
+        self,
+        command: list[str],
+        env: dict[str, str] | None,
+        cwd: Path,
+        preexec_fn: Any = None,
+        log_dir: Path | None = None,
     ) -> None:
-        """Start `command` with its output in a file, and wait until it serves /healthz on self.port."""
-        self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+        """Start `command` with its output in a file (in `log_dir`, by default the system's
+        temporary directory), and wait until it serves /healthz on self.port."""
+        self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False, dir=log_dir)  # noqa: SIM115
         self.process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
         )
@@ -121,10 +127,12 @@ class Gunicorn:
 class Served(Gunicorn):
     """A deployment's own command (a Containerfile's CMD, say) serving on `port`, its output in a file."""
 
-    def __init__(self, command: list[str], env: dict[str, str], cwd: Path, port: int) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], cwd: Path, port: int, log_dir: Path | None = None
+    ) -> None:
         self.env = env
         self.port = port
-        self._serve(command, env, cwd)
+        self._serve(command, env, cwd, log_dir=log_dir)
 
 
 class SocketActivated(Gunicorn):

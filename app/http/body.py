@@ -8,6 +8,7 @@ from flask import Request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.wsgi import get_content_length
 
+from app.compat import werkzeug as body_cache
 from app.errors import (
     MERGE_PATCH,
     UTF8_ONLY,
@@ -96,12 +97,18 @@ def _read_body(req: Request) -> bytes:
 def _read_at_most(req: Request, limit: int) -> bytes:
     """The body, or BodyTooLarge past `limit` and BodyCutShort when it ends short (Werkzeug's own
     errors for a chunked one)."""
+    earlier = body_cache.read_earlier(req) if body_cache.FITS else None
+    if earlier is not None:
+        # A host app's own hook read it first (`request.get_data()`): `wsgi.input` is at its end.
+        return earlier
     length = get_content_length(req.environ)
-    if length is None:
-        # A body of unknown length (chunked). Werkzeug stops reading it at the limit without
-        # an error, which would truncate it. Reading one byte more tells the two apart.
+    if length is None or not body_cache.FITS:
+        # A body of unknown length (chunked), or any body where Werkzeug's cache is not where
+        # compat expects it: read through Werkzeug, which keeps it for the host's later readers.
+        # It stops reading at the limit without an error, which would truncate the body.
+        # Reading one byte more tells the two apart.
         req.max_content_length = limit + 1
-        return req.get_data(cache=False)
+        return req.get_data()
     # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
     # allow, without its stream wrapper and read loop, which cost a good part of the view's time.
     if length > limit:
@@ -109,4 +116,5 @@ def _read_at_most(req: Request, limit: int) -> bytes:
     body = req.environ["wsgi.input"].read(length)
     if len(body) < length:
         raise BodyCutShort()
+    body_cache.keep(req, body)
     return body

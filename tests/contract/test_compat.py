@@ -6,11 +6,15 @@ from __future__ import annotations
 import http.client
 
 import pytest
+from flask import request
 from marshmallow import Schema
+from werkzeug.wrappers import Request
 
 import app.compat.flask
 import app.compat.http_client
 import app.compat.marshmallow
+import app.compat.werkzeug
+from tests.contract.test_embedded_host import AUTH, make_host
 
 
 @pytest.fixture
@@ -97,3 +101,36 @@ def test_on_http_clients_own_response_a_1xx_is_a_failed_attempt_and_a_2xx_delive
         finally:
             receiver.stop()
     assert [(outcome.status, outcome.delivered) for outcome in outcomes] == [(103, False), (204, True)]
+
+
+def test_the_werkzeug_check_accepts_the_installed_library():
+    assert app.compat.werkzeug.body_cache_fits()
+    assert app.compat.werkzeug.FITS
+
+
+def test_the_werkzeug_check_sees_a_body_cache_moved(monkeypatch):
+    monkeypatch.setattr(Request, "get_data", lambda self, cache=True: self.stream.read())
+    assert not app.compat.werkzeug.body_cache_fits()
+
+
+def test_bodies_answer_the_same_through_get_data(make_app, auth, monkeypatch):
+    """The fallback reads every body through Werkzeug's get_data: the same answers, a body over
+    the limit and a host's earlier read of the body included."""
+    direct = answers(make_app().test_client(), auth)
+    monkeypatch.setattr(app.compat.werkzeug, "FITS", False)
+    assert answers(make_app().test_client(), auth) == direct
+    big = {"id": 1, "name": "x" * 70_000}
+    assert make_app().test_client().post("/plants", json=big, headers=auth).status_code == 413
+    host = make_host()
+
+    @host.before_request
+    def audit():
+        request.get_data()
+
+    created = host.test_client().post(
+        "/api/v1/plants",
+        json={"id": 1, "name": "Fern"},
+        headers=AUTH,
+        base_url="http://shop.example:8080/shop/",
+    )
+    assert (created.status_code, created.json) == (200, {"name": "Fern"})

@@ -1,0 +1,56 @@
+"""Werkzeug past its documented interface: a request body that a host app read before the blueprint.
+
+The plants blueprint reads a sized body in one read of `wsgi.input` (app/http/body.py), past
+Werkzeug's stream wrapper. A host app's own hook may have read the body first, with the public
+`request.get_data()` or `get_json()` (an audit log of every request, say): Werkzeug keeps what it
+read in `Request._cached_data`, and `wsgi.input` is then at its end, so that a complete write was
+read as one cut short. `read_earlier` hands back what such a read kept; `keep` keeps the
+blueprint's own read there, so that the host's later readers (an `after_request`) see the body
+too, as they would in any Flask app. When the attribute is not as this module expects (checked at
+import), `FITS` is False and the blueprint reads every body through `get_data`, the public path.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from werkzeug.wrappers import Request
+
+log = logging.getLogger(__name__)
+
+#: Where `Request.get_data` keeps the body it read, and looks for it before reading.
+_KEPT = "_cached_data"
+
+
+def read_earlier(req: Request) -> bytes | None:
+    """The body as an earlier `get_data` kept it; None when nothing read it through Werkzeug."""
+    kept = getattr(req, _KEPT, None)
+    return kept if isinstance(kept, bytes) else None
+
+
+def keep(req: Request, body: bytes) -> None:
+    """Keep `body`, read past Werkzeug, where `get_data` answers a later reader from."""
+    setattr(req, _KEPT, body)
+
+
+def body_cache_fits() -> bool:
+    """Whether `get_data` keeps the body where `read_earlier` looks, and answers from what `keep` put."""
+
+    def probe() -> Request:
+        return Request({"REQUEST_METHOD": "POST", "CONTENT_LENGTH": "1", "wsgi.input": io.BytesIO(b"x")})
+
+    try:
+        read = probe()
+        if read.get_data() != b"x" or read_earlier(read) != b"x":
+            return False
+        kept = probe()
+        keep(kept, b"y")
+        return kept.get_data() == b"y"
+    except Exception:
+        return False
+
+
+FITS = body_cache_fits()
+if not FITS:
+    log.warning("Werkzeug's request body cache has changed: each body is read through get_data")

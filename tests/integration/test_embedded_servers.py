@@ -1,0 +1,199 @@
+"""A host app of one's own, its module in a directory of its own, served as docs/embedding.md says:
+`flask run` (Werkzeug's development server), gunicorn with the packaged worker, and gunicorn's
+stock gthread worker. The plants contract holds on each (JSON errors, the prefix in the URLs, a
+long-poll woken by a write, the metrics), and the host's own routes stay the host's.
+
+And `flask --app wsgi run --debug`, as the README says to run it: bad input is a JSON Error, never
+the debugger's page, and its reloader is a restart that empties the memory store, as
+docs/operations.md says."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ROOT, Served, free_port, wait_until_serving
+
+TOKEN = "host-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+HOST = """
+from flask import Blueprint, Flask, request
+from flask_cors import CORS
+
+from app.plants import bp
+
+app = Flask("shop")
+app.config["PLANTS_API_TOKENS"] = "host-token"
+app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
+shelf = Blueprint("shelf", __name__)
+
+
+@shelf.get("/")
+def index():
+    return "<p>the shop</p>"
+
+
+@shelf.get("/healthz")
+def healthz():
+    return "ok"
+
+
+@shelf.post("/upload")
+def upload():
+    return {"size": len(request.get_data())}
+
+
+@app.before_request
+def audit():
+    request.get_data()  # the host logs every body
+
+
+for code in (400, 401, 404, 405, 500):
+    app.register_error_handler(code, lambda error, code=code: (f"<h1>shop {code}</h1>", code))
+app.register_blueprint(shelf)
+CORS(app, origins=["https://shop.example"])
+app.register_blueprint(bp, url_prefix="/api/v1")
+"""
+#: gunicorn 27's management socket has one path per user: the host's servers open none.
+GUNICORN_CONF = "control_socket_disable = True\n"
+GUNICORN = ["-m", "gunicorn", "-c", "conf.py", "-b", "127.0.0.1:{port}"]
+SERVERS = {
+    "flask run": ["-m", "flask", "--app", "shop", "run", "--port", "{port}"],
+    "packaged worker": [*GUNICORN, "-k", "app.server.worker.PlantsWorker", "shop:app"],
+    "gthread": [*GUNICORN, "-k", "gthread", "--threads", "4", "shop:app"],
+}
+
+
+def serve(directory: Path, command: list[str], env: dict[str, str]) -> Served:
+    """`command` run in `directory` (`{port}` in it: the port it serves), once it serves /healthz."""
+    port = free_port()
+    args = [sys.executable, *(part.format(port=port) for part in command)]
+    return Served(args, {**os.environ, "PYTHONPATH": str(ROOT), **env}, directory, port, log_dir=directory)
+
+
+def call(server: Served, method, path, body=None, headers=None):
+    conn = server.connection(timeout=30)
+    try:
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        sent = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
+        conn.request(method, path, body=data, headers=sent)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def host(request, tmp_path):
+    (tmp_path / "shop.py").write_text(HOST)
+    (tmp_path / "conf.py").write_text(GUNICORN_CONF)
+    server = serve(tmp_path, SERVERS[request.param], {})
+    yield server
+    server.stop()
+
+
+def test_the_plants_contract_holds_in_the_host_on_each_server(host):
+    assert call(host, "GET", "/")[2] == b"<p>the shop</p>"  # no token on the host's own route
+    assert call(host, "GET", "/nowhere")[2] == b"<h1>shop 404</h1>"
+    status, _, body = call(host, "POST", "/api/v1/plants", {"id": 1, "name": "Fern"}, AUTH)
+    assert (status, json.loads(body)) == (200, {"name": "Fern"})  # the host read the body first
+    for (status, headers, body), wanted in [
+        (call(host, "GET", "/api/v1/plants"), 401),
+        (call(host, "POST", "/api/v1/plants", b"{", AUTH), 400),
+        (call(host, "GET", "/api/v1/plants/x", headers=AUTH), 400),
+        (call(host, "PROPFIND", "/api/v1/plants", headers=AUTH), 405),
+        (call(host, "GET", "/api/v1/plants/9", headers=AUTH), 404),
+    ]:
+        assert (status, headers["Content-Type"]) == (wanted, "application/json")
+        assert json.loads(body)["error"] == wanted
+    status, headers, _ = call(host, "PUT", "/api/v1/plants/2", {"name": "Palm"}, AUTH)
+    assert (status, headers["Location"]) == (201, f"http://127.0.0.1:{host.port}/api/v1/plants/2")
+    assert json.loads(call(host, "GET", "/api/v1/openapi.json")[2])["servers"] == [{"url": "/api/v1"}]
+    status, _, metrics = call(host, "GET", "/api/v1/metrics", headers=AUTH)
+    assert status == 200
+    assert b'{method="PUT",route="/api/v1/plants/<plant_id>",status="201"} 1.0' in metrics
+
+
+def test_a_long_poll_in_the_host_is_woken_by_a_write_on_each_server(host):
+    position = json.loads(call(host, "GET", "/api/v1/events?after=now", headers=AUTH)[2])["next"]
+    answers = []
+    watch = threading.Thread(
+        target=lambda: answers.append(
+            call(host, "GET", f"/api/v1/events?after={position}&wait=20", headers=AUTH)
+        )
+    )
+    started = time.monotonic()
+    watch.start()
+    time.sleep(0.5)
+    assert call(host, "PUT", "/api/v1/plants/7", {"name": "Ivy"}, AUTH)[0] == 201
+    watch.join(20)
+    assert time.monotonic() - started < 10  # woken, not answered at its deadline
+    status, _, body = answers[0]
+    events = json.loads(body)["events"]
+    assert (status, [(event["type"], event["plant"]["id"]) for event in events]) == (
+        200,
+        [("plant.created", 7)],
+    )
+
+
+def test_the_hosts_body_limit_bounds_its_own_routes_on_each_server(host):
+    """The host's MAX_CONTENT_LENGTH (1 MiB), not the service's 64 KiB, on each server: the
+    packaged worker reads the app's."""
+    status, _, body = call(host, "POST", "/upload", b"x" * (512 * 1024), {"Content-Type": "text/plain"})
+    assert (status, json.loads(body)) == (200, {"size": 512 * 1024})
+    assert call(host, "POST", "/upload", b"x" * (2 * 1024 * 1024), {"Content-Type": "text/plain"})[0] == 413
+
+
+@pytest.fixture
+def debug_server(tmp_path):
+    shutil.copy(ROOT / "wsgi.py", tmp_path / "wsgi.py")
+    command = ["-m", "flask", "--app", "wsgi", "run", "--debug", "--port", "{port}"]
+    server = serve(tmp_path, command, {"PLANTS_API_TOKENS": TOKEN})
+    yield server
+    server.stop()
+
+
+def test_under_flask_run_debug_bad_input_is_a_json_error(debug_server):
+    for args, wanted in [
+        (("POST", "/plants", b"{", AUTH), 400),
+        (("POST", "/plants", b'{"id": 1, "name": "x"}', {**AUTH, "Content-Type": "text/plain"}), 415),
+        (("GET", "/plants?limit=%FF", None, AUTH), 400),
+        (("GET", "/plants/%00", None, AUTH), 400),
+        (("GET", "/events", None, {**AUTH, "Accept": "text/event-stream", "Last-Event-ID": "no"}), 400),
+        (("GET", "/plants", None, {"Authorization": "Bearer \x7f"}), 400),
+    ]:
+        status, headers, body = call(debug_server, *args)
+        assert (status, headers["Content-Type"]) == (wanted, "application/json")
+        assert json.loads(body)["error"] == wanted
+        assert b"Traceback" not in body
+
+
+def test_the_reloader_of_flask_run_debug_starts_an_empty_memory_store(debug_server, tmp_path):
+    """As docs/operations.md says: a Python file edited in the working directory restarts the
+    app, the plants are gone, and a position or a ticket read before is refused."""
+    assert call(debug_server, "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)[0] == 200
+    position = json.loads(call(debug_server, "GET", "/events", headers=AUTH)[2])["next"]
+    ticket = json.loads(call(debug_server, "POST", "/events/tickets", headers=AUTH)[2])["ticket"]
+    edited = tmp_path / "wsgi.py"
+    later = edited.stat().st_mtime + 5  # a change the stat reloader sees, whatever its last look
+    os.utime(edited, (later, later))
+    deadline = time.monotonic() + 20
+    while "Detected change" not in debug_server.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    wait_until_serving(debug_server.port, debug_server.process)
+    while call(debug_server, "GET", "/plants/1", headers=AUTH)[0] == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert json.loads(call(debug_server, "GET", "/plants", headers=AUTH)[2]) == {"plants": []}
+    status, _, body = call(debug_server, "GET", f"/events?after={position}", headers=AUTH)
+    assert (status, json.loads(body)["details"]["after"][0][:35]) == (
+        400,
+        "Not a cursor this service made for ",
+    )
+    assert call(debug_server, "GET", f"/events?ticket={ticket}")[0] == 401
