@@ -68,15 +68,18 @@ def _as_given(value: Any) -> str:
 
 
 class _AsWritten:
-    """A number read from an environment variable: a refusal quotes it as its reader wrote it
-    (`56`, where the float read from it would say `56.0`, and `1e400` rather than `inf`)."""
+    """A number read from an environment variable: its repr, which a refusal quotes, is the text
+    as its reader wrote it (`56`, where the float read from it would say `56.0`, and `1e400`
+    rather than `inf`). Its str stays the number's, as a message that states it prints it."""
 
     text: str
 
     def __repr__(self) -> str:
         return self.text
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        # The number's own repr (int and float take their str from it).
+        return super().__repr__()
 
 
 class _WrittenWhole(_AsWritten, int):
@@ -111,7 +114,7 @@ class WholeNumber(Setting):
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             raise ValidationError(f"must be a whole number >= {self.minimum}, not {_as_given(value)}")
         if value > self.maximum:
-            raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value}")
+            raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value!r}")
         return int(value)
 
 

@@ -163,6 +163,17 @@ def test_a_number_refused_from_the_environment_is_quoted_as_written(monkeypatch,
     assert str(raised.value) == f"{key} {said}"
 
 
+def test_a_number_taken_from_the_environment_is_stated_as_the_number_it_is(monkeypatch):
+    """Only a refusal quotes the text as written: an answer that states the setting states the number."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("MAX_CONTENT_LENGTH", "1_000")
+    client = create_app().test_client()
+    headers = {"Authorization": "Bearer t", "Content-Type": "application/json"}
+    response = client.post("/plants", data=b"x" * 2000, headers=headers)
+    assert response.status_code == 413
+    assert response.json["message"] == "The request body is larger than the limit of 1000 bytes."
+
+
 def test_max_content_length_from_environment(monkeypatch):
     monkeypatch.setenv("PLANTS_API_TOKENS", "t")
     monkeypatch.setenv("MAX_CONTENT_LENGTH", "100")
