@@ -1,4 +1,5 @@
-"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope.
+"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope,
+and, for a caller let in, a path whose segments are not UTF-8.
 
 What each view needs comes from the route table (app/plants/routes.py). A refusal is returned,
 not raised: Flask then answers with it and skips the view, without its exception handling. An
