@@ -189,6 +189,9 @@ class Relay(ThreadingHTTPServer):
         self.resumed_from: list[str] = []
         #: The target of each request for the feed, in order.
         self.asked: list[str] = []
+        #: How many requests for the feed to answer 503 with `Retry-After: 1` first, as an
+        #: overloaded service would.
+        self.unavailable = 0
         self.relayed = bytearray()
         serve_in_thread(self)
 
@@ -206,6 +209,16 @@ class RelayHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             return
         self.server.asked.append(self.path)
+        if self.server.unavailable:
+            self.server.unavailable -= 1
+            body = b'{"error":503,"message":"Busy: ask again later."}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         # The page's own token when it sends one (the fetch() client does), else the relay's.
         authorization = self.headers.get("Authorization") or AUTH["Authorization"]
         headers = {"Authorization": authorization, "Accept": self.headers.get("Accept", "")}
@@ -352,6 +365,32 @@ def test_the_documented_browser_client_stops_at_a_refused_token(server, browser,
         assert browser.execute_script("return window.failed").startswith("401: ")
         time.sleep(2.5)  # longer than the client's pause between two tries
         assert len(relay.asked) == 1  # asked once, not again and again
+    finally:
+        relay.shutdown()
+        relay.server_close()
+
+
+def test_the_documented_browser_client_asks_again_after_a_503s_retry_after(server, browser):  # noqa: F811
+    """A 503 (or 429) is for a while: the fetch() client asks again once `Retry-After` has passed
+    and goes on, where a 401 stops it."""
+    cursor = now_cursor(server)
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{documented_fetch_client()}\n'
+        f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event), "{cursor}")'
+        ".catch((error) => { window.failed = error.message; });"
+        "</script>"
+    )
+    relay = Relay(server, page)
+    relay.unavailable = 2
+    try:
+        browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
+        wait(browser, 15).until(lambda _: relay.resumed_from)  # past the two 503s
+        ids, writer = write_in_bursts(server, 730_400)
+        writer.join(30)
+        got = arrived_ids(browser, ids, "return window.received.map((event) => event.plant.id)")
+        assert [plant_id for plant_id in got if plant_id in ids] == ids
+        assert browser.execute_script("return window.failed") is None
+        assert len(relay.asked) >= 3
     finally:
         relay.shutdown()
         relay.server_close()
