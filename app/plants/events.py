@@ -43,7 +43,7 @@ def list_events() -> Response:
     selects, and `next`, answered at once; or, asked to, a long-poll (`wait`) or a stream of
     server-sent events, which may start with the plants that match now (`snapshot`): those are
     `_watch`'s, which returns them to wait."""
-    query = load_events_query(request.args)
+    query = load_events_query(request.args, request.query_string)
     only = EventFilter.from_query(query)
     state = plants_state()
     store = state.serving_store(request.environ)

@@ -1,4 +1,5 @@
-"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope.
+"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope,
+and, for a caller let in, a path whose segments are not UTF-8.
 
 What each view needs comes from the route table (app/plants/routes.py). A refusal is returned,
 not raised: Flask then answers with it and skips the view, without its exception handling. An
@@ -9,17 +10,18 @@ views (app/auth/caller.py's `current_caller`): a request is authenticated once.
 
 from __future__ import annotations
 
-from flask import Response, current_app, request
+from flask import Request, Response, current_app, request
 
 from app.auth.caller import keep
 from app.auth.rate_limits import remember
 from app.auth.watch_tickets import TICKET_CALLER
-from app.errors import RateLimitExceeded
+from app.errors import InvalidParameters, RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
-from app.plants.routes import ACCESS, LIMITED, TICKET_VIEWS, UNCOUNTED_WHEN_DOWN, Access
+from app.plants.routes import ACCESS, LIMITED, PATH_PARAMETERS, TICKET_VIEWS, UNCOUNTED_WHEN_DOWN, Access
+from app.schemas.parameters import NOT_UTF8
 from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
@@ -88,7 +90,21 @@ def guard() -> Response | None:
             else caller.webhooks_refusal
         )
         if problem is None:
-            return None
+            # Inline: a path past ASCII is rare, and the guard runs on every request.
+            return None if environ.get("PATH_INFO", "").isascii() else _path_not_utf8(req)
     if state.metrics is not None:
         state.metrics.count_refusal(problem.reason)  # type: ignore[attr-defined]  # the auth package's refusals
     return error_response(problem)
+
+
+def _path_not_utf8(req: Request) -> Response | None:
+    """400 naming the path parameter whose segment is not UTF-8 once percent-decoded: werkzeug's
+    router reads such bytes as U+FFFD, so the view would look up another id than the one sent."""
+    try:
+        req.environ["PATH_INFO"].encode("latin-1").decode()
+    except UnicodeError:
+        args = req.view_args or {}
+        names = [PATH_PARAMETERS.get(name, name) for name, value in args.items() if "\ufffd" in value]
+        if names:
+            return error_response(InvalidParameters({name: [NOT_UTF8] for name in names}))
+    return None

@@ -56,7 +56,7 @@ def create_plant() -> Response:
 def list_plants() -> Response:
     """One page of plants in the store's order; `next` and `Link` lead to the following page. The
     page has an ETag, so If-None-Match and If-Match are judged as on a plant."""
-    query = load_page_query(request.args)
+    query = load_page_query(request.args, request.query_string)
     tags = query.get("tags")
     store = plants_state().serving_store(request.environ)
     after = None

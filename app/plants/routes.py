@@ -76,6 +76,8 @@ OPERATIONS: tuple[Route, ...] = (
         "/webhooks/<endpoint_id>/replay", "POST", webhooks.replay_webhook, Access.WEBHOOKS, "replayWebhook"
     ),
 )
+#: A rule's path variable by the document's name for it, where the two differ.
+PATH_PARAMETERS = {"plant_id": "id"}
 #: The documented operations that need the write scope.
 WRITE_OPERATIONS = frozenset(
     route.operation_id for route in OPERATIONS if route.operation_id and route.access is Access.WRITE

@@ -60,7 +60,7 @@ def create_webhook() -> Response:
     loaded, problems = load(_new_schema, value)
     if loaded is None:
         raise InvalidWebhook("NewWebhook", problems)
-    url = _checked_url(state, loaded["url"])
+    url = _checked_url(state, loaded["url"], "NewWebhook")
     now_ms = time.time_ns() // 1_000_000
     endpoint = Endpoint(
         id=f"wh_{secrets.token_hex(8)}",
@@ -111,7 +111,7 @@ def patch_webhook(endpoint_id: str) -> Response:
     patch, problems = load(_patch_schema, value)
     if patch is None:
         raise InvalidWebhook("WebhookPatch", problems)
-    url = _checked_url(state, patch["url"]) if "url" in patch else None
+    url = _checked_url(state, patch["url"], "WebhookPatch") if "url" in patch else None
     _check_precondition(endpoints, endpoint_id)
 
     def change(endpoint: Endpoint) -> dict[str, str]:
@@ -314,11 +314,12 @@ def _caller_key(state: PlantsState) -> bytes:
     return caller.limit_key if caller is not None else b""
 
 
-def _checked_url(state: PlantsState, url: str) -> str:
+def _checked_url(state: PlantsState, url: str, body: str) -> str:
     """The URL as it is kept, its scheme and host in lower case and its non-ASCII characters
     percent-encoded; 400 naming `url` when it is malformed or its host resolves to a refused
-    address. A name that does not resolve (yet) is accepted: each delivery checks it again. 503
-    when the name is being resolved still."""
+    address, the message naming `body` as the document names the record it came in. A name that
+    does not resolve (yet) is accepted: each delivery checks it again. 503 when the name is being
+    resolved still."""
     try:
         check_url(url)
         url = encoded(normalized(url))
@@ -329,7 +330,7 @@ def _checked_url(state: PlantsState, url: str) -> str:
         raise WebhookHostNotResolvedInTime(exc.host, exc.busy) from None
     except AddressRefused as exc:
         if exc.reason != "name_not_resolved":
-            raise InvalidWebhook("webhook endpoint", {"url": [str(exc)]}) from None
+            raise InvalidWebhook(body, {"url": [str(exc)]}) from None
     except UrlRefused as exc:
-        raise InvalidWebhook("webhook endpoint", {"url": [str(exc)]}) from None
+        raise InvalidWebhook(body, {"url": [str(exc)]}) from None
     return url

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, ClassVar
+from urllib.parse import unquote_to_bytes
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from werkzeug.datastructures import MultiDict
@@ -26,6 +27,10 @@ MAX_CURSOR_LENGTH = 64
 MAX_EVENTS_CURSOR_LENGTH = 1400
 
 _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+#: A byte past ASCII, percent-encoded or not: only a query holding one can hold a value that is not
+#: UTF-8.
+_PAST_ASCII = re.compile(rb"%[89A-Fa-f][0-9A-Fa-f]|[\x80-\xff]")
+NOT_UTF8 = "Not UTF-8 once percent-decoded: percent-encode each character as its UTF-8 bytes (é is %C3%A9)."
 
 
 class IntegralNumber(fields.Integer):
@@ -147,26 +152,47 @@ def load_plant_id(value: str) -> int:
         raise InvalidParameters(exc.normalized_messages()) from None
 
 
-def load_page_query(args: MultiDict[str, str]) -> dict[str, Any]:
-    """The page query: `limit` (default 100), `after` when given, `tags` (deduplicated) when given.
+def load_page_query(args: MultiDict[str, str], query: bytes) -> dict[str, Any]:
+    """The page query (`args`, parsed from the raw `query`): `limit` (default 100), `after` when
+    given, `tags` (deduplicated) when given.
 
     Raises InvalidParameters naming every bad parameter: one given twice that may not be, a
-    value out of bounds, or an unknown name.
+    value out of bounds or not UTF-8, or an unknown name.
     """
-    return _load_query(_page_query_schema, args)
+    return _load_query(_page_query_schema, args, query)
 
 
-def load_events_query(args: MultiDict[str, str]) -> dict[str, Any]:
+def load_events_query(args: MultiDict[str, str], query: bytes) -> dict[str, Any]:
     """The feed's query: `limit` (default 100), `after` (a cursor, or `now`), `wait`, the filters
     (`tags`, `ids`, `types`, each deduplicated) and `snapshot` when given; InvalidParameters as
     for a page."""
-    return _load_query(_events_query_schema, args)
+    return _load_query(_events_query_schema, args, query)
 
 
-def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:
+def _not_utf8(query: bytes) -> set[str]:
+    """The names of the parameters of the raw `query` with a value that is not UTF-8 once
+    percent-decoded. werkzeug keeps such bytes percent-encoded in the value it parses (`?tags=%ff`
+    reads as the tag `%FF`, which `?tags=%25FF` means), so the value would be taken as another."""
+    if not _PAST_ASCII.search(query):
+        return set()
+    names = set()
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        try:
+            unquote_to_bytes(value).decode()
+        except UnicodeDecodeError:
+            names.add(unquote_to_bytes(name.replace(b"+", b" ")).decode(errors="replace"))
+    return names
+
+
+def _load_query(schema: Schema, args: MultiDict[str, str], query: bytes) -> dict[str, Any]:
     data: dict[str, Any] = {}
-    errors: dict[str, list[str]] = {}
+    # A known parameter's value that is not UTF-8 is refused as such: werkzeug's parse of it is
+    # not what was sent, so it is not checked further. An unknown name is refused as unknown.
+    errors = {name: [NOT_UTF8] for name in _not_utf8(query) if name in schema.fields}
     for name, values in args.lists():
+        if name in errors:
+            continue
         if name in _LISTS:
             data[name] = values
         elif len(values) > 1:
@@ -174,9 +200,9 @@ def _load_query(schema: Schema, args: MultiDict[str, str]) -> dict[str, Any]:
         else:
             data[name] = values[0]
     try:
-        query = schema.load(data)
+        loaded = schema.load(data)
     except ValidationError as exc:
         errors.update(_flat(exc.normalized_messages()))
     if errors:
         raise InvalidParameters(errors)
-    return query
+    return loaded

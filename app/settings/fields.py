@@ -67,6 +67,36 @@ def _as_given(value: Any) -> str:
     return f"the string {value!r} (app.config takes a number)" if isinstance(value, str) else repr(value)
 
 
+class _AsWritten:
+    """A number read from an environment variable: its repr, which a refusal quotes, is the text
+    as its reader wrote it (`56`, where the float read from it would say `56.0`, and `1e400`
+    rather than `inf`). Its str stays the number's, as a message that states it prints it."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        # The number's own repr (int and float take their str from it).
+        return super().__repr__()
+
+
+class _WrittenWhole(_AsWritten, int):
+    pass
+
+
+class _WrittenNumber(_AsWritten, float):
+    pass
+
+
+def _as_written(kind: type[_WrittenWhole | _WrittenNumber], text: str) -> Any:
+    """`text` read as a `kind` of number that a message quotes as `text` (ValueError if it is none)."""
+    number = kind(text)
+    number.text = text.strip()
+    return number
+
+
 class WholeNumber(Setting):
     def __init__(
         self, default: int, *, minimum: int = 0, maximum: int = MAX_WHOLE_NUMBER, unit: str = ""
@@ -76,7 +106,7 @@ class WholeNumber(Setting):
 
     def from_text(self, text: str) -> Any:
         try:
-            return int(text)
+            return _as_written(_WrittenWhole, text)
         except ValueError:
             raise ValueError(f"must be a whole number, not {text!r}") from None
 
@@ -84,8 +114,8 @@ class WholeNumber(Setting):
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             raise ValidationError(f"must be a whole number >= {self.minimum}, not {_as_given(value)}")
         if value > self.maximum:
-            raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value}")
-        return value
+            raise ValidationError(f"must be at most {self.maximum}{self.unit}, not {value!r}")
+        return int(value)
 
 
 class _Number(Setting):
@@ -93,7 +123,7 @@ class _Number(Setting):
 
     def from_text(self, text: str) -> Any:
         try:
-            return float(text)
+            return _as_written(_WrittenNumber, text)
         except ValueError:
             raise ValueError(f"must be a number, not {text!r}") from None
 
@@ -122,7 +152,9 @@ class Scale(_Number):
 
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.minimum <= value <= 1:
-            raise ValidationError(f"must be a number from {self.minimum} to 1, not {_as_given(value)}")
+            # The bound in decimal, as a reader writes it, not in the exponent form Python prints.
+            bound = f"{self.minimum:f}".rstrip("0")
+            raise ValidationError(f"must be a number from {bound} to 1, not {_as_given(value)}")
         return float(value)
 
 

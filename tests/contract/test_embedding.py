@@ -229,7 +229,7 @@ def test_registered_twice_in_one_app_both_prefixes_serve_its_one_store():
     [
         ("PLANTS_EVENTS_RETAIN", "0", "a whole number >= 0"),
         ("PLANTS_STORE_TIMEOUT", "0.5", "a number of seconds above 0"),
-        ("PLANTS_WEBHOOKS_RETRY_SCALE", "1", "a number from 1e-05 to 1"),
+        ("PLANTS_WEBHOOKS_RETRY_SCALE", "1", "a number from 0.00001 to 1"),
     ],
 )
 def test_a_number_setting_given_as_text_is_told_it_is_a_string(key, text, wanted):

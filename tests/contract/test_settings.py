@@ -139,6 +139,41 @@ def test_a_longest_wait_above_the_wait_parameters_bound_is_refused(monkeypatch):
     assert create_app().extensions["plants"].settings.events_max_wait == 55
 
 
+@pytest.mark.parametrize(
+    ("key", "text", "said"),
+    [
+        ("PLANTS_EVENTS_MAX_WAIT", "56", "must be at most 55 seconds, not 56"),
+        ("PLANTS_EVENTS_MAX_WAIT", "1e400", "must be at most 55 seconds, not 1e400"),
+        ("PLANTS_STORE_TIMEOUT", "0", "must be a number of seconds above 0, not 0"),
+        ("PLANTS_WEBHOOKS_TIMEOUT", " -0.50 ", "must be a number of seconds above 0, not -0.50"),
+        ("PLANTS_WEBHOOKS_RETRY_SCALE", "0", "must be a number from 0.00001 to 1, not 0"),
+        ("PLANTS_WEBHOOKS_RETRY_SCALE", "2", "must be a number from 0.00001 to 1, not 2"),
+        ("PLANTS_EVENTS_HEARTBEAT", "3601", "must be at most 3600 seconds, not 3601"),
+        ("PLANTS_JWT_LEEWAY", "1_000", "must be at most 300 seconds, not 1_000"),
+        ("MAX_CONTENT_LENGTH", "0", "must be a whole number >= 1, not 0"),
+    ],
+)
+def test_a_number_refused_from_the_environment_is_quoted_as_written(monkeypatch, key, text, said):
+    """The message quotes the variable's value as its reader wrote it: `56`, not the `56.0` it was
+    read as, nor `inf` for `1e400`."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv(key, text)
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    assert str(raised.value) == f"{key} {said}"
+
+
+def test_a_number_taken_from_the_environment_is_stated_as_the_number_it_is(monkeypatch):
+    """Only a refusal quotes the text as written: an answer that states the setting states the number."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("MAX_CONTENT_LENGTH", "1_000")
+    client = create_app().test_client()
+    headers = {"Authorization": "Bearer t", "Content-Type": "application/json"}
+    response = client.post("/plants", data=b"x" * 2000, headers=headers)
+    assert response.status_code == 413
+    assert response.json["message"] == "The request body is larger than the limit of 1000 bytes."
+
+
 def test_max_content_length_from_environment(monkeypatch):
     monkeypatch.setenv("PLANTS_API_TOKENS", "t")
     monkeypatch.setenv("MAX_CONTENT_LENGTH", "100")

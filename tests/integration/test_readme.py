@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.rawhttp import exchange
 from tests.servers import ROOT, Gunicorn
 
 README = ROOT / "README.md"
@@ -244,3 +245,27 @@ def test_the_readme_stays_short_and_its_links_lead_somewhere():
             if anchor and file.suffix == ".md":
                 headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
                 assert anchor in {github_anchor(heading) for heading in headings}, (page.name, target)
+
+
+def table_row(status: str) -> str:
+    """The README's row of the table of answers whose status cell is `status`."""
+    rows = [line for line in README.read_text().splitlines() if line.startswith("|")]
+    return next(row for row in rows if row.split("|")[2].strip() == status)
+
+
+def test_the_414_row_says_which_server_answers_and_each_answers_so(gunicorns):
+    """A request line past the limit is refused before the app sees it: by the packaged worker with
+    the JSON Error, by gunicorn's stock gthread worker with its HTML page. The row said "from
+    gunicorn" alone, which the packaged worker's own JSON answer is not."""
+    row = table_row("414")
+    assert "packaged worker's JSON `Error`" in row
+    assert "`GUNICORN_WORKER_CLASS=gthread`, gunicorn's own HTML page" in row
+    line = b"GET /plants?tags=" + b"a" * 4100 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    packaged = exchange(gunicorns("memory").port, line)
+    assert packaged is not None
+    assert (packaged.status, packaged.headers["Content-Type"]) == (414, "application/json")
+    assert packaged.json()["error"] == 414
+    stock = exchange(gunicorns("stock-worker").port, line)
+    assert stock is not None
+    assert stock.status == 414
+    assert stock.body.lstrip().startswith(b"<html>")

@@ -187,6 +187,11 @@ class Relay(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), RelayHandler)
         self.upstream, self.page = upstream, page
         self.resumed_from: list[str] = []
+        #: The target of each request for the feed, in order.
+        self.asked: list[str] = []
+        #: How many requests for the feed to answer 503 with `Retry-After: 1` first, as an
+        #: overloaded service would.
+        self.unavailable = 0
         self.relayed = bytearray()
         serve_in_thread(self)
 
@@ -203,7 +208,20 @@ class RelayHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
-        headers = {**AUTH, "Accept": self.headers.get("Accept", "")}
+        self.server.asked.append(self.path)
+        if self.server.unavailable:
+            self.server.unavailable -= 1
+            body = b'{"error":503,"message":"Busy: ask again later."}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        # The page's own token when it sends one (the fetch() client does), else the relay's.
+        authorization = self.headers.get("Authorization") or AUTH["Authorization"]
+        headers = {"Authorization": authorization, "Accept": self.headers.get("Accept", "")}
         if self.headers.get("Last-Event-ID"):
             headers["Last-Event-ID"] = self.headers["Last-Event-ID"]
             self.server.resumed_from.append(headers["Last-Event-ID"])
@@ -269,10 +287,15 @@ def test_the_browsers_eventsource_parses_every_event_across_reconnects(server, b
         relay.server_close()
 
 
+def documented_fetch_client() -> str:
+    """docs/change-feed.md's fetch() client, as written."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text("utf-8")
+    return text.split("**In a browser**", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+
+
 def test_the_documented_browser_client_parses_every_event_across_reconnects(server, browser):  # noqa: F811
     """docs/change-feed.md's fetch() client, on a page of the service's origin (the relay's)."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text("utf-8")
-    code = text.split("**In a browser**", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+    code = documented_fetch_client()
     page = (
         f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{code}\n'
         f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event));</script>'
@@ -298,8 +321,7 @@ def test_the_documented_browser_client_stops_at_a_position_no_longer_kept(browse
     server = Gunicorn(env={"PLANTS_EVENTS_RETAIN": "10"})
     relay = None
     try:
-        text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text("utf-8")
-        code = text.split("**In a browser**", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+        code = documented_fetch_client()
         cursor = now_cursor(server)
         for plant_id in range(730_300, 730_320):  # twice what the feed keeps
             conn = server.connection()
@@ -322,3 +344,53 @@ def test_the_documented_browser_client_stops_at_a_position_no_longer_kept(browse
             relay.shutdown()
             relay.server_close()
         server.stop()
+
+
+@pytest.mark.parametrize("from_now", [True, False], ids=["from-now", "from-a-position"])
+def test_the_documented_browser_client_stops_at_a_refused_token(server, browser, from_now):  # noqa: F811
+    """docs/change-feed.md's fetch() client with a token the service refuses (expired, revoked):
+    its 401 rejects the client's promise, telling its caller to renew the token, as the Python
+    client's raises. It warned on the console and asked again every second, for good."""
+    position = "" if from_now else f', "{now_cursor(server)}"'
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{documented_fetch_client()}\n'
+        f'watch("not-a-token-of-this-service", () => {{}}{position})'
+        ".catch((error) => { window.failed = error.message; });"
+        "</script>"
+    )
+    relay = Relay(server, page)
+    try:
+        browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
+        wait(browser, 10).until(lambda driver: driver.execute_script("return window.failed"))
+        assert browser.execute_script("return window.failed").startswith("401: ")
+        time.sleep(2.5)  # longer than the client's pause between two tries
+        assert len(relay.asked) == 1  # asked once, not again and again
+    finally:
+        relay.shutdown()
+        relay.server_close()
+
+
+def test_the_documented_browser_client_asks_again_after_a_503s_retry_after(server, browser):  # noqa: F811
+    """A 503 (or 429) is for a while: the fetch() client asks again once `Retry-After` has passed
+    and goes on, where a 401 stops it."""
+    cursor = now_cursor(server)
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{documented_fetch_client()}\n'
+        f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event), "{cursor}")'
+        ".catch((error) => { window.failed = error.message; });"
+        "</script>"
+    )
+    relay = Relay(server, page)
+    relay.unavailable = 2
+    try:
+        browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
+        wait(browser, 15).until(lambda _: relay.resumed_from)  # past the two 503s
+        ids, writer = write_in_bursts(server, 730_400)
+        writer.join(30)
+        got = arrived_ids(browser, ids, "return window.received.map((event) => event.plant.id)")
+        assert [plant_id for plant_id in got if plant_id in ids] == ids
+        assert browser.execute_script("return window.failed") is None
+        assert len(relay.asked) >= 3
+    finally:
+        relay.shutdown()
+        relay.server_close()
