@@ -63,11 +63,11 @@ app.register_blueprint(bp, url_prefix="/api/v1")
 """
 #: gunicorn 27's management socket has one path per user: the host's servers open none.
 GUNICORN_CONF = "control_socket_disable = True\n"
-GUNICORN = ["-m", "gunicorn", "-c", "conf.py", "-b", "127.0.0.1:{port}"]
+GUNICORN = ["-m", "gunicorn", "-c", "host_shop_conf.py", "-b", "127.0.0.1:{port}"]
 SERVERS = {
-    "flask run": ["-m", "flask", "--app", "shop", "run", "--port", "{port}"],
-    "packaged worker": [*GUNICORN, "-k", "app.server.worker.PlantsWorker", "shop:app"],
-    "gthread": [*GUNICORN, "-k", "gthread", "--threads", "4", "shop:app"],
+    "flask run": ["-m", "flask", "--app", "host_shop", "run", "--port", "{port}"],
+    "packaged worker": [*GUNICORN, "-k", "app.server.worker.PlantsWorker", "host_shop:app"],
+    "gthread": [*GUNICORN, "-k", "gthread", "--threads", "4", "host_shop:app"],
 }
 
 
@@ -92,8 +92,8 @@ def call(server: Served, method, path, body=None, headers=None):
 
 @pytest.fixture(params=sorted(SERVERS))
 def host(request, tmp_path):
-    (tmp_path / "shop.py").write_text(HOST)
-    (tmp_path / "conf.py").write_text(GUNICORN_CONF)
+    (tmp_path / "host_shop.py").write_text(HOST)
+    (tmp_path / "host_shop_conf.py").write_text(GUNICORN_CONF)
     server = serve(tmp_path, SERVERS[request.param], {})
     yield server
     server.stop()

@@ -33,6 +33,8 @@ WRITTEN_BY_TESTS = {
     "host_parked_failure.py",
     "host_app_framing.py",
     "host_environ.py",
+    "host_shop.py",
+    "host_shop_conf.py",
 }
 
 
