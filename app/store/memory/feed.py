@@ -115,9 +115,19 @@ class MemoryFeed:
         return EventPage(events, end.to_bytes(8, "big"))
 
     def entries(self, after: bytes | None, limit: int) -> tuple[list[FeedEntry], bytes]:
-        number = self._start(after)
-        end = min(number + limit, self._last)
-        return [self._entry(n) for n in range(number + 1, end + 1)], end.to_bytes(8, "big")
+        events, end = self.page(after, limit)
+        first = int.from_bytes(end, "big") - len(events)
+        origins, before, retain, offset = self._origins, self._before, self.retain, self._offset
+        return [
+            FeedEntry(
+                event,
+                f"{self._epoch}-{n}",
+                n.to_bytes(8, "big"),
+                _unpack(origins[(n - 1 - offset) % retain]),
+                before[(n - 1 - offset) % retain],
+            )
+            for n, event in enumerate(events, first + 1)
+        ], end
 
     def _entry(self, n: int) -> FeedEntry:
         at = (n - 1 - self._offset) % self.retain
