@@ -336,7 +336,7 @@ class PlantStore(Protocol):
         self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
     ) -> Selected:
         """As `feed_entries`, reading at most `read_most` events, of which only the first `limit`
-        that `selection` selects are answered (app/store/selection.py): a filtered watch passes
+        that `selection` selects are answered (FeedSelection, Selected): a filtered watch passes
         over what it does not select without an entry made for it."""
         ...
 

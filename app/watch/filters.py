@@ -42,11 +42,6 @@ class EventFilter(FeedSelection):
             None if types is None else frozenset(EVENT_TYPES.index(name) for name in types),
         )
 
-    def matches(self, entry: FeedEntry) -> bool:
-        """The entry's plant matched before or after its change."""
-        event = entry.event
-        return self.selects(event.kind, event.plant_id, event.tag, entry.tag_before)
-
 
 def scan(
     store: PlantStore, after: bytes | None, limit: int, only: EventFilter, budget: int = SCAN_BUDGET
@@ -54,7 +49,7 @@ def scan(
     """Up to `limit` entries after `after` that `only` selects, reading at most `budget` events;
     the position after the last event read, whether the read reached the feed's end, and how many
     events it read past the last one it selected (a stream tells its client its position once
-    they add up: app/watch/watches.py). The store selects (app/store/selection.py), a chunk of
+    they add up: app/watch/watches.py). The store selects (`PlantStore.feed_select`), a chunk of
     the feed at a time."""
     found: list[FeedEntry] = []
     read = passed = 0

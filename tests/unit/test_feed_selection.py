@@ -11,7 +11,7 @@ import pytest
 
 from app.store import MemoryPlantStore
 from app.store.base import FeedSelection
-from app.store.memory.feed import MemoryFeed
+from app.store.memory.feed import MemoryFeed, select_from
 
 TAGS = ("a", "b", "c", None)
 SELECTIONS = [
@@ -49,7 +49,7 @@ def test_the_columns_select_what_picking_from_whole_entries_selects(retain, even
         starts, SELECTIONS, (1, 2, 5), (1, 3, 16, 64)
     ):
         entries, end = feed.entries(after, read_most)
-        assert feed.select(after, limit, selection, read_most) == selection.pick(
+        assert select_from(feed, after, limit, selection, read_most) == selection.pick(
             entries, end, read_most, limit
         )
 

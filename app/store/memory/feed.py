@@ -136,28 +136,6 @@ class MemoryFeed:
             event, f"{self._epoch}-{n}", n.to_bytes(8, "big"), _unpack(self._origins[at]), self._before[at]
         )
 
-    def select(self, after: bytes | None, limit: int, selection: FeedSelection, read_most: int) -> Selected:
-        """`FeedSelection.pick` of `entries(after, read_most)`, judged on the columns: an entry is
-        made only for an event selected, so that passing over a stretch no filter of a watch
-        matches costs a scan of its slots, not an object per event."""
-        number = self._start(after)
-        end = min(number + read_most, self._last)
-        numbers: list[int] = []
-        first = number + 1
-        while first <= end and len(numbers) < limit:
-            at = (first - 1 - self._offset) % self.retain
-            until = min(end, first + self.retain - at - 1)  # this run of slots, up to the ring's end
-            numbers += [first + i for i in _selected(self, at, at + until - first + 1, selection)]
-            first = until + 1
-        found = [self._entry(n) for n in numbers[:limit]]
-        if len(found) == limit:
-            last = numbers[limit - 1]
-            return Selected(
-                found, last.to_bytes(8, "big"), last - number, 0, last == end < number + read_most
-            )
-        passed = end - numbers[-1] if numbers else end - number
-        return Selected(found, end.to_bytes(8, "big"), end - number, passed, end < number + read_most)
-
     @staticmethod
     def count(position: bytes) -> int:
         if len(position) != 8:
@@ -193,6 +171,29 @@ class MemoryFeed:
                 column.extend(kept[name][at] for at in slots)
             self._epoch = kept.get("_epoch", self._epoch)
         self._last, self._offset = last, last - carried
+
+
+def select_from(
+    feed: MemoryFeed, after: bytes | None, limit: int, selection: FeedSelection, read_most: int
+) -> Selected:
+    """`FeedSelection.pick` of the feed's `entries(after, read_most)`, judged on the columns: an entry is
+    made only for an event selected, so that passing over a stretch no filter of a watch
+    matches costs a scan of its slots, not an object per event."""
+    number = feed._start(after)
+    end = min(number + read_most, feed._last)
+    numbers: list[int] = []
+    first = number + 1
+    while first <= end and len(numbers) < limit:
+        at = (first - 1 - feed._offset) % feed.retain
+        until = min(end, first + feed.retain - at - 1)  # this run of slots, up to the ring's end
+        numbers += [first + i for i in _selected(feed, at, at + until - first + 1, selection)]
+        first = until + 1
+    found = [feed._entry(n) for n in numbers[:limit]]
+    if len(found) == limit:
+        last = numbers[limit - 1]
+        return Selected(found, last.to_bytes(8, "big"), last - number, 0, last == end < number + read_most)
+    passed = end - numbers[-1] if numbers else end - number
+    return Selected(found, end.to_bytes(8, "big"), end - number, passed, end < number + read_most)
 
 
 def _selected(feed: MemoryFeed, start: int, stop: int, selection: FeedSelection) -> list[int]:
@@ -254,7 +255,7 @@ class FeedReads:
         self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
     ) -> Selected:
         with self._lock:
-            return self._feed.select(after, limit, selection, read_most)
+            return select_from(self._feed, after, limit, selection, read_most)
 
     def feed_count(self, position: bytes) -> int:
         return self._feed.count(position)
