@@ -156,6 +156,57 @@ class EventPage(NamedTuple):
     next: bytes
 
 
+class Selected(NamedTuple):
+    """One filtered read: the entries selected; the position after the last event read (after
+    the last entry when `limit` were found); how many events were read, and how many of them
+    after the last entry selected; and whether the read reached the feed's end."""
+
+    entries: list[FeedEntry]
+    end: bytes
+    read: int
+    passed: int
+    at_end: bool
+
+
+class FeedSelection(NamedTuple):
+    """Which events a reader selects; None in a field: that part was not given. Different parts
+    combine with AND, the values of one with OR. An event is selected when its plant matches
+    **before or after** its change: its kind is one of `kinds`, its id one of `ids`, and its tag
+    after the change or before it one of `tags`. A store answers a filtered read with only the
+    entries selected (`PlantStore.feed_select`): the memory store judges its columns before it
+    makes an entry, so that passing over what a watch does not select builds nothing; a store
+    that reads whole entries anyway (Redis) picks from them (`pick`)."""
+
+    tags: frozenset[str] | None = None
+    ids: frozenset[int] | None = None
+    kinds: frozenset[int] | None = None
+
+    def selects(self, kind: int, plant_id: int, tag: str | None, before: str | None) -> bool:
+        if self.kinds is not None and kind not in self.kinds:
+            return False
+        if self.ids is not None and plant_id not in self.ids:
+            return False
+        tags = self.tags
+        return tags is None or tag in tags or before in tags
+
+    def pick(self, entries: list[FeedEntry], end: bytes, asked: int, limit: int) -> Selected:
+        """The first `limit` of `entries` (a read of `asked` events that ended at `end`) that
+        this selects."""
+        found: list[FeedEntry] = []
+        passed = 0
+        for read, entry in enumerate(entries, 1):
+            event = entry.event
+            if not self.selects(event.kind, event.plant_id, event.tag, entry.tag_before):
+                passed += 1
+                continue
+            found.append(entry)
+            passed = 0
+            if len(found) == limit:
+                at_end = read == len(entries) and len(entries) < asked
+                return Selected(found, entry.position, read, 0, at_end)
+        return Selected(found, end, len(entries), passed, len(entries) < asked)
+
+
 class FeedExpiredError(Exception):
     """Some events after the position have been dropped under the retention: the reader must list
     the store again and follow from a new position."""
@@ -279,6 +330,14 @@ class PlantStore(Protocol):
         before it had them) raises FeedExpiredError, as one past the retention does: a follower's
         copy holds what was lost. With `read_on`, it reads on from the position's time instead:
         for a reader that has passed those events on and keeps nothing (a webhook deliverer)."""
+        ...
+
+    def feed_select(
+        self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
+    ) -> Selected:
+        """As `feed_entries`, reading at most `read_most` events, of which only the first `limit`
+        that `selection` selects are answered (FeedSelection, Selected): a filtered watch passes
+        over what it does not select without an entry made for it."""
         ...
 
     def feed_count(self, position: bytes) -> int:

@@ -13,9 +13,10 @@ following stays inside the retention window however long its filter matches noth
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.store import EVENT_TYPES, FeedEntry, PlantStore
+from app.store.base import FeedSelection
 
 #: The events one store call reads while a filtered read walks the feed.
 SCAN_CHUNK = 1000
@@ -23,12 +24,11 @@ SCAN_CHUNK = 1000
 SCAN_BUDGET = 10_000
 
 
-class EventFilter(NamedTuple):
-    """A reader's filter; None in a field: that parameter was not given."""
+class EventFilter(FeedSelection):
+    """A reader's filter (the store's FeedSelection, made from a query); None in a field: that
+    parameter was not given."""
 
-    tags: frozenset[str] | None = None
-    ids: frozenset[int] | None = None
-    kinds: frozenset[int] | None = None
+    __slots__ = ()
 
     @classmethod
     def from_query(cls, query: dict[str, Any]) -> EventFilter | None:
@@ -42,16 +42,6 @@ class EventFilter(NamedTuple):
             None if types is None else frozenset(EVENT_TYPES.index(name) for name in types),
         )
 
-    def matches(self, entry: FeedEntry) -> bool:
-        """The entry's plant matched before or after its change."""
-        event = entry.event
-        if self.kinds is not None and event.kind not in self.kinds:
-            return False
-        if self.ids is not None and event.plant_id not in self.ids:
-            return False
-        tags = self.tags
-        return tags is None or event.tag in tags or entry.tag_before in tags
-
 
 def scan(
     store: PlantStore, after: bytes | None, limit: int, only: EventFilter, budget: int = SCAN_BUDGET
@@ -59,23 +49,20 @@ def scan(
     """Up to `limit` entries after `after` that `only` selects, reading at most `budget` events;
     the position after the last event read, whether the read reached the feed's end, and how many
     events it read past the last one it selected (a stream tells its client its position once
-    they add up: app/watch/watches.py)."""
+    they add up: app/watch/watches.py). The store selects (`PlantStore.feed_select`), a chunk of
+    the feed at a time."""
     found: list[FeedEntry] = []
     read = passed = 0
     while True:
         asked = min(SCAN_CHUNK, budget - read)
-        entries, end = store.feed_entries(after, asked)
-        read += len(entries)
-        for entry in entries:
-            if not only.matches(entry):
-                passed += 1
-                continue
-            found.append(entry)
-            passed = 0
-            if len(found) == limit:
-                return found, entry.position, entry is entries[-1] and len(entries) < asked, 0
-        if len(entries) < asked:
-            return found, end, True, passed
+        chunk = store.feed_select(after, limit - len(found), only, read_most=asked)
+        read += chunk.read
+        found += chunk.entries
+        passed = chunk.passed if chunk.entries else passed + chunk.passed
+        if len(found) == limit:
+            return found, chunk.end, chunk.at_end, 0
+        if chunk.at_end:
+            return found, chunk.end, True, passed
         if read >= budget:
-            return found, end, False, passed
-        after = end
+            return found, chunk.end, False, passed
+        after = chunk.end

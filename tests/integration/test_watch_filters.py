@@ -1,11 +1,15 @@
 """Filtered watches of the feed on a real gunicorn (memory; Redis with two workers): a long-poll
 and a stream send only what their filter selects, move past the rest, and a stream's heartbeats
 are bookmarks a client reconnects from without loss and without 410, however much it did not
-select was written meanwhile (a retention of 100 events, 500 writes)."""
+select was written meanwhile (a retention of 100 events, 500 writes). Many filtered streams woken
+together after a long stretch they pass over leave the memory store's one request thread free
+for /healthz within a couple of seconds."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import time
 
 import pytest
@@ -182,3 +186,71 @@ def test_a_stream_tells_its_position_before_what_it_passes_over_leaves_the_reten
     status, _, body = get(server, f"/events?after={held}&tags=qs-mine")
     assert status == 200, body
     assert [event["plant"]["id"] for event in json.loads(body)["events"]] == [722_001]
+
+
+#: Filtered streams parked at one position, each with a filter of its own (no two share a read).
+PARKED_STREAMS = 300
+#: The events written meanwhile that none of them selects, under the retention's half (no sweep).
+PASSED_OVER = 10_000
+#: A wide behavioural deadline, not a speed figure (as test_watch_liveness.py's): with every
+#: woken stream building an entry for each event it passed over, /healthz waited 7 to 10 s here.
+LIVENESS_DEADLINE = 2.0
+
+
+def put_many(port: int, first_id: int, count: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    for n in range(count):
+        conn.request(
+            "PUT", f"/plants/{first_id + n % 500}", json.dumps({"name": f"v{n}", "tag": "busy"}), headers
+        )
+        response = conn.getresponse()
+        response.read()
+        assert response.status in (200, 201)
+    conn.close()
+
+
+def healthz_seconds(port: int) -> float:
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=LIVENESS_DEADLINE + 30)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200
+    conn.close()
+    return time.monotonic() - started
+
+
+def test_filtered_streams_woken_together_after_a_long_stretch_they_pass_over_leave_the_worker_answering():
+    """The memory store's one request thread reads every woken stream's feed: streams that wake
+    together after a long stretch none of them selects (the wake-up of every watch each half
+    retention, their heartbeats, one write they all select) each walk that stretch, /healthz
+    waits its turn behind them all, and streams woken but not yet served were closed unsent
+    when their turn came later than the worker's read timeout."""
+    server = Gunicorn(env={"PLANTS_EVENTS_HEARTBEAT": "60", "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "400"})
+    socks = []
+    try:
+        cursor = now_cursor(server)
+        shared = 730_000  # every stream selects it, and one more id of its own
+        for n in range(PARKED_STREAMS):
+            socks.append(open_stream(server, path=f"/events?after={cursor}&ids={shared}&ids={731_000 + n}"))
+        writers = [
+            threading.Thread(target=put_many, args=(server.port, 740_000 + 1000 * k, PASSED_OVER // 2))
+            for k in range(2)
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(120)
+        time.sleep(0.5)  # every stream parked again
+        write(server, shared, "all")  # wakes every stream at once
+        seconds = healthz_seconds(server.port)
+        received = 0
+        for sock in socks:
+            sock.settimeout(60)
+            _, text = dechunk(read_stream(sock, until=b'"id":730000', seconds=60))
+            received += b'"id":730000' in text
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
+    assert seconds < LIVENESS_DEADLINE, seconds
+    assert received == PARKED_STREAMS

@@ -10,7 +10,7 @@ import time
 from array import array
 from typing import Any
 
-from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
+from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError, FeedSelection, Selected
 
 #: A request id the service made (or nginx's $request_id): kept as its 128-bit int, 48 bytes
 #: where its 32-character str takes 88.
@@ -88,19 +88,23 @@ class MemoryFeed:
             self._origins[at] = _pack(origin)
             self._before[at] = before
 
-    def page(self, after: bytes | None, limit: int) -> EventPage:
-        """The events after `after` (the number of the last one read, as 8 bytes)."""
+    def _start(self, after: bytes | None) -> int:
+        """The number of the last event read at `after` (the oldest kept's predecessor for None)."""
         dropped = self._last - len(self._kinds)
         if after is None:
-            number = dropped
-        else:
-            if len(after) != 8:
-                raise ValueError("not a position of this store")
-            number = int.from_bytes(after, "big")
-            if number > self._last:
-                raise ValueError("not a position of this store")
-            if number < dropped:
-                raise FeedExpiredError
+            return dropped
+        if len(after) != 8:
+            raise ValueError("not a position of this store")
+        number = int.from_bytes(after, "big")
+        if number > self._last:
+            raise ValueError("not a position of this store")
+        if number < dropped:
+            raise FeedExpiredError
+        return number
+
+    def page(self, after: bytes | None, limit: int) -> EventPage:
+        """The events after `after` (the number of the last one read, as 8 bytes)."""
+        number = self._start(after)
         end = min(number + limit, self._last)
         retain, offset = self.retain, self._offset
         kinds, plants, names, tags, times = self._kinds, self._plants, self._names, self._tags, self._times
@@ -124,6 +128,13 @@ class MemoryFeed:
             )
             for n, event in enumerate(events, first + 1)
         ], end
+
+    def _entry(self, n: int) -> FeedEntry:
+        at = (n - 1 - self._offset) % self.retain
+        event = Event(self._kinds[at], self._plants[at], self._names[at], self._tags[at], self._times[at])
+        return FeedEntry(
+            event, f"{self._epoch}-{n}", n.to_bytes(8, "big"), _unpack(self._origins[at]), self._before[at]
+        )
 
     @staticmethod
     def count(position: bytes) -> int:
@@ -162,6 +173,57 @@ class MemoryFeed:
         self._last, self._offset = last, last - carried
 
 
+def select_from(
+    feed: MemoryFeed, after: bytes | None, limit: int, selection: FeedSelection, read_most: int
+) -> Selected:
+    """`FeedSelection.pick` of the feed's `entries(after, read_most)`, judged on the columns: an entry is
+    made only for an event selected, so that passing over a stretch no filter of a watch
+    matches costs a scan of its slots, not an object per event."""
+    number = feed._start(after)
+    end = min(number + read_most, feed._last)
+    numbers: list[int] = []
+    first = number + 1
+    while first <= end and len(numbers) < limit:
+        at = (first - 1 - feed._offset) % feed.retain
+        until = min(end, first + feed.retain - at - 1)  # this run of slots, up to the ring's end
+        numbers += [first + i for i in _selected(feed, at, at + until - first + 1, selection)]
+        first = until + 1
+    found = [feed._entry(n) for n in numbers[:limit]]
+    if len(found) == limit:
+        last = numbers[limit - 1]
+        return Selected(found, last.to_bytes(8, "big"), last - number, 0, last == end < number + read_most)
+    passed = end - numbers[-1] if numbers else end - number
+    return Selected(found, end.to_bytes(8, "big"), end - number, passed, end < number + read_most)
+
+
+def _selected(feed: MemoryFeed, start: int, stop: int, selection: FeedSelection) -> list[int]:
+    """The offsets in the feed's slots `start` to `stop` of the events `selection` selects. A
+    filter by ids or tags rules out a run with no value of it in a set's C loop first."""
+    plants, tags, before = feed._plants, feed._tags, feed._before
+    if selection.ids is not None:
+        ids, run = selection.ids, plants[start:stop]
+        if ids.isdisjoint(run):
+            return []
+        offsets: Any = [i for i, plant_id in enumerate(run) if plant_id in ids]
+    elif selection.tags is not None:
+        wanted, after_run, before_run = selection.tags, tags[start:stop], before[start:stop]
+        if wanted.isdisjoint(after_run) and wanted.isdisjoint(before_run):
+            return []
+        offsets = [
+            i
+            for i, (tag, was) in enumerate(zip(after_run, before_run, strict=True))
+            if tag in wanted or was in wanted
+        ]
+    else:
+        offsets = range(stop - start)
+    kinds = feed._kinds
+    return [
+        i
+        for i in offsets
+        if selection.selects(kinds[start + i], plants[start + i], tags[start + i], before[start + i])
+    ]
+
+
 class FeedReads:
     """The feed's reads that the store answers (the PlantStore protocol's), each under the
     store's lock: a part of MemoryPlantStore (its base class), as flask-smorest composes its Api
@@ -188,6 +250,12 @@ class FeedReads:
         # `read_on` changes nothing here: the ring never loses an event it numbered.
         with self._lock:
             return self._feed.entries(after, limit)
+
+    def feed_select(
+        self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
+    ) -> Selected:
+        with self._lock:
+            return select_from(self._feed, after, limit, selection, read_most)
 
     def feed_count(self, position: bytes) -> int:
         return self._feed.count(position)

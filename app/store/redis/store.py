@@ -15,9 +15,11 @@ from app.store.base import (
     CreateOutcome,
     EventPage,
     FeedEntry,
+    FeedSelection,
     Page,
     Plant,
     Precondition,
+    Selected,
 )
 from app.store.readiness import Readiness
 from app.store.redis.client import LazyClient, ScriptRunner, connect
@@ -138,6 +140,13 @@ class RedisPlantStore(RedisBacked):
         self, after: bytes | None, limit: int, *, read_on: bool = False
     ) -> tuple[list[FeedEntry], bytes]:
         return self._feeds.entries(after, limit, read_on=read_on)
+
+    def feed_select(
+        self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
+    ) -> Selected:
+        """Picked from whole entries: a script's answer holds each of them anyway."""
+        entries, end = self._feeds.entries(after, read_most)
+        return selection.pick(entries, end, read_most, limit)
 
     def feed_count(self, position: bytes) -> int:
         return self._feeds.count(position)
