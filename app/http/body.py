@@ -98,10 +98,14 @@ def _read_at_most(req: Request, limit: int) -> bytes:
     """The body, or BodyTooLarge past `limit` and BodyCutShort when it ends short (Werkzeug's own
     errors for a chunked one)."""
     earlier = body_cache.read_earlier(req) if body_cache.FITS else None
-    if earlier is not None:
-        # A host app's own hook read it first (`request.get_data()`): `wsgi.input` is at its end.
-        return earlier
     length = get_content_length(req.environ)
+    if earlier is not None:
+        # A host app's own hook read it first (`request.get_data()`): `wsgi.input` is at its end,
+        # or, for a chunked body, at the host's MAX_CONTENT_LENGTH (the limit here too), where
+        # Werkzeug stops without an error: a byte past it is a body too large, not one complete.
+        if length is None and len(earlier) >= limit and req.environ["wsgi.input"].read(1):
+            raise BodyTooLarge(limit)
+        return earlier
     if length is None or not body_cache.FITS:
         # A body of unknown length (chunked), or any body where Werkzeug's cache is not where
         # compat expects it: read through Werkzeug, which keeps it for the host's later readers.

@@ -151,6 +151,24 @@ def test_the_hosts_body_limit_bounds_its_own_routes_on_each_server(host):
     assert call(host, "POST", "/upload", b"x" * (2 * 1024 * 1024), {"Content-Type": "text/plain"})[0] == 413
 
 
+def test_a_chunked_write_past_the_hosts_limit_is_a_413_though_the_host_read_it_first(host):
+    """The host's hook reads every body (`request.get_data()`): Werkzeug stops a chunked one at
+    MAX_CONTENT_LENGTH without an error, and the write read what it kept as the whole body, so
+    that one padded past the limit was stored (another a 400 saying it was no JSON)."""
+    padded = b'{"id": 3, "name": "Fern"}' + b" " * (2 * 1024 * 1024)
+    conn = host.connection(timeout=30)
+    try:
+        chunks = (padded[start : start + 65536] for start in range(0, len(padded), 65536))
+        sent = {**AUTH, "Content-Type": "application/json", "Transfer-Encoding": "chunked"}
+        conn.request("POST", "/api/v1/plants", body=chunks, headers=sent, encode_chunked=True)
+        response = conn.getresponse()
+        status, body = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert (status, body["error"]) == (413, 413)
+    assert call(host, "GET", "/api/v1/plants/3", headers=AUTH)[0] == 404  # nothing written
+
+
 @pytest.fixture
 def debug_server(tmp_path):
     shutil.copy(ROOT / "wsgi.py", tmp_path / "wsgi.py")

@@ -370,13 +370,15 @@ def test_the_documented_browser_client_stops_at_a_refused_token(server, browser,
         relay.server_close()
 
 
-def test_the_documented_browser_client_asks_again_after_a_503s_retry_after(server, browser):  # noqa: F811
+@pytest.mark.parametrize("from_now", [True, False], ids=["from-now", "from-a-position"])
+def test_the_documented_browser_client_asks_again_after_a_503s_retry_after(server, browser, from_now):  # noqa: F811
     """A 503 (or 429) is for a while: the fetch() client asks again once `Retry-After` has passed
-    and goes on, where a 401 stops it."""
-    cursor = now_cursor(server)
+    and goes on, where a 401 stops it. From now on, its first read (its position, `after=now`) is
+    asked again alike: it rejected the client's promise."""
+    position = "" if from_now else f', "{now_cursor(server)}"'
     page = (
         f'<!doctype html><meta charset="utf-8"><title>watch</title><script>{documented_fetch_client()}\n'
-        f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event), "{cursor}")'
+        f'window.received = []; watch("{TOKEN}", (event) => window.received.push(event){position})'
         ".catch((error) => { window.failed = error.message; });"
         "</script>"
     )
@@ -385,7 +387,7 @@ def test_the_documented_browser_client_asks_again_after_a_503s_retry_after(serve
     try:
         browser.get(f"http://127.0.0.1:{relay.server_address[1]}/")
         wait(browser, 15).until(lambda _: relay.resumed_from)  # past the two 503s
-        ids, writer = write_in_bursts(server, 730_400)
+        ids, writer = write_in_bursts(server, 730_400 if from_now else 730_600)
         writer.join(30)
         got = arrived_ids(browser, ids, "return window.received.map((event) => event.plant.id)")
         assert [plant_id for plant_id in got if plant_id in ids] == ids

@@ -474,6 +474,29 @@ def test_the_documented_python_client_receives_each_event_and_resumes(server):
     assert [event["plant"]["id"] for event in received] == [710_070, 710_071]
 
 
+def first_event_of_the_documented_client(
+    app: Gunicorn,
+) -> tuple[threading.Thread, list[dict], list[BaseException]]:
+    """docs/change-feed.md's Python client, as written, from now on in a thread of its own, until
+    its first event (`received`) or its exception (`failed`)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text()
+    code = text.split("**A Python client**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/change-feed.md", "exec"), namespace)  # noqa: S102  # the page's own code
+    received: list[dict] = []
+    failed: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            received.append(next(namespace["watch"]("127.0.0.1", app.port, TOKEN)))
+        except Exception as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    return thread, received, failed
+
+
 def test_the_documented_python_client_waits_out_a_refusal_for_a_while():
     """Refused for a while (429 past its token's watcher cap here; 503 with the store away), the
     documented client waits the answer's Retry-After and watches on: it raised, ending the
@@ -481,24 +504,10 @@ def test_the_documented_python_client_waits_out_a_refusal_for_a_while():
     app = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "1"})
     held = app.connection()
     try:
-        text = (Path(__file__).resolve().parents[2] / "docs" / "change-feed.md").read_text()
-        code = text.split("**A Python client**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-        namespace: dict = {}
-        exec(compile(code, "docs/change-feed.md", "exec"), namespace)  # noqa: S102  # the page's own code
         held.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
         stream = held.getresponse()  # kept: the token's one watch
         assert stream.status == 200
-        received: list[dict] = []
-        failed: list[BaseException] = []
-
-        def consume() -> None:
-            try:
-                received.append(next(namespace["watch"]("127.0.0.1", app.port, TOKEN)))
-            except Exception as exc:
-                failed.append(exc)
-
-        thread = threading.Thread(target=consume, daemon=True)
-        thread.start()
+        thread, received, failed = first_event_of_the_documented_client(app)
         time.sleep(1.5)  # its stream refused (429, Retry-After: 5)
         stream.close()
         held.close()
@@ -508,6 +517,30 @@ def test_the_documented_python_client_waits_out_a_refusal_for_a_while():
         assert [event["plant"]["id"] for event in received] == [710_080]
     finally:
         held.close()
+        app.stop()
+
+
+def test_the_documented_python_client_waits_out_a_refusal_of_its_first_read():
+    """From now on, the documented client first reads its position (`after=now`): refused for a
+    while there too (429 past its token's rate limit here), it waits the answer's Retry-After and
+    watches on. It raised (KeyError: the refusal has no `next`), ending the caller's loop."""
+    writer = "writer-token"
+    app = Gunicorn(env={"PLANTS_API_TOKENS": f"{TOKEN},{writer}", "PLANTS_RATE_LIMIT": "2 per 2 seconds"})
+    try:
+        assert [get(app, "/plants")[0] for _ in range(3)][-1] == 429  # the token's budget spent
+        thread, received, failed = first_event_of_the_documented_client(app)
+        time.sleep(4.0)  # its first read refused (429, Retry-After within 2 s), then its stream
+        conn = app.connection()
+        body = json.dumps({"id": 710_090, "name": "after the refusal"})
+        conn.request(
+            "POST", "/plants", body, {"Authorization": f"Bearer {writer}", "Content-Type": "application/json"}
+        )
+        assert conn.getresponse().status == 200
+        conn.close()
+        thread.join(20)
+        assert failed == []
+        assert [event["plant"]["id"] for event in received] == [710_090]
+    finally:
         app.stop()
 
 
