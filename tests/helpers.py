@@ -58,7 +58,9 @@ def watches_started(server: Any, token: str, status: int = 200) -> float:
     summed over its workers), a page's included: take the count before the watches. A watch is
     counted as it starts, once admitted with its position taken: what is written from then on
     reaches it, so a test waits for this, not for a sleep to be long enough."""
-    _, _, body = call(server.connection(), "GET", "/metrics", None, {"Authorization": f"Bearer {token}"})
+    auth = {"Authorization": f"Bearer {token}"}
+    scraped, _, body = call(server.connection(), "GET", "/metrics", None, auth)
+    assert scraped == 200, body[:300]
     labels = {"method": "GET", "route": "/events", "status": str(status)}
     return sum(
         sample.value
