@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from app.schemas.records import ErrorSchema
 from app.store import Plant
 
@@ -49,6 +51,31 @@ def call(
         return response.status, response.headers, response.read()
     finally:
         conn.close()
+
+
+def watches_started(server: Any, token: str, status: int = 200) -> float:
+    """The `GET /events` answers with `status` that `server` counted (plants_http_requests_total,
+    summed over its workers), a page's included: take the count before the watches. A watch is
+    counted as it starts, once admitted with its position taken: what is written from then on
+    reaches it, so a test waits for this, not for a sleep to be long enough."""
+    auth = {"Authorization": f"Bearer {token}"}
+    scraped, _, body = call(server.connection(), "GET", "/metrics", None, auth)
+    assert scraped == 200, body[:300]
+    labels = {"method": "GET", "route": "/events", "status": str(status)}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "plants_http_requests_total" and sample.labels == labels
+    )
+
+
+def wait_for_watches(server: Any, token: str, count: float, status: int = 200, seconds: float = 30) -> None:
+    """Until `count` watches (or refusals, by `status`) have started: `watches_started`, bounded."""
+    deadline = time.monotonic() + seconds
+    while (started := watches_started(server, token, status)) < count:
+        assert time.monotonic() < deadline, f"{started} of {count} GET /events answered {status}"
+        time.sleep(0.05)
 
 
 def walk_pages(store: Any, limit: int, tags: Any = None) -> list[tuple[int, Plant]]:

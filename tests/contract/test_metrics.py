@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import create_app
 from tests.conftest import redis_settings
-from tests.helpers import call, error_of
+from tests.helpers import call, error_of, wait_for_watches, watches_started
 from tests.servers import ROOT, TOKEN, Gunicorn, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -261,11 +261,12 @@ def test_the_watchers_woken_histogram_never_goes_down_whichever_worker_answers(r
     try:
         with ThreadPoolExecutor(8) as pool:
             for plant_id in range(1, 4):
+                polls = watches_started(server, TOKEN)
                 waits = [
                     pool.submit(call, server.connection(), "GET", "/events?after=now&wait=20", headers=AUTH)
                     for _ in range(6)
                 ]
-                time.sleep(1.0)  # the long-polls parked, in either worker
+                wait_for_watches(server, TOKEN, polls + 6)  # the long-polls in place, in either worker
                 created = {"id": plant_id, "name": "Fern"}
                 headers = {**AUTH, "Content-Type": "application/json"}
                 assert call(server.connection(), "POST", "/plants", created, headers)[0] == 200

@@ -82,7 +82,13 @@ def test_sigterm_drains(request, store):
             thread.start()
         time.sleep(0.5)
         server.process.send_signal(signal.SIGTERM)
-        time.sleep(0.1)
+        # The worker has had its SIGTERM once a new connection's /readyz is 503: with its one
+        # worker, the kept-alive connection's too. The master passes the signal on when it runs,
+        # which a loaded machine can put off past any fixed sleep.
+        deadline = time.monotonic() + 10
+        while call(server.connection(), "GET", "/readyz")[0] != 503:
+            assert time.monotonic() < deadline, "the worker never began its drain"
+            time.sleep(0.02)
         # The kept-alive connection's next request: not ready, and the connection closes after it.
         kept.request("GET", "/readyz")
         answer = kept.getresponse()

@@ -73,6 +73,17 @@ def test_concurrent_overlapping_creates_over_keep_alive():
     assert "Traceback" not in server.output()
 
 
+def unread_bytes(port: int) -> list[int]:
+    """The bytes the kernel holds unread on each connection this host accepted on `port`
+    (/proc/net/tcp: its ESTABLISHED sockets bound to the port, and their rx_queue)."""
+    unread = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        _, local, _, state, queues, *_ = line.split()
+        if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+            unread.append(int(queues.split(":")[1], 16))
+    return unread
+
+
 def test_graceful_shutdown_completes_requests_in_flight():
     server = Gunicorn(env={"GUNICORN_THREADS": "8", "GUNICORN_GRACEFUL_TIMEOUT": "10"})
     in_flight = 6
@@ -83,7 +94,11 @@ def test_graceful_shutdown_completes_requests_in_flight():
         head = request(body=body, headers=HEADERS)
         sock.sendall(head[: len(head) - len(body) // 2])  # headers and half the body
         sockets.append(sock)
-    time.sleep(0.5)  # every request is now being read by a worker thread
+    # Every request is being read by the worker: each connection accepted, none with bytes unread.
+    deadline = time.monotonic() + 20
+    while unread_bytes(server.port) != [0] * in_flight:
+        assert time.monotonic() < deadline, unread_bytes(server.port)
+        time.sleep(0.05)
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     time.sleep(0.5)

@@ -15,6 +15,7 @@ import pytest
 
 from bench.watch import hold, wake
 from tests.conftest import redis_settings, settings_for_store
+from tests.helpers import wait_for_watches, watches_started
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, Nginx
 
@@ -103,15 +104,17 @@ def test_a_long_poll_answers_at_once_when_events_are_there(server):
 
 def test_a_long_poll_waits_for_the_next_write_and_answers_it(server):
     cursor = now_cursor(server)
+    polls = watches_started(server, TOKEN)
     thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
-    time.sleep(1.0)
+    wait_for_watches(server, TOKEN, polls + 1)
     assert thread.is_alive()  # waiting: nothing was written yet
     create(server, 710_002)
+    written = time.monotonic()
     thread.join(5)
     assert not thread.is_alive()
     status, headers, body = result["answer"]
     assert status == 200
-    assert result["seconds"] < 3
+    assert result["done"] - written < 2
     assert int(headers["Content-Length"]) == len(body)
     page = json.loads(body)
     assert [event["plant"]["id"] for event in page["events"]] == [710_002]
@@ -197,8 +200,7 @@ def frames(text: bytes) -> list[dict[str, str]]:
 
 def test_a_stream_sends_each_event_with_its_cursor_then_heartbeats_and_ends(server):
     cursor = now_cursor(server)
-    sock = open_stream(server, path=f"/events?after={cursor}")
-    time.sleep(0.5)
+    sock = open_stream(server, path=f"/events?after={cursor}")  # the write is in it, however late it starts
     create(server, 710_010, "streamed")
     data = read_stream(sock)
     sock.close()
@@ -261,7 +263,7 @@ def test_watches_past_the_tokens_cap_are_429_with_retry_after(tmp_path):
     server = Gunicorn(env={"PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": "2", "PLANTS_EVENTS_MAX_WATCHERS": "3"})
     try:
         waiting = [in_background(get, server, "/events?after=now&wait=4") for _ in range(2)]
-        time.sleep(1.0)
+        wait_for_watches(server, TOKEN, 2)
         status, headers, body = get(server, "/events?after=now&wait=4")
         assert status == 429
         assert headers["Retry-After"] == "5"
@@ -342,6 +344,7 @@ def test_two_hundred_waiting_clients_hold_no_thread_and_an_honest_client_is_serv
         time.sleep(0.1)  # every worker booted
     time.sleep(0.5)
     before = worker_threads(server.process.pid)
+    watches = watches_started(server, TOKEN)
     socks = []
     for _ in range(100):
         socks.append(open_stream(server))
@@ -349,7 +352,7 @@ def test_two_hundred_waiting_clients_hold_no_thread_and_an_honest_client_is_serv
         poll = f"GET /events?after=now&wait=20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
         sock.sendall(poll.encode())
         socks.append(sock)
-    time.sleep(1.5)
+    wait_for_watches(server, TOKEN, watches + 200)  # each has its position: the write below reaches it
     started = time.monotonic()
     status, _, _ = get(server, "/healthz")
     assert status == 200
@@ -375,7 +378,7 @@ def test_on_sigterm_a_long_poll_answers_its_empty_page_at_once():
     try:
         cursor = now_cursor(server)
         thread, result = in_background(get, server, f"/events?after={cursor}&wait=30")
-        time.sleep(1.0)
+        wait_for_watches(server, TOKEN, 2)  # the page of now_cursor, and the long-poll
         started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         thread.join(10)
@@ -393,7 +396,7 @@ def test_on_stock_gthread_a_long_poll_waits_in_its_thread():
     try:
         cursor = now_cursor(server)
         thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
-        time.sleep(1.0)
+        wait_for_watches(server, TOKEN, 2)  # the page of now_cursor, and the long-poll
         create(server, 710_050)
         thread.join(5)
         status, _, body = result["answer"]
@@ -437,10 +440,11 @@ def test_through_the_shipped_nginx_a_stream_is_not_buffered(tmp_path):
             f"GET /events?after={cursor} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
             "Accept: text/event-stream\r\nAccept-Encoding: gzip\r\n\r\n".encode()
         )
-        time.sleep(0.5)
+        opened = read_stream(sock, until=b"retry:", seconds=10)  # through nginx, before any event
+        assert b"retry:" in opened, opened[:300]
         started = time.monotonic()
         create(app, 710_060)
-        data = read_stream(sock, until=b"710060", seconds=5)
+        data = opened + read_stream(sock, until=b"710060", seconds=5)
         assert b"710060" in data
         assert time.monotonic() - started < 2  # not held in nginx's buffer
         assert b"Content-Encoding" not in data.partition(b"\r\n\r\n")[0]
@@ -465,10 +469,12 @@ def test_the_documented_python_client_receives_each_event_and_resumes(server):
                 return
 
     thread = threading.Thread(target=consume, daemon=True)
+    watches = watches_started(server, TOKEN)
     thread.start()
-    time.sleep(1.0)
+    wait_for_watches(server, TOKEN, watches + 2)  # its position (after=now), then its stream
     create(server, 710_070, "first")
-    time.sleep(5.0)  # past PLANTS_EVENTS_STREAM_MAX (4 s): the client reconnects with Last-Event-ID
+    # Past PLANTS_EVENTS_STREAM_MAX (4 s) the stream ends: the client reconnects with Last-Event-ID.
+    wait_for_watches(server, TOKEN, watches + 3)
     create(server, 710_071, "second")
     thread.join(10)
     assert [event["plant"]["id"] for event in received] == [710_070, 710_071]
@@ -508,7 +514,7 @@ def test_the_documented_python_client_waits_out_a_refusal_for_a_while():
         stream = held.getresponse()  # kept: the token's one watch
         assert stream.status == 200
         thread, received, failed = first_event_of_the_documented_client(app)
-        time.sleep(1.5)  # its stream refused (429, Retry-After: 5)
+        wait_for_watches(app, TOKEN, 1, status=429)  # its stream refused (Retry-After: 5)
         stream.close()
         held.close()
         create(app, 710_080, "after the refusal")
@@ -606,7 +612,7 @@ def test_a_stream_whose_client_never_reads_is_closed_and_gives_its_place_back():
         sock.connect(("127.0.0.1", server.port))
         head = f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
         sock.sendall(head.encode() + b"Accept: text/event-stream\r\n\r\n")
-        time.sleep(1.0)
+        wait_for_watches(server, TOKEN, 1)
         assert get(server, "/events?after=now&wait=1")[0] == 429  # its one place is taken
         # It reads nothing: past the read timeout it is closed, and its place is back within the
         # 5 s this test always gave it (asked again until then, not slept through).
@@ -668,8 +674,9 @@ def test_a_write_by_another_host_wakes_a_long_poll_within_milliseconds(request, 
         delays = []
         for number in range(8):
             cursor = now_cursor(watching)
+            polls = watches_started(watching, TOKEN)
             thread, result = in_background(get, watching, f"/events?after={cursor}&wait=10")
-            time.sleep(0.3)
+            wait_for_watches(watching, TOKEN, polls + 1)  # waiting when the other host writes
             create(writing, 760_000 + number)
             written = time.monotonic()
             thread.join(10)

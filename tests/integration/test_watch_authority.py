@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import redis_settings
-from tests.helpers import assert_error, call
+from tests.helpers import assert_error, call, wait_for_watches, watches_started
 from tests.integration.test_watch import read_stream
 from tests.issuer import AUDIENCE, Issuer
 from tests.servers import TOKEN, Gunicorn
@@ -21,19 +21,24 @@ from tests.servers import TOKEN, Gunicorn
 WRITER = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def open_stream(port: int, token: str) -> socket.socket:
+def open_stream(port: int, token: str) -> tuple[socket.socket, bytes]:
+    """A stream from now, once it has taken its position (its first chunk, `retry:`, is sent
+    after): what is written from then on is in it. The socket, and what it sent so far."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=20)
     sock.sendall(
         f"GET /events?after=now HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
         "Accept: text/event-stream\r\n\r\n".encode()
     )
-    return sock
+    opened = read_stream(sock, until=b"retry:", seconds=20)
+    assert opened.startswith(b"HTTP/1.1 200 "), opened[:300]
+    assert b"retry:" in opened, opened[:300]
+    return sock, opened
 
 
-def read_to_end(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
-    """Everything the stream sends until it ends or `seconds` pass, and when that was."""
+def read_to_end(sock: socket.socket, seconds: float, opened: bytes = b"") -> tuple[bytes, float]:
+    """Everything the stream sends (after `opened`) until it ends or `seconds` pass, and when."""
     sock.settimeout(seconds)
-    return read_stream(sock, seconds=seconds), time.time()
+    return opened + read_stream(sock, seconds=seconds), time.time()
 
 
 def create(server: Gunicorn, plant_id: int, name: str) -> None:
@@ -65,8 +70,7 @@ def test_a_stream_ends_at_its_jwts_exp_with_nothing_written_after():
     try:
         expires = int(time.time()) + 4
         token = issuer.token(scope="plants:read", exp=expires)
-        sock = open_stream(server.port, token)
-        time.sleep(0.5)
+        sock, opened = open_stream(server.port, token)
         create(server, 4801, "before exp")
 
         def after_exp() -> None:
@@ -75,7 +79,7 @@ def test_a_stream_ends_at_its_jwts_exp_with_nothing_written_after():
 
         writer = threading.Thread(target=after_exp)
         writer.start()
-        data, ended = read_to_end(sock, expires - time.time() + 8)
+        data, ended = read_to_end(sock, expires - time.time() + 8, opened)
         writer.join(10)
         sock.close()
         assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]  # a clean end, not a cut
@@ -105,8 +109,10 @@ def test_a_long_poll_answers_at_its_jwts_exp_without_events_written_after():
             response = conn.getresponse()
             answers.append((response.status, json.loads(response.read()), time.time()))
 
+        polls = watches_started(server, TOKEN)
         poll = threading.Thread(target=long_poll)
         poll.start()
+        wait_for_watches(server, TOKEN, polls + 1, seconds=expires - time.time())  # waiting, before exp
         time.sleep(max(0.0, expires - time.time()) + 0.01)
         create(server, 4803, "written after exp")  # may race the deadline: either way, not sent
         poll.join(20)
@@ -163,7 +169,7 @@ def test_a_watch_ends_once_its_jwts_signing_key_is_withdrawn():
     try:
         token = issuer.token(scope="plants:read", exp=int(time.time()) + 600)
         after = json.loads(call(server.connection(), "GET", "/events?after=now", None, WRITER)[2])["next"]
-        sock = open_stream(server.port, token)
+        sock, opened = open_stream(server.port, token)
         answers: list[tuple[int, dict]] = []
 
         def long_poll() -> None:
@@ -175,24 +181,24 @@ def test_a_watch_ends_once_its_jwts_signing_key_is_withdrawn():
             answers.append((response.status, json.loads(response.read())))
 
         poll = threading.Thread(target=long_poll)
-        poll.start()
-        time.sleep(0.5)
+        poll.start()  # from `after`: waiting or not yet, the next write is in its answer
         create(server, 4805, "before the withdrawal")
         poll.join(20)
         [(status, page)] = answers
         assert status == 200
         assert [event["plant"]["id"] for event in page["events"]] == [4805]
         after = answers.pop()[1]["next"]
+        polls = watches_started(server, TOKEN)
         poll = threading.Thread(target=long_poll)
         poll.start()
-        time.sleep(0.5)
+        wait_for_watches(server, TOKEN, polls + 1)  # waiting, its token verified with the old key
         issuer.rotate()
         # A token of the new key makes the worker fetch the keys at once: the old one is gone.
         fresh = {"Authorization": f"Bearer {issuer.token(scope='plants:read')}"}
         assert call(server.connection(), "GET", "/plants", None, fresh)[0] == 200
         withdrawn = time.monotonic()
         create(server, 4806, "after the withdrawal")
-        data, _ = read_to_end(sock, 20)
+        data, _ = read_to_end(sock, 20, opened)
         sock.close()
         poll.join(20)
         assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]  # a clean end, not a cut
@@ -213,13 +219,12 @@ def test_a_removed_static_token_ends_its_streams_at_the_reload(tmp_path, redis_s
         env={**redis_settings(redis_server), "PLANTS_API_TOKENS": "", "PLANTS_API_TOKENS_FILE": str(tokens)}
     )
     try:
-        sock = open_stream(server.port, "removed-token-1")
-        time.sleep(0.5)
+        sock, opened = open_stream(server.port, "removed-token-1")
         create(server, 4804, "before removal")
         Path(tokens).write_text(f"{TOKEN}\n")
         server.process.send_signal(signal.SIGHUP)
         reloaded = time.monotonic()
-        data, _ = read_to_end(sock, 30)
+        data, _ = read_to_end(sock, 30, opened)
         sock.close()
         assert data.endswith(b"\r\n0\r\n\r\n"), data[-300:]
         assert time.monotonic() - reloaded < 20  # at the reload, not PLANTS_EVENTS_STREAM_MAX later

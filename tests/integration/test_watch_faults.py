@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import redis_settings
+from tests.integration.test_watch import read_stream
 from tests.integration.test_watch_reconnects import Client, pump, write
 from tests.servers import TOKEN, Gunicorn, RedisServer
 
@@ -68,10 +69,10 @@ def test_redis_going_away_ends_each_stream_with_a_retry_hint(tmp_path):
             f"GET /events?after=now HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
             "Accept: text/event-stream\r\n\r\n".encode()
         )
-        time.sleep(1.0)
+        data = read_stream(sock, until=b"retry:", seconds=15)  # under way, its position read from Redis
+        assert data.startswith(b"HTTP/1.1 200 "), data[:300]
         redis.kill()
         gone = time.monotonic()
-        data = b""
         while not data.endswith(b"\r\n0\r\n\r\n") and time.monotonic() - gone < 12:
             chunk = sock.recv(65536)
             if not chunk:

@@ -11,10 +11,12 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from tests.conftest import redis_settings
+from tests.helpers import wait_for_watches, watches_started
 from tests.integration.test_watch import (
     dechunk,
     frames,
@@ -60,19 +62,47 @@ def streamed(server: Gunicorn, path: str, headers: dict | None = None, during=No
     """The blocks of one whole stream (it ends after PLANTS_EVENTS_STREAM_MAX), `during()` run
     while it is open."""
     sock = open_stream(server, headers, path=path)
-    time.sleep(0.3)
+    # Its first chunk (`retry:`) is sent once it reads from its position: a cursor the writes
+    # below push out of the retention is still read, not 410.
+    opened = read_stream(sock, until=b"retry:", seconds=20)
     if during is not None:
         during()
-    head, text = dechunk(read_stream(sock, seconds=20))
+    data = opened + read_stream(sock, seconds=20)
     sock.close()
-    assert head.startswith(b"HTTP/1.1 200 "), head
-    return frames(text)
+    assert data.startswith(b"HTTP/1.1 200 "), data[:300]
+    return frames(dechunk(data)[1])
+
+
+def followed(server: Gunicorn, path: str, writes: Callable[[], None]) -> list[dict[str, str]]:
+    """The blocks of the streams a client follows while `writes()` runs: the first from `path`,
+    each next from the last id it was sent (`Last-Event-ID`, as EventSource and the documented
+    client reconnect at once), until one ends after the writes did. A loaded machine can take
+    longer over them than a stream lasts (PLANTS_EVENTS_STREAM_MAX): a client that waited for the
+    writes before it reconnected would be 410, rightly."""
+    failed: list[BaseException] = []
+
+    def write_all() -> None:
+        try:
+            writes()
+        except BaseException as exc:  # re-raised below, in the test's thread
+            failed.append(exc)
+
+    writer = threading.Thread(target=write_all, daemon=True)
+    blocks = streamed(server, path, during=writer.start)
+    while writer.is_alive():
+        ids = [block["id"] for block in blocks if "id" in block]
+        blocks += streamed(server, path, {"Last-Event-ID": ids[-1]} if ids else None)
+    writer.join()
+    if failed:
+        raise failed[0]
+    return blocks
 
 
 def test_a_filtered_long_poll_waits_through_what_it_does_not_select(server):
     cursor = now_cursor(server)
+    polls = watches_started(server, TOKEN)
     thread, result = in_background(get, server, f"/events?after={cursor}&wait=20&tags=lp-mine")
-    time.sleep(0.5)
+    wait_for_watches(server, TOKEN, polls + 1)
     for plant_id in range(720_000, 720_005):
         write(server, plant_id, "lp-other")
     time.sleep(0.5)
@@ -89,8 +119,9 @@ def test_a_filtered_long_poll_waits_through_what_it_does_not_select(server):
 
 def test_a_filtered_long_poll_that_finds_nothing_answers_the_end_of_the_feed(server):
     cursor = now_cursor(server)
+    polls = watches_started(server, TOKEN)
     thread, result = in_background(get, server, f"/events?after={cursor}&wait=2&ids=720099")
-    time.sleep(0.3)
+    wait_for_watches(server, TOKEN, polls + 1)
     for plant_id in range(720_020, 720_025):
         write(server, plant_id, "lp-other")
     thread.join(10)
@@ -133,7 +164,7 @@ def test_a_stream_reconnecting_from_its_bookmark_outlives_the_retention_it_does_
         for n in range(500):
             write(server, 721_000 + n % 50, f"rt-{n % 7}", name=f"v{n}")
 
-    first = streamed(server, f"/events?after={cursor}&tags=rt-mine", during=many)
+    first = followed(server, f"/events?after={cursor}&tags=rt-mine", many)
     assert not any(block.get("event") == "gone" for block in first), first
     bookmark = [block for block in first if block.get("event") == "bookmark"][-1]["id"]
     again = streamed(
@@ -178,7 +209,7 @@ def test_a_stream_tells_its_position_before_what_it_passes_over_leaves_the_reten
             write(server, 722_100 + n % 40, f"qs-{n % 5}", name=f"v{n}")
         write(server, 722_001, "qs-mine")
 
-    blocks = streamed(server, f"/events?after={cursor}&tags=qs-mine", during=writes)
+    blocks = followed(server, f"/events?after={cursor}&tags=qs-mine", writes)
     created = [i for i, block in enumerate(blocks) if block.get("event") == "plant.created"]
     assert len(created) == 2, blocks
     # The client dropped just before the second event: it holds the last id sent before it.

@@ -110,7 +110,7 @@ def test_the_listener_ends_after_a_while_with_no_watcher_and_starts_again_for_th
         )
         poll.start()
         assert until(lambda: "feed-listener" in listener_threads(before))
-        time.sleep(0.5)  # its streams' cursors taken
+        assert until(lambda: "cmd=xread" in redis.command("CLIENT", "LIST"))  # its cursors taken
         started = time.monotonic()
         response = writing.test_client().post("/plants", json={"id": 7, "name": "Fern"}, headers=AUTH)
         assert response.status_code == 200

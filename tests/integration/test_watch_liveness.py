@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 
+from tests.helpers import wait_for_watches
 from tests.servers import TOKEN, Gunicorn, RedisServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -63,7 +64,7 @@ def test_healthz_is_answered_while_redis_hangs_under_parked_long_polls(tmp_path)
         ]
         for poll in polls:
             poll.start()
-        time.sleep(1.5)  # all parked
+        wait_for_watches(server, TOKEN, 1 + LONG_POLLS)  # the page of `after`, then every long-poll
         assert not answers
         redis.signal(signal.SIGSTOP)
         hung = time.monotonic()
