@@ -33,6 +33,10 @@ from app.watch.parkable import PARKING
 from app.watch.watches import EventStream, LongPoll, Watch
 
 JSON, STREAM = "application/json", "text/event-stream"
+#: What a client may ask for: a stream's type is also offered with its charset (as it is sent),
+#: since Werkzeug matches an Accept range's parameters exactly (`text/event-stream;charset=utf-8`
+#: matches no offer without them).
+OFFERED = (JSON, STREAM, f"{STREAM}; charset=utf-8")
 #: A stream's headers besides its type: no proxy buffers it (nginx reads this). Its Cache-Control
 #: is every guarded answer's (app/http/caching.py): a shared cache must not keep it either.
 STREAM_HEADERS = {"X-Accel-Buffering": "no"}
@@ -129,7 +133,8 @@ def _snapshot(query: dict[str, Any], streaming: bool) -> bool:
 
 def _wants_stream() -> bool:
     accepted = request.accept_mimetypes
-    return accepted.best_match((JSON, STREAM), default=JSON) == STREAM and accepted[STREAM] > 0
+    chosen = accepted.best_match(OFFERED, default=JSON)
+    return chosen != JSON and accepted[chosen] > 0
 
 
 def _watch(

@@ -109,7 +109,14 @@ def test_head_is_counted_in_the_metrics(server):
 
 
 @pytest.mark.parametrize(
-    ("accept", "kind"), [("text/event-stream", "text/event-stream"), ("application/json", "application/json")]
+    ("accept", "kind"),
+    [
+        ("text/event-stream", "text/event-stream"),
+        ("text/event-stream;charset=utf-8", "text/event-stream"),  # as the stream is sent
+        ("text/event-stream; charset=UTF-8, application/json;q=0.5", "text/event-stream"),
+        ("text/event-stream;charset=iso-8859-1, application/json;q=0.5", "application/json"),
+        ("application/json", "application/json"),
+    ],
 )
 def test_head_of_the_feed_has_the_type_get_would_answer(server, accept, kind):
     """`Accept: text/event-stream` asks GET /events for a stream, which never ends by itself: its
