@@ -9,20 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
 
-from app.settings import Settings
-from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore, StoreUnavailableError
+from app.store import EVENT_TYPES, FeedEntry, FeedExpiredError, PlantStore
 from app.store.endpoints import ENABLED, Endpoint, delivery_fields
-from app.telemetry import tracing
+from app.webhooks.event_attempt import Delivering, attempt_event
 from app.webhooks.keepalive import Slot
-from app.webhooks.lanes import Lanes
-from app.webhooks.message import message_id, origin_of, payload, signed_headers
+from app.webhooks.message import message_id, payload, signed_headers
 from app.webhooks.outcomes import after_failure, attempt_record, count_attempt, epoch_ms, outcome_record
-from app.webhooks.sender import WITHDRAWN, Attempt, Watchdog, send
-
-if TYPE_CHECKING:
-    from app.metrics import Metrics
+from app.webhooks.sender import WITHDRAWN, Attempt
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +24,6 @@ log = logging.getLogger(__name__)
 LEASE_MS = 10_000
 #: Events read from the feed at once.
 BATCH = 100
-
-
-class Delivering(Protocol):
-    """What a drain reads of the deliverer that runs it."""
-
-    store: PlantStore
-    settings: Settings
-    user_agent: str
-    owner: str
-    watchdog: Watchdog
-    lanes: Lanes
-    tracer: Any
-    metrics: Metrics | None
-    cutting_off: bool
-
-    @property
-    def stopping(self) -> bool: ...
 
 
 #: The reason an endpoint that fell out of the feed's retention gives (`EndpointDrain._expired`).
@@ -127,7 +104,7 @@ class EndpointDrain:
             log.warning("Webhooks: could not sign %s for %s (%s)", msg_id, endpoint.id, type(exc).__name__)
             outcome = Attempt(None, "internal", None, 0)
         else:
-            outcome = self._send(entry, msg_id, body, headers)
+            outcome, self.slow = attempt_event(deliverer, endpoint, self.slot, entry, msg_id, body, headers)
             if (
                 outcome.error == WITHDRAWN
                 or self.withdrawn
@@ -159,37 +136,6 @@ class EndpointDrain:
             self.position, self.tries = entry.position, 0
             return self._ack(delivery_fields(entry.position, 0, 0), None) and not self.slow
         return False
-
-    def _send(self, entry: FeedEntry, msg_id: str, body: bytes, headers: dict[str, str]) -> Attempt:
-        """One attempt, with the request id (outside the signed content) and the trace context of
-        the write that made the event: the attempt's own span's, when this process traces, else
-        the write's as stored."""
-        deliverer, endpoint = self.deliverer, self.endpoint
-        settings = deliverer.settings
-        request_id, traceparent = origin_of(entry)
-        if request_id is not None:
-            headers["X-Request-Id"] = request_id
-
-        def attempt(extra: dict[str, str]) -> Attempt:
-            return send(
-                endpoint.url,
-                body,
-                {**headers, **extra},
-                timeout=settings.webhooks_timeout,
-                allowed=settings.webhooks_allow_hosts,
-                watchdog=deliverer.watchdog,
-                slot=self.slot,
-                still_wanted=lambda until: still_enabled(deliverer.store, endpoint, until),
-            )
-
-        deliverer.lanes.begin(endpoint.id)
-        try:
-            if deliverer.tracer is None:
-                return attempt({"traceparent": traceparent} if traceparent is not None else {})
-            attributes = {"webhook.id": msg_id, "webhook.endpoint": endpoint.id}
-            return tracing.traced_attempt(deliverer.tracer, traceparent, attributes, attempt)
-        finally:
-            self.slow = deliverer.lanes.end(endpoint.id)
 
     def _expired(self) -> bool:
         """The position fell out of the feed's retention: say so, and go on from the oldest kept."""
@@ -238,14 +184,3 @@ def signing_secrets(endpoint: Endpoint) -> list[str]:
     """The secrets that sign `endpoint`'s deliveries now: a rotated one until it expires."""
     now = epoch_ms()
     return [secret for secret, until in endpoint.secrets if until is None or until > now]
-
-
-def still_enabled(store: PlantStore, endpoint: Endpoint, until: float | None = None) -> bool:
-    """Whether `endpoint` is as its drain leased it, and enabled: read again before writing an
-    attempt that took long to connect, so that an endpoint deleted or disabled meanwhile (its
-    answer already given) gets nothing more. The read ends by `until`, the attempt's deadline."""
-    try:
-        fresh = store.endpoints.get(endpoint.id, until=until)
-    except StoreUnavailableError:
-        return True  # at least once: a store that does not answer withdraws nothing
-    return fresh is not None and fresh.epoch == endpoint.epoch and fresh.status == ENABLED
