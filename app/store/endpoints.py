@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 #: The attempts kept per endpoint, the latest first.
 ATTEMPTS_KEPT = 100
@@ -102,6 +102,16 @@ def outcome_as_read(read: Endpoint, fields: dict[str, str]) -> dict[str, str]:
     return {name: kept[name] for name in OUTCOME_FIELDS}
 
 
+class Acked(NamedTuple):
+    """What an acknowledgement found: the endpoint's status and revision after it, and whether it
+    stored the outcome (False: the revision had moved from the one the outcome was checked
+    against, a change through the API meanwhile, and nothing was stored)."""
+
+    status: str
+    rev: int
+    stored: bool
+
+
 def delivery_fields(position: bytes | None, tries: int, due_ms: int) -> dict[str, str]:
     """Where a delivery stands, as the stores keep it."""
     return {"position": "-" if position is None else position.hex(), "tries": str(tries), "due": str(due_ms)}
@@ -156,9 +166,12 @@ class EndpointStore(Protocol):
         epoch: int,
         fields: dict[str, str],
         attempt: str | None,
-    ) -> tuple[str, int] | None:
+        rev: int | None = None,
+    ) -> Acked | None:
         """Store a delivery's outcome (`fields`, and the attempt, if any) in one atomic step and
         renew the lease; the endpoint's status and revision after it. None, storing nothing,
         when `owner` lost the lease, the endpoint is gone, or its epoch moved. A `status` or
-        `reason` in `fields` is written only while the endpoint is enabled."""
+        `reason` in `fields` is written only while the endpoint is enabled. Given `rev`, the
+        outcome is stored only while the endpoint's revision is still `rev` (`Acked.stored`):
+        one decided from the endpoint as it was then (its types, say)."""
         ...

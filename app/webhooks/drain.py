@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 LEASE_MS = 10_000
 #: Events read from the feed at once.
 BATCH = 100
+#: How often a failed attempt's outcome is decided again when the API changed its endpoint
+#: meanwhile, before it is stored as last decided (`EndpointDrain._failed`).
+DECISIONS = 5
 
 
 #: The reason an endpoint that fell out of the feed's retention gives (`EndpointDrain._expired`).
@@ -127,14 +130,36 @@ class EndpointDrain:
             turn_over = lanes.contended and time.monotonic() - self.began >= lanes.turn_s
             return acked and not self.slow and not turn_over
         self.tries += 1
-        scale = deliverer.settings.webhooks_retry_scale
-        fields = after_failure(msg_id, outcome, self.position, self.tries, scale)
-        if self._ack(fields, attempt) and not subscribed(self.endpoint, entry):
-            # Its type was dropped by a PATCH while it was sent, which asked for it to be skipped
-            # at once: the retry's wait just stored would undo that. A slow attempt still ends
-            # the drain's turn (lanes.py).
-            self.position, self.tries = entry.position, 0
-            return self._ack(delivery_fields(entry.position, 0, 0), None) and not self.slow
+        return self._failed(entry, msg_id, outcome, attempt)
+
+    def _failed(self, entry: FeedEntry, msg_id: str, outcome: Attempt, attempt: str) -> bool:
+        """Store a failed attempt as decided from the endpoint as read, and only while its revision
+        is still that one: a change through the API meanwhile has it read again and decided anew.
+        Its retry (or failing, or disabled); or, when it no longer lists the event's type (a PATCH
+        while it was sent, which asked for it to be skipped at once, the last attempt's too), the
+        event skipped. True when the drain may go on."""
+        deliverer, scale = self.deliverer, self.deliverer.settings.webhooks_retry_scale
+        for left in reversed(range(DECISIONS)):
+            endpoint = self.endpoint
+            listed = subscribed(endpoint, entry)
+            position = self.position if listed else entry.position
+            fields = after_failure(msg_id, outcome, position, self.tries, scale, listed=listed)
+            # The last decision is stored whatever changed, so that the attempt is recorded.
+            rev = endpoint.rev if left else None
+            answer = deliverer.store.endpoints.ack(
+                endpoint.id, deliverer.owner, LEASE_MS, endpoint.epoch, fields, attempt, rev
+            )
+            if answer is None:
+                return False
+            if answer.stored:
+                self.position = self.acked = position
+                if listed:
+                    return False
+                self.tries = 0
+                # A slow attempt still ends the drain's turn (lanes.py).
+                return answer.status == ENABLED and not self.slow
+            if not self._read_again():
+                return False
         return False
 
     def _expired(self) -> bool:
@@ -152,14 +177,19 @@ class EndpointDrain:
         if answer is None:
             return False
         self.acked = self.position
-        status, rev = answer
-        if status != ENABLED:
+        if answer.status != ENABLED:
             return False
-        if rev != endpoint.rev:  # changed through the API meanwhile: its URL, events or secrets
-            fresh = deliverer.store.endpoints.get(endpoint.id)
-            if fresh is None or fresh.epoch != endpoint.epoch:
-                return False
-            self.endpoint = fresh
+        # Changed through the API meanwhile (its URL, events or secrets): read again.
+        return answer.rev == endpoint.rev or self._read_again()
+
+    def _read_again(self) -> bool:
+        """The endpoint read again after a change through the API; False when it is gone or its
+        epoch moved (the drain's outcomes would no longer be stored)."""
+        endpoint = self.endpoint
+        fresh = self.deliverer.store.endpoints.get(endpoint.id)
+        if fresh is None or fresh.epoch != endpoint.epoch:
+            return False
+        self.endpoint = fresh
         return True
 
 

@@ -37,14 +37,24 @@ def outcome_record(msg_id: str, outcome: Attempt) -> str:
 
 
 def after_failure(
-    msg_id: str, outcome: Attempt, position: bytes | None, tries: int, retry_scale: float
+    msg_id: str,
+    outcome: Attempt,
+    position: bytes | None,
+    tries: int,
+    retry_scale: float,
+    *,
+    listed: bool = True,
 ) -> dict[str, str]:
     """The endpoint's fields after its `tries`-th failed attempt in a row to deliver `msg_id`:
     disabled after a 410 Gone, failing after ATTEMPTS, else due again after the schedule's delay
-    (`retry_scale` times it, or the receiver's Retry-After)."""
-    fields = delivery_fields(position, tries, 0)
+    (`retry_scale` times it, or the receiver's Retry-After). Not `listed` (the endpoint stopped
+    listing its type while it was sent), the event is skipped, `position` being its own: no retry,
+    never failing, though a 410 still disables the endpoint."""
+    fields = delivery_fields(position, tries if listed else 0, 0)
     if outcome.status == 410:
         fields.update(status=DISABLED, reason=f"The receiver answered 410 Gone to {msg_id}.")
+    elif not listed:
+        pass
     elif tries >= ATTEMPTS:
         fields.update(
             status=FAILING,

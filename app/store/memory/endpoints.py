@@ -10,7 +10,7 @@ import threading
 import time
 from collections import deque
 
-from app.store.endpoints import ATTEMPTS_KEPT, ENABLED, Endpoint, outcome_as_read
+from app.store.endpoints import ATTEMPTS_KEPT, ENABLED, Acked, Endpoint, outcome_as_read
 
 
 class MemoryEndpoints:
@@ -101,17 +101,20 @@ class MemoryEndpoints:
         epoch: int,
         fields: dict[str, str],
         attempt: str | None,
-    ) -> tuple[str, int] | None:
+        rev: int | None = None,
+    ) -> Acked | None:
         now = time.monotonic()
         with self._lock:
             kept = self._fields.get(endpoint_id)
             if kept is None or not self._holds(endpoint_id, owner, now) or kept["epoch"] != str(epoch):
                 return None
+            self._leases[endpoint_id] = (owner, now + ttl_ms / 1000)
+            if rev is not None and kept["rev"] != str(rev):
+                return Acked(kept["status"], int(kept["rev"]), stored=False)
             enabled = kept["status"] == ENABLED
             kept.update(
                 (key, value) for key, value in fields.items() if enabled or key not in ("status", "reason")
             )
             if attempt is not None:
                 self._attempts[endpoint_id].appendleft(attempt)
-            self._leases[endpoint_id] = (owner, now + ttl_ms / 1000)
-            return kept["status"], int(kept["rev"])
+            return Acked(kept["status"], int(kept["rev"]), stored=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from app.store.endpoints import ATTEMPTS_KEPT, Endpoint, outcome_as_read
+from app.store.endpoints import ATTEMPTS_KEPT, Acked, Endpoint, outcome_as_read
 from app.store.redis.client import LazyClient, ScriptRunner
 from app.store.redis.failures import FAILURES, RedisBacked
 from app.store.redis.lua import (
@@ -128,13 +128,24 @@ class RedisEndpoints(RedisBacked):
         epoch: int,
         fields: dict[str, str],
         attempt: str | None,
-    ) -> tuple[str, int] | None:
+        rev: int | None = None,
+    ) -> Acked | None:
         keys: Any = tuple(self._key(kind, endpoint_id) for kind in "lea")
         # Resent after a lost reply: its token tells a second run that the first stored it all.
         token = secrets.token_hex(8)
         head = HookAckArgs(
-            self._tag, self._cluster, owner, ttl_ms, epoch, attempt or "", ATTEMPTS_KEPT, token
+            self._tag,
+            self._cluster,
+            owner,
+            ttl_ms,
+            epoch,
+            attempt or "",
+            ATTEMPTS_KEPT,
+            token,
+            "" if rev is None else rev,
         )
         args = (*head, *_flat(fields))
         answer = self._run("HOOK_ACK", keys, args, write=True)
-        return None if answer[0] == 0 else (answer[1].decode(), int(answer[2]))
+        if answer[0] == 0:
+            return None
+        return Acked(answer[1].decode(), int(answer[2]), stored=answer[0] == 1)

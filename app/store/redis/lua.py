@@ -215,3 +215,4 @@ class HookAckArgs(NamedTuple):
     attempt: str
     attempts_kept: int
     token: str
+    rev: int | str
