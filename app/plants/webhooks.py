@@ -231,7 +231,10 @@ def replay_webhook(endpoint_id: str) -> Response:
     def change(endpoint: Endpoint) -> dict[str, str]:
         return {**delivery_fields(position, 0, 0), "epoch": str(endpoint.epoch + 1)}
 
-    endpoint = _changed(endpoints, endpoint_id, change)
+    # Whatever its deliveries stored meanwhile: a replay sets where they stand, so an endpoint that
+    # stores an outcome every few milliseconds does not hold it back (409) as a change reading them
+    # would be; the new epoch keeps an attempt under way from storing its outcome after it.
+    endpoint = _changed(endpoints, endpoint_id, change, overriding=True)
     state.deliverer.start()
     return _with_secrets(record(endpoint), status=202)
 
@@ -291,16 +294,19 @@ def _check_precondition(endpoints: EndpointStore, endpoint_id: str) -> None:
         raise WebhookPreconditionFailed(endpoint_id)
 
 
-def _changed(endpoints: EndpointStore, endpoint_id: str, change: Any) -> Endpoint:
+def _changed(
+    endpoints: EndpointStore, endpoint_id: str, change: Any, *, overriding: bool = False
+) -> Endpoint:
     """Apply `change` (the endpoint's fields to write, from the endpoint) under the revision
     check, again when another request changed the endpoint meanwhile, or a delivery's outcome
-    moved what the change read of it; the endpoint after it."""
+    moved what the change read of it (unless `overriding`: EndpointStore.update); the endpoint
+    after it."""
     for _ in range(_TRIES):
         endpoint = _found(endpoints, endpoint_id)
         fields = change(endpoint)
         if not fields:
             return endpoint
-        written = endpoints.update(endpoint, fields)
+        written = endpoints.update(endpoint, fields, overriding=overriding)
         if written is None:
             raise WebhookNotFound(endpoint_id)
         if written:

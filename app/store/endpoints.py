@@ -90,13 +90,15 @@ class Endpoint:
 OUTCOME_FIELDS = ("status", "reason", "position", "tries", "due")
 
 
-def outcome_as_read(read: Endpoint, fields: dict[str, str]) -> dict[str, str]:
+def outcome_as_read(read: Endpoint, fields: dict[str, str], overriding: bool = False) -> dict[str, str]:
     """What a change of `fields`, made from the endpoint as `read`, must find unchanged besides
     its revision: where its delivery stands, when the change writes any of it (a position, a
     retry's time, a status), since an outcome stored meanwhile moves it under no revision and
     the change would write it back (an event delivered sent again, a failure's retry undone).
-    Nothing for a change of the configuration alone, which no outcome touches."""
-    if fields.keys().isdisjoint((*OUTCOME_FIELDS, "epoch")):
+    Nothing for a change of the configuration alone, which no outcome touches, nor for one
+    `overriding` (a replay: it sets where the delivery stands whatever it was, and moves the epoch,
+    so that no outcome of an attempt under way is stored after it)."""
+    if overriding or fields.keys().isdisjoint((*OUTCOME_FIELDS, "epoch")):
         return {}
     kept = read.fields()
     return {name: kept[name] for name in OUTCOME_FIELDS}
@@ -135,10 +137,11 @@ class EndpointStore(Protocol):
 
     def ids(self) -> list[str]: ...
 
-    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
+    def update(self, read: Endpoint, fields: dict[str, str], *, overriding: bool = False) -> bool | None:
         """Write `fields` and bump the revision if the endpoint is still as `read`: its revision,
-        and where its delivery stands when `fields` write any of it (`outcome_as_read`). None
-        when the endpoint is gone, False (writing nothing) when it changed since."""
+        and where its delivery stands when `fields` write any of it (`outcome_as_read`), unless
+        `overriding` (a change that sets where its delivery stands whatever it was: a replay).
+        None when the endpoint is gone, False (writing nothing) when it changed since."""
         ...
 
     def remove(self, endpoint_id: str) -> bool: ...

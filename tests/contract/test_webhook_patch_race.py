@@ -92,3 +92,38 @@ def test_disabling_keeps_the_receivers_410_that_came_meanwhile(monkeypatch, app,
     assert changed.json["status_reason"] == f"The receiver answered 410 Gone to {msg_id}."
     again = client.get(f"/webhooks/{hook['id']}", headers=auth).json
     assert (again["status"], again["status_reason"]) == ("disabled", changed.json["status_reason"])
+
+
+def test_a_replay_is_taken_whatever_outcomes_a_busy_endpoint_stores_meanwhile(
+    monkeypatch, app, client, auth, held
+):
+    """The endpoint stores an outcome between every read of it and the next write (a retry's
+    failure, each a try more): a replay still takes effect at once (202), where it was answered
+    409 once its tries were spent. It sets where the deliveries stand whatever they stored; the
+    attempts they recorded stay listed, and an attempt's outcome after the replay is not stored."""
+    hook, leased, entry = held
+    msg_id = message_id(entry)
+    endpoints = plants_state(app).store.endpoints
+    read = endpoints.get
+    stored = []
+
+    def get(endpoint_id, until=None):
+        endpoint = read(endpoint_id, until)
+        failed = Attempt(503, None, None, 3)
+        fields = after_failure(msg_id, failed, leased.position, len(stored) + 1, 1.0)
+        stored.append(
+            endpoints.ack(endpoint_id, OWNER, LEASE_MS, leased.epoch, fields, outcome_record(msg_id, failed))
+        )
+        return endpoint
+
+    monkeypatch.setattr(endpoints, "get", get)
+    replayed = client.post(f"/webhooks/{hook['id']}/replay", json={"after": "start"}, headers=auth)
+    monkeypatch.undo()
+    assert replayed.status_code == 202, replayed.json
+    assert replayed.json["next_attempt"] is None
+    assert stored[0] is not None, "an outcome was stored between the replay's read and its write"
+    assert stored[-1] is None, "the outcome of an attempt under way is not stored after the replay"
+    after = endpoints.get(hook["id"])
+    assert (after.position, after.tries, after.epoch) == (None, 0, leased.epoch + 1)
+    kept = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
+    assert len(kept) == sum(answer is not None for answer in stored)

@@ -41,8 +41,8 @@ class MemoryEndpoints:
         with self._lock:
             return list(self._fields)
 
-    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
-        unchanged = outcome_as_read(read, fields)
+    def update(self, read: Endpoint, fields: dict[str, str], *, overriding: bool = False) -> bool | None:
+        unchanged = outcome_as_read(read, fields, overriding)
         with self._lock:
             kept = self._fields.get(read.id)
             if kept is None:

@@ -84,8 +84,8 @@ class RedisEndpoints(RedisBacked):
             if fields
         ]
 
-    def update(self, read: Endpoint, fields: dict[str, str]) -> bool | None:
-        unchanged = outcome_as_read(read, fields)
+    def update(self, read: Endpoint, fields: dict[str, str], *, overriding: bool = False) -> bool | None:
+        unchanged = outcome_as_read(read, fields, overriding)
         head = HookUpdateArgs(self._tag, self._cluster, read.rev, len(unchanged))
         args = (*head, *_flat(unchanged), *_flat(fields))
         # Resent after a lost reply: a second run finds the revision moved, and the caller reads
