@@ -1,12 +1,19 @@
-"""The Redis store's webhook endpoints: each call one script (lua.py), every key in one slot."""
+"""The Redis store's webhook endpoints: each call one script (lua.py), every key in one slot.
+
+A change through the API (add, update, remove) carries a deadline, as a plant's write does
+(deadline.py): it takes effect within the store's timeout of its start or never, so that a change
+answered 503 while Redis stalls does not land once Redis goes on.
+"""
 
 from __future__ import annotations
 
 import secrets
 from typing import Any
 
+from app.compat.redis import Unanswered
 from app.store.endpoints import ATTEMPTS_KEPT, Acked, Endpoint, outcome_as_read
 from app.store.redis.client import LazyClient, ScriptRunner
+from app.store.redis.deadline import Deadline
 from app.store.redis.failures import FAILURES, RedisBacked
 from app.store.redis.lua import (
     HookAckArgs,
@@ -35,8 +42,11 @@ def _flat(fields: dict[str, str]) -> list[str]:
 
 
 class RedisEndpoints(RedisBacked):
-    def __init__(self, clients: LazyClient, run: ScriptRunner, prefix: str, *, cluster: bool) -> None:
+    def __init__(
+        self, clients: LazyClient, run: ScriptRunner, prefix: str, *, cluster: bool, window_s: float
+    ) -> None:
         self._clients, self._run = clients, run
+        self._window_s = window_s
         self._tag = f"{{{prefix}:hooks}}"
         self._ids = f"{self._tag}:ids"
         self._cluster = "1" if cluster else ""
@@ -47,12 +57,23 @@ class RedisEndpoints(RedisBacked):
     def _hash_key(self, endpoint_id: str) -> str:
         return self._key("e", endpoint_id)
 
+    def _change(self, name: str, keys: tuple, args: Any, deadline: Deadline, *, resend: bool = True) -> Any:
+        """The answer of the change script `name`, whose arguments carry `deadline`: a failure
+        whose outcome is unknown (a timeout, a lost reply) is raised once the change can no longer
+        take effect."""
+        try:
+            return self._run(name, keys, args, write=True, deadline=deadline, resend=resend)
+        except Unanswered:
+            deadline.wait_until_settled()
+            raise
+
     def add(self, endpoint: Endpoint, limit: int) -> bool:
         keys = (self._ids, self._key("e", endpoint.id), f"{self._tag}:seq")
-        args = (*HookAddArgs(self._tag, self._cluster, limit, endpoint.id), *_flat(endpoint.fields()))
+        deadline = Deadline.after(self._window_s)
+        head = HookAddArgs(self._tag, self._cluster, deadline.ms, limit, endpoint.id)
         # Never resent after a lost reply (a second run may find the most kept, its own among
         # them): 503.
-        return self._run("HOOK_ADD", keys, args, write=True, resend=False) == 1
+        return self._change("HOOK_ADD", keys, (*head, *_flat(endpoint.fields())), deadline, resend=False) == 1
 
     def get(self, endpoint_id: str, until: float | None = None) -> Endpoint | None:
         key = self._key("e", endpoint_id)
@@ -86,18 +107,20 @@ class RedisEndpoints(RedisBacked):
 
     def update(self, read: Endpoint, fields: dict[str, str], *, overriding: bool = False) -> bool | None:
         unchanged = outcome_as_read(read, fields, overriding)
-        head = HookUpdateArgs(self._tag, self._cluster, read.rev, len(unchanged))
+        deadline = Deadline.after(self._window_s)
+        head = HookUpdateArgs(self._tag, self._cluster, deadline.ms, read.rev, len(unchanged))
         args = (*head, *_flat(unchanged), *_flat(fields))
         # Resent after a lost reply: a second run finds the revision moved, and the caller reads
         # the endpoint again (app/plants/webhooks.py), finding its own change.
-        answer = self._run("HOOK_UPDATE", (self._key("e", read.id),), args, write=True)
+        answer = self._change("HOOK_UPDATE", (self._key("e", read.id),), args, deadline)
         return None if answer == 0 else answer == 1
 
     def remove(self, endpoint_id: str) -> bool:
         keys = (self._ids, *(self._key(kind, endpoint_id) for kind in "eal"))
-        args = HookRemoveArgs(self._tag, self._cluster, endpoint_id)
+        deadline = Deadline.after(self._window_s)
+        args = HookRemoveArgs(self._tag, self._cluster, deadline.ms, endpoint_id)
         # Never resent after a lost reply (a second run would answer "not kept", 404): 503.
-        return self._run("HOOK_REMOVE", keys, args, write=True, resend=False) == 1
+        return self._change("HOOK_REMOVE", keys, args, deadline, resend=False) == 1
 
     def attempts(self, endpoint_id: str) -> list[str]:
         key = self._key("a", endpoint_id)

@@ -161,10 +161,12 @@ class SettleArgs(NamedTuple):
 
 
 class HookAddArgs(NamedTuple):
-    """HOOK_ADD's arguments (scripts/hook_add.lua); the endpoint's fields and values follow."""
+    """HOOK_ADD's arguments (scripts/hook_add.lua); the endpoint's fields and values follow. Each
+    change of an endpoint has a deadline, as a plant's write has (deadline.py)."""
 
     hash_tag: str
     cluster: str
+    deadline: int
     most: int
     endpoint_id: str
 
@@ -175,6 +177,7 @@ class HookUpdateArgs(NamedTuple):
 
     hash_tag: str
     cluster: str
+    deadline: int
     rev: int
     unchanged: int
 
@@ -184,6 +187,7 @@ class HookRemoveArgs(NamedTuple):
 
     hash_tag: str
     cluster: str
+    deadline: int
     endpoint_id: str
 
 

@@ -90,7 +90,8 @@ class RedisPlantStore(RedisBacked):
         )
         self._pages = GroupPages(self._clients, self.groups, hints, self._run)
         self._feeds = GroupFeeds(self._clients, self.groups, self._run)
-        self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster)
+        # A change of an endpoint, as a plant's write, takes effect within the store timeout or never.
+        self.endpoints = RedisEndpoints(self._clients, self._run, prefix, cluster=cluster, window_s=timeout)
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         return self._writes.create(plant_id, name, tag, origin=origin)
