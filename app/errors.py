@@ -210,6 +210,21 @@ class MalformedCredentials(_BearerChallenge, BadRequest):
     oauth_error = "invalid_request"
 
 
+class MalformedTicket(InvalidParameters):
+    """A `ticket` parameter that is not of a watch ticket's form where it is the request's
+    credential (no `Authorization`): 400 naming it, as any malformed parameter is, with RFC 6750's
+    `invalid_request` challenge, as a malformed bearer token has (MalformedCredentials)."""
+
+    reason = "ticket_malformed"
+    challenge = f'Bearer realm="{REALM}", error="invalid_request"'
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__({"ticket": problems})
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", self.challenge)]
+
+
 class InsufficientScope(_BearerChallenge, Forbidden):
     """A read-only token on a write, or a JWT without the operation's scope (RFC 6750 §3.1)."""
 

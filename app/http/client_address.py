@@ -21,6 +21,8 @@ builds URLs with, a prefix only as a path (app/settings/fields.py: its percent-e
 takes a host of its own characters with a port of 1 to 65535 (`host_is_trusted`), and any other as
 none at all: `X-Forwarded-Port: 99999`, a host with a space or an underscore made every URL handed
 out `http:///plants`, and one with an empty label (`a..b`) a 400 that blamed the client's `Host`.
+Each header's entry is the one the trusted proxies added, found by commas (`added_entry`), as for
+the address: a client's lone `"` made ProxyFix drop the header whole.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ _LONGEST = 72
 _WITH_PORT = re.compile(r"([0-9.]+|\[[^\]]*\]):([0-9]{1,5})")
 #: The environ keys a forwarded host sets (ProxyFix's `x_host` and `x_port`).
 _HOST_KEYS = ("HTTP_HOST", "SERVER_NAME", "SERVER_PORT")
+#: The headers that move the URLs handed out, in ProxyFix's order: scheme, host, port, prefix.
+_URL_HEADERS = (
+    "HTTP_X_FORWARDED_PROTO",
+    "HTTP_X_FORWARDED_HOST",
+    "HTTP_X_FORWARDED_PORT",
+    "HTTP_X_FORWARDED_PREFIX",
+)
 
 
 def ip_address_of(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -92,15 +101,46 @@ class ForwardedAddress:
             peer = original.get("REMOTE_ADDR")
             forwarded = environ.get("HTTP_X_FORWARDED_FOR")
             if forwarded:
-                # The entry the trusted proxies added, found as ProxyFix finds it but for quotes:
-                # no proxy quotes one, and Werkzeug's list parser read a client's lone `"` as a
-                # string that swallowed the entries after it, the proxies' too, so that the
-                # client counted (and was logged) as the proxy.
-                entries = [entry for entry in (part.strip() for part in forwarded.split(",")) if entry]
-                added = entries[-self.proxies] if len(entries) >= self.proxies else ""
-                environ["REMOTE_ADDR"] = parsed_address(added) or peer
+                environ["REMOTE_ADDR"] = parsed_address(added_entry(forwarded, self.proxies) or "") or peer
+            if any('"' in environ.get(key, "") for key in _URL_HEADERS):
+                _url_by_commas(environ, original, self.proxies)
             _keep_valid_url(environ, original)
         return self.app(environ, start_response)
+
+
+def added_entry(value: str | None, proxies: int) -> str | None:
+    """The entry of a forwarded list (`X-Forwarded-*`) that the trusted proxies added: the
+    `proxies`-th from the end, found as ProxyFix finds it but by commas alone. No proxy quotes an
+    entry, and Werkzeug's list parser reads a client's lone `"` as a string that swallows the
+    entries after it, the proxies' too: it then found none, and the header counted as not sent (the
+    client's address as the proxy's, the proxy's scheme, host, port or prefix dropped)."""
+    if not value:
+        return None
+    entries = [entry for entry in (part.strip() for part in value.split(",")) if entry]
+    return entries[-proxies] if len(entries) >= proxies else None
+
+
+def _url_by_commas(environ: dict[str, Any], original: dict[str, Any], proxies: int) -> None:
+    """ProxyFix's scheme, host, port and prefix again, from the peer's, each with the entry its
+    header's trusted proxies added (`added_entry`): for a header with a quote, where Werkzeug's
+    parse and the commas differ. The values are checked after, as any forwarded one is."""
+    environ.update((key, original[key]) for key in ("wsgi.url_scheme", "SCRIPT_NAME", *_HOST_KEYS))
+    proto, host, port, prefix = (added_entry(environ.get(key), proxies) for key in _URL_HEADERS)
+    if proto:
+        environ["wsgi.url_scheme"] = proto
+    if host:
+        environ["HTTP_HOST"] = environ["SERVER_NAME"] = host
+        if ":" in host and not host.endswith("]"):  # a port, not an IPv6 address's last group
+            environ["SERVER_NAME"], environ["SERVER_PORT"] = host.rsplit(":", 1)
+    if port:
+        named = environ.get("HTTP_HOST")
+        if named:
+            if ":" in named and not named.endswith("]"):
+                named = named.rsplit(":", 1)[0]
+            environ["HTTP_HOST"] = f"{named}:{port}"
+        environ["SERVER_PORT"] = port
+    if prefix:
+        environ["SCRIPT_NAME"] = prefix
 
 
 def _keep_valid_url(environ: dict[str, Any], original: dict[str, Any]) -> None:

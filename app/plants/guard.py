@@ -15,13 +15,13 @@ from flask import Request, Response, current_app, request
 from app.auth.caller import keep
 from app.auth.rate_limits import remember
 from app.auth.watch_tickets import TICKET_CALLER
-from app.errors import InvalidParameters, RateLimitExceeded
+from app.errors import InvalidParameters, MalformedTicket, RateLimitExceeded
 from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
 from app.plants.routes import ACCESS, LIMITED, PATH_PARAMETERS, TICKET_VIEWS, UNCOUNTED_WHEN_DOWN, Access
-from app.schemas.parameters import NOT_UTF8
+from app.schemas.parameters import NOT_UTF8, ticket_problems
 from app.store import StoreFullError, StoreUnavailableError
 from app.telemetry.context import CALLER_KIND, ROUTE
 
@@ -52,9 +52,16 @@ def guard() -> Response | None:
     if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
         ticket = req.args.get("ticket")
         if ticket is not None:
-            query = environ.get("QUERY_STRING", "")
-            # The key is read (from the store, the first time) only for a ticket that needs it.
-            problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
+            # The credential, so checked first, and counted as a refused one: not of a ticket's
+            # form is a malformed request (400 naming it, as a malformed bearer token is 400),
+            # of its form but not accepted a 401.
+            malformed = ticket_problems(ticket, req.query_string)
+            if malformed:
+                problem = MalformedTicket(malformed)
+            else:
+                query = environ.get("QUERY_STRING", "")
+                # The key is read (from the store, the first time) only for a ticket that needs it.
+                problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
             if caller is not None:
                 environ[TICKET_CALLER] = caller
     if caller is not None:

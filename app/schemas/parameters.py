@@ -31,6 +31,9 @@ _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
 #: UTF-8.
 _PAST_ASCII = re.compile(rb"%[89A-Fa-f][0-9A-Fa-f]|[\x80-\xff]")
 NOT_UTF8 = "Not UTF-8 once percent-decoded: percent-encode each character as its UTF-8 bytes (é is %C3%A9)."
+#: A watch ticket's form (app/auth/watch_tickets.py), as the document's pattern says.
+_TICKET_FORM = r"^plwt_[A-Za-z0-9_-]{1,200}\Z"
+NOT_A_TICKET = "Not a watch ticket of this service."
 
 
 class IntegralNumber(fields.Integer):
@@ -98,9 +101,7 @@ class EventsQuerySchema(Schema):
     wait = IntegralNumber(validate=validate.Range(min=1, max=MAX_WAIT))
     #: A watch ticket (app/auth/watch_tickets.py), checked by the guard before the query is read; here
     #: only its form, as the document's pattern says.
-    ticket = fields.String(
-        validate=validate.Regexp(r"^plwt_[A-Za-z0-9_-]{1,200}\Z", error="Not a watch ticket of this service.")
-    )
+    ticket = fields.String(validate=validate.Regexp(_TICKET_FORM, error=NOT_A_TICKET))
     after = fields.String(
         validate=validate.Regexp(
             rf"^(?:now|[A-Za-z0-9_-]{{1,{MAX_EVENTS_CURSOR_LENGTH}}})\Z",
@@ -167,6 +168,14 @@ def load_events_query(args: MultiDict[str, str], query: bytes) -> dict[str, Any]
     (`tags`, `ids`, `types`, each deduplicated) and `snapshot` when given; InvalidParameters as
     for a page."""
     return _load_query(_events_query_schema, args, query)
+
+
+def ticket_problems(ticket: str, query: bytes) -> list[str]:
+    """Why the `ticket` parameter's value (parsed from the raw `query`) is not of a watch ticket's
+    form, as the query's load would say it: no UTF-8, or not the form; none when it is."""
+    if "ticket" in _not_utf8(query):
+        return [NOT_UTF8]
+    return [] if re.match(_TICKET_FORM, ticket) else [NOT_A_TICKET]
 
 
 def _not_utf8(query: bytes) -> set[str]:

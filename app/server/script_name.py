@@ -19,15 +19,17 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 class ScriptName:
     """Sets `SCRIPT_NAME` to `prefix` and takes it off the front of `PATH_INFO` where it is there
-    (compared, as the packaged worker does, on the percent-decoded path)."""
+    (compared, as the packaged worker does, on the percent-decoded path): as a whole segment, so
+    that `/storefront` is no path under `/store`, and `/storeplants` is not `/plants`."""
 
     def __init__(self, app: WsgiApp, prefix: str) -> None:
         self.app = app
         self.prefix = prefix
+        self.prefix_slash = prefix + "/"
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if path.startswith(self.prefix):
+        if path.startswith(self.prefix_slash) or path == self.prefix:
             environ["PATH_INFO"] = path[len(self.prefix) :]
         environ["SCRIPT_NAME"] = self.prefix
         return self.app(environ, start_response)
@@ -37,7 +39,8 @@ def take_over(worker: Any) -> None:
     """For a worker that is not the packaged one, in the worker's process (after the fork: the
     master keeps the variable for the workers it starts later): the prefix is applied in front of
     the app the worker serves, a Flask app's `wsgi_app` (the worker's hooks still find the app)."""
-    prefix = os.environ.pop("SCRIPT_NAME", "")
+    # A trailing slash is the same prefix, as the packaged worker reads it (`/store/` is `/store`).
+    prefix = os.environ.pop("SCRIPT_NAME", "").rstrip("/")
     if not prefix:
         return
     app = worker.wsgi

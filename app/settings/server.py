@@ -92,7 +92,8 @@ class PathPrefix(Setting):
     """The path the service is served under, as WSGI's `SCRIPT_NAME` holds it (decoded), or none.
     The worker matches it with a request's decoded path, and Werkzeug writes it into every URL
     handed out as it is: `store` made them `http://hoststore/...`, `/%zz` or `/a b` no URL, `/a?b`
-    one with a query, and `//evil.example` the document's `servers` another host's."""
+    one with a query, and `//evil.example` the document's `servers` another host's. A trailing
+    slash is the same prefix (`/store/` is `/store`, `/` none), as the workers read it."""
 
     def from_text(self, text: str) -> str:
         if not is_path_prefix(text, encoded=False):
@@ -100,7 +101,7 @@ class PathPrefix(Setting):
                 "must be a path such as /store: segments of A-Z a-z 0-9 and - . _ ~ ! $ & ' ( ) * + , ; = : @"
                 f", none empty or . or .. (no %, space, ? or #), not {text!r}"
             )
-        return text
+        return text.rstrip("/")
 
 
 class ServerSettingsSchema(Schema):

@@ -7,7 +7,8 @@ request that comes with `X-Forwarded-*` headers logs one warning naming the sett
 client addresses would be the proxy's. With more trusted proxies than the first forwarded
 request's `X-Forwarded-For` names addresses, it warns too: ProxyFix then ignores the header, so
 every client is the nearest proxy's address, and one client's failed logins hold back every
-other's.
+other's. The first request that comes with RFC 7239's `Forwarded` and no `X-Forwarded-*` warns
+too: only those are read, so a proxy that sends nothing else is otherwise not heard at all.
 
 The same middleware, the outermost of the standalone app, gives every answer
 `X-Content-Type-Options: nosniff` (OWASP's REST guidance): a browser never reads a JSON answer, which
@@ -48,6 +49,7 @@ class RequestIds:
         self._warn = not self.trusted
         self._proxies = trusted_proxies
         self._warn_fewer = trusted_proxies > 1  # one proxy always names one address, or none
+        self._warn_forwarded = True
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request_id = environ.get("HTTP_X_REQUEST_ID") if self.trusted else None
@@ -61,6 +63,8 @@ class RequestIds:
             self._warn_once(environ)
         if self._warn_fewer and "HTTP_X_FORWARDED_FOR" in environ:
             self._check_proxies(environ)
+        if self._warn_forwarded and "HTTP_FORWARDED" in environ:
+            self._check_forwarded(environ)
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-Id", request_id))
@@ -97,6 +101,23 @@ class RequestIds:
             " behind the shipped nginx configuration, which replaces X-Forwarded-For with the"
             " address it sees). (Said once per worker.)",
             named,
+            self._proxies,
+            extra=request_fields(environ),
+        )
+
+    def _check_forwarded(self, environ: dict[str, Any]) -> None:
+        # The first request with `Forwarded` decides, once per worker: a proxy that sends
+        # X-Forwarded-* beside it is read, whatever else it sends.
+        self._warn_forwarded = False
+        if any(name in environ for name in _FORWARDED):
+            return
+        log.warning(
+            "A request came with Forwarded (RFC 7239) and no X-Forwarded-* header, but this service"
+            " reads only X-Forwarded-For, -Proto, -Host, -Port and -Prefix (PLANTS_TRUSTED_PROXIES"
+            " is %d), so Forwarded is ignored: links (Link, Location) and client addresses are the"
+            " proxy's, and one client's failed logins (PLANTS_AUTH_FAILURE_LIMIT) count against every"
+            " other's. Have the proxy send X-Forwarded-For and X-Forwarded-Proto (HAProxy: option"
+            " forwardfor; see docs/operations.md). (Said once per worker.)",
             self._proxies,
             extra=request_fields(environ),
         )

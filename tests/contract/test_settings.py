@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -13,11 +14,12 @@ import pytest
 from flask import Flask
 
 from app import ConfigurationError, create_app
+from app.extension import plants_state
 from app.plants import bp
 from app.server.settings_check import summary
 from app.settings import from_environ, load_settings
 from app.store import StoreUrl
-from tests.servers import ROOT, Gunicorn, free_port, wait_until_serving
+from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
 
 SETTINGS = (
     "PLANTS_API_TOKENS",
@@ -601,3 +603,31 @@ def test_seconds_past_a_settings_bound_name_the_bound(key, value, bound):
     with pytest.raises(ConfigurationError) as raised:
         create_app({"PLANTS_API_TOKENS": "t", key: value})
     assert f"{key} must be at most {bound} seconds, not {value}" in str(raised.value)
+
+
+@pytest.mark.parametrize("proxies", [0, 1])
+def test_forwarded_alone_is_warned_of_once_as_not_read(caplog, proxies):
+    """A proxy that sends only RFC 7239's `Forwarded` was not heard at all: every client the proxy's
+    address, every link its host, and no line in the log said why. One warning per worker names the
+    headers that are read; a proxy that sends `X-Forwarded-*` beside it is read, and not warned of."""
+    app = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN, "PLANTS_TRUSTED_PROXIES": proxies})
+    client = app.test_client()
+    forwarded = {"Forwarded": 'for="[2001:db8::1]:443";proto=https'}
+    with caplog.at_level(logging.WARNING, logger="app.telemetry.request_ids"):
+        for _ in range(2):
+            assert client.get("/openapi.json", headers=forwarded).status_code == 200
+    plants_state(app).close()
+    warned = [
+        record.getMessage() for record in caplog.records if "Forwarded (RFC 7239)" in record.getMessage()
+    ]
+    assert len(warned) == 1
+    assert "X-Forwarded-For" in warned[0]
+    assert f"PLANTS_TRUSTED_PROXIES is {proxies}" in warned[0]
+
+    caplog.clear()
+    both = create_app({"TESTING": True, "PLANTS_API_TOKENS": TOKEN, "PLANTS_TRUSTED_PROXIES": proxies})
+    with caplog.at_level(logging.WARNING, logger="app.telemetry.request_ids"):
+        for headers in ({**forwarded, "X-Forwarded-For": "2001:db8::1"}, forwarded):
+            assert both.test_client().get("/openapi.json", headers=headers).status_code == 200
+    plants_state(both).close()
+    assert not [record for record in caplog.records if "Forwarded (RFC 7239)" in record.getMessage()]

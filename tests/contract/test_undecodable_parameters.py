@@ -77,3 +77,39 @@ def test_a_change_to_a_path_that_is_not_utf8_is_refused_and_changes_nothing(serv
     assert refusal(server, "DELETE", "/webhooks/wh_%ff")["details"].keys() == {"endpoint_id"}
     status, _, kept = call(server.connection(), "GET", "/plants/731002", headers=AUTH)
     assert (status, json.loads(kept)["name"]) == (200, "Kept")
+
+
+#: A query none of these operations takes: unknown names, a value that is not UTF-8, a cache-buster.
+IGNORED = "?bogus=%ff&_=1700000000&ticket"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kept"),
+    [
+        ("GET", "/openapi.json", True),
+        ("GET", "/plants/731003", True),
+        ("GET", "/webhooks", True),
+        ("GET", "/metrics", False),  # its counts move between the two
+        ("POST", "/events/tickets", False),  # a new ticket each time
+    ],
+)
+def test_an_operation_that_takes_no_query_parameters_does_not_read_the_query(server, method, path, kept):
+    """The decision (README, the document): an operation that takes query parameters refuses an
+    unknown one and a value that is not UTF-8; one that takes none reads nothing of its query, so
+    nothing there is read as what was not sent, and a client's cache-buster or a scraper's own
+    parameters are answered as without them."""
+    body = json.dumps({"id": 731_003, "name": "Queried"})
+    assert call(server.connection(), "POST", "/plants", body, JSON_AUTH)[0] == 200
+    plain = call(server.connection(), method, path, headers=AUTH)
+    queried = call(server.connection(), method, path + IGNORED, headers=AUTH)
+    assert (queried[0], queried[1]["Content-Type"]) == (200, plain[1]["Content-Type"])
+    assert plain[0] == 200
+    if kept:
+        assert queried[2] == plain[2]
+
+
+def test_a_delete_with_a_query_it_does_not_take_deletes(server):
+    body = json.dumps({"id": 731_004, "name": "Deleted"})
+    assert call(server.connection(), "POST", "/plants", body, JSON_AUTH)[0] == 200
+    assert call(server.connection(), "DELETE", "/plants/731004" + IGNORED, headers=AUTH)[0] == 204
+    assert call(server.connection(), "GET", "/plants/731004", headers=AUTH)[0] == 404

@@ -185,3 +185,21 @@ def test_a_pages_link_names_the_host_and_prefix_as_sent(trusted, sent, base):
         assert "Traceback" not in server.output()
     finally:
         server.stop()
+
+
+def test_a_clients_lone_quote_does_not_drop_the_proxys_url(start):
+    """A client's `"` in `X-Forwarded-Proto`, `-Host`, `-Port` or `-Prefix`, before the entry an
+    appending trusted proxy added: the header counted as not sent, and the `Location` handed out
+    named the peer's scheme, host, port or prefix instead of the proxy's."""
+    server = start("10/hour")
+    peer = f"127.0.0.1:{server.port}"
+    cases = {
+        "X-Forwarded-Proto": ('", https', f"https://{peer}"),
+        "X-Forwarded-Host": ('", shop.example', "http://shop.example"),
+        "X-Forwarded-Port": ('", 8443', "http://127.0.0.1:8443"),
+        "X-Forwarded-Prefix": ('", /store', f"http://{peer}/store"),
+    }
+    for number, (name, (value, base)) in enumerate(cases.items(), start=1):
+        headers = {**JSON_TOKEN, name: value}
+        status, answer, _ = call(server.connection(), "PUT", f"/plants/{number}", {"name": "Fern"}, headers)
+        assert (status, dict(answer)["Location"]) == (201, f"{base}/plants/{number}"), name

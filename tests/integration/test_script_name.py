@@ -35,8 +35,14 @@ def test_the_probes_are_served_outside_the_prefix_and_in_it(server, path):
     assert (status, headers["Content-Type"], json.loads(body)["status"]) == (200, "application/json", "ok")
 
 
-@pytest.mark.parametrize("path", ["/other", "/storefront", "/store/other", "/store"])
+@pytest.mark.parametrize(
+    "path",
+    ["/other", "/storefront", "/store/other", "/store", "/storeplants", "/storeplants/1", "/store//plants"],
+)
 def test_a_path_that_is_none_of_the_services_is_the_json_404(server, path):
+    """`/storeplants` is no path under `/store` (it was served as `/plants`: the prefix was taken off
+    the front of any path that started with its characters), and `/store//plants` has a doubled
+    slash, the JSON 404 as `//plants` is."""
     assert_error(*call(server.connection(), "GET", path, headers=HEADERS), 404)
 
 
@@ -63,3 +69,19 @@ def test_a_watch_under_the_prefix_is_answered(server):
     status, headers, data = call(server.connection(), "GET", "/store/events?after=now&wait=1", None, HEADERS)
     assert (status, headers["Content-Type"]) == (200, "application/json")
     assert json.loads(data)["events"] == []
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_a_prefix_with_a_trailing_slash_is_the_same_prefix(worker):
+    """`SCRIPT_NAME=/store/` serves as `/store` does: `/store//plants` was served as `/plants` (the
+    prefix taken off left its slash behind), where a doubled slash is the JSON 404 everywhere else."""
+    server = Gunicorn(env={"SCRIPT_NAME": "/store/", "GUNICORN_WORKER_CLASS": WORKERS[worker]})
+    try:
+        assert_error(*call(server.connection(), "GET", "/store//plants", headers=HEADERS), 404)
+        status, headers, _ = call(server.connection(), "PUT", "/store/plants/1", '{"name": "Fern"}', HEADERS)
+        assert (status, headers["Location"]) == (201, f"http://127.0.0.1:{server.port}/store/plants/1")
+        status, _, data = call(server.connection(), "GET", "/store/openapi.json")
+        assert (status, json.loads(data)["servers"]) == (200, [{"url": "/store"}])
+        assert call(server.connection(), "GET", "/plants/1", headers=HEADERS)[0] == 200
+    finally:
+        server.stop()

@@ -92,3 +92,65 @@ def test_the_proxies_warning_counts_entries_as_the_address_is_found(caplog, forw
     with caplog.at_level(logging.WARNING, logger="app.telemetry.request_ids"):
         middleware(environ, lambda *_: None)
     assert any("naming" in record.getMessage() for record in caplog.records) is warned
+
+
+def url_seen(headers: dict[str, str], proxies: int = 1) -> tuple[str, str, str, str, str]:
+    """The scheme, Host, SERVER_NAME, SERVER_PORT and SCRIPT_NAME the app sees behind ProxyFix."""
+    seen = {}
+
+    def app(environ, start_response):
+        keys = ("wsgi.url_scheme", "HTTP_HOST", "SERVER_NAME", "SERVER_PORT", "SCRIPT_NAME")
+        seen["url"] = tuple(environ[key] for key in keys)
+        start_response("204 No Content", [])
+        return []
+
+    environ = {
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.url_scheme": "http",
+        "HTTP_HOST": "peer.example:8000",
+        "SERVER_NAME": "peer.example",
+        "SERVER_PORT": "8000",
+        "SCRIPT_NAME": "",
+        **{"HTTP_X_FORWARDED_" + name.upper(): value for name, value in headers.items()},
+    }
+    fix = {f"x_{name}": proxies for name in ("for", "proto", "host", "port", "prefix")}
+    ProxyFix(ForwardedAddress(app, proxies), **fix)(environ, lambda *_: None)
+    return seen["url"]
+
+
+PEERS = ("http", "peer.example:8000", "peer.example", "8000", "")
+
+
+@pytest.mark.parametrize(
+    ("headers", "proxies", "url"),
+    [
+        ({"proto": '", https'}, 1, ("https", *PEERS[1:])),
+        ({"proto": 'https", https'}, 1, ("https", *PEERS[1:])),
+        ({"host": '", shop.example'}, 1, ("http", "shop.example", "shop.example", "8000", "")),
+        ({"host": '"x, shop.example:8443'}, 1, ("http", "shop.example:8443", "shop.example", "8443", "")),
+        ({"port": '", 8443'}, 1, ("http", "peer.example:8443", "peer.example", "8443", "")),
+        ({"prefix": '", /store'}, 1, (*PEERS[:4], "/store")),
+        ({"prefix": '"/x, /store, /edge'}, 2, (*PEERS[:4], "/store")),
+        # Every header at once, one of them quoted: the others as ProxyFix read them.
+        (
+            {"proto": "https", "host": "shop.example", "port": '", 443', "prefix": "/store"},
+            1,
+            ("https", "shop.example:443", "shop.example", "443", "/store"),
+        ),
+        # The entry the proxy added is no value (a quote of its own): the peer's, as for junk.
+        ({"proto": 'https, "'}, 1, PEERS),
+        ({"host": '", shop.example'}, 2, PEERS),  # fewer entries than proxies
+        # No quote: ProxyFix's reading, unchanged.
+        (
+            {"proto": "http, https", "host": "a.example, shop.example"},
+            1,
+            ("https", "shop.example", "shop.example", "8000", ""),
+        ),
+    ],
+)
+def test_a_clients_lone_quote_leaves_the_proxys_scheme_host_port_and_prefix(headers, proxies, url):
+    """A client's lone `"` in `X-Forwarded-Proto`, `-Host`, `-Port` or `-Prefix`, before the entry
+    a trusted proxy appended: Werkzeug's list parser read it as a string swallowing that entry, found
+    none, and the header counted as not sent, so the URLs handed out named the peer's scheme, host,
+    port or prefix."""
+    assert url_seen(headers, proxies) == url

@@ -261,7 +261,11 @@ class EnvironBuilder:
     """Builds environs (PEP 3333) for one worker: what is the same for each request, once."""
 
     def __init__(self, cfg: Any, offers: dict[str, Any]) -> None:
-        self.script_name = os.environ.get("SCRIPT_NAME", "")
+        # A trailing slash is the same prefix (`/store/` is `/store`): kept, `/store//plants` was
+        # served as `/plants`, where a doubled slash is the JSON 404 everywhere else.
+        self.script_name = os.environ.get("SCRIPT_NAME", "").rstrip("/")
+        #: The prefix as a path under it starts: `/storefront` is not under `/store`.
+        self.script_slash = self.script_name + "/"
         self.static = {
             "wsgi.version": (1, 0),
             "wsgi.errors": sys.stderr,
@@ -320,7 +324,7 @@ class EnvironBuilder:
                 raise exceptions.BadRequest("the request target is no URI.") from None
             path, query = parsed.path or b"/", parsed.query or b""
         path_info = (unquote_to_bytes(path) if b"%" in path else path).decode("latin-1")
-        if self.script_name and path_info.startswith(self.script_name):
+        if self.script_name and (path_info.startswith(self.script_slash) or path_info == self.script_name):
             path_info = path_info[len(self.script_name) :]
         environ["REQUEST_METHOD"] = request.method
         environ["RAW_URI"] = url.decode("latin-1")
