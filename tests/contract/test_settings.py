@@ -320,6 +320,22 @@ def test_a_rate_limit_that_makes_no_sense_stops_the_start_naming_the_setting(
     assert str(raised.value).startswith(f"{key} is not a rate limit {problem}")
 
 
+@pytest.mark.parametrize("environment", [True, False])
+def test_a_48_limit_without_the_per_address_one_stops_the_start(monkeypatch, environment):
+    """The /48's limit is counted beside the per-address one only: alone it would guard nothing
+    while its operator believed the service guarded."""
+    settings = {"PLANTS_API_TOKENS": "t", "PLANTS_AUTH_FAILURE_LIMIT_PER_48": "80/minute"}
+    if environment:
+        for key, value in settings.items():
+            monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigurationError) as raised:
+        create_app(None if environment else settings)
+    assert str(raised.value) == (
+        "PLANTS_AUTH_FAILURE_LIMIT_PER_48 is set, but PLANTS_AUTH_FAILURE_LIMIT is not: the /48's"
+        " limit is counted only beside the per-address one, so set that too"
+    )
+
+
 @pytest.mark.parametrize(("limit", "problem"), NONSENSE_LIMITS)
 @pytest.mark.parametrize("key", ["PLANTS_API_TOKENS", "PLANTS_READ_TOKENS"])
 def test_a_tokens_own_rate_limit_that_makes_no_sense_stops_the_start(key, limit, problem):
