@@ -348,6 +348,19 @@ def test_a_tokens_own_rate_limit_that_makes_no_sense_stops_the_start(key, limit,
     assert "secret-token" not in str(raised.value)
 
 
+@pytest.mark.parametrize("key", ["PLANTS_API_TOKENS", "PLANTS_READ_TOKENS"])
+@pytest.mark.parametrize("entry", ["secret-token@", "secret-token@ "])
+def test_a_token_with_an_at_sign_and_no_limit_stops_the_start(key, entry):
+    """`token@` is a limit left out: taken as the token without one, it passed unseen."""
+    config = {"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader", key: f"other,{entry}"}
+    with pytest.raises(ConfigurationError) as raised:
+        create_app(config)
+    assert str(raised.value) == (
+        f"{key} has a token (number 2) followed by '@' but no rate limit: write one"
+        " (token@100/second) or drop the '@'"
+    )
+
+
 @pytest.mark.parametrize(
     "limit", ["1/10 years", "1/3650 days", "5 per 10 minutes|1/year", f"{2**63 - 1}/hour"]
 )
