@@ -34,6 +34,10 @@ class InvalidCursor(ValueError):
     """Not a cursor this service made for this query."""
 
 
+class MalformedCursor(InvalidCursor):
+    """Not the shape of any cursor: no position this service ever handed out."""
+
+
 def scope(tags: Collection[str] | None) -> bytes:
     """The filter a cursor is signed for, encoded so that no two filters share it: `-` for none,
     else `=` then each distinct tag, sorted, as its UTF-8 length (4 bytes) and its bytes."""
@@ -59,13 +63,13 @@ def decode_cursor(key: bytes, cursor: str, tags: Collection[str] | None, kind: b
         # validate=True: characters outside the alphabet are refused, not skipped.
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidCursor(_MALFORMED) from None
+        raise MalformedCursor(_MALFORMED) from None
     # A last character may carry unused bits that decoding ignores; only the one spelling this
     # service writes is a cursor, so that no two strings name the same position.
     if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != cursor:
-        raise InvalidCursor(_MALFORMED)
+        raise MalformedCursor(_MALFORMED)
     if not 1 < len(raw) - _MAC_BYTES <= 1 + _MAX_POSITION[kind] or raw[:1] != kind:
-        raise InvalidCursor(_MALFORMED)
+        raise MalformedCursor(_MALFORMED)
     payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, payload, tags)):
         raise InvalidCursor(_OTHER_QUERY[kind])

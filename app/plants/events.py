@@ -22,7 +22,7 @@ from app.errors import (
 )
 from app.extension import PlantsState, plants_state
 from app.http.conditional import answered_page, read_precondition
-from app.http.cursor import EVENTS, InvalidCursor, decode_cursor, encode_cursor
+from app.http.cursor import EVENTS, InvalidCursor, MalformedCursor, decode_cursor, encode_cursor
 from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_events_query
@@ -37,6 +37,11 @@ JSON, STREAM = "application/json", "text/event-stream"
 #: since Werkzeug matches an Accept range's parameters exactly (`text/event-stream;charset=utf-8`
 #: matches no offer without them).
 OFFERED = (JSON, STREAM, f"{STREAM}; charset=utf-8")
+#: A Last-Event-ID of no cursor's shape: a stream's client holds the ids it was sent, not pages.
+NOT_A_STREAM_ID = (
+    "Not an id this service's stream sent: send back the `id` of the last event or bookmark it"
+    " received, unchanged, or leave the header out to start at `after`."
+)
 #: A stream's headers besides its type: no proxy buffers it (nginx reads this). Its Cache-Control
 #: is every guarded answer's (app/http/caching.py): a shared cache must not keep it either.
 STREAM_HEADERS = {"X-Accel-Buffering": "no"}
@@ -83,7 +88,8 @@ def list_events() -> Response:
             if streaming:
                 position = start  # type: ignore[assignment]  # the stream reads from here, its first event included
     except InvalidCursor as exc:
-        raise InvalidParameters({field: [str(exc)]}) from None
+        said = NOT_A_STREAM_ID if field == "Last-Event-ID" and isinstance(exc, MalformedCursor) else str(exc)
+        raise InvalidParameters({field: [said]}) from None
     except ValueError:
         raise InvalidParameters({field: ["Not a cursor of this feed: follow it again from now."]}) from None
     except FeedExpiredError:

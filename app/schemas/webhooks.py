@@ -17,7 +17,12 @@ class EventTypes(fields.List):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
             fields.String(validate=validate.OneOf(EVENT_TYPES, error="Must be one of: {choices}.")),
-            validate=validate.Length(min=1, max=len(EVENT_TYPES)),
+            validate=validate.Length(
+                min=1,
+                max=len(EVENT_TYPES),
+                error=f"Must list 1 to {{max}} of the event types ({', '.join(EVENT_TYPES)}), each once;"
+                " leave it out, or null, for every type.",
+            ),
             **kwargs,
         )
 

@@ -129,11 +129,29 @@ def load_settings(config: Mapping[str, Any]) -> Settings:
     """The checked settings of `config` (an `app.config`); ConfigurationError names the first bad one."""
     check_names(config, environment=False)
     values = _load(_SCHEMA, config)
+    _check_companions(values)
     jwt = jwt_settings(values)
     tokens = token_settings(values, required=jwt is None)
     store_url, store_url_key = _store_url(values)
     plain = {name: value for key, value in values.items() if (name := _attribute(key)) in _READ_AS_IS}
     return Settings(tokens=tokens, jwt=jwt, store_url=store_url, store_url_key=store_url_key, **plain)
+
+
+#: A setting that works only beside another: that other, and why. Set alone, it would do nothing.
+_COMPANIONS = {
+    "PLANTS_AUTH_FAILURE_LIMIT_PER_48": (
+        "PLANTS_AUTH_FAILURE_LIMIT",
+        "the /48's limit is counted only beside the per-address one",
+    )
+}
+
+
+def _check_companions(values: Mapping[str, Any]) -> None:
+    """ConfigurationError for a setting set without the one it works beside: left to do nothing,
+    it would let its operator believe in a guard that is not there."""
+    for key, (needed, why) in _COMPANIONS.items():
+        if values[key] and not values[needed]:
+            raise ConfigurationError(key, f"is set, but {{{needed}}} is not: {why}, so set that too")
 
 
 def store_location(config: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -142,9 +142,17 @@ def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], d
             raise ConfigurationError(
                 key, "names a file with no token in it: write one token a line, or unset it"
             )
-    pairs = [entry.partition("@")[::2] for entry in entries if entry]
+    parts = [entry.partition("@") for entry in entries if entry]
+    pairs = [(token, limit) for token, _, limit in parts]
     limits = {}
-    for number, (token, limit) in enumerate(pairs, start=1):
+    for number, (token, at, limit) in enumerate(parts, start=1):
+        if at and not limit.strip():
+            # `token@` is a limit left out, not a token: '@' is no bearer token's character.
+            raise ConfigurationError(
+                key,
+                f"has a token (number {number}) followed by '@' but no rate limit: write one "
+                "(token@100/second) or drop the '@'",
+            )
         if not TOKEN_SYNTAX.fullmatch(token):
             raise ConfigurationError(
                 key,

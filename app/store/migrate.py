@@ -9,6 +9,7 @@ pages with 503 (reads, creates and deletes work).
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import redis
@@ -49,7 +50,22 @@ def migrate(client: redis.Redis, prefix: str) -> int:
     return indexed
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="python -m app.store.migrate",
+        description=(
+            "Build the page indexes of a Redis store written by the Plant Store 1.0.0, once, with"
+            " the service's own settings (PLANTS_STORE_URL or PLANTS_STORE_URL_FILE, and"
+            " PLANTS_STORE_PREFIX). Safe while the service serves, and safe to run again"
+            " (docs/operations.md, Redis)."
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Before the store is touched: --help prints the usage and exits 0, any argument is refused
+    # (2), so that a stranger's first `--help` or a guessed `--dry-run` writes nothing.
+    _parser().parse_args(argv)
     try:
         text, key, prefix = store_location(from_environ())
         try:

@@ -224,6 +224,19 @@ def test_a_bad_query_is_400_naming_the_parameter(client, auth, query, parameter)
     assert set(record["details"]) == {parameter}
 
 
+@pytest.mark.parametrize("value", ["now", "later", "not*base64", "AAAA"])
+def test_a_last_event_id_that_is_no_cursor_says_to_send_a_streams_id(client, auth, value):
+    """A stream's client holds ids, not pages: "pass back the `next` of a page" misdirected it."""
+    headers = {**auth, "Accept": "text/event-stream", "Last-Event-ID": value}
+    record = error_of(client.get("/events", headers=headers), 400)
+    assert record["details"] == {
+        "Last-Event-ID": [
+            "Not an id this service's stream sent: send back the `id` of the last event or bookmark"
+            " it received, unchanged, or leave the header out to start at `after`."
+        ]
+    }
+
+
 def test_a_forged_cursor_or_a_page_cursor_is_400(client, auth):
     for plant_id in range(3):
         client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=auth)

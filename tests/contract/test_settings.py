@@ -322,6 +322,22 @@ def test_a_rate_limit_that_makes_no_sense_stops_the_start_naming_the_setting(
     assert str(raised.value).startswith(f"{key} is not a rate limit {problem}")
 
 
+@pytest.mark.parametrize("environment", [True, False])
+def test_a_48_limit_without_the_per_address_one_stops_the_start(monkeypatch, environment):
+    """The /48's limit is counted beside the per-address one only: alone it would guard nothing
+    while its operator believed the service guarded."""
+    settings = {"PLANTS_API_TOKENS": "t", "PLANTS_AUTH_FAILURE_LIMIT_PER_48": "80/minute"}
+    if environment:
+        for key, value in settings.items():
+            monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigurationError) as raised:
+        create_app(None if environment else settings)
+    assert str(raised.value) == (
+        "PLANTS_AUTH_FAILURE_LIMIT_PER_48 is set, but PLANTS_AUTH_FAILURE_LIMIT is not: the /48's"
+        " limit is counted only beside the per-address one, so set that too"
+    )
+
+
 @pytest.mark.parametrize(("limit", "problem"), NONSENSE_LIMITS)
 @pytest.mark.parametrize("key", ["PLANTS_API_TOKENS", "PLANTS_READ_TOKENS"])
 def test_a_tokens_own_rate_limit_that_makes_no_sense_stops_the_start(key, limit, problem):
@@ -332,6 +348,19 @@ def test_a_tokens_own_rate_limit_that_makes_no_sense_stops_the_start(key, limit,
         f"{key} has a rate limit for token number 1 that is not a rate limit {problem}"
     )
     assert "secret-token" not in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["PLANTS_API_TOKENS", "PLANTS_READ_TOKENS"])
+@pytest.mark.parametrize("entry", ["secret-token@", "secret-token@ "])
+def test_a_token_with_an_at_sign_and_no_limit_stops_the_start(key, entry):
+    """`token@` is a limit left out: taken as the token without one, it passed unseen."""
+    config = {"PLANTS_API_TOKENS": "writer", "PLANTS_READ_TOKENS": "reader", key: f"other,{entry}"}
+    with pytest.raises(ConfigurationError) as raised:
+        create_app(config)
+    assert str(raised.value) == (
+        f"{key} has a token (number 2) followed by '@' but no rate limit: write one"
+        " (token@100/second) or drop the '@'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -116,6 +116,18 @@ def test_an_invalid_endpoint_is_400_naming_the_field(client, auth, body, field):
     assert client.get("/webhooks", headers=auth).json == {"webhooks": []}
 
 
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+def test_an_empty_list_of_events_says_what_to_send_instead(client, auth, method):
+    """Not marshmallow's bare "Length must be between 1 and 3.": which length, of what?"""
+    path = "/webhooks" if method == "POST" else f"/webhooks/{register(client, auth)['id']}"
+    body = {"url": HOOK, "events": []} if method == "POST" else {"events": []}
+    response = client.open(path, method=method, json=body, headers=auth)
+    assert error_of(response, 400)["details"]["events"] == [
+        "Must list 1 to 3 of the event types (plant.created, plant.updated, plant.deleted), each"
+        " once; leave it out, or null, for every type."
+    ]
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -560,6 +560,33 @@ def test_leaves_written_with_128_members_are_read_and_split_at_their_next_insert
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("argument", "status", "said"), [("--help", 0, "usage:"), ("--dry-run", 2, "usage:")]
+)
+def test_the_migration_asked_for_help_or_with_an_unknown_option_touches_no_store(
+    redis_server, argument, status, said
+):
+    """`--help` (what a stranger runs first) and an option it does not have (`--dry-run`) are
+    answered by the command itself: neither may run the migration, which writes to the store."""
+    settings = redis_settings(redis_server)
+    env = {**os.environ, **settings, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.store.migrate", argument],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == status, result.stderr
+    assert said in (result.stdout if status == 0 else result.stderr)
+    assert "indexed" not in result.stdout
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    try:
+        assert client.keys(f"{{{settings['PLANTS_STORE_PREFIX']}}}*") == []
+    finally:
+        client.close()
+
+
 def test_a_1_0_0_store_is_listed_after_the_migration_and_not_before(redis_server, caplog):
     """Plants written in 1.0.0's layout (buckets and a count, no index): pages answer 503 and name
     the fix; `python -m app.store.migrate` indexes them, once, however often it runs."""
