@@ -1,6 +1,7 @@
 """The environ the packaged worker gives an app has what gunicorn documents: no field whose name
 has an underscore (so `X_Forwarded_For` never passes for `X-Forwarded-For`), a field's value
-without the optional whitespace around it (RFC 9112 section 5), an absolute-form request
+without the optional whitespace around it (RFC 9112 section 5), two `Content-Type` fields as
+one value (so a body is never read by the last alone), an absolute-form request
 target's path and query alone, and a path under `SCRIPT_NAME` (from the environment) without it.
 Served around a host's app written under tmp_path that echoes them.
 """
@@ -79,6 +80,23 @@ def test_an_expectation_followed_by_whitespace_is_answered_100_continue(server):
         # A client that waits for the 100 before its body (as RFC 9110 section 10.1.1 lets it)
         # would wait for nothing until the server's read timeout.
         assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n")
+
+
+TWO_TYPES = [(31031, ("text/plain", "application/json")), (31032, ("application/json", "text/plain"))]
+
+
+@pytest.mark.parametrize(("plant_id", "types"), TWO_TYPES)
+def test_a_body_with_two_content_types_is_refused_whichever_comes_last(server, plant_id, types):
+    # Content-Type is one value (RFC 9110 section 8.3): taking the last of two would read a body
+    # as JSON that a proxy in front, reading the first, took for text.
+    body = b'{"id": %d, "name": "two types"}' % plant_id
+    headers = [("Authorization", f"Bearer {TOKEN}"), *(("Content-Type", kind) for kind in types)]
+    answer = rawhttp.exchange(server.port, rawhttp.request("POST", "/plants", body, headers))
+    assert answer is not None
+    assert (answer.status, answer.json()["error"]) == (415, 415)
+    read = rawhttp.exchange(server.port, rawhttp.request("GET", f"/plants/{plant_id}", headers=headers[:1]))
+    assert read is not None
+    assert read.status == 404
 
 
 def test_an_absolute_form_target_gives_its_path_and_query(server):
