@@ -308,6 +308,17 @@ def test_tags_match_exactly_whatever_their_characters(client, auth, plant):
         assert page == {"plants": [{"id": plant_id, "name": f"plant {plant_id}", "tag": tag}]}
 
 
+def test_a_tag_is_matched_as_written_without_unicode_normalization(client, auth, plant):
+    composed, decomposed = "caf\u00e9", "cafe\u0301"  # one word, NFC and NFD: two tags
+    plant(1, tag=composed)
+    plant(2, tag=decomposed)
+    for plant_id, tag in ((1, composed), (2, decomposed)):
+        page = client.get("/plants", query_string={"tags": tag}, headers=auth).json
+        assert page == {"plants": [{"id": plant_id, "name": f"plant {plant_id}", "tag": tag}]}
+        events = client.get("/events", query_string={"tags": tag}, headers=auth).json["events"]
+        assert [event["plant"]["id"] for event in events] == [plant_id]
+
+
 def test_a_cursor_of_one_tags_filter_is_refused_on_another(client, auth, plant):
     for plant_id in range(4):
         plant(plant_id, tag="fern")

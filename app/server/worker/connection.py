@@ -256,7 +256,9 @@ class Incoming:
             return  # checked as a header field is, counted as framing, not passed on
         if name.lower() == b"content-length":
             self._content_length = int(value)  # llhttp has checked that it is digits only
-        self._request.fields.append((name, value))
+        # llhttp drops the optional whitespace before a value but keeps what follows it, which is
+        # no part of the value either (RFC 9112 section 5): `Bearer t<TAB>` is the token t.
+        self._request.fields.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         request, parser = self._request, self.parser

@@ -341,7 +341,11 @@ class EnvironBuilder:
             key = name.upper().replace(b"-", b"_")
             text = value.decode("latin-1")
             if key == b"CONTENT_TYPE":
-                environ["CONTENT_TYPE"] = text
+                # One value (RFC 9110 section 8.3): two are joined, which names no media type the
+                # service reads (415), where the last alone would be read past a proxy that took the first.
+                environ["CONTENT_TYPE"] = (
+                    f"{environ['CONTENT_TYPE']},{text}" if "CONTENT_TYPE" in environ else text
+                )
             elif key == b"CONTENT_LENGTH":
                 environ.setdefault("CONTENT_LENGTH", text)  # a decoded chunked body's is its own
             elif key != b"TRANSFER_ENCODING":
