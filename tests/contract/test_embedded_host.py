@@ -296,3 +296,25 @@ def test_a_host_hook_that_reads_the_body_and_keeps_none_or_part_is_a_json_500(re
     assert call(client, "GET", "/api/v1/plants/1", headers=AUTH).status_code == 404
     created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
     assert (created.status_code, created.json) == (200, {"name": "Fern"})
+
+
+def test_a_host_hook_that_looks_at_the_form_leaves_a_json_write_whole():
+    """A CSRF check reads `request.form` on every POST: on a JSON body Werkzeug makes the stream
+    and reads nothing from it, so the write is served, not refused as a body the host read."""
+    host = make_host()
+
+    @host.before_request
+    def csrf():
+        request.form.get("csrf_token")
+
+    client = host.test_client()
+    created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    assert (created.status_code, created.json) == (200, {"name": "Fern"})
+    patched = call(
+        client,
+        "PATCH",
+        "/api/v1/plants/1",
+        data=b'{"tag": "tall"}',
+        headers={**AUTH, "Content-Type": "application/merge-patch+json"},
+    )
+    assert (patched.status_code, patched.json) == (200, {"name": "Fern", "tag": "tall"})
