@@ -75,6 +75,16 @@ class BodyCutShort(RequestTimeout):
     description = "The request body was not received in full before the client stopped sending."
 
 
+class BodyReadByHost(InternalServerError):
+    """A host app's own hook read the body (`request.stream.read()`) and kept none of it: the
+    write cannot have it. The server's fault, not the client's, so neither a 400 nor a 408."""
+
+    description = (
+        "The request body was read by the host application before the plants API could read it: "
+        "nothing was written."
+    )
+
+
 class MalformedFraming(BadRequest):
     """The WSGI server refused the body's framing (gunicorn: a bad chunk size)."""
 

@@ -12,15 +12,21 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
+from flask import Response
 from werkzeug.exceptions import HTTPException
 
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.errors import KEYS_NOT_LOADED, InsufficientScope, InvalidToken
+from app.http.error_handler import error_response
 from app.settings.jwt import JwtSettings
+
+if TYPE_CHECKING:
+    # prometheus_client is imported once an app is built (app/metrics.py): only the type here.
+    from app.metrics import Metrics
 
 CACHE_SIZE = 10_000
 #: RFC 9068 §4: an access token's `typ`; "JWT" as many providers send; absent is accepted too.
@@ -169,6 +175,19 @@ class AccessTokens:
             "jwt",
             float(claims["exp"]),
         )
+
+
+def lapsed(caller: Caller, metrics: Metrics | None) -> Response | None:
+    """The 401 of a caller let in though its authority has ended: a JWT past its `exp` within the
+    leeway (PLANTS_JWT_LEEWAY). What that authority bounds, a watch of the feed or a watch
+    ticket, would end before it began: answered an empty watch, a client asks again at once with
+    the same token, for as long as the leeway lasts; told that the token has expired, it fetches
+    a fresh one. None when its authority holds; counted in `metrics` when it has ended."""
+    if caller.expires > time.time():
+        return None
+    if metrics is not None:
+        metrics.count_refusal(EXPIRED.reason)
+    return error_response(EXPIRED)
 
 
 def _numeric_date(value: Any) -> bool:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import IO, Any
 
 from flask import Request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, UnsupportedMediaType
-from werkzeug.wsgi import get_content_length
+from werkzeug.wsgi import LimitedStream, get_content_length
 
 from app.compat import werkzeug as body_cache
 from app.errors import (
     MERGE_PATCH,
     UTF8_ONLY,
     BodyCutShort,
+    BodyReadByHost,
     BodyTooLarge,
     InvalidBody,
     MalformedFraming,
@@ -21,6 +23,8 @@ from app.errors import (
 )
 from app.http import strict_json
 from app.settings import DEFAULTS
+
+log = logging.getLogger(__name__)
 
 # The usual spellings, accepted without parsing the header.
 _JSON_CONTENT_TYPES = frozenset(
@@ -97,22 +101,22 @@ def _read_body(req: Request) -> bytes:
 def _read_at_most(req: Request, limit: int) -> bytes:
     """The body, or BodyTooLarge past `limit` and BodyCutShort when it ends short (Werkzeug's own
     errors for a chunked one)."""
-    earlier = body_cache.read_earlier(req) if body_cache.FITS else None
+    if not body_cache.FITS:
+        return read_through_get_data(req, limit)
+    earlier = body_cache.read_earlier(req)
+    made = body_cache.stream_made(req)
+    if made is not None:
+        # A host app's own hook made `request.stream`, and may have read from it: checked before
+        # `wsgi.input` is read, since a read for bytes the host took would wait on the connection.
+        _refuse_a_body_read_elsewhere(req, made, len(earlier) if earlier is not None else 0)
     length = get_content_length(req.environ)
     if earlier is not None:
         # A host app's own hook read it first (`request.get_data()`): `wsgi.input` is at its end,
-        # or, for a chunked body, at the host's MAX_CONTENT_LENGTH (the limit here too), where
-        # Werkzeug stops without an error: a byte past it is a body too large, not one complete.
-        if length is None and len(earlier) >= limit and req.environ["wsgi.input"].read(1):
-            raise BodyTooLarge(limit)
+        # or, for a chunked body, at the host's MAX_CONTENT_LENGTH.
+        _refuse_past_the_limit(req, earlier, limit)
         return earlier
-    if length is None or not body_cache.FITS:
-        # A body of unknown length (chunked), or any body where Werkzeug's cache is not where
-        # compat expects it: read through Werkzeug, which keeps it for the host's later readers.
-        # It stops reading at the limit without an error, which would truncate the body.
-        # Reading one byte more tells the two apart.
-        req.max_content_length = limit + 1
-        return req.get_data()
+    if length is None:
+        return read_through_get_data(req, limit)
     # A sized body: one read of exactly that many bytes, as Werkzeug's LimitedStream would
     # allow, without its stream wrapper and read loop, which cost a good part of the view's time.
     if length > limit:
@@ -122,3 +126,42 @@ def _read_at_most(req: Request, limit: int) -> bytes:
         raise BodyCutShort()
     body_cache.keep(req, body)
     return body
+
+
+def read_through_get_data(req: Request, limit: int) -> bytes:
+    """The body as Werkzeug's public `get_data` reads it, which keeps it for the host's later
+    readers: for a body of unknown length (chunked), and for every body where app/compat/werkzeug.py
+    finds Werkzeug changed. What a host's hook read before is refused as the direct read refuses it."""
+    # Werkzeug stops reading at the limit without an error, which would truncate the body:
+    # reading one byte more tells the two apart, where this read makes the stream.
+    req.max_content_length = limit + 1
+    body = req.get_data()
+    _refuse_a_body_read_elsewhere(req, req.stream, len(body))
+    _refuse_past_the_limit(req, body, limit)
+    return body
+
+
+def _refuse_past_the_limit(req: Request, body: bytes, limit: int) -> None:
+    """BodyTooLarge for a body past `limit`, and for a chunked one that a host's `get_data` read
+    first, which stopped at the host's MAX_CONTENT_LENGTH (the limit here too) without an error:
+    a byte past it is a body too large, not one complete."""
+    if len(body) > limit:
+        raise BodyTooLarge(limit)
+    if len(body) == limit and get_content_length(req.environ) is None and req.environ["wsgi.input"].read(1):
+        raise BodyTooLarge(limit)
+
+
+def _refuse_a_body_read_elsewhere(req: Request, stream: IO[bytes], kept: int) -> None:
+    """BodyReadByHost when more was read through `stream` than the `kept` bytes `get_data` holds:
+    a host's hook read the body (`request.stream.read()`) and kept none of it, or a part."""
+    if isinstance(stream, LimitedStream) and stream.tell() > kept:
+        rule = req.url_rule.rule if req.url_rule is not None else req.path
+        log.error(
+            "Refusing %s %s: the host app read the request body before the plants blueprint and kept "
+            "%s of its %s bytes; a hook that reads it uses request.get_data(), which keeps it.",
+            req.method,
+            rule,
+            kept,
+            stream.tell(),
+        )
+        raise BodyReadByHost()

@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Response, request
 
-from app.auth.access_tokens import EXPIRED
+from app.auth.access_tokens import lapsed
 from app.auth.caller import Caller, current_caller
 from app.auth.watch_tickets import TICKET_CALLER, WATCH_ONLY
 from app.errors import (
@@ -95,7 +95,7 @@ def list_events() -> Response:
     except FeedExpiredError:
         raise FeedPositionExpired() from None
     if streaming or (query.get("wait") and not events):
-        refusal = lapsed(current_caller())
+        refusal = lapsed(current_caller(), state.metrics)
         if refusal is not None:
             return refusal
         return _watch(state, store, key, position, query, streaming, only, snapshot)
@@ -108,20 +108,6 @@ def list_events() -> Response:
     if metrics is not None and events and response.status_code == 200:  # a 304 sends none
         metrics.count_read(len(events))
     return response
-
-
-def lapsed(caller: Caller) -> Response | None:
-    """The 401 of a caller let in though its authority has ended: a JWT past its `exp` within the
-    leeway (PLANTS_JWT_LEEWAY). What that authority bounds, a watch of the feed or a watch
-    ticket, would end before it began: answered an empty watch, a client asks again at once with
-    the same token, for as long as the leeway lasts; told that the token has expired, it fetches
-    a fresh one. None when its authority holds."""
-    if caller.expires > time.time():
-        return None
-    metrics = plants_state().metrics
-    if metrics is not None:
-        metrics.count_refusal(EXPIRED.reason)
-    return error_response(EXPIRED)
 
 
 def _snapshot(query: dict[str, Any], streaming: bool) -> bool:

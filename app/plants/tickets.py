@@ -8,11 +8,11 @@ import time
 
 from flask import Response, request
 
+from app.auth.access_tokens import lapsed
 from app.auth.caller import current_caller
 from app.errors import FeedOff
 from app.extension import plants_state
 from app.http.json_provider import json_response
-from app.plants.events import lapsed
 from app.telemetry.logs import rfc3339
 
 
@@ -23,7 +23,7 @@ def create_watch_ticket() -> Response:
     if not store.events_retain:
         raise FeedOff()
     caller = current_caller()
-    refusal = lapsed(caller)  # its ticket would expire as it is made
+    refusal = lapsed(caller, state.metrics)  # its ticket would expire as it is made
     if refusal is not None:
         return refusal
     now = time.time()

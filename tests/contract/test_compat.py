@@ -4,6 +4,7 @@ the library's public path and answers exactly as before."""
 from __future__ import annotations
 
 import http.client
+import io
 
 import pytest
 from flask import request
@@ -14,6 +15,8 @@ import app.compat.flask
 import app.compat.http_client
 import app.compat.marshmallow
 import app.compat.werkzeug
+from app.errors import BodyReadByHost, BodyTooLarge
+from app.http.body import read_through_get_data
 from tests.contract.test_embedded_host import AUTH, make_host
 
 
@@ -113,6 +116,12 @@ def test_the_werkzeug_check_sees_a_body_cache_moved(monkeypatch):
     assert not app.compat.werkzeug.body_cache_fits()
 
 
+def test_the_werkzeug_check_sees_a_stream_no_longer_kept_on_the_request(monkeypatch):
+    """Made anew at each access, the stream a host's hook read would look unread."""
+    monkeypatch.setattr(Request, "stream", property(lambda self: io.BytesIO()))
+    assert not app.compat.werkzeug.body_cache_fits()
+
+
 def test_bodies_answer_the_same_through_get_data(make_app, auth, monkeypatch):
     """The fallback reads every body through Werkzeug's get_data: the same answers, a body over
     the limit and a host's earlier read of the body included."""
@@ -134,3 +143,55 @@ def test_bodies_answer_the_same_through_get_data(make_app, auth, monkeypatch):
         base_url="http://shop.example:8080/shop/",
     )
     assert (created.status_code, created.json) == (200, {"name": "Fern"})
+
+
+LIMIT = 100
+
+
+def request_context(body: bytes, *, chunked: bool):
+    """A host's request (MAX_CONTENT_LENGTH = LIMIT) whose body is `body`, chunked as a WSGI server
+    hands one over (no length, `wsgi.input_terminated`) or sized."""
+    host = make_host()
+    host.config["MAX_CONTENT_LENGTH"] = LIMIT
+    if chunked:
+        return host.test_request_context(
+            "/api/v1/plants",
+            method="POST",
+            input_stream=io.BytesIO(body),
+            headers={"Transfer-Encoding": "chunked"},
+            environ_overrides={"wsgi.input_terminated": True},
+        )
+    return host.test_request_context("/api/v1/plants", method="POST", data=body)
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "sized"])
+@pytest.mark.parametrize("host_read", [False, True], ids=["alone", "after the host's get_data"])
+def test_the_get_data_path_reads_a_body_up_to_the_limit_whole(chunked, host_read):
+    """The public path (app/compat/werkzeug.py's fallback), run: a body of the limit's size is the
+    body, whether or not the host's hook read it first."""
+    body = b"x" * LIMIT
+    with request_context(body, chunked=chunked):
+        if host_read:
+            request.get_data()
+        assert read_through_get_data(request, LIMIT) == body
+        assert request.get_data() == body  # kept for the host's later readers
+
+
+@pytest.mark.parametrize("host_read", [False, True], ids=["alone", "after the host's get_data"])
+def test_the_get_data_path_refuses_a_chunked_body_past_the_limit(host_read):
+    """The host's get_data stops a chunked body at its MAX_CONTENT_LENGTH without an error and
+    keeps what it read: the public path took that cut-short body as whole. A byte past it is a 413."""
+    with request_context(b"x" * (LIMIT + 1), chunked=True):
+        if host_read:
+            assert len(request.get_data()) == LIMIT
+        with pytest.raises(BodyTooLarge):
+            read_through_get_data(request, LIMIT)
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "sized"])
+def test_the_get_data_path_refuses_a_body_the_host_read_and_did_not_keep(chunked):
+    """Not an empty body (a 400 blaming the client): the JSON 500 that says the host read it."""
+    with request_context(b'{"id": 1, "name": "Fern"}', chunked=chunked):
+        request.stream.read()
+        with pytest.raises(BodyReadByHost):
+            read_through_get_data(request, LIMIT)

@@ -265,3 +265,56 @@ def test_a_host_the_hosts_trusted_hosts_refuse_is_the_hosts_own_400():
     assert call(client, "GET", "/api/v1/plants", headers=AUTH).status_code == 200
     refused = call(client, "GET", "/api/v1/plants", headers=AUTH, base_url="http://attacker.example/shop/")
     assert (refused.status_code, refused.get_data(as_text=True)) == (400, "<h1>host 400</h1>")
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        lambda: request.stream.read(),
+        lambda: request.get_data(cache=False),
+        lambda: (request.stream.read(5), request.get_data()),
+    ],
+    ids=["stream", "get_data uncached", "a part, then get_data"],
+)
+def test_a_host_hook_that_reads_the_body_and_keeps_none_or_part_is_a_json_500(reads, caplog):
+    """The body the host's hook read and did not keep is gone: the write is refused as the JSON
+    500 that says so (not a 408 or 400 that blames the client), and the log tells the host's
+    developer how to read it instead; nothing is written. A hook that reads nothing is left alone."""
+    host = make_host()
+
+    @host.before_request
+    def audit():
+        if "X-Drain" in request.headers:
+            reads()
+
+    client = host.test_client()
+    drained = {**AUTH, "X-Drain": "1"}
+    refused = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=drained)
+    assert (refused.status_code, refused.content_type) == (500, "application/json")
+    assert refused.json["message"].startswith("The request body was read by the host application")
+    assert "request.get_data()" in caplog.text
+    assert call(client, "GET", "/api/v1/plants/1", headers=AUTH).status_code == 404
+    created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    assert (created.status_code, created.json) == (200, {"name": "Fern"})
+
+
+def test_a_host_hook_that_looks_at_the_form_leaves_a_json_write_whole():
+    """A CSRF check reads `request.form` on every POST: on a JSON body Werkzeug makes the stream
+    and reads nothing from it, so the write is served, not refused as a body the host read."""
+    host = make_host()
+
+    @host.before_request
+    def csrf():
+        request.form.get("csrf_token")
+
+    client = host.test_client()
+    created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    assert (created.status_code, created.json) == (200, {"name": "Fern"})
+    patched = call(
+        client,
+        "PATCH",
+        "/api/v1/plants/1",
+        data=b'{"tag": "tall"}',
+        headers={**AUTH, "Content-Type": "application/merge-patch+json"},
+    )
+    assert (patched.status_code, patched.json) == (200, {"name": "Fern", "tag": "tall"})

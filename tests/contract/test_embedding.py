@@ -7,7 +7,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest
 
@@ -397,11 +397,46 @@ def test_a_hosts_handler_for_an_error_of_its_own_still_answers_the_blueprints_ro
         return "<h1>host's error page</h1>", 500
 
     @host.before_request
-    def closed():
+    def close_for_maintenance():
         raise Maintenance()
 
     answer = host.test_client().get("/api/v1/plants/1", headers=AUTH)
     assert (answer.status_code, answer.json) == (503, {"error": 503, "message": "down for maintenance"})
+
+
+@pytest.mark.parametrize(
+    "python_class", [ValueError, KeyError, LookupError, OSError, RuntimeError, TypeError]
+)
+def test_a_hosts_handler_for_one_of_pythons_own_classes_is_kept_off_the_blueprints_routes(python_class):
+    """A host's handler for `ValueError` (its forms' bad numbers, as a 400 page) is a catch-all to
+    the blueprint, as one for `Exception` is: an unexpected error of that class on the blueprint's
+    routes is its JSON 500, never the host's page (nor its status). A class of the host's own
+    under it still answers there."""
+    host = make_host()
+
+    class Maintenance(python_class):  # type: ignore[misc,valid-type]
+        pass
+
+    host.register_error_handler(python_class, lambda error: ("<h1>host's own page</h1>", 400))
+    host.register_error_handler(Maintenance, lambda error: ({"error": 503, "message": "maintenance"}, 503))
+
+    class BrokenStore:
+        def get(self, plant_id):
+            raise python_class("the store failed")
+
+    @host.before_request
+    def close_for_maintenance():
+        if "X-Closed" in request.headers:
+            raise Maintenance()
+
+    host.extensions["plants"] = dataclasses.replace(host.extensions["plants"], store=BrokenStore())
+    client = host.test_client()
+    broken = client.get("/api/v1/plants/1", headers=AUTH)
+    assert (broken.status_code, broken.content_type) == (500, "application/json")
+    assert broken.json["error"] == 500
+    assert "the store failed" not in broken.get_data(as_text=True)
+    closed = client.get("/api/v1/plants/1", headers={**AUTH, "X-Closed": "1"})
+    assert (closed.status_code, closed.json) == (503, {"error": 503, "message": "maintenance"})
 
 
 def test_without_flasks_handler_map_the_blueprint_answers_every_unexpected_error(monkeypatch):
