@@ -101,12 +101,21 @@ def test_an_idle_deliverer_with_ten_endpoints_only_looks_at_the_feeds_position(m
     for _ in range(10):
         register(registrar, "http://127.0.0.1:9/hook")
     service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_STORE_URL=redis_server.unix_url)
-    deliverer = service.extensions["plants"].deliverer
+    plants = service.extensions["plants"]
+    deliverer = plants.deliverer
     for thread in threading.enumerate():
         if thread.name == "plants-cursor-key":  # each app's one read as it starts, done
             thread.join(WAIT_S)
     admin = redis.Redis(unix_socket_path=str(redis_server.socket))
     try:
+        # The feed's listener first (the deliverer starts it with its first endpoint): its start,
+        # heard as a change, would else make the deliverer read the endpoints in the window.
+        plants.feed_signal.listen()
+        wait_until(
+            lambda: plants.feed_signal.version > 0 and admin.info("clients")["blocked_clients"] > 0,
+            timeout=WAIT_S,
+            what="the listener",
+        )
         started = time.monotonic()
         assert deliverer.start()
         settled(deliverer, started)  # its first look, which reads the ten endpoints, done
@@ -120,7 +129,8 @@ def test_an_idle_deliverer_with_ten_endpoints_only_looks_at_the_feeds_position(m
     calls = {
         name: value["calls"]
         for name, value in stats.items()
-        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+        # The test's own, and the listener's blocking read (one every BLOCK_MS while idle).
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_xread")
     }
     assert "cmdstat_hgetall" not in calls, calls  # no endpoint read
     # A look at the feed's position every IDLE_S (two commands: the script and its read).
@@ -176,23 +186,26 @@ def _switches(thread) -> int:
         return sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
 
 
+@pytest.mark.usefixtures("looks_only_when_woken")
 def test_writes_do_not_wake_a_deliverer_without_endpoints(make_app):
     """With no endpoint a write has nothing to deliver: its thread sleeps through 300 creates
-    (the look at the feed every 2 s aside), then an endpoint registered is sent the next write."""
+    (its own looks out of reach, however long they take), then an endpoint registered is sent the
+    next write."""
     service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
     deliverer = service.extensions["plants"].deliverer
     client = service.test_client()
     receiver = Receiver()
     try:
         assert deliverer.start()
-        # Its first look, done: it then sleeps until something wakes it.
-        wait_until(lambda: deliverer.schedule.refresh_at > 0, timeout=WAIT_S, what="the first look")
+        settled(deliverer, 0.0)  # its first look, done: it then sleeps until something wakes it
         before = _switches(deliverer._thread)
         for plant_id in range(300):
             response = client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
             assert response.status_code == 200
         assert _switches(deliverer._thread) - before < 20
+        registered = time.monotonic()
         register(client, receiver.url)
+        settled(deliverer, registered)
         assert client.post("/plants", json={"id": 1000, "name": "Fern"}, headers=AUTH).status_code == 200
         (delivery,) = receiver.wait_for(1, timeout=WAIT_S)
         assert delivery.event["data"]["id"] == 1000
