@@ -423,10 +423,13 @@ def scrape(client) -> dict:
     return samples(client.get("/metrics", headers=AUTH).get_data(as_text=True))
 
 
-def deliverer_on_its_own(settings: dict[str, str]) -> subprocess.Popen:
-    """`python -m app.webhooks` with `settings` beside the environment, its output piped."""
+def deliverer_on_its_own(
+    settings: dict[str, str], python_args: tuple[str, ...] = ("-m", "app.webhooks")
+) -> subprocess.Popen:
+    """`python -m app.webhooks` (or `python_args`) with `settings` beside the environment, its
+    output piped."""
     return subprocess.Popen(
-        [sys.executable, "-m", "app.webhooks"],
+        [sys.executable, *python_args],
         env={**os.environ, **settings},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,19 +1,31 @@
-"""The deliverer wakes on a change instead of polling: a write's delivery leaves at once, and an
-idle deliverer with endpoints costs the store about one call a second (app/webhooks/deliverer.py).
-On the memory store and a real Redis."""
+"""The deliverer wakes on a change instead of polling (app/webhooks/deliverer.py): a write's
+delivery goes out because the write woke it, not at its next look; an idle deliverer with endpoints
+costs the store one look at the feed's position every IDLE_S. On the memory store and a real Redis.
+
+The tests of the wake-up put the deliverer's own looks out of their reach (`looks_only_when_woken`:
+IDLE_S and REFRESH_S longer than any test runs), so a delivery they see at all was woken: with the
+wake-up broken, it never comes and the test fails at its wait's bound, however fast the machine."""
 
 from __future__ import annotations
 
-import statistics
+import threading
 import time
 
 import pytest
 import redis
 
+import app.webhooks.deliverer as deliverer_module
+from app.store import CREATED_EVENT
+from app.webhooks.deliverer import Deliverer
 from tests.conftest import STORES, settings_for_store
-from tests.integration.test_webhook_delivery import AUTH, deliverer_on_its_own, register
+from tests.integration.test_webhook_delivery import AUTH, deliverer_on_its_own, register, wait_until
 from tests.receiver import Receiver
 from tests.servers import TOKEN, RedisServer
+
+#: Longer than any test here runs: a look that only the deliverer's timer would make never comes.
+OUT_OF_REACH_S = 3600.0
+#: The bound on each wait: a hang guard only, far below OUT_OF_REACH_S.
+WAIT_S = 20.0
 
 
 @pytest.fixture(params=STORES)
@@ -21,59 +33,115 @@ def store_settings(request):
     return settings_for_store(request, request.param)
 
 
-def test_a_write_is_delivered_within_milliseconds_not_a_poll(make_app):
-    client = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+@pytest.fixture
+def looks_only_when_woken(monkeypatch):
+    """The deliverers made from here on look at the store only when something wakes them (a
+    write, a drain that ended, the feed's listener), or every POLL_S while a drain is in flight."""
+    monkeypatch.setattr(deliverer_module, "IDLE_S", OUT_OF_REACH_S)
+    monkeypatch.setattr(deliverer_module, "REFRESH_S", OUT_OF_REACH_S)
+
+
+def settled(deliverer: Deliverer, since: float) -> None:
+    """Until the deliverer has read the endpoints in a look begun after `since` (monotonic), and
+    no drain is in flight: from then on, under `looks_only_when_woken`, only a wake-up makes it
+    look at the store again (a drain's end looks too: it might have sent the next write)."""
+    wait_until(
+        lambda: (
+            deliverer.schedule.refresh_at - deliverer_module.REFRESH_S >= since and not deliverer.drains.busy
+        ),
+        timeout=WAIT_S,
+        what="the deliverer idle",
+    )
+
+
+def delivered_one_by_one(
+    writer, receiver: Receiver, plant_ids: range, deliverer: Deliverer | None = None, since: float = 0.0
+) -> None:
+    """Create each plant through `writer` and wait for its delivery (`receiver` holds one
+    delivery per plant created before); each once the `deliverer`, when it is in this process, is
+    `settled` (the first time, `since` the endpoint was registered)."""
+    for plant_id in plant_ids:
+        if deliverer is not None:
+            settled(deliverer, since)
+        response = writer.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
+        assert response.status_code == 200
+        delivery = receiver.wait_for(plant_id + 1, timeout=WAIT_S)[-1]
+        assert delivery.event["data"]["id"] == plant_id
+        since = delivery.at  # the drain that sent it ends after this: the look that reaps it too
+
+
+@pytest.mark.usefixtures("looks_only_when_woken")
+def test_each_write_wakes_the_deliverer_it_does_not_wait_for_a_look(make_app):
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    client = service.test_client()
     receiver = Receiver()
     try:
+        registered = time.monotonic()
         register(client, receiver.url)
-        time.sleep(0.3)  # the deliverer idle: nothing but a wake-up can make it look soon
-        delays = []
-        for plant_id in range(40):
-            response = client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
-            answered = time.monotonic()
-            assert response.status_code == 200
-            delivery = receiver.wait_for(plant_id + 1)[-1]
-            delays.append(delivery.at - answered)
-            time.sleep(0.05)
-        delays.sort()
-        # A poll every 2 s would show as a median of about a second.
-        assert statistics.median(delays) < 0.05, delays
-        assert delays[int(len(delays) * 0.9)] < 0.25, delays
+        delivered_one_by_one(client, receiver, range(20), service.extensions["plants"].deliverer, registered)
     finally:
         receiver.stop()
 
 
+#: How long the idle deliverer's calls are counted: a few of its looks.
+WINDOW_S = 3 * deliverer_module.IDLE_S
+
+
 @pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
-def test_an_idle_deliverer_with_ten_endpoints_makes_about_one_redis_call_a_second(make_app, tmp_path):
+def test_an_idle_deliverer_with_ten_endpoints_only_looks_at_the_feeds_position(make_app, tmp_path):
+    """Idle, with ten endpoints, a deliverer reads none of them: every IDLE_S it asks for the
+    feed's position alone (one script, two commands), whatever the number of endpoints."""
     # A Redis of its own: every command on it in the window is this deliverer's.
     redis_server = RedisServer(tmp_path)
-    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_STORE_URL=redis_server.unix_url)
-    client = service.test_client()
+    registrar = make_app(
+        PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1",
+        PLANTS_WEBHOOKS_DELIVER="false",
+        PLANTS_STORE_URL=redis_server.unix_url,
+    ).test_client()
     for _ in range(10):
-        register(client, "http://127.0.0.1:9/hook")
-    time.sleep(1.0)  # the look the registrations asked for, done
+        register(registrar, "http://127.0.0.1:9/hook")
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", PLANTS_STORE_URL=redis_server.unix_url)
+    plants = service.extensions["plants"]
+    deliverer = plants.deliverer
+    for thread in threading.enumerate():
+        if thread.name == "plants-cursor-key":  # each app's one read as it starts, done
+            thread.join(WAIT_S)
     admin = redis.Redis(unix_socket_path=str(redis_server.socket))
     try:
+        # The feed's listener first (the deliverer starts it with its first endpoint): its start,
+        # heard as a change, would else make the deliverer read the endpoints in the window.
+        plants.feed_signal.listen()
+        wait_until(
+            lambda: plants.feed_signal.version > 0 and admin.info("clients")["blocked_clients"] > 0,
+            timeout=WAIT_S,
+            what="the listener",
+        )
+        started = time.monotonic()
+        assert deliverer.start()
+        settled(deliverer, started)  # its first look, which reads the ten endpoints, done
         admin.config_resetstat()
-        time.sleep(6.0)
+        time.sleep(WINDOW_S)  # the window counted: nothing to wait for, it is idle
         stats = admin.info("commandstats")
     finally:
         admin.close()
-        service.extensions["plants"].deliverer.stop()
+        deliverer.stop()
         redis_server.stop()
-    calls = sum(
-        value["calls"]
+    calls = {
+        name: value["calls"]
         for name, value in stats.items()
-        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
-    )
-    # One look at the feed's position every 2 s (two commands), and no poll of the endpoints.
-    assert calls <= 8, stats
+        # The test's own, and the listener's blocking read (one every BLOCK_MS while idle).
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_xread")
+    }
+    assert "cmdstat_hgetall" not in calls, calls  # no endpoint read
+    # A look at the feed's position every IDLE_S (two commands: the script and its read).
+    assert sum(calls.values()) <= 2 * (WINDOW_S / deliverer_module.IDLE_S + 1), calls
 
 
+@pytest.mark.usefixtures("looks_only_when_woken")
 def test_a_write_made_as_a_drain_ends_is_not_left_for_the_next_refresh(make_app):
     """The drain's last wake-up can reach the coordinator before the drain's future is done: the
     coordinator then sees the endpoint still busy and the feed already moved. The write must still
-    go out at the next look, not at the 30 s refresh."""
+    go out at the next look (the one that finds the drain ended), not at the refresh."""
     service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
     plants = service.extensions["plants"]
     deliverer, endpoints = plants.deliverer, plants.store.endpoints
@@ -85,19 +153,27 @@ def test_a_write_made_as_a_drain_ends_is_not_left_for_the_next_refresh(make_app)
     def release_after_a_write(endpoint_id, owner):
         if not written:  # event 2 lands after the drain read the feed, before it lets go
             written.append(plants.store.create(2, "Fern 2", None))
-            plants.count_event(0)
+            plants.count_event(CREATED_EVENT, 2, (None,))
         return release(endpoint_id, owner)
 
     def drain_that_ends_late(endpoint):
         drain(endpoint)
-        time.sleep(0.3)  # the future is done only after the coordinator looked
+        # The future is done only once the coordinator looked, the endpoint still busy, and saw
+        # the feed where event 2 left it.
+        wait_until(
+            lambda: deliverer.schedule.seen_position == plants.store.events_now(),
+            timeout=WAIT_S,
+            what="the coordinator's look at the moved feed",
+        )
 
     endpoints.release = release_after_a_write
     deliverer.drains.drain = drain_that_ends_late
     try:
+        registered = time.monotonic()
         register(client, receiver.url)
+        settled(deliverer, registered)
         assert client.post("/plants", json={"id": 1, "name": "Fern 1"}, headers=AUTH).status_code == 200
-        deliveries = receiver.wait_for(2, timeout=3.0)
+        deliveries = receiver.wait_for(2, timeout=WAIT_S)
         assert [delivery.event["data"]["id"] for delivery in deliveries] == [1, 2]
     finally:
         deliverer.stop()
@@ -110,83 +186,94 @@ def _switches(thread) -> int:
         return sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
 
 
+@pytest.mark.usefixtures("looks_only_when_woken")
 def test_writes_do_not_wake_a_deliverer_without_endpoints(make_app):
     """With no endpoint a write has nothing to deliver: its thread sleeps through 300 creates
-    (the look at the feed every 2 s aside), then an endpoint registered is sent the next write."""
+    (its own looks out of reach, however long they take), then an endpoint registered is sent the
+    next write."""
     service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
     deliverer = service.extensions["plants"].deliverer
     client = service.test_client()
     receiver = Receiver()
     try:
         assert deliverer.start()
-        time.sleep(0.3)  # its first look, done
+        settled(deliverer, 0.0)  # its first look, done: it then sleeps until something wakes it
         before = _switches(deliverer._thread)
         for plant_id in range(300):
             response = client.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
             assert response.status_code == 200
         assert _switches(deliverer._thread) - before < 20
+        registered = time.monotonic()
         register(client, receiver.url)
+        settled(deliverer, registered)
         assert client.post("/plants", json={"id": 1000, "name": "Fern"}, headers=AUTH).status_code == 200
-        (delivery,) = receiver.wait_for(1, timeout=3.0)
+        (delivery,) = receiver.wait_for(1, timeout=WAIT_S)
         assert delivery.event["data"]["id"] == 1000
     finally:
         deliverer.stop()
         receiver.stop()
 
 
-def delays_of_writes(writer, receiver: Receiver, plant_ids: range) -> list[float]:
-    """Create each plant through `writer`, one at a time: the seconds from each answer to its
-    delivery, the receiver holding one delivery per plant created before."""
-    delays = []
-    for plant_id in plant_ids:
-        response = writer.post("/plants", json={"id": plant_id, "name": "Fern"}, headers=AUTH)
-        answered = time.monotonic()
-        assert response.status_code == 200
-        delivery = receiver.wait_for(plant_id + 1, timeout=5.0)[-1]
-        assert delivery.event["data"]["id"] == plant_id
-        delays.append(delivery.at - answered)
-    return delays
-
-
 @pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
-def test_another_processs_writes_reach_an_endpoint_at_once_not_at_the_next_poll(make_app):
+@pytest.mark.usefixtures("looks_only_when_woken")
+def test_another_processs_writes_wake_the_deliverer_through_the_feeds_listener(make_app):
     """The deliverer hears other processes' writes once it has an endpoint (the feed's listener
-    starts then, not at the first write): a write made by another service on the same Redis is
-    delivered about at once, not at the look every 2 s."""
+    starts then, not at the first write): a write made by another service on the same Redis wakes
+    it, though nothing in its own process wrote."""
     delivering = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
     writer = make_app(PLANTS_WEBHOOKS_DELIVER="false").test_client()
     receiver = Receiver()
     try:
+        registered = time.monotonic()
         register(delivering.test_client(), receiver.url)
-        time.sleep(0.5)  # its first look, done: the listener starts with the endpoint seen
-        delays = delays_of_writes(writer, receiver, range(12))
-        # A look every 2 s would show as a median of about a second.
-        assert statistics.median(delays) < 0.5, delays
+        delivered_one_by_one(
+            writer, receiver, range(12), delivering.extensions["plants"].deliverer, registered
+        )
     finally:
         receiver.stop()
+
+
+#: `python -m app.webhooks`, its looks out of reach as under `looks_only_when_woken`.
+ONLY_WHEN_WOKEN = (
+    "-c",
+    "import runpy, app.webhooks.deliverer as d;"
+    f" d.IDLE_S = d.REFRESH_S = {OUT_OF_REACH_S};"
+    " runpy.run_module('app.webhooks', run_name='__main__', alter_sys=True)",
+)
 
 
 @pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
-def test_a_deliverer_on_its_own_hears_the_web_workers_writes_at_once(make_app, store_settings):
+def test_a_deliverer_on_its_own_is_woken_by_the_web_workers_writes(make_app, store_settings, tmp_path):
     """`python -m app.webhooks`, the web workers not delivering (docs/webhooks.md, "Where it
-    runs"): every write is another process's, and reaches the endpoint about at once through the
-    feed's listener, not at the deliverer's look every 2 s."""
-    writer = make_app(PLANTS_WEBHOOKS_DELIVER="false", PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1").test_client()
+    runs"): every write is another process's, and wakes the deliverer through the feed's
+    listener, which starts once its first look found the endpoint."""
+    # A Redis of its own: the only client blocked on it is the deliverer's listener.
+    redis_server = RedisServer(tmp_path)
+    settings = {
+        **store_settings,
+        "PLANTS_STORE_URL": redis_server.unix_url,
+        "PLANTS_API_TOKENS": TOKEN,
+        "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1",
+    }
+    writer = make_app(PLANTS_WEBHOOKS_DELIVER="false", **settings).test_client()
     receiver = Receiver()
-    deliverer = deliverer_on_its_own(
-        {**store_settings, "PLANTS_API_TOKENS": TOKEN, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"}
-    )
+    admin = redis.Redis(unix_socket_path=str(redis_server.socket))
     try:
         register(writer, receiver.url)
-        # The first write may wait for the deliverer's look, which finds the endpoint.
-        assert writer.post("/plants", json={"id": 0, "name": "Fern"}, headers=AUTH).status_code == 200
-        receiver.wait_for(1, timeout=20.0)
-        delays = delays_of_writes(writer, receiver, range(1, 13))
-        # A look every 2 s would show as a median of about a second.
-        assert statistics.median(delays) < 0.5, delays
+        deliverer = deliverer_on_its_own(settings, ONLY_WHEN_WOKEN)
+        try:
+            # Listening: its first look, which found the endpoint, is done, so the writes from
+            # here on reach the endpoint only by waking it.
+            wait_until(
+                lambda: admin.info("clients")["blocked_clients"] > 0, timeout=WAIT_S, what="the listener"
+            )
+            delivered_one_by_one(writer, receiver, range(12))
+        finally:
+            deliverer.terminate()
+            output, _ = deliverer.communicate(timeout=20)
     finally:
         receiver.stop()
-        deliverer.terminate()
-        output, _ = deliverer.communicate(timeout=20)
+        admin.close()
+        redis_server.stop()
     assert deliverer.returncode == 0, output
     assert "Traceback" not in output
