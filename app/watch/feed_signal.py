@@ -146,9 +146,9 @@ class FeedSignal:
         `PlantsState.count_event`): with no watcher it is a counter, a flag and the observers
         (measured in bench/README.md)."""
         # Where the listener tells how far it heard, it hears this write too: counted then, once.
-        self._notify(None if change is None else [change], counted=not self.hears)
+        self._notify(None if change is None else [change], None, self._heard is None)
 
-    def _notify(self, changes: list[Touched] | None, heard: Any = None, *, counted: bool = True) -> None:
+    def _notify(self, changes: list[Touched] | None, heard: Any = None, counted: bool = True) -> None:
         """Wake the watchers `changes` may concern (None: every one), and every observer; `heard`:
         how far the listener had heard the feed with them (`quiet`)."""
         wakes: list[Callable[[], None]] = []
