@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = (
     "floor", "create", "reads", "changes", "events", "access-tokens", "webhooks", "slow-receivers", "watch",
     "cluster", "failover", "partitions", "slow-clients", "attacks", "page-bound", "latency",
-    "instructions", "process", "layouts", "ab", "forwarded", "plant-bytes", "reload",
+    "instructions", "process", "layouts", "ab", "forwarded", "plant-bytes", "reload", "filtered-writes",
 )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.watch.wake_index import Touched
 
@@ -39,19 +39,22 @@ class FeedListener(Protocol):
         """What the changes heard since the last call touched: each one's kind, plant id and
         tags after and before (None: not known)."""
 
+    #: How far the feed had been heard at the last `take` (its `covers(position)`), or None.
+    heard: Any
+
     def close(self) -> None: ...
 
 
 class FeedListenerThread:
     """One process's listener of the feed, in a thread of its own: it waits on `someone_waits`
     (set and cleared by the signal, under its lock) and passes what it hears to `notify` (the
-    changes, or None: not known, wake every watcher)."""
+    changes, or None: not known, wake every watcher; and how far the feed was heard)."""
 
     def __init__(
         self,
         make_listener: Callable[[], FeedListener | None],
         someone_waits: threading.Event,
-        notify: Callable[[list[Touched] | None], None],
+        notify: Callable[[list[Touched] | None, Any], None],
         lock: threading.Lock,
     ) -> None:
         self._make_listener = make_listener
@@ -109,7 +112,8 @@ class FeedListenerThread:
                     failures, changed = 0, True
                 if changed:
                     touched = listener.take()
-                    self._notify(None if touched is None else [Touched._make(t) for t in touched])
+                    changes = None if touched is None else [Touched._make(t) for t in touched]
+                    self._notify(changes, getattr(listener, "heard", None))
         finally:
             if listener is not None:
                 listener.close()
@@ -133,7 +137,7 @@ class FeedListenerThread:
         now = time.monotonic()
         log.warning("The change feed's listener failed (%s, %d in a row)", type(exc).__name__, failures)
         if failures == 1 or now >= wake_at:
-            self._notify(None)
+            self._notify(None, None)
             wake_at = now + min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
         self._closed.wait(1.0)  # the listener's next try, unless closed meanwhile
         return wake_at

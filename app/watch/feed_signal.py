@@ -16,7 +16,9 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
+from app.watch.feed_ends import FeedEnds
 from app.watch.feed_listener import FeedListener, FeedListenerThread
 from app.watch.filters import EventFilter
 from app.watch.shared_reads import SharedReads
@@ -61,8 +63,13 @@ class FeedSignal:
         self.woken = WokenTally()
         self.reads = SharedReads()
         self.gate = WakeGate()
+        #: The feed's end, read for the filtered streams that pass over it (passing_over.py).
+        self.ends = FeedEnds()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
+        #: How far the listener had heard the feed when the signal last woke the watchers what
+        #: it heard concerns (listener.py: `Heard`), or None.
+        self._heard: Any = None
         self._feed_listener = FeedListenerThread(feed_listener, self._someone_waits, self._notify, self._lock)
 
     @property
@@ -101,7 +108,9 @@ class FeedSignal:
         `Registry.wake`), or the Event a watch blocked in its thread waits on
         (app/watch/watches.py: `Watch._block`)."""
         with self._lock:
-            changed = self._version != seen
+            # Still filed: no change since it was filed concerns it (a turn at its deadline), unless
+            # its watch asked to read on at once (a `seen` the feed never has: watches.py).
+            changed = self._version != seen and (seen < 0 or wake not in self._wakes)
             if not changed:
                 self._wakes.add(wake, only)
                 self.waiting = len(self._wakes)
@@ -136,15 +145,19 @@ class FeedSignal:
         known), and every observer. Every write calls it (app/extension.py:
         `PlantsState.count_event`): with no watcher it is a counter, a flag and the observers
         (measured in bench/README.md)."""
-        self._notify(None if change is None else [change])
+        # Where the listener tells how far it heard, it hears this write too: counted then, once.
+        self._notify(None if change is None else [change], None, self._heard is None)
 
-    def _notify(self, changes: list[Touched] | None) -> None:
-        """Wake the watchers `changes` may concern (None: every one), and every observer."""
+    def _notify(self, changes: list[Touched] | None, heard: Any = None, counted: bool = True) -> None:
+        """Wake the watchers `changes` may concern (None: every one), and every observer; `heard`:
+        how far the listener had heard the feed with them (`quiet`)."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
+            if heard is not None:
+                self._heard = heard
             if self.waiting:
-                wakes = self._wakes.take_all(changes)
+                wakes = self._wakes.take_all(changes, counted)
                 self.woken.observe(len(wakes))
                 self.waiting = len(self._wakes)
                 if not self.waiting and not self._always:
@@ -156,6 +169,25 @@ class FeedSignal:
                 wake()
             except Exception:
                 log.exception("A feed watcher's wake-up failed")
+
+    # --- passing over what concerns no one --------------------------------------------------------
+
+    @property
+    def hears(self) -> bool:
+        """Whether the listener tells how far it heard the feed (a shared store's, once started)."""
+        return self._heard is not None
+
+    def quiet(self, wake: Callable[[], None], ahead: bytes | None) -> tuple[int, bool] | None:
+        """If `wake` is still filed (no change since it was filed concerns its watcher: a sweep,
+        or a change not known, would have taken it), the feed's version and whether every event
+        up to the position `ahead` had been heard, and judged, by then: all of them passed over
+        this watcher. None otherwise. One step under the lock: a change judged after it may
+        take the watcher, and is then read from wherever it moves."""
+        with self._lock:
+            if wake not in self._wakes:
+                return None
+            heard = self._heard
+            return self._version, ahead is not None and heard is not None and heard.covers(ahead)
 
     def close(self, timeout: float = 5.0) -> bool:
         """End the feed's listener for good (its thread, its connections), waiting for it up to

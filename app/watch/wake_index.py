@@ -14,7 +14,8 @@ the feed through its full filter, so a wake-up too many costs a read, never a wr
 
 Every `sweep_every` known changes everyone is woken anyway: a watcher that is never woken would
 not move past what its filter passes over, and would fall out of the retention window. Between
-two sweeps fewer events are written than the feed keeps.
+two sweeps fewer events are written than the feed keeps. Where the store's listener hears this
+process's own writes too, a change is counted as the listener hears it, not twice.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class WakeIndex:
     def __len__(self) -> int:
         return len(self._all) + len(self._keys)
 
+    def __contains__(self, wake: object) -> bool:
+        return id(wake) in self._all or id(wake) in self._keys
+
     def add(self, wake: Wake, only: EventFilter | None) -> None:
         if only is None:
             self._all[id(wake)] = wake
@@ -81,18 +85,19 @@ class WakeIndex:
             if not bucket:
                 del self._filed[key]
 
-    def take_all(self, changes: list[Touched] | None) -> list[Wake]:
-        """The wake-ups any of `changes` calls for (None: every one), taken out of the index."""
+    def take_all(self, changes: list[Touched] | None, counted: bool = True) -> list[Wake]:
+        """The wake-ups any of `changes` calls for (None: every one), taken out of the index;
+        without `counted`, the changes do not count towards the sweep (they will be heard again)."""
         if changes is None or len(changes) == 1:
-            return self.take(None if changes is None else changes[0])
+            return self.take(None if changes is None else changes[0], counted)
         woken: list[Wake] = []
         for change in changes:
-            woken.extend(self.take(change))
+            woken.extend(self.take(change, counted))
         return woken
 
-    def take(self, change: Touched | None) -> list[Wake]:
+    def take(self, change: Touched | None, counted: bool = True) -> list[Wake]:
         """The wake-ups `change` calls for (None: every one), taken out of the index."""
-        if change is not None and self.sweep_every:
+        if change is not None and self.sweep_every and counted:
             self._since_sweep += 1
             if self._since_sweep >= self.sweep_every:
                 change = None

@@ -33,6 +33,7 @@ from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter, scan
 from app.watch.initial_state import existing, existing_blocks
+from app.watch.passing_over import PassingOver
 from app.watch.wake_up import NoReadSlot, WakeUp
 
 #: The reconnection delay a stream asks of its client (`retry:`), in milliseconds.
@@ -285,6 +286,7 @@ class EventStream(Watch):
         #: The feed's version this stream has read all of (-1: not known): a chunk asked for at that
         #: version, a heartbeat's or the one after a chunk, reads nothing.
         self.current = -1
+        self.passing = None if self.only is None else PassingOver(self.signal, self.store, now)
 
     def deadline(self) -> float:
         return min(self.next_beat, self.ends, self.authority_ends)
@@ -301,7 +303,11 @@ class EventStream(Watch):
             return b""
         if self.listing is not None:
             return self._existing(now)
-        chunk = self._events(now) if self.signal.version != self.current else b""
+        chunk = b""
+        # A stream that passes over the feed moves to an end it read once no change came since.
+        ahead = self.passing is not None and self.passing.ahead is not None
+        if (self.signal.version != self.current or ahead) and not self._passes_over():
+            chunk = self._events(now) if self.signal.version != self.current else b""
         if chunk:
             return chunk
         if now >= self.next_beat:
@@ -333,6 +339,18 @@ class EventStream(Watch):
         data = json.dumps({"next": cursor, **more}, separators=(",", ":"))
         return f"id: {cursor}\nevent: bookmark\ndata: {data}\n\n".encode()
 
+    def _passes_over(self) -> bool:
+        """A filtered stream's turn at its deadline, still filed with the signal: no read, and
+        a move past what it passed over once that is known (passing_over.py)."""
+        if self.passing is None:
+            return False
+        turn = self.passing.turn(self._wake_up.wake, self.position)
+        if turn is None:
+            return False
+        self.seen = self.current = turn[0]
+        self.advance(turn[1])
+        return True
+
     def _events(self, now: float) -> bytes:
         seen, position = self.signal.version, self.position
         self.seen = seen
@@ -358,6 +376,8 @@ class EventStream(Watch):
             self.read_on()
         # A filtered stream moves past what its filter passed over too, sending nothing.
         self.advance(end)
+        if self.passing is not None:
+            self.passing.moved()
         if frames:
             self.next_beat = now + self.heartbeat
         if self.bookmarks:

@@ -6,6 +6,10 @@ many events that stream had added up to it, as unsigned LEB128 varints. The coun
 whether a trim dropped an event it has not read (the EVENTS script). On a cluster, a page reads
 every group's stream in one pipeline (a round trip per node) and merges them by entry ID, so
 events come roughly in time order, and in exact order within a group.
+
+A filtered read (`select`) has the script judge the filter (events.lua: `selecting`): an entry it
+passes over crosses as its entry ID alone, and only what it selects is made into an entry here,
+so a filtered watch that passes over most of the feed costs the service little per event.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError
+from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError, FeedSelection, Selected
 from app.store.redis import lua
 from app.store.redis.client import LazyClient
 from app.store.redis.failures import FAILURES
@@ -25,8 +29,27 @@ from app.store.redis.origins import unmarked
 
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
-#: One group's read: the EVENTS script's arguments after the group's own (EventsArgs).
-_Read = tuple[str, Any, int, str, str]
+#: One group's read: the EVENTS script's arguments after the group's own (EventsArgs), then the
+#: filter's trailing ids and tags.
+_Read = tuple[Any, ...]
+#: EventsArgs' filter for a read of whole entries: none.
+WHOLE = ("", "*", "*", "*")
+
+
+def selecting_args(selection: FeedSelection) -> tuple[str, ...]:
+    """The EVENTS script's filter arguments for `selection` ('*': that part not given), then the
+    ids and the tags it names (events.lua: `select_at`)."""
+    ids = () if selection.ids is None else tuple(str(plant_id) for plant_id in selection.ids)
+    tags = () if selection.tags is None else tuple(selection.tags)
+    kinds = selection.kinds
+    return (
+        "1",
+        "*" if kinds is None else "".join(str(kind) for kind in sorted(kinds)),
+        "*" if selection.ids is None else str(len(ids)),
+        "*" if selection.tags is None else str(len(tags)),
+        *ids,
+        *tags,
+    )
 
 
 def encode_position(positions: list[GroupPosition]) -> bytes:
@@ -98,18 +121,42 @@ def touched_by(fields: dict[bytes, bytes]) -> tuple[int, int, tuple[str | None, 
     return event.kind, event.plant_id, (event.tag, _tag_before(event, fields.get(b"b", b"")))
 
 
+def _single_entry(answer: list[Any], i: int, number: int) -> FeedEntry:
+    """The entry at `answer[i]` of a single Redis's page read with origins, the `number`th event
+    its stream added: its id (its entry ID), the position after it, its origin and tag before."""
+    event = _event(answer[i], answer[i + 1])
+    position = encode_position([(*_entry_id(answer[i]), number)])
+    before = _tag_before(event, answer[i + 3])
+    return FeedEntry(event, answer[i].decode(), position, unmarked(answer[i + 2]), before)
+
+
 def _one_group_entries(answer: list[Any]) -> tuple[list[FeedEntry], bytes]:
     """`_one_group`'s page read with origins, each event with its id (its entry ID), the position
     after it, its origin and its tag before."""
     number = int(answer[2])
-    entries = []
-    for k, i in enumerate(range(3, len(answer), 4), 1):
-        event = _event(answer[i], answer[i + 1])
-        position = encode_position([(*_entry_id(answer[i]), number + k)])
-        before = _tag_before(event, answer[i + 3])
-        entries.append(FeedEntry(event, answer[i].decode(), position, unmarked(answer[i + 2]), before))
+    entries = [_single_entry(answer, i, number + k) for k, i in enumerate(range(3, len(answer), 4), 1)]
     end = entries[-1].position if entries else encode_position([(*_entry_id(answer[1]), number)])
     return entries, end
+
+
+def _one_group_selected(answer: list[Any], limit: int, asked: int) -> Selected:
+    """A single Redis's filtered read of `asked` events (the script's answer with `selecting`):
+    the first `limit` it selected, as `FeedSelection.pick` answers from whole entries."""
+    number = int(answer[2])
+    read = (len(answer) - 3) // 4
+    found: list[FeedEntry] = []
+    passed = 0
+    for k, i in enumerate(range(3, len(answer), 4), 1):
+        if not answer[i + 1]:  # passed over by the script's filter
+            passed += 1
+            continue
+        entry = _single_entry(answer, i, number + k)
+        found.append(entry)
+        passed = 0
+        if len(found) == limit:
+            return Selected(found, entry.position, k, 0, k == read and read < asked)
+    last = answer[-4] if read else answer[1]
+    return Selected(found, encode_position([(*_entry_id(last), number + read)]), read, passed, read < asked)
 
 
 class _Merge:
@@ -127,10 +174,12 @@ class _Merge:
         *,
         origins: bool = False,
         read_on: bool = False,
+        selecting: tuple[str, ...] = WHOLE,
     ) -> None:
         self._feeds, self._limit = feeds, limit
         self._flag, self._stride = ("1", 4) if origins else ("", 2)
         self._read_on = "1" if read_on else ""
+        self._selecting = selecting
         groups = len(starts)
         first = max(8, -(-(limit + 1) // groups))
         self._size = [first] * groups
@@ -140,7 +189,7 @@ class _Merge:
         ]
         self._exhausted = [False] * groups
         self._positions: list[GroupPosition] = []
-        reads = [(*start, first, self._flag, self._read_on) for start in starts]
+        reads = [(*start, first, self._flag, self._read_on, *selecting) for start in starts]
         for group, answer in enumerate(feeds._read(reads)):
             self._take(group, answer, first)
             self._positions.append((*_entry_id(answer[1]), int(answer[2])))
@@ -168,34 +217,67 @@ class _Merge:
     def _refill(self, group: int) -> None:
         self._size[group] = min(2 * self._size[group], self._limit + 1)
         asked = self._size[group]
-        answer = self._feeds._read_one(group, (*self._next[group], asked, self._flag, self._read_on))
+        args = (*self._next[group], asked, self._flag, self._read_on, *self._selecting)
+        answer = self._feeds._read_one(group, args)
         self._take(group, answer, asked)
 
     def page(self, entries: list[FeedEntry] | None = None) -> EventPage:
         """The merged page; with `entries`, each event is also put there with its id (its group and
         entry ID) and the position after it."""
-        heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
-        heapq.heapify(heap)
+        heap = self._heap()
         events: list[Event] = []
         while heap and len(events) < self._limit:
-            _, group = heapq.heappop(heap)
-            ms, seq, number, raw_id, value, origin, before = self._buffers[group].pop()
-            self._positions[group] = (ms, seq, number)
+            group, raw_id, value, origin, before = self._next_of(heap)
             event = _event(raw_id, value)
             events.append(event)
             if entries is not None:
-                position = encode_position(self._positions)
-                tag_before = _tag_before(event, before)
-                entries.append(
-                    FeedEntry(event, f"{group}.{raw_id.decode()}", position, unmarked(origin), tag_before)
-                )
-            # Every group with more to read keeps one buffered event, so the heap's least is the
-            # least of all.
-            if not self._buffers[group] and not self._exhausted[group]:
-                self._refill(group)
-            if self._buffers[group]:
-                heapq.heappush(heap, (self._buffers[group][-1][:2], group))
+                entries.append(self._entry(group, event, raw_id, origin, before))
         return EventPage(events, encode_position(self._positions))
+
+    def select(self, limit: int) -> Selected:
+        """The merged read with the script's filter (`selecting`): the first `limit` events it
+        selected among the first `self._limit` read, as `FeedSelection.pick` answers from the
+        merged whole entries."""
+        heap = self._heap()
+        found: list[FeedEntry] = []
+        read = passed = 0
+        while heap and read < self._limit:
+            group, raw_id, value, origin, before = self._next_of(heap)
+            read += 1
+            if not value:  # passed over by the script's filter
+                passed += 1
+                continue
+            entry = self._entry(group, _event(raw_id, value), raw_id, origin, before)
+            found.append(entry)
+            passed = 0
+            if len(found) == limit:
+                return Selected(found, entry.position, read, 0, not heap and read < self._limit)
+        return Selected(found, encode_position(self._positions), read, passed, read < self._limit)
+
+    def _heap(self) -> list[tuple[tuple[int, int], int]]:
+        heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]
+        heapq.heapify(heap)
+        return heap
+
+    def _next_of(self, heap: list[tuple[tuple[int, int], int]]) -> tuple[int, bytes, bytes, bytes, bytes]:
+        """The least buffered event, its group's position moved past it: its group, entry ID,
+        event, origin and tag before."""
+        _, group = heapq.heappop(heap)
+        ms, seq, number, raw_id, value, origin, before = self._buffers[group].pop()
+        self._positions[group] = (ms, seq, number)
+        # Every group with more to read keeps one buffered event, so the heap's least is the
+        # least of all.
+        if not self._buffers[group] and not self._exhausted[group]:
+            self._refill(group)
+        if self._buffers[group]:
+            heapq.heappush(heap, (self._buffers[group][-1][:2], group))
+        return group, raw_id, value, origin, before
+
+    def _entry(self, group: int, event: Event, raw_id: bytes, origin: bytes, before: bytes) -> FeedEntry:
+        """The entry of `event`, just read from `group`, with the position after it."""
+        position = encode_position(self._positions)
+        before_tag = _tag_before(event, before)
+        return FeedEntry(event, f"{group}.{raw_id.decode()}", position, unmarked(origin), before_tag)
 
 
 class GroupFeeds:
@@ -223,6 +305,15 @@ class GroupFeeds:
         merge = _Merge(self, self._starts(after), limit, origins=True, read_on=read_on)
         return entries, merge.page(entries).next
 
+    def select(self, after: bytes | None, limit: int, selection: FeedSelection, read_most: int) -> Selected:
+        """The first `limit` events that `selection` selects among the `read_most` after `after`,
+        the filter judged by the script (PlantStore.feed_select)."""
+        selecting = selecting_args(selection)
+        if self._groups.count == 1:
+            answer = self._single(after, read_most, origins=True, selecting=selecting)
+            return _one_group_selected(answer, limit, read_most)
+        return _Merge(self, self._starts(after), read_most, origins=True, selecting=selecting).select(limit)
+
     def count(self, position: bytes) -> int:
         return sum(number for _, _, number in decode_position(position, self._groups.count))
 
@@ -233,21 +324,27 @@ class GroupFeeds:
         return [(f"{ms}-{seq}", number) for ms, seq, number in decode_position(after, self._groups.count)]
 
     def _single(
-        self, after: bytes | None, limit: int, *, origins: bool = False, read_on: bool = False
+        self,
+        after: bytes | None,
+        limit: int,
+        *,
+        origins: bool = False,
+        read_on: bool = False,
+        selecting: tuple[str, ...] = WHOLE,
     ) -> list[Any]:
         flags = ("1" if origins else "", "1" if read_on else "")
-        answer = self._read([(*self._starts(after)[0], limit, *flags)])[0]
+        answer = self._read([(*self._starts(after)[0], limit, *flags, *selecting)])[0]
         if answer[0] == 1:
             raise FeedExpiredError
         return answer
 
     def now(self) -> bytes:
-        answers = self._read([("now", "", 0, "", "")] * self._groups.count)
+        answers = self._read([("now", "", 0, "", "", *WHOLE)] * self._groups.count)
         return encode_position([(*_entry_id(answer[1]), int(answer[2])) for answer in answers])
 
     def _read_one(self, group: int, args: _Read) -> Any:
         groups = self._groups
-        return self._run("EVENTS", (groups.feed_key(group),), EventsArgs(groups.tags[group], "", *args))
+        return self._run("EVENTS", (groups.feed_key(group),), _events_args(groups.tags[group], args))
 
     def _read(self, per_group: list[_Read]) -> list[Any]:
         """The EVENTS script's answer for each group. It reads only its declared key (the stream),
@@ -260,9 +357,7 @@ class GroupFeeds:
         """One pipeline per node; a group whose call failed there (its node has no script yet,
         or its slot moved) is read again through the script runner, which handles both."""
         groups = self._groups
-        calls = [
-            (groups.feed_key(g), EventsArgs(groups.tags[g], "", *args)) for g, args in enumerate(per_group)
-        ]
+        calls = [(groups.feed_key(g), _events_args(groups.tags[g], args)) for g, args in enumerate(per_group)]
         by_node: dict[int, tuple[Any, list[int]]] = {}
         for g, (key, _) in enumerate(calls):
             node = self._clients.node_for(key)
@@ -289,3 +384,9 @@ class GroupFeeds:
                     raise answer
                 answers[g] = self._run("EVENTS", (calls[g][0],), calls[g][1])
         return iter(answers)
+
+
+def _events_args(hash_tag: str, read: _Read) -> tuple[Any, ...]:
+    """The EVENTS script's arguments for one group's `read`: its record's, then the filter's ids
+    and tags."""
+    return (*EventsArgs(hash_tag, "", *read[:9]), *read[9:])

@@ -20,6 +20,10 @@ is behind the cursor, never heard, and the watcher would wait for the next chang
 for (on a quiet feed, for good). So once every stream's thread has its first cursor, the start
 is kept as a change not known, which wakes every watcher once: their read includes whatever came
 before the cursors, and what comes after is heard.
+
+Each `take` also keeps how far every stream had been heard then (`heard`): once the signal has
+woken the watchers those entries concern, a position inside it is one whose every event the
+signal has judged (app/watch/feed_signal.py: `FeedSignal.quiet`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from app.store.redis.feed import touched_by
+from app.store.redis.feed import decode_position, touched_by
 
 #: How long one `XREAD` blocks, in milliseconds.
 BLOCK_MS = 5000
@@ -46,6 +50,26 @@ BURST_READS = 8
 MAX_KEPT = BATCH * BURST_READS
 #: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
 Touch = tuple[int, int, tuple[str | None, ...]]
+
+
+class Heard:
+    """The entry IDs each stream had been heard up to at one `take`, in the streams' order."""
+
+    def __init__(self, last: list[tuple[int, int]]) -> None:
+        self._last = last
+
+    def covers(self, position: bytes) -> bool:
+        """Whether every event up to `position` (a position of the feed, feed.py) was heard."""
+        try:
+            groups = decode_position(position, len(self._last))
+        except ValueError:
+            return False
+        return all((ms, seq) <= heard for (ms, seq, _), heard in zip(groups, self._last, strict=True))
+
+
+def _entry_id(raw: Any) -> tuple[int, int]:
+    ms, _, seq = (raw.decode() if isinstance(raw, bytes) else raw).partition("-")
+    return int(ms), int(seq)
 
 
 class StreamsListener:
@@ -67,6 +91,10 @@ class StreamsListener:
         self._started = False
         #: The streams whose thread has not taken its first cursor yet.
         self._starting = len(keys)
+        #: Each stream's entry ID heard up to (its first cursor, then the last entry read), and
+        #: all of them as the last `take` found them (None: not every stream had its cursor).
+        self._last: dict[str, tuple[int, int]] = {}
+        self.heard: Heard | None = None
 
     def wait(self, timeout: float) -> bool:
         if not self._started:
@@ -90,10 +118,15 @@ class StreamsListener:
         """What the entries heard since the last call touched (None: not known), forgotten."""
         with self._lock:
             touched, self._touched = self._touched, []
+            last = self._last
+            self.heard = Heard([last[key] for key in self._keys]) if len(last) == len(self._keys) else None
         return touched
 
-    def _heard(self, touched: list[Touch] | None) -> None:
+    def _heard(self, touched: list[Touch] | None, key: str | None = None, last: Any = None) -> None:
+        """Keep what entries touched, and (`key`) that its stream was read up to entry ID `last`."""
         with self._lock:
+            if key is not None:
+                self._last[key] = _entry_id(last)
             if touched is None or self._touched is None or len(self._touched) + len(touched) > MAX_KEPT:
                 self._touched = None
             else:
@@ -101,10 +134,11 @@ class StreamsListener:
         self._entries = True
         self._changed.set()
 
-    def _cursor_taken(self) -> None:
+    def _cursor_taken(self, key: str, last: Any) -> None:
         """One stream's thread has its first cursor; after the last one's, the start is heard as
         a change not known (the module's docstring)."""
         with self._lock:
+            self._last[key] = _entry_id(last)
             self._starting -= 1
             last = self._starting == 0
         if last:
@@ -120,11 +154,11 @@ class StreamsListener:
                     last = self._newest(key)
                     if first:
                         first = False
-                        self._cursor_taken()
+                        self._cursor_taken(key, last)
                     if failed:  # back after a failure: what came meanwhile is worth a look
                         failed = False
                         self._away.pop(key, None)
-                        self._heard(None)
+                        self._heard(None, key, last)
                 answer: Any = self._client.xread({key: last}, count=BATCH, block=BLOCK_MS)
                 entries = _entries_of(answer)
                 if entries:
@@ -152,15 +186,15 @@ class StreamsListener:
             touched += [touched_by(fields) for _, fields in entries]
             last = entries[-1][0]
             if len(entries) < BATCH:
-                self._heard(touched)
+                self._heard(touched, key, last)
                 return last
             entries = _entries_of(self._client.xread({key: last}, count=BATCH))
             if not entries:
-                self._heard(touched)
+                self._heard(touched, key, last)
                 return last
         # The newest first, then the wake-up: an entry added in between would be skipped unheard.
         newest = self._newest(key)
-        self._heard(None)
+        self._heard(None, key, newest)
         return newest
 
     def _newest(self, key: str) -> Any:

@@ -147,6 +147,12 @@ class EventsArgs(NamedTuple):
     limit: int
     origins: str
     read_on: str
+    #: '1' judges a filter (FeedSelection) in the script; the ids, then the tags, follow as
+    #: trailing arguments from `select_at` (feed.py: `selecting_args`).
+    selecting: str
+    kinds: str
+    id_count: str
+    tag_count: str
 
 
 class SettleArgs(NamedTuple):

@@ -145,9 +145,8 @@ class RedisPlantStore(RedisBacked):
     def feed_select(
         self, after: bytes | None, limit: int, selection: FeedSelection, *, read_most: int
     ) -> Selected:
-        """Picked from whole entries: a script's answer holds each of them anyway."""
-        entries, end = self._feeds.entries(after, read_most)
-        return selection.pick(entries, end, read_most, limit)
+        """Judged by the feed's script: only the entries it selects cross whole (feed.py)."""
+        return self._feeds.select(after, limit, selection, read_most)
 
     def feed_count(self, position: bytes) -> int:
         return self._feeds.count(position)

@@ -4,6 +4,9 @@
 -- kept (or the stream lost events up to it: below). Redis counts every entry ever added (`entries-added`), so the entries a trim dropped are
 -- that count less the stream's length. It reads only its declared key, so on a cluster it may
 -- run on either node of a moving slot: its caller passes '' as `cluster`, which skips the probe.
+-- With `select`, it judges a reader's filter here (FeedSelection, app/store/base.py): an entry it
+-- does not select is answered as its entry ID and three empty strings, so that a filtered watch
+-- that passes over most of the feed has only the entries it selects cross to the service.
 local feed_key = KEYS[1]
 -- (ARGV[1] and ARGV[2], `hash_tag` and `cluster`, are read by library.lua.)
 -- The position to read after: an entry ID and the number of events added up to it ('' and ''
@@ -14,6 +17,12 @@ local limit = ARGV[5] -- how many to read
 local origins = ARGV[6] -- '1' for each event's origin and tag before too
 -- '1': a position whose events the stream lost (below) reads on after its entry ID instead.
 local read_on = ARGV[7]
+-- '1': answer only the entries the filter below selects whole (with origins), the others empty.
+local selecting = ARGV[8]
+local kinds = ARGV[9] -- '*' for any kind, else each selected kind's digit
+local id_count = ARGV[10] -- '*' for any plant, else how many ids follow from `select_at`
+local tag_count = ARGV[11] -- '*' for any tag, else how many tags follow the ids
+local select_at = 12
 
 if redis.call('EXISTS', feed_key) == 0 then
   if after ~= '' and after ~= 'now' and number > 0 and read_on ~= '1' then return {1} end
@@ -47,6 +56,46 @@ if number > added or (number > added - length and number > 0 and not own) then
 end
 local answer = {0, after, number}
 local with_origins = origins == '1'
+if selecting == '1' then
+  local ids, tags
+  local id_total = id_count == '*' and 0 or tonumber(id_count)
+  if id_count ~= '*' then
+    ids = {}
+    for i = select_at, select_at + id_total - 1 do ids[ARGV[i]] = true end
+  end
+  if tag_count ~= '*' then
+    tags = {}
+    for i = select_at + id_total, select_at + id_total + tonumber(tag_count) - 1 do tags[ARGV[i]] = true end
+  end
+  -- Whether the filter selects an event `<kind> <id> <length>:<name><tag>` whose entry's `b` is
+  -- `before`: its plant matched before or after the change (an empty `b` is the tag after).
+  local function selects(event, before)
+    local first = string.find(event, ' ', 1, true)
+    if kinds ~= '*' and not string.find(kinds, string.sub(event, 1, first - 1), 1, true) then return false end
+    local second = string.find(event, ' ', first + 1, true)
+    if ids and not ids[string.sub(event, first + 1, second - 1)] then return false end
+    if not tags then return true end
+    local colon = string.find(event, ':', second + 1, true)
+    local tag = string.sub(event, colon + 1 + tonumber(string.sub(event, second + 1, colon - 1)))
+    if tags[tag] then return true end
+    return before ~= '' and string.sub(before, 1, 1) == 't' and tags[string.sub(before, 2)] == true
+  end
+  for _, entry in ipairs(entries) do
+    local fields = entry[2]
+    answer[#answer + 1] = entry[1]
+    local before = fields[6] or ''
+    if selects(fields[2], before) then
+      answer[#answer + 1] = fields[2]
+      answer[#answer + 1] = fields[4] or ''
+      answer[#answer + 1] = before
+    else
+      answer[#answer + 1] = ''
+      answer[#answer + 1] = ''
+      answer[#answer + 1] = ''
+    end
+  end
+  return answer
+end
 for _, entry in ipairs(entries) do
   answer[#answer + 1] = entry[1]
   answer[#answer + 1] = entry[2][2]

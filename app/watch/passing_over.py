@@ -1,0 +1,70 @@
+"""A filtered stream that its store's writes do not concern passes over them without reading the
+feed, on a shared store (Redis, a cluster), where each read would walk every event written since
+its last one, for none: with a stream per client, that walk was most of what writes cost.
+
+At its deadline (a heartbeat), a stream still filed with the feed signal has had no change since
+it was filed concern it (feed_signal.py: `FeedSignal.quiet`; a sweep, a change not known, one it
+may select would have taken it). So it reads nothing; it moves to the feed's end that an earlier
+such turn read, once the store's listener has heard every event up to that end (the signal has
+then judged them all, and none concerned the stream), and reads the end now for a later turn.
+A stream moves so a heartbeat after the events, its bookmarks with it; the sweep still wakes
+it to read every half retention. A store whose listener does not say how far it heard (a
+process's own memory, whose reads are cheap) reads as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.store import PlantStore, StoreUnavailableError
+from app.watch.feed_signal import FeedSignal
+
+
+class PassingOver:
+    """One filtered stream's turns at its deadline (watches.py: `EventStream`)."""
+
+    def __init__(self, signal: FeedSignal, store: PlantStore, started: float) -> None:
+        self.signal, self.store = signal, store
+        #: The feed's end as a quiet turn read it, to move to at a later one, and when the
+        #: stream last read or moved (time.monotonic()): that end was read after it.
+        self.ahead: bytes | None = None
+        self.moved_at = started
+        #: The feed's version when `ahead` was read.
+        self.ahead_version = -1
+
+    def moved(self) -> None:
+        """The stream read the feed, and stands where that read ended."""
+        self.ahead = None
+        self.moved_at = time.monotonic()
+
+    def turn(
+        self, wake: Callable[[], None] | None, position: bytes | None
+    ) -> tuple[int, bytes | None] | None:
+        """At the stream's deadline: None when it should read; else the feed's version it has
+        now seen all it selects of, and the position to move to (None: stay)."""
+        signal = self.signal
+        if wake is None or position is None or not signal.hears:
+            return None
+        quiet = signal.quiet(wake, self.ahead)
+        if quiet is None:
+            return None
+        version, covered = quiet
+        to = self.ahead if covered else None
+        if covered:
+            self.moved_at = time.monotonic()
+            if version == self.ahead_version:  # no change since: no later end to move to
+                self.ahead = None
+                return version, to
+        gate = signal.gate
+        if gate.enter(None):  # a store call in a read slot, as reads are; none free: later
+            try:
+                # Read after the stream's last read and move: each of the feed's streams (a
+                # cluster's groups) in it is at or past the stream's own position.
+                self.ahead = signal.ends.read(self.moved_at, self.store.events_now)
+                self.ahead_version = version
+            except StoreUnavailableError:
+                self.ahead = None
+            finally:
+                gate.leave()
+        return version, to
