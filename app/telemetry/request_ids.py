@@ -7,8 +7,8 @@ request that comes with `X-Forwarded-*` headers logs one warning naming the sett
 client addresses would be the proxy's. With more trusted proxies than the first forwarded
 request's `X-Forwarded-For` names addresses, it warns too: ProxyFix then ignores the header, so
 every client is the nearest proxy's address, and one client's failed logins hold back every
-other's. The first request that comes with RFC 7239's `Forwarded` and no `X-Forwarded-*` warns
-too: only those are read, so a proxy that sends nothing else is otherwise not heard at all.
+other's. Behind trusted proxies, the first request that comes with RFC 7239's `Forwarded` and no
+`X-Forwarded-*` warns too: only those are read, so a proxy that sends nothing else is not heard.
 
 The same middleware, the outermost of the standalone app, gives every answer
 `X-Content-Type-Options: nosniff` (OWASP's REST guidance): a browser never reads a JSON answer, which
@@ -49,7 +49,9 @@ class RequestIds:
         self._warn = not self.trusted
         self._proxies = trusted_proxies
         self._warn_fewer = trusted_proxies > 1  # one proxy always names one address, or none
-        self._warn_forwarded = True
+        # Only behind trusted proxies: with none, a request costs no look-up more (the setting's
+        # own warning above, on X-Forwarded-*, is the one that applies first).
+        self._warn_forwarded = self.trusted
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request_id = environ.get("HTTP_X_REQUEST_ID") if self.trusted else None

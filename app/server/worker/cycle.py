@@ -261,8 +261,8 @@ class EnvironBuilder:
     """Builds environs (PEP 3333) for one worker: what is the same for each request, once."""
 
     def __init__(self, cfg: Any, offers: dict[str, Any]) -> None:
-        # A trailing slash is the same prefix (`/store/` is `/store`): kept, `/store//plants` was
-        # served as `/plants`, where a doubled slash is the JSON 404 everywhere else.
+        # A trailing slash is the same prefix (`/store/` is `/store`): taken off with the prefix,
+        # it would make `/store//plants` the path `/plants`, where a doubled slash is the JSON 404.
         self.script_name = os.environ.get("SCRIPT_NAME", "").rstrip("/")
         #: The prefix as a path under it starts: `/storefront` is not under `/store`.
         self.script_slash = self.script_name + "/"
