@@ -115,10 +115,16 @@ def ready(client, auth, write: str) -> tuple[str, int, tuple]:
 @pytest.mark.parametrize("write", list(requests(0, "")))
 def test_a_write_whose_connection_broke_answers_what_it_did(proxied, auth, write, after_reply):
     client, proxy = proxied
-    start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, write)
-    proxy.drop_next(after_reply=after_reply)
-    answer = client.open(path, method=method, json=body, headers={**auth, **headers})
-    assert proxy.dropped.is_set()
+    # A loaded machine may take the whole deadline (PLANTS_STORE_TIMEOUT, 0.5 s) over the write's
+    # second try, a 503 as documented, which leaves its outcome unknown: the case again on a fresh
+    # plant, three times at most, so a service that answers 503 every time still fails.
+    for _ in range(3):
+        start, plant_id, (method, path, body, headers, statuses, stored, event) = ready(client, auth, write)
+        proxy.drop_next(after_reply=after_reply)
+        answer = client.open(path, method=method, json=body, headers={**auth, **headers})
+        assert proxy.dropped.is_set()
+        if answer.status_code != 503:
+            break
     # Its true outcome; a 503 would also keep the promise, but the feed tells this store.
     assert answer.status_code in statuses, answer.get_data(as_text=True)
     now = client.get(f"/plants/{plant_id}", headers=auth)
