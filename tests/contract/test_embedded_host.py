@@ -74,6 +74,12 @@ def call(client, method, path, **kwargs):
     return client.open(path, method=method, **kwargs)
 
 
+def merge_patch(client, path, body: bytes):
+    """A merge PATCH of `body` (bytes, so that the host's hook sees exactly these)."""
+    headers = {**AUTH, "Content-Type": "application/merge-patch+json"}
+    return call(client, "PATCH", path, data=body, headers=headers)
+
+
 @pytest.mark.parametrize("prefix", ["/api/v1", ""])
 def test_every_refusal_on_the_plants_routes_is_the_json_error(host, prefix):
     client = host.test_client()
@@ -246,13 +252,7 @@ def test_a_host_hook_that_reads_the_body_first_leaves_the_writes_whole(reads):
     assert (created.status_code, created.json) == (200, {"name": "Fern", "tag": "green"})
     changed = call(client, "PUT", "/plants/1", json={"name": "Palm"}, headers=AUTH)
     assert (changed.status_code, changed.json) == (200, {"name": "Palm"})
-    patched = call(
-        client,
-        "PATCH",
-        "/api/v1/plants/1",
-        data=b'{"tag": "tall"}',
-        headers={**AUTH, "Content-Type": "application/merge-patch+json"},
-    )
+    patched = merge_patch(client, "/api/v1/plants/1", b'{"tag": "tall"}')
     assert (patched.status_code, patched.json) == (200, {"name": "Palm", "tag": "tall"})
     assert call(client, "GET", "/plants/1", headers=AUTH).json == {"name": "Palm", "tag": "tall"}
     assert seen[1] == json.dumps(body).encode()  # what the host's after_request read
@@ -310,11 +310,5 @@ def test_a_host_hook_that_looks_at_the_form_leaves_a_json_write_whole():
     client = host.test_client()
     created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
     assert (created.status_code, created.json) == (200, {"name": "Fern"})
-    patched = call(
-        client,
-        "PATCH",
-        "/api/v1/plants/1",
-        data=b'{"tag": "tall"}',
-        headers={**AUTH, "Content-Type": "application/merge-patch+json"},
-    )
+    patched = merge_patch(client, "/api/v1/plants/1", b'{"tag": "tall"}')
     assert (patched.status_code, patched.json) == (200, {"name": "Fern", "tag": "tall"})
