@@ -15,13 +15,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jwt
-from flask import Response
 from werkzeug.exceptions import HTTPException
 
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
 from app.errors import KEYS_NOT_LOADED, InsufficientScope, InvalidToken
-from app.http.error_handler import error_response
 from app.settings.jwt import JwtSettings
 
 if TYPE_CHECKING:
@@ -177,17 +175,18 @@ class AccessTokens:
         )
 
 
-def lapsed(caller: Caller, metrics: Metrics | None) -> Response | None:
-    """The 401 of a caller let in though its authority has ended: a JWT past its `exp` within the
-    leeway (PLANTS_JWT_LEEWAY). What that authority bounds, a watch of the feed or a watch
-    ticket, would end before it began: answered an empty watch, a client asks again at once with
-    the same token, for as long as the leeway lasts; told that the token has expired, it fetches
-    a fresh one. None when its authority holds; counted in `metrics` when it has ended."""
+def lapsed(caller: Caller, metrics: Metrics | None) -> InvalidToken | None:
+    """The refusal (401) of a caller let in though its authority has ended: a JWT past its `exp`
+    within the leeway (PLANTS_JWT_LEEWAY). What that authority bounds, a watch of the feed or a
+    watch ticket, would end before it began: answered an empty watch, a client asks again at once
+    with the same token, for as long as the leeway lasts; told that the token has expired, it
+    fetches a fresh one. None when its authority holds; counted in `metrics` when it has ended.
+    The view answers it (app/http/error_handler.py): who is let in is decided here, not answered."""
     if caller.expires > time.time():
         return None
     if metrics is not None:
         metrics.count_refusal(EXPIRED.reason)
-    return error_response(EXPIRED)
+    return EXPIRED
 
 
 def _numeric_date(value: Any) -> bool:

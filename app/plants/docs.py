@@ -23,6 +23,7 @@ from flask import Response, current_app, request, send_from_directory
 from app.errors import DocsOff, NoSuchPath
 from app.extension import plants_state
 from app.settings import JwtSettings
+from app.telemetry.request_ids import NOSNIFF
 from app.telemetry.version import VERSION
 
 #: Only the page's own sources may load: the assets and the document, from this service.
@@ -30,10 +31,9 @@ PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-#: Each document served (the interface document, the page and its assets, the metrics) is taken
-#: by a browser as the type it is served as, never sniffed for another.
-NOSNIFF = {"X-Content-Type-Options": "nosniff"}
-PAGE_HEADERS = {"Content-Security-Policy": PAGE_POLICY, **NOSNIFF, "Referrer-Policy": "no-referrer"}
+#: Each document served (the interface document, the page and its assets) is taken by a browser
+#: as the type it is served as, never sniffed for another (NOSNIFF: embedded, no middleware adds it).
+PAGE_HEADERS = {"Content-Security-Policy": PAGE_POLICY, **dict([NOSNIFF]), "Referrer-Policy": "no-referrer"}
 #: The Swagger UI files the page uses, out of the package's static folder.
 ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png"})
 
@@ -187,7 +187,7 @@ def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[
                 webhooks=webhooks,
             ),
             mimetype="application/json",
-            headers=NOSNIFF,
+            headers=[NOSNIFF],
         )
 
     return openapi

@@ -97,7 +97,7 @@ def list_events() -> Response:
     if streaming or (query.get("wait") and not events):
         refusal = lapsed(current_caller(), state.metrics)
         if refusal is not None:
-            return refusal
+            return error_response(refusal)
         return _watch(state, store, key, position, query, streaming, only, snapshot)
     body = {
         "events": event_records(events),

@@ -8,7 +8,7 @@ from flask import Response, request
 from app.auth.caller import current_caller
 from app.errors import MetricsOff, SplitMetricsRefused
 from app.extension import plants_state
-from app.plants.docs import NOSNIFF
+from app.telemetry.request_ids import NOSNIFF
 
 
 def metrics() -> Response:
@@ -27,5 +27,5 @@ def metrics() -> Response:
         collected.exposition(per_endpoint=per_endpoint),
         content_type=CONTENT_TYPE_LATEST,
         # Read as the text it is, never sniffed for HTML (a label's value is the caller's text).
-        headers=NOSNIFF,
+        headers=[NOSNIFF],
     )

@@ -12,6 +12,7 @@ from app.auth.access_tokens import lapsed
 from app.auth.caller import current_caller
 from app.errors import FeedOff
 from app.extension import plants_state
+from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.telemetry.logs import rfc3339
 
@@ -25,7 +26,7 @@ def create_watch_ticket() -> Response:
     caller = current_caller()
     refusal = lapsed(caller, state.metrics)  # its ticket would expire as it is made
     if refusal is not None:
-        return refusal
+        return error_response(refusal)
     now = time.time()
     ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
     body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}

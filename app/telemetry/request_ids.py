@@ -30,6 +30,9 @@ from app.telemetry.logs import request_fields
 log = logging.getLogger(__name__)
 
 VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}").fullmatch
+#: The one header every answer carries; the views that answer a browser's documents (the API page,
+#: the interface document, the metrics) send it themselves from here, for a host that embeds the
+#: blueprint without this middleware.
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 _FORWARDED = (
     "HTTP_X_FORWARDED_FOR",

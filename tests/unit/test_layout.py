@@ -163,6 +163,54 @@ def describe(loop: frozenset[str], graph: Mapping[str, set[str]]) -> list[str]:
 GRAPH = import_graph(MODULES)
 
 
+def views(modules: Mapping[str, Path]) -> set[str]:
+    """The view modules: those whose functions the route table routes (the modules
+    app/plants/routes.py takes from app.plants), and app/health.py."""
+    taken = {
+        f"app.plants.{name}"
+        for module, names, _ in imports(modules["app.plants.routes"])
+        if module == "app.plants"
+        for name in names
+    }
+    return (taken | {"app.health"}) & modules.keys()
+
+
+def views_imported(module: str, graph: Mapping[str, set[str]]) -> set[str]:
+    """What `module`, a view, imports of layer 0 (the views and the entry points), itself aside."""
+    return {target for target in graph[module] if LAYERS[concern(target)] == 0 and target != module}
+
+
+VIEWS = views(MODULES)
+
+
+def written(directory: Path, files: Mapping[str, str]) -> dict[str, Path]:
+    """Each module of `files` (its name: its text) written in `directory`, by name."""
+    modules = {}
+    for name, text in files.items():
+        modules[name] = directory / f"{name}.py"
+        modules[name].write_text(text)
+    return modules
+
+
+@pytest.mark.parametrize("module", sorted(VIEWS))
+def test_a_view_imports_no_other_view(module):
+    """Layer 0 imports itself one way only: the entry points import the views (the app the
+    blueprint, the blueprint its route table, the table the views), never a view another view,
+    nor the table or an entry point. What two views share goes down to a helper."""
+    assert not views_imported(module, GRAPH), f"{MODULES[module]}: {sorted(views_imported(module, GRAPH))}"
+
+
+def test_the_view_check_sees_a_view_importing_another(tmp_path):
+    """A view that takes a constant of another, at function level too, is found."""
+    routes = "from app.plants import a, b\n"
+    taking = "def f():\n    from app.plants.b import SHARED\n"
+    helper = "from app.telemetry.request_ids import NOSNIFF\n"
+    modules = written(tmp_path, {"app.plants.routes": routes, "app.plants.a": taking, "app.plants.b": helper})
+    assert views(modules) == {"app.plants.a", "app.plants.b"}
+    assert views_imported("app.plants.a", import_graph(modules)) == {"app.plants.b"}
+    assert views_imported("app.plants.b", import_graph(modules)) == set()
+
+
 def test_no_import_loop_among_modules():
     found = loops(GRAPH)
     assert not found, [describe(loop, GRAPH) for loop in found]
@@ -183,15 +231,40 @@ def test_the_loop_check_sees_function_level_and_type_checking_imports(tmp_path):
         "app.y.c": "import app.x.a\n",
         "app.y": "from app.y import c\n",
     }
-    modules = {}
-    for name, text in files.items():
-        modules[name] = tmp_path / f"{name}.py"
-        modules[name].write_text(text)
+    modules = written(tmp_path, files)
     graph = import_graph(modules)
     assert graph["app.y"] == {"app.y.c"}
     assert loops(graph) == {frozenset({"app.x.a", "app.x.b", "app.y.c"})}
     assert loops(concern_graph(graph)) == {frozenset({"app.x", "app.y"})}
     assert loops({"app.z": {"app.z"}}) == {frozenset({"app.z"})}
+
+
+#: What makes an answer: the JSON record of an error or of a body, and Flask's own makers.
+ANSWER_MAKERS = {"app.http.error_handler", "app.http.json_provider"}
+FLASK_ANSWER_MAKERS = {"make_response", "jsonify", "abort"}
+
+
+def answer_makers(path: Path, graph_targets: set[str]) -> set[str]:
+    """What of ANSWER_MAKERS and FLASK_ANSWER_MAKERS the module at `path` imports."""
+    flask_names = {name for module, names, _ in imports(path) if module == "flask" for name in names}
+    return (graph_targets & ANSWER_MAKERS) | (flask_names & FLASK_ANSWER_MAKERS)
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if concern(name) == "app.auth"))
+def test_who_is_let_in_is_decided_not_answered(module):
+    """app/auth/ hands back a refusal (an HTTPException of app/errors.py); the guard and the views
+    answer it, as they answer every other refusal."""
+    found = answer_makers(MODULES[module], GRAPH[module])
+    assert not found, f"{MODULES[module]}: {sorted(found)}"
+
+
+def test_the_answer_check_sees_an_answer_made(tmp_path):
+    made = tmp_path / "wrong.py"
+    made.write_text("from flask import g, jsonify\nfrom app.http.error_handler import error_response\n")
+    assert answer_makers(made, import_graph({"app.auth.made": made, **MODULES})["app.auth.made"]) == {
+        "jsonify",
+        "app.http.error_handler",
+    }
 
 
 #: File names that more than one package of app/ has, each saying one thing: the package entry;
