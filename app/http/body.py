@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import IO, Any
 
-from flask import Request
+from flask import Request, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.wsgi import LimitedStream, get_content_length
 
@@ -30,6 +31,29 @@ log = logging.getLogger(__name__)
 _JSON_CONTENT_TYPES = frozenset(
     {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
 )
+
+
+def bound_before_the_host(endpoints: str) -> Callable[[str | None, Any], None]:
+    """For a host app without MAX_CONTENT_LENGTH: a `url_value_preprocessor` that gives a request
+    to the blueprint's routes (`endpoints`: their names' prefix) the blueprint's own limit, before
+    any of the host's `before_request` hooks can make `request.stream` (Flask calls the URL value
+    preprocessors first). With no limit, Werkzeug hands such a hook `wsgi.input` itself wherever the
+    server ends the body (gunicorn's workers; a chunked body under Werkzeug's server), and what it
+    read left no trace: the write read an empty or partial body. Bounded, the stream counts what
+    it read, and the write refuses it as it refuses every body the host read (BodyReadByHost)."""
+
+    def bound(endpoint: str | None, values: Any) -> None:
+        if endpoint is not None and endpoint.startswith(endpoints):
+            _bound_by_default(request)
+
+    return bound
+
+
+def _bound_by_default(req: Request) -> None:
+    """This request's limit (Flask's per-request `max_content_length`) the blueprint's default,
+    where the app's config sets none (a host that sets it later keeps its own)."""
+    if req.max_content_length is None:
+        req.max_content_length = DEFAULTS["MAX_CONTENT_LENGTH"]
 
 
 def read_json_object(req: Request, record: str, *, merge_patch: bool = False) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from app.compat.flask import specific_handler
 from app.errors import InsufficientStorage, SplitStoreRefused
 from app.extension import init_state, plants_state
 from app.http import caching
+from app.http.body import bound_before_the_host
 from app.http.error_handler import error_response, register_json_errors
 from app.http.split_guard import SplitStoreError
 from app.plants import deprecation
@@ -41,6 +42,10 @@ def _init_state(setup: BlueprintSetupState) -> None:
     _refuse_variable_mount(setup)
     state = init_state(setup.app)  # type: ignore[arg-type]  # a Flask app
     deprecation.prepare(state.deprecated)  # an operation deprecated without its date stops the start
+    if setup.app.config.get("MAX_CONTENT_LENGTH") is None:
+        # A host's app: the standalone app sets its limit, and pays nothing on its requests.
+        endpoints = f"{setup.name_prefix}.{setup.name}.".lstrip(".")
+        setup.app.url_value_preprocessor(bound_before_the_host(endpoints))
 
 
 def _refuse_variable_mount(setup: BlueprintSetupState) -> None:

@@ -6,6 +6,7 @@ the host's routes stay the host's."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -31,12 +32,14 @@ class HostJSON(DefaultJSONProvider):
 def make_host(**config) -> Flask:
     host = Flask("shop")
     host.config.update(
-        PLANTS_API_TOKENS=TOKEN,
-        SERVER_NAME="shop.example:8080",
-        APPLICATION_ROOT="/shop",
-        MAX_CONTENT_LENGTH=10 * 1024 * 1024,  # the host's uploads
-        SECRET_KEY="the host's own",
-        **config,
+        {
+            "PLANTS_API_TOKENS": TOKEN,
+            "SERVER_NAME": "shop.example:8080",
+            "APPLICATION_ROOT": "/shop",
+            "MAX_CONTENT_LENGTH": 10 * 1024 * 1024,  # the host's uploads
+            "SECRET_KEY": "the host's own",
+            **config,
+        }
     )
     host.json = HostJSON(host)
     own = Blueprint("shelf", __name__)
@@ -295,6 +298,45 @@ def test_a_host_hook_that_reads_the_body_and_keeps_none_or_part_is_a_json_500(re
     assert "request.get_data()" in caplog.text
     assert call(client, "GET", "/api/v1/plants/1", headers=AUTH).status_code == 404
     created = call(client, "POST", "/api/v1/plants", json={"id": 1, "name": "Fern"}, headers=AUTH)
+    assert (created.status_code, created.json) == (200, {"name": "Fern"})
+
+
+#: A body as gunicorn (any worker) hands it over, sized or chunked, and as Werkzeug's development
+#: server hands over a chunked one: `wsgi.input_terminated`, so that Werkzeug, with no limit of
+#: the host's, gives a hook `wsgi.input` itself as `request.stream`.
+AS_SERVERS_HAND_IT = {"sized": {}, "chunked": {"Transfer-Encoding": "chunked"}}
+
+
+@pytest.mark.parametrize("framing", sorted(AS_SERVERS_HAND_IT))
+@pytest.mark.parametrize(
+    "reads", [lambda: request.stream.read(), lambda: request.stream.read(5)], ids=["stream", "a part"]
+)
+def test_a_host_without_a_body_limit_whose_hook_read_the_body_is_a_json_500(framing, reads, caplog):
+    """With no MAX_CONTENT_LENGTH of the host's, the body its hook read through `request.stream`
+    was not seen as read: the write answered a 400 (empty, or no JSON) or a 408 that blames the
+    client. Refused as with a limit: the JSON 500, logged; nothing written. Unread, it is served."""
+    host = make_host(MAX_CONTENT_LENGTH=None)
+
+    @host.before_request
+    def audit():
+        if "X-Drain" in request.headers:
+            reads()
+
+    client = host.test_client()
+    body = b'{"id": 1, "name": "Fern"}'
+
+    def create(**headers):
+        sent = {**AUTH, **AS_SERVERS_HAND_IT[framing], "Content-Type": "application/json", **headers}
+        environ = {"wsgi.input_terminated": True}
+        options = {"data": body} if framing == "sized" else {"input_stream": io.BytesIO(body)}
+        return call(client, "POST", "/api/v1/plants", headers=sent, environ_overrides=environ, **options)
+
+    refused = create(**{"X-Drain": "1"})
+    assert (refused.status_code, refused.content_type) == (500, "application/json")
+    assert refused.json["message"].startswith("The request body was read by the host application")
+    assert "request.get_data()" in caplog.text
+    assert call(client, "GET", "/api/v1/plants/1", headers=AUTH).status_code == 404
+    created = create()
     assert (created.status_code, created.json) == (200, {"name": "Fern"})
 
 

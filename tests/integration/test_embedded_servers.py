@@ -110,11 +110,28 @@ def call_chunked(server: Served, path: str, body: bytes, headers: dict[str, str]
         conn.close()
 
 
+def serve_host(directory: Path, server: str, host: str) -> Served:
+    """The host module `host` (its text) served in `directory` by `server` (a name of SERVERS)."""
+    (directory / "host_shop.py").write_text(host)
+    (directory / "host_shop_conf.py").write_text(GUNICORN_CONF)
+    return serve(directory, SERVERS[server], {})
+
+
 @pytest.fixture(params=sorted(SERVERS))
 def host(request, tmp_path):
-    (tmp_path / "host_shop.py").write_text(HOST)
-    (tmp_path / "host_shop_conf.py").write_text(GUNICORN_CONF)
-    server = serve(tmp_path, SERVERS[request.param], {})
+    server = serve_host(tmp_path, request.param, HOST)
+    yield server
+    server.stop()
+
+
+#: The same host with no MAX_CONTENT_LENGTH of its own (Flask's default, None).
+UNBOUNDED_HOST = HOST.replace('app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024\n', "")
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def unbounded_host(request, tmp_path):
+    assert UNBOUNDED_HOST != HOST
+    server = serve_host(tmp_path, request.param, UNBOUNDED_HOST)
     yield server
     server.stop()
 
@@ -186,6 +203,21 @@ def test_a_write_whose_body_the_host_read_first_is_a_json_500_naming_the_cause(h
     it): the write cannot have it. Not the 408 of a client that stopped sending (nor, under
     `flask run`, a read that waits on the connection for bytes already gone): the JSON 500 that
     says the host read it, logged for the host's developer; nothing written."""
+    assert_drained_writes_refused(host)
+
+
+def test_a_write_whose_body_a_host_without_a_limit_read_first_is_a_json_500_too(unbounded_host):
+    """With no MAX_CONTENT_LENGTH of the host's, Werkzeug gave its hook `wsgi.input` itself, and
+    the read left no trace: a 400 (an empty body, or no JSON) or a 408 that blamed the client.
+    Refused as with a limit; a chunked write the hook leaves alone is served whole."""
+    assert_drained_writes_refused(unbounded_host)
+    status, answer = call_chunked(unbounded_host, "/api/v1/plants", b'{"id": 5, "name": "Ivy"}', AUTH)
+    assert (status, json.loads(answer)) == (200, {"name": "Ivy"})
+
+
+def assert_drained_writes_refused(host: Served) -> None:
+    """Each write whose body the host's hook drains (sized: POST, PUT, PATCH; and a chunked POST)
+    is the JSON 500, logged once each, and writes nothing."""
     drained = {**AUTH, "X-Shop-Drain": "1"}
     for method, path, body, headers in [
         ("POST", "/api/v1/plants", {"id": 4, "name": "Fern"}, drained),
