@@ -82,7 +82,7 @@ def table() -> dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]]:
     """(view name, method) -> (operation id, headers) of every deprecated operation. A deprecated
     operation without its date stops the app's start: an announcement needs one."""
     deprecated = {}
-    for item in docs._document()["paths"].values():
+    for item in docs.shipped_document()["paths"].values():
         for method, operation in item.items():
             if isinstance(operation, dict) and operation.get("deprecated") and method != "head":
                 deprecated[operation["operationId"]] = headers_of(operation)

@@ -68,7 +68,7 @@ INIT_SCRIPT = """window.addEventListener("load", function () {
 
 
 @functools.cache
-def _document() -> dict[str, Any]:
+def shipped_document() -> dict[str, Any]:
     """The shipped openapi.yaml, parsed once (read only), with the package's version and a HEAD
     beside every GET: right after it, so that the page lists it before the path's changes and its
     DELETE."""
@@ -120,7 +120,7 @@ def document_bytes(
     """The document as JSON, served from `base` (the mount point's path); with `jwt`, the
     provider's OpenID Connect scheme and each operation's scope (the write scope for the
     operations in `writes`); embedded (not `standalone`), only the paths the blueprint serves."""
-    document = {**_document(), "servers": [{"url": base or "/"}]}
+    document = {**shipped_document(), "servers": [{"url": base or "/"}]}
     if not standalone:
         document["paths"] = {
             path: item for path, item in document["paths"].items() if path not in SERVICE_PATHS

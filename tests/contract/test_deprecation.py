@@ -25,12 +25,12 @@ SUNSET = "2027-06-01"
 @pytest.fixture
 def marked(monkeypatch):
     """The shipped document with one operation marked deprecated, as an operator's edit would."""
-    shipped = docs._document()
+    shipped = docs.shipped_document()
 
     def document(extra: dict) -> None:
         edited = copy.deepcopy(shipped)
         edited["paths"]["/plants/{id}"]["get"].update({"deprecated": True, **extra})
-        monkeypatch.setattr(docs, "_document", lambda: edited)
+        monkeypatch.setattr(docs, "shipped_document", lambda: edited)
         deprecation.table.cache_clear()
         docs.document_bytes.cache_clear()
 
@@ -152,7 +152,7 @@ def test_the_start_says_so_in_one_line():
     edit = {"deprecated": True, "x-deprecated-since": "2026-11-27", "x-sunset": "2027-01-01"}
     loader = (
         "from app.plants import docs; "
-        f"docs._document()['paths']['/plants/{{id}}']['get'].update({edit!r}); import wsgi"
+        f"docs.shipped_document()['paths']['/plants/{{id}}']['get'].update({edit!r}); import wsgi"
     )
     result = subprocess.run(
         [sys.executable, "-c", loader],

@@ -239,6 +239,51 @@ def test_the_loop_check_sees_function_level_and_type_checking_imports(tmp_path):
     assert loops({"app.z": {"app.z"}}) == {frozenset({"app.z"})}
 
 
+def private_reaches(module: str, path: Path, modules: Mapping[str, Path]) -> list[str]:
+    """Where `module` takes another of `modules`' private (`_`) names: imported by name, or read
+    off a module it imported (`docs._document()`), within its own concern too."""
+    tree = ast.parse(path.read_text("utf-8"))
+    found = [
+        f"{path}:{line}: {name} {names}"
+        for name, names, line in imports(path)
+        if name in modules and name != module and any(taken.startswith("_") for taken in names)
+    ]
+    aliases = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+        if f"{node.module}.{alias.name}" in modules
+    }
+    found += [
+        f"{path}:{node.lineno}: {node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_takes_another_modules_private_names(module):
+    """A private name is its module's own, in one concern too: what another module needs is public
+    (the deprecations read the document the docs view parses: `docs.shipped_document`)."""
+    assert not private_reaches(module, MODULES[module], MODULES)
+
+
+def test_the_private_check_sees_a_name_read_off_a_module(tmp_path):
+    modules = written(
+        tmp_path, {"app.plants.a": "from app.plants import b\nb._parsed()\n", "app.plants.b": ""}
+    )
+    assert [
+        found.rpartition(": ")[2]
+        for found in private_reaches("app.plants.a", modules["app.plants.a"], modules)
+    ] == ["b._parsed"]
+
+
 #: What makes an answer: the JSON record of an error or of a body, and Flask's own makers.
 ANSWER_MAKERS = {"app.http.error_handler", "app.http.json_provider"}
 FLASK_ANSWER_MAKERS = {"make_response", "jsonify", "abort"}
