@@ -45,6 +45,8 @@ SLOW_MODULES = (
     "test_sse_clients.py",
     "test_seams.py",
     "test_partitions.py",
+    "test_earlier_interfaces.py",
+    "test_browser_filtered_list.py",
 )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode
@@ -114,7 +113,6 @@ class Stream:
         headers = {**AUTH, "Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id
-        self.sent = time.monotonic()
         self.conn.request("GET", path, headers=headers)
         self.response = self.conn.getresponse()
         self.status = self.response.status

@@ -10,11 +10,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -247,3 +248,17 @@ def refused_alike_and_documented(client: Any, headers: dict[str, str], status: i
         assert str(status) in responses, (method, path)
         assert header in deref(document, responses[str(status)]).get("headers", {}), (method, path)
     return values
+
+
+T = TypeVar("T")
+
+
+def in_time(work: Callable[[], T], seconds: float = 30) -> T:
+    """What `work` returns, waited for `seconds` at most: generous for a loaded machine, where the
+    tests make the wait they guard against longer (an hour, or the longest long-poll's 55 s)."""
+    done: list[T] = []
+    thread = threading.Thread(target=lambda: done.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, f"not answered within {seconds} s"
+    return done[0]

@@ -16,7 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from app import ConfigurationError, create_app
-from tests.helpers import error_of, refused_alike_and_documented
+from app.auth import jwks, provider_fetch
+from tests import issuer as issuer_module
+from tests.helpers import error_of, in_time, refused_alike_and_documented
 from tests.issuer import AUDIENCE, Issuer, SigningKey
 from tests.servers import ROOT, TOKEN, free_port
 
@@ -351,30 +353,30 @@ def test_rotation_without_restart_and_withdrawn_keys_refused(issuer, client):
     refused(client.get("/plants", headers=bearer(old_token)), "the token names no known signing key")
 
 
-def test_provider_down_cached_keys_keep_working(issuer, client):
+def test_provider_down_cached_keys_keep_working(issuer, client, monkeypatch):
+    # A fetch's deadline an hour long: a request that waited on the provider that refuses it,
+    # rather than taking the refusal, would be held that hour.
+    monkeypatch.setattr(provider_fetch, "FETCH_TIMEOUT", 3600.0)
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     issuer.down()
     try:
         # A token never seen before, under a cached key.
         fresh = issuer.token(sub="client-2")
         assert client.post("/plants", json=PLANT, headers=bearer(fresh)).status_code == 200
-        started = time.monotonic()
-        unknown = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
+        unknown = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
         refused(unknown, "the token names no known signing key")
-        assert time.monotonic() - started < 2.5
     finally:
         issuer.up()
 
 
-def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client):
+def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client, monkeypatch):
+    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)  # answered at the deadline, or in an hour
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    before = issuer.fetches["jwks"]
     issuer.hanging = True
-    started = time.monotonic()
-    response = client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC"))))
-    elapsed = time.monotonic() - started
+    response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
     refused(response, "the token names no known signing key")
-    # The 2 s deadline, not the provider's 6 s: wide of both, for a slow machine under load.
-    assert 1.5 < elapsed < 5.0, elapsed
+    assert issuer.fetches["jwks"] == before + 1  # it asked the provider once, which never answered
     # Cached keys still work while it hangs.
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
 
@@ -388,15 +390,16 @@ def test_every_operation_behind_the_token_documents_the_503_before_any_key(issue
     assert min(map(int, waits)) >= 1
 
 
-def test_a_flood_of_random_kids_fetches_at_most_once(issuer, client):
+def test_a_flood_of_random_kids_fetches_at_most_once(issuer, client, monkeypatch):
+    # An hour between two unknown kids' fetches: the flood is within one interval however slow the
+    # machine, and its count of fetches is the check.
+    monkeypatch.setattr(jwks, "REFETCH_INTERVAL", 3600.0)
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     before = issuer.fetches["jwks"]
-    started = time.monotonic()
     key = issuer.keys[0]
     for number in range(1000):
         token = issuer.token(headers={"kid": f"random-{number}"}, key=key)
         refused(client.get("/plants", headers=bearer(token)), "the token names no known signing key")
-    assert time.monotonic() - started < 30  # all within one refetch interval
     assert issuer.fetches["jwks"] - before <= 1
 
 
@@ -461,7 +464,7 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
     assert issuer.fetches["jwks"] == 3
 
 
-def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_one(issuer):
+def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_one(issuer, monkeypatch):
     """The provider hangs while the stale keys are refreshed in the background: a token naming an
     unknown `kid` takes that fetch's outcome, within its deadline, as the docs say. It waited for
     it to end and then fetched again, twice the deadline, holding the request's thread."""
@@ -472,15 +475,14 @@ def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_o
         discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
     )
     assert keys.refresh()
+    # Either fetch ends at its deadline, or in an hour: waiting for its end would be held that long.
+    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)
     issuer.hanging = True
     now[0] += 86400  # the keys are stale: the next look refreshes them in the background
     assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None
     _wait_until(lambda: issuer.fetches["jwks"] == 2, lambda: "the refresh did not start")
-    started = time.monotonic()
-    assert keys.find("unknown", "RS256") == (None, False)
-    elapsed = time.monotonic() - started
-    assert issuer.fetches["jwks"] == 2
-    assert elapsed < FETCH_TIMEOUT + 1.5, elapsed
+    assert in_time(lambda: keys.find("unknown", "RS256")) == (None, False)
+    assert issuer.fetches["jwks"] == 2  # no second fetch
     issuer.hanging = False
     now[0] += 30  # once the background refresh has ended, fetching again works
     _wait_until(lambda: keys.refresh(wait=FETCH_TIMEOUT), lambda: "the keys were not fetched again")

@@ -14,7 +14,7 @@ from app.extension import plants_state
 from app.store import Plant
 from app.store.redis.cursor_secret import CONFIRM_SECONDS
 from tests.conftest import redis_settings
-from tests.helpers import apply_events, call, create_until_200, kill_and_restart, walk_pages
+from tests.helpers import apply_events, call, create_until_200, in_time, kill_and_restart, walk_pages
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
 
@@ -261,7 +261,7 @@ def test_a_hung_redis_does_not_hold_a_request_that_needs_only_the_cursor_secret(
     from app.extension import plants_state
 
     own_redis = RedisServer(tmp_path)
-    timeout = 10.0  # what a request that waited on the hung Redis would take
+    timeout = 3600.0  # what a request that waited on the hung Redis would take
     settings = {**redis_settings(own_redis), "PLANTS_STORE_TIMEOUT": timeout}
     app = create_app({"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], **settings})
     client = app.test_client()
@@ -271,13 +271,11 @@ def test_a_hung_redis_does_not_hold_a_request_that_needs_only_the_cursor_secret(
         own_redis.signal(signal.SIGSTOP)
         try:
             for _ in range(2):
-                started = time.monotonic()
-                assert client.post("/events/tickets", headers=AUTH).status_code == 200
-                assert time.monotonic() - started < timeout / 2
+                assert in_time(lambda: client.post("/events/tickets", headers=AUTH)).status_code == 200
         finally:
             own_redis.signal(signal.SIGCONT)
         own_redis.command("FLUSHALL")  # the secret lost: put back once confirmed again
-        deadline = time.monotonic() + timeout * 2
+        deadline = time.monotonic() + 20
         while own_redis.command("EXISTS", f"{{{settings['PLANTS_STORE_PREFIX']}}}:cursor-key") != "1":
             assert time.monotonic() < deadline
             client.post("/events/tickets", headers=AUTH)

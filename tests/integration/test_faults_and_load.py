@@ -85,7 +85,9 @@ def unread_bytes(port: int) -> list[int]:
 
 
 def test_graceful_shutdown_completes_requests_in_flight():
-    server = Gunicorn(env={"GUNICORN_THREADS": "8", "GUNICORN_GRACEFUL_TIMEOUT": "10"})
+    # An hour's grace: a worker that did not end once its requests were answered would be there
+    # all that hour, not end within the wait below.
+    server = Gunicorn(env={"GUNICORN_THREADS": "8", "GUNICORN_GRACEFUL_TIMEOUT": "3600"})
     in_flight = 6
     bodies = [json.dumps({"id": 70_000 + n, "name": f"in flight {n}"}).encode() for n in range(in_flight)]
     sockets = []
@@ -99,7 +101,6 @@ def test_graceful_shutdown_completes_requests_in_flight():
     while unread_bytes(server.port) != [0] * in_flight:
         assert time.monotonic() < deadline, unread_bytes(server.port)
         time.sleep(0.05)
-    started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     responses = []
@@ -111,7 +112,6 @@ def test_graceful_shutdown_completes_requests_in_flight():
             responses.append((response.status, json.loads(response.read())))
     assert responses == [(200, {"name": f"in flight {n}"}) for n in range(in_flight)]
     assert server.process.wait(timeout=15) == 0
-    assert time.monotonic() - started < 10 + 2  # within graceful_timeout
     server.stop()
     assert "Traceback" not in server.output()
 

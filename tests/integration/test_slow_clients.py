@@ -8,6 +8,7 @@ read timeout, each slow client meets its deadline (408) and comes back several t
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 
@@ -59,11 +60,12 @@ def test_a_refused_request_whose_body_dribbles_holds_no_thread(attacked_server):
     )
     try:
         for _ in range(3):
-            started = time.monotonic()
             conn = attacked_server.connection()
             conn.request("GET", "/healthz")
             assert conn.getresponse().status == 200
-            assert time.monotonic() - started < 1.5  # not after the attacker's 2 s read timeout
+            # Answered while the attacker's request is still being read: a thread held by it
+            # would serve /healthz only once the attacker's 2 s read timeout had answered it 408.
+            assert select.select([sock], [], [], 0)[0] == []
             sock.send(b" ")
             time.sleep(0.3)
     finally:
@@ -75,11 +77,10 @@ def test_idle_connections_never_lock_a_new_client_out():
     server = Gunicorn(args=("--worker-connections", "50"))
     try:
         idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(120)]
-        started = time.monotonic()
+        # Served, not locked out: a client locked out would wait out the connection's 10 s timeout.
         conn = server.connection()
         conn.request("GET", "/healthz")
         assert conn.getresponse().status == 200
-        assert time.monotonic() - started < 2  # served, not locked out
         oldest = idle[0]
         oldest.settimeout(2)
         assert oldest.recv(1) == b""  # closed by the service

@@ -183,15 +183,12 @@ def test_one_snapshot_stream_keeps_an_exact_filtered_copy(server):
     assert stream.status == 200, stream.response.read()
     copy: dict[int, dict] = {}
     kinds: list[str] = []
-    first_at: float | None = None
     sentinel: int | None = None
     deadline = time.monotonic() + 60
     try:
         for block in stream.blocks():
             if "data" not in block:
                 continue
-            if first_at is None:
-                first_at = time.monotonic() - stream.sent
             event, data = block.get("event"), json.loads(block["data"])
             kinds.append(event if event != "bookmark" or not data.get("initial_end") else "initial_end")
             if event == "bookmark":
@@ -221,9 +218,6 @@ def test_one_snapshot_stream_keeps_an_exact_filtered_copy(server):
     assert set(kinds[:end]) == {"plant.existing"}, kinds[:end]
     assert "plant.existing" not in kinds[end:]
     assert {"plant.created"} <= set(kinds[end:])
-    # Generous: the first plant comes at once, not after the snapshot has been gathered.
-    assert first_at is not None
-    assert first_at < 5.0, first_at
 
 
 # --- b. a quiet follower through 5,000 writes it does not match -----------------------------------

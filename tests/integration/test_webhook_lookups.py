@@ -119,7 +119,7 @@ def test_hosts_that_never_resolve_hold_no_request_thread(tmp_path, silent_name_s
     within the lookups' 10 s, and the honest registrations are 201."""
     server = serving(tmp_path, silent_name_server)
     attacker: list[tuple[int, str]] = []
-    probe: list[tuple[str, int, float]] = []
+    probe: list[tuple[str, int]] = []
     stop = threading.Event()
 
     def attack() -> None:
@@ -139,11 +139,12 @@ def test_hosts_that_never_resolve_hold_no_request_thread(tmp_path, silent_name_s
                 ("/healthz", None),
                 ("/webhooks", {"url": "http://127.0.0.1:9/" if n % 2 else "http://localhost:9/"}),
             ):
-                began = time.monotonic()
+                # Generous, and half the 10 s a lookup is held (two tries of 5 s): a request held
+                # by one would time out here.
                 status, _, _ = call(
                     server.connection(timeout=5), "POST" if body else "GET", path, body, OTHER
                 )
-                probe.append((path, status, time.monotonic() - began))
+                probe.append((path, status))
             time.sleep(0.05)
 
     try:
@@ -156,9 +157,8 @@ def test_hosts_that_never_resolve_hold_no_request_thread(tmp_path, silent_name_s
         status, _, body = call(server.connection(), "GET", "/webhooks", headers=AUTH)
     finally:
         server.stop()
-    assert {(path, status) for path, status, _ in probe} == {("/healthz", 200), ("/webhooks", 201)}
-    # Generous: a request held by a lookup would wait out its 10 s.
-    assert max(seconds for _, _, seconds in probe) < 3
+    assert len(probe) == 40
+    assert set(probe) == {("/healthz", 200), ("/webhooks", 201)}
     assert len(attacker) >= 10
     messages = [message for _, message in attacker]
     assert "slow-0.example could not be checked yet: it is being resolved" in messages[0]
