@@ -257,8 +257,18 @@ def in_time(work: Callable[[], T], seconds: float = 30) -> T:
     """What `work` returns, waited for `seconds` at most: generous for a loaded machine, where the
     tests make the wait they guard against longer (an hour, or the longest long-poll's 55 s)."""
     done: list[T] = []
-    thread = threading.Thread(target=lambda: done.append(work()), daemon=True)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as error:  # raised in the test's thread: its own failure, not a timeout
+            failed.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
+    if failed:
+        raise failed[0]
     assert done, f"not answered within {seconds} s"
     return done[0]
