@@ -11,14 +11,17 @@ server's CPU and Redis's CPU a create (from /proc), and `GET /healthz`'s latency
 new connection every 100 ms (p50, p99, max), and when its slowest answers came (seconds after the
 last stream opened: heartbeats that fall together show as slow probes 15 s apart). With
 `--quiet S`, then the streams for S seconds with no write: `/healthz` every 50 ms beside their
-heartbeats alone, and the server's and Redis's CPU per stream and heartbeat interval. With
-`--baseline`, the service of that tree (a copy of the repository at an earlier commit) is measured
-the same way, each round alternating the two, so that the machine's load weighs on both alike.
+heartbeats alone, and the server's and Redis's CPU per stream and heartbeat interval. `--retain N M`:
+each tree at each PLANTS_EVENTS_RETAIN, whose half is how many writes, heard while any watch waits,
+wake every watch at once (the sweep). With `--baseline`, the service of that tree (a copy of the
+repository at an earlier commit) is measured the same way, each round alternating the two, so that
+the machine's load weighs on both alike.
 """
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import random
 import socket
 import statistics
@@ -76,6 +79,7 @@ def _latencies(latencies: list[tuple[float, float]], opened: float) -> dict:
 
 def _run(server: Server, redis: RedisServer, seconds: float, streams: int) -> dict:
     """One wrk run of creates, with `streams` filtered streams open beside it."""
+    opening = time.monotonic()
     socks = _open_streams(server.port, streams)
     opened = time.monotonic()
     if socks:
@@ -92,6 +96,8 @@ def _run(server: Server, redis: RedisServer, seconds: float, streams: int) -> di
         sock.close()
     return {
         "streams": streams,
+        # How long opening them took: their heartbeats fall that much before `slowest`'s 15 s.
+        "opening_s": round(opened - opening, 1),
         "creates_per_s": round(run["rps"], 1),
         "server_cpu_us_per_create": round(run["cpu_us_per_request"], 1),
         "redis_cpu_us_per_create": round(run["redis_cpu_us_per_request"], 1),
@@ -101,11 +107,14 @@ def _run(server: Server, redis: RedisServer, seconds: float, streams: int) -> di
 
 
 def _quiet(server: Server, redis: RedisServer, seconds: float, streams: int) -> dict:
-    """`streams` streams open and no write for `seconds`: their heartbeats alone, and `/healthz`
-    beside them every 50 ms. The CPU is the server's and Redis's per stream and heartbeat
+    """`streams` streams open and, from 2 s after, no write for `seconds`: their heartbeats alone,
+    and `/healthz` beside them every 50 ms. The CPU is the server's and Redis's per stream and heartbeat
     interval (15 s): about what one heartbeat costs, the idle worker's own turns included."""
+    opening = time.monotonic()
     socks = _open_streams(server.port, streams)
     opened = time.monotonic()
+    time.sleep(2.0)  # the streams' first reads done: their heartbeats alone from here
+    measured = time.monotonic()
     assert redis.process is not None
     cpu, redis_cpu = server.cpu_seconds(), cpu_seconds(redis.process.pid)
     stop, latencies = threading.Event(), []
@@ -114,28 +123,31 @@ def _quiet(server: Server, redis: RedisServer, seconds: float, streams: int) -> 
     time.sleep(seconds)
     stop.set()
     prober.join(35)
-    beats = streams * (time.monotonic() - opened) / HEARTBEAT
+    beats = streams * (time.monotonic() - measured) / HEARTBEAT
     cpu, redis_cpu = server.cpu_seconds() - cpu, cpu_seconds(redis.process.pid) - redis_cpu
     for sock in socks:
         sock.close()
     return {
         "streams": streams,
         "writes": 0,
+        "opening_s": round(opened - opening, 1),
         "server_cpu_us_per_heartbeat": round(cpu * 1e6 / beats, 1),
         "redis_cpu_us_per_heartbeat": round(redis_cpu * 1e6 / beats, 1),
         "healthz_ms": _latencies(latencies, opened),
     }
 
 
-def measure(tree: Path, seconds: float, streams: int, quiet: float = 0.0) -> list[dict]:
+def measure(tree: Path, seconds: float, streams: int, quiet: float = 0.0, retain: int = 0) -> list[dict]:
     """The tree's service on a new Redis: creates with no stream open, then with `streams` open;
-    then, for `quiet` seconds, the streams with no write (`_quiet`)."""
+    then, for `quiet` seconds, the streams with no write (`_quiet`). With `retain`, its
+    PLANTS_EVENTS_RETAIN (the sweep wakes every watch each half of it, counted while any waits)."""
     redis = RedisServer(scratch("filtered-writes"))
     env = {
         "GUNICORN_THREADS": "2",
         "PLANTS_STORE_URL": redis.unix_url,
         "PLANTS_EVENTS_MAX_WATCHERS": str(streams + 100),
         "PLANTS_EVENTS_MAX_WATCHERS_PER_TOKEN": str(streams + 100),
+        **({"PLANTS_EVENTS_RETAIN": str(retain)} if retain else {}),
     }
     server = gunicorn("filtered", env, cwd=tree, args=("--worker-connections", str(streams + 200))).start()
     try:
@@ -156,15 +168,23 @@ def main() -> int:
         default=0.0,
         help="then S seconds of the streams with no write (their heartbeats alone)",
     )
+    parser.add_argument(
+        "--retain",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="each tree at each PLANTS_EVENTS_RETAIN (0: the default), alternated in each round",
+    )
     args = parser.parse_args()
     trees = {"this": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
     streams, seconds = (20, 2.0) if args.smoke else (args.streams, 40.0)
     seconds = args.seconds or seconds
     results = []
     for round_number in range(args.rounds or 1):
-        for name, tree in trees.items():
-            for found in measure(tree, seconds, streams, 2.0 if args.smoke and args.quiet else args.quiet):
-                results.append({"round": round_number, "tree": name, **found})
+        for (name, tree), retain in itertools.product(trees.items(), args.retain):
+            quiet = 2.0 if args.smoke and args.quiet else args.quiet
+            for found in measure(tree, seconds, streams, quiet, retain):
+                results.append({"round": round_number, "tree": name, "retain": retain, **found})
                 print(results[-1], flush=True)
     save(results, "filtered-writes", args.json)
     return 0

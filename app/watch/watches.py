@@ -32,7 +32,6 @@ from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter, scan
-from app.watch.heartbeat_phase import first_heartbeat
 from app.watch.initial_state import existing, existing_blocks
 from app.watch.passing_over import PassingOver
 from app.watch.wake_up import NoReadSlot, WakeUp
@@ -281,8 +280,7 @@ class EventStream(Watch):
         #: sweep), so the client's position always stays inside the window.
         self.passed = 0
         self.passed_most = max(1, self.store.events_retain // 4)
-        # Streams opened together beat apart (heartbeat_phase.py).
-        self.next_beat = now + first_heartbeat(heartbeat)
+        self.next_beat = now + heartbeat
         self.ends = now + stream_max
         self.started = False
         #: The feed's version this stream has read all of (-1: not known): a chunk asked for at that

@@ -1,7 +1,6 @@
-"""A stream's heartbeats on a real gunicorn: never further apart than PLANTS_EVENTS_HEARTBEAT (the
-promise a proxy's read timeout rests on), and streams opened together do not beat together, so
-that a crowd of them opened at once (clients started together, or reconnecting after a restart)
-does not take the worker's request threads in one burst at each interval."""
+"""A stream's heartbeats on a real gunicorn: a stream, plain or filtered, is never quiet for longer
+than PLANTS_EVENTS_HEARTBEAT (the promise a proxy's read timeout rests on, docs/change-feed.md),
+from its opening to its end, two streams opened together alike."""
 
 from __future__ import annotations
 
@@ -15,9 +14,9 @@ import pytest
 from tests.integration.test_watch import open_stream
 from tests.servers import Gunicorn
 
-HEARTBEAT = 6
+HEARTBEAT = 3
 #: Two heartbeats each at least, then the end.
-STREAM_MAX = 14
+STREAM_MAX = 8
 #: The worker looks for streams whose heartbeat is due four times a second; a loaded machine may
 #: hand the beat to a request thread later still.
 LAG = 2.0
@@ -53,7 +52,7 @@ KINDS = [("", b": keep-alive"), ("?tags=hb-none", b"event: bookmark")]
 
 
 @pytest.mark.parametrize(("query", "marker"), KINDS, ids=["plain", "filtered"])
-def test_streams_opened_together_each_beat_within_the_interval_and_not_together(server, query, marker):
+def test_streams_opened_together_are_never_quiet_for_longer_than_the_heartbeat(server, query, marker):
     opened = time.monotonic()
     socks = [open_stream(server, path=f"/events{query}") for _ in range(2)]
     received: list[list[tuple[float, bytes]]] = [[], []]
@@ -74,7 +73,3 @@ def test_streams_opened_together_each_beat_within_the_interval_and_not_together(
         # Never quiet for longer than the interval (with the worker's lag): nor before the first.
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         assert max(gaps) <= HEARTBEAT + LAG, gaps
-    firsts = [beats(got, marker)[0] for got in received]
-    # Opened within milliseconds of each other, their first heartbeats come apart (at the same
-    # interval, they came in the same turn of the worker).
-    assert abs(firsts[0] - firsts[1]) >= 0.5, firsts
