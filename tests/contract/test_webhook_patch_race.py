@@ -171,3 +171,29 @@ def test_a_patch_is_taken_whatever_outcomes_a_busy_endpoint_stores_meanwhile(
         )
     kept = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
     assert len(kept) == sum(answer is not None for answer in stored)
+
+
+def test_a_resume_starts_after_the_event_delivered_meanwhile(monkeypatch, app, client, auth, held):
+    """Disabled while its attempt was under way, the endpoint stores that attempt's success just
+    after the resume's read: the resume, which writes no position, starts after that event
+    rather than sending it again, and the attempt stays listed."""
+    hook, leased, entry = held
+    disabled = client.patch(f"/webhooks/{hook['id']}", json={"status": "disabled"}, headers=auth)
+    assert disabled.status_code == 200, disabled.json
+    delivered = outcome_record(message_id(entry), Attempt(204, None, None, 3))
+    stored = outcome_after_the_next_read(
+        monkeypatch, app, leased, delivery_fields(entry.position, 0, 0), delivered
+    )
+    resumed = client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=auth)
+    monkeypatch.undo()
+    assert resumed.status_code == 200, resumed.json
+    assert stored[0] is not None, "the outcome was stored"
+    assert (resumed.json["status"], resumed.json["status_reason"], resumed.json["next_attempt"]) == (
+        "enabled",
+        None,
+        None,
+    )
+    after = plants_state(app).store.endpoints.get(hook["id"])
+    assert (after.position, after.tries, after.epoch) == (entry.position, 0, leased.epoch + 1)
+    attempts = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
+    assert [(a["webhook_id"], a["status"]) for a in attempts] == [(message_id(entry), 204)]
