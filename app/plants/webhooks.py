@@ -128,8 +128,10 @@ def patch_webhook(endpoint_id: str) -> Response:
         if changed.url != endpoint.url and endpoint.status == ENABLED:
             # A retry pending for the old URL (up to hours away), or an attempt to it under way
             # (its failure would set one): the new one gets the event now, with its tries anew;
-            # the epoch drops the outcome of an attempt to the old one still under way.
-            fields.update(epoch=str(endpoint.epoch + 1), **delivery_fields(endpoint.position, 0, 0))
+            # the epoch drops the outcome of an attempt to the old one still under way. No
+            # position: the event is the one the deliveries stand at when this is stored, one
+            # delivered meanwhile not sent again.
+            fields.update(epoch=str(endpoint.epoch + 1), **_retry_anew())
         elif (
             _dropped_a_type(endpoint, changed)
             and endpoint.status == ENABLED
@@ -142,8 +144,7 @@ def patch_webhook(endpoint_id: str) -> Response:
             fields["due"] = str(time.time_ns() // 1_000_000)
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:
-            fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1))
-            fields.update(delivery_fields(endpoint.position, 0, 0))
+            fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1), **_retry_anew())
         elif status == DISABLED and endpoint.status != DISABLED:
             fields.update(status=DISABLED, reason="Disabled through the API.")
         return fields
@@ -152,6 +153,11 @@ def patch_webhook(endpoint_id: str) -> Response:
     if endpoint.status == ENABLED:
         state.deliverer.start()
     return _with_secrets(record(endpoint))
+
+
+def _retry_anew() -> dict[str, str]:
+    """A fresh schedule of attempts for the event the deliveries stand at, due now."""
+    return {"tries": "0", "due": "0"}
 
 
 def _dropped_a_type(endpoint: Endpoint, changed: Endpoint) -> bool:

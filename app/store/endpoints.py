@@ -90,18 +90,34 @@ class Endpoint:
 OUTCOME_FIELDS = ("status", "reason", "position", "tries", "due")
 
 
+#: Where a delivery stands, but for its status: what only a delivery's outcome writes (or a replay).
+STANDING_FIELDS = ("position", "tries", "due")
+
+
 def outcome_as_read(read: Endpoint, fields: dict[str, str], overriding: bool = False) -> dict[str, str]:
     """What a change of `fields`, made from the endpoint as `read`, must find unchanged besides
-    its revision: where its delivery stands, when the change writes any of it (a position, a
-    retry's time, a status), since an outcome stored meanwhile moves it under no revision and
-    the change would write it back (an event delivered sent again, a failure's retry undone).
-    Nothing for a change of the configuration alone, which no outcome touches, nor for one
-    `overriding` (a replay: it sets where the delivery stands whatever it was, and moves the epoch,
-    so that no outcome of an attempt under way is stored after it)."""
-    if overriding or fields.keys().isdisjoint((*OUTCOME_FIELDS, "epoch")):
+    its revision, since an outcome stored meanwhile moves where its delivery stands under no
+    revision:
+
+    - nothing for a change of the configuration alone, which no outcome touches, nor for one
+      `overriding` (a replay: it sets where the delivery stands whatever it was, and moves the
+      epoch, so that no outcome of an attempt under way is stored after it);
+    - where its delivery stands, for one that writes a retry's time (or a position) without
+      moving the epoch: it decided it from the event a retry held, and would write it back over
+      an outcome (an event delivered sent again, a failure's retry undone);
+    - the status alone, for one that moves the epoch (a new URL, a resume: it resets the retry
+      of whatever event the deliveries stand at, writing no position, and no outcome of an
+      attempt under way is stored after it) or writes a status (disabled): it decided from the
+      status read. An outcome changes the status at most once between two changes through the
+      API (enabled to failing or disabled), so a busy endpoint holds such a change back one try
+      at most, where its outcomes would hold back one that read them all."""
+    written = fields.keys()
+    if overriding or written.isdisjoint((*OUTCOME_FIELDS, "epoch")):
         return {}
-    kept = read.fields()
-    return {name: kept[name] for name in OUTCOME_FIELDS}
+    if "epoch" not in written and not written.isdisjoint(STANDING_FIELDS):
+        kept = read.fields()
+        return {name: kept[name] for name in OUTCOME_FIELDS}
+    return {"status": read.status}
 
 
 class Acked(NamedTuple):
@@ -139,7 +155,7 @@ class EndpointStore(Protocol):
 
     def update(self, read: Endpoint, fields: dict[str, str], *, overriding: bool = False) -> bool | None:
         """Write `fields` and bump the revision if the endpoint is still as `read`: its revision,
-        and where its delivery stands when `fields` write any of it (`outcome_as_read`), unless
+        and what it decided from of where its delivery stands (`outcome_as_read`), unless
         `overriding` (a change that sets where its delivery stands whatever it was: a replay).
         None when the endpoint is gone, False (writing nothing) when it changed since."""
         ...

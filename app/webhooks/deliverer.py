@@ -7,6 +7,8 @@ feed's position every `IDLE_S`). While no endpoint is enabled, a write does not 
 then has nothing to deliver, and waking a thread per request costs the request path two context
 switches and a few futex calls (bench/README.md); on a shared store the look every `IDLE_S` still
 sees an endpoint another process enabled, and on the in-memory store it sleeps until woken.
+The look that first finds one enabled reads the feed's position again once it delivers, so that a
+write it did not wake meanwhile is not left for the next look.
 One that is enabled, due, and behind the feed is leased and drained in a pool
 thread, which reads the feed a batch at a time and sends its events one by one; endpoints that
 have been slow share a bounded lane of the pool, the others keep one of their own (lanes.py).
@@ -358,8 +360,13 @@ class Deliverer:
             return schedule.pause(bool(drains.busy), self._asleep)  # idle: one call to the store
         endpoints = self.store.endpoints.all()
         enabled = {e.id for e in endpoints if e.status == ENABLED}
-        if enabled and not self._delivering and self.on_delivering is not None:
-            self.on_delivering()
+        if enabled and not self._delivering:
+            self._delivering = True
+            if self.on_delivering is not None:
+                self.on_delivering()
+            # A write since the position was read found the flag down and woke nothing (`wake`),
+            # nor did the listener if it heard it already: its event is in the feed by now.
+            position = self.store.events_now()
         self._delivering = bool(enabled)
         # A deleted, disabled or failing endpoint's connection is not kept.
         self.connections.keep_only(enabled)

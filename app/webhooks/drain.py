@@ -86,14 +86,18 @@ class EndpointDrain:
                 if not subscribed(self.endpoint, entry):
                     self.position = entry.position
                     continue
-                if not self._deliver(entry):
+                # Events passed over are stored first, before an event after them is sent; False:
+                # the endpoint changed, and the feed is read again from where deliveries stand.
+                passed = pass_over(self, self.position)
+                if passed is False:
+                    break
+                if passed is None or not self._deliver(entry):
                     return
-            # Events it is not subscribed to, or none at all from the oldest kept: store where it is.
-            self.position = end
-            if self.position != self.acked and not self._ack(delivery_fields(end, 0, 0), None):
-                return
-            if len(entries) < BATCH:
-                return
+            else:
+                # Events it is not subscribed to, or none at all from the oldest kept: store where it is.
+                passed = pass_over(self, end)
+                if passed is None or (passed and len(entries) < BATCH):
+                    return
 
     def _deliver(self, entry: FeedEntry) -> bool:
         """Send one event; True when it was delivered and the drain may go on."""
@@ -158,7 +162,7 @@ class EndpointDrain:
                 self.tries = 0
                 # A slow attempt still ends the drain's turn (lanes.py).
                 return answer.status == ENABLED and not self.slow
-            if not self._read_again():
+            if not self.read_again():
                 return False
         return False
 
@@ -180,9 +184,9 @@ class EndpointDrain:
         if answer.status != ENABLED:
             return False
         # Changed through the API meanwhile (its URL, events or secrets): read again.
-        return answer.rev == endpoint.rev or self._read_again()
+        return answer.rev == endpoint.rev or self.read_again()
 
-    def _read_again(self) -> bool:
+    def read_again(self) -> bool:
         """The endpoint read again after a change through the API; False when it is gone or its
         epoch moved (the drain's outcomes would no longer be stored)."""
         endpoint = self.endpoint
@@ -191,6 +195,30 @@ class EndpointDrain:
             return False
         self.endpoint = fresh
         return True
+
+
+def pass_over(drain: EndpointDrain, position: bytes | None) -> bool | None:
+    """Store that `drain` passed to `position` over events of types its endpoint does not take,
+    only while the endpoint's revision is still the one that decided it: a PATCH meanwhile may
+    list them now, and the events after where the deliveries stood when it landed go by its types
+    (those written after it above all). True when stored (or nothing to store); False when the
+    endpoint changed, read again, the drain back where the deliveries stand; None when the drain
+    ends."""
+    drain.position = position
+    if position == drain.acked:
+        return True
+    deliverer, endpoint = drain.deliverer, drain.endpoint
+    fields = delivery_fields(position, 0, 0)
+    answer = deliverer.store.endpoints.ack(
+        endpoint.id, deliverer.owner, LEASE_MS, endpoint.epoch, fields, None, endpoint.rev
+    )
+    if answer is None or answer.status != ENABLED:
+        return None
+    if answer.stored:
+        drain.acked = position
+        return True
+    drain.position = drain.acked
+    return False if drain.read_again() else None
 
 
 def subscribed(endpoint: Endpoint, entry: FeedEntry) -> bool:

@@ -61,6 +61,26 @@ def outcome_after_the_next_read(monkeypatch, app, leased, fields, attempt):
     return stored
 
 
+def a_failure_after_every_read(monkeypatch, endpoints, leased, entry) -> list:
+    """A busy endpoint: after every read of it, the deliverer holding the lease stores an
+    outcome (a retry's failure of `entry`, each a try more); the answers of those acks."""
+    msg_id = message_id(entry)
+    read = endpoints.get
+    stored: list = []
+
+    def get(endpoint_id, until=None):
+        endpoint = read(endpoint_id, until)
+        failed = Attempt(503, None, None, 3)
+        fields = after_failure(msg_id, failed, leased.position, len(stored) + 1, 1.0)
+        stored.append(
+            endpoints.ack(endpoint_id, OWNER, LEASE_MS, leased.epoch, fields, outcome_record(msg_id, failed))
+        )
+        return endpoint
+
+    monkeypatch.setattr(endpoints, "get", get)
+    return stored
+
+
 def test_a_new_url_does_not_send_again_the_event_delivered_meanwhile(monkeypatch, app, client, auth, held):
     hook, leased, entry = held
     delivered = outcome_record(message_id(entry), Attempt(204, None, None, 3))
@@ -102,21 +122,8 @@ def test_a_replay_is_taken_whatever_outcomes_a_busy_endpoint_stores_meanwhile(
     409 once its tries were spent. It sets where the deliveries stand whatever they stored; the
     attempts they recorded stay listed, and an attempt's outcome after the replay is not stored."""
     hook, leased, entry = held
-    msg_id = message_id(entry)
     endpoints = plants_state(app).store.endpoints
-    read = endpoints.get
-    stored = []
-
-    def get(endpoint_id, until=None):
-        endpoint = read(endpoint_id, until)
-        failed = Attempt(503, None, None, 3)
-        fields = after_failure(msg_id, failed, leased.position, len(stored) + 1, 1.0)
-        stored.append(
-            endpoints.ack(endpoint_id, OWNER, LEASE_MS, leased.epoch, fields, outcome_record(msg_id, failed))
-        )
-        return endpoint
-
-    monkeypatch.setattr(endpoints, "get", get)
+    stored = a_failure_after_every_read(monkeypatch, endpoints, leased, entry)
     replayed = client.post(f"/webhooks/{hook['id']}/replay", json={"after": "start"}, headers=auth)
     monkeypatch.undo()
     assert replayed.status_code == 202, replayed.json
@@ -127,3 +134,66 @@ def test_a_replay_is_taken_whatever_outcomes_a_busy_endpoint_stores_meanwhile(
     assert (after.position, after.tries, after.epoch) == (None, 0, leased.epoch + 1)
     kept = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
     assert len(kept) == sum(answer is not None for answer in stored)
+
+
+@pytest.mark.parametrize(
+    "patch", [{"url": HOOK + "?v=2"}, {"status": "disabled"}], ids=["new_url", "disabled"]
+)
+def test_a_patch_is_taken_whatever_outcomes_a_busy_endpoint_stores_meanwhile(
+    monkeypatch, app, client, auth, held, patch
+):
+    """The endpoint stores an outcome between every read of it and the next write (a retry's
+    failure, each a try more): a new URL, which moves where the deliveries stand, and a disable
+    still take effect at once (200), where they were answered 409 once their tries were spent.
+    The new URL gets the event held at once, its tries anew, and the outcome of an attempt to
+    the old one after it is not stored; the failures recorded meanwhile stay listed."""
+    hook, leased, entry = held
+    endpoints = plants_state(app).store.endpoints
+    stored = a_failure_after_every_read(monkeypatch, endpoints, leased, entry)
+    changed = client.patch(f"/webhooks/{hook['id']}", json=patch, headers=auth)
+    monkeypatch.undo()
+    assert changed.status_code == 200, changed.json
+    assert stored[0] is not None, "an outcome was stored between the PATCH's read and its write"
+    after = endpoints.get(hook["id"])
+    assert after.position == leased.position  # the event held: neither skipped nor sent again
+    if "url" in patch:
+        assert (changed.json["url"], changed.json["status"], changed.json["next_attempt"]) == (
+            patch["url"],
+            "enabled",
+            None,
+        )
+        assert (after.tries, after.due_ms, after.epoch) == (0, 0, leased.epoch + 1)
+        assert stored[-1] is None, "the outcome of an attempt under way is not stored after the change"
+    else:
+        assert (changed.json["status"], changed.json["status_reason"]) == (
+            "disabled",
+            "Disabled through the API.",
+        )
+    kept = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
+    assert len(kept) == sum(answer is not None for answer in stored)
+
+
+def test_a_resume_starts_after_the_event_delivered_meanwhile(monkeypatch, app, client, auth, held):
+    """Disabled while its attempt was under way, the endpoint stores that attempt's success just
+    after the resume's read: the resume, which writes no position, starts after that event
+    rather than sending it again, and the attempt stays listed."""
+    hook, leased, entry = held
+    disabled = client.patch(f"/webhooks/{hook['id']}", json={"status": "disabled"}, headers=auth)
+    assert disabled.status_code == 200, disabled.json
+    delivered = outcome_record(message_id(entry), Attempt(204, None, None, 3))
+    stored = outcome_after_the_next_read(
+        monkeypatch, app, leased, delivery_fields(entry.position, 0, 0), delivered
+    )
+    resumed = client.patch(f"/webhooks/{hook['id']}", json={"status": "enabled"}, headers=auth)
+    monkeypatch.undo()
+    assert resumed.status_code == 200, resumed.json
+    assert stored[0] is not None, "the outcome was stored"
+    assert (resumed.json["status"], resumed.json["status_reason"], resumed.json["next_attempt"]) == (
+        "enabled",
+        None,
+        None,
+    )
+    after = plants_state(app).store.endpoints.get(hook["id"])
+    assert (after.position, after.tries, after.epoch) == (entry.position, 0, leased.epoch + 1)
+    attempts = client.get(f"/webhooks/{hook['id']}/attempts", headers=auth).json["attempts"]
+    assert [(a["webhook_id"], a["status"]) for a in attempts] == [(message_id(entry), 204)]

@@ -277,3 +277,42 @@ def test_a_deliverer_on_its_own_is_woken_by_the_web_workers_writes(make_app, sto
         redis_server.stop()
     assert deliverer.returncode == 0, output
     assert "Traceback" not in output
+
+
+@pytest.mark.usefixtures("looks_only_when_woken")
+def test_a_write_made_during_the_look_that_first_finds_an_endpoint_is_a_wake_up(make_app):
+    """The first look after a registration reads the feed's position, then finds the endpoint
+    enabled; a write that lands between the two found the deliverer not yet delivering, which a
+    write does not wake (`Deliverer.wake`). That write still goes out, woken: it waited for the
+    next look (IDLE_S). On Redis the feed's listener runs already (a watcher's, say) and has
+    heard the write before the look goes on, so its wake-up came too early as well."""
+    service = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1")
+    plants = service.extensions["plants"]
+    deliverer, endpoints, signal = plants.deliverer, plants.store.endpoints, plants.feed_signal
+    client = service.test_client()
+    receiver = Receiver()
+    read_all = endpoints.all
+    written: list[int] = []
+
+    def all_after_a_write():
+        found = read_all()
+        if found and not written:  # the look that first finds the endpoint
+            before = signal.version
+            written.append(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=AUTH).status_code)
+            if plants.store.shared:  # heard by the listener too: its wake-up comes before the look ends
+                wait_until(lambda: signal.version >= before + 2, timeout=WAIT_S, what="the listener")
+        return found
+
+    endpoints.all = all_after_a_write
+    try:
+        if plants.store.shared:
+            signal.listen()
+            wait_until(lambda: signal.version > 0, timeout=WAIT_S, what="the listener's start")
+        register(client, receiver.url)
+        (delivery,) = receiver.wait_for(1, timeout=WAIT_S)
+        assert written == [200]
+        assert delivery.event["data"]["id"] == 1
+    finally:
+        deliverer.stop()
+        receiver.stop()
+        signal.close()
