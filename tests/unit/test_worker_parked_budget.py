@@ -59,7 +59,7 @@ def test_a_parked_long_polls_page_past_the_budget_displaces_a_stalled_upload():
     recorded: list[str] = []
     parking = Parking(registry, log, lambda: True, lambda answer, *_: recorded.append(answer.status))
     context = Context(
-        registry, parking, lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
+        registry, parking.step, lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
     )
     pairs = [socket.socketpair() for _ in range(2)]
     for server_side, _ in pairs:

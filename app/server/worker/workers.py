@@ -52,7 +52,7 @@ class PlantsWorker(base.Worker):
         cap = self.admission.max_connections
         self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap)
         context = Context(
-            self.registry, self.parking, self.serving.serve, log, self.read_timeout, self._limits()
+            self.registry, self.parking.step, self.serving.serve, log, self.read_timeout, self._limits()
         )
         for listener in self.sockets:
             listener.setblocking(False)
