@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 from typing import Any
 
 from app.server.worker.connection import Conn, Context, RequestLimits
-from app.server.worker.cycle import Answer, Request
+from app.server.worker.cycle import Answer, Parked, Request
 from app.server.worker.loop import Budget, Registry
 from app.server.worker.parking import Parking
 
 LIMIT = 64 * 1024
 PAGE = b"e" * 40_000
 UPLOAD_HEAD = b"POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n"
+
+
+def _record(recorded: list[str], answer: Answer, *_: Any) -> None:
+    recorded.append(answer.status)  # the status its access line would show
 
 
 class _LongPoll:
@@ -57,9 +62,9 @@ def test_a_parked_long_polls_page_past_the_budget_displaces_a_stalled_upload():
     registry = Registry(lambda: True, [], 5.0, Budget(LIMIT, log))
     registry.watch_limit = 4
     recorded: list[str] = []
-    parking = Parking(registry, log, lambda: True, lambda answer, *_: recorded.append(answer.status))
+    parking = Parking(registry, log, lambda: True)
     context = Context(
-        registry, parking, lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
+        registry, parking.step, lambda conn, request: None, log, 5.0, RequestLimits(0, 0, 0, 8192, 1 << 20)
     )
     pairs = [socket.socketpair() for _ in range(2)]
     for server_side, _ in pairs:
@@ -80,7 +85,9 @@ def test_a_parked_long_polls_page_past_the_budget_displaces_a_stalled_upload():
         assert registry.take(watch.fd) is watch
         answer, poll = Answer(), _LongPoll()
         answer.start_response("200 OK", [("Content-Type", "application/json")])
-        assert parking.start(watch, poll, answer, Request(), {}, True, 0.0)
+        record = partial(_record, recorded)
+        parked = Parked(poll, answer, Request(), {}, True, 0.0, record, partial(registry.wake, watch))
+        assert parking.start(watch, parked)
 
         assert watch.standing.parked is not None  # parked, holding its page
         assert upload.fd not in registry.conns  # displaced as the watch was handed back

@@ -16,12 +16,8 @@ from app.server.worker.connection import WRITE, Conn, Context, RequestLimits
 from app.server.worker.loop import Admission, Budget, Registry
 
 
-class _NoParking:
-    def step(self, conn: Conn) -> None:
-        raise AssertionError("no connection here waits for its answer")
-
-    def resume(self, conn: Conn) -> None:
-        raise AssertionError("no connection here waits for its answer")
+def _no_parking(conn: Conn) -> None:
+    raise AssertionError("no connection here waits for its answer")
 
 
 @pytest.fixture
@@ -35,7 +31,7 @@ def registry() -> Iterator[Registry]:
 
 def _context(registry: Registry) -> Context:
     limits = RequestLimits(0, 0, 0, 8192, 1 << 20)
-    return Context(registry, _NoParking(), lambda conn, request: None, logging.getLogger("test"), 5.0, limits)
+    return Context(registry, _no_parking, lambda conn, request: None, logging.getLogger("test"), 5.0, limits)
 
 
 def _connections(registry: Registry, count: int) -> tuple[list[Conn], list[socket.socket]]:

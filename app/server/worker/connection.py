@@ -106,18 +106,13 @@ class RegistryInterface(Protocol):
     def forget(self, conn: Conn) -> None: ...
 
 
-class ParkingInterface(Protocol):
-    """What a connection asks of its worker's parking (parking.py's `Parking`)."""
-
-    def step(self, conn: Conn) -> None: ...
-
-
 @dataclass(slots=True)
 class Context:
-    """What every connection of a worker shares; `serve` is cycle.py's `Serving.serve`."""
+    """What every connection of a worker shares; `step` is parking.py's `Parking.step`, `serve`
+    cycle.py's `Serving.serve`."""
 
     registry: RegistryInterface
-    parking: ParkingInterface
+    step: Callable[[Conn], None]
     serve: Callable[[Conn, cycle.Request], cycle.Served | None]
     log: Any
     read_timeout: float
@@ -141,7 +136,6 @@ class Incoming:
         self.started = 0.0  # when the request being read began, and its bytes so far (displacement)
         self.received = 0
         self.wants_continue = False
-        self._body: list[bytes] = []
         self._upgraded: cycle.Request | None = None  # whose skipped body is being read
         self.on_message_begin()
         self.phase = BETWEEN
@@ -151,7 +145,7 @@ class Incoming:
         self._request = cycle.Request()
         self._head_bytes = self._field_bytes = self._head_count = 0
         self._framing_bytes = self._body_size = self._content_length = 0
-        self._body = []
+        self._body: list[bytes] = []
 
     @property
     def has_work(self) -> bool:
@@ -425,7 +419,7 @@ class Conn:
                 self.outgoing.flush()
             elif self.standing.parked is not None:  # woken, or its client left
                 if self.standing.woken:
-                    self.context.parking.step(self)
+                    self.context.step(self)
                 else:
                     self.close()
             elif self.incoming.has_work or self._receive():
@@ -483,7 +477,7 @@ class Conn:
 
     def after_answer(self, keep_alive: bool) -> None:
         if self.standing.parked is not None:  # a stream's chunk went out: ask for the next
-            self.context.parking.step(self)
+            self.context.step(self)
         elif not keep_alive:
             self.closing.gracefully()
         elif self.incoming.has_work:

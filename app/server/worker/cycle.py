@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import formatdate
 from typing import Any, Literal, NamedTuple
@@ -378,6 +379,35 @@ def recorder(worker: Any) -> Record:
     return record
 
 
+@dataclass
+class Parked:
+    """An answer that waits on a connection, as parking.py steps it to its end."""
+
+    iterable: Any  # the app's answer that can wait (parking.py's docstring)
+    answer: Answer
+    request: Request
+    environ: dict[str, Any]
+    keep_alive: bool
+    started: float
+    record: Record  # the access line and post_request (`recorder`)
+    wake: Callable[[], None]  # one for every park: the signal keeps one entry
+    head_sent: bool = False
+    streamed: int = 0  # a stream's body bytes sent so far
+
+    @property
+    def chunked(self) -> bool:
+        return self.request.http == "1.1"
+
+    def abandon(self, log: Any) -> None:
+        """Its client left (or it timed out) before its end: recorded with the status it began
+        with and the bytes sent, or nginx's 499 when nothing was sent yet."""
+        close_result(self.iterable, log)
+        if not self.head_sent:
+            self.answer.status = "499 Client Closed Request"
+        self.answer.sent = self.streamed
+        self.record(self.answer, self.request, self.environ, self.started)
+
+
 class Serving:
     """Runs the app for whole requests of a gunicorn `worker` (its `cfg`, `log`, `wsgi`, `alive`,
     `max_requests`); `park` hands an answer that can wait to parking.py (False: no room)."""
@@ -419,9 +449,11 @@ class Serving:
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.
             if not (hasattr(result, "subscribe") and hasattr(result, "deadline")):
                 served = self._produce(request, answer, result, keep_alive)
-            elif self._start_parking(conn, result, answer, request, environ, keep_alive, started):
-                return None
             else:
+                wake = functools.partial(registry.wake, conn)
+                parked = Parked(result, answer, request, environ, keep_alive, started, self._record, wake)
+                if self._start_parking(conn, parked):
+                    return None
                 close_result(result)  # its place in the app's own count is given back
                 message = f"this server holds as many watches of the feed as it may ({registry.watch_limit});"
                 full = exceptions.ServiceUnavailable(f"{message} retry shortly, or poll.", retry_after=5)

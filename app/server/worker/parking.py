@@ -13,21 +13,10 @@ its key kept equal by tests/unit/test_watch_parking.py), since neither imports t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.server.worker.connection import PARKED
-from app.server.worker.cycle import (
-    APP_ERROR,
-    LAST_CHUNK,
-    Answer,
-    Record,
-    Request,
-    close_result,
-    encode_refusal,
-    frame_chunk,
-)
+from app.server.worker.cycle import APP_ERROR, LAST_CHUNK, Parked, close_result, encode_refusal, frame_chunk
 
 if TYPE_CHECKING:
     from app.server.worker.connection import Conn
@@ -37,58 +26,18 @@ if TYPE_CHECKING:
 PARKING = "plants.worker.parking"
 
 
-@dataclass
-class Parked:
-    """An answer in progress on a connection."""
-
-    iterable: Any  # the app's answer that can wait (the module docstring)
-    answer: Answer
-    request: Request
-    environ: dict[str, Any]
-    keep_alive: bool
-    started: float
-    record: Record  # the access line and post_request (cycle.py's `recorder`)
-    wake: Callable[[], None]  # one for every park: the signal keeps one entry
-    head_sent: bool = False
-    streamed: int = 0  # a stream's body bytes sent so far
-
-    @property
-    def chunked(self) -> bool:
-        return self.request.http == "1.1"
-
-    def abandon(self, log: Any) -> None:
-        """Its client left (or it timed out) before its end: recorded with the status it began
-        with and the bytes sent, or nginx's 499 when nothing was sent yet."""
-        close_result(self.iterable, log)
-        if not self.head_sent:
-            self.answer.status = "499 Client Closed Request"
-        self.answer.sent = self.streamed
-        self.record(self.answer, self.request, self.environ, self.started)
-
-
 class Parking:
     """Parks, steps and ends the waiting answers of a worker's connections (`Registry.wake` wakes them)."""
 
-    def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool], record: Record) -> None:
-        self._registry, self._log, self._alive, self._record = registry, log, alive, record
+    def __init__(self, registry: Registry, log: Any, alive: Callable[[], bool]) -> None:
+        self._registry, self._log, self._alive = registry, log, alive
 
-    def start(
-        self,
-        conn: Conn,
-        iterable: Any,
-        answer: Answer,
-        request: Request,
-        environ: dict[str, Any],
-        keep_alive: bool,
-        started: float,
-    ) -> bool:
+    def start(self, conn: Conn, parked: Parked) -> bool:
         """Park the app's answer on `conn`; False when the watches' share of the connections is full."""
-        wake = partial(self._registry.wake, conn)
-        parked = Parked(iterable, answer, request, environ, keep_alive, started, self._record, wake)
         if not self._registry.park(conn, parked):
             return False
         if not self._alive():  # arrived during the graceful stop: it ends at once
-            iterable.stop()
+            parked.iterable.stop()
         self.step(conn)
         return True
 

@@ -16,7 +16,7 @@ from functools import partial
 from gunicorn.workers import base
 
 from app.server.worker.connection import Conn, Context, RequestLimits
-from app.server.worker.cycle import Serving, recorder
+from app.server.worker.cycle import Serving
 from app.server.worker.loop import STOP_LINGER, Admission, Budget, Registry, run_thread
 from app.server.worker.parking import PARKING, Parking
 
@@ -48,11 +48,11 @@ class PlantsWorker(base.Worker):
         alive = self._is_alive
         self.registry = Registry(alive, self.sockets, cfg.keepalive, Budget(self.memory_budget, log))
         self.admission = Admission(self.registry, cfg.worker_connections, cfg.threads, log)
-        self.parking = Parking(self.registry, log, alive, recorder(self))
+        self.parking = Parking(self.registry, log, alive)
         cap = self.admission.max_connections
         self.serving = Serving(self, self.registry, self.parking.start, {PARKING: True}, cap)
         context = Context(
-            self.registry, self.parking, self.serving.serve, log, self.read_timeout, self._limits()
+            self.registry, self.parking.step, self.serving.serve, log, self.read_timeout, self._limits()
         )
         for listener in self.sockets:
             listener.setblocking(False)
