@@ -12,12 +12,12 @@ it asks for the next).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from app.schemas.records import stored_plant
 from app.store import PlantStore
 from app.store.base import StoredPlant
+from app.watch.event_data import event_data
 from app.watch.filters import EventFilter
 
 #: The plants one read of the store takes.
@@ -52,6 +52,5 @@ def existing_blocks(plants: list[StoredPlant]) -> bytes:
     blocks = []
     for plant in plants:
         record = {"type": "plant.existing", "plant": stored_plant(*plant)}
-        data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
-        blocks.append(f"event: plant.existing\ndata: {data}\n\n")
+        blocks.append(f"event: plant.existing\ndata: {event_data(record)}\n\n")
     return "".join(blocks).encode()

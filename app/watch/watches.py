@@ -30,6 +30,7 @@ from typing import Any
 
 from app.http.cursor import EVENTS, encode_cursor
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
+from app.watch.event_data import event_data
 from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter, scan
 from app.watch.initial_state import existing, existing_blocks
@@ -395,6 +396,6 @@ class EventStream(Watch):
         records = self.records([entry.event for entry in entries])
         frames = []
         for entry, record in zip(entries, records, strict=True):
-            data = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+            data = event_data(record)
             frames.append(f"id: {self.cursor(entry.position)}\nevent: {record['type']}\ndata: {data}\n\n")
         return "".join(frames).encode(), end, full, passed

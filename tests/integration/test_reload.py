@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import call, small_tmpfs
+from tests.helpers import call, small_tmpfs, wait_for_watches, watches_started
+from tests.rawhttp import responses
 from tests.servers import TOKEN, RedisServer, SocketActivated
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -413,4 +414,44 @@ def test_watchers_that_take_nothing_do_not_hold_the_reloads_handoff(tmp_path):
     finally:
         for sock in stalled:
             sock.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("sent", ["with_the_watch", "while_it_waits"])
+def test_requests_pipelined_behind_a_long_poll_are_answered_at_a_reload(tmp_path, sent):
+    """A client pipelines two writes behind a long-poll on one connection, in the same packet or
+    while the long-poll waits; a reload stops the worker that holds them. The long-poll answers
+    its empty page, then each write is answered in turn, the last with `Connection: close`, and
+    their plants are in the store the next worker serves. The writes were dropped unanswered."""
+    server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    try:
+        status, _, body = call(server.connection(), "GET", "/events?after=now", headers=AUTH)
+        cursor = json.loads(body)["next"]
+        watches = watches_started(server, TOKEN)
+        auth = f"Host: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        watch = f"GET /events?after={cursor}&wait=30 HTTP/1.1\r\n{auth}\r\n".encode()
+        behind = b""
+        for plant_id in (7, 8):
+            plant = json.dumps({"name": f"Pipelined {plant_id}"}).encode()
+            head = f"PUT /plants/{plant_id} HTTP/1.1\r\n{auth}Content-Type: application/json\r\n"
+            behind += f"{head}Content-Length: {len(plant)}\r\n\r\n".encode() + plant
+        client = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        client.sendall(watch + behind if sent == "with_the_watch" else watch)
+        wait_for_watches(server, TOKEN, watches + 1)
+        if sent == "while_it_waits":
+            client.sendall(behind)  # on the loopback, in the server's socket once sent
+        server.process.send_signal(signal.SIGHUP)
+        answers = responses(client, 4)  # until the server closes
+        client.close()
+        got = [(answer.status, answer.headers["Connection"], answer.json()) for answer in answers]
+        assert got == [
+            (200, "keep-alive", {"events": [], "next": cursor}),
+            (201, "keep-alive", {"name": "Pipelined 7"}),
+            (201, "close", {"name": "Pipelined 8"}),
+        ], server.output()[-3000:]
+        for plant_id in (7, 8):
+            status, _, body = call(server.connection(), "GET", f"/plants/{plant_id}", headers=AUTH)
+            assert (status, json.loads(body)["name"]) == (200, f"Pipelined {plant_id}")
+        assert "took over 2 plants" in server.output()  # from the worker that answered them
+    finally:
         server.stop()

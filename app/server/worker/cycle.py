@@ -443,7 +443,9 @@ class Serving:
             if self.requests_served >= self._max_requests and worker.alive:
                 log.info("Autorestarting worker after current request.")
                 worker.alive = False
-            keep_alive = request.keep_alive and self._keeps_alive and worker.alive
+            keep_alive = request.keep_alive and self._keeps_alive
+            # Once the worker stops, only while its client has sent more requests already.
+            keep_alive = keep_alive and (worker.alive or registry.owes_answers(conn))
             keep_alive = keep_alive and registry.counted < self._max_connections
             result = self._app(environ, answer.start_response)
             # An iterable that can wait (parking.py): two look-ups, asked of every answer.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import resource
 import select
 import socket
@@ -151,6 +152,7 @@ class Registry:
         self.listening = Listening(self.epoll, listeners)
         self.watches = 0  # parked answers, never displaced: `watch_limit` at most
         self.watch_limit = 0  # set by Admission
+        self.answers_until = math.inf  # set by the graceful stop (`owes_answers`)
 
     @property
     def counted(self) -> int:
@@ -227,6 +229,12 @@ class Registry:
             if not standing.busy and standing.parked is not None:
                 conn.allow(0)  # as `rearm` arms one woken while its thread had it
                 self._arm(conn, WRITE)
+
+    def owes_answers(self, conn: Conn) -> bool:
+        """Once the worker stops: whether the client has sent more requests already (read, or
+        unread on its socket). They are answered in turn while the stop lingers, the last with
+        `Connection: close`: dropped, a client could not tell that a reload failed them."""
+        return time.monotonic() < self.answers_until and (conn.incoming.has_work or unread(conn))
 
     def park(self, conn: Conn, parked: Any) -> bool:
         """Park an answer on the connection; False when the watches' share of the cap is full."""

@@ -96,7 +96,8 @@ class Parking:
             data = b"".join(out)
             answer.sent = parked.streamed
         else:
-            data, keep_alive = answer.encode(parked.request.method, parked.keep_alive and self._alive())
+            keep_alive = parked.keep_alive and (self._alive() or self._registry.owes_answers(conn))
+            data, keep_alive = answer.encode(parked.request.method, keep_alive)
         parked.record(answer, parked.request, parked.environ, parked.started)
         conn.outgoing.answer(data, keep_alive)
 

@@ -95,7 +95,8 @@ class PlantsWorker(base.Worker):
 
     def _stop(self) -> None:
         # Graceful stop: no new connections; requests in flight finish; a kept-alive connection
-        # stays open briefly for a request already on its way, answered with "Connection: close";
+        # stays open briefly for a request already on its way, answered with "Connection: close",
+        # as are those a client pipelined, each in turn (the last with the close) for as long;
         # a parked answer ends now (a long-poll's page, a stream's end), and its client has as long
         # to take that end: one that takes nothing would otherwise hold the stop for the read
         # timeout, and a reload's handoff with it (no worker accepts meanwhile). Its client
@@ -105,6 +106,7 @@ class PlantsWorker(base.Worker):
         self.admission.stop()
         registry = self.registry
         with registry.lock:
+            registry.answers_until = linger
             conns = list(registry.conns.values())
             for conn in conns:
                 if conn.standing.parked is not None:
