@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import signal
 import threading
 import time
 
@@ -20,14 +21,22 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import app.compat.redis
+from app.extension import plants_state
 from app.store.redis import lua
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
 from tests.integration.test_cluster import move_slot_whole
 from tests.integration.test_webhook_delivery import wait_until
+from tests.integration.test_webhook_store_stall import (
+    HOOK,
+    answered_during_a_stall,
+    assert_503,
+    registered,
+    stalls_after,
+)
 from tests.receiver import Receiver
-from tests.servers import RedisClusterServers
+from tests.servers import RedisClusterServers, RedisServer
 
 TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
 _IDS = itertools.count(100)
@@ -174,6 +183,41 @@ def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxie
     assert answer.status_code == status, answer.get_data(as_text=True)
     after = client.get(path, headers=auth)
     assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_webhook_change_whose_reply_was_lost_in_a_stall_does_not_land_after_its_503(
+    tmp_path, monkeypatch, make_app, auth, change
+):
+    """A registration or a removal whose reply was lost is never sent again, and has no event to
+    learn from: its 503 comes once it can no longer land (its deadline, deadline.py), so that a
+    Redis stalled with it still queued refuses it when it goes on, and the 503 stays true."""
+    server = RedisServer(tmp_path)
+    proxy = DroppingProxy(server.port)
+    try:
+        settings = {**redis_settings(server), "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+        hooks = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+        app = make_app(**settings, **TIMEOUTS, **hooks)
+        client = app.test_client()
+        hook = registered(client, auth)  # every script loaded: the dropped reply is the change's own
+        script = lua.HOOK_ADD if change == "add" else lua.HOOK_REMOVE
+        sha = hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()
+        proxy.drop_next(after_reply=True, at_once=True, containing=sha.encode())
+        if change == "add":  # Redis stops after the registration's read of the feed's position
+            stalls_after(monkeypatch, plants_state(app).store, "events_now", server)
+            method, path, body = "POST", "/webhooks", {"url": HOOK}
+        else:
+            server.signal(signal.SIGSTOP)
+            method, path, body = "DELETE", f"/webhooks/{hook['id']}", None
+        answer = answered_during_a_stall(
+            server, lambda: client.open(path, method=method, json=body, headers=auth)
+        )
+        assert proxy.dropped.is_set()  # its reply was lost (it did not time out)
+        assert_503(answer)
+        assert client.get("/webhooks", headers=auth).json == {"webhooks": [hook]}
+    finally:
+        proxy.close()
+        server.stop()
 
 
 def test_a_rotation_whose_reply_was_lost_rotates_once(redis_server, make_app, auth):
