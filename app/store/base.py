@@ -174,8 +174,9 @@ class FeedSelection(NamedTuple):
     **before or after** its change: its kind is one of `kinds`, its id one of `ids`, and its tag
     after the change or before it one of `tags`. A store answers a filtered read with only the
     entries selected (`PlantStore.feed_select`): the memory store judges its columns before it
-    makes an entry, so that passing over what a watch does not select builds nothing; a store
-    that reads whole entries anyway (Redis) picks from them (`pick`)."""
+    makes an entry, so that passing over what a watch does not select builds nothing, as Redis's
+    feed script does (app/store/redis/feed.py). Each answers what `pick` answers from whole
+    entries."""
 
     tags: frozenset[str] | None = None
     ids: frozenset[int] | None = None
@@ -212,8 +213,8 @@ def selected_of(
     """A filtered read's answer, from its `candidates` in the read's order (at most `asked`): each
     an entry selected, or None for an event passed over. It holds the first `limit` selected;
     `end()` is the position after the last candidate, `more(read)` whether any candidate follows
-    the first `read`. Every store that reads before it judges (Redis, `pick`) answers through it,
-    so that they count and end alike: only the candidate's source differs."""
+    the first `read`. Redis's reads, and `pick` that they are held to, answer through it, so that
+    they count and end alike: only where their candidates come from differs."""
     found: list[FeedEntry] = []
     read = passed = 0
     for entry in candidates:
@@ -224,7 +225,7 @@ def selected_of(
         found.append(entry)
         passed = 0
         if len(found) == limit:
-            # The feed's end only when nothing follows: a read stopped at `limit` does not know.
+            # Stopped at `limit`: at the feed's end only when no candidate follows this one.
             return Selected(found, entry.position, read, 0, read < asked and not more(read))
     return Selected(found, end(), read, passed, read < asked)
 
