@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
@@ -174,8 +174,9 @@ class FeedSelection(NamedTuple):
     **before or after** its change: its kind is one of `kinds`, its id one of `ids`, and its tag
     after the change or before it one of `tags`. A store answers a filtered read with only the
     entries selected (`PlantStore.feed_select`): the memory store judges its columns before it
-    makes an entry, so that passing over what a watch does not select builds nothing; a store
-    that reads whole entries anyway (Redis) picks from them (`pick`)."""
+    makes an entry, so that passing over what a watch does not select builds nothing, as Redis's
+    feed script does (app/store/redis/feed.py). Each answers what `pick` answers from whole
+    entries."""
 
     tags: frozenset[str] | None = None
     ids: frozenset[int] | None = None
@@ -192,19 +193,41 @@ class FeedSelection(NamedTuple):
     def pick(self, entries: list[FeedEntry], end: bytes, asked: int, limit: int) -> Selected:
         """The first `limit` of `entries` (a read of `asked` events that ended at `end`) that
         this selects."""
-        found: list[FeedEntry] = []
+        candidates = (
+            entry
+            if self.selects(entry.event.kind, entry.event.plant_id, entry.event.tag, entry.tag_before)
+            else None
+            for entry in entries
+        )
+        return selected_of(candidates, asked, limit, end=lambda: end, more=lambda read: read < len(entries))
+
+
+def selected_of(
+    candidates: Iterable[FeedEntry | None],
+    asked: int,
+    limit: int,
+    *,
+    end: Callable[[], bytes],
+    more: Callable[[int], bool],
+) -> Selected:
+    """A filtered read's answer, from its `candidates` in the read's order (at most `asked`): each
+    an entry selected, or None for an event passed over. It holds the first `limit` selected;
+    `end()` is the position after the last candidate, `more(read)` whether any candidate follows
+    the first `read`. Redis's reads, and `pick` that they are held to, answer through it, so that
+    they count and end alike: only where their candidates come from differs."""
+    found: list[FeedEntry] = []
+    read = passed = 0
+    for entry in candidates:
+        read += 1
+        if entry is None:
+            passed += 1
+            continue
+        found.append(entry)
         passed = 0
-        for read, entry in enumerate(entries, 1):
-            event = entry.event
-            if not self.selects(event.kind, event.plant_id, event.tag, entry.tag_before):
-                passed += 1
-                continue
-            found.append(entry)
-            passed = 0
-            if len(found) == limit:
-                at_end = read == len(entries) and len(entries) < asked
-                return Selected(found, entry.position, read, 0, at_end)
-        return Selected(found, end, len(entries), passed, len(entries) < asked)
+        if len(found) == limit:
+            # Stopped at `limit`: at the feed's end only when no candidate follows this one.
+            return Selected(found, entry.position, read, 0, read < asked and not more(read))
+    return Selected(found, end(), read, passed, read < asked)
 
 
 class FeedExpiredError(Exception):

@@ -12,22 +12,32 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import app.compat.redis
+from app.extension import plants_state
 from app.store.redis import lua
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
 from tests.integration.test_cluster import move_slot_whole
 from tests.integration.test_webhook_delivery import wait_until
+from tests.integration.test_webhook_store_stall import (
+    HOOK,
+    answered_during_a_stall,
+    assert_503,
+    registered,
+    stalls_after,
+)
 from tests.receiver import Receiver
-from tests.servers import RedisClusterServers
+from tests.servers import RedisClusterServers, RedisServer
 
 TIMEOUTS = {"PLANTS_STORE_TIMEOUT": 0.5, "PLANTS_STORE_CONNECT_TIMEOUT": 0.5}
 _IDS = itertools.count(100)
@@ -176,6 +186,41 @@ def test_a_webhook_change_whose_reply_was_lost_answers_what_it_did_or_503(proxie
     assert after.status_code == 404 if change == "remove" else after.get_json()["description"] == "new"
 
 
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_webhook_change_whose_reply_was_lost_in_a_stall_does_not_land_after_its_503(
+    tmp_path, monkeypatch, make_app, auth, change
+):
+    """A registration or a removal whose reply was lost is never sent again, and has no event to
+    learn from: its 503 comes once it can no longer land (its deadline, deadline.py), so that a
+    Redis stalled with it still queued refuses it when it goes on, and the 503 stays true."""
+    server = RedisServer(tmp_path)
+    proxy = DroppingProxy(server.port)
+    try:
+        settings = {**redis_settings(server), "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+        hooks = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+        app = make_app(**settings, **TIMEOUTS, **hooks)
+        client = app.test_client()
+        hook = registered(client, auth)  # every script loaded: the dropped reply is the change's own
+        script = lua.HOOK_ADD if change == "add" else lua.HOOK_REMOVE
+        sha = hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()
+        proxy.drop_next(after_reply=True, at_once=True, containing=sha.encode())
+        if change == "add":  # Redis stops after the registration's read of the feed's position
+            stalls_after(monkeypatch, plants_state(app).store, "events_now", server)
+            method, path, body = "POST", "/webhooks", {"url": HOOK}
+        else:
+            server.signal(signal.SIGSTOP)
+            method, path, body = "DELETE", f"/webhooks/{hook['id']}", None
+        answer = answered_during_a_stall(
+            server, lambda: client.open(path, method=method, json=body, headers=auth)
+        )
+        assert proxy.dropped.is_set()  # its reply was lost (it did not time out)
+        assert_503(answer)
+        assert client.get("/webhooks", headers=auth).json == {"webhooks": [hook]}
+    finally:
+        proxy.close()
+        server.stop()
+
+
 def test_a_rotation_whose_reply_was_lost_rotates_once(redis_server, make_app, auth):
     """A rotation is sent again after its reply was lost, as every change of an endpoint: its
     second run finds the revision moved, and the request reads the endpoint again. It finds its
@@ -247,6 +292,26 @@ def small_cluster(tmp_path):
 MOVING_TIMEOUTS = {**TIMEOUTS, "PLANTS_STORE_TIMEOUT": 3}
 
 
+def proxied_node(cluster: RedisClusterServers, key: str) -> tuple[Any, DroppingProxy]:
+    """The node that serves `key`, and a proxy in front of it that it tells clients to reach it
+    through; the cluster's other nodes have learnt it by gossip."""
+    probe = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    try:
+        port = probe.get_node_from_key(key).port
+    finally:
+        probe.close()
+    node = next(node for node in cluster.nodes if node.port == port)
+    proxy = DroppingProxy(port)
+    node.command("CONFIG", "SET", "cluster-announce-port", str(proxy.port))
+    deadline = time.monotonic() + 15
+    while not all(str(proxy.port) in other.command("CLUSTER", "SLOTS") for other in cluster.nodes):
+        if time.monotonic() > deadline:
+            proxy.close()
+            raise AssertionError("the proxy's port did not spread")
+        time.sleep(0.05)
+    return node, proxy
+
+
 @pytest.mark.parametrize("moves", [False, True], ids=["stays", "its slot moves meanwhile"])
 @pytest.mark.parametrize("write", ["put if-match", "delete if-match"])
 def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
@@ -257,21 +322,9 @@ def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
     plant_id = next(_IDS)
     groups = Groups(settings["PLANTS_STORE_PREFIX"], count=CLUSTER_GROUPS, capacity=1, cluster=True)
     tag = groups.bucket_key(plant_id)
-    probe = RedisCluster(host="127.0.0.1", port=small_cluster.nodes[0].port)
-    try:
-        port = probe.get_node_from_key(tag).port
-    finally:
-        probe.close()
-    node = next(node for node in small_cluster.nodes if node.port == port)
+    node, proxy = proxied_node(small_cluster, tag)
     target = next(other for other in small_cluster.primaries() if other is not node)
-    proxy = DroppingProxy(port)
     try:
-        # The node tells clients to reach it through the proxy; the other nodes learn it by gossip.
-        node.command("CONFIG", "SET", "cluster-announce-port", str(proxy.port))
-        deadline = time.monotonic() + 15
-        while not all(str(proxy.port) in other.command("CLUSTER", "SLOTS") for other in small_cluster.nodes):
-            assert time.monotonic() < deadline, "the proxy's port did not spread"
-            time.sleep(0.05)
         client = make_app(**settings, **(MOVING_TIMEOUTS if moves else TIMEOUTS)).test_client()
         warm(client, auth, plant_id + CLUSTER_GROUPS)  # the same group
         etag = client.post("/plants", json={"id": plant_id, "name": "before"}, headers=auth).headers["ETag"]
@@ -285,6 +338,27 @@ def test_on_a_cluster_a_write_whose_reply_was_lost_answers_what_it_did(
         now = client.get(f"/plants/{plant_id}", headers=auth)
         assert now.status_code == 404 if stored is None else now.get_json()["name"] == stored
         assert events_of(client, auth, plant_id, start) == [event]
+    finally:
+        proxy.close()
+
+
+def test_on_a_cluster_a_webhook_removal_whose_reply_was_lost_logs_its_node(
+    small_cluster, make_app, auth, caplog
+):
+    """Its 503 is logged with the node it was sent to, as every failed call's on a cluster is (the
+    other nodes serve on), not with the cluster's address."""
+    settings = cluster_settings(small_cluster)
+    _, proxy = proxied_node(small_cluster, f"{{{settings['PLANTS_STORE_PREFIX']}:hooks}}")
+    try:
+        hooks = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+        client = make_app(**settings, **TIMEOUTS, **hooks).test_client()
+        hook = registered(client, auth)  # every script loaded: the dropped reply is the removal's own
+        sha = hashlib.sha1(lua.HOOK_REMOVE.encode(), usedforsecurity=False).hexdigest()
+        proxy.drop_next(after_reply=True, containing=sha.encode())
+        answer = client.delete(f"/webhooks/{hook['id']}", headers=auth)
+        assert proxy.dropped.is_set()
+        assert_503(answer)
+        assert f"The plant store's node 127.0.0.1:{proxy.port} did not answer" in caplog.text
     finally:
         proxy.close()
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from app.store import MemoryPlantStore
-from app.store.base import FeedSelection
+from app.store.base import Event, FeedEntry, FeedSelection, Selected, selected_of
 from app.store.memory.feed import MemoryFeed, select_from
 
 TAGS = ("a", "b", "c", None)
@@ -62,3 +62,33 @@ def test_the_store_selects_under_its_lock_as_its_feed_does():
     assert [entry.event.plant_id for entry in selected.entries] == [0, 2]
     assert (selected.read, selected.passed, selected.at_end) == (4, 1, True)
     assert selected.end == store.events_now()
+
+
+def numbered(n: int) -> FeedEntry:
+    return FeedEntry(Event(0, n, "n", None, 0), str(n), n.to_bytes(8, "big"))
+
+
+END = b"end"
+
+
+@pytest.mark.parametrize(
+    ("selected", "asked", "limit", "expected"),
+    [
+        # Fewer selected than `limit`: it ends where the read ended, and counts what followed the last.
+        ((0, 1, 0, 1, 0), 5, 5, ([1, 3], END, 5, 1, False)),
+        ((0, 1, 0, 1, 0), 8, 5, ([1, 3], END, 5, 1, True)),
+        ((), 3, 1, ([], END, 0, 0, True)),
+        # `limit` found: it ends after the last selected, at the feed's end only if nothing followed.
+        ((0, 1, 0, 1, 0), 8, 2, ([1, 3], (3).to_bytes(8, "big"), 4, 0, False)),
+        ((0, 1, 0, 1), 8, 2, ([1, 3], (3).to_bytes(8, "big"), 4, 0, True)),
+        ((0, 1, 0, 1), 4, 2, ([1, 3], (3).to_bytes(8, "big"), 4, 0, False)),
+    ],
+)
+def test_a_filtered_read_ends_after_its_limit_or_its_read(selected, asked, limit, expected):
+    """The one bookkeeping of every filtered read that judges after it reads (Redis's, `pick`):
+    the entries, the position after them, the events read and passed over since the last, and
+    whether the feed's end was reached."""
+    candidates = [numbered(n) if chosen else None for n, chosen in enumerate(selected)]
+    answer = selected_of(candidates, asked, limit, end=lambda: END, more=lambda read: read < len(candidates))
+    entries, end, read, passed, at_end = expected
+    assert answer == Selected([numbered(n) for n in entries], end, read, passed, at_end)

@@ -194,13 +194,15 @@ class ScriptRunner:
     command probes the slot, see lua.py), and ASK or TRYAGAIN is waited out here until
     the move ends in MOVED, which refreshes redis-py's slot map, or until `moving_wait_s`.
 
-    A plant's write carries a `Deadline` (deadline.py): when its outcome is unknown (a timeout,
-    or a connection lost once it may have been sent) its error is raised only once the deadline
-    has passed, after which Redis refuses it; so it can never land after the 503 it answered.
-    A script run with `resend` False is never sent again once it was sent whole (nor on a
-    cluster's other node after a failover): its lost reply raises `Unanswered` at once, for
-    lost.py to learn what it did. A script given `until` (time.monotonic()) times out then at
-    the latest, whatever its connect, its replies or a move of its slot would take.
+    A write (a plant's, an endpoint's change) carries a `Deadline` (deadline.py): when its outcome
+    is unknown (a timeout, or a connection lost once it may have been sent) its error is raised
+    only once the deadline has passed, after which Redis refuses it; so it can never land after
+    the 503 it answered. A script run with `resend` False is never sent again once it was sent
+    whole (nor on a cluster's other node after a failover). One run to `learn` is not either, and
+    its lost reply raises `Unanswered` at once, before the deadline's wait, for lost.py to learn
+    what it did (it looks for the write's event first). A script given `until`
+    (time.monotonic()) times out then at the latest, whatever its connect, its replies or a move
+    of its slot would take.
     """
 
     def __init__(self, nodes: LazyClient, *, replicas: int, wait_ms: int, moving_wait_s: float) -> None:
@@ -219,16 +221,17 @@ class ScriptRunner:
         write: bool = False,
         deadline: Deadline | None = None,
         resend: bool = True,
+        learn: bool = False,
         until: float | None = None,
     ) -> Any:
         """The answer of the script `name` of lua.py; `write` waits for the replicas, if asked. A
-        failure raises the store's error, which names the cluster's node that failed; without
-        `resend`, a lost reply raises `Unanswered`."""
+        failure raises the store's error, which names the cluster's node that failed; with
+        `learn` (never resent), a lost reply raises `Unanswered`."""
         try:
-            return self._run(name, keys, args, write=write, resend=resend, until=until)
+            return self._run(name, keys, args, write=write, resend=resend and not learn, until=until)
         except FAILURES as exc:
-            if isinstance(exc, Unanswered) and not resend:
-                raise  # lost.py learns what it did
+            if isinstance(exc, Unanswered) and learn:
+                raise  # lost.py learns what it did, and waits for the deadline as it must
             unknown = isinstance(exc, (RedisTimeoutError, RedisConnectionError)) and not settled(exc)
             if deadline is not None and unknown:
                 deadline.wait_until_settled()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from app.compat.redis import Unanswered
 from app.store.endpoints import ATTEMPTS_KEPT, Acked, Endpoint, outcome_as_read
 from app.store.redis.client import LazyClient, ScriptRunner
 from app.store.redis.deadline import Deadline
@@ -57,23 +56,14 @@ class RedisEndpoints(RedisBacked):
     def _hash_key(self, endpoint_id: str) -> str:
         return self._key("e", endpoint_id)
 
-    def _change(self, name: str, keys: tuple, args: Any, deadline: Deadline, *, resend: bool = True) -> Any:
-        """The answer of the change script `name`, whose arguments carry `deadline`: a failure
-        whose outcome is unknown (a timeout, a lost reply) is raised once the change can no longer
-        take effect."""
-        try:
-            return self._run(name, keys, args, write=True, deadline=deadline, resend=resend)
-        except Unanswered:
-            deadline.wait_until_settled()
-            raise
-
     def add(self, endpoint: Endpoint, limit: int) -> bool:
         keys = (self._ids, self._key("e", endpoint.id), f"{self._tag}:seq")
         deadline = Deadline.after(self._window_s)
         head = HookAddArgs(self._tag, self._cluster, deadline.ms, limit, endpoint.id)
         # Never resent after a lost reply (a second run may find the most kept, its own among
         # them): 503.
-        return self._change("HOOK_ADD", keys, (*head, *_flat(endpoint.fields())), deadline, resend=False) == 1
+        args = (*head, *_flat(endpoint.fields()))
+        return self._run("HOOK_ADD", keys, args, write=True, deadline=deadline, resend=False) == 1
 
     def get(self, endpoint_id: str, until: float | None = None) -> Endpoint | None:
         key = self._key("e", endpoint_id)
@@ -112,7 +102,7 @@ class RedisEndpoints(RedisBacked):
         args = (*head, *_flat(unchanged), *_flat(fields))
         # Resent after a lost reply: a second run finds the revision moved, and the caller reads
         # the endpoint again (app/plants/webhooks.py), finding its own change.
-        answer = self._change("HOOK_UPDATE", (self._key("e", read.id),), args, deadline)
+        answer = self._run("HOOK_UPDATE", (self._key("e", read.id),), args, write=True, deadline=deadline)
         return None if answer == 0 else answer == 1
 
     def remove(self, endpoint_id: str) -> bool:
@@ -120,7 +110,7 @@ class RedisEndpoints(RedisBacked):
         deadline = Deadline.after(self._window_s)
         args = HookRemoveArgs(self._tag, self._cluster, deadline.ms, endpoint_id)
         # Never resent after a lost reply (a second run would answer "not kept", 404): 503.
-        return self._change("HOOK_REMOVE", keys, args, deadline, resend=False) == 1
+        return self._run("HOOK_REMOVE", keys, args, write=True, deadline=deadline, resend=False) == 1
 
     def attempts(self, endpoint_id: str) -> list[str]:
         key = self._key("a", endpoint_id)

@@ -19,7 +19,15 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.store.base import Event, EventPage, FeedEntry, FeedExpiredError, FeedSelection, Selected
+from app.store.base import (
+    Event,
+    EventPage,
+    FeedEntry,
+    FeedExpiredError,
+    FeedSelection,
+    Selected,
+    selected_of,
+)
 from app.store.redis import lua
 from app.store.redis.client import LazyClient
 from app.store.redis.failures import FAILURES
@@ -144,19 +152,18 @@ def _one_group_selected(answer: list[Any], limit: int, asked: int) -> Selected:
     the first `limit` it selected, as `FeedSelection.pick` answers from whole entries."""
     number = int(answer[2])
     read = (len(answer) - 3) // 4
-    found: list[FeedEntry] = []
-    passed = 0
-    for k, i in enumerate(range(3, len(answer), 4), 1):
-        if not answer[i + 1]:  # passed over by the script's filter
-            passed += 1
-            continue
-        entry = _single_entry(answer, i, number + k)
-        found.append(entry)
-        passed = 0
-        if len(found) == limit:
-            return Selected(found, entry.position, k, 0, k == read and read < asked)
+    candidates = (
+        _single_entry(answer, i, number + k) if answer[i + 1] else None  # empty: passed over
+        for k, i in enumerate(range(3, len(answer), 4), 1)
+    )
     last = answer[-4] if read else answer[1]
-    return Selected(found, encode_position([(*_entry_id(last), number + read)]), read, passed, read < asked)
+    return selected_of(
+        candidates,
+        asked,
+        limit,
+        end=lambda: encode_position([(*_entry_id(last), number + read)]),
+        more=lambda k: k < read,
+    )
 
 
 class _Merge:
@@ -239,20 +246,22 @@ class _Merge:
         selected among the first `self._limit` read, as `FeedSelection.pick` answers from the
         merged whole entries."""
         heap = self._heap()
-        found: list[FeedEntry] = []
-        read = passed = 0
-        while heap and read < self._limit:
+        return selected_of(
+            self._candidates(heap),
+            self._limit,
+            limit,
+            end=lambda: encode_position(self._positions),
+            more=lambda _: bool(heap),
+        )
+
+    def _candidates(self, heap: list[tuple[tuple[int, int], int]]) -> Iterator[FeedEntry | None]:
+        """The first `self._limit` merged events, each an entry, or None for one the script's
+        filter passed over."""
+        for _ in range(self._limit):
+            if not heap:
+                return
             group, raw_id, value, origin, before = self._next_of(heap)
-            read += 1
-            if not value:  # passed over by the script's filter
-                passed += 1
-                continue
-            entry = self._entry(group, _event(raw_id, value), raw_id, origin, before)
-            found.append(entry)
-            passed = 0
-            if len(found) == limit:
-                return Selected(found, entry.position, read, 0, not heap and read < self._limit)
-        return Selected(found, encode_position(self._positions), read, passed, read < self._limit)
+            yield self._entry(group, _event(raw_id, value), raw_id, origin, before) if value else None
 
     def _heap(self) -> list[tuple[tuple[int, int], int]]:
         heap = [(buffer[-1][:2], group) for group, buffer in enumerate(self._buffers) if buffer]

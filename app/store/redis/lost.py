@@ -59,7 +59,7 @@ class LostReplies:
         """The answer of the write script `name` (CREATE, CHANGE or DELETE) whose keys and arguments
         are `keys` and `args` (the deadline fourth); raises the store's errors."""
         try:
-            return self._run(name, keys, args, write=True, deadline=deadline, resend=False)
+            return self._run(name, keys, args, write=True, deadline=deadline, learn=True)
         except Unanswered:
             pass
         # The end of every later step: the 503 leaves by then at the latest.
@@ -97,7 +97,7 @@ class LostReplies:
         again = Deadline.after(left)
         try:
             args = (*args[:3], again.ms, *args[4:])
-            return self._run(name, keys, args, write=True, deadline=again, resend=False, until=end)
+            return self._run(name, keys, args, write=True, deadline=again, learn=True, until=end)
         except Unanswered:
             again.wait_until_settled()
             raise self._unknown(keys) from None
