@@ -157,7 +157,7 @@ class PlantPreconditionFailed(PreconditionFailed):
         if absent:
             super().__init__(
                 f"There is no plant with id {plant_id} to match If-Match: nothing was created. Send"
-                " the replacement without If-Match (or with If-None-Match: *) to create it."
+                " it without If-Match (or with If-None-Match: *) to create it."
             )
             return
         super().__init__(
@@ -165,6 +165,15 @@ class PlantPreconditionFailed(PreconditionFailed):
             " If-None-Match): it was changed, created or deleted since you read it. Nothing changed;"
             " read it again (GET) for its current ETag."
         )
+
+
+class TicketPreconditionFailed(PreconditionFailed):
+    """412 for a mint of a watch ticket under If-Match: there is no current ticket to match."""
+
+    description = (
+        "There is no current watch ticket to match If-Match: each POST /events/tickets mints a new"
+        " one, and none was minted. Send it without If-Match."
+    )
 
 
 class ConditionalRequestRequired(PreconditionRequired):
@@ -233,6 +242,21 @@ class MalformedTicket(InvalidParameters):
 
     def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
         return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", self.challenge)]
+
+
+class TwoCredentials(MalformedTicket):
+    """A `ticket` parameter and an `Authorization` header on one request: RFC 6750 §2 lets a client
+    send its credential one way only, so neither is read (400 naming `ticket`, `invalid_request`)."""
+
+    reason = "two_credentials"
+
+    def __init__(self) -> None:
+        super().__init__(
+            [
+                "Send the watch ticket or the Authorization header, not both (RFC 6750 §2): a ticket"
+                " is for a client that cannot send the header."
+            ]
+        )
 
 
 class InsufficientScope(_BearerChallenge, Forbidden):

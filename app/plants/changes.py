@@ -39,7 +39,7 @@ def replace_plant(plant_id: str) -> Response:
             plant["name"],
             plant.get("tag"),
             precondition,
-            create=precondition.if_match is None,
+            create=precondition.allows_absent(),
             origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:

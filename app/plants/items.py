@@ -9,20 +9,27 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Response, current_app, request
+from flask import Request, Response, current_app, request
 from marshmallow import ValidationError
 
 from app.errors import InvalidParameters, InvalidPlant, PlantConflict, PlantNotFound, PlantPreconditionFailed
 from app.extension import plants_state
 from app.http.body import read_json_object
-from app.http.conditional import answered_page, not_modified, with_etag, write_precondition
+from app.http.conditional import answered_page, etag_of, not_modified, with_etag, write_precondition
 from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import answered_where_raised
 from app.http.json_provider import json_response
 from app.http.links import base_url
 from app.schemas.parameters import load_page_query, load_plant_id
 from app.schemas.records import NewPlantSchema, PlantSchema, plant_record, stored_plant
-from app.store import CREATED_EVENT, DELETED_EVENT, CreateOutcome, Plant, PreconditionFailedError
+from app.store import (
+    CREATED_EVENT,
+    DELETED_EVENT,
+    CreateOutcome,
+    Plant,
+    PlantStore,
+    PreconditionFailedError,
+)
 from app.telemetry.context import REQUEST_ID
 
 _new_plant_schema = NewPlantSchema()
@@ -41,16 +48,46 @@ def create_plant() -> Response:
         plant = _new_plant_schema.load(value)
     except ValidationError as exc:
         raise InvalidPlant(exc.normalized_messages()) from None
-    # The request's id goes with the event, to the webhook attempts it causes.
-    outcome = state.serving_store(req.environ).create(
-        plant["id"], plant["name"], plant.get("tag"), origin=req.environ.get(REQUEST_ID, "")
-    )
+    environ = req.environ
+    store = state.serving_store(environ)
+    # Inline: a conditional create is rare, and every create asks.
+    if "HTTP_IF_MATCH" in environ or "HTTP_IF_NONE_MATCH" in environ:
+        outcome = _create_if(req, store, plant["id"], Plant(plant["name"], plant.get("tag")))
+    else:
+        # The request's id goes with the event, to the webhook attempts it causes.
+        origin = environ.get(REQUEST_ID, "")
+        outcome = store.create(plant["id"], plant["name"], plant.get("tag"), origin=origin)
     if outcome is CreateOutcome.CONFLICT:
         raise PlantConflict(plant["id"])
     if outcome is CreateOutcome.CREATED:
         state.count_event(CREATED_EVENT, plant["id"], (plant.get("tag"),))
     response = json_response(_plant_schema.dump(plant))
     return with_etag(response, Plant(plant["name"], plant.get("tag")))
+
+
+def _create_if(req: Request, store: PlantStore, number: int, new: Plant) -> CreateOutcome:
+    """A create under If-Match or If-None-Match (RFC 9110 §13.1.1-2), judged against the plant
+    stored with its id: with none, If-Match fails (412, nothing is created) and If-None-Match holds;
+    with one, the create makes nothing (IDENTICAL or CONFLICT), and a precondition that the stored
+    plant fails is 412 in place of that answer (`If-None-Match: *` always: it exists). Under
+    If-Match the store is only read: the create can hold only where a plant is stored, and then it
+    writes nothing, so nothing can be created between the check and the write."""
+    precondition = write_precondition(req, required=False)
+    current: Plant | None
+    if precondition.allows_absent():
+        outcome = store.create(number, new.name, new.tag, origin=req.environ.get(REQUEST_ID, ""))
+        if outcome is CreateOutcome.CREATED:
+            return outcome
+        # Deleted since the create's step (None): the conflict it met is the answer.
+        current = new if outcome is CreateOutcome.IDENTICAL else store.get(number)
+    else:
+        current = store.get(number)
+        if current is None:
+            raise PlantPreconditionFailed(number, absent=True)
+        outcome = CreateOutcome.IDENTICAL if current == new else CreateOutcome.CONFLICT
+    if current is not None and not precondition.allows(etag_of(current)):
+        raise PlantPreconditionFailed(number)
+    return outcome
 
 
 def list_plants() -> Response:

@@ -10,8 +10,9 @@ from flask import Response, request
 
 from app.auth.access_tokens import lapsed
 from app.auth.caller import current_caller
-from app.errors import FeedOff
+from app.errors import FeedOff, TicketPreconditionFailed
 from app.extension import plants_state
+from app.http.conditional import write_precondition
 from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.telemetry.logs import rfc3339
@@ -27,6 +28,10 @@ def create_watch_ticket() -> Response:
     refusal = lapsed(caller, state.metrics)  # its ticket would expire as it is made
     if refusal is not None:
         return error_response(refusal)
+    # The target has no current representation (each mint makes a ticket no request named, and
+    # nothing is kept to read back): If-Match never holds, If-None-Match always does.
+    if not write_precondition(request, required=False).allows_absent():
+        raise TicketPreconditionFailed()
     now = time.time()
     ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
     body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}

@@ -10,7 +10,8 @@ One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 333
 milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line also carries the
 request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
 
-A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) is replaced in every atom.
+A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and the value of any
+parameter the service does not define (app/telemetry/redact.py), is replaced in every atom.
 
 The line's record is made directly (`AccessRecord`) and handed to the logger's `handle`, the same
 bytes as `Logger.info` would write, without what logging looks up for every record and the shipped
@@ -31,7 +32,7 @@ from typing import Any
 from gunicorn import glogging
 
 from app.telemetry.logs import request_fields
-from app.telemetry.redact import holds_secret, scrub
+from app.telemetry.redact import query_holds_secret, scrub, scrub_query
 
 
 class _Atoms(dict):
@@ -128,11 +129,11 @@ class AccessLogger(glogging.Logger):
         if not self._logs_access:
             return
         try:
-            if holds_secret(environ.get("QUERY_STRING", "")):  # a ticket or a token: never in a log line
+            if query_holds_secret(environ.get("QUERY_STRING", "")):  # a credential: never in a log line
                 environ = {
                     **environ,
                     "RAW_URI": scrub(environ["RAW_URI"]),
-                    "QUERY_STRING": scrub(environ["QUERY_STRING"]),
+                    "QUERY_STRING": scrub_query(environ["QUERY_STRING"]),
                 }
             atoms = _Atoms(self, resp, req, environ, request_time)
             fields = {

@@ -72,6 +72,12 @@ class Precondition(NamedTuple):
             ANY_PLANT not in self.if_none_match and current not in self.if_none_match
         )
 
+    def allows_absent(self) -> bool:
+        """Whether a write may go on where there is no current representation (no plant with the
+        id, a resource that never has one): If-Match is then false whatever it lists, `*`
+        included (RFC 9110 §13.1.1), and If-None-Match true (§13.1.2)."""
+        return self.if_match is None
+
 
 #: No precondition.
 UNCONDITIONAL = Precondition()

@@ -8,6 +8,12 @@ Nor does a bearer token sent as RFC 6750 §2.3's `access_token` query parameter:
 reads one there (only the Authorization header), but the token a client put in its URL is good.
 Nor any other value of a `ticket` parameter: a page whose EventSource cannot send a header may put
 its token there, where the ticket goes; it is refused, but the token is good.
+
+Nor the value of any parameter the service does not define, under whatever name a client invents
+(`?token=`, `?api_key=`, `?%61fter=`): a log cannot tell a token from a cache-buster, and the
+service never reads them, so nothing an operator needs is lost. Its own parameters (`READABLE`,
+spelled as the service reads them) stay readable: ids, cursors, tags and numbers. A name without
+`=` has no value, and is written as sent. deploy/nginx-plants.conf applies the same rule.
 """
 
 from __future__ import annotations
@@ -48,6 +54,46 @@ _TICKET_PARAMETER = re.compile(
     re.IGNORECASE,
 )
 
+#: The query parameters the service defines (`GET /plants`, `GET /events`) whose values a log may
+#: show; `ticket` is one, but a credential. Any other parameter's value is redacted.
+READABLE = frozenset({"after", "limit", "tags", "wait", "ids", "types", "bookmarks", "snapshot"})
+REDACTED = "[redacted]"
+#: A URL's query in any text (a log message names a request's URI), up to a space, quote or fragment.
+_QUERY = re.compile(r"\?([^\s\"#]+)")
+#: A query's parameters: `&` separates them, and `;` too, as some servers read it (so a value after
+#: one is never left out as part of a readable value).
+_SEPARATOR = re.compile("([&;])")
+
+
+def _unreadable(part: str) -> bool:
+    """Whether a query's part is a parameter with a value a log may not show."""
+    name, equals, value = part.partition("=")
+    return bool(equals) and name not in READABLE and value != REDACTED and value != SCRUBBED
+
+
+def _holds_unreadable(query: str) -> bool:
+    return "=" in query and any(map(_unreadable, _SEPARATOR.split(query)))
+
+
+def _redact_unreadable(query: str) -> str:
+    """`query` (without its `?`) with each unreadable parameter's value replaced."""
+    parts = _SEPARATOR.split(query)
+    for index, part in enumerate(parts):
+        if _unreadable(part):
+            parts[index] = part.partition("=")[0] + "=" + REDACTED
+    return "".join(parts)
+
+
+def query_holds_secret(query: str) -> bool:
+    """Whether a URL's query (without its `?`) may show a secret (cheap when it is empty)."""
+    return bool(query) and (holds_secret(query) or _holds_unreadable(query))
+
+
+def scrub_query(query: str) -> str:
+    """A URL's query (without its `?`) as a log may show it."""
+    return _redact_unreadable(scrub(query))
+
+
 #: What a query with a `%` may hide: a ticket, or either parameter under a name with encoded characters.
 _MAY_BE_ENCODED = (_TICKET, _ACCESS_TOKEN, _TICKET_PARAMETER)
 
@@ -61,10 +107,13 @@ def holds_secret(text: str) -> bool:
         or "access_token=" in lowered  # as `_ACCESS_TOKEN` and nginx's map read it: in any case
         or "ticket=" in lowered
         or ("%" in text and any(pattern.search(text) is not None for pattern in _MAY_BE_ENCODED))
+        or ("?" in text and any(_holds_unreadable(query) for query in _QUERY.findall(text)))
     )
 
 
 def scrub(text: str) -> str:
-    """`text` with every ticket, and every `access_token` and `ticket` parameter's value, replaced."""
+    """`text` with every ticket, every `access_token` and `ticket` parameter's value, and in a URL's
+    query every value a log may not show, replaced."""
     text = _ACCESS_TOKEN.sub(_PARAMETER_REDACTED, _TICKET.sub(SCRUBBED, text))
-    return _TICKET_PARAMETER.sub(_PARAMETER_REDACTED, text)
+    text = _TICKET_PARAMETER.sub(_PARAMETER_REDACTED, text)
+    return _QUERY.sub(lambda query: "?" + _redact_unreadable(query.group(1)), text) if "?" in text else text

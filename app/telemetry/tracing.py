@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.telemetry.redact import holds_secret, scrub
+from app.telemetry.redact import holds_secret, query_holds_secret, scrub, scrub_query
 from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
@@ -98,16 +98,22 @@ def stop(provider: Any, timeout: float = STOP_EXPORT_S) -> None:
 
 
 def _finish_server_span(span: Any, status: str, headers: Any) -> None:
-    """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py) leaves the server
-    span's URL attributes (`http.target`, `url.query`, ...): the instrumentation's response hook
-    runs once it has set them all, before the span ends. A request that matched no route keeps
+    """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and any value
+    the logs redact (app/telemetry/redact.py), leaves the server span's URL attributes
+    (`http.target`, `url.query`, ...): the instrumentation's response hook runs once it has set
+    them all, before the span ends. A request that matched no route keeps
     only its method as its name (as OpenTelemetry's HTTP conventions name it): the
     instrumentation names it by the client's whole path, of any length, a ticket's included."""
     if span is None or not span.is_recording():
         return
     attributes = dict(span.attributes or {})
     for name, value in attributes.items():
-        if isinstance(value, str) and holds_secret(value):
+        if not isinstance(value, str):
+            continue
+        if name == "url.query":  # a query without its `?`: the parameters the logs redact
+            if query_holds_secret(value):
+                span.set_attribute(name, scrub_query(value))
+        elif holds_secret(value):
             span.set_attribute(name, scrub(value))
     if "http.route" not in attributes:
         method = attributes.get("http.request.method", attributes.get("http.method"))

@@ -48,6 +48,7 @@ def test_document_lists_every_status_the_service_returns(document):
         "403",
         "408",
         "409",
+        "412",
         "413",
         "415",
         "429",
@@ -65,7 +66,7 @@ def test_document_lists_every_status_the_service_returns(document):
     unauthorized = deref(document, responses["401"])
     assert unauthorized["headers"]["WWW-Authenticate"]["required"] is True
     assert deref(document, responses["503"])["headers"]["Retry-After"]["required"] is True
-    for status in ("400", "401", "408", "409", "413", "415", "429", "500", "503", "507"):
+    for status in ("400", "401", "408", "409", "412", "413", "415", "429", "500", "503", "507"):
         schema = deref(document, responses[status])["content"]["application/json"]["schema"]
         assert deref(document, schema) is document["components"]["schemas"]["Error"]
     assert (
