@@ -244,21 +244,6 @@ class MalformedTicket(InvalidParameters):
         return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", self.challenge)]
 
 
-class TwoCredentials(MalformedTicket):
-    """A `ticket` parameter and an `Authorization` header on one request: RFC 6750 §2 lets a client
-    send its credential one way only, so neither is read (400 naming `ticket`, `invalid_request`)."""
-
-    reason = "two_credentials"
-
-    def __init__(self) -> None:
-        super().__init__(
-            [
-                "Send the watch ticket or the Authorization header, not both (RFC 6750 §2): a ticket"
-                " is for a client that cannot send the header."
-            ]
-        )
-
-
 class InsufficientScope(_BearerChallenge, Forbidden):
     """A read-only token on a write, or a JWT without the operation's scope (RFC 6750 §3.1)."""
 

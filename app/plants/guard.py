@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from flask import Request, Response, current_app, request
 
-from app.auth.caller import Authentication, keep
+from app.auth.caller import keep
 from app.auth.rate_limits import remember
 from app.auth.watch_tickets import TICKET_CALLER
-from app.errors import InvalidParameters, MalformedTicket, RateLimitExceeded, TwoCredentials
-from app.extension import PlantsState, plants_state
+from app.errors import InvalidParameters, MalformedTicket, RateLimitExceeded
+from app.extension import plants_state
 from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
@@ -48,10 +48,22 @@ def guard() -> Response | None:
         # And so every other method of an operation (its 405) and OPTIONS (a CORS preflight too).
         return None
     environ[GUARDED_VIEW] = view
-    if view in TICKET_VIEWS and "ticket" in req.args:
-        problem, caller = _ticket_credential(req, state)
-    else:
-        problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
+    problem, caller = state.auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
+    if caller is None and view in TICKET_VIEWS and "HTTP_AUTHORIZATION" not in environ:
+        ticket = req.args.get("ticket")
+        if ticket is not None:
+            # The credential, so checked first, and counted as a refused one: not of a ticket's
+            # form is a malformed request (400 naming it, as a malformed bearer token is 400),
+            # of its form but not accepted a 401.
+            malformed = ticket_problems(ticket, req.query_string)
+            if malformed:
+                problem = MalformedTicket(malformed)
+            else:
+                query = environ.get("QUERY_STRING", "")
+                # The key is read (from the store, the first time) only for a ticket that needs it.
+                problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
+            if caller is not None:
+                environ[TICKET_CALLER] = caller
     if caller is not None:
         environ[CALLER_KIND] = caller.kind
         keep(caller)
@@ -90,28 +102,6 @@ def guard() -> Response | None:
     if state.metrics is not None:
         state.metrics.count_refusal(problem.reason)  # type: ignore[attr-defined]  # the auth package's refusals
     return error_response(problem)
-
-
-def _ticket_credential(req: Request, state: PlantsState) -> Authentication:
-    """The caller of a request with a `ticket` parameter, or why it is refused. The ticket is then
-    the credential, so checked first, and a refusal counts as a refused authentication: sent with
-    an `Authorization` header too, a request has two credentials, which RFC 6750 §2 forbids (400,
-    whichever of them is good: neither is chosen for the client); not of a ticket's form, a
-    malformed request (400 naming it, as a malformed bearer token is 400); of its form but not
-    accepted, a 401."""
-    environ = req.environ
-    if "HTTP_AUTHORIZATION" in environ:
-        return TwoCredentials(), None
-    ticket = req.args["ticket"]
-    malformed = ticket_problems(ticket, req.query_string)
-    if malformed:
-        return MalformedTicket(malformed), None
-    # The key is read (from the store, the first time) only for a ticket that needs it.
-    query = environ.get("QUERY_STRING", "")
-    problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
-    if caller is not None:
-        environ[TICKET_CALLER] = caller
-    return problem, caller
 
 
 def _path_not_utf8(req: Request) -> Response | None:

@@ -39,7 +39,7 @@ def refusal(server, method: str, path: str) -> dict:
         ("/events?wait=%ff", "wait"),
         ("/events?after=%ed%a0%80", "after"),  # an encoded surrogate: not UTF-8
         ("/events?snapshot=%ff", "snapshot"),
-        # (`ticket=%ff` is the credential, sent without the header: tests/contract/test_watch_tickets.py)
+        ("/events?ticket=%ff", "ticket"),
         ("/plants/%ff", "id"),
         ("/webhooks/%ff", "endpoint_id"),
         ("/webhooks/%ff/attempts", "endpoint_id"),
