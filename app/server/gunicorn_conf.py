@@ -407,19 +407,28 @@ def _start_tracing(worker: Any) -> None:
 
 
 def _drain_on_sigterm(worker: Any) -> None:
-    """SIGTERM makes /readyz 503 at once (app/health.py), then gunicorn's own handler stops the
-    worker gracefully: no new connection, the requests in flight finish within
-    GUNICORN_GRACEFUL_TIMEOUT, a kept-alive connection closes after its answer."""
+    """SIGTERM makes /readyz 503 at once (app/health.py), ends the watches of a worker that does
+    not park them, then gunicorn's own handler stops the worker gracefully: no new connection,
+    the requests in flight finish within GUNICORN_GRACEFUL_TIMEOUT, a kept-alive connection
+    closes after its answer."""
     from app.extension import EXTENSION, plants_state
+    from app.server.worker import PlantsWorker
 
     app = getattr(worker, "wsgi", None)
     if EXTENSION not in getattr(app, "extensions", {}):
         return
-    stopping = plants_state(app).stopping
+    state = plants_state(app)
+    stopping = state.stopping
+    # The packaged worker ends its parked watches as it stops. gthread waits for its request
+    # threads, each watch holding one for as long as it lasts (a stream for minutes): ended here,
+    # in a thread of their own (a wake-up takes locks this handler's thread may hold).
+    end_watches = None if isinstance(worker, PlantsWorker) else state.feed_signal.stop_watches
     stop = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         stopping.set()
+        if end_watches is not None:
+            threading.Thread(target=end_watches, name="plants-end-watches", daemon=True).start()
         if callable(stop):
             stop(signum, frame)
 

@@ -71,6 +71,8 @@ class FeedSignal:
         #: it heard concerns (listener.py: `Heard`), or None.
         self._heard: Any = None
         self._feed_listener = FeedListenerThread(feed_listener, self._someone_waits, self._notify, self._lock)
+        #: The process stops (`stop_watches`): every watch ends at its next turn.
+        self.stopping = False
 
     @property
     def version(self) -> int:
@@ -111,6 +113,7 @@ class FeedSignal:
             # Still filed: no change since it was filed concerns it (a turn at its deadline), unless
             # its watch asked to read on at once (a `seen` the feed never has: watches.py).
             changed = self._version != seen and (seen < 0 or wake not in self._wakes)
+            changed = changed or self.stopping  # filed after `stop_watches`: no wake-up would come
             if not changed:
                 self._wakes.add(wake, only)
                 self.waiting = len(self._wakes)
@@ -120,6 +123,21 @@ class FeedSignal:
             wake()
         else:
             self._feed_listener.start()
+
+    def stop_watches(self) -> None:
+        """The process stops: every watch ends at its next turn (watches.py), and each waiting
+        now is woken for it. A worker that parks watches ends them itself as it stops; under
+        another (gunicorn's gthread) a watch holds its request thread, which the worker's exit
+        waits for, and a reload's handoff with it, for as long as the watch would have lasted."""
+        with self._lock:
+            self.stopping = True
+            wakes = self._wakes.take_all(None, counted=False) if self.waiting else []
+            self.waiting = len(self._wakes)
+        for wake in wakes:
+            try:
+                wake()
+            except Exception:
+                log.exception("A feed watcher's wake-up failed")
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:

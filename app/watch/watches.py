@@ -100,6 +100,8 @@ class Watch:
         while True:
             if self.done:
                 raise StopIteration
+            if self.signal.stopping:  # the process stops (`FeedSignal.stop_watches`)
+                self.stopping = True
             if not self.parkable:
                 chunk = self.next_chunk(time.monotonic())
                 if chunk:

@@ -455,3 +455,34 @@ def test_requests_pipelined_behind_a_long_poll_are_answered_at_a_reload(tmp_path
         assert "took over 2 plants" in server.output()  # from the worker that answered them
     finally:
         server.stop()
+
+
+def test_under_gthread_open_watches_do_not_hold_the_reloads_handoff(tmp_path):
+    """gunicorn's gthread worker waits for its request threads as it stops, and a watch holds one
+    for as long as it lasts (a stream 300 s): its old worker lingered past the graceful timeout
+    until the master killed it, and no worker accepted meanwhile. SIGTERM ends every watch now, as
+    the packaged worker's stop does: the stream with `retry:`, the long-poll with its page."""
+    env = service_env(GUNICORN_WORKER_CLASS="gthread", GUNICORN_THREADS="4", GUNICORN_GRACEFUL_TIMEOUT="30")
+    server = SocketActivated(gunicorn_command(), env, cwd=tmp_path)
+    try:
+        assert call(server.connection(), "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)[0] == 200
+        watches = watches_started(server, TOKEN)
+        stream = server.connection(timeout=120)
+        stream.request("GET", "/events?after=now", headers={**AUTH, "Accept": "text/event-stream"})
+        streamed = stream.getresponse()
+        assert streamed.status == 200
+        poll = server.connection(timeout=120)
+        poll.request("GET", "/events?after=now&wait=55", headers=AUTH)
+        wait_for_watches(server, TOKEN, watches + 2)
+        server.process.send_signal(signal.SIGHUP)
+        # Each ends as its worker stops: the stream's end says when to reconnect.
+        assert streamed.read().endswith(b"retry: 1000\n")
+        page = poll.getresponse()
+        assert (page.status, json.loads(page.read())["events"]) == (200, [])
+        # The new worker took the plants over, well within the 90 s the old one held them
+        # (the graceful timeout and the snapshot's minute) while the watches lasted.
+        status, _, body = call(server.connection(timeout=120), "GET", "/plants/1", headers=AUTH)
+        assert status == 200, body
+        assert "took over 1 plants" in server.output(), server.output()[-3000:]
+    finally:
+        server.stop()
