@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -237,6 +238,32 @@ def assert_drained_writes_refused(host: Served) -> None:
     assert (status, json.loads(answer)) == (500, {"error": 500, "message": BODY_READ_BY_HOST})
     assert call(host, "GET", "/api/v1/plants/4", headers=AUTH)[0] == 404  # nothing written
     assert host.output().count("read the request body before the plants blueprint") == 4
+
+
+def test_the_embedding_docs_host_serves_with_the_gunicorn_line_they_give(tmp_path):
+    """docs/embedding.md's example host, saved as the module its gunicorn line names and served by
+    that line (on the memory store, with the control socket off): the app is found and serves."""
+    text = (ROOT / "docs" / "embedding.md").read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    found = re.search(r"gunicorn -k app\.server\.worker\.PlantsWorker '(\w+):(\w+)'", text)
+    assert found, "docs/embedding.md gives no gunicorn line for the host"
+    module, variable = found.groups()
+    on_memory = example.replace('"redis://127.0.0.1:6379/0"', '"memory://"')
+    assert on_memory != example
+    probe = f'\n{variable}.add_url_rule("/healthz", "healthz", lambda: "ok")  # readiness, for the test\n'
+    (tmp_path / f"{module}.py").write_text(on_memory + probe)
+    (tmp_path / "host_shop_conf.py").write_text(GUNICORN_CONF)
+    line = [*GUNICORN, "-k", "app.server.worker.PlantsWorker", f"{module}:{variable}"]
+    server = serve(tmp_path, line, {})
+    try:
+        plant = {"id": 5, "name": "Fig", "tag": "tree"}
+        assert call(server, "POST", "/api/v1/plants", plant, {"Authorization": "Bearer token-a"})[0] == 200
+        reader = {"Authorization": "Bearer dashboard-token"}
+        status, _, body = call(server, "GET", "/api/v1/plants/5", headers=reader)
+        assert (status, json.loads(body)) == (200, {"name": "Fig", "tag": "tree"})
+        assert call(server, "DELETE", "/api/v1/plants/5", headers=reader)[0] == 403
+    finally:
+        server.stop()
 
 
 @pytest.fixture
