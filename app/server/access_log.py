@@ -32,7 +32,7 @@ from typing import Any
 from gunicorn import glogging
 
 from app.telemetry.logs import request_fields
-from app.telemetry.redact import query_holds_secret, scrub, scrub_query
+from app.telemetry.redact import scrub_query, scrub_uri, uri_holds_secret
 
 
 class _Atoms(dict):
@@ -129,11 +129,12 @@ class AccessLogger(glogging.Logger):
         if not self._logs_access:
             return
         try:
-            if query_holds_secret(environ.get("QUERY_STRING", "")):  # a credential: never in a log line
+            query = environ.get("QUERY_STRING", "")
+            if uri_holds_secret(environ["RAW_URI"], query):  # a credential: never in a log line
                 environ = {
                     **environ,
-                    "RAW_URI": scrub(environ["RAW_URI"]),
-                    "QUERY_STRING": scrub_query(environ["QUERY_STRING"]),
+                    "RAW_URI": scrub_uri(environ["RAW_URI"]),
+                    "QUERY_STRING": scrub_query(query),
                 }
             atoms = _Atoms(self, resp, req, environ, request_time)
             fields = {

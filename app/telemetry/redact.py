@@ -13,7 +13,8 @@ Nor the value of any parameter the service does not define, under whatever name 
 (`?token=`, `?api_key=`, `?%61fter=`): a log cannot tell a token from a cache-buster, and the
 service never reads them, so nothing an operator needs is lost. Its own parameters (`READABLE`,
 spelled as the service reads them) stay readable: ids, cursors, tags and numbers. A name without
-`=` has no value, and is written as sent. deploy/nginx-plants.conf applies the same rule.
+`=` has no value, and is written as sent. Nor a request target's fragment (`#...`), which no server
+reads as the query, whole. deploy/nginx-plants.conf applies the same rule.
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def query_holds_secret(query: str) -> bool:
 def scrub_query(query: str) -> str:
     """A URL's query (without its `?`) as a log may show it."""
     return _redact_unreadable(scrub(query))
+
+
+def scrub_uri(uri: str) -> str:
+    """A request's target (`RAW_URI`, a span's `http.target`) as a log may show it: its query is
+    everything after the first `?`, whatever it holds (a `"` ends a query in free text, not here),
+    and a fragment, which the service never reads but a client may put a token in, is never shown."""
+    target, hash_mark, fragment = uri.partition("#")
+    path, question_mark, query = target.partition("?")
+    return (
+        scrub(path)
+        + question_mark
+        + (scrub_query(query) if query else "")
+        + (hash_mark + REDACTED if fragment else hash_mark)
+    )
+
+
+def uri_holds_secret(uri: str, query: str) -> bool:
+    """Whether a request's target may show a secret, `query` being its query as the server read it
+    (which a fragment is not part of)."""
+    return query_holds_secret(query) or "#" in uri
 
 
 #: What a query with a `%` may hide: a ticket, or either parameter under a name with encoded characters.

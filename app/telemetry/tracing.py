@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.telemetry.redact import holds_secret, query_holds_secret, scrub, scrub_query
+from app.telemetry.redact import holds_secret, query_holds_secret, scrub, scrub_query, scrub_uri
 from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
@@ -97,6 +97,10 @@ def stop(provider: Any, timeout: float = STOP_EXPORT_S) -> None:
     stopping.join(timeout)
 
 
+#: The server span's attributes that hold a request's whole target or URL (old and new conventions).
+_TARGETS = frozenset({"http.target", "http.url", "url.full"})
+
+
 def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and any value
     the logs redact (app/telemetry/redact.py), leaves the server span's URL attributes
@@ -113,6 +117,9 @@ def _finish_server_span(span: Any, status: str, headers: Any) -> None:
         if name == "url.query":  # a query without its `?`: the parameters the logs redact
             if query_holds_secret(value):
                 span.set_attribute(name, scrub_query(value))
+        elif name in _TARGETS:  # a whole target, its query whatever characters it holds
+            if (scrubbed := scrub_uri(value)) != value:
+                span.set_attribute(name, scrubbed)
         elif holds_secret(value):
             span.set_attribute(name, scrub(value))
     if "http.route" not in attributes:

@@ -216,6 +216,19 @@ def test_a_watch_ticket_never_reaches_a_span(traced_client):
     assert "ticket=plwt_[redacted]" in str(server.attributes)
 
 
+def test_a_token_after_a_quote_in_the_query_never_reaches_a_span(traced_client):
+    """A `"` ends a URL in free text, not in the span's target: what follows is still redacted."""
+    client, exporter, provider = traced_client()
+    try:
+        # not the service's parameters: refused, and its span still made
+        assert client.get('/plants?a"&token=s3cret-value', headers=AUTH).status_code == 400
+    finally:
+        provider.shutdown()
+    (server,) = [span for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    assert "s3cret-value" not in str(server.attributes)
+    assert "token=[redacted]" in str(server.attributes)
+
+
 def test_a_clients_long_headers_and_url_are_cut_short_in_the_span(traced_client, monkeypatch):
     for name in tracing.LENGTH_VARIABLES:
         monkeypatch.delenv(name, raising=False)

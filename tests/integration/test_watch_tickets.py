@@ -371,6 +371,11 @@ def test_a_forged_ticket_is_refused_and_counted_before_the_store_is_read(tmp_pat
             "/openapi.json?after=x;secret=[redacted] ",
             "/openapi.json?after=x;[redacted] ",
         ),
+        # A `"` in the query: the service's line escapes it, and still redacts what follows.
+        ('/plants?a"&token={}', '/plants?a\\"&token=[redacted] ', "/plants?a\\x22&[redacted] "),
+        # A fragment, which no server reads as the query: never written, by either log.
+        ("/plants?limit=1#token={}", "/plants?limit=1#[redacted] ", "/plants?limit=1#[redacted] "),
+        ("/healthz#{}", "/healthz#[redacted] ", "/healthz#[redacted] "),
     ],
 )
 def test_a_token_under_a_parameter_the_service_does_not_define_is_never_logged(

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from app.schemas.parameters import EventsQuerySchema, PageQuerySchema
-from app.telemetry.redact import READABLE, holds_secret, query_holds_secret, scrub, scrub_query
+from app.telemetry.redact import (
+    READABLE,
+    holds_secret,
+    query_holds_secret,
+    scrub,
+    scrub_query,
+    scrub_uri,
+    uri_holds_secret,
+)
 
 NGINX_SITE = Path(__file__).parents[2] / "deploy" / "nginx-plants.conf"
 
@@ -53,3 +61,25 @@ def test_the_services_own_parameters_stay_readable(query):
     assert not query_holds_secret(query)
     assert not holds_secret(f"Error handling request /events?{query}")
     assert scrub_query(query) == query
+
+
+@pytest.mark.parametrize(
+    ("target", "query", "logged"),
+    [
+        ('/plants?a"&token=s3cret', 'a"&token=s3cret', '/plants?a"&token=[redacted]'),
+        ('/plants?token=ab"s3cret', 'token=ab"s3cret', "/plants?token=[redacted]"),
+        ("/plants?limit=1#token=s3cret", "limit=1", "/plants?limit=1#[redacted]"),
+        ("/healthz#s3cret", "", "/healthz#[redacted]"),
+        ("http://host/plants?x=s3cret", "x=s3cret", "http://host/plants?x=[redacted]"),
+    ],
+)
+def test_a_request_target_is_redacted_whatever_its_query_holds(target, query, logged):
+    """A `"` ends a URL in free text, not in a request's target; a fragment is never the query."""
+    assert uri_holds_secret(target, query)
+    assert scrub_uri(target) == logged
+
+
+@pytest.mark.parametrize("target", ["/plants", "/plants?limit=5&after=abc", "/healthz?v2"])
+def test_a_target_without_a_secret_is_written_as_sent(target):
+    assert not uri_holds_secret(target, target.partition("?")[2].partition("#")[0])
+    assert scrub_uri(target) == target
