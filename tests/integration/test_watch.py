@@ -411,7 +411,11 @@ def test_on_stock_gthread_watches_leave_a_request_thread_for_every_other_request
     """Under gthread a watch holds its request thread while it waits: the worker holds its threads
     but one as watches, and refuses the next with the JSON 503, so a stream never stops the
     plants' operations and the probes for as long as it lasts."""
-    server = Gunicorn(env={"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "2"})
+    # A heartbeat a second: under gthread the stream's thread finds its client gone only at its
+    # next write, and the stop at the end would wait that long (the 15 s default) for it.
+    server = Gunicorn(
+        env={"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "2", "PLANTS_EVENTS_HEARTBEAT": "1"}
+    )
     stream = open_stream(server)
     try:
         assert read_stream(stream, until=b"retry:", seconds=5).startswith(b"HTTP/1.1 200")

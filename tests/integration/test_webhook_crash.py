@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 
+from app.webhooks.drain import LEASE_MS
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn
 
@@ -68,16 +69,22 @@ def test_a_worker_killed_mid_stream_loses_no_event(redis_server):
         receiver.wait_for(40, timeout=30)
         # A deliverer that has caught up with the writers gives its lease up until the next event
         # (a loaded machine creates slowly): wait for the worker that holds it again.
+        lease = f"{{{prefix}:hooks}}:l:{hook['id']}"
         deadline = time.monotonic() + 10
-        while not (holder := redis_server.command("GET", f"{{{prefix}:hooks}}:l:{hook['id']}")):
+        while not (holder := redis_server.command("GET", lease)):
             assert time.monotonic() < deadline, "no worker took the lease again"
             time.sleep(0.01)
         victim = int(holder.split(":")[1])
         os.kill(victim, signal.SIGKILL)
         killed_at = len(receiver.deliveries)
+        # The dead worker's lease lapses within LEASE_MS (10 s), as Redis expires it: that it
+        # would is checked, and its lapse brought forward (the test's wait, not its behaviour).
+        # Another worker then resumes from the last acknowledged event.
+        assert 0 < int(redis_server.command("PTTL", lease)) <= LEASE_MS
+        assert redis_server.command("GET", lease) == holder  # still the dead worker's: no one renews it
+        redis_server.command("PEXPIRE", lease, "1")
         for writer in writers:
             writer.join(60)
-        # The lease lapses within 10 s; another worker resumes from the last acknowledged event.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len({d.id for d in receiver.deliveries}) < EVENTS:
             time.sleep(0.1)
