@@ -11,13 +11,14 @@ of them."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
 import pytest
 
-from tests.conftest import settings_for_store
-from tests.integration.test_watch import get, now_cursor
+from tests.conftest import redis_settings, settings_for_store
+from tests.integration.test_watch import dechunk, frames, get, now_cursor, open_stream, read_stream
 from tests.integration.test_watch_filters import streamed, write
 from tests.servers import Gunicorn
 
@@ -85,3 +86,62 @@ def test_a_stream_passing_over_writes_sends_what_it_selects_once_and_bookmarks_p
     behind = [len(events_after(server, bookmark)) for bookmark in bookmarks]
     assert behind == sorted(behind, reverse=True), behind  # none stands behind an earlier one
     assert behind[-1] == 0, (behind, blocks[-6:])  # the last stands past every write
+
+
+class EndReads:
+    """Counts the feed's end read (the EVENTS script's "now") under one key prefix on a Redis,
+    through MONITOR, until `stop`."""
+
+    def __init__(self, redis_server, prefix: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(redis_server.socket))
+        self.sock.sendall(b"MONITOR\r\n")
+        self.data = b""
+        self.prefix = prefix.encode()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while chunk := self.sock.recv(65536):
+            self.data += chunk
+
+    def stop(self) -> int:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(10)
+        self.sock.close()
+        lines = self.data.split(b"\r\n")
+        found = [line for line in lines if self.prefix in line and b' "now" ' in line]
+        print(b"\n".join(line[:40] for line in found).decode())
+        return len(found)
+
+
+def test_quiet_streams_whose_heartbeats_fall_together_share_one_read_of_the_feeds_end(redis_server):
+    """Streams opened together beat together: at each heartbeat that moves them past writes they
+    do not select, they read the feed's end about once between them, not once each."""
+    streams, lasting = 12, 6
+    env = {**redis_settings(redis_server), "PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_EVENTS_STREAM_MAX": str(lasting)}
+    # Threads enough that each stream's turn finds a read slot (wake_gate.py): none is put off.
+    server = Gunicorn(env={**env, "WEB_CONCURRENCY": "1", "GUNICORN_THREADS": "8"})
+    try:
+        cursor = now_cursor(server)
+        reads = EndReads(redis_server, env["PLANTS_STORE_PREFIX"])
+        socks = [open_stream(server, path=f"/events?tags=fe-mine&after={cursor}") for _ in range(streams)]
+        opened = [read_stream(sock, until=b"retry:", seconds=20) for sock in socks]
+        ends = time.monotonic() + lasting
+        plant_id = 760_000
+        while time.monotonic() < ends:  # between any two heartbeats, writes they pass over
+            write(server, plant_id, "fe-other")
+            plant_id += 1
+            time.sleep(0.1)
+        blocks = [frames(dechunk(first + read_stream(sock, seconds=20))[1]) for first, sock in zip(opened, socks)]
+        for sock in socks:
+            sock.close()
+        count = reads.stop()
+    finally:
+        server.stop()
+    moves = [[block["id"] for block in stream if block.get("event") == "bookmark"] for stream in blocks]
+    assert all(len(set(ids)) >= 3 for ids in moves), ([len(set(ids)) for ids in moves], [len(ids) for ids in moves], count)
+    # A heartbeat a second: a read or two at each (one may fall each side of the shared
+    # second), where each stream reading its own made about `streams` at each.
+    print("END READS", count)
+    assert count <= 2 * lasting + 2, count
