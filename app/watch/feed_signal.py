@@ -99,9 +99,12 @@ class FeedSignal:
 
     # --- waking ----------------------------------------------------------------------------------
 
-    def subscribe(self, seen: int, wake: Callable[[], None], only: EventFilter | None = None) -> None:
+    def subscribe(
+        self, seen: int, wake: Callable[[], None], only: EventFilter | None = None, turns: bool = False
+    ) -> None:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
-        by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
+        by a change `only` may select (or any, at times: wake_index.py; with `turns`, the sweep
+        calls it and leaves it filed, for a turn as at its deadline). The wake-up is filed
         (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
         process's, heard by the listener thread (feed_listener.py: `FeedListenerThread._listen`).
         `wake` is the server's: the packaged worker's (app/server/worker/loop.py:
@@ -112,7 +115,7 @@ class FeedSignal:
             # its watch asked to read on at once (a `seen` the feed never has: watches.py).
             changed = self._version != seen and (seen < 0 or wake not in self._wakes)
             if not changed:
-                self._wakes.add(wake, only)
+                self._wakes.add(wake, only, turns)
                 self.waiting = len(self._wakes)
                 if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
                     self._someone_waits.set()
