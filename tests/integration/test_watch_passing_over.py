@@ -11,7 +11,6 @@ of them."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -107,6 +106,7 @@ class EndReads:
             self.data += chunk
 
     def stop(self) -> int:
+        """How many were read."""
         self.sock.shutdown(socket.SHUT_RDWR)
         self.thread.join(10)
         self.sock.close()
@@ -115,33 +115,43 @@ class EndReads:
         return len(found)
 
 
+def write_for(server: Gunicorn, seconds: float, number: int) -> None:
+    """Plants of a tag no stream follows, one after another for `seconds`."""
+    ends, plant_id = time.monotonic() + seconds, 760_000 + number * 100_000
+    while time.monotonic() < ends:
+        write(server, plant_id, "fe-other")
+        plant_id += 1
+
+
 def test_quiet_streams_whose_heartbeats_fall_together_share_one_read_of_the_feeds_end(redis_server):
     """Streams opened together beat together: at each heartbeat that moves them past writes they
     do not select, they read the feed's end about once between them, not once each."""
-    streams, lasting = 12, 6
+    streams, lasting = 24, 6
     env = {**redis_settings(redis_server), "PLANTS_EVENTS_HEARTBEAT": "1", "WEB_CONCURRENCY": "1"}
-    server = Gunicorn(env={**env, "PLANTS_EVENTS_STREAM_MAX": str(lasting), "GUNICORN_THREADS": os.environ.get("TT", "2")})
+    # Two read slots (wake_gate.py): a stream's turn seldom finds none free, and is then put off.
+    server = Gunicorn(env={**env, "PLANTS_EVENTS_STREAM_MAX": str(lasting), "GUNICORN_THREADS": "3"})
     try:
         cursor = now_cursor(server)
         reads = EndReads(redis_server, env["PLANTS_STORE_PREFIX"])
         socks = [open_stream(server, path=f"/events?tags=fe-mine&after={cursor}") for _ in range(streams)]
         opened = [read_stream(sock, until=b"retry:", seconds=20) for sock in socks]
-        ends = time.monotonic() + lasting
-        plant_id = 760_000
-        while time.monotonic() < ends:  # between any two heartbeats, writes they pass over
-            write(server, plant_id, "fe-other")
-            plant_id += 1
-            time.sleep(0.1)
-        blocks = [frames(dechunk(first + read_stream(sock, seconds=20))[1]) for first, sock in zip(opened, socks, strict=True)]
+        # Writes they pass over, as fast as two writers go: each turn finds the feed changed.
+        writers = [threading.Thread(target=write_for, args=(server, lasting, n)) for n in range(2)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        blocks = [
+            frames(dechunk(first + read_stream(sock, seconds=20))[1])
+            for first, sock in zip(opened, socks, strict=True)
+        ]
         for sock in socks:
             sock.close()
         count = reads.stop()
     finally:
         server.stop()
     moves = [[block["id"] for block in stream if block.get("event") == "bookmark"] for stream in blocks]
-    print("MOVES", [len(set(ids)) for ids in moves])
-    assert all(len(set(ids)) >= 3 for ids in moves), moves
-    # A heartbeat a second: a read or two at each (one may fall each side of the shared
-    # second), where each stream reading its own made about `streams` at each.
-    print("END READS", count)
-    assert count <= 2 * lasting + 2, count
+    assert all(len(set(ids)) >= 2 for ids in moves), moves  # each moved at its heartbeats
+    # A heartbeat a second: a read or two at each (one in each read slot, or each side of the
+    # shared second), where each stream reading its own made about `streams` at each.
+    assert count <= 3 * lasting, count
