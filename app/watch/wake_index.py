@@ -113,13 +113,13 @@ class WakeIndex:
         """The wake-ups `change` calls for (None: every one), taken out of the index, and those of
         the watchers the sweep turns when it is their turn, left in it."""
         turned: dict[int, Wake] = {}
+        sweep = False
         if change is not None and self.sweep_every and counted:
             self._since_sweep += 1
             if self._since_sweep % max(1, self.sweep_every // 2) == 0:
                 turned = dict(self._turning)
             if self._since_sweep >= self.sweep_every:
-                self._since_sweep = 0
-                return [*turned.values(), *self._take_every(keep=turned)]
+                self._since_sweep, sweep = 0, True
         if change is None:
             self._since_sweep = 0
             return self._take_every(keep={})
@@ -130,8 +130,10 @@ class WakeIndex:
             bucket = self._filed.get(key)
             if bucket:
                 for wake in list(bucket.values()):
-                    self.remove(wake)
+                    self.remove(wake)  # one it concerns reads, turned or not
                     woken[id(wake)] = wake
+        if sweep:
+            woken.update((id(wake), wake) for wake in self._take_every(keep=dict(self._turning)))
         return list(woken.values())
 
     def _take_every(self, keep: dict[int, Wake]) -> list[Wake]:
