@@ -89,15 +89,15 @@ def test_a_stream_passing_over_writes_sends_what_it_selects_once_and_bookmarks_p
 
 
 class EndReads:
-    """Counts the feed's end read (the EVENTS script's "now") under one key prefix on a Redis,
-    through MONITOR, until `stop`."""
+    """Counts the reads of the feed's end (the EVENTS script on the feed's stream, "now") under
+    one key prefix on a Redis, through MONITOR, until `stop`."""
 
     def __init__(self, redis_server, prefix: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.connect(str(redis_server.socket))
         self.sock.sendall(b"MONITOR\r\n")
         self.data = b""
-        self.prefix = prefix.encode()
+        self.read = b' "1" "{%s}:events" ' % prefix.encode()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -111,8 +111,7 @@ class EndReads:
         self.thread.join(10)
         self.sock.close()
         lines = self.data.split(b"\r\n")
-        found = [line for line in lines if self.prefix in line and b' "now" ' in line]
-        return len(found)
+        return sum(1 for line in lines if self.read in line and b' "now" ' in line)
 
 
 def write_for(server: Gunicorn, seconds: float, number: int) -> None:
@@ -155,3 +154,47 @@ def test_quiet_streams_whose_heartbeats_fall_together_share_one_read_of_the_feed
     # A heartbeat a second: a read or two at each (one in each read slot, or each side of the
     # shared second), where each stream reading its own made about `streams` at each.
     assert count <= 3 * lasting, count
+
+
+@pytest.fixture(scope="module", params=["redis", "cluster"])
+def swept_server(request):
+    """A small retention, so that writes soon reach the sweep, and heartbeats too far apart
+    to move a stream within its life: only the sweep does."""
+    settings = {
+        "PLANTS_EVENTS_RETAIN": "100",
+        "PLANTS_EVENTS_HEARTBEAT": "60",
+        "PLANTS_EVENTS_STREAM_MAX": "8",
+    }
+    env = {**settings, "WEB_CONCURRENCY": "2", **settings_for_store(request, request.param)}
+    server = Gunicorn(env=env)
+    yield server, request.param
+    server.stop()
+
+
+def test_the_sweep_moves_a_quiet_filtered_stream_without_a_read_losing_and_repeating_nothing(swept_server):
+    """Twelve times the sweep's 50 writes, four of them selected: the stream sends those four
+    once each and is never `gone`; and though more than the retention came after the last,
+    the last position it told (a bookmark as it moved) reads on (no 410)."""
+    server, kind = swept_server
+    cursor = now_cursor(server)
+    mine: list[int] = []
+
+    def writes() -> None:
+        for n in range(600):
+            selected = n % 100 == 50 and n < 400  # then 250 it passes over: past the retention
+            if selected:
+                mine.append(770_000 + n)
+            write(server, 770_000 + n, "sw-mine" if selected else f"sw-other-{n % 3}")
+
+    writer = threading.Thread(target=writes, daemon=True)
+    blocks = streamed(server, f"/events?tags=sw-mine&after={cursor}", during=writer.start)
+    writer.join()
+    assert not [block for block in blocks if block.get("event") == "gone"], blocks
+    sent = [
+        json.loads(block["data"])["plant"]["id"] for block in blocks if block.get("event") == "plant.created"
+    ]
+    assert sent == mine if kind == "redis" else sorted(sent) == sorted(mine), (sent, mine)
+    last = [block["id"] for block in blocks if "id" in block][-1]
+    status, _, body = get(server, f"/events?after={last}&tags=sw-mine")
+    assert status == 200, body
+    assert json.loads(body)["events"] == []
