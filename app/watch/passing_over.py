@@ -7,8 +7,9 @@ it was filed concern it (feed_signal.py: `FeedSignal.quiet`; a sweep, a change n
 may select would have taken it). So it reads nothing; it moves to the feed's end that an earlier
 such turn read, once the store's listener has heard every event up to that end (the signal has
 then judged them all, and none concerned the stream), and reads the end now for a later turn.
-A stream moves so a heartbeat after the events, its bookmarks with it; the sweep still wakes
-it to read every half retention. A store whose listener does not say how far it heard (a
+A stream moves so a heartbeat after the events, its bookmarks with it; the sweep turns it the
+same way every quarter retention (wake_index.py), so that it never stands more than half the
+retention behind, and reads nothing for it. A store whose listener does not say how far it heard (a
 process's own memory, whose reads are cheap) reads as before.
 """
 
