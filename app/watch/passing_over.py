@@ -8,7 +8,7 @@ may select would have taken it). So it reads nothing; it moves to the feed's end
 such turn read, once the store's listener has heard every event up to that end (the signal has
 then judged them all, and none concerned the stream), and reads the end now for a later turn.
 A stream moves so a heartbeat after the events, its bookmarks with it; the sweep turns it the
-same way every quarter retention (wake_index.py), so that it never stands more than half the
+same way every sixth of the retention (wake_index.py), so that it never stands more than half the
 retention behind, and reads nothing for it. A store whose listener does not say how far it heard (a
 process's own memory, whose reads are cheap) reads as before.
 """

@@ -18,12 +18,13 @@ two sweeps fewer events are written than the feed keeps. Where the store's liste
 process's own writes too, a change is counted as the listener hears it, not twice.
 
 A watcher filed as one that moves at a turn without reading (a filtered stream on a shared store,
-app/watch/passing_over.py) is not woken by the sweep: it is turned, every half `sweep_every`,
+app/watch/passing_over.py) is not woken by the sweep: it is turned, every third of `sweep_every`,
 its wake-up called and left filed, as at its deadline. It moves then to the feed's end it read at
 its turn before, whose every event the listener has judged, and reads the end for the next: so
-it stands at most `sweep_every` changes behind (a read at the sweep: `sweep_every` too), without
-the read of those events that, in every such stream at once, was the sweep's cost. A change not
-known takes it as it takes everyone: its events were not judged.
+it stands at most two thirds of `sweep_every` changes behind, or `sweep_every` when one turn
+found no read slot for the end (a read at each sweep: `sweep_every` too), without the read of
+those events that, in every such stream at once, was the sweep's cost. A change not known takes
+it as it takes everyone: its events were not judged.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class WakeIndex:
         sweep = False
         if change is not None and self.sweep_every and counted:
             self._since_sweep += 1
-            if self._since_sweep % max(1, self.sweep_every // 2) == 0:
+            if self._since_sweep % max(1, self.sweep_every // 3) == 0:
                 turned = dict(self._turning)
             if self._since_sweep >= self.sweep_every:
                 self._since_sweep, sweep = 0, True

@@ -280,7 +280,7 @@ class EventStream(Watch):
         #: meet a 410 when more than the feed keeps was written between two of them (or between
         #: two selected events, which put the heartbeat off): past a quarter of the retention a
         #: bookmark goes at once. A watch is read at least every half retention (wake_index.py's
-        #: sweep; a stream the sweep turns sends a bookmark as it moves, every quarter), so the
+        #: sweep; a stream the sweep turns sends a bookmark as it moves, every sixth), so the
         #: client's position always stays inside the window.
         self.passed = 0
         self.passed_most = max(1, self.store.events_retain // 4)

@@ -1,6 +1,6 @@
 """Which parked watchers a change wakes (app/watch/wake_index.py): those whose filter it may
 concern, everyone for a change not known, and everyone at each sweep but those it turns (a
-filtered stream that moves at a turn without reading), which it turns twice as often."""
+filtered stream that moves at a turn without reading), which it turns three times as often."""
 
 from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
 from app.watch.filters import EventFilter
@@ -96,16 +96,23 @@ def test_changes_heard_together_wake_the_watchers_of_each_once():
     assert len(index) == 1
 
 
-def test_the_sweep_turns_a_watcher_that_moves_without_reading_twice_as_often_and_leaves_it_filed():
-    index, woken = WakeIndex(sweep_every=4), []
+def test_the_sweep_turns_a_watcher_that_moves_without_reading_thrice_as_often_and_leaves_it_filed():
+    index, woken = WakeIndex(sweep_every=6), []
     filed(index, woken, reads=EventFilter(tags=frozenset({"quiet"})))
     turning = watcher("turns", woken)
     index.add(turning, EventFilter(tags=frozenset({"still"})), turns=True)
-    loud = [Touched(CREATED_EVENT, n, ("loud",)) for n in range(8)]
-    assert [fire(index, change, woken) for change in loud[:4]] == [[], ["turns"], [], ["reads", "turns"]]
+    loud = [Touched(CREATED_EVENT, n, ("loud",)) for n in range(12)]
+    assert [fire(index, change, woken) for change in loud[:6]] == [
+        [],
+        ["turns"],
+        [],
+        ["turns"],
+        [],
+        ["reads", "turns"],
+    ]
     assert turning in index  # turned, never taken: filed as before
     assert len(index) == 1
-    assert [fire(index, change, woken) for change in loud[4:]] == [[], ["turns"], [], ["turns"]]
+    assert [fire(index, change, woken) for change in loud[6:]] == [[], ["turns"]] * 3
     # A change that concerns it takes it as any watcher; one not known takes it with everyone.
     assert fire(index, Touched(CREATED_EVENT, 9, ("still",)), woken) == ["turns"]
     index.add(turning, EventFilter(tags=frozenset({"still"})), turns=True)
