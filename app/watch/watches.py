@@ -131,7 +131,8 @@ class Watch:
         feed signal for the next change that may concern it, or, when its last read found no read
         slot free, with the wake gate for a slot's end (app/watch/wake_up.py: `WakeUp.file`)."""
         self._unsubscribed = False
-        self._wake_up.file(wake, self.seen, self.turns)
+        # Only where the listener judges every change can a turn move it without a read.
+        self._wake_up.file(wake, self.seen, self.turns and self.signal.hears)
 
     def stop(self) -> None:
         self.stopping = True
