@@ -11,19 +11,27 @@ END_KEPT_SECONDS = 1.0
 
 
 class FeedEnds:
-    """The feed's end as last read for a stream passing over the feed, and when."""
+    """The feed's end as last read for a stream passing over the feed: when its read began,
+    when it had ended, and the end."""
 
     def __init__(self) -> None:
-        self._end: tuple[float, bytes] | None = None
+        self._end: tuple[float, float, bytes] | None = None
 
-    def read(self, since: float, now: Callable[[], bytes]) -> bytes:
-        """The feed's end (`now()`) as read after `since` (time.monotonic()): the one read for
-        another stream up to END_KEPT_SECONDS ago if it was read after `since`, so that streams
-        whose heartbeats fall together read it about once a second, not once each."""
+    def kept(self, since: float) -> tuple[bytes, float] | None:
+        """The end read for another stream up to END_KEPT_SECONDS ago, if its read began after
+        `since` (time.monotonic()), and a time by which that read had ended; else None. So
+        streams whose heartbeats fall together read the end about once a second, not once each,
+        and a kept end takes no read slot. An end whose read began after another's had ended is
+        at or past that other in each of the feed's streams (a cluster's groups)."""
         kept = self._end
+        if kept is not None and kept[0] >= since and time.monotonic() - kept[0] < END_KEPT_SECONDS:
+            return kept[2], kept[1]
+        return None
+
+    def read(self, now: Callable[[], bytes]) -> tuple[bytes, float]:
+        """The feed's end (`now()`), read now and kept for the others, and when its read ended."""
         started = time.monotonic()
-        if kept is not None and kept[0] >= since and started - kept[0] < END_KEPT_SECONDS:
-            return kept[1]
         end = now()
-        self._end = (started, end)
-        return end
+        ended = time.monotonic()
+        self._end = (started, ended, end)
+        return end, ended

@@ -101,21 +101,23 @@ class FeedSignal:
 
     # --- waking ----------------------------------------------------------------------------------
 
-    def subscribe(self, seen: int, wake: Callable[[], None], only: EventFilter | None = None) -> None:
+    def subscribe(
+        self, seen: int, wake: Callable[[], None], only: EventFilter | None = None, turns: bool = False
+    ) -> None:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
-        by a change `only` may select (or any, at times: wake_index.py). The wake-up is filed
-        (`WakeIndex.add`) until a change takes it: this process's write (`notify`) or another
-        process's, heard by the listener thread (feed_listener.py: `FeedListenerThread._listen`).
-        `wake` is the server's: the packaged worker's (app/server/worker/loop.py:
-        `Registry.wake`), or the Event a watch blocked in its thread waits on
-        (app/watch/watches.py: `Watch._block`)."""
+        by a change `only` may select (or any, at times: wake_index.py; `turns`: the sweep calls
+        it, left filed, for a turn). The wake-up is filed (`WakeIndex.add`) until a change takes
+        it: this process's write (`notify`) or another process's, heard by the listener thread
+        (feed_listener.py: `FeedListenerThread._listen`). `wake` is the server's: the packaged
+        worker's (app/server/worker/loop.py: `Registry.wake`), or the Event a watch blocked in its
+        thread waits on (app/watch/watches.py: `Watch._block`)."""
         with self._lock:
             # Still filed: no change since it was filed concerns it (a turn at its deadline), unless
             # its watch asked to read on at once (a `seen` the feed never has: watches.py).
             changed = self._version != seen and (seen < 0 or wake not in self._wakes)
             changed = changed or self.stopping  # filed after `stop_watches`: no wake-up would come
             if not changed:
-                self._wakes.add(wake, only)
+                self._wakes.add(wake, only, turns)
                 self.waiting = len(self._wakes)
                 if not self._someone_waits.is_set():  # set() notifies a condition: not per watcher
                     self._someone_waits.set()

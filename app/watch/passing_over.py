@@ -7,8 +7,9 @@ it was filed concern it (feed_signal.py: `FeedSignal.quiet`; a sweep, a change n
 may select would have taken it). So it reads nothing; it moves to the feed's end that an earlier
 such turn read, once the store's listener has heard every event up to that end (the signal has
 then judged them all, and none concerned the stream), and reads the end now for a later turn.
-A stream moves so a heartbeat after the events, its bookmarks with it; the sweep still wakes
-it to read every half retention. A store whose listener does not say how far it heard (a
+A stream moves so a heartbeat after the events, its bookmarks with it; the sweep turns it the
+same way every sixth of the retention (wake_index.py), so that it never stands more than half the
+retention behind, and reads nothing for it. A store whose listener does not say how far it heard (a
 process's own memory, whose reads are cheap) reads as before.
 """
 
@@ -30,8 +31,9 @@ class PassingOver:
         #: stream last read or moved (time.monotonic()): that end was read after it.
         self.ahead: bytes | None = None
         self.moved_at = started
-        #: The feed's version when `ahead` was read.
+        #: The feed's version when `ahead` was read, and a time by which its read had ended.
         self.ahead_version = -1
+        self.ahead_read = started
 
     def moved(self) -> None:
         """The stream read the feed, and stands where that read ended."""
@@ -52,19 +54,25 @@ class PassingOver:
         version, covered = quiet
         to = self.ahead if covered else None
         if covered:
-            self.moved_at = time.monotonic()
+            # It stands at `ahead` now: any end read after that end's was serves, so the one
+            # another stream's heartbeat read a moment ago does too (feed_ends.py), where the
+            # time of this turn would have each moving stream read the end itself.
+            self.moved_at = self.ahead_read
             if version == self.ahead_version:  # no change since: no later end to move to
                 self.ahead = None
                 return version, to
+        # Read after the stream's last read and move: each of the feed's streams (a cluster's
+        # groups) in it is at or past the stream's own position.
+        end = signal.ends.kept(self.moved_at)
         gate = signal.gate
-        if gate.enter(None):  # a store call in a read slot, as reads are; none free: later
+        if end is None and gate.enter(None):  # a store call in a read slot, as reads are; none free: later
             try:
-                # Read after the stream's last read and move: each of the feed's streams (a
-                # cluster's groups) in it is at or past the stream's own position.
-                self.ahead = signal.ends.read(self.moved_at, self.store.events_now)
-                self.ahead_version = version
+                end = signal.ends.read(self.store.events_now)
             except StoreUnavailableError:
                 self.ahead = None
             finally:
                 gate.leave()
+        if end is not None:
+            self.ahead, self.ahead_read = end
+            self.ahead_version = version
         return version, to

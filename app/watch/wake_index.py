@@ -16,6 +16,15 @@ Every `sweep_every` known changes everyone is woken anyway: a watcher that is ne
 not move past what its filter passes over, and would fall out of the retention window. Between
 two sweeps fewer events are written than the feed keeps. Where the store's listener hears this
 process's own writes too, a change is counted as the listener hears it, not twice.
+
+A watcher filed as one that moves at a turn without reading (a filtered stream on a shared store,
+app/watch/passing_over.py) is not woken by the sweep: it is turned, every third of `sweep_every`,
+its wake-up called and left filed, as at its deadline. It moves then to the feed's end it read at
+its turn before, whose every event the listener has judged, and reads the end for the next: so
+it stands at most two thirds of `sweep_every` changes behind, or `sweep_every` when one turn
+found no read slot for the end (a read at each sweep: `sweep_every` too), without the read of
+those events that, in every such stream at once, was the sweep's cost. A change not known takes
+it as it takes everyone: its events were not judged.
 """
 
 from __future__ import annotations
@@ -60,6 +69,8 @@ class WakeIndex:
         self._filed: dict[Key, dict[int, Wake]] = {}
         #: Each filtered watcher's keys, to take it out of every bucket it is in.
         self._keys: dict[int, list[Key]] = {}
+        #: The filtered watchers that the sweep turns instead of waking (the module's docstring).
+        self._turning: dict[int, Wake] = {}
         self._since_sweep = 0
 
     def __len__(self) -> int:
@@ -68,10 +79,13 @@ class WakeIndex:
     def __contains__(self, wake: object) -> bool:
         return id(wake) in self._all or id(wake) in self._keys
 
-    def add(self, wake: Wake, only: EventFilter | None) -> None:
+    def add(self, wake: Wake, only: EventFilter | None, turns: bool = False) -> None:
+        """File `wake` under `only`; with `turns`, the sweep turns it instead of waking it."""
         if only is None:
             self._all[id(wake)] = wake
             return
+        if turns:
+            self._turning[id(wake)] = wake
         keys = self._keys[id(wake)] = keys_of(only)
         for key in keys:
             self._filed.setdefault(key, {})[id(wake)] = wake
@@ -79,6 +93,7 @@ class WakeIndex:
     def remove(self, wake: Wake) -> None:
         if self._all.pop(id(wake), None) is not None:
             return
+        self._turning.pop(id(wake), None)
         for key in self._keys.pop(id(wake), ()):
             bucket = self._filed[key]
             del bucket[id(wake)]
@@ -90,34 +105,53 @@ class WakeIndex:
         without `counted`, the changes do not count towards the sweep (they will be heard again)."""
         if changes is None or len(changes) == 1:
             return self.take(None if changes is None else changes[0], counted)
-        woken: list[Wake] = []
+        woken: dict[int, Wake] = {}  # a watcher turned, then taken by a later change: once
         for change in changes:
-            woken.extend(self.take(change, counted))
-        return woken
+            woken.update((id(wake), wake) for wake in self.take(change, counted))
+        return list(woken.values())
 
     def take(self, change: Touched | None, counted: bool = True) -> list[Wake]:
-        """The wake-ups `change` calls for (None: every one), taken out of the index."""
+        """The wake-ups `change` calls for (None: every one), taken out of the index, and those of
+        the watchers the sweep turns when it is their turn, left in it."""
+        turned: dict[int, Wake] = {}
+        sweep = False
         if change is not None and self.sweep_every and counted:
             self._since_sweep += 1
+            if self._since_sweep % max(1, self.sweep_every // 3) == 0:
+                turned = dict(self._turning)
             if self._since_sweep >= self.sweep_every:
-                change = None
+                self._since_sweep, sweep = 0, True
         if change is None:
             self._since_sweep = 0
-            woken = [
-                *self._all.values(),
-                *(wake for bucket in self._filed.values() for wake in bucket.values()),
-            ]
-            self._all, self._filed, self._keys = {}, {}, {}
-            return list({id(wake): wake for wake in woken}.values())
-        woken = list(self._all.values())
+            return self._take_every(keep={})
+        woken = turned
+        woken.update((id(wake), wake) for wake in self._all.values())
         self._all = {}
         for key in self._keys_for(change):
             bucket = self._filed.get(key)
             if bucket:
                 for wake in list(bucket.values()):
-                    self.remove(wake)
-                    woken.append(wake)
-        return woken
+                    self.remove(wake)  # one it concerns reads, turned or not
+                    woken[id(wake)] = wake
+        if sweep:
+            woken.update((id(wake), wake) for wake in self._take_every(keep=dict(self._turning)))
+        return list(woken.values())
+
+    def _take_every(self, keep: dict[int, Wake]) -> list[Wake]:
+        """Every wake-up but those of `keep`, taken out of the index."""
+        woken = list(self._all.values())
+        self._all = {}
+        filtered = [wake for number, wake in self._keys_wakes() if number not in keep]
+        for wake in filtered:
+            self.remove(wake)
+        return woken + filtered
+
+    def _keys_wakes(self) -> list[tuple[int, Wake]]:
+        """Each filtered watcher's wake-up, once."""
+        found: dict[int, Wake] = {}
+        for bucket in self._filed.values():
+            found.update(bucket)
+        return list(found.items())
 
     def _keys_for(self, change: Touched) -> Iterable[Key]:
         yield ("id", change.plant_id)

@@ -31,16 +31,17 @@ class WakeUp:
         #: No read slot was free: the next wake-up is filed with the gate, not the signal.
         self.awaits_slot = False
 
-    def file(self, wake: Callable[[], None], seen: int) -> None:
+    def file(self, wake: Callable[[], None], seen: int, turns: bool = False) -> None:
         """Call `wake` once when the watch has something to read: with the feed signal for the
-        next change since version `seen` (feed_signal.py: `FeedSignal.subscribe`), or, when no
-        read slot was free, with the wake gate for a slot's end (wake_gate.py: `WakeGate.defer`)."""
+        next change since version `seen` (feed_signal.py: `FeedSignal.subscribe`; `turns`: the
+        sweep calls it for a turn instead), or, when no read slot was free, with the wake gate
+        for a slot's end (wake_gate.py: `WakeGate.defer`)."""
         self.wake = wake
         if self.awaits_slot:
             self.awaits_slot = False
             self.signal.gate.defer(wake)
         else:
-            self.signal.subscribe(seen, wake, self.only)
+            self.signal.subscribe(seen, wake, self.only, turns)
 
     def read_again(self) -> None:
         """The watch reads again: whether a slot is free is asked anew."""

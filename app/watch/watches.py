@@ -56,6 +56,8 @@ class Watch:
     """What a long-poll and a stream share: the feed, the position, waking and the caps."""
 
     streaming = False
+    #: Parked, it moves at a turn without reading: the sweep turns it (wake_index.py).
+    turns = False
 
     def __init__(
         self,
@@ -131,7 +133,8 @@ class Watch:
         feed signal for the next change that may concern it, or, when its last read found no read
         slot free, with the wake gate for a slot's end (app/watch/wake_up.py: `WakeUp.file`)."""
         self._unsubscribed = False
-        self._wake_up.file(wake, self.seen)
+        # Only where the listener judges every change can a turn move it without a read.
+        self._wake_up.file(wake, self.seen, self.turns and self.signal.hears)
 
     def stop(self) -> None:
         self.stopping = True
@@ -280,7 +283,8 @@ class EventStream(Watch):
         #: meet a 410 when more than the feed keeps was written between two of them (or between
         #: two selected events, which put the heartbeat off): past a quarter of the retention a
         #: bookmark goes at once. A watch is read at least every half retention (wake_index.py's
-        #: sweep), so the client's position always stays inside the window.
+        #: sweep; a stream the sweep turns sends a bookmark as it moves, every sixth), so the
+        #: client's position always stays inside the window.
         self.passed = 0
         self.passed_most = max(1, self.store.events_retain // 4)
         self.next_beat = now + heartbeat
@@ -290,6 +294,7 @@ class EventStream(Watch):
         #: version, a heartbeat's or the one after a chunk, reads nothing.
         self.current = -1
         self.passing = None if self.only is None else PassingOver(self.signal, self.store, now)
+        self.turns = self.passing is not None
 
     def deadline(self) -> float:
         return min(self.next_beat, self.ends, self.authority_ends)
@@ -309,8 +314,14 @@ class EventStream(Watch):
         chunk = b""
         # A stream that passes over the feed moves to an end it read once no change came since.
         ahead = self.passing is not None and self.passing.ahead is not None
-        if (self.signal.version != self.current or ahead) and not self._passes_over():
-            chunk = self._events(now) if self.signal.version != self.current else b""
+        if self.signal.version != self.current or ahead:
+            standing = self.position
+            if not self._passes_over():
+                chunk = self._events(now) if self.signal.version != self.current else b""
+            elif self.position != standing and now < self.next_beat and self.bookmarks:
+                # Moved by the sweep's turn, between heartbeats: the client learns its position
+                # as a read's bookmark past what it passed over would tell it (`passed_most`).
+                chunk = self.bookmark()
         if chunk:
             return chunk
         if now >= self.next_beat:

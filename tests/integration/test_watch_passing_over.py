@@ -11,13 +11,14 @@ of them."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
 import pytest
 
-from tests.conftest import settings_for_store
-from tests.integration.test_watch import get, now_cursor
+from tests.conftest import redis_settings, settings_for_store
+from tests.integration.test_watch import dechunk, frames, get, now_cursor, open_stream, read_stream
 from tests.integration.test_watch_filters import streamed, write
 from tests.servers import Gunicorn
 
@@ -85,3 +86,115 @@ def test_a_stream_passing_over_writes_sends_what_it_selects_once_and_bookmarks_p
     behind = [len(events_after(server, bookmark)) for bookmark in bookmarks]
     assert behind == sorted(behind, reverse=True), behind  # none stands behind an earlier one
     assert behind[-1] == 0, (behind, blocks[-6:])  # the last stands past every write
+
+
+class EndReads:
+    """Counts the reads of the feed's end (the EVENTS script on the feed's stream, "now") under
+    one key prefix on a Redis, through MONITOR, until `stop`."""
+
+    def __init__(self, redis_server, prefix: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(redis_server.socket))
+        self.sock.sendall(b"MONITOR\r\n")
+        self.data = b""
+        self.read = b' "1" "{%s}:events" ' % prefix.encode()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while chunk := self.sock.recv(65536):
+            self.data += chunk
+
+    def stop(self) -> int:
+        """How many were read."""
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(10)
+        self.sock.close()
+        lines = self.data.split(b"\r\n")
+        return sum(1 for line in lines if self.read in line and b' "now" ' in line)
+
+
+def write_for(server: Gunicorn, seconds: float, number: int) -> None:
+    """Plants of a tag no stream follows, one after another for `seconds`."""
+    ends, plant_id = time.monotonic() + seconds, 760_000 + number * 100_000
+    while time.monotonic() < ends:
+        write(server, plant_id, "fe-other")
+        plant_id += 1
+
+
+def test_quiet_streams_whose_heartbeats_fall_together_share_one_read_of_the_feeds_end(redis_server):
+    """Streams opened together beat together: at each heartbeat that moves them past writes they
+    do not select, they read the feed's end about once between them, not once each."""
+    streams, lasting = 24, 6
+    env = {**redis_settings(redis_server), "PLANTS_EVENTS_HEARTBEAT": "1", "WEB_CONCURRENCY": "1"}
+    # Two read slots (wake_gate.py): a stream's turn seldom finds none free, and is then put off.
+    server = Gunicorn(env={**env, "PLANTS_EVENTS_STREAM_MAX": str(lasting), "GUNICORN_THREADS": "3"})
+    try:
+        cursor = now_cursor(server)
+        reads = EndReads(redis_server, env["PLANTS_STORE_PREFIX"])
+        socks = [open_stream(server, path=f"/events?tags=fe-mine&after={cursor}") for _ in range(streams)]
+        opened = [read_stream(sock, until=b"retry:", seconds=20) for sock in socks]
+        # Writes they pass over, as fast as two writers go: each turn finds the feed changed.
+        writers = [threading.Thread(target=write_for, args=(server, lasting, n)) for n in range(2)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        blocks = [
+            frames(dechunk(first + read_stream(sock, seconds=20))[1])
+            for first, sock in zip(opened, socks, strict=True)
+        ]
+        for sock in socks:
+            sock.close()
+        count = reads.stop()
+    finally:
+        server.stop()
+    moves = [[block["id"] for block in stream if block.get("event") == "bookmark"] for stream in blocks]
+    assert all(len(set(ids)) >= 2 for ids in moves), moves  # each moved at its heartbeats
+    # A heartbeat a second: a read or two at each (one in each read slot, or each side of the
+    # shared second), where each stream reading its own made about `streams` at each.
+    assert count <= 3 * lasting, count
+
+
+@pytest.fixture(scope="module", params=["redis", "cluster"])
+def swept_server(request):
+    """A small retention, so that writes soon reach the sweep, and heartbeats too far apart
+    to move a stream within its life: only the sweep does."""
+    settings = {
+        "PLANTS_EVENTS_RETAIN": "100",
+        "PLANTS_EVENTS_HEARTBEAT": "60",
+        "PLANTS_EVENTS_STREAM_MAX": "8",
+    }
+    env = {**settings, "WEB_CONCURRENCY": "2", **settings_for_store(request, request.param)}
+    server = Gunicorn(env=env)
+    yield server, request.param
+    server.stop()
+
+
+def test_the_sweep_moves_a_quiet_filtered_stream_without_a_read_losing_and_repeating_nothing(swept_server):
+    """Twelve times the sweep's 50 writes, four of them selected: the stream sends those four
+    once each and is never `gone`; and though more than the retention came after the last,
+    the last position it told (a bookmark as it moved) reads on (no 410)."""
+    server, kind = swept_server
+    cursor = now_cursor(server)
+    mine: list[int] = []
+
+    def writes() -> None:
+        for n in range(600):
+            selected = n % 100 == 50 and n < 400  # then 250 it passes over: past the retention
+            if selected:
+                mine.append(770_000 + n)
+            write(server, 770_000 + n, "sw-mine" if selected else f"sw-other-{n % 3}")
+
+    writer = threading.Thread(target=writes, daemon=True)
+    blocks = streamed(server, f"/events?tags=sw-mine&after={cursor}", during=writer.start)
+    writer.join()
+    assert not [block for block in blocks if block.get("event") == "gone"], blocks
+    sent = [
+        json.loads(block["data"])["plant"]["id"] for block in blocks if block.get("event") == "plant.created"
+    ]
+    assert sent == mine if kind == "redis" else sorted(sent) == sorted(mine), (sent, mine)
+    last = [block["id"] for block in blocks if "id" in block][-1]
+    status, _, body = get(server, f"/events?after={last}&tags=sw-mine")
+    assert status == 200, body
+    assert json.loads(body)["events"] == []

@@ -1,5 +1,6 @@
 """Which parked watchers a change wakes (app/watch/wake_index.py): those whose filter it may
-concern, everyone for a change not known, and everyone at each sweep."""
+concern, everyone for a change not known, and everyone at each sweep but those it turns (a
+filtered stream that moves at a turn without reading), which it turns three times as often."""
 
 from app.store import CREATED_EVENT, DELETED_EVENT, UPDATED_EVENT
 from app.watch.filters import EventFilter
@@ -93,3 +94,37 @@ def test_changes_heard_together_wake_the_watchers_of_each_once():
         wake()
     assert sorted(woken) == ["blue", "green"]
     assert len(index) == 1
+
+
+def test_the_sweep_turns_a_watcher_that_moves_without_reading_thrice_as_often_and_leaves_it_filed():
+    index, woken = WakeIndex(sweep_every=6), []
+    filed(index, woken, reads=EventFilter(tags=frozenset({"quiet"})))
+    turning = watcher("turns", woken)
+    index.add(turning, EventFilter(tags=frozenset({"still"})), turns=True)
+    loud = [Touched(CREATED_EVENT, n, ("loud",)) for n in range(12)]
+    assert [fire(index, change, woken) for change in loud[:6]] == [
+        [],
+        ["turns"],
+        [],
+        ["turns"],
+        [],
+        ["reads", "turns"],
+    ]
+    assert turning in index  # turned, never taken: filed as before
+    assert len(index) == 1
+    assert [fire(index, change, woken) for change in loud[6:]] == [[], ["turns"]] * 3
+    # A change that concerns it takes it as any watcher; one not known takes it with everyone.
+    assert fire(index, Touched(CREATED_EVENT, 9, ("still",)), woken) == ["turns"]
+    index.add(turning, EventFilter(tags=frozenset({"still"})), turns=True)
+    assert fire(index, None, woken) == ["turns"]
+    assert len(index) == 0
+
+
+def test_changes_heard_together_turn_a_watcher_once_and_wake_it_once_when_one_concerns_it():
+    index, woken = WakeIndex(sweep_every=2), []
+    index.add(watcher("turns", woken), EventFilter(tags=frozenset({"still"})), turns=True)
+    heard = [Touched(CREATED_EVENT, 1, ("loud",)), Touched(CREATED_EVENT, 2, ("still",))]
+    for wake in index.take_all(heard):
+        wake()
+    assert woken == ["turns"]
+    assert len(index) == 0
