@@ -11,7 +11,8 @@ The attack, held for the whole run, all from one thread on a selector:
 - 1,000 idle connections.
 A connection the service closes is opened again. The probe sends `GET /healthz` and
 `POST /plants`, each on a new connection, every 0.25 s. The goal: every probe answered within
-100 ms at p99, none over 1 s. tests/integration/test_slow_clients.py runs the same, shorter.
+100 ms at p99, none over 1 s. tests/integration/test_slow_clients.py runs the same attack, shorter,
+and asserts no figure: every probe answered with the slow clients' read timeout an hour.
 """
 
 from __future__ import annotations

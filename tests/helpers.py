@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.schemas.records import ErrorSchema
 from app.store import Plant
+from tests.rawhttp import exchange, request
 
 
 def assert_error(status: int, headers: Any, body: bytes, expected: int) -> dict[str, Any]:
@@ -272,3 +273,26 @@ def in_time(work: Callable[[], T], seconds: float = 30) -> T:
         raise failed[0]
     assert done, f"not answered within {seconds} s"
     return done[0]
+
+
+def parked_long_poll(server: Any, token: str, plant_id: int) -> Any:
+    """The answer to a long-poll from `now` that parked: counted as started (its position taken)
+    by a scrape its request thread was free to answer, then woken by a write of `plant_id`, not by
+    its 55 s wait (an hour, to a test's eye); a server with one request thread shows the park."""
+    auth = [("Authorization", f"Bearer {token}")]
+    before = watches_started(server, token)
+    answer: list[Any] = []
+    poll = threading.Thread(
+        target=lambda: answer.append(
+            exchange(server.port, request("GET", "/events?after=now&wait=55", headers=auth), timeout=60)
+        ),
+        daemon=True,
+    )
+    poll.start()
+    wait_for_watches(server, token, before + 1)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    status, _, body = call(server.connection(), "POST", "/plants", {"id": plant_id, "name": "wakes"}, headers)
+    assert status == 200, body
+    poll.join(30)  # generous for a loaded machine; the wait it guards against is 55 s
+    assert answer, "the long-poll was not woken by the write"
+    return answer[0]

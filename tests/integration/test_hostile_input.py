@@ -298,9 +298,8 @@ def test_corpus_is_large_and_named_uniquely():
 
 @pytest.mark.parametrize("case", CORPUS, ids=[case.id for case in CORPUS])
 def test_hostile_case(server, case):
-    started = time.monotonic()
+    # No hang: a case the server neither answers nor closes meets the socket's timeout (an error).
     response = exchange(server.port, case.data, timeout=READ_TIMEOUT + 10)
-    assert time.monotonic() - started < READ_TIMEOUT + 8  # no hang
     if case.expected is None:
         assert response is None
         return

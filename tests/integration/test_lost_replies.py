@@ -27,6 +27,7 @@ from app.store.redis import lua
 from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings, redis_settings
 from tests.dropping_proxy import DroppingProxy
+from tests.helpers import in_time
 from tests.integration.test_cluster import move_slot_whole
 from tests.integration.test_webhook_delivery import wait_until
 from tests.integration.test_webhook_store_stall import (
@@ -425,7 +426,10 @@ def test_a_create_whose_reply_was_lost_runs_once_though_another_client_deleted_i
 #: The store timeout of these tests, as a figure.
 TIMEOUT_S = TIMEOUTS["PLANTS_STORE_TIMEOUT"]
 #: docs/redis-cluster.md: a write whose reply was lost answers within twice the timeout; 0.5 s
-#: more for a busy machine (each step with a whole timeout took 2.5 s and more here).
+#: more for a busy machine (each step with a whole timeout took 2.5 s and more here). A bound
+#: derived from a setting, kept because it is the documented promise (CONTRIBUTING's "No
+#: performance figures"): the steps' wrong outcomes are a few timeouts, not an hour, so no
+#: wider wait could tell them apart.
 SLOWEST_LOST_S = 2 * TIMEOUT_S + 0.5
 
 
@@ -467,8 +471,9 @@ def test_a_write_whose_reply_was_lost_answers_within_two_timeouts_though_its_sto
     assert events_of(client, auth, plant_id, start).count(event) == 1
 
 
-#: A connect timeout longer than the store's: a step's reconnect must still end with the write's time.
-LONG_CONNECT_S = 4 * TIMEOUT_S
+#: A connect timeout of an hour: a step's reconnect must still end with the write's time, and one
+#: that waited for the connect timeout would hang the test's `in_time`.
+LONG_CONNECT_S = 3600
 
 
 def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_timeouts(
@@ -505,7 +510,7 @@ def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_ti
         # The write's reply is lost; the next script's (the read of the feed) is lost in turn.
         proxy.drop_next(after_reply=True, before_drop=lose_the_next_reply_too)
         began = time.monotonic()
-        answer = client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth)
+        answer = in_time(lambda: client.post("/plants", json={"id": plant_id, "name": "once"}, headers=auth))
         took = time.monotonic() - began
         assert stalled.is_set()
         assert took < SLOWEST_LOST_S, (took, answer.status_code)

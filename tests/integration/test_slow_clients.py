@@ -2,8 +2,9 @@
 (two on Redis) keeps answering an honest client while it is attacked (bench/slow_clients.py).
 
 Bounded: the attack is held 12 s with 1,000 idle connections, 50 dribbling heads, 20 dribbling
-bodies (with and without a valid token) and 10 pipelining clients that never read; with a 2 s
-read timeout, each slow client meets its deadline (408) and comes back several times.
+bodies (with and without a valid token) and 10 pipelining clients that never read, with a read
+timeout of an hour (none is let go, and every probe is answered); then 6 s with a 2 s read
+timeout, where each slow client meets its deadline (408) and comes back.
 """
 
 from __future__ import annotations
@@ -18,33 +19,50 @@ from bench.slow_clients import hold
 from tests.conftest import redis_settings
 from tests.servers import TOKEN, Gunicorn
 
-# Behaviour, not speed (the p99 is a figure of `python -m bench slow-clients`, in bench/README.md):
-# an honest client never waits out a slow client's read timeout (GUNICORN_READ_TIMEOUT=2 below).
-# A server whose threads the slow clients held would answer most probes late by up to that 2 s.
-P99_BOUND_MS = 1000
-MAX_BOUND_MS = 2000
+# Behaviour, not speed (the probes' latencies are figures of `python -m bench slow-clients`, in
+# bench/README.md): with the slow clients' read timeout an hour, a request thread a slow client
+# held would leave the honest client's probes unanswered past their 5 s socket timeout.
+AN_HOUR = "3600"
 
 
 @pytest.fixture(params=["memory", "redis"])
-def attacked_server(request):
-    env = {"GUNICORN_READ_TIMEOUT": "2"}
-    if request.param == "redis":
-        env.update(redis_settings(request.getfixturevalue("redis_server")))
-    server = Gunicorn(env=env, args=("--worker-connections", "1000"))
-    yield server
-    server.stop()
+def attacked(request):
+    """A server under attack, on each store, made with its read timeout."""
+    servers = []
+
+    def start(read_timeout: str) -> Gunicorn:
+        env = {"GUNICORN_READ_TIMEOUT": read_timeout}
+        if request.param == "redis":
+            env.update(redis_settings(request.getfixturevalue("redis_server")))
+        servers.append(Gunicorn(env=env, args=("--worker-connections", "1000")))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
 
 
-def test_an_honest_client_is_answered_promptly_under_attack(attacked_server):
-    result = hold(attacked_server.port, 12, token=TOKEN)
-    summary = result.summary()
+@pytest.fixture
+def attacked_server(attacked):
+    return attacked("2")
+
+
+def test_an_honest_client_is_answered_while_slow_clients_hold_their_connections(attacked):
+    server = attacked(AN_HOUR)
+    summary = hold(server.port, 12, token=TOKEN).summary()
+    # Every probe answered, each within its 5 s socket timeout, though no slow client is let go.
     assert summary["failure_count"] == 0, summary
     # A probe pair every 0.25 s and its answers: about 90 in 12 s on an idle machine, fewer on a
     # loaded one; a service held by the attack would answer a handful.
     assert summary["probes"] >= 24, summary
-    assert summary["p99_ms"] < P99_BOUND_MS, summary
-    assert summary["max_ms"] < MAX_BOUND_MS, summary
-    # The slow clients met their deadlines and were closed (then came back).
+    assert "Traceback" not in server.output()
+
+
+def test_slow_clients_meet_their_read_timeout_and_the_service_answers_on(attacked_server):
+    summary = hold(attacked_server.port, 6, token=TOKEN).summary()
+    assert summary["failure_count"] == 0, summary
+    # The slow clients met their 2 s deadlines and were closed (then came back): 80 of them,
+    # about twice each in 6 s.
     assert summary["reconnects"] >= 70, summary
     log = attacked_server.output()
     assert "Answered 408" in log

@@ -16,7 +16,7 @@ import pytest
 from app.settings.schema import LONGEST_WAIT
 from bench.watch import hold, wake
 from tests.conftest import redis_settings, settings_for_store
-from tests.helpers import wait_for_watches, watches_started
+from tests.helpers import in_time, wait_for_watches, watches_started
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, Nginx
 
@@ -94,9 +94,8 @@ def in_background(function, *args):
 def test_a_long_poll_answers_at_once_when_events_are_there(server):
     cursor = now_cursor(server)
     create(server, 710_001)
-    started = time.monotonic()
-    status, headers, body = get(server, f"/events?after={cursor}&wait=30")
-    assert time.monotonic() - started < 10  # at once, not at the wait's 30 s
+    # At once, not at its wait: within in_time's generous bound, well before 55 s.
+    status, headers, body = in_time(lambda: get(server, f"/events?after={cursor}&wait=55"))
     assert status == 200
     assert headers["Content-Type"] == "application/json"
     page = json.loads(body)
@@ -106,16 +105,14 @@ def test_a_long_poll_answers_at_once_when_events_are_there(server):
 def test_a_long_poll_waits_for_the_next_write_and_answers_it(server):
     cursor = now_cursor(server)
     polls = watches_started(server, TOKEN)
-    thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
+    thread, result = in_background(get, server, f"/events?after={cursor}&wait=55")
     wait_for_watches(server, TOKEN, polls + 1)
     assert thread.is_alive()  # waiting: nothing was written yet
     create(server, 710_002)
-    written = time.monotonic()
-    thread.join(5)
+    thread.join(30)  # generous for a loaded machine, and well before its 55 s: at the write
     assert not thread.is_alive()
     status, headers, body = result["answer"]
     assert status == 200
-    assert result["done"] - written < 2
     assert int(headers["Content-Length"]) == len(body)
     page = json.loads(body)
     assert [event["plant"]["id"] for event in page["events"]] == [710_002]
@@ -126,8 +123,9 @@ def test_a_long_poll_waits_for_the_next_write_and_answers_it(server):
 def test_a_long_poll_with_nothing_written_answers_an_empty_page_at_its_end(server):
     cursor = now_cursor(server)
     started = time.monotonic()
-    status, _, body = get(server, f"/events?after={cursor}&wait=1")
-    assert 0.9 < time.monotonic() - started < 5
+    status, _, body = in_time(lambda: get(server, f"/events?after={cursor}&wait=1"))
+    # Its end, not before: a bound derived from `wait`, which a loaded machine only lengthens.
+    assert time.monotonic() - started >= 0.9
     assert status == 200
     assert json.loads(body) == {"events": [], "next": cursor}
 
@@ -142,9 +140,8 @@ def test_a_wait_out_of_range_is_400_naming_it(server, wait):
 
 
 def test_head_with_wait_answers_at_once(server):
-    started = time.monotonic()
-    status, headers, body = get(server, "/events?after=now&wait=30", method="HEAD")
-    assert time.monotonic() - started < 10  # at once, not at the wait's 30 s
+    # At once, not at its wait: within in_time's generous bound, well before 55 s.
+    status, headers, body = in_time(lambda: get(server, "/events?after=now&wait=55", method="HEAD"))
     assert (status, body) == (200, b"")
     assert headers["Content-Type"] == "application/json"
 
@@ -350,14 +347,13 @@ def test_two_hundred_waiting_clients_hold_no_thread_and_an_honest_client_is_serv
     for _ in range(100):
         socks.append(open_stream(server))
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        poll = f"GET /events?after=now&wait=20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        poll = f"GET /events?after=now&wait=55 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
         sock.sendall(poll.encode())
         socks.append(sock)
     wait_for_watches(server, TOKEN, watches + 200)  # each has its position: the write below reaches it
-    started = time.monotonic()
-    status, _, _ = get(server, "/healthz")
+    # Served while the long-polls (55 s) and streams (endless) wait: none holds a thread.
+    status, _, _ = in_time(lambda: get(server, "/healthz"))
     assert status == 200
-    assert time.monotonic() - started < 5  # the long-polls (30 s) hold no thread
     # The feed's signal may have started with the first watch (its listener, and on one Redis one
     # thread following the feed's stream: two a worker); no thread per watcher.
     after = worker_threads(server.process.pid)
@@ -375,16 +371,15 @@ def test_two_hundred_waiting_clients_hold_no_thread_and_an_honest_client_is_serv
 
 
 def test_on_sigterm_a_long_poll_answers_its_empty_page_at_once():
-    server = Gunicorn(env={"GUNICORN_GRACEFUL_TIMEOUT": "20"})
+    # The graceful stop an hour: only the stop's wake-up answers it before its 55 s wait.
+    server = Gunicorn(env={"GUNICORN_GRACEFUL_TIMEOUT": "3600"})
     try:
         cursor = now_cursor(server)
-        thread, result = in_background(get, server, f"/events?after={cursor}&wait=30")
+        thread, result = in_background(get, server, f"/events?after={cursor}&wait=55")
         wait_for_watches(server, TOKEN, 2)  # the page of now_cursor, and the long-poll
-        started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
-        thread.join(10)
+        thread.join(30)  # generous for a loaded machine, and well before its 55 s
         assert not thread.is_alive()
-        assert time.monotonic() - started < 5
         status, _, body = result["answer"]
         assert (status, json.loads(body)) == (200, {"events": [], "next": cursor})
         assert server.process.wait(20) == 0
@@ -396,7 +391,7 @@ def test_on_stock_gthread_a_long_poll_waits_in_its_thread():
     server = Gunicorn(env={"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "4"})
     try:
         cursor = now_cursor(server)
-        thread, result = in_background(get, server, f"/events?after={cursor}&wait=20")
+        thread, result = in_background(get, server, f"/events?after={cursor}&wait=55")
         wait_for_watches(server, TOKEN, 2)  # the page of now_cursor, and the long-poll
         create(server, 710_050)
         thread.join(5)
@@ -640,16 +635,14 @@ def test_a_long_poll_that_arrives_during_the_graceful_stop_is_answered_at_once()
     server = Gunicorn(env={"GUNICORN_GRACEFUL_TIMEOUT": "20"})
     try:
         cursor = now_cursor(server)
-        kept = server.connection(timeout=15)
+        kept = server.connection(timeout=30)  # generous, and well before the wait's 55 s
         kept.request("GET", "/healthz")
         assert kept.getresponse().read()
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.3)
-        started = time.monotonic()
-        kept.request("GET", f"/events?after={cursor}&wait=30", headers=AUTH)
-        response = kept.getresponse()
+        kept.request("GET", f"/events?after={cursor}&wait=55", headers=AUTH)
+        response = kept.getresponse()  # at the stop, not at the wait: within the socket's timeout
         assert (response.status, json.loads(response.read())) == (200, {"events": [], "next": cursor})
-        assert time.monotonic() - started < 10  # at the stop, not at the wait's 30 s
         assert server.process.wait(20) == 0
     finally:
         server.stop()

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from app.webhooks import keepalive
 from app.webhooks.keepalive import Slot
 from app.webhooks.sender import Attempt, Watchdog, send
+from tests.helpers import in_time
 from tests.receiver import ClosingReceiver, RawReceiver, Receiver
 
 ERRORS = {"timeout", "refused", "redirect", "tls", "address", "name_not_resolved", "connection", "internal"}
@@ -325,16 +326,14 @@ def test_the_watchdog_ends_an_attempt_on_a_kept_connection_that_trickles():
     threading.Thread(target=expire, daemon=True).start()
     try:
         first = attempt(url, slot, timeout=1.0, watchdog=watchdog)
-        started = time.monotonic()
-        second = attempt(url, slot, timeout=1.0, watchdog=watchdog)
-        took = time.monotonic() - started
+        # Not the trickle's end (50 s, a 204 delivered), within a wait generous for a loaded machine.
+        second = in_time(lambda: attempt(url, slot, timeout=1.0, watchdog=watchdog))
     finally:
         stop.set()
         slot.close()
         listener.close()
     assert first.delivered
     assert second.error == "timeout"
-    assert took < 5.0  # its 1 s timeout, not the trickle's 50 s
     assert slot.connection is None
 
 
@@ -345,15 +344,13 @@ def test_an_answer_whose_body_trickles_past_the_timeout_is_a_timeout_whoever_not
     or a timeout by the luck of the watchdog's poll. Without a watchdog, only the loop sees it."""
     url, stop, listener = trickling(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x" * 1000)
     try:
-        started = time.monotonic()
-        outcome = send(url, b"{}", dict(HEADERS), timeout=0.5, allowed=("127.0.0.1",))
-        took = time.monotonic() - started
+        # Not the trickle's end (50 s, a 200 delivered), within a wait generous for a loaded machine.
+        outcome = in_time(lambda: send(url, b"{}", dict(HEADERS), timeout=0.5, allowed=("127.0.0.1",)))
     finally:
         stop.set()
         listener.close()
     assert (outcome.status, outcome.error) == (None, "timeout")
     assert not outcome.delivered
-    assert took < 5.0  # its 0.5 s timeout, not the trickle's 50 s
 
 
 @pytest.mark.parametrize(
