@@ -67,12 +67,10 @@ class FeedSignal:
         self.ends = FeedEnds()
         self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
-        #: How far the listener had heard the feed when the signal last woke the watchers what
-        #: it heard concerns (listener.py: `Heard`), or None.
+        #: How far the listener had heard the feed at its last wake-up (listener.py: `Heard`), or None.
         self._heard: Any = None
         self._feed_listener = FeedListenerThread(feed_listener, self._someone_waits, self._notify, self._lock)
-        #: The process stops (`stop_watches`): every watch ends at its next turn.
-        self.stopping = False
+        self.stopping = False  # `stop_watches`: every watch ends at its next turn
 
     @property
     def version(self) -> int:
@@ -106,16 +104,13 @@ class FeedSignal:
     ) -> None:
         """Call `wake` once when the feed has changed since version `seen` (at once if it has),
         by a change `only` may select (or any, at times: wake_index.py; `turns`: the sweep calls
-        it, left filed, for a turn). The wake-up is filed (`WakeIndex.add`) until a change takes
-        it: this process's write (`notify`) or another process's, heard by the listener thread
-        (feed_listener.py: `FeedListenerThread._listen`). `wake` is the server's: the packaged
-        worker's (app/server/worker/loop.py: `Registry.wake`), or the Event a watch blocked in its
-        thread waits on (app/watch/watches.py: `Watch._block`)."""
+        it, left filed, for a turn). Filed (`WakeIndex.add`) until a change takes it: this
+        process's write (`notify`) or another's, heard by the listener (feed_listener.py). `wake`
+        is the packaged worker's `Registry.wake`, or the Event of a watch blocked in its thread."""
         with self._lock:
-            # Still filed: no change since it was filed concerns it (a turn at its deadline), unless
-            # its watch asked to read on at once (a `seen` the feed never has: watches.py).
-            changed = self._version != seen and (seen < 0 or wake not in self._wakes)
-            changed = changed or self.stopping  # filed after `stop_watches`: no wake-up would come
+            # Still filed: no change since concerns it (a turn at its deadline), unless its watch
+            # asked to read on at once (a `seen` the feed never has), or the process stops.
+            changed = self.stopping or (self._version != seen and (seen < 0 or wake not in self._wakes))
             if not changed:
                 self._wakes.add(wake, only, turns)
                 self.waiting = len(self._wakes)
@@ -127,19 +122,10 @@ class FeedSignal:
             self._feed_listener.start()
 
     def stop_watches(self) -> None:
-        """The process stops: every watch ends at its next turn (watches.py), and each waiting
-        now is woken for it. A worker that parks watches ends them itself as it stops; under
-        another (gunicorn's gthread) a watch holds its request thread, which the worker's exit
-        waits for, and a reload's handoff with it, for as long as the watch would have lasted."""
-        with self._lock:
-            self.stopping = True
-            wakes = self._wakes.take_all(None, counted=False) if self.waiting else []
-            self.waiting = len(self._wakes)
-        for wake in wakes:
-            try:
-                wake()
-            except Exception:
-                log.exception("A feed watcher's wake-up failed")
+        """The process stops: every watch ends at its next turn, each waiting now woken for it (under
+        gthread a watch holds a request thread, which the worker's exit and a reload wait for)."""
+        self.stopping = True  # before the wake-ups: one filed after them sees it (`subscribe`)
+        self._notify(None, counted=False)
 
     def unsubscribe(self, wake: Callable[[], None]) -> None:
         with self._lock:
@@ -162,15 +148,13 @@ class FeedSignal:
 
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
-        known), and every observer. Every write calls it (app/extension.py:
-        `PlantsState.count_event`): with no watcher it is a counter, a flag and the observers
-        (measured in bench/README.md)."""
+        known), and every observer. Every write calls it (`PlantsState.count_event`): with no
+        watcher it is a counter, a flag and the observers (measured in bench/README.md)."""
         # Where the listener tells how far it heard, it hears this write too: counted then, once.
         self._notify(None if change is None else [change], None, self._heard is None)
 
     def _notify(self, changes: list[Touched] | None, heard: Any = None, counted: bool = True) -> None:
-        """Wake the watchers `changes` may concern (None: every one), and every observer; `heard`:
-        how far the listener had heard the feed with them (`quiet`)."""
+        """Wake the watchers `changes` may concern (None: all), and the observers; `heard`: see `quiet`."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
             self._version += 1
@@ -198,11 +182,10 @@ class FeedSignal:
         return self._heard is not None
 
     def quiet(self, wake: Callable[[], None], ahead: bytes | None) -> tuple[int, bool] | None:
-        """If `wake` is still filed (no change since it was filed concerns its watcher: a sweep,
-        or a change not known, would have taken it), the feed's version and whether every event
-        up to the position `ahead` had been heard, and judged, by then: all of them passed over
-        this watcher. None otherwise. One step under the lock: a change judged after it may
-        take the watcher, and is then read from wherever it moves."""
+        """If `wake` is still filed (no change since concerns its watcher), the feed's version and
+        whether every event up to the position `ahead` had been heard, and judged, by then: all
+        passed over this watcher. None otherwise. One step under the lock: a change judged after
+        it may take the watcher, which is then read from wherever it moves."""
         with self._lock:
             if wake not in self._wakes:
                 return None
@@ -210,7 +193,6 @@ class FeedSignal:
             return self._version, ahead is not None and heard is not None and heard.covers(ahead)
 
     def close(self, timeout: float = 5.0) -> bool:
-        """End the feed's listener for good (its thread, its connections), waiting for it up to
-        `timeout` seconds; whether it has ended. The watchers left are not woken: the app's owner
-        is done with it."""
+        """End the feed's listener for good (its thread, its connections), waiting up to `timeout`
+        seconds; whether it has ended. The watchers left are not woken: the app's owner is done."""
         return self._feed_listener.close(timeout)
