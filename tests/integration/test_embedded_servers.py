@@ -9,6 +9,7 @@ docs/operations.md says."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -92,7 +93,8 @@ def call(server: Served, method, path, body=None, headers=None):
     try:
         data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
         sent = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
-        conn.request(method, path, body=data, headers=sent)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # answered before its end
+            conn.request(method, path, body=data, headers=sent)
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -105,7 +107,10 @@ def call_chunked(server: Served, path: str, body: bytes, headers: dict[str, str]
     try:
         chunks = (body[start : start + 65536] for start in range(0, len(body), 65536))
         sent = {**headers, "Content-Type": "application/json", "Transfer-Encoding": "chunked"}
-        conn.request("POST", path, body=chunks, headers=sent, encode_chunked=True)
+        # A server may answer an oversized body and close before it has read the rest: as it
+        # lingers for a bounded while, the client's send may break, its answer still readable.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.request("POST", path, body=chunks, headers=sent, encode_chunked=True)
         response = conn.getresponse()
         return response.status, response.read()
     finally:
