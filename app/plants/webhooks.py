@@ -48,6 +48,8 @@ _replay_schema = ReplaySchema()
 #: delivery's outcome moved what the change read: an endpoint that keeps up with a stream of
 #: writes stores one for each, so a change made while it delivers may need a few tries.
 _TRIES = 10
+#: A fresh schedule of attempts for the event the deliveries stand at, due now.
+_RETRY_ANEW = {"tries": "0", "due": "0"}
 #: The URL's host is resolved off the request thread; a request waits on a name server at most
 #: PLANTS_WEBHOOKS_LOOKUP_WAIT (lookups.py).
 _lookups = Lookups()
@@ -131,7 +133,7 @@ def patch_webhook(endpoint_id: str) -> Response:
             # the epoch drops the outcome of an attempt to the old one still under way. No
             # position: the event is the one the deliveries stand at when this is stored, one
             # delivered meanwhile not sent again.
-            fields.update(epoch=str(endpoint.epoch + 1), **_retry_anew())
+            fields.update(epoch=str(endpoint.epoch + 1), **_RETRY_ANEW)
         elif (
             _dropped_a_type(endpoint, changed)
             and endpoint.status == ENABLED
@@ -144,7 +146,7 @@ def patch_webhook(endpoint_id: str) -> Response:
             fields["due"] = str(time.time_ns() // 1_000_000)
         status = patch.get("status")
         if status == ENABLED and endpoint.status != ENABLED:
-            fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1), **_retry_anew())
+            fields.update(status=ENABLED, reason="", epoch=str(endpoint.epoch + 1), **_RETRY_ANEW)
         elif status == DISABLED and endpoint.status != DISABLED:
             fields.update(status=DISABLED, reason="Disabled through the API.")
         return fields
@@ -153,11 +155,6 @@ def patch_webhook(endpoint_id: str) -> Response:
     if endpoint.status == ENABLED:
         state.deliverer.start()
     return _with_secrets(record(endpoint))
-
-
-def _retry_anew() -> dict[str, str]:
-    """A fresh schedule of attempts for the event the deliveries stand at, due now."""
-    return {"tries": "0", "due": "0"}
 
 
 def _dropped_a_type(endpoint: Endpoint, changed: Endpoint) -> bool:
