@@ -12,9 +12,12 @@ its token there, where the ticket goes; it is refused, but the token is good.
 Nor the value of any parameter the service does not define, under whatever name a client invents
 (`?token=`, `?api_key=`, `?%61fter=`): a log cannot tell a token from a cache-buster, and the
 service never reads them, so nothing an operator needs is lost. Its own parameters (`READABLE`,
-spelled as the service reads them) stay readable: ids, cursors, tags and numbers. A name without
-`=` has no value, and is written as sent. Nor a request target's fragment (`#...`), which no server
-reads as the query, whole. deploy/nginx-plants.conf applies the same rule.
+spelled as the service reads them) stay readable: ids, cursors, tags and numbers. Nor any other
+name without a value (`?s3cr3t`, or `?s3cr3t=` as a client's URLSearchParams writes it): a client
+may send its token as a bare word, and the name is then the secret; it is written `[redacted]`.
+In free text a bare word counts only in a URL's query, after a word with a `/` (`/plants?s3cr3t`),
+not after a sentence's `?`. Nor a request target's fragment (`#...`), which no server reads as the
+query, whole. deploy/nginx-plants.conf applies the same rule.
 """
 
 from __future__ import annotations
@@ -59,30 +62,55 @@ _TICKET_PARAMETER = re.compile(
 #: show; `ticket` is one, but a credential. Any other parameter's value is redacted.
 READABLE = frozenset({"after", "limit", "tags", "wait", "ids", "types", "bookmarks", "snapshot"})
 REDACTED = "[redacted]"
-#: A URL's query in any text (a log message names a request's URI), up to a space, quote or fragment.
-_QUERY = re.compile(r"\?([^\s\"#]+)")
+#: A URL's query in any text (a log message names a request's URI), up to a space, quote or fragment,
+#: and the word it follows, read from the word's start (possessively: a long word is read once).
+_QUERY = re.compile(r"(?:(?<![^\s\"])([^\s\"?#]*+))?\?([^\s\"#]+)")
 #: A query's parameters: `&` separates them, and `;` too, as some servers read it (so a value after
 #: one is never left out as part of a readable value).
 _SEPARATOR = re.compile("([&;])")
+_PARTS = re.compile("[&;]")
+#: The parts without `=` a log may show: the service's own names, an empty part, one redacted.
+_SHOWN_BARE = READABLE | {"", REDACTED, SCRUBBED}
 
 
 def _unreadable(part: str) -> bool:
-    """Whether a query's part is a parameter with a value a log may not show."""
+    """Whether a query's part is a parameter a log may not show as sent: its value, or the whole of
+    a part without one (any name but the service's own may be a client's token), or with a name
+    that holds a `?`."""
     name, equals, value = part.partition("=")
-    return bool(equals) and name not in READABLE and value != REDACTED and value != SCRUBBED
+    if not equals:
+        return part not in _SHOWN_BARE
+    return name not in READABLE and ("?" in name or (value != REDACTED and value != SCRUBBED))
 
 
-def _holds_unreadable(query: str) -> bool:
-    return "=" in query and any(map(_unreadable, _SEPARATOR.split(query)))
+def _unreadable_value(part: str) -> bool:
+    """Whether a query's part is a parameter with a value a log may not show."""
+    return "=" in part and _unreadable(part)
 
 
-def _redact_unreadable(query: str) -> str:
-    """`query` (without its `?`) with each unreadable parameter's value replaced."""
+def _holds_unreadable(query: str, in_url: bool = True) -> bool:
+    """Whether `query` (without its `?`) holds a part a log may not show; `in_url` False for a `?`
+    in free text that follows no URL's path, where only a value is looked for."""
+    return any(map(_unreadable if in_url else _unreadable_value, _PARTS.split(query)))
+
+
+def _redact_unreadable(query: str, in_url: bool = True) -> str:
+    """`query` (without its `?`) with each unreadable parameter's value replaced, and each name
+    without a value (`in_url`, as `_holds_unreadable`)."""
     parts = _SEPARATOR.split(query)
-    for index, part in enumerate(parts):
-        if _unreadable(part):
-            parts[index] = part.partition("=")[0] + "=" + REDACTED
+    unreadable = _unreadable if in_url else _unreadable_value
+    for index in range(0, len(parts), 2):  # the odd ones are the separators
+        if unreadable(part := parts[index]):
+            name, _, value = part.partition("=")
+            # A name with a `?` is a bare word and a second query (`?s3cr3t?limit=5`, a URL that
+            # had a query given another): its name holds the word.
+            parts[index] = name + "=" + REDACTED if value and "?" not in name else REDACTED
     return "".join(parts)
+
+
+def _in_url(query: re.Match[str]) -> bool:
+    """Whether a `_QUERY` found in free text follows a URL's path: a word with a `/`."""
+    return "/" in (query.group(1) or "")
 
 
 def query_holds_secret(query: str) -> bool:
@@ -128,7 +156,10 @@ def holds_secret(text: str) -> bool:
         or "access_token=" in lowered  # as `_ACCESS_TOKEN` and nginx's map read it: in any case
         or "ticket=" in lowered
         or ("%" in text and any(pattern.search(text) is not None for pattern in _MAY_BE_ENCODED))
-        or ("?" in text and any(_holds_unreadable(query) for query in _QUERY.findall(text)))
+        or (
+            "?" in text
+            and any(_holds_unreadable(query[2], _in_url(query)) for query in _QUERY.finditer(text))
+        )
     )
 
 
@@ -137,4 +168,8 @@ def scrub(text: str) -> str:
     query every value a log may not show, replaced."""
     text = _ACCESS_TOKEN.sub(_PARAMETER_REDACTED, _TICKET.sub(SCRUBBED, text))
     text = _TICKET_PARAMETER.sub(_PARAMETER_REDACTED, text)
-    return _QUERY.sub(lambda query: "?" + _redact_unreadable(query.group(1)), text) if "?" in text else text
+    return _QUERY.sub(_scrub_query_in_text, text) if "?" in text else text
+
+
+def _scrub_query_in_text(query: re.Match[str]) -> str:
+    return (query.group(1) or "") + "?" + _redact_unreadable(query.group(2), _in_url(query))

@@ -243,9 +243,9 @@ def test_a_log_file_gunicorn_would_leave_empty_stops_the_start(tmp_path, option)
 def test_a_log_file_of_stdout_is_what_the_service_does(stdout):
     server = Gunicorn(args=("--access-logfile", stdout, "--error-logfile", stdout))
     try:
-        assert call(server.connection(), "GET", "/healthz?logged", None, {})[0] == 200
+        assert call(server.connection(), "GET", "/healthz?after=logged", None, {})[0] == 200
         assert server.stop() == 0
-        assert server.output().count('"GET /healthz?logged HTTP/1.1" 200') == 1  # once: one handler
+        assert server.output().count('"GET /healthz?after=logged HTTP/1.1" 200') == 1  # once: one handler
     finally:
         server.stop()
 

@@ -83,7 +83,7 @@ def test_nginx_request_id_is_answered_and_logged_and_a_clients_own_is_replaced(t
     app, proxy = trusted
     marker = uuid.uuid4().hex
     _, headers, _ = call(
-        connect(proxy.port), "GET", f"/healthz?{marker}", headers={"X-Request-Id": "chosen-by-client"}
+        connect(proxy.port), "GET", f"/healthz?after={marker}", headers={"X-Request-Id": "chosen-by-client"}
     )
     request_id = headers["X-Request-Id"]
     assert re.fullmatch(r"[0-9a-f]{32}", request_id)
@@ -234,24 +234,24 @@ def test_trusted_proxy_gives_the_app_the_clients_address_and_scheme(trusted, tls
     app, proxy = trusted
     marker = uuid.uuid4().hex
     port = proxy.tls_port if tls else proxy.port
-    status, _, _ = call(connect(port, tls), "GET", f"/healthz?{marker}", headers=SPOOFED)
+    status, _, _ = call(connect(port, tls), "GET", f"/healthz?after={marker}", headers=SPOOFED)
     assert status == 200
     # The client's own address and scheme, not the proxy's, and not what the client claimed.
-    assert access_log_line(app, marker).startswith(f'127.0.0.2 {scheme} "GET /healthz?{marker} ')
+    assert access_log_line(app, marker).startswith(f'127.0.0.2 {scheme} "GET /healthz?after={marker} ')
 
 
 def test_untrusted_proxy_headers_are_ignored(untrusted):
     app, proxy = untrusted
     marker = uuid.uuid4().hex
-    status, _, _ = call(connect(proxy.tls_port, tls=True), "GET", f"/healthz?{marker}", headers=SPOOFED)
+    status, _, _ = call(connect(proxy.tls_port, tls=True), "GET", f"/healthz?after={marker}", headers=SPOOFED)
     assert status == 200
     assert access_log_line(app, marker).startswith(
-        f'127.0.0.1 http "GET /healthz?{marker} '
+        f'127.0.0.1 http "GET /healthz?after={marker} '
     )  # the proxy, as is
     marker = uuid.uuid4().hex
     direct = http.client.HTTPConnection("127.0.0.1", app.port, timeout=15, source_address=CLIENT)
-    assert call(direct, "GET", f"/healthz?{marker}", headers=SPOOFED)[0] == 200
-    assert access_log_line(app, marker).startswith(f'127.0.0.2 http "GET /healthz?{marker} ')
+    assert call(direct, "GET", f"/healthz?after={marker}", headers=SPOOFED)[0] == 200
+    assert access_log_line(app, marker).startswith(f'127.0.0.2 http "GET /healthz?after={marker} ')
 
 
 @pytest.mark.parametrize("size", [64 * 1024 + 1, 70_000, 2_000_000])
