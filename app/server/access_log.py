@@ -10,8 +10,9 @@ One atom is added: `%(time)s`, when the response was finished, in UTC as RFC 333
 milliseconds (`2026-11-23T09:11:55.123Z`), for joining logs by time. Each line also carries the
 request's fields (app/telemetry/logs.py), its status and its duration, for the JSON log.
 
-A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and the value of any
-parameter the service does not define (app/telemetry/redact.py), is replaced in every atom.
+A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), the value of any
+parameter the service does not define, and such a name without a value (`?s3cr3t`, which may be a
+client's token: app/telemetry/redact.py), are replaced in every atom.
 
 The line's record is made directly (`AccessRecord`) and handed to the logger's `handle`, the same
 bytes as `Logger.info` would write, without what logging looks up for every record and the shipped

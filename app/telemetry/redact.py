@@ -65,22 +65,22 @@ REDACTED = "[redacted]"
 #: A URL's query in any text (a log message names a request's URI), up to a space, quote or fragment,
 #: and the word it follows, read from the word's start (possessively: a long word is read once).
 _QUERY = re.compile(r"(?:(?<![^\s\"])([^\s\"?#]*+))?\?([^\s\"#]+)")
-#: A query's parameters: `&` separates them, and `;` too, as some servers read it (so a value after
-#: one is never left out as part of a readable value).
-_SEPARATOR = re.compile("([&;])")
-_PARTS = re.compile("[&;]")
+#: A query's parameters: `&` separates them, and `;` too, as some servers read it, and here a `?`
+#: (a URL with a query given another: `?s3cr3t?limit=5`, `?limit=5?s3cr3t`), so that a part after
+#: one is never left out as part of a readable value, nor shown as a readable value's name.
+_SEPARATOR = re.compile("([&;?])")
+_PARTS = re.compile("[&;?]")
 #: The parts without `=` a log may show: the service's own names, an empty part, one redacted.
 _SHOWN_BARE = READABLE | {"", REDACTED, SCRUBBED}
 
 
 def _unreadable(part: str) -> bool:
     """Whether a query's part is a parameter a log may not show as sent: its value, or the whole of
-    a part without one (any name but the service's own may be a client's token), or with a name
-    that holds a `?`."""
+    a part without one (any name but the service's own may be a client's token)."""
     name, equals, value = part.partition("=")
     if not equals:
         return part not in _SHOWN_BARE
-    return name not in READABLE and ("?" in name or (value != REDACTED and value != SCRUBBED))
+    return name not in READABLE and value != REDACTED and value != SCRUBBED
 
 
 def _unreadable_value(part: str) -> bool:
@@ -102,9 +102,7 @@ def _redact_unreadable(query: str, in_url: bool = True) -> str:
     for index in range(0, len(parts), 2):  # the odd ones are the separators
         if unreadable(part := parts[index]):
             name, _, value = part.partition("=")
-            # A name with a `?` is a bare word and a second query (`?s3cr3t?limit=5`, a URL that
-            # had a query given another): its name holds the word.
-            parts[index] = name + "=" + REDACTED if value and "?" not in name else REDACTED
+            parts[index] = name + "=" + REDACTED if value else REDACTED
     return "".join(parts)
 
 

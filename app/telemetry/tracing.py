@@ -103,7 +103,7 @@ _TARGETS = frozenset({"http.target", "http.url", "url.full"})
 
 def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and any value
-    the logs redact (app/telemetry/redact.py), leaves the server span's URL attributes
+    or bare name the logs redact (app/telemetry/redact.py), leaves the server span's URL attributes
     (`http.target`, `url.query`, ...): the instrumentation's response hook runs once it has set
     them all, before the span ends. A request that matched no route keeps
     only its method as its name (as OpenTelemetry's HTTP conventions name it): the

@@ -398,7 +398,8 @@ def test_a_forged_ticket_is_refused_and_counted_before_the_store_is_read(tmp_pat
             "/healthz?limit=1&[redacted]#[redacted] ",
             "/healthz?limit=1&[redacted] ",
         ),
-        ("/healthz?{}?limit=5", "/healthz?[redacted] ", "/healthz?[redacted] "),
+        ("/healthz?{}?limit=5", "/healthz?[redacted]?limit=5 ", "/healthz?[redacted] "),
+        ("/healthz?limit=5?{}", "/healthz?limit=5?[redacted] ", "/healthz?limit=5?[redacted] "),
         (
             "/healthz?" + "tags=a&" * 300 + "{}",
             "/healthz?" + "tags=a&" * 300 + "[redacted] ",

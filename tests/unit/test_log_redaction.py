@@ -80,9 +80,11 @@ def test_the_services_own_parameters_stay_readable(query):
         ("%61fter", "[redacted]"),  # not a name the service reads, encoded
         ("After", "[redacted]"),
         ("s3cr3t%3Dabc", "[redacted]"),  # an encoded `=` separates nothing
-        ("s3cr3t?limit=5", "[redacted]"),  # a URL with a query given another
-        ("s3cr3t?token=5&after=now", "[redacted]&after=now"),
-        ("s3cr3t?ticket=plwt_x", "[redacted]"),
+        ("s3cr3t?limit=5", "[redacted]?limit=5"),  # a URL with a query given another
+        ("limit=5?s3cr3t", "limit=5?[redacted]"),
+        ("after=now?s3cr3t=x", "after=now?s3cr3t=[redacted]"),
+        ("s3cr3t?token=5&after=now", "[redacted]?token=[redacted]&after=now"),
+        ("s3cr3t?ticket=plwt_x", "[redacted]?ticket=plwt_[redacted]"),
         ("access_token", "[redacted]"),
     ],
 )
