@@ -102,7 +102,8 @@ def _redact_unreadable(query: str, in_url: bool = True) -> str:
     for index in range(0, len(parts), 2):  # the odd ones are the separators
         if unreadable(part := parts[index]):
             name, _, value = part.partition("=")
-            parts[index] = name + "=" + REDACTED if value else REDACTED
+            # `name=` is a name without a value too (in a URL: free text's `?db=` stays a name).
+            parts[index] = name + "=" + REDACTED if value or not in_url else REDACTED
     return "".join(parts)
 
 

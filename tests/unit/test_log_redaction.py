@@ -128,6 +128,15 @@ def test_a_bare_word_in_an_error_line_is_redacted():
     assert "/plants?after&[redacted]" in str(record.exc_text)
 
 
+def test_a_parameter_named_in_a_sentence_keeps_its_name():
+    """Outside a URL only a value is redacted, as before bare words were: a message that names a
+    parameter (`remove ?db=`) still says which."""
+    assert (
+        scrub("a cluster has only database 0: remove ?db=")
+        == "a cluster has only database 0: remove ?db=[redacted]"
+    )
+
+
 def test_a_long_query_is_redacted_to_its_end():
     """A request line may take 8 KiB: the name after a thousand readable parameters is redacted."""
     readable = "&".join(["tags=fern"] * 1000)
