@@ -33,9 +33,9 @@ KINDS = ("unit", "contract", "integration")
 #: The modules whose tests take half a minute or more each (schemathesis, valgrind, the benchmarks'
 #: smoke runs, chromium). They run first, so that the short ones fill in at the end instead of
 #: one worker finishing a two-minute test alone. pytest-xdist's `load` hands each worker a first
-#: run of consecutive tests (an eighth of them, with -n 2: 384 of 3,073), so these all go to
-#: the first worker, which is right while they take less than half the run (under 900 of the
-#: last run's 2,400 worker-seconds); the second worker takes the rest as it goes.
+#: run of consecutive tests (a twelfth of them, with -n 3: 374 of 4,494), so these all go to
+#: the first worker, which is right while they take at most a third of the run (about 840 of
+#: the last run's 2,600 worker-seconds); the others take the rest as they go.
 SLOW_MODULES = (
     "test_contract.py",
     "test_instruction_budget.py",
