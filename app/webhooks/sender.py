@@ -1,6 +1,6 @@
-"""One delivery attempt: an HTTP POST to the checked address, bounded by the timeout, redirects
-not followed, the answer's body read up to a small limit and dropped; on the endpoint's kept-alive
-connection when it may be reused (keepalive.py)."""
+"""One delivery attempt: an HTTP POST to a checked address (the first that takes the connection),
+bounded by the timeout, redirects not followed, the answer's body read up to a small limit and
+dropped; on the endpoint's kept-alive connection when it may be reused (keepalive.py)."""
 
 from __future__ import annotations
 
@@ -146,17 +146,39 @@ class _Watched(FinalAnswerConnection):
     def __init__(self, where: Target, timeout: float, watchdog: Watchdog | None) -> None:
         super().__init__(where.address, where.port, timeout=timeout)
         self._watchdog = watchdog
+        #: Every address the host resolved to, each checked, in the resolver's order.
+        self.addresses = where.addresses or (where.address,)
         #: The deadline of the attempt in progress.
         self.deadline = 0.0
         self.watched: socket.socket | None = None
 
     def _open(self) -> socket.socket:
-        """A socket connected to the checked address, watched from before it connects: a stop
-        that cuts attempts off (Deliverer.stop) ends one whose connection is never answered (a
-        receiver's firewall that drops it, a full backlog) too, not only one whose answer is
-        slow; a connection's timeout alone would hold the stopping process that long."""
+        """A socket connected to the first of the checked addresses that takes the connection
+        (the next is tried when one refuses it or cannot be reached, as HTTP clients do: a name
+        with an address per server, one of them down, is still delivered to); `host` is then
+        that address, the one a kept connection is known by. Each is watched from before it
+        connects: a stop that cuts attempts off (Deliverer.stop) ends one whose connection is
+        never answered (a receiver's firewall that drops it, a full backlog) too, not only one
+        whose answer is slow; a connection's timeout alone would hold the stopping process
+        that long. A timeout, or the watchdog's cut, ends the attempt: its deadline is gone."""
+        failure: OSError | None = None
+        for address in self.addresses:
+            try:
+                sock = self._connected(address)
+            except TimeoutError:
+                raise
+            except OSError as exc:
+                if self.end():  # cut off, or past the deadline, as it connected
+                    raise TimeoutError from exc
+                failure = exc
+                continue
+            self.host = address
+            return sock
+        raise failure or OSError("no address to connect to")
+
+    def _connected(self, host: str) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(
-            self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+            host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
         )[0]
         sock = socket.socket(family, kind, proto)
         try:

@@ -487,3 +487,46 @@ def test_https_to_a_fully_qualified_name_verifies_the_name_without_its_trailing_
     assert (outcome.status, outcome.error) == (200, None)
     assert names == ["hooks.internal"]
     assert f"\r\nHost: hooks.internal.:{port}".encode() in heads[0]
+
+
+def down_first(host: str, port: int, **_: object) -> list[tuple]:
+    """Resolves every name to 127.0.0.2, where no test's receiver listens, then 127.0.0.1."""
+    return [
+        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+        for address in ("127.0.0.2", "127.0.0.1")
+    ]
+
+
+def test_a_host_whose_first_address_refuses_is_reached_at_its_next_one():
+    """The host resolves to two addresses, the first one's receiver down (nothing listens on
+    127.0.0.2: refused) and the second up, as a name with an A record per server, one of them
+    down, or an AAAA record the network cannot reach, answers: the attempt connects to the next
+    address checked, as HTTP clients do, rather than failing at every attempt while the
+    receiver is up; and its connection is kept, and reused, at the address that answered."""
+    receiver, slot = Receiver(hosts=("127.0.0.1",)), Slot()
+    url = f"http://hooks.example:{receiver.port}/hook"
+    try:
+        outcomes = [attempt(url, slot, allowed=("hooks.example",), resolve=down_first) for _ in range(2)]
+    finally:
+        slot.close()
+        receiver.stop()
+    assert [(outcome.status, outcome.error) for outcome in outcomes] == [(204, None)] * 2
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.1"] * 2
+    first, second = receiver.connections()
+    assert first == second
+
+
+def test_an_attempt_whose_every_address_refuses_is_refused():
+    """Every address the host resolves to refuses the connection: one failed attempt, `refused`."""
+    with socket.socket() as probe:  # a port nothing listens on, on either address
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    slot = Slot()
+    try:
+        outcome = attempt(
+            f"http://hooks.example:{port}/hook", slot, allowed=("hooks.example",), resolve=down_first
+        )
+    finally:
+        slot.close()
+    assert (outcome.status, outcome.error) == (None, "refused")
+    assert slot.connection is None
