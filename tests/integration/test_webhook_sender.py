@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,7 @@ from app.webhooks import keepalive
 from app.webhooks.keepalive import Slot
 from app.webhooks.sender import Attempt, Watchdog, send
 from tests.helpers import in_time
-from tests.receiver import ClosingReceiver, RawReceiver, Receiver
+from tests.receiver import ClosingReceiver, RawReceiver, Receiver, StalledReceiver
 
 ERRORS = {"timeout", "refused", "redirect", "tls", "address", "name_not_resolved", "connection", "internal"}
 HEADERS = {"Content-Type": "application/json", "webhook-id": "msg_1"}
@@ -489,12 +490,20 @@ def test_https_to_a_fully_qualified_name_verifies_the_name_without_its_trailing_
     assert f"\r\nHost: hooks.internal.:{port}".encode() in heads[0]
 
 
-def down_first(host: str, port: int, **_: object) -> list[tuple]:
-    """Resolves every name to 127.0.0.2, where no test's receiver listens, then 127.0.0.1."""
-    return [
-        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
-        for address in ("127.0.0.2", "127.0.0.1")
-    ]
+def resolving(*addresses: str) -> Callable[..., list[tuple]]:
+    """A resolver that answers every name with `addresses`, in that order, as getaddrinfo would."""
+
+    def resolve(host: str, port: int, **_: object) -> list[tuple]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+            for address in addresses
+        ]
+
+    return resolve
+
+
+#: 127.0.0.2 first, where no test's receiver listens, then 127.0.0.1.
+DOWN_FIRST = resolving("127.0.0.2", "127.0.0.1")
 
 
 def test_a_host_whose_first_address_refuses_is_reached_at_its_next_one():
@@ -506,7 +515,7 @@ def test_a_host_whose_first_address_refuses_is_reached_at_its_next_one():
     receiver, slot = Receiver(hosts=("127.0.0.1",)), Slot()
     url = f"http://hooks.example:{receiver.port}/hook"
     try:
-        outcomes = [attempt(url, slot, allowed=("hooks.example",), resolve=down_first) for _ in range(2)]
+        outcomes = [attempt(url, slot, allowed=("hooks.example",), resolve=DOWN_FIRST) for _ in range(2)]
     finally:
         slot.close()
         receiver.stop()
@@ -524,9 +533,34 @@ def test_an_attempt_whose_every_address_refuses_is_refused():
     slot = Slot()
     try:
         outcome = attempt(
-            f"http://hooks.example:{port}/hook", slot, allowed=("hooks.example",), resolve=down_first
+            f"http://hooks.example:{port}/hook", slot, allowed=("hooks.example",), resolve=DOWN_FIRST
         )
     finally:
         slot.close()
     assert (outcome.status, outcome.error) == (None, "refused")
     assert slot.connection is None
+
+
+def test_a_host_whose_first_address_never_answers_is_reached_at_its_next_one_in_time():
+    """The first address drops the connection (its accept queue full: the SYNs go unanswered,
+    as behind a firewall that drops them, or an IPv6 address the network does not carry), the
+    second answers: the first gets its share of the attempt's time, half of it here, and the
+    attempt is delivered at the second within its timeout, rather than a timeout at every try."""
+    stalled = StalledReceiver()
+    receiver, slot = Receiver(hosts=("127.0.0.2",), port=stalled.port), Slot()
+
+    try:
+        outcome = attempt(
+            f"http://hooks.example:{stalled.port}/hook",
+            slot,
+            timeout=2.0,
+            allowed=("hooks.example",),
+            resolve=resolving("127.0.0.1", "127.0.0.2"),
+        )
+    finally:
+        slot.close()
+        receiver.stop()
+        stalled.stop()
+    assert (outcome.status, outcome.error) == (204, None)
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.2"]
+    assert stalled.ids == []
