@@ -1,7 +1,7 @@
 """A deliverer's look decides which endpoints to drain from a read of them, and leases each a
 moment later: an endpoint disabled, or given a retry's wait, in between (by a PATCH, or by
 another process's failed attempt) is leased as it now stands, and gets nothing it would not get
-as it now stands. On the memory store and a real Redis."""
+as it now stands. On the memory store, a real Redis and a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 
 from app.extension import plants_state
 from app.webhooks.deliverer import Deliverer
-from tests.conftest import STORES, settings_for_store
+from tests.conftest import STORES_AND_CLUSTER, settings_for_store
 from tests.integration.test_webhook_delivery import AUTH, attempts, create, register
 from tests.receiver import Receiver
 
 
-@pytest.fixture(params=STORES)
+@pytest.fixture(params=STORES_AND_CLUSTER)
 def store_settings(request):
     return settings_for_store(request, request.param)
 
