@@ -52,13 +52,15 @@ class Receiver:
     """`hosts`: the loopback addresses it listens on, all on one port (a host name that moves
     between them moves between two listeners of one receiver). `idle_timeout`: how long it keeps
     a connection with no request before it closes it (None: as long as the sender does). An
-    answer with `Connection: close` closes its connection."""
+    answer with `Connection: close` closes its connection. `port`: the port to listen on (0: any
+    free one), as another listener of the same host name has it on another address."""
 
     def __init__(
         self,
         answer: Callable[[Delivery, int], Answer] | None = None,
         hosts: tuple[str, ...] = ("127.0.0.1",),
         idle_timeout: float | None = None,
+        port: int = 0,
     ) -> None:
         self.deliveries: list[Delivery] = []
         self.answer = answer or (lambda delivery, number: (204, {}, 0.0))
@@ -101,7 +103,7 @@ class Receiver:
         self.servers: list[ThreadingHTTPServer] = []
         for host in hosts:
             server = ThreadingHTTPServer(
-                (host, self.servers[0].server_address[1] if self.servers else 0), Handler
+                (host, self.servers[0].server_address[1] if self.servers else port), Handler
             )
             server.daemon_threads = True
             self.servers.append(server)

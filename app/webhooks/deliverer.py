@@ -158,7 +158,12 @@ class InFlight:
                 refused = refused or not lanes.slow(endpoint_id)
                 continue
             leased = deliverer.store.endpoints.lease(endpoint_id, deliverer.owner, LEASE_MS)
-            if leased is not None:
+            if leased is not None and not ready(leased, epoch_ms()):
+                # Changed since the look read it (disabled by a PATCH, a retry's wait stored by
+                # another process's attempt): it gets what it would as it stands, nothing now.
+                deliverer.store.endpoints.release(endpoint_id, deliverer.owner)
+                deliverer.look_now()
+            elif leased is not None:
                 lanes.started(endpoint_id)
                 self.busy[endpoint_id] = self.pool.submit(self.drain, leased)
             else:
@@ -177,10 +182,14 @@ class InFlight:
             for endpoint in endpoints
             if endpoint.id not in self.busy
             and self.held.get(endpoint.id, 0.0) <= now
-            and endpoint.status == ENABLED
-            and endpoint.due_ms <= now_ms
+            and ready(endpoint, now_ms)
             and endpoint.position != position
         ]
+
+
+def ready(endpoint: Endpoint, now_ms: int) -> bool:
+    """Whether `endpoint` is to be drained at `now_ms`: enabled, and no retry pending later."""
+    return endpoint.status == ENABLED and endpoint.due_ms <= now_ms
 
 
 class Schedule:

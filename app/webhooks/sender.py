@@ -1,6 +1,6 @@
-"""One delivery attempt: an HTTP POST to the checked address, bounded by the timeout, redirects
-not followed, the answer's body read up to a small limit and dropped; on the endpoint's kept-alive
-connection when it may be reused (keepalive.py)."""
+"""One delivery attempt: an HTTP POST to a checked address (the first that takes the connection),
+bounded by the timeout, redirects not followed, the answer's body read up to a small limit and
+dropped; on the endpoint's kept-alive connection when it may be reused (keepalive.py)."""
 
 from __future__ import annotations
 
@@ -146,26 +146,52 @@ class _Watched(FinalAnswerConnection):
     def __init__(self, where: Target, timeout: float, watchdog: Watchdog | None) -> None:
         super().__init__(where.address, where.port, timeout=timeout)
         self._watchdog = watchdog
+        #: The attempt's timeout (http.client's `timeout` may be None; this one is not).
+        self.limit = timeout
+        #: Every address the host resolved to, each checked, in the resolver's order.
+        self.addresses = where.addresses or (where.address,)
         #: The deadline of the attempt in progress.
         self.deadline = 0.0
         self.watched: socket.socket | None = None
 
     def _open(self) -> socket.socket:
-        """A socket connected to the checked address, watched from before it connects: a stop
-        that cuts attempts off (Deliverer.stop) ends one whose connection is never answered (a
-        receiver's firewall that drops it, a full backlog) too, not only one whose answer is
-        slow; a connection's timeout alone would hold the stopping process that long."""
+        """A socket connected to the first of the checked addresses that takes the connection,
+        as HTTP clients do: one that refuses it, cannot be reached, or does not answer within its
+        share of the time left (that time over the addresses not yet tried) is passed for the
+        next, so a name with an address per server, one of them down or dropped by a firewall (an
+        IPv6 one the network does not carry), is still delivered to. `host` is then that address,
+        the one a kept connection is known by. Each is watched from before it connects: a stop
+        that cuts attempts off (Deliverer.stop) ends one whose connection is never answered too,
+        not only one whose answer is slow; a connection's timeout alone would hold the stopping
+        process that long."""
+        failure: OSError = OSError("no address to connect to")
+        for index, address in enumerate(self.addresses):
+            left = self.deadline - time.monotonic() if self.deadline else self.limit
+            share = max(0.001, min(self.limit, left / (len(self.addresses) - index)))
+            try:
+                sock = self._connected(address, share)
+            except OSError as exc:
+                if self.end():  # cut off, or past the deadline, as it connected
+                    raise TimeoutError from exc
+                failure = exc
+                continue
+            self.host = address
+            return sock
+        raise failure
+
+    def _connected(self, host: str, within: float) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(
-            self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+            host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
         )[0]
         sock = socket.socket(family, kind, proto)
         try:
-            sock.settimeout(self.timeout)
+            sock.settimeout(within)
             # Headers and body go out in two writes: without it, Nagle's algorithm holds the body
             # back for the receiver's delayed ACK of the headers, up to 40 ms on a kept connection.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._watch(sock)
             sock.connect(address)
+            sock.settimeout(self.limit)
         except BaseException:
             sock.close()
             raise

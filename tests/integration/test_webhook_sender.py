@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,7 @@ from app.webhooks import keepalive
 from app.webhooks.keepalive import Slot
 from app.webhooks.sender import Attempt, Watchdog, send
 from tests.helpers import in_time
-from tests.receiver import ClosingReceiver, RawReceiver, Receiver
+from tests.receiver import ClosingReceiver, RawReceiver, Receiver, StalledReceiver
 
 ERRORS = {"timeout", "refused", "redirect", "tls", "address", "name_not_resolved", "connection", "internal"}
 HEADERS = {"Content-Type": "application/json", "webhook-id": "msg_1"}
@@ -487,3 +488,79 @@ def test_https_to_a_fully_qualified_name_verifies_the_name_without_its_trailing_
     assert (outcome.status, outcome.error) == (200, None)
     assert names == ["hooks.internal"]
     assert f"\r\nHost: hooks.internal.:{port}".encode() in heads[0]
+
+
+def resolving(*addresses: str) -> Callable[..., list[tuple]]:
+    """A resolver that answers every name with `addresses`, in that order, as getaddrinfo would."""
+
+    def resolve(host: str, port: int, **_: object) -> list[tuple]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+            for address in addresses
+        ]
+
+    return resolve
+
+
+#: 127.0.0.2 first, where no test's receiver listens, then 127.0.0.1.
+DOWN_FIRST = resolving("127.0.0.2", "127.0.0.1")
+
+
+def test_a_host_whose_first_address_refuses_is_reached_at_its_next_one():
+    """The host resolves to two addresses, the first one's receiver down (nothing listens on
+    127.0.0.2: refused) and the second up, as a name with an A record per server, one of them
+    down, or an AAAA record the network cannot reach, answers: the attempt connects to the next
+    address checked, as HTTP clients do, rather than failing at every attempt while the
+    receiver is up; and its connection is kept, and reused, at the address that answered."""
+    receiver, slot = Receiver(hosts=("127.0.0.1",)), Slot()
+    url = f"http://hooks.example:{receiver.port}/hook"
+    try:
+        outcomes = [attempt(url, slot, allowed=("hooks.example",), resolve=DOWN_FIRST) for _ in range(2)]
+    finally:
+        slot.close()
+        receiver.stop()
+    assert [(outcome.status, outcome.error) for outcome in outcomes] == [(204, None)] * 2
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.1"] * 2
+    first, second = receiver.connections()
+    assert first == second
+
+
+def test_an_attempt_whose_every_address_refuses_is_refused():
+    """Every address the host resolves to refuses the connection: one failed attempt, `refused`."""
+    with socket.socket() as probe:  # a port nothing listens on, on either address
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    slot = Slot()
+    try:
+        outcome = attempt(
+            f"http://hooks.example:{port}/hook", slot, allowed=("hooks.example",), resolve=DOWN_FIRST
+        )
+    finally:
+        slot.close()
+    assert (outcome.status, outcome.error) == (None, "refused")
+    assert slot.connection is None
+
+
+def test_a_host_whose_first_address_never_answers_is_reached_at_its_next_one_in_time():
+    """The first address drops the connection (its accept queue full: the SYNs go unanswered,
+    as behind a firewall that drops them, or an IPv6 address the network does not carry), the
+    second answers: the first gets its share of the attempt's time, half of it here, and the
+    attempt is delivered at the second within its timeout, rather than a timeout at every try."""
+    stalled = StalledReceiver()
+    receiver, slot = Receiver(hosts=("127.0.0.2",), port=stalled.port), Slot()
+
+    try:
+        outcome = attempt(
+            f"http://hooks.example:{stalled.port}/hook",
+            slot,
+            timeout=2.0,
+            allowed=("hooks.example",),
+            resolve=resolving("127.0.0.1", "127.0.0.2"),
+        )
+    finally:
+        slot.close()
+        receiver.stop()
+        stalled.stop()
+    assert (outcome.status, outcome.error) == (204, None)
+    assert [delivery.local for delivery in receiver.deliveries] == ["127.0.0.2"]
+    assert stalled.ids == []
