@@ -169,7 +169,8 @@ def _failure(exc: BaseException) -> str:
 
 
 def _bound(connection: http.client.HTTPConnection, deadline: float) -> None:
-    """Every read gets only what is left of the deadline, so a slow drip cannot stretch it."""
+    """The reads that follow get at most what is left of the deadline (a read that loops, as a
+    header line's does, is ended by `_Cutoff` instead)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError
