@@ -1,8 +1,9 @@
 """A real local identity provider for the JWT tests: OpenID Connect discovery and a JWKS over HTTP
 on 127.0.0.1, keys made by `cryptography`, access tokens signed by PyJWT.
 
-It can rotate its keys, go down (its port closed), hang (accept, then never answer in time), and
-count the fetches of each document.
+It can rotate its keys, go down (its port closed), hang (accept, then never answer in time),
+trickle its answers (a byte at a time, each soon after the last), and count the fetches of each
+document.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Issuer:
         self.fetches: Counter[str] = Counter()
         self.cache_control: str | None = None
         self.hanging = False
+        #: Seconds between the bytes of every answer, when set: each read finds one soon, the
+        #: answer whole only long after.
+        self.drip: float | None = None
         #: The discovery document's jwks_uri, when not the issuer's own /jwks.
         self.jwks_uri: str | None = None
         #: An answer's body in place of every document (a hostile or broken provider's).
@@ -85,6 +89,9 @@ class Issuer:
                 if issuer.hanging:
                     time.sleep(HANG_SECONDS)
                 body = json.dumps(document).encode() if issuer.raw is None else issuer.raw
+                if issuer.drip is not None:
+                    self._trickle(body, issuer.drip)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 # As providers publish discovery and keys: readable from any page (CORS).
@@ -96,6 +103,14 @@ class Issuer:
                 # A client that gave up on a hanging issuer has gone: its broken pipe is expected.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(body)
+
+            def _trickle(self, body: bytes, pause: float) -> None:
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    for byte in head.encode() + b"\r\n" + body:
+                        self.wfile.write(bytes([byte]))
+                        time.sleep(pause)
+                self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -3,15 +3,22 @@ within one deadline, the reason a fetch failed in words, and how long its answer
 
 Every fetch has one deadline of 2 s for the whole exchange, not per read; at most 1 MiB, a `200`
 and a JSON object; redirects are not followed.
+
+A socket's timeout bounds one read, and http.client reads a status line, a header or a chunk's
+size in as many reads as it takes: a provider that trickles them a byte at a time would hold a
+fetch (and the request that made it, and every refresh of the keys) for as long as it likes. So a
+fetch's connection is also shut at its deadline, whatever is reading it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
 import socket
 import ssl
+import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,6 +74,7 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
         # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
         raise FetchError(f"{shown} is not a URL this service can fetch ({type(exc).__name__})") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    cutoff = _Cutoff(connection, remaining, shown)
     try:
         connection.request("GET", target, headers={"Accept": "application/json"})
         _bound(connection, deadline)
@@ -78,9 +86,12 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
             if not chunk:
                 break
             body += chunk
+        cutoff.check()
     except (OSError, http.client.HTTPException, UnicodeError) as exc:
+        cutoff.check()
         raise FetchError(f"{shown} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
+        cutoff.cancel()
         connection.close()
     if response.status != 200:
         raise FetchError(f"{shown} answered {response.status}")
@@ -95,6 +106,40 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     if not isinstance(document, dict):
         raise FetchError(f"{shown} did not answer a JSON object")
     return document, _max_age(response.getheader("Cache-Control"))
+
+
+class _Cutoff:
+    """Shuts a connection at its fetch's deadline: a read it interrupts ends (an error, or what
+    looks like the answer's end), and `check` then tells the fetch it ran out of time."""
+
+    def __init__(self, connection: http.client.HTTPConnection, seconds: float, shown: str) -> None:
+        self._connection, self._shown = connection, shown
+        self._fired = threading.Event()
+        self._timer = threading.Timer(seconds, self._shut)
+        self._timer.daemon = True
+        try:
+            self._timer.start()
+        except RuntimeError:
+            # No thread to be had (the process at its limits): a failed fetch, tried again later.
+            connection.close()
+            raise FetchError(f"{shown} could not be fetched: no thread to bound it (RuntimeError)") from None
+
+    def _shut(self) -> None:
+        self._fired.set()
+        sock = self._connection.sock
+        if sock is not None:
+            # The socket's own shutdown, under TLS too: it leaves the TLS state to the reader,
+            # whose read it ends. A socket closed meanwhile has nothing left to end.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def check(self) -> None:
+        """FetchError when the deadline shut the connection: what was read may be cut short."""
+        if self._fired.is_set():
+            raise FetchError(f"{self._shown} did not answer in time (TimeoutError)")
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def cut(url: str) -> str:
@@ -124,7 +169,8 @@ def _failure(exc: BaseException) -> str:
 
 
 def _bound(connection: http.client.HTTPConnection, deadline: float) -> None:
-    """Every read gets only what is left of the deadline, so a slow drip cannot stretch it."""
+    """The reads that follow get at most what is left of the deadline (a read that loops, as a
+    header line's does, is ended by `_Cutoff` instead)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError

@@ -207,31 +207,69 @@ class RateLimits:
     def _hit(
         self, limits: list[Any], key: str, message: str, window_ends: dict[str, float] | None = None
     ) -> LimitState:
-        # Every limit of the list is counted; the tightest one is reported.
+        # Every limit of the list is counted up to the first that refuses; the tightest one is
+        # reported, or on a refusal the spent window that ends last (_refusal).
         storage = self._storage if self._storage is not None else self._connected()
         tightest = None
-        for limit in limits:
+        for index, limit in enumerate(limits):
             window_key = limit.key_for(key)
             now = time.time()
             count = storage.incr(window_key, limit.get_expiry())
             reset_at = None if window_ends is None else window_ends.get(window_key)
             if count == 1:  # this request opened the window
                 reset_at = now + limit.get_expiry()
-            elif reset_at is None or reset_at <= now:
-                reset_at = storage.get_expiry(window_key)
-            if window_ends is not None:
-                window_ends[window_key] = reset_at
-            # From the clock now, not before the round trips: the end read from Redis is its TTL
-            # (whole seconds) added to the time it answered, and counted from before the INCR it
-            # came out a second past the window's end whenever that took any time at all.
-            seconds = max(0, math.ceil(reset_at - time.time()))
-            state = LimitState(limit.amount, max(0, limit.amount - count), seconds)
+            state = _state(storage, limit, window_key, count, reset_at, window_ends, now)
             if count > limit.amount:
-                raise RateLimitExceeded(message, limit_headers(state, refused=True))
+                raise _refusal(message, state, _spent(storage, limits, index, key, window_ends))
             if tightest is None or state.remaining < tightest.remaining:
                 tightest = state
         assert tightest is not None
         return tightest
+
+
+def _state(
+    storage: Any,
+    limit: Any,
+    window_key: str,
+    count: int,
+    reset_at: float | None,
+    window_ends: dict[str, float] | None,
+    now: float,
+) -> LimitState:
+    """`limit`'s state at `count` (read or counted at `now`), its window ending at `reset_at`, or
+    as `window_ends` (a cache, or None) or else the storage says."""
+    if reset_at is None and window_ends is not None:
+        reset_at = window_ends.get(window_key)
+    if reset_at is None or reset_at <= now:
+        reset_at = storage.get_expiry(window_key)
+    if window_ends is not None:
+        window_ends[window_key] = reset_at
+    # From the clock now, not before the round trips: the end read from Redis is its TTL (whole
+    # seconds) added to the time it answered, and counted from before the INCR it came out a
+    # second past the window's end whenever that took any time at all.
+    seconds = max(0, math.ceil(reset_at - time.time()))
+    return LimitState(limit.amount, max(0, limit.amount - count), seconds)
+
+
+def _spent(
+    storage: Any, limits: list[Any], refusing: int, key: str, window_ends: dict[str, float] | None
+) -> list[LimitState]:
+    """The states of `limits` other than the `refusing` one whose windows have no request left,
+    their counts read, not counted."""
+    spent = []
+    for index, limit in enumerate(limits):
+        window_key = limit.key_for(key)
+        if index != refusing and (count := storage.get(window_key)) >= limit.amount:
+            spent.append(_state(storage, limit, window_key, count, None, window_ends, time.time()))
+    return spent
+
+
+def _refusal(message: str, state: LimitState, spent: list[LimitState]) -> RateLimitExceeded:
+    """The 429 of a request `state`'s limit refuses: its headers those of the spent window that
+    ends last, `state`'s or one of the others `spent`. A client told to wait only for the
+    shortest (a minute's, with an hour's also spent) would be refused again."""
+    longest = max([state, *spent], key=lambda each: each.reset_seconds)
+    return RateLimitExceeded(message, limit_headers(longest, refused=True))
 
 
 _STATE = "plants.rate_limit"

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.telemetry.redact import holds_secret, query_holds_secret, scrub, scrub_query, scrub_uri
+from app.telemetry.redact import REDACTED, holds_secret, query_holds_secret, scrub, scrub_query, scrub_uri
 from app.telemetry.version import VERSION
 
 #: What asks for traces (the SDK's own variables).
@@ -99,13 +99,20 @@ def stop(provider: Any, timeout: float = STOP_EXPORT_S) -> None:
 
 #: The server span's attributes that hold a request's whole target or URL (old and new conventions).
 _TARGETS = frozenset({"http.target", "http.url", "url.full"})
+#: The request headers that are a credential whole, as the instrumentation names them once
+#: OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST captures them (`.*` captures every
+#: one): their values never reach a span, whatever its sanitize variable says (unset, it redacts none).
+_CREDENTIAL_HEADERS = frozenset(
+    f"http.request.header.{name}" for name in ("authorization", "proxy_authorization", "cookie")
+)
 
 
 def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     """A watch ticket in the query (`/events?ticket=...`, app/auth/watch_tickets.py), and any value
     or bare name the logs redact (app/telemetry/redact.py), leaves the server span's URL attributes
     (`http.target`, `url.query`, ...): the instrumentation's response hook runs once it has set
-    them all, before the span ends. A request that matched no route keeps
+    them all, before the span ends; so do a captured header's (`_scrub_lines`). A request that
+    matched no route keeps
     only its method as its name (as OpenTelemetry's HTTP conventions name it): the
     instrumentation names it by the client's whole path, of any length, a ticket's included."""
     if span is None or not span.is_recording():
@@ -113,6 +120,8 @@ def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     attributes = dict(span.attributes or {})
     for name, value in attributes.items():
         if not isinstance(value, str):
+            if isinstance(value, tuple):  # a captured header's lines
+                _scrub_lines(span, name, value)
             continue
         if name == "url.query":  # a query without its `?`: the parameters the logs redact
             if query_holds_secret(value):
@@ -125,6 +134,15 @@ def _finish_server_span(span: Any, status: str, headers: Any) -> None:
     if "http.route" not in attributes:
         method = attributes.get("http.request.method", attributes.get("http.method"))
         span.update_name(method if isinstance(method, str) and method.isalpha() else "HTTP")
+
+
+def _scrub_lines(span: Any, name: str, lines: tuple[Any, ...]) -> None:
+    """A captured header's lines: a credential's redacted whole, any other's as the logs scrub them
+    (a proxy's header that repeats the request's URL holds its ticket)."""
+    if name in _CREDENTIAL_HEADERS:
+        span.set_attribute(name, [REDACTED] * len(lines))
+    elif any(isinstance(line, str) and holds_secret(line) for line in lines):
+        span.set_attribute(name, [scrub(line) if isinstance(line, str) else line for line in lines])
 
 
 def _exporting_processor() -> Any:

@@ -381,6 +381,21 @@ def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, 
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
 
 
+def test_provider_trickling_unknown_kid_answered_within_the_fetch_timeout(issuer, client, caplog):
+    """A provider (or a proxy before it) that sends its answer a byte a second: each read finds a
+    byte within the deadline, the answer is whole only minutes later. The fetch's deadline is for
+    the whole exchange, so the request that fetched is answered at it, and the provider is asked
+    again once the keys are stale, not never."""
+    assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
+    issuer.drip = 1.0
+    with caplog.at_level(logging.WARNING, logger=jwks.__name__):
+        response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+    refused(response, "the token names no known signing key")
+    assert "did not answer in time" in caplog.text
+    # Cached keys still work while it trickles.
+    assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
+
+
 def test_every_operation_behind_the_token_documents_the_503_before_any_key(issuer, make_jwt_app):
     """Until the provider's keys are first loaded, a JWT is 503 before any operation that needs a
     token, the metrics too: each one's document says so, with its Retry-After."""

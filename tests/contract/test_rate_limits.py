@@ -49,6 +49,23 @@ def test_exactly_n_creates_then_429_until_the_window_ends(make_app):
     assert len(client.application.extensions["plants"].store) == 4
 
 
+@pytest.mark.parametrize("limit", ["3 per minute;2 per hour", "2 per hour;3 per minute"])
+def test_with_several_limits_retry_after_waits_for_every_spent_window(make_app, limit):
+    """Once the hour's budget is spent, a request the minute's also refuses is told to wait for
+    the hour: after the minute alone it would be refused again. In either order of the limits,
+    for tokens and for refused authentications alike."""
+    client = make_app(PLANTS_RATE_LIMIT=limit, PLANTS_AUTH_FAILURE_LIMIT=limit).test_client()
+    answers = [create(client, n) for n in range(6)]
+    assert [a.status_code for a in answers] == [200, 200, 429, 429, 429, 429]
+    for answer in answers[2:]:
+        assert 3500 <= int(answer.headers["Retry-After"]) <= 3600
+        assert answer.headers["RateLimit-Limit"] == "2"
+    failures = [create(client, n, token="wrong-token") for n in range(6)]
+    assert [a.status_code for a in failures] == [401, 401, 429, 429, 429, 429]
+    for answer in failures[2:]:
+        assert 3500 <= int(answer.headers["Retry-After"]) <= 3600
+
+
 def test_a_worker_that_joins_a_window_reports_no_second_past_its_end(make_app):
     """A second worker (app) on the same store counts in the window the first opened, and reads
     its end from the store (Redis's TTL): the seconds it reports are the window's at most."""

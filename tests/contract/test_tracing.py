@@ -241,6 +241,32 @@ def test_a_token_sent_as_a_bare_word_never_reaches_a_span(traced_client):
     assert "limit=1&[redacted]&after" in str(server.attributes)
 
 
+def test_captured_headers_never_bring_a_token_or_a_ticket_into_a_span(traced_client, monkeypatch):
+    """OpenTelemetry's own variable captures request headers into the span (`.*`: all of them):
+    the bearer token is a credential whole, and a proxy's header that repeats the request's URL
+    holds its ticket. Neither reaches a span; the headers are still seen to be there."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", ".*")
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS", raising=False)
+    client, exporter, provider = traced_client()
+    try:
+        ticket = client.post("/events/tickets", headers=AUTH).json["ticket"]
+        target = f"/events?after=now&wait=1&ticket={ticket}"
+        headers = {"X-Original-URI": target, "Proxy-Authorization": "Basic czNjcmV0"}
+        answer = client.get(target, headers=headers)
+        assert answer.status_code == 200
+    finally:
+        provider.shutdown()
+    servers = [span for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
+    assert len(servers) == 2
+    for server in servers:
+        assert TOKEN not in str(server.attributes)
+        assert ticket[len("plwt_") :] not in str(server.attributes)
+    minted, watched = servers
+    assert minted.attributes["http.request.header.authorization"] == ("[redacted]",)
+    assert watched.attributes["http.request.header.proxy_authorization"] == ("[redacted]",)
+    assert "ticket=plwt_[redacted]" in watched.attributes["http.request.header.x_original_uri"][0]
+
+
 def test_a_clients_long_headers_and_url_are_cut_short_in_the_span(traced_client, monkeypatch):
     for name in tracing.LENGTH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
