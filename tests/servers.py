@@ -97,6 +97,7 @@ class Gunicorn:
         """Start `command` with its output in a file (in `log_dir`, by default the system's
         temporary directory), and wait until it serves /healthz on self.port."""
         self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False, dir=log_dir)  # noqa: SIM115
+        self._last_output: str | None = None  # kept by `stop`, which removes the file
         self.process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
         )
@@ -110,9 +111,12 @@ class Gunicorn:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def output(self) -> str:
+        if self._last_output is not None:
+            return self._last_output
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self, timeout: float = 40) -> int:
+        """Stop the server; its output stays readable, its file (outside any test's tmp_path) goes."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -121,6 +125,9 @@ class Gunicorn:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+        if self._last_output is None:
+            self._last_output = self.output()
+            Path(self.log.name).unlink(missing_ok=True)
         return self.process.returncode
 
 
