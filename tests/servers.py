@@ -21,6 +21,8 @@ TOKEN = "test-token-1"
 # Not the `random` module's own generator: pytest-randomly seeds it alike at each test in every
 # xdist worker, so each worker would try the same ports in the same order.
 _CHOOSER = random.SystemRandom()
+#: The ports `free_port` has handed out in this process: none is handed out twice.
+_HANDED: set[int] = set()
 
 
 def first_ephemeral_port() -> int:
@@ -38,16 +40,23 @@ def free_port() -> int:
     connection can take it before the server this port is for binds it, and a Redis Cluster's bus
     port then fails with "Address already in use". Ports below that range are only ever bound on
     purpose, so a server's port stays free until it starts.
+
+    Nor is a port handed out twice in a process: one still free may be the one just handed out
+    for a server that has not bound it yet (a cluster node's bus port, then its own; nginx's
+    two listeners), and of a few hundred random picks two would often be the same.
     """
     first_ephemeral = first_ephemeral_port()
     if first_ephemeral > 11_000:
         for _ in range(100):
             port = _CHOOSER.randrange(10_000, first_ephemeral)
+            if port in _HANDED:
+                continue
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
+                _HANDED.add(port)
                 return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
