@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -348,7 +347,9 @@ def test_a_second_reload_during_the_first_is_refused_or_done_after_never_interle
 def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_was_lost(tmp_path):
     """SIGKILL (the OOM killer's) of the worker that holds the plants cannot keep them; the master
     says so in one ERROR where the reload is logged, and a new worker serves."""
-    server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    # Its handoff's directory in tmp_path: the system's temporary directory may hold another
+    # server's, left by a process that was killed, with a worker's pid that this worker's reuses.
+    server = SocketActivated(gunicorn_command(), service_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     kept = server.connection()
     try:
         create_plants(server, 20)
@@ -357,7 +358,7 @@ def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_wa
         kept.request("GET", "/healthz")
         kept.getresponse().read()
         (worker,) = worker_pids(server.process.pid)
-        (directory,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
+        (directory,) = tmp_path.glob(f"plant-store-handoff-*/ready-{worker}")
         server.process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
         while not (directory.parent / "handoff-wanted").exists():
