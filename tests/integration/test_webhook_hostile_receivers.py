@@ -149,7 +149,9 @@ def test_an_endpoint_deleted_or_disabled_while_its_attempt_connects_gets_nothing
     try:
         hook = register(client, receiver.url)
         create(client, 1)
-        time.sleep(0.3)  # the attempt is connecting
+        # The attempt is connecting (its SYN sent), however late a loaded machine starts it: a
+        # change made before would leave no connection to come.
+        wait_until(receiver.senders_stalled, what="the attempt's handshake")
         path = f"/webhooks/{hook['id']}"
         if change == "delete":
             assert client.delete(path, headers=AUTH).status_code == 204
