@@ -21,6 +21,8 @@ TOKEN = "test-token-1"
 # Not the `random` module's own generator: pytest-randomly seeds it alike at each test in every
 # xdist worker, so each worker would try the same ports in the same order.
 _CHOOSER = random.SystemRandom()
+#: The ports `free_port` has handed out in this process: none is handed out twice.
+_HANDED: set[int] = set()
 
 
 def first_ephemeral_port() -> int:
@@ -38,16 +40,23 @@ def free_port() -> int:
     connection can take it before the server this port is for binds it, and a Redis Cluster's bus
     port then fails with "Address already in use". Ports below that range are only ever bound on
     purpose, so a server's port stays free until it starts.
+
+    Nor is a port handed out twice in a process: one still free may be the one just handed out
+    for a server that has not bound it yet (a cluster node's bus port, then its own; nginx's
+    two listeners), and of a few hundred random picks two would often be the same.
     """
     first_ephemeral = first_ephemeral_port()
     if first_ephemeral > 11_000:
         for _ in range(100):
             port = _CHOOSER.randrange(10_000, first_ephemeral)
+            if port in _HANDED:
+                continue
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
+                _HANDED.add(port)
                 return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,6 +106,7 @@ class Gunicorn:
         """Start `command` with its output in a file (in `log_dir`, by default the system's
         temporary directory), and wait until it serves /healthz on self.port."""
         self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False, dir=log_dir)  # noqa: SIM115
+        self._last_output: str | None = None  # kept by `stop`, which removes the file
         self.process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
         )
@@ -110,9 +120,12 @@ class Gunicorn:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def output(self) -> str:
+        if self._last_output is not None:
+            return self._last_output
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self, timeout: float = 40) -> int:
+        """Stop the server; its output stays readable, its file (outside any test's tmp_path) goes."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -121,6 +134,9 @@ class Gunicorn:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+        if self._last_output is None:
+            self._last_output = self.output()
+            Path(self.log.name).unlink(missing_ok=True)
         return self.process.returncode
 
 

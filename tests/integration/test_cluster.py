@@ -172,7 +172,13 @@ def test_creates_answer_503_while_a_replica_cannot_confirm_then_survive_the_fail
         load.wait_for(200)
         replica.signal(signal.SIGSTOP)
         stopped_at = load.count()
-        time.sleep(1.5)
+        # Until a create its replica cannot confirm has been answered (within the store's timeout,
+        # but after however long a loaded machine takes to send it).
+        deadline = time.monotonic() + 30
+        while not any(status == 503 for _, status, _, _ in load.answers[stopped_at:]):
+            assert time.monotonic() < deadline, "no create answered 503 while the replica was stopped"
+            time.sleep(0.05)
+        time.sleep(0.5)  # and more of them, answered as that one was
         window = load.count()
         victim.kill()
         replica.signal(signal.SIGCONT)

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tests.helpers import wait_for_watches, watches_started
 from tests.rawhttp import request
 from tests.servers import TOKEN, Gunicorn
 
@@ -403,10 +404,11 @@ def test_a_watch_its_client_leaves_gets_its_access_line():
         assert head.startswith(b"HTTP/1.1 200 ")
         if not head.partition(b"\r\n\r\n")[2]:
             assert stream.recv(65536)  # a heartbeat, at least
+        watches = watches_started(server, TOKEN)
         poll = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         wait = f"GET /events?after=now&wait=20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
         poll.sendall(wait.encode())
-        time.sleep(0.5)
+        wait_for_watches(server, TOKEN, watches + 1)  # left once it waits, not before it was read
         stream.close()
         poll.close()
         deadline = time.monotonic() + 10

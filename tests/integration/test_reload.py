@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -194,6 +193,12 @@ def wait_for(server: SocketActivated, text: str, count: int = 1) -> None:
         time.sleep(0.05)
 
 
+def reloads_ended(output: str) -> int:
+    """The reloads `output` says are over, with 50 plants: each handed over, or refused as
+    another was under way."""
+    return output.count("took over 50 plants") + output.count("another reload is under way")
+
+
 def refused_reload(server: SocketActivated, plants: list[int], why: str, workers: int = 1) -> None:
     """SIGHUP, which the master refuses: the same workers serve every plant on, one ERROR says why."""
     worker = worker_pids(server.process.pid)
@@ -321,16 +326,19 @@ def test_a_second_reload_during_the_first_is_refused_or_done_after_never_interle
         server.process.send_signal(signal.SIGHUP)
         time.sleep(0.05)
         server.process.send_signal(signal.SIGHUP)
-        wait_for(server, "took over 50 plants")
-        time.sleep(2.0)  # a second reload, if let through, is done by then
-        output = server.output()
-        refused = output.count("another reload is under way")
-        assert output.count("took over 50 plants") + refused == 2, output[-3000:]
+        # Each SIGHUP ends in one line: the second's is its refusal, or, let through once the
+        # first was done, its own handoff's, a whole reload later (seconds on a loaded machine).
+        deadline = time.monotonic() + 60
+        while (ended := reloads_ended(output := server.output())) < 2:
+            assert time.monotonic() < deadline, output[-3000:]
+            time.sleep(0.05)
+        assert ended == 2, output[-3000:]
         assert_all_readable(server, plants)
         # The next reload is checked anew, and goes through.
         done = server.output().count("took over 50 plants")
         server.process.send_signal(signal.SIGHUP)
         wait_for(server, "took over 50 plants", done + 1)
+        assert reloads_ended(server.output()) == 3  # nor a late line of the first two since
         assert_all_readable(server, plants)
     finally:
         server.stop()
@@ -339,7 +347,9 @@ def test_a_second_reload_during_the_first_is_refused_or_done_after_never_interle
 def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_was_lost(tmp_path):
     """SIGKILL (the OOM killer's) of the worker that holds the plants cannot keep them; the master
     says so in one ERROR where the reload is logged, and a new worker serves."""
-    server = SocketActivated(gunicorn_command(), service_env(), cwd=tmp_path)
+    # Its handoff's directory in tmp_path: the system's temporary directory may hold another
+    # server's, left by a process that was killed, with a worker's pid that this worker's reuses.
+    server = SocketActivated(gunicorn_command(), service_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     kept = server.connection()
     try:
         create_plants(server, 20)
@@ -348,7 +358,7 @@ def test_an_old_worker_killed_mid_handoff_leaves_the_service_up_and_says_what_wa
         kept.request("GET", "/healthz")
         kept.getresponse().read()
         (worker,) = worker_pids(server.process.pid)
-        (directory,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
+        (directory,) = tmp_path.glob(f"plant-store-handoff-*/ready-{worker}")
         server.process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
         while not (directory.parent / "handoff-wanted").exists():
@@ -393,14 +403,16 @@ def test_watchers_that_take_nothing_do_not_hold_the_reloads_handoff(tmp_path):
             assert call(conn, "POST", "/plants", body, AUTH)[0] == 200
         conn.close()
         time.sleep(1.0)  # each stream has sent what its socket takes, and waits for its client
-        (worker,) = worker_pids(server.process.pid)
-        (ready,) = Path(tempfile.gettempdir()).glob(f"plant-store-handoff-*/ready-{worker}")
+        # A long-poll that reads its answer: the stopping worker ends it only once it has stopped
+        # accepting, so its page says the next connection waits for the new worker.
+        watches = watches_started(server, TOKEN)
+        poll = server.connection(timeout=90)
+        poll.request("GET", "/events?after=now&wait=55", headers=AUTH)
+        wait_for_watches(server, TOKEN, watches + 1)
         server.process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 60
-        while not (ready.parent / "handoff-wanted").exists():  # the master has asked it to stop
-            assert time.monotonic() < deadline, server.output()[-3000:]
-            time.sleep(0.01)
-        time.sleep(0.3)  # the old worker stops accepting, and waits for its connections
+        page = poll.getresponse()
+        assert (page.status, json.loads(page.read())["events"]) == (200, [])
+        poll.close()
         started = time.monotonic()
         status, _, body = call(
             server.connection(timeout=90), "POST", "/plants", {"id": 0, "name": "Honest"}, AUTH

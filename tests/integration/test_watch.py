@@ -531,12 +531,16 @@ def test_the_documented_python_client_waits_out_a_refusal_of_its_first_read():
     """From now on, the documented client first reads its position (`after=now`): refused for a
     while there too (429 past its token's rate limit here), it waits the answer's Retry-After and
     watches on. It raised (KeyError: the refusal has no `next`), ending the caller's loop."""
-    writer = "writer-token"
-    app = Gunicorn(env={"PLANTS_API_TOKENS": f"{TOKEN},{writer}", "PLANTS_RATE_LIMIT": "2 per 2 seconds"})
+    writer, scraper = "writer-token", "scraper-token"
+    tokens = f"{TOKEN},{writer},{scraper}@100/second"  # the scrapes below spend no budget of theirs
+    app = Gunicorn(env={"PLANTS_API_TOKENS": tokens, "PLANTS_RATE_LIMIT": "2 per 2 seconds"})
     try:
         assert [get(app, "/plants")[0] for _ in range(3)][-1] == 429  # the token's budget spent
         thread, received, failed = first_event_of_the_documented_client(app)
-        time.sleep(4.0)  # its first read refused (429, Retry-After within 2 s), then its stream
+        # Its first read refused (429, Retry-After within 2 s), then its position read: what is
+        # written from then on is its to receive, however late a loaded machine lets it read.
+        wait_for_watches(app, scraper, 1, status=429)
+        wait_for_watches(app, scraper, 1)
         conn = app.connection()
         body = json.dumps({"id": 710_090, "name": "after the refusal"})
         conn.request(
