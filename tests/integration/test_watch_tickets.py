@@ -183,7 +183,7 @@ def nginx_log(proxy: Nginx, directory: Path) -> str:
     """nginx's access log once every request answered so far is in it: its one worker writes a
     request's line as the request ends, so the line of a request sent after theirs comes later."""
     marker = f"logged-{time.monotonic_ns()}"
-    assert call(_connection(proxy.port), "GET", f"/healthz?{marker}")[0] == 200
+    assert call(_connection(proxy.port), "GET", f"/healthz?after={marker}")[0] == 200
     nginx_access_line(directory, marker)
     return (directory / "access.log").read_text()
 
