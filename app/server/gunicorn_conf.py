@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.server import handoff
+from app.server import gunicorn_options, handoff
 from app.server.directories import metrics_parent, workers_directory
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
@@ -274,6 +274,9 @@ def on_starting(server: Any) -> None:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
+    problem = gunicorn_options.refusal(server.cfg, url.shared)
+    if problem is not None:
+        raise SystemExit(problem)
     if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
