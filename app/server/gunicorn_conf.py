@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -436,6 +437,24 @@ def _drain_on_sigterm(worker: Any) -> None:
             stop(signum, frame)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if end_watches is not None:
+        _end_watches_when_stopping(worker, end_watches)
+
+
+def _end_watches_when_stopping(worker: Any, end_watches: Any) -> None:
+    """gthread stops itself too, without a signal: at `--max-requests` (or at a change of a source
+    file, under `--reload`) it sets `alive` false, stops accepting, and waits for its connections.
+    A watch held its request thread, and so the worker, for the graceful timeout, then its exit (it
+    joins its request threads) until the master's heartbeat killed it: no worker accepted for a
+    minute, and the stream was cut without its end. Its watches end as soon as it stops. gthread
+    says so in no hook, so a thread of its own looks, twice a second."""
+
+    def watch() -> None:
+        while worker.alive:
+            time.sleep(0.5)
+        end_watches()
+
+    threading.Thread(target=watch, name="plants-end-watches-at-stop", daemon=True).start()
 
 
 def _bound_watches(worker: Any) -> None:
