@@ -20,10 +20,11 @@ import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from app.server import handoff
+from app.server import gunicorn_options, handoff
 from app.server.directories import metrics_parent, workers_directory
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
@@ -274,6 +275,9 @@ def on_starting(server: Any) -> None:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
+    problem = gunicorn_options.refusal(server.cfg, url.shared)
+    if problem is not None:
+        raise SystemExit(problem)
     if server.cfg.workers != 1 and not url.shared:
         raise SystemExit(
             f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
@@ -433,6 +437,24 @@ def _drain_on_sigterm(worker: Any) -> None:
             stop(signum, frame)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    if end_watches is not None:
+        _end_watches_when_stopping(worker, end_watches)
+
+
+def _end_watches_when_stopping(worker: Any, end_watches: Any) -> None:
+    """gthread stops itself too, without a signal: at `--max-requests` (or at a change of a source
+    file, under `--reload`) it sets `alive` false, stops accepting, and waits for its connections.
+    A watch held its request thread, and so the worker, for the graceful timeout, then its exit (it
+    joins its request threads) until the master's heartbeat killed it: no worker accepted for a
+    minute, and the stream was cut without its end. Its watches end as soon as it stops. gthread
+    says so in no hook, so a thread of its own looks, twice a second."""
+
+    def watch() -> None:
+        while worker.alive:
+            time.sleep(0.5)
+        end_watches()
+
+    threading.Thread(target=watch, name="plants-end-watches-at-stop", daemon=True).start()
 
 
 def _bound_watches(worker: Any) -> None:

@@ -5,19 +5,21 @@ whatever the new workers will make of the settings: a token file caught mid-rewr
 with a line the service refuses left no worker able to boot, and with the memory store the old
 worker had already handed its plants over. So the master hears SIGHUP first (its handler wraps
 gunicorn's, installed in the documented `when_ready` hook, after gunicorn has set its own): it
-checks the settings as a worker will, and with the memory store has the old worker reserve its
-snapshot's space (handoff.py). Only then is gunicorn's handler called, and the reload goes on as
-gunicorn does it. When either step fails, gunicorn never hears of the reload: the old worker
-serves on with its plants, its settings and its sockets, and one ERROR names the setting (never
-its value) or the reason.
+reads gunicorn's configuration again as gunicorn's reload will (a file's `raw_env` sets the new
+workers' environment, and its options are refused as at start), checks the settings as a worker
+will, and with the memory store has the old worker reserve its snapshot's space (handoff.py).
+Only then is gunicorn's handler called, and the reload goes on as gunicorn does it. When either
+step fails, gunicorn never hears of the reload: the old worker serves on with its plants, its
+settings and its sockets, and one ERROR names the setting (never its value) or the reason.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any
 
-from app.server import handoff
+from app.server import gunicorn_options, handoff
 from app.server.settings_check import AT_RELOAD, accept_checked, checked_settings
 from app.settings import ConfigurationError
 
@@ -29,10 +31,40 @@ REFUSED = "Plant Store: reload refused, the running worker serves on with its se
 def refusal() -> str | None:
     """Why the reload asked for now must not go on; None when it may."""
     try:
-        checked_settings(refused=AT_RELOAD)
+        cfg = next_config()
+    except SystemExit:  # gunicorn printed why, and its own reload would have exited the master
+        return "gunicorn's configuration could not be read again (gunicorn's message is above)"
+    except Exception as exc:
+        return f"gunicorn's configuration could not be read again ({type(exc).__name__}: {exc})"
+    try:
+        # The environment the new workers get: the master's, and the file's raw_env (`-e`) on it.
+        _, url = checked_settings({**os.environ, **cfg.env}, refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
+    problem = gunicorn_options.refusal(cfg, url.shared) or _split(cfg, url.shared)
+    if problem is not None:
+        return problem
     return handoff.ask_to_prepare()
+
+
+def next_config() -> Any:
+    """gunicorn's settings as its reload will read them again (its command line, its configuration
+    file and GUNICORN_CMD_ARGS), read as the `gunicorn` command reads them, by an application object
+    of its own (gunicorn's WSGIApplication): the running master's settings are left as they are."""
+    from gunicorn.app.wsgiapp import WSGIApplication
+
+    return WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
+
+
+def _split(cfg: Any, shared: bool) -> str | None:
+    """What on_starting refuses with the in-memory store, asked for by the file read again."""
+    if shared:
+        return None
+    if cfg.workers != 1:
+        return f"{cfg.workers} workers with the in-memory store: each worker would hold a separate store"
+    if cfg.max_requests:
+        return "--max-requests with the in-memory store: each recycled worker would start empty"
+    return None
 
 
 def install(server: Any) -> None:

@@ -148,6 +148,56 @@ def test_the_memory_store_refuses_more_workers_or_recycled_ones_at_start(env, ar
     assert "in-memory store" in line
 
 
+REDIS_DOWN = {**OK, "PLANTS_STORE_URL": "redis://127.0.0.1:6399/0"}  # no answer at the start is no error
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "refused"),
+    [
+        # Each started, and the master listened while nothing ever answered a connection.
+        ({}, ("--threads", "0"), "--threads is 0"),
+        ({**OK, "GUNICORN_WORKER_CLASS": "gthread"}, ("--threads", "0"), "--threads is 0"),
+        (REDIS_DOWN, ("--workers", "0"), "--workers is 0"),
+        # The code reloader's new worker started empty at a change of any file it had imported.
+        ({}, ("--reload",), "--reload restarts the worker"),
+        ({"GUNICORN_CMD_ARGS": "--reload"}, (), "--reload restarts the worker"),
+        # A reload forked the master's one app: a token removed from the file was still accepted.
+        ({}, ("--preload",), "--preload builds the app once"),
+        # The packaged worker read a proxy's PROXY line as a request: every request was a 400.
+        ({}, ("--proxy-protocol",), "does not read the PROXY protocol"),
+    ],
+    ids=["threads-0", "gthread-threads-0", "workers-0-redis", "reload", "reload-cmd-args", "preload",
+         "proxy-protocol"],
+)  # fmt: skip
+def test_a_gunicorn_option_that_would_break_a_promise_stops_the_start(env, args, refused):
+    (line,) = refused_start({**OK, **env}, *args)
+    assert line.startswith("Plant Store: refusing to start: ")
+    assert refused in line
+
+
+@pytest.mark.skipif(
+    tuple(int(part) for part in metadata.version("gunicorn").split(".")[:2]) < (24, 0),
+    reason="gunicorn's --protocol came with gunicorn 24",
+)
+def test_a_protocol_the_packaged_worker_does_not_read_stops_the_start():
+    (line,) = refused_start(OK, "--protocol", "uwsgi")
+    assert "serves HTTP only, not --protocol uwsgi" in line
+
+
+def test_a_gunicorn_option_the_packaged_worker_does_not_read_is_gthreads_to_take():
+    """gunicorn's stock gthread worker reads the PROXY protocol: the refusal is the packaged worker's."""
+    server = Gunicorn(
+        env={"GUNICORN_WORKER_CLASS": "gthread"},
+        args=("-c", "python:app.server.gunicorn_conf", "--proxy-protocol"),
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"PROXY TCP4 10.1.2.3 10.0.0.1 5555 80\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200 ")
+    finally:
+        server.stop()
+
+
 def test_the_packaged_config_refuses_from_any_directory(tmp_path):
     (line,) = refused_start(
         {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path

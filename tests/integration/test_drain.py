@@ -7,12 +7,14 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
 import threading
 import time
 import uuid
 
 import pytest
 
+from tests.conftest import redis_settings
 from tests.helpers import call
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn
@@ -137,3 +139,32 @@ def test_sigterm_drains(request, store):
     finally:
         again.stop()
         receiver.stop()
+
+
+def test_a_gthread_worker_recycled_at_max_requests_ends_its_streams_and_is_replaced(redis_server):
+    """gthread stops itself at --max-requests: a feed stream it held kept it (and, with one worker,
+    every client) from being replaced for a minute, and was then cut without its end. The stream
+    now ends with its `retry:`, and a request after the limit is answered by the next worker."""
+    env = {**redis_settings(redis_server), "GUNICORN_WORKER_CLASS": "gthread", "WEB_CONCURRENCY": "1",
+           "GUNICORN_THREADS": "4", "GUNICORN_GRACEFUL_TIMEOUT": "10"}  # fmt: skip
+    server = Gunicorn(env=env, args=("-c", "python:app.server.gunicorn_conf", "--max-requests", "8"))
+    try:
+        stream = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+        stream.sendall(
+            b"GET /events?after=now HTTP/1.1\r\nHost: plants\r\nAccept: text/event-stream\r\n"
+            + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        )
+        received = stream.recv(4096)
+        assert received.startswith(b"HTTP/1.1 200 "), received
+        statuses = []
+        for plant_id in range(8):  # past the limit: the worker stops after one of these
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+            statuses.append(call(conn, "POST", "/plants", {"id": 7000 + plant_id, "name": "Fern"}, AUTH)[0])
+        assert statuses == [200] * 8
+        while chunk := stream.recv(4096):  # the stream's end, well within the graceful timeout
+            received += chunk
+        stream.close()
+        assert b"retry: " in received
+        assert received.endswith(b"0\r\n\r\n")  # ended, not cut off
+    finally:
+        server.stop()

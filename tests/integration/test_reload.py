@@ -243,6 +243,37 @@ def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_sett
 
 
 @pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        ('raw_env = ["PLANTS_MAX_PLANTS=lots"]', "PLANTS_MAX_PLANTS must be a whole number"),
+        ("threads = 0", "--threads is 0"),
+        ("workers = 2", "2 workers with the in-memory store"),
+        ("raise ValueError('half-written')", "configuration could not be read again"),
+    ],
+    ids=["raw_env", "threads", "workers", "unreadable"],
+)
+def test_a_reload_whose_gunicorn_file_is_refused_keeps_the_worker_and_its_plants(tmp_path, setting, why):
+    """A reload reads gunicorn's configuration file again (its raw_env too): the master checked the
+    environment it had, and a file that set a bad value went on to new workers that could not
+    boot, and gunicorn's master then stopped; a file it could not read stopped it at once."""
+    conf = tmp_path / "plants.conf.py"
+    packaged = "from app.server.gunicorn_conf import *  # noqa: F403\n"
+    conf.write_text(packaged + 'raw_env = ["PLANTS_MAX_PLANTS=1000"]\n')
+    command = [sys.executable, "-m", "gunicorn", "-c", str(conf)]
+    server = SocketActivated(command, service_env(), cwd=tmp_path)
+    try:
+        plants = create_plants(server, 50)
+        conf.write_text(packaged + setting + "\n")
+        refused_reload(server, plants, why)
+        conf.write_text(packaged + 'raw_env = ["PLANTS_MAX_PLANTS=1000"]\n')
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(server, "took over 50 plants")
+        assert_all_readable(server, plants)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
     "content",
     ["", f"# rotated on Monday\n{TOKEN}\n", f"{TOKEN}\nadded-without-a-reload\n"],
     ids=["emptied", "a line the parser refuses", "a token added"],

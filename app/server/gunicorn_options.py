@@ -1,0 +1,87 @@
+"""gunicorn's own options (its command line, GUNICORN_CMD_ARGS) that would break a promise of the
+service: refused in the master at start, in one line that names the option, before any worker forks.
+
+The service's GUNICORN_* variables are checked where they are read (app/settings/server.py); these
+are gunicorn's settings that no variable of the service sets, which gunicorn accepts and a user may
+pass, and which start a service that serves nothing, loses plants, or keeps settings a reload was
+meant to replace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREFIX = "Plant Store: refusing to start: "
+SHARED = "set PLANTS_STORE_URL to a shared store (redis://...)"
+
+
+def refusal(cfg: Any, shared: bool) -> str | None:
+    """Why gunicorn's settings `cfg` must not start the service (`shared`: its store is Redis)."""
+    for problem in (_counts(cfg), _memory(cfg, shared), _preload(cfg), _packaged(cfg)):
+        if problem is not None:
+            return PREFIX + problem
+    return None
+
+
+def _counts(cfg: Any) -> str | None:
+    """gunicorn takes 0 for either: the master listens, and nothing ever answers."""
+    if cfg.workers < 1:
+        return "gunicorn's --workers is 0: no worker would take a connection. Run 1 or more."
+    if cfg.threads < 1:
+        return (
+            "gunicorn's --threads is 0: no request thread would answer a request. Run 1 or more "
+            "(GUNICORN_THREADS)."
+        )
+    return None
+
+
+def _memory(cfg: Any, shared: bool) -> str | None:
+    """What replaces the in-memory store's worker other than a reload: a new one starts empty (more
+    workers, and --max-requests, are refused in gunicorn_conf.py's on_starting)."""
+    if shared:
+        return None
+    if cfg.reload:
+        # gunicorn's code reloader ends the worker at any change of a file it imported (an upgrade
+        # of a package in its virtualenv too): its replacement started empty, without a word.
+        return (
+            "gunicorn's --reload restarts the worker whenever a source file changes, and with the "
+            "in-memory store the new worker would start empty, every plant gone. Leave it unset "
+            f"(`flask --app wsgi run --debug` reloads for development), or {SHARED}."
+        )
+    return None
+
+
+def _preload(cfg: Any) -> str | None:
+    """gunicorn's --preload builds the app once, in the master: a reload (SIGHUP) forks the new
+    workers from that same app, so a token removed from the tokens file was still accepted and a
+    new one refused; and the app's threads (the identity provider's keys) would run at the fork."""
+    if cfg.preload_app:
+        return (
+            "gunicorn's --preload builds the app once in the master, and a reload (SIGHUP) would keep "
+            "its tokens and settings: a removed token still accepted. Leave it unset: each worker "
+            "builds its own app."
+        )
+    return None
+
+
+def _packaged(cfg: Any) -> str | None:
+    """The packaged worker reads plain HTTP/1.1 alone: a PROXY protocol header or a uwsgi packet
+    from the proxy in front made every request a 400. gunicorn's stock workers read both."""
+    from app.server.worker import PlantsWorker
+
+    worker = cfg.worker_class
+    if not (isinstance(worker, type) and issubclass(worker, PlantsWorker)):
+        return None
+    # A bool before gunicorn 24, then "off", "v1", "v2" or "auto"; no `protocol` before gunicorn 24.
+    if getattr(cfg, "proxy_protocol", False) not in (False, "off"):
+        return (
+            "the packaged worker does not read the PROXY protocol (--proxy-protocol): every request "
+            "from the proxy would be a 400. Have the proxy send X-Forwarded-For instead "
+            "(PLANTS_TRUSTED_PROXIES), or set GUNICORN_WORKER_CLASS=gthread."
+        )
+    if getattr(cfg, "protocol", "http") != "http":
+        return (
+            f"the packaged worker serves HTTP only, not --protocol {cfg.protocol}: every request "
+            "would be a 400. Proxy HTTP to it (nginx's proxy_pass), or set GUNICORN_WORKER_CLASS=gthread."
+        )
+    return None
