@@ -1087,10 +1087,12 @@ def test_the_masters_settings_check_starts_no_thread_and_asks_the_provider_nothi
     fetch of the keys (nor any other thread) runs at the fork for a worker to inherit half done."""
     issuer.hanging = True  # a fetch, if one were made, would still be running at the fork
     script = (
-        "import logging, os, threading, types\n"
+        "import logging, threading, types\n"
+        "from gunicorn.config import Config\n"
         "from app.server import gunicorn_conf\n"
-        "cfg = types.SimpleNamespace(workers=1, threads=1, max_requests=0, uid=os.getuid(), gid=os.getgid(),"
-        " bind=[], accesslog=None, pidfile=None, errorlog='-')\n"
+        "cfg = Config()\n"
+        "cfg.set('workers', 1)\n"
+        "cfg.set('bind', [])\n"
         "gunicorn_conf.on_starting(types.SimpleNamespace(cfg=cfg, log=logging.getLogger('master')))\n"
         "print(sorted(thread.name for thread in threading.enumerate()))\n"
     )
