@@ -593,7 +593,17 @@ def test_a_create_answered_503_for_want_of_a_replica_answers_200_when_retried(fa
         assert raised.value.node == f"127.0.0.1:{port}"  # the primary whose replica did not confirm
     finally:
         replica.signal(signal.SIGCONT)
-    assert store.create(7, "Fern", None) is CreateOutcome.IDENTICAL  # it had landed on the primary
+    # The resumed replica takes a moment to read its link again (longer on a loaded machine): a
+    # client retries a 503 until one confirms, and the retry then finds the plant that had landed.
+    deadline, outcome = time.monotonic() + 30, None
+    while outcome is None and time.monotonic() < deadline:
+        try:
+            outcome = store.create(7, "Fern", None)
+        except StoreUnavailableError as error:
+            if error.reason != "replication":
+                raise
+            time.sleep(0.2)
+    assert outcome is CreateOutcome.IDENTICAL  # it had landed on the primary
     assert store.create(7, "Palm", None) is CreateOutcome.CONFLICT
     assert store.get(7) == Plant("Fern")
     store.close()
