@@ -278,19 +278,6 @@ def on_starting(server: Any) -> None:
     problem = gunicorn_options.refusal(server.cfg, url.shared)
     if problem is not None:
         raise SystemExit(problem)
-    if server.cfg.workers != 1 and not url.shared:
-        raise SystemExit(
-            f"Plant Store: refusing to start {server.cfg.workers} workers with the in-memory store: "
-            "each worker would hold a separate store. Run one worker (GUNICORN_THREADS sets its "
-            "concurrency), or set PLANTS_STORE_URL to a shared store (redis://...)."
-        )
-    if server.cfg.max_requests and not url.shared:
-        # The setting above is 0, but gunicorn's command line (or GUNICORN_CMD_ARGS) overrides it.
-        raise SystemExit(
-            f"Plant Store: refusing to recycle the worker every {server.cfg.max_requests} requests "
-            "(--max-requests) with the in-memory store: each new worker would start empty, every "
-            "plant gone. Leave it unset, or set PLANTS_STORE_URL to a shared store (redis://...)."
-        )
     if _upgrading() and not url.shared:
         # gunicorn's binary upgrade (SIGUSR2; gunicorn gave this master the old one's pid): this
         # master's worker would serve an empty store beside the old one's, which then refuses

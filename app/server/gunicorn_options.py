@@ -36,10 +36,22 @@ def _counts(cfg: Any) -> str | None:
 
 
 def _memory(cfg: Any, shared: bool) -> str | None:
-    """What replaces the in-memory store's worker other than a reload: a new one starts empty (more
-    workers, and --max-requests, are refused in gunicorn_conf.py's on_starting)."""
+    """What gives the in-memory store's plants to a worker that does not have them: more workers
+    (each its own store), or a worker replaced other than by a reload (it starts empty)."""
     if shared:
         return None
+    if cfg.workers != 1:
+        return (
+            f"{cfg.workers} workers with the in-memory store: each worker would hold a separate "
+            f"store. Run one worker (GUNICORN_THREADS sets its concurrency), or {SHARED}."
+        )
+    if cfg.max_requests:
+        # The packaged setting is 0, but gunicorn's command line (or GUNICORN_CMD_ARGS) overrides it.
+        return (
+            f"gunicorn's --max-requests {cfg.max_requests} recycles the worker, and with the "
+            "in-memory store each new worker would start empty, every plant gone. Leave it unset, "
+            f"or {SHARED}."
+        )
     if cfg.reload:
         # gunicorn's code reloader ends the worker at any change of a file it imported (an upgrade
         # of a package in its virtualenv too): its replacement started empty, without a word.

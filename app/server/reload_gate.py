@@ -41,7 +41,7 @@ def refusal() -> str | None:
         _, url = checked_settings({**os.environ, **cfg.env}, refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
-    problem = gunicorn_options.refusal(cfg, url.shared) or _split(cfg, url.shared)
+    problem = gunicorn_options.refusal(cfg, url.shared)
     if problem is not None:
         return problem
     return handoff.ask_to_prepare()
@@ -54,17 +54,6 @@ def next_config() -> Any:
     from gunicorn.app.wsgiapp import WSGIApplication
 
     return WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
-
-
-def _split(cfg: Any, shared: bool) -> str | None:
-    """What on_starting refuses with the in-memory store, asked for by the file read again."""
-    if shared:
-        return None
-    if cfg.workers != 1:
-        return f"{cfg.workers} workers with the in-memory store: each worker would hold a separate store"
-    if cfg.max_requests:
-        return "--max-requests with the in-memory store: each recycled worker would start empty"
-    return None
 
 
 def install(server: Any) -> None:

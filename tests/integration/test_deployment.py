@@ -134,11 +134,11 @@ def test_an_over_long_token_could_never_be_sent(tmp_path):
 @pytest.mark.parametrize(
     ("env", "args", "refused"),
     [
-        ({}, ("--workers", "2"), "refusing to start"),
-        ({"WEB_CONCURRENCY": "3"}, (), "refusing to start"),
+        ({}, ("--workers", "2"), "refusing to start: 2 workers"),
+        ({"WEB_CONCURRENCY": "3"}, (), "refusing to start: 3 workers"),
         # A worker recycled after N requests starts empty: every plant gone, silently, each time.
-        ({}, ("--max-requests", "1000"), "(--max-requests)"),
-        ({"GUNICORN_CMD_ARGS": "--max-requests 50"}, (), "(--max-requests)"),
+        ({}, ("--max-requests", "1000"), "--max-requests 1000 recycles"),
+        ({"GUNICORN_CMD_ARGS": "--max-requests 50"}, (), "--max-requests 50 recycles"),
     ],
     ids=["--workers", "WEB_CONCURRENCY", "--max-requests", "GUNICORN_CMD_ARGS-max-requests"],
 )
@@ -202,7 +202,7 @@ def test_the_packaged_config_refuses_from_any_directory(tmp_path):
     (line,) = refused_start(
         {"PLANTS_API_TOKENS": TOKEN}, "-c", "python:app.server.gunicorn_conf", "-w", "4", cwd=tmp_path
     )
-    assert "refusing to start 4 workers" in line
+    assert "refusing to start: 4 workers" in line
 
 
 def _metrics_directories_in(tmp_path: Path) -> dict[str, str]:
