@@ -99,7 +99,7 @@ class RedisPlantStore(RedisBacked):
     def get(self, plant_id: int) -> Plant | None:
         key = self.groups.bucket_key(plant_id)
         value = self._clients.read(key, "HGET", key, str(plant_id))
-        return None if value is None else decode(value)
+        return None if value is None else decode(value, plant_id, self.groups)
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         return self._writes.delete(plant_id, precondition, origin=origin)

@@ -90,7 +90,7 @@ class PlantWrites:
         if code == 5:
             raise StoreFullError
         self._before.tags = (_tag(answer[2]),) if len(answer) > 2 else None
-        return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
+        return _CHANGES[code], (decode(answer[1], plant_id, self._groups) if len(answer) > 1 else None)
 
     def tag_before(self) -> tuple[str | None] | None:
         """The tag before of this thread's change or delete just made, as its script answered;
