@@ -297,6 +297,17 @@ class StoreNeedsMigration(ServiceUnavailable):
         )
 
 
+class StoreValueUnreadable(ServiceUnavailable):
+    """A stored plant (or event) not encoded as the service writes them; nothing was written."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The plant store holds a value for this request that the service cannot read (it did not write it"
+            " so); nothing was changed. Its operator must repair it: the service's log names the key.",
+            retry_after=60,
+        )
+
+
 class ReplicasDidNotConfirm(ServiceUnavailable):
     def __init__(self) -> None:
         super().__init__(

@@ -18,7 +18,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
-from app.errors import ReplicasDidNotConfirm, StoreNeedsMigration, StoreNotAnswering
+from app.errors import ReplicasDidNotConfirm, StoreNeedsMigration, StoreNotAnswering, StoreValueUnreadable
 from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
@@ -112,6 +112,9 @@ class PlantsState:
         if exc.reason == "needs_migration":
             log.error("The plant store cannot list plants: %s", exc)
             return StoreNeedsMigration()
+        if exc.reason == "unreadable":
+            log.error("The plant store holds a value the service cannot read: %s", exc)
+            return StoreValueUnreadable()
         if exc.reason == "replication":
             on = f" on node {exc.node}" if exc.node is not None else ""
             log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)

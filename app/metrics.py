@@ -7,7 +7,7 @@ Per application (in its state, app/extension.py): its own registry with
   routes, refusals included;
 - `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `refused`,
   `name_not_resolved`, `auth`, `connection`, `read_only`, `needs_migration`, `cluster`,
-  `replication`, `other`);
+  `replication`, `unreadable`, `other`);
 - `plants_auth_refusals_total{reason}`: refused authentications and authorizations, by reason
   (`missing`, `not_bearer`, `malformed`, `not_accepted`, `read_only`, `insufficient_scope`, and
   for JWT access tokens `expired`, `not_yet_valid`, `wrong_issuer`, `wrong_audience`,

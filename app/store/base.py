@@ -257,7 +257,9 @@ class StoreUnavailableError(Exception):
     `read_only`, `wrong_kind` (a Redis Cluster node named as a single Redis, or the reverse),
     `wrong_db` (a database index past the server's), `needs_migration`, `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
-    than PLANTS_STORE_MIN_REPLICAS) or `other`. The message names what failed, for the log; it
+    than PLANTS_STORE_MIN_REPLICAS), `unreadable` (a stored plant or event not encoded as this
+    service writes them: another program's, or cut short; nothing was written) or `other`. The
+    message names what failed, for the log; it
     never contains a password. `node` is the host:port of the one node of a cluster that failed,
     when one did: the log names it rather than the whole cluster.
     """

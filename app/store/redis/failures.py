@@ -98,6 +98,9 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
             "its database index is past the server's count (Redis: DB index is out of range): use one"
             " from 0 to the server's `databases` less one (0 to 15 by default)",
         )
+    if isinstance(exc, ResponseError) and str(exc).startswith("UNREADABLE"):
+        # A write's own refusal (`readable` in scripts/library.lua): it wrote nothing.
+        return StoreUnavailableError("unreadable", str(exc).removeprefix("UNREADABLE "))
     if isinstance(exc, ResponseError) and str(exc).startswith("LATE"):
         # A write's own refusal (deadline.py): it reached Redis too late, and did nothing.
         return StoreUnavailableError("timeout", "the write reached Redis after its deadline (Redis: LATE)")

@@ -26,6 +26,7 @@ from app.store.base import (
     FeedExpiredError,
     FeedSelection,
     Selected,
+    StoreUnavailableError,
     selected_of,
 )
 from app.store.redis import lua
@@ -93,18 +94,24 @@ def _entry_id(raw: bytes) -> tuple[int, int]:
 
 
 def _event(raw_id: bytes, value: bytes) -> Event:
-    """An event from its entry ID and its one field, `<kind> <id> <encoded plant>`."""
-    kind, plant_id, plant = value.split(b" ", 2)
-    length, _, rest = plant.partition(b":")
-    size = int(length)
-    tag = rest[size:]
-    return Event(
-        int(kind),
-        int(plant_id),
-        rest[:size].decode(),
-        tag.decode() if tag else None,
-        int(raw_id[: raw_id.index(b"-")]),
-    )
+    """An event from its entry ID and its one field, `<kind> <id> <encoded plant>`;
+    StoreUnavailableError (`unreadable`) for an entry this service did not write so."""
+    try:
+        kind, plant_id, plant = value.split(b" ", 2)
+        length, _, rest = plant.partition(b":")
+        size = int(length)
+        tag = rest[size:]
+        return Event(
+            int(kind),
+            int(plant_id),
+            rest[:size].decode(),
+            tag.decode() if tag else None,
+            int(raw_id[: raw_id.index(b"-")]),
+        )
+    except ValueError:  # (UnicodeDecodeError too) which the views would read as a cursor's
+        raise StoreUnavailableError(
+            "unreadable", f"the feed's entry {raw_id.decode()} is not an event as this service writes them"
+        ) from None
 
 
 def _one_group(answer: list[Any]) -> EventPage:

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from app.store.base import KEEP, UNCONDITIONAL, Plant, Precondition, encode
+from app.store.base import KEEP, UNCONDITIONAL, Plant, Precondition, StoreUnavailableError, encode
 from app.store.redis.lua import ChangeArgs, CreateArgs, DeleteArgs
 
 __all__ = ["BUCKETS", "CLUSTER_GROUPS", "Groups", "decode", "decode_fields", "encode", "member"]
@@ -29,14 +29,28 @@ def member(plant_id: int) -> bytes:
     return (plant_id + _SIGN).to_bytes(8, "big") + str(plant_id).encode()
 
 
-def decode(value: bytes) -> Plant:
-    return Plant(*decode_fields(value))
+def decode(value: bytes, plant_id: int, groups: Groups) -> Plant:
+    return Plant(*decode_fields(value, plant_id, groups))
 
 
-def decode_fields(value: bytes) -> tuple[str, str | None]:
-    length, _, rest = value.partition(b":")
-    name, tag = rest[: int(length)], rest[int(length) :]
-    return name.decode("utf-8"), tag.decode("utf-8") if tag else None
+def decode_fields(value: bytes, plant_id: int, groups: Groups) -> tuple[str, str | None]:
+    """The name and tag of plant `plant_id` of `groups`; StoreUnavailableError (`unreadable`) for a
+    value not encoded as this service writes plants (`readable` in scripts/library.lua refuses the
+    same ones)."""
+    length, colon, rest = value.partition(b":")
+    size = int(length) if colon and length.isdigit() else -1
+    try:
+        if 0 <= size <= len(rest):
+            tag = rest[size:]
+            return rest[:size].decode("utf-8"), tag.decode("utf-8") if tag else None
+    except UnicodeDecodeError:
+        pass
+    # Not a ValueError: the views read one as a cursor this store did not make.
+    raise StoreUnavailableError(
+        "unreadable",
+        f"plant {plant_id} (field {plant_id} of {groups.bucket_key(plant_id)}) is not stored as this service"
+        " writes plants",
+    )
 
 
 def precondition_args(precondition: Precondition) -> list[str | int]:

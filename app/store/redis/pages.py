@@ -55,5 +55,6 @@ class GroupPages:
         args = (*PageArgs(groups.tags[group], groups.cluster_arg, start, limit), *indexes)
         answer = self._run("PAGE", (groups.count_key(group),), args)
         return answer[0] == 1, [
-            (int(answer[i]), *decode_fields(answer[i + 1])) for i in range(1, len(answer), 2)
+            (plant_id := int(answer[i]), *decode_fields(answer[i + 1], plant_id, groups))
+            for i in range(1, len(answer), 2)
         ]

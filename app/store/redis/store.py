@@ -73,14 +73,12 @@ class RedisPlantStore(RedisBacked):
             cluster=cluster,
             retain=events_retain,
         )
-        hints = GroupHints(prefix, self.groups)
-        self._cursor_key = SharedSecret(f"{{{prefix}}}:cursor-key")
         # WAIT answers within half the socket timeout, so its shortfall is a 503 of its own.
+        wait_ms = max(1, int(timeout * 500))
+        hints = GroupHints(prefix, self.groups, replicas=min_replicas, wait_ms=wait_ms)
+        self._cursor_key = SharedSecret(f"{{{prefix}}}:cursor-key")
         self._run = ScriptRunner(
-            self._clients,
-            replicas=min_replicas,
-            wait_ms=max(1, int(timeout * 500)),
-            moving_wait_s=_MOVING_WAIT_S,
+            self._clients, replicas=min_replicas, wait_ms=wait_ms, moving_wait_s=_MOVING_WAIT_S
         )
         # A write's lost reply is learnt from the feed, never by resending it.
         lost = LostReplies(self._run, self.groups, timeout, confirmed=min_replicas > 0)
@@ -99,7 +97,7 @@ class RedisPlantStore(RedisBacked):
     def get(self, plant_id: int) -> Plant | None:
         key = self.groups.bucket_key(plant_id)
         value = self._clients.read(key, "HGET", key, str(plant_id))
-        return None if value is None else decode(value)
+        return None if value is None else decode(value, plant_id, self.groups)
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         return self._writes.delete(plant_id, precondition, origin=origin)

@@ -48,7 +48,7 @@ class PlantWrites:
         self._before = threading.local()
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
-        self._hints.note(self._clients.get(), plant_id, tag)
+        self._hints.note(self._clients, plant_id, tag)
         deadline = Deadline.after(self._window_s)
         origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self._groups.create_call(
@@ -77,7 +77,7 @@ class PlantWrites:
         if create or (tag is not KEEP and tag is not None):
             # A PUT may create the plant: its group goes into the hints as a create's does, or a
             # cluster's pages would skip a group that only PUTs had filled.
-            self._hints.note(self._clients.get(), plant_id, None if tag is KEEP else tag)
+            self._hints.note(self._clients, plant_id, None if tag is KEEP else tag)
         deadline = Deadline.after(self._window_s)
         origin = marked(origin)  # this write's own, for its lost reply
         keys, args = self._groups.change_call(
@@ -90,7 +90,7 @@ class PlantWrites:
         if code == 5:
             raise StoreFullError
         self._before.tags = (_tag(answer[2]),) if len(answer) > 2 else None
-        return _CHANGES[code], (decode(answer[1]) if len(answer) > 1 else None)
+        return _CHANGES[code], (decode(answer[1], plant_id, self._groups) if len(answer) > 1 else None)
 
     def tag_before(self) -> tuple[str | None] | None:
         """The tag before of this thread's change or delete just made, as its script answered;

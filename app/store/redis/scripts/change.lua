@@ -1,7 +1,8 @@
 -- A PUT or PATCH: checks the precondition and changes the plant (or creates an absent one, when
 -- asked), moving it between tag indexes when its tag changes. Answers {0, plant} created,
 -- {1, plant, tag before ('' for none)} changed, {2, plant} unchanged (nothing written), {3}
--- absent, {4} refused by the precondition, {5} full; LATE past the deadline.
+-- absent, {4} refused by the precondition, {5} full; LATE past the deadline; UNREADABLE, having
+-- written nothing, for a stored plant not encoded as this service writes (see `readable`).
 local bucket_key = KEYS[1]
 local count_key = KEYS[2]
 local feed_key = KEYS[3]
@@ -31,6 +32,7 @@ if not stored then
   record(feed_key, retention, 0, plant_id, value, origin)
   return {0, value}
 end
+if not readable(stored) then return unreadable(bucket_key, plant_id) end
 if not allows(stored, precondition_at) then return {4} end
 local old_tag = tag_of(stored)
 if name == '' then name = name_of(stored) end

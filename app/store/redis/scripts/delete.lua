@@ -1,6 +1,7 @@
 -- A delete: removes the plant, frees its place under the capacity, and takes it out of its
 -- indexes. Answers {1, its tag ('' for none)} deleted, 0 absent, 2 refused by the precondition;
--- LATE past the deadline.
+-- LATE past the deadline; UNREADABLE, having written nothing, for a stored plant not encoded as
+-- this service writes (see `readable`).
 local bucket_key = KEYS[1]
 local count_key = KEYS[2]
 local feed_key = KEYS[3]
@@ -16,6 +17,7 @@ local precondition_at = 8
 if past(deadline) then return redis.error_reply(LATE) end
 local stored = redis.call('HGET', bucket_key, plant_id)
 if not stored then return 0 end
+if not readable(stored) then return unreadable(bucket_key, plant_id) end
 if #ARGV >= precondition_at and not allows(stored, precondition_at) then return 2 end
 redis.call('HDEL', bucket_key, plant_id)
 redis.call('DECR', count_key)

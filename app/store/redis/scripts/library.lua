@@ -81,6 +81,49 @@ local function name_of(value)
   return string.sub(value, colon + 1, colon + tonumber(string.sub(value, 1, colon - 1)))
 end
 
+-- Whether `s` is UTF-8 as Python decodes it (no surrogate, no overlong form, nothing past
+-- U+10FFFF). An ASCII string, most names and tags, takes one search.
+local function utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    if c < 128 then
+      i = i + 1
+    else
+      local size = (c >= 194 and c <= 223) and 2 or (c >= 224 and c <= 239) and 3 or (c >= 240 and c <= 244) and 4
+      if not size or i + size - 1 > n then return false end
+      local low, high = 128, 191
+      if c == 224 then low = 160 elseif c == 237 then high = 159 elseif c == 240 then low = 144 elseif c == 244 then high = 143 end
+      local b = string.byte(s, i + 1)
+      if b < low or b > high then return false end
+      for j = i + 2, i + size - 1 do
+        b = string.byte(s, j)
+        if b < 128 or b > 191 then return false end
+      end
+      i = i + size
+    end
+  end
+  return true
+end
+
+-- Whether a stored plant is encoded as this service writes plants (groups.py `decode_fields`
+-- reads it by the same rule). A value another program wrote, or cut short, is refused by every
+-- write before it writes anything: changed or deleted, it would reach the feed, whose readers
+-- could not read it either.
+local function readable(value)
+  local length = string.match(value, '^(%d+):')
+  if not length then return false end
+  local name_end = #length + 1 + tonumber(length)
+  if name_end > #value then return false end
+  return utf8(string.sub(value, #length + 2, name_end)) and utf8(string.sub(value, name_end + 1))
+end
+-- The refusal of a write of a plant whose stored value is not `readable`.
+local function unreadable(bucket_key, plant_id)
+  return redis.error_reply('UNREADABLE plant ' .. plant_id .. ' (field ' .. plant_id .. ' of ' .. bucket_key
+    .. ') is not stored as this service writes plants')
+end
+
 -- Whether a write's precondition lets it change the plant stored as `value`: ARGV from `at` on
 -- holds how many If-Match tags follow ('' for no If-Match), then those tags, then the same for
 -- If-None-Match. ' *' (ANY_PLANT: the header's unquoted `*`) matches any plant.

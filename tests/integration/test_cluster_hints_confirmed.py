@@ -1,0 +1,90 @@
+"""On a Redis Cluster with PLANTS_STORE_MIN_REPLICAS=1, a create answered 200 is on a replica, and so
+is what lists it: the sets of groups a page reads (hints.py) live on the shard of the prefix's own
+hash tag, not the plant's, and a failover of that shard must not take an acknowledged plant off
+every page."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from redis.cluster import RedisCluster
+
+from app.store import CreateOutcome, Plant, StoreUnavailableError, store_from_url
+from tests.conftest import cluster_settings
+from tests.servers import RedisClusterServers, RedisServer
+
+
+@pytest.fixture
+def own_cluster(tmp_path):
+    cluster = RedisClusterServers(tmp_path)
+    yield cluster
+    cluster.stop()
+
+
+def _node_of(cluster: RedisClusterServers, key: str) -> RedisServer:
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    try:
+        port = client.get_node_from_key(key).port
+    finally:
+        client.close()
+    return next(node for node in cluster.nodes if node.port == port)
+
+
+def _listed(store) -> list[int]:
+    """The ids of the store's first page, read again while it answers 503 (a failover under way:
+    the service finds the promoted replica by itself), for at most 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return [plant[0] for plant in store.page(None, 100).plants]
+        except StoreUnavailableError:
+            assert time.monotonic() < deadline, "the pages answered 503 for 30 s"
+            time.sleep(0.1)
+
+
+def test_a_create_whose_pages_entry_no_replica_confirms_is_503_and_an_acknowledged_one_stays_listed(
+    own_cluster,
+):
+    settings = cluster_settings(own_cluster)
+    prefix = settings["PLANTS_STORE_PREFIX"]
+    store = store_from_url(
+        settings["PLANTS_STORE_URL"],
+        capacity=1000,
+        prefix=prefix,
+        connect_timeout=1,
+        timeout=1,
+        min_replicas=1,
+    )
+    try:
+        hints = _node_of(own_cluster, f"{{{prefix}}}:groups:a")
+        # A plant whose group lives on another shard: its own replica runs and confirms it.
+        plant_id = next(
+            n
+            for n in range(1, 100)
+            if _node_of(own_cluster, store.groups.count_key(store.groups.of(n))) != hints
+        )
+        hints_replica = own_cluster.replica_of(hints)
+        hints_replica.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailableError) as refused:
+                store.create(plant_id, "Boston fern", "fern")
+        finally:
+            hints_replica.signal(signal.SIGCONT)
+        assert refused.value.reason == "replication"
+        # Refused before its script ran: nothing stored.
+        assert store.get(plant_id) is None
+        own_cluster.wait_until_healthy()
+        assert store.create(plant_id, "Boston fern", "fern") is CreateOutcome.CREATED
+        assert _listed(store) == [plant_id]
+        # The entry is on the replica: with the shard's primary lost, the plant is still listed.
+        hints.kill()
+        deadline = time.monotonic() + 30
+        while not hints_replica.command("ROLE").startswith("master"):
+            assert time.monotonic() < deadline, "the replica was not promoted"
+            time.sleep(0.05)
+        assert _listed(store) == [plant_id]
+        assert store.get(plant_id) == Plant("Boston fern", "fern")
+    finally:
+        store.close()
