@@ -203,18 +203,21 @@ def test_the_sweep_moves_a_quiet_filtered_stream_without_a_read_losing_and_repea
     assert json.loads(body)["events"] == []
 
 
-def test_a_quiet_filtered_stream_meets_the_410_of_a_write_made_while_the_feed_was_off(redis_server):
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_a_quiet_filtered_stream_meets_the_410_of_a_write_made_while_the_feed_was_off(request, kind):
     """A write made with the feed off (here by a deployment with PLANTS_EVENTS_RETAIN=0 on the same
     Redis) records nothing and removes the feed's stream: every position read before it is a 410
     (docs/change-feed.md). A filtered stream that passes over the writes after it meets that 410
     too (`event: gone`, and a 410 from its last id), where it moved its bookmark past the write
     it never heard of into the feed that began again, its client's copy silently stale."""
-    settings = redis_settings(redis_server)
+    settings = settings_for_store(request, kind)
     server = Gunicorn(env={**settings, "PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_EVENTS_STREAM_MAX": "20"})
     off = create_app({"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], **settings, "PLANTS_EVENTS_RETAIN": 0})
     stream = None
     try:
-        write(server, 780_000, "off-other")  # a position past an event: one a lost feed cannot hold
+        # A position past an event (of each group the write below concerns: a cluster's plant's):
+        # one a lost feed cannot hold.
+        write(server, 780_000, "off-other")
         stream = Stream(server.port, f"/events?tags=off-mine&after={now_cursor(server)}", timeout=10)
         assert stream.status == 200
         blocks = stream.blocks()
@@ -226,10 +229,10 @@ def test_a_quiet_filtered_stream_meets_the_410_of_a_write_made_while_the_feed_wa
             ids.append(next(block["id"] for block in blocks if block.get("event") == "bookmark"))
         auth = {"Authorization": f"Bearer {TOKEN}"}
         answer = off.test_client().put(
-            "/plants/780004", json={"name": "unheard", "tag": "off-mine"}, headers=auth
+            "/plants/780000", json={"name": "unheard", "tag": "off-mine"}, headers=auth
         )
-        assert answer.status_code == 201, answer.get_data()
-        for plant_id in range(780_005, 780_008):  # the feed again, none of them selected
+        assert answer.status_code == 200, answer.get_data()
+        for plant_id in range(780_004, 780_008):  # the feed again, none of them selected
             write(server, plant_id, "off-other")
         told = []
         for block in blocks:  # until `gone`, or the stream's end
