@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from app.store import FeedExpiredError
+
 #: How long the feed's end read for one stream serves the others (`FeedEnds.read`).
 END_KEPT_SECONDS = 1.0
 
@@ -16,6 +18,8 @@ class FeedEnds:
 
     def __init__(self) -> None:
         self._end: tuple[float, float, bytes] | None = None
+        #: The last position found still held (`look`), and when that look began.
+        self._held: tuple[bytes, float] | None = None
 
     def kept(self, since: float) -> tuple[bytes, float] | None:
         """The end read for another stream up to END_KEPT_SECONDS ago, if its read began after
@@ -35,3 +39,20 @@ class FeedEnds:
         ended = time.monotonic()
         self._end = (started, ended, end)
         return end, ended
+
+    def held(self, position: bytes, since: float) -> bool:
+        """Whether a look begun after `since` (time.monotonic()) found `position` still held:
+        streams that move together stand at the same position, and share one look."""
+        held = self._held
+        return held is not None and held[0] == position and held[1] >= since
+
+    def look(self, position: bytes, read: Callable[[], object]) -> bool:
+        """Whether the feed still holds `position`: `read()` (a read of no event from it) raises
+        FeedExpiredError when it does not, as a read would."""
+        started = time.monotonic()
+        try:
+            read()
+        except FeedExpiredError:
+            return False
+        self._held = (position, started)
+        return True

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.store import PlantStore, StoreUnavailableError
+from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.feed_signal import FeedSignal
 
 
@@ -53,6 +53,13 @@ class PassingOver:
             return None
         version, covered = quiet
         to = self.ahead if covered else None
+        if to is not None and to != position:
+            held = self._held(position)
+            if held is None:  # not known now (no read slot, the store away): stay, for a later turn
+                return version, None
+            if not held:  # the feed lost events up to it: a read meets the 410
+                self.ahead = None
+                raise FeedExpiredError
         if covered:
             # It stands at `ahead` now: any end read after that end's was serves, so the one
             # another stream's heartbeat read a moment ago does too (feed_ends.py), where the
@@ -76,3 +83,21 @@ class PassingOver:
             self.ahead, self.ahead_read = end
             self.ahead_version = version
         return version, to
+
+    def _held(self, position: bytes) -> bool | None:
+        """Whether the feed still holds the history up to `position`, as a look begun after `ahead`
+        was read found (None: not known). The listener hears new entries, not a feed that began
+        again: one removed by a write made with the feed off, or by a FLUSHALL, whose writes it
+        never heard; so the end read after that stands in another history, and a move there
+        from `position` would pass over them unsaid, where a read from it is the 410."""
+        signal = self.signal
+        if signal.ends.held(position, self.ahead_read):
+            return True
+        if not signal.gate.enter(None):
+            return None
+        try:
+            return signal.ends.look(position, lambda: self.store.events(position, 0))
+        except StoreUnavailableError:
+            return None
+        finally:
+            signal.gate.leave()

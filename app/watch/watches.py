@@ -358,7 +358,11 @@ class EventStream(Watch):
         a move past what it passed over once that is known (passing_over.py)."""
         if self.passing is None:
             return False
-        turn = self.passing.turn(self._wake_up.wake, self.position)
+        try:
+            turn = self.passing.turn(self._wake_up.wake, self.position)
+        except FeedExpiredError:  # the feed lost what it stands on: its read sends `gone`
+            self.current = -1
+            return False
         if turn is None:
             return False
         self.seen = self.current = turn[0]

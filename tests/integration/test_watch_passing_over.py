@@ -17,10 +17,13 @@ import time
 
 import pytest
 
+from app import create_app
+from app.extension import plants_state
 from tests.conftest import redis_settings, settings_for_store
+from tests.feed_client import Stream
 from tests.integration.test_watch import dechunk, frames, get, now_cursor, open_stream, read_stream
 from tests.integration.test_watch_filters import streamed, write
-from tests.servers import Gunicorn
+from tests.servers import TOKEN, Gunicorn
 
 #: Each stream lasts 10 s: about 5 s of writes, then quiet heartbeats (1 s apart).
 SETTINGS = {"PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_EVENTS_STREAM_MAX": "10", "WEB_CONCURRENCY": "2"}
@@ -198,3 +201,50 @@ def test_the_sweep_moves_a_quiet_filtered_stream_without_a_read_losing_and_repea
     status, _, body = get(server, f"/events?after={last}&tags=sw-mine")
     assert status == 200, body
     assert json.loads(body)["events"] == []
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_a_quiet_filtered_stream_meets_the_410_of_a_write_made_while_the_feed_was_off(request, kind):
+    """A write made with the feed off (here by a deployment with PLANTS_EVENTS_RETAIN=0 on the same
+    Redis) records nothing and removes the feed's stream: every position read before it is a 410
+    (docs/change-feed.md). A filtered stream that passes over the writes after it meets that 410
+    too (`event: gone`, and a 410 from its last id), where it moved its bookmark past the write
+    it never heard of into the feed that began again, its client's copy silently stale."""
+    settings = settings_for_store(request, kind)
+    server = Gunicorn(env={**settings, "PLANTS_EVENTS_HEARTBEAT": "1", "PLANTS_EVENTS_STREAM_MAX": "20"})
+    off = create_app({"TESTING": True, "PLANTS_API_TOKENS": [TOKEN], **settings, "PLANTS_EVENTS_RETAIN": 0})
+    stream = None
+    try:
+        # A position past an event (of each group the write below concerns: a cluster's plant's):
+        # one a lost feed cannot hold.
+        write(server, 780_000, "off-other")
+        stream = Stream(server.port, f"/events?tags=off-mine&after={now_cursor(server)}", timeout=10)
+        assert stream.status == 200
+        blocks = stream.blocks()
+        for plant_id in range(780_001, 780_004):
+            write(server, plant_id, "off-other")
+        # Its bookmark stands past those writes: it passes over what its listener heard.
+        ids = []
+        while not ids or json.loads(get(server, f"/events?after={ids[-1]}")[2])["events"]:
+            ids.append(next(block["id"] for block in blocks if block.get("event") == "bookmark"))
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        answer = off.test_client().put(
+            "/plants/780000", json={"name": "unheard", "tag": "off-mine"}, headers=auth
+        )
+        assert answer.status_code == 200, answer.get_data()
+        for plant_id in range(780_004, 780_008):  # the feed again, none of them selected
+            write(server, plant_id, "off-other")
+        told = []
+        for block in blocks:  # until `gone`, or the stream's end
+            told.append(block)
+            if block.get("event") == "gone":
+                break
+        assert told[-1].get("event") == "gone", told
+        ids += [block["id"] for block in told if "id" in block]
+        status, _, body = get(server, f"/events?after={ids[-1]}&tags=off-mine")
+        assert status == 410, body
+    finally:
+        if stream is not None:
+            stream.close()
+        plants_state(off).close()
+        server.stop()
