@@ -275,7 +275,7 @@ def on_starting(server: Any) -> None:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
-    problem = gunicorn_options.refusal(server.cfg, url.shared)
+    problem = gunicorn_options.refusal(server.cfg, url.shared, settings.max_content_length)
     if problem is not None:
         raise SystemExit(problem)
     if server.cfg.workers != 1 and not url.shared:

@@ -175,6 +175,21 @@ def test_a_gunicorn_option_that_would_break_a_promise_stops_the_start(env, args,
     assert refused in line
 
 
+def test_a_body_limit_the_memory_budget_cannot_hold_stops_the_start():
+    """The packaged worker displaces the connections holding bytes past GUNICORN_MEMORY_BUDGET: with
+    MAX_CONTENT_LENGTH past it, a body within the limit was closed as it arrived, its client
+    answered nothing (neither its answer nor a 413). gthread has no budget, and starts."""
+    settings = {**OK, "MAX_CONTENT_LENGTH": str(4 * 1024 * 1024), "GUNICORN_MEMORY_BUDGET": "1"}
+    (line,) = refused_start(settings)
+    assert line.startswith("Plant Store: refusing to start: MAX_CONTENT_LENGTH (4194304 bytes)")
+    assert "GUNICORN_MEMORY_BUDGET to 5 MiB" in line
+    server = Gunicorn(env={**settings, "GUNICORN_WORKER_CLASS": "gthread"})
+    try:
+        assert call(server.connection(), "GET", "/healthz")[0] == 200
+    finally:
+        server.stop()
+
+
 @pytest.mark.skipif(
     tuple(int(part) for part in metadata.version("gunicorn").split(".")[:2]) < (24, 0),
     reason="gunicorn's --protocol came with gunicorn 24",
