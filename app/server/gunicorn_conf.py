@@ -275,7 +275,7 @@ def on_starting(server: Any) -> None:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
-    problem = gunicorn_options.refusal(server.cfg, url.shared)
+    problem = gunicorn_options.refusal(server.cfg, url.shared, settings.max_content_length)
     if problem is not None:
         raise SystemExit(problem)
     if _upgrading() and not url.shared:
@@ -284,9 +284,10 @@ def on_starting(server: Any) -> None:
         # every request as a split store. The old master serves on, its plants kept.
         raise SystemExit(
             "Plant Store: refusing a binary upgrade (SIGUSR2) with the in-memory store: the new "
-            "worker would start empty beside the old one, every plant out of reach. Reload with "
-            "SIGHUP (it hands the store to the new worker), or set PLANTS_STORE_URL to a shared "
-            "store (redis://...)."
+            "worker would start empty beside the old one, every plant out of reach; the old master "
+            "serves on. A reload (SIGHUP) keeps the plants but runs the code this master started "
+            "with; a new version needs a restart, which empties the in-memory store, or a shared "
+            "store (PLANTS_STORE_URL=redis://...)."
         )
     if not url.shared:
         # A reload hands the store over (app/server/handoff.py), in a directory the workers own.

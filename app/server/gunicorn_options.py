@@ -4,20 +4,25 @@ service: refused in the master at start, in one line that names the option, befo
 The service's GUNICORN_* variables are checked where they are read (app/settings/server.py); these
 are gunicorn's settings that no variable of the service sets, which gunicorn accepts and a user may
 pass, and which start a service that serves nothing, loses plants, or keeps settings a reload was
-meant to replace.
+meant to replace. So is the one pairing no single setting's check sees: a MAX_CONTENT_LENGTH the
+packaged worker's memory budget cannot hold.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from app.settings.server import server_setting
 
 PREFIX = "Plant Store: refusing to start: "
 SHARED = "set PLANTS_STORE_URL to a shared store (redis://...)"
 
 
-def refusal(cfg: Any, shared: bool) -> str | None:
-    """Why gunicorn's settings `cfg` must not start the service (`shared`: its store is Redis)."""
-    for problem in (_counts(cfg), _memory(cfg, shared), _preload(cfg), _packaged(cfg)):
+def refusal(cfg: Any, shared: bool, max_body: int) -> str | None:
+    """Why gunicorn's settings `cfg` must not start the service (`shared`: its store is Redis;
+    `max_body`: its MAX_CONTENT_LENGTH)."""
+    for problem in (_counts(cfg), _memory(cfg, shared), _preload(cfg), _packaged(cfg), _body(cfg, max_body)):
         if problem is not None:
             return PREFIX + problem
     return None
@@ -76,13 +81,17 @@ def _preload(cfg: Any) -> str | None:
     return None
 
 
-def _packaged(cfg: Any) -> str | None:
-    """The packaged worker reads plain HTTP/1.1 alone: a PROXY protocol header or a uwsgi packet
-    from the proxy in front made every request a 400. gunicorn's stock workers read both."""
+def _is_packaged(cfg: Any) -> bool:
     from app.server.worker import PlantsWorker
 
     worker = cfg.worker_class
-    if not (isinstance(worker, type) and issubclass(worker, PlantsWorker)):
+    return isinstance(worker, type) and issubclass(worker, PlantsWorker)
+
+
+def _packaged(cfg: Any) -> str | None:
+    """The packaged worker reads plain HTTP/1.1 alone: a PROXY protocol header or a uwsgi packet
+    from the proxy in front made every request a 400. gunicorn's stock workers read both."""
+    if not _is_packaged(cfg):
         return None
     # A bool before gunicorn 24, then "off", "v1", "v2" or "auto"; no `protocol` before gunicorn 24.
     if getattr(cfg, "proxy_protocol", False) not in (False, "off"):
@@ -97,3 +106,25 @@ def _packaged(cfg: Any) -> str | None:
             "would be a 400. Proxy HTTP to it (nginx's proxy_pass), or set GUNICORN_WORKER_CLASS=gthread."
         )
     return None
+
+
+def _body(cfg: Any, max_body: int) -> str | None:
+    """The packaged worker displaces the connections holding bytes past its memory budget (app/
+    server/worker/loop.py): a body the service takes must fit in it, with a head and a chunked
+    body's framing, or one near MAX_CONTENT_LENGTH was closed as it arrived, its client answered
+    nothing (neither the answer nor a 413). gthread holds no budget."""
+    if not _is_packaged(cfg):
+        return None
+    from app.server.worker.connection import FRAMING_ALLOWANCE
+    from app.server.worker.workers import MAX_HEAD
+
+    budget = server_setting("GUNICORN_MEMORY_BUDGET")
+    needed = math.ceil((max_body + MAX_HEAD + FRAMING_ALLOWANCE) / (1024 * 1024))
+    if needed <= budget:
+        return None
+    return (
+        f"MAX_CONTENT_LENGTH ({max_body} bytes) does not fit in GUNICORN_MEMORY_BUDGET ({budget} MiB) "
+        "with a request's head: a body near the limit would be closed as it arrived, its client "
+        f"answered nothing. Raise GUNICORN_MEMORY_BUDGET to {needed} MiB or more, or lower "
+        "MAX_CONTENT_LENGTH."
+    )

@@ -38,10 +38,10 @@ def refusal() -> str | None:
         return f"gunicorn's configuration could not be read again ({type(exc).__name__}: {exc})"
     try:
         # The environment the new workers get: the master's, and the file's raw_env (`-e`) on it.
-        _, url = checked_settings({**os.environ, **cfg.env}, refused=AT_RELOAD)
+        settings, url = checked_settings({**os.environ, **cfg.env}, refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
-    problem = gunicorn_options.refusal(cfg, url.shared)
+    problem = gunicorn_options.refusal(cfg, url.shared, settings.max_content_length)
     if problem is not None:
         return problem
     return handoff.ask_to_prepare()

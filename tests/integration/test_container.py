@@ -76,6 +76,21 @@ def test_the_build_context_holds_only_what_the_containerfile_copies():
     assert admitted == copied
 
 
+def test_the_tokens_file_the_recipe_writes_in_the_clone_is_never_committed():
+    """docs/operations.md's container recipe writes the bearer token into the clone
+    (`secrets/tokens`): git ignores what it writes, as it does the Kubernetes secrets' files, so a
+    `git add -A` or `git commit -a` in the clone never commits a production token."""
+    section = (ROOT / "docs" / "operations.md").read_text().split("\n## A container\n", 1)[1]
+    recipe = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    written = set(re.findall(r" > ([\w./-]+)", recipe))
+    assert "secrets/tokens" in written
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT, input="\n".join(sorted(written)), capture_output=True, text=True, check=False,
+    ).stdout.split()  # fmt: skip
+    assert set(ignored) == written
+
+
 def test_the_final_stage_runs_as_a_user_with_no_compiler():
     stage = final_stage()
     (user,) = [arguments for keyword, arguments in stage if keyword == "USER"]

@@ -175,6 +175,21 @@ def test_a_gunicorn_option_that_would_break_a_promise_stops_the_start(env, args,
     assert refused in line
 
 
+def test_a_body_limit_the_memory_budget_cannot_hold_stops_the_start():
+    """The packaged worker displaces the connections holding bytes past GUNICORN_MEMORY_BUDGET: with
+    MAX_CONTENT_LENGTH past it, a body within the limit was closed as it arrived, its client
+    answered nothing (neither its answer nor a 413). gthread has no budget, and starts."""
+    settings = {**OK, "MAX_CONTENT_LENGTH": str(4 * 1024 * 1024), "GUNICORN_MEMORY_BUDGET": "1"}
+    (line,) = refused_start(settings)
+    assert line.startswith("Plant Store: refusing to start: MAX_CONTENT_LENGTH (4194304 bytes)")
+    assert "GUNICORN_MEMORY_BUDGET to 5 MiB" in line
+    server = Gunicorn(env={**settings, "GUNICORN_WORKER_CLASS": "gthread"})
+    try:
+        assert call(server.connection(), "GET", "/healthz")[0] == 200
+    finally:
+        server.stop()
+
+
 @pytest.mark.skipif(
     tuple(int(part) for part in metadata.version("gunicorn").split(".")[:2]) < (24, 0),
     reason="gunicorn's --protocol came with gunicorn 24",
@@ -400,7 +415,8 @@ def test_sigusr2_starts_a_second_master_that_serves(tmp_path, redis_server):
 
 def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(tmp_path):
     """The new master's worker would start with an empty store beside the old one's, which then
-    refuses every request as a split store: every plant out of reach, half the requests 503."""
+    refuses every request as a split store: every plant out of reach, half the requests 503. The
+    refusal says what does upgrade: a restart (a reload runs the old code)."""
     server = deployed_script(tmp_path)
     old_worker = None
     try:
@@ -408,6 +424,11 @@ def test_sigusr2_with_the_memory_store_is_refused_and_the_old_master_serves_on(t
         (old_worker,) = worker_pids(server.process.pid)
         server.process.send_signal(signal.SIGUSR2)
         await_output(server, "refusing a binary upgrade (SIGUSR2)", 30)
+        # An operator upgrading is not sent to SIGHUP as if it ran the new version: a reload's
+        # worker is forked from this master, with the code it imported (docs/operations.md#reload).
+        (refusal,) = [line for line in server.output().splitlines() if "refusing a binary upgrade" in line]
+        assert "Reload with SIGHUP" not in refusal
+        assert "runs the code this master started with" in refusal
         deadline = time.monotonic() + 30
         while worker_pids(server.process.pid) != [old_worker]:  # the new master has exited
             assert time.monotonic() < deadline, server.output()

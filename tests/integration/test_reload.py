@@ -251,8 +251,9 @@ def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_sett
         ("threads = 0", "--threads is 0"),
         ("workers = 2", "2 workers with the in-memory store"),
         ("raise ValueError('half-written')", "configuration could not be read again"),
+        ('raw_env = ["MAX_CONTENT_LENGTH=999999999"]', "does not fit in GUNICORN_MEMORY_BUDGET"),
     ],
-    ids=["raw_env", "threads", "workers", "unreadable"],
+    ids=["raw_env", "threads", "workers", "unreadable", "body-past-budget"],
 )
 def test_a_reload_whose_gunicorn_file_is_refused_keeps_the_worker_and_its_plants(tmp_path, setting, why):
     """A reload reads gunicorn's configuration file again (its raw_env too): the master checked the
