@@ -164,14 +164,16 @@ class RateLimits:
             return None
         message = "Too many failed authentications from this address; retry later."
         now = time.time()
-        state = self._hit(
-            self._auth_failures, self._addresses.key("address:" + client_key(address), now), message
-        )
+        narrow = (self._auth_failures, self._addresses.key("address:" + client_key(address), now))
         wide = wide_key(address)
         if wide is None:
-            return state
+            return self._hit(*narrow, message)
+        network = (self._auth_failures_wide, self._addresses.key("network:" + wide, now))
+        # Whichever refuses, the other's spent windows count too: a client told to wait only for
+        # its /64's minute, with its /48's hour spent, would be refused again (and the reverse).
+        state = self._hit(*narrow, message, also=network)
         message = "Too many failed authentications from this address's network (its /48); retry later."
-        wider = self._hit(self._auth_failures_wide, self._addresses.key("network:" + wide, now), message)
+        wider = self._hit(*network, message, also=narrow)
         return wider if wider.remaining < state.remaining else state
 
     def _connected(self) -> Any:
@@ -205,10 +207,16 @@ class RateLimits:
         return len(self._addresses)
 
     def _hit(
-        self, limits: list[Any], key: str, message: str, window_ends: dict[str, float] | None = None
+        self,
+        limits: list[Any],
+        key: str,
+        message: str,
+        window_ends: dict[str, float] | None = None,
+        also: tuple[list[Any], str] | None = None,
     ) -> LimitState:
         # Every limit of the list is counted up to the first that refuses; the tightest one is
-        # reported, or on a refusal the spent window that ends last (_refusal).
+        # reported, or on a refusal the spent window that ends last (_refusal), of these limits or
+        # of `also`'s (another key's limits that the same request meets, read, not counted).
         storage = self._storage if self._storage is not None else self._connected()
         tightest = None
         for index, limit in enumerate(limits):
@@ -220,7 +228,10 @@ class RateLimits:
                 reset_at = now + limit.get_expiry()
             state = _state(storage, limit, window_key, count, reset_at, window_ends, now)
             if count > limit.amount:
-                raise _refusal(message, state, _spent(storage, limits, index, key, window_ends))
+                spent = _spent(storage, limits, index, key, window_ends)
+                if also is not None:
+                    spent += _spent(storage, also[0], -1, also[1], None)
+                raise _refusal(message, state, spent)
             if tightest is None or state.remaining < tightest.remaining:
                 tightest = state
         assert tightest is not None
@@ -254,7 +265,7 @@ def _state(
 def _spent(
     storage: Any, limits: list[Any], refusing: int, key: str, window_ends: dict[str, float] | None
 ) -> list[LimitState]:
-    """The states of `limits` other than the `refusing` one whose windows have no request left,
+    """The states of `limits` other than the `refusing` one (-1: none) whose windows have no request left,
     their counts read, not counted."""
     spent = []
     for index, limit in enumerate(limits):

@@ -119,6 +119,26 @@ def test_an_anonymous_flood_is_limited_per_address(make_app):
     assert create(client, 2, token="guess", address="203.0.113.5").status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("per_64", "per_48"), [("3/minute", "4/hour"), ("2/hour", "3/minute")], ids=["64-refuses", "48-refuses"]
+)
+def test_an_ipv6_clients_retry_after_waits_for_its_64s_and_its_48s_spent_windows(make_app, per_64, per_48):
+    """A /64 and its /48 each count a refused authentication; whichever refuses, Retry-After is
+    the spent window that ends last of both: told to wait only for the minute while the other
+    network's hour is spent, the client would be refused again. A second /64 of the same /48
+    spends the /48's budget."""
+    client = make_app(PLANTS_AUTH_FAILURE_LIMIT=per_64, PLANTS_AUTH_FAILURE_LIMIT_PER_48=per_48).test_client()
+    first, second = "2001:db8:1:1::7", "2001:db8:1:2::7"
+    amount = int(per_64.split("/")[0])
+    assert [create(client, n, "guess", first).status_code for n in range(amount)] == [401] * amount
+    # The /48's last request: its budget is one more than the /64's.
+    assert create(client, 9, "guess", second).status_code == 401
+    for address in (first, second):
+        refused = create(client, 1, token="guess", address=address)
+        error_of(refused, 429)
+        assert 3500 <= int(refused.headers["Retry-After"]) <= 3600, (address, refused.headers)
+
+
 def test_every_operation_behind_the_token_documents_the_auth_failure_429(make_app):
     """Past PLANTS_AUTH_FAILURE_LIMIT a client address is refused 429 before any operation that
     needs a token, those outside PLANTS_RATE_LIMIT (the metrics) too: each one's document says so."""
