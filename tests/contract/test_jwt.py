@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -940,6 +941,43 @@ def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
     keys.close()
     assert "refused the connection (is the provider running at that address?)" in caplog.text
     assert "did not answer in time" not in caplog.text
+
+
+def test_a_provider_named_by_a_host_name_is_fetched(issuer):
+    """A name is looked up on a thread of its own (host_lookups.py), and each of its addresses
+    tried in turn: `localhost` may name ::1 first, where the provider does not listen."""
+    document, _, _ = in_time(
+        lambda: provider_fetch.fetch_jwks("unused", f"http://localhost:{issuer.port}/jwks", "x")
+    )
+    assert [key["kid"] for key in document["keys"]] == [key.kid for key in issuer.keys]
+
+
+def test_a_provider_that_trickles_its_tls_handshake_fails_at_the_deadline():
+    """A provider (or whatever answers at its address) that sends the first record of its TLS
+    handshake a byte at a time: each read finds a byte, the record is whole only hours later. The
+    fetch's deadline covers the handshake too: it fails then, and does not hold its thread."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        peer, _ = listener.accept()
+        with peer, contextlib.suppress(OSError):
+            peer.recv(65536)  # the ClientHello
+            peer.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB follows...
+            while not stop.wait(0.2):
+                peer.sendall(b"\x00")  # ...a byte at a time
+
+    threading.Thread(target=trickle, daemon=True).start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/jwks"
+    try:
+        with pytest.raises(provider_fetch.FetchError, match="did not answer in time"):
+            in_time(lambda: provider_fetch.fetch_jwks("unused", url, "x"))
+    finally:
+        stop.set()
+        listener.close()
 
 
 def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_on(issuer, caplog):
