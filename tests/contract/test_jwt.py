@@ -370,12 +370,14 @@ def test_provider_down_cached_keys_keep_working(issuer, client, monkeypatch):
         issuer.up()
 
 
-def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client, monkeypatch):
+def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client, monkeypatch, caplog):
     monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)  # answered at the deadline, or in an hour
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     before = issuer.fetches["jwks"]
     issuer.hanging = True
-    response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+    with caplog.at_level(logging.WARNING, logger=jwks.__name__):
+        response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: caplog.text)
     refused(response, "the token names no known signing key")
     assert issuer.fetches["jwks"] == before + 1  # it asked the provider once, which never answered
     # Cached keys still work while it hangs.
@@ -385,14 +387,14 @@ def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, 
 def test_provider_trickling_unknown_kid_answered_within_the_fetch_timeout(issuer, client, caplog):
     """A provider (or a proxy before it) that sends its answer a byte a second: each read finds a
     byte within the deadline, the answer is whole only minutes later. The fetch's deadline is for
-    the whole exchange, so the request that fetched is answered at it, and the provider is asked
-    again once the keys are stale, not never."""
+    the whole exchange, so the fetch (in the background) fails at it, the request that started it
+    is answered by then, and the provider is asked again once the keys are stale, not never."""
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     issuer.drip = 1.0
     with caplog.at_level(logging.WARNING, logger=jwks.__name__):
         response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: caplog.text)
     refused(response, "the token names no known signing key")
-    assert "did not answer in time" in caplog.text
     # Cached keys still work while it trickles.
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
 
@@ -480,20 +482,26 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
     assert issuer.fetches["jwks"] == 3
 
 
+def _loaded_then_hanging(issuer: Issuer, monkeypatch) -> tuple[jwks.KeySet, list[float]]:
+    """A key set whose clock is the list's, its keys loaded; then the provider hangs an hour."""
+    now = [1000.0]
+    keys = jwks.KeySet(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)
+    issuer.hanging = True
+    return keys, now
+
+
 def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_one(issuer, monkeypatch):
     """The provider hangs while the stale keys are refreshed in the background: a token naming an
     unknown `kid` takes that fetch's outcome, within its deadline, as the docs say. It waited for
     it to end and then fetched again, twice the deadline, holding the request's thread."""
-    from app.auth.jwks import FETCH_TIMEOUT, KeySet
+    from app.auth.provider_fetch import FETCH_TIMEOUT
 
-    now = [1000.0]
-    keys = KeySet(
-        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
-    )
-    assert keys.refresh()
     # Either fetch ends at its deadline, or in an hour: waiting for its end would be held that long.
-    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)
-    issuer.hanging = True
+    keys, now = _loaded_then_hanging(issuer, monkeypatch)
     now[0] += 86400  # the keys are stale: the next look refreshes them in the background
     assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None
     _wait_until(lambda: issuer.fetches["jwks"] == 2, lambda: "the refresh did not start")
@@ -559,6 +567,30 @@ def test_two_requests_that_find_the_keys_stale_at_once_start_one_fetch(issuer):
     assert issuer.fetches["jwks"] == 2  # the first load, and one refresh
 
 
+def test_made_up_kids_hold_no_request_thread_while_the_provider_hangs(issuer, monkeypatch, caplog):
+    """Each made-up `kid` (one per REFETCH_INTERVAL) had its request fetch the keys itself, and a
+    provider that hangs held that request's thread for the fetch's deadline every 30 s: on a
+    worker with one request thread, the worker. The fetch is made in the background; the request
+    whose `kid` started it waits for it briefly, and only while the provider answers: once a fetch
+    has failed, a made-up `kid` is 401 at once, while the provider is still asked again."""
+    keys, now = _loaded_then_hanging(issuer, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=jwks.__name__):
+        assert in_time(lambda: keys.find("made-up-1", "RS256")) == (None, False)
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: "the fetch did not fail")
+    # From now on, a fetch's deadline and any wait for it are an hour: a request held by either
+    # would be held that long.
+    monkeypatch.setattr(provider_fetch, "FETCH_TIMEOUT", 3600.0)
+    monkeypatch.setattr(jwks, "UNKNOWN_KID_WAIT", 3600.0)
+    now[0] += jwks.REFETCH_INTERVAL
+    assert in_time(lambda: keys.find("made-up-2", "RS256")) == (None, False)
+    _wait_until(lambda: issuer.fetches["jwks"] == 3, lambda: "the provider was not asked again")
+    # The fetch in flight is not asked for again, however many made-up kids come meanwhile.
+    now[0] += jwks.REFETCH_INTERVAL
+    assert in_time(lambda: keys.find("made-up-3", "RS256")) == (None, False)
+    assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None  # the cached keys serve
+    assert issuer.fetches["jwks"] == 3
+
+
 def test_key_sets_that_were_dropped_leave_nothing_behind():
     """A host that builds many apps (a test suite, an app per tenant) keeps no trace of each key
     set it dropped: it kept a fork hook each, which a process can never remove."""
@@ -585,7 +617,8 @@ def test_a_process_forked_during_a_fetch_fetches_the_keys_itself(issuer):
     sets, live and dropped, are beside it."""
     script = (
         "import gc, os, sys, threading\n"
-        "from app.auth.jwks import FETCH_TIMEOUT, KeySet\n"
+        "from app.auth.jwks import KeySet\n"
+        "from app.auth.provider_fetch import FETCH_TIMEOUT\n"
         "def keys():\n"
         "    return KeySet(discovery_url='unused', jwks_url=sys.argv[1], issuer='https://idp.example')\n"
         "dropped, live, fetching = keys(), keys(), keys()\n"
@@ -901,7 +934,7 @@ def test_a_record_of_the_keys_left_torn_is_whole_again_at_the_next_refresh(issue
     import mmap
 
     from app.auth import shared_keys
-    from app.auth.jwks import FETCH_TIMEOUT
+    from app.auth.provider_fetch import FETCH_TIMEOUT
 
     shared = mmap.mmap(-1, shared_keys.SIZE)  # this test's own: the module's stays as it was
     monkeypatch.setattr(shared_keys, "_shared", shared)
@@ -1204,7 +1237,7 @@ def test_an_issuer_with_a_trailing_slash_is_logged_with_both_values(issuer, make
     """PLANTS_JWT_ISSUER with a slash the provider's `issuer` lacks: the line names both."""
     with caplog.at_level(logging.WARNING):
         app = make_jwt_app(wait=False, PLANTS_JWT_ISSUER=issuer.url + "/")
-        _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
+        _wait_until(lambda: "names the issuer" in caplog.text, lambda: caplog.text)
     app.extensions["plants"].auth.close()
     assert (
         f"names the issuer {issuer.url!r}, not PLANTS_JWT_ISSUER {issuer.url + '/'!r}: they must be"
