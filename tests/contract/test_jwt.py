@@ -207,6 +207,17 @@ def _rs256_named_ec_key(issuer: Issuer) -> str:
     )
 
 
+def _own_key_named_in_the_header(issuer: Issuer, kid: str | None = None) -> str:
+    """A token signed by a key of the signer's own, which its header offers three ways (RFC 7515
+    §4.1.2, §4.1.3 and §4.1.5): a JWKS URL (`jku`), the key itself (`jwk`), a certificate URL
+    (`x5u`). Verification takes keys from the provider's JWKS alone, so none is ever read."""
+    own = SigningKey("RSA", number=6)
+    kid = kid or own.kid
+    offered = {"jku": "https://attacker.example/jwks", "jwk": {**own.jwk, "kid": kid},
+               "x5u": "https://attacker.example/cert.pem"}  # fmt: skip
+    return issuer.token(key=own, headers={"kid": kid, **offered})
+
+
 REFUSALS = {
     "expired beyond the leeway": (lambda i: i.token(exp=int(time.time()) - 31), "the token has expired"),
     "not yet valid (nbf)": (lambda i: i.token(nbf=int(time.time()) + 60), "the token is not yet valid"),
@@ -235,6 +246,14 @@ REFUSALS = {
     "unknown kid": (
         lambda i: i.token(headers={"kid": "no-such-key"}),
         "the token names no known signing key",
+    ),
+    "own key offered by jku, jwk and x5u": (
+        _own_key_named_in_the_header,
+        "the token names no known signing key",
+    ),
+    "own key offered under a published kid": (
+        lambda i: _own_key_named_in_the_header(i, i.keys[0].kid),
+        "the signature does not verify",
     ),
     "alg none": (_alg_none, "the signing algorithm is not allowed"),
     "HS256 with the public key": (_hs256_with_public_key, "the signing algorithm is not allowed"),

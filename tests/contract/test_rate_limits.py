@@ -273,6 +273,32 @@ def test_a_hung_redis_is_503_never_500_with_or_without_limits(tmp_path, limits):
         redis.stop()
 
 
+@pytest.mark.parametrize("durable", [True, False], ids=["append-only", "no-persistence"])
+def test_a_redis_restart_keeps_the_counts_as_durably_as_the_plants(tmp_path, durable):
+    """As docs/operations.md says: while Redis is down every request is 503; restarted with its
+    append-only file, a spent budget (a token's, a guesser's) stays spent; without persistence,
+    every window starts afresh."""
+    redis = RedisServer(tmp_path, *(("--appendonly", "yes", "--appendfsync", "always") if durable else ()))
+    try:
+        app = create_app(
+            {"TESTING": True, "PLANTS_API_TOKENS": TOKEN, **redis_settings(redis),
+             "PLANTS_RATE_LIMIT": "2/hour", "PLANTS_AUTH_FAILURE_LIMIT": "2/hour"}
+        )  # fmt: skip
+        client = app.test_client()
+        good, wrong = TOKEN, "not-a-token"
+        assert [create(client, n, good).status_code for n in range(3)] == [200, 200, 429]
+        assert [create(client, n, wrong).status_code for n in range(3)] == [401, 401, 429]
+        redis.stop()
+        assert [create(client, 9, token).status_code for token in (good, wrong)] == [503, 503]
+        redis.start()
+        after = [create(client, 9, token) for token in (good, wrong)]
+        assert [answer.status_code for answer in after] == ([429, 429] if durable else [200, 401])
+        for answer in after if durable else ():
+            assert 1 <= int(answer.headers["Retry-After"]) <= 3600
+    finally:
+        redis.stop()
+
+
 def test_a_scrape_answers_while_redis_is_hung_and_counts_the_store_error(tmp_path):
     """/metrics counts against its token's limit, but a scrape is wanted most while Redis does not
     answer: it goes on uncounted (as it was before it was limited), not a 503 that blinds the
