@@ -120,19 +120,19 @@ def test_an_anonymous_flood_is_limited_per_address(make_app):
 
 
 @pytest.mark.parametrize(
-    ("per_64", "per_48"), [("3/minute", "4/hour"), ("2/hour", "3/minute")], ids=["64-refuses", "48-refuses"]
+    ("per_64", "per_48"), [("3/minute", "4/hour"), ("2/hour", "4/minute")], ids=["48-hour", "64-hour"]
 )
 def test_an_ipv6_clients_retry_after_waits_for_its_64s_and_its_48s_spent_windows(make_app, per_64, per_48):
-    """A /64 and its /48 each count a refused authentication; whichever refuses, Retry-After is
-    the spent window that ends last of both: told to wait only for the minute while the other
-    network's hour is spent, the client would be refused again. A second /64 of the same /48
-    spends the /48's budget."""
+    """A /64 and its /48 each count a refused authentication; Retry-After is the spent window that
+    ends last of both: told to wait only for the minute while the other network's hour is spent,
+    the client would be refused again. A second /64 of the same /48 spends the /48's budget."""
     client = make_app(PLANTS_AUTH_FAILURE_LIMIT=per_64, PLANTS_AUTH_FAILURE_LIMIT_PER_48=per_48).test_client()
     first, second = "2001:db8:1:1::7", "2001:db8:1:2::7"
-    amount = int(per_64.split("/")[0])
+    amount, wide = int(per_64.split("/")[0]), int(per_48.split("/")[0])
     assert [create(client, n, "guess", first).status_code for n in range(amount)] == [401] * amount
-    # The /48's last request: its budget is one more than the /64's.
-    assert create(client, 9, "guess", second).status_code == 401
+    # The /48's last requests, from the second /64 (with the /64's hour, spending it too).
+    rest = wide - amount
+    assert [create(client, 9, "guess", second).status_code for _ in range(rest)] == [401] * rest
     for address in (first, second):
         refused = create(client, 1, token="guess", address=address)
         error_of(refused, 429)
@@ -350,6 +350,29 @@ def test_invented_addresses_past_the_bound_share_one_budget(make_app, monkeypatc
     assert (app.extensions["plants"].rate_limits.open_addresses) == 5  # the bound, not 11
     # The addresses counted before the bound was met keep their own budgets.
     assert refused_from("198.51.100.1").status_code == 401
+
+
+def test_a_spent_48_opens_no_counter_for_its_next_64s(make_app, monkeypatch):
+    """One site past its /48's budget kept inventing /64s (it holds 65,536): each was still given
+    a counter of its own before the /48 refused it, until the bound was met, and from then on
+    every newcomer (another site, an IPv4 client) shared one budget with the flood: its first
+    wrong token, an expired JWT its client would refresh on the 401, was 429. A spent /48 is
+    refused before its /64 is counted."""
+    from app.auth import rate_limits
+
+    monkeypatch.setattr(rate_limits, "MAX_ADDRESSES", 20)
+    app = make_app(PLANTS_AUTH_FAILURE_LIMIT="2/minute", PLANTS_TRUSTED_PROXIES=1)
+    client = app.test_client()
+
+    def refused_from(address):
+        return client.get("/plants", headers={"Authorization": "Bearer guess", "X-Forwarded-For": address})
+
+    flood = [refused_from(f"2001:db8:1:{n:x}::1") for n in range(60)]
+    assert [answer.status_code for answer in flood] == [401] * 8 + [429] * 52  # the /48's 4 x 2
+    assert "/48" in error_of(flood[-1], 429)["message"]
+    assert app.extensions["plants"].rate_limits.open_addresses == 9  # eight /64s and their /48
+    assert refused_from("203.0.113.9").status_code == 401
+    assert refused_from("2001:db8:2::1").status_code == 401
 
 
 def test_a_reload_on_the_memory_store_keeps_every_window_and_its_counts():
