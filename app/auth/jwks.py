@@ -130,7 +130,7 @@ class KeySet:
         """The key that verifies a token's signature, and whether `kid` names a known key at all.
 
         A token without `kid` uses the one key that fits its algorithm, if there is exactly one.
-        An unknown `kid` refetches the keys at once (_refetch), at most once per REFETCH_INTERVAL,
+        An unknown `kid` refetches the keys at once (_refetched), at most once per REFETCH_INTERVAL,
         unless `refetch` is False (a watch asking whether its token's key is still published).
         """
         now = self._clock()
