@@ -78,5 +78,11 @@ class AddressKeys:
             ends.append((until, key))
             return key
 
+    def opened(self, key: str, now: float) -> str | None:
+        """`key` when it is open in this window, else None: asked without opening it."""
+        with self._lock:
+            until = self._open.get(key)
+        return key if until is not None and until > now else None
+
     def __len__(self) -> int:
         return len(self._open)

@@ -5,8 +5,14 @@
 - Cached for the JWKS answer's `Cache-Control: max-age`, kept within 1 minute and 1 day (10
   minutes without one), then refreshed in the background while the cached keys keep working.
 - A token naming an unknown `kid` refetches at once, but at most once per 30 s per process:
-  a flood of random `kid`s cannot make the service hammer the provider.
+  a flood of random `kid`s cannot make the service hammer the provider. The fetch is made in the
+  background, never on a request's thread: the request whose `kid` started it waits for it
+  UNKNOWN_KID_WAIT at most, and only while the provider answers (its last fetch succeeded).
+  Once a fetch has failed, an unknown `kid` is refused at once until one succeeds: made-up `kid`s
+  cannot hold request threads on a provider that hangs.
 - If the provider is down, the cached keys keep working; a refresh is retried after 30 s.
+- One fetch at a time in the background, however many requests find the keys stale or name
+  unknown `kid`s: each waiter takes its outcome.
 
 Each fetch (provider_fetch.py) has one deadline of 2 s for the whole exchange, not per read.
 """
@@ -28,11 +34,14 @@ from jwt.exceptions import MissingCryptographyError, PyJWTError
 
 from app.auth import shared_keys
 from app.auth.key_choice import SigningKey, match
-from app.auth.provider_fetch import FETCH_TIMEOUT, FetchError, cut, fetch_jwks
+from app.auth.provider_fetch import FetchError, cut, fetch_jwks
 
 log = logging.getLogger(__name__)
 
 REFETCH_INTERVAL = 30.0
+#: How long the request whose unknown `kid` started a fetch waits for its keys, while the provider
+#: answers: a provider that answers at all sends its JWKS well within it.
+UNKNOWN_KID_WAIT = 1.0
 
 #: This process's key sets, for the one fork hook below (a fork is the process's concern, not one
 #: key set's: a hook per key set could never be removed, and would grow with every app built).
@@ -66,6 +75,7 @@ class KeySet:
         self.generation = 0
         self._fresh_until = 0.0
         self._last_unknown_kid_fetch = -REFETCH_INTERVAL
+        self._answering = True  # whether the provider's last fetch succeeded (or none was made yet)
         self._new_locks()
         self._loader_pid: int | None = None
         self._closed = False
@@ -108,67 +118,73 @@ class KeySet:
 
     def _new_locks(self) -> None:
         """Made anew in a forked child too: a lock another thread held at the fork would stay held
-        there for ever. `_refreshing` is held while a background refresh is on its way, and taken
-        without waiting: of the requests that find the keys stale at once, one starts it."""
+        there for ever. `_refreshing` is held while a background fetch is on its way (`_fetched`
+        is set at its end), and taken without waiting: of the requests that ask at once, one
+        starts it."""
         self._fetch_lock = threading.Lock()
         self._refetch_lock = threading.Lock()
         self._refreshing = threading.Lock()
+        self._fetched: threading.Event | None = None
 
     def find(self, kid: str | None, algorithm: str, refetch: bool = True) -> tuple[PyJWK | None, bool]:
         """The key that verifies a token's signature, and whether `kid` names a known key at all.
 
         A token without `kid` uses the one key that fits its algorithm, if there is exactly one.
-        An unknown `kid` refetches the keys at once, at most once per REFETCH_INTERVAL, unless
-        `refetch` is False (a watch asking whether its token's key is still published).
+        An unknown `kid` refetches the keys at once (_refetched), at most once per REFETCH_INTERVAL,
+        unless `refetch` is False (a watch asking whether its token's key is still published).
         """
         now = self._clock()
-        if now >= self._fresh_until:
-            self._refresh_in_background(now)
+        if now >= self._fresh_until and self._keys is not None:
+            # Refreshed in the background, unless a refresh is on its way or one that ended
+            # meanwhile made them fresh: one fetch, however many requests found them stale at once.
+            self._fetch_in_background(unless_fresh_at=now)
         key, known = match(self._keys or [], kid, algorithm)
-        if refetch and kid is not None and not known and self._may_refetch(now):
-            self._refetch()
+        if refetch and kid is not None and not known and self._refetched(now):
             key, known = match(self._keys or [], kid, algorithm)
         return key, known
 
-    def _may_refetch(self, now: float) -> bool:
+    def _refetched(self, now: float) -> bool:
+        """An unknown `kid`'s fetch, at most once per REFETCH_INTERVAL (whether it was made), in the
+        background (or the one already in flight: its keys are as new). Waited for UNKNOWN_KID_WAIT
+        at most, and not at all once the provider has failed to answer: a provider that hangs
+        would hold the request's thread to the fetch's deadline."""
         with self._refetch_lock:
             if now - self._last_unknown_kid_fetch < REFETCH_INTERVAL:
                 return False
             self._last_unknown_kid_fetch = now
-            return True
+        fetched = self._fetch_in_background()
+        if fetched is not None and self._answering:
+            fetched.wait(UNKNOWN_KID_WAIT)
+        return True
 
-    def _refresh_in_background(self, now: float) -> None:
-        """Refresh the keys `now` found stale, unless a refresh is on its way or one that ended
-        meanwhile made them fresh: one fetch, however many requests found them stale at once."""
-        if self._keys is None or not self._refreshing.acquire(blocking=False):
-            return
-        if now < self._fresh_until:
+    def _fetch_in_background(self, unless_fresh_at: float | None = None) -> threading.Event | None:
+        """The end of the background fetch in flight, starting one when none is, unless one that
+        ended meanwhile left the keys fresh at `unless_fresh_at`; None when none was started."""
+        if not self._refreshing.acquire(blocking=False):
+            return self._fetched
+        if unless_fresh_at is not None and unless_fresh_at < self._fresh_until:
             self._refreshing.release()
-            return
+            return None
+        fetched = self._fetched = threading.Event()
         try:
             threading.Thread(
-                target=self._refresh_then_release, name="plants-jwks-refresh", daemon=True
+                target=self._refresh_then_release, args=(fetched,), name="plants-jwks-refresh", daemon=True
             ).start()
         except RuntimeError as exc:
-            # No thread to be had now (the process at its limits): the lock would be held for
-            # ever, and the keys never refreshed again, a key the provider withdrew still trusted.
-            # The cached keys serve this request; the next that finds them stale tries again.
+            # No thread to be had now (the process at its limits): held, the lock would stop every
+            # later refresh, a withdrawn key trusted for ever. The next request tries again.
+            fetched.set()
             self._refreshing.release()
             log.warning("Could not start refreshing the identity provider's keys: %s", exc)
+            return None
+        return fetched
 
-    def _refresh_then_release(self) -> None:
+    def _refresh_then_release(self, fetched: threading.Event) -> None:
         try:
             self.refresh()
         finally:
+            fetched.set()
             self._refreshing.release()
-
-    def _refetch(self) -> None:
-        """An unknown `kid`'s fetch. One already in flight (a background refresh) is waited for, not
-        followed by a second: its keys are as new, and the request waits one fetch's deadline."""
-        if self._fetch_lock.acquire(blocking=False):
-            self._refresh_holding_lock()
-        elif self._fetch_lock.acquire(timeout=FETCH_TIMEOUT):
-            self._fetch_lock.release()
 
     def refresh(self, wait: float = -1) -> bool:
         """Fetch the keys now (one fetch at a time); whether they were loaded."""
@@ -185,9 +201,11 @@ class KeySet:
             log.warning("Could not fetch the identity provider's keys: %s", exc)
             # The cached keys keep working; try again later, not on every request.
             self._fresh_until = self._clock() + REFETCH_INTERVAL
+            self._answering = False
             return False
         finally:
             self._fetch_lock.release()
+        self._answering = True
         return True
 
     def _keep(self, keys: list[SigningKey], max_age: float) -> None:

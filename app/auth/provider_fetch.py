@@ -1,8 +1,9 @@
 """The identity provider's documents over HTTP: its discovery document and its JWKS, each exchange
 within one deadline, the reason a fetch failed in words, and how long its answer may be kept.
 
-Every fetch has one deadline of 2 s for the whole exchange, not per read; at most 1 MiB, a `200`
-and a JSON object; redirects are not followed.
+Every fetch has one deadline of 2 s for the whole exchange, the host name's lookup and the TLS
+handshake included (host_lookups.py), not per read; at most 1 MiB, a `200` and a JSON object;
+redirects are not followed.
 
 A socket's timeout bounds one read, and http.client reads a status line, a header or a chunk's
 size in as many reads as it takes: a provider that trickles them a byte at a time would hold a
@@ -22,6 +23,8 @@ import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
+
+from app.auth import host_lookups
 
 FETCH_TIMEOUT = 2.0
 DEFAULT_MAX_AGE = 600.0
@@ -68,7 +71,7 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
     shown = cut(url)
     remaining = max(0.01, deadline - time.monotonic())
     try:
-        connection = _connection(parts.scheme, parts.hostname or "", parts.port, remaining)
+        connection = _connection(parts.scheme, parts.hostname or "", parts.port, deadline)
     except (ValueError, http.client.InvalidURL) as exc:
         # A discovery document's jwks_uri is the provider's text: a port out of range or not a
         # number (ValueError), or a host with a space (InvalidURL), is a failed fetch like any other.
@@ -88,7 +91,8 @@ def fetch_json(url: str, deadline: float) -> tuple[dict[str, Any], float]:
             body += chunk
         cutoff.check()
     except (OSError, http.client.HTTPException, UnicodeError) as exc:
-        cutoff.check()
+        if not isinstance(exc, host_lookups.LookupTimeout):  # the cutoff fired at the same deadline
+            cutoff.check()
         raise FetchError(f"{shown} {_failure(exc)} ({type(exc).__name__})") from None
     finally:
         cutoff.cancel()
@@ -147,16 +151,47 @@ def cut(url: str) -> str:
     return url if len(url) <= 200 else url[:200] + "..."
 
 
-def _connection(scheme: str, host: str, port: int | None, timeout: float) -> http.client.HTTPConnection:
+def _connection(scheme: str, host: str, port: int | None, deadline: float) -> http.client.HTTPConnection:
+    remaining = max(0.01, deadline - time.monotonic())
     if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
-    return http.client.HTTPConnection(host, port, timeout=timeout)
+        return _TlsConnection(host, port, deadline, remaining)
+    return _Connection(host, port, timeout=remaining, deadline=deadline)
+
+
+class _Connection(http.client.HTTPConnection):
+    """Connects by the fetch's deadline, the host name's lookup included (host_lookups.py)."""
+
+    def __init__(self, host: str, port: int | None, *, timeout: float, deadline: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        self.sock = host_lookups.connect(self.host, self.port, self.deadline)
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    """HTTPS, connected as `_Connection` is; the handshake on the socket the deadline shuts."""
+
+    def __init__(self, host: str, port: int | None, deadline: float, timeout: float) -> None:
+        self.tls = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self.tls)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        plain = host_lookups.connect(self.host, self.port, self.deadline)
+        # Wrapped first, shaken hands after, on the socket `_Cutoff` shuts at the deadline (the
+        # plain one is detached as it is wrapped): the handshake ends by the deadline, not by its
+        # own timeout counted from before the lookup and the connection.
+        self.sock = self.tls.wrap_socket(plain, server_hostname=self.host, do_handshake_on_connect=False)
+        self.sock.do_handshake()
 
 
 def _failure(exc: BaseException) -> str:
     """What went wrong with a fetch, in words: a refused connection is not a slow provider."""
     if isinstance(exc, ConnectionRefusedError):
         return "refused the connection (is the provider running at that address?)"
+    if isinstance(exc, host_lookups.LookupTimeout):
+        return "has a host name that did not resolve in time"
     if isinstance(exc, socket.gaierror):
         return "has a host name that did not resolve"
     if isinstance(exc, UnicodeError):

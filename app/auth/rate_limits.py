@@ -163,16 +163,24 @@ class RateLimits:
         if not self._auth_failures:
             return None
         message = "Too many failed authentications from this address; retry later."
-        now = time.time()
-        state = self._hit(
-            self._auth_failures, self._addresses.key("address:" + client_key(address), now), message
-        )
-        wide = wide_key(address)
+        now, narrow_key, wide = time.time(), "address:" + client_key(address), wide_key(address)
         if wide is None:
-            return state
-        message = "Too many failed authentications from this address's network (its /48); retry later."
-        wider = self._hit(self._auth_failures_wide, self._addresses.key("network:" + wide, now), message)
+            return self._hit(self._auth_failures, self._addresses.key(narrow_key, now), message)
+        network = (self._auth_failures_wide, self._addresses.key("network:" + wide, now))
+        wide_message = "Too many failed authentications from this address's network (its /48); retry later."
+        # A spent /48 is refused before its /64 is counted: each /64 it invents (it holds 65,536)
+        # would open a counter of its own, up to the bound past which every newcomer shares one.
+        opened = self._addresses.opened(narrow_key, now)
+        counted = None if opened is None else (self._auth_failures, opened)
+        _refuse_if_spent(self._reached(), network, counted, wide_message)
+        narrow = (self._auth_failures, self._addresses.key(narrow_key, now))
+        state = self._hit(*narrow, message)
+        wider = self._hit(*network, wide_message, also=narrow)
         return wider if wider.remaining < state.remaining else state
+
+    def _reached(self) -> Any:
+        """The storage: made when the app was, or reached now if the cluster was down then."""
+        return self._storage if self._storage is not None else self._connected()
 
     def _connected(self) -> Any:
         """The storage, reached now: the cluster was down when the app was made."""
@@ -205,11 +213,17 @@ class RateLimits:
         return len(self._addresses)
 
     def _hit(
-        self, limits: list[Any], key: str, message: str, window_ends: dict[str, float] | None = None
+        self,
+        limits: list[Any],
+        key: str,
+        message: str,
+        window_ends: dict[str, float] | None = None,
+        also: tuple[list[Any], str] | None = None,
     ) -> LimitState:
         # Every limit of the list is counted up to the first that refuses; the tightest one is
-        # reported, or on a refusal the spent window that ends last (_refusal).
-        storage = self._storage if self._storage is not None else self._connected()
+        # reported, or on a refusal the spent window that ends last (_refusal), of these limits or
+        # of `also`'s (a /48's /64, read, not counted).
+        storage = self._reached()
         tightest = None
         for index, limit in enumerate(limits):
             window_key = limit.key_for(key)
@@ -220,7 +234,10 @@ class RateLimits:
                 reset_at = now + limit.get_expiry()
             state = _state(storage, limit, window_key, count, reset_at, window_ends, now)
             if count > limit.amount:
-                raise _refusal(message, state, _spent(storage, limits, index, key, window_ends))
+                spent = _spent(storage, limits, index, key, window_ends)
+                if also is not None:
+                    spent += _spent(storage, also[0], -1, also[1], None)
+                raise _refusal(message, state, spent)
             if tightest is None or state.remaining < tightest.remaining:
                 tightest = state
         assert tightest is not None
@@ -254,7 +271,7 @@ def _state(
 def _spent(
     storage: Any, limits: list[Any], refusing: int, key: str, window_ends: dict[str, float] | None
 ) -> list[LimitState]:
-    """The states of `limits` other than the `refusing` one whose windows have no request left,
+    """The states of `limits` other than the `refusing` one (-1: none) whose windows have no request left,
     their counts read, not counted."""
     spent = []
     for index, limit in enumerate(limits):
@@ -262,6 +279,19 @@ def _spent(
         if index != refusing and (count := storage.get(window_key)) >= limit.amount:
             spent.append(_state(storage, limit, window_key, count, None, window_ends, time.time()))
     return spent
+
+
+def _refuse_if_spent(
+    storage: Any, network: tuple[list[Any], str], narrow: tuple[list[Any], str] | None, message: str
+) -> None:
+    """Raise `network`'s 429 when a window of it is spent, counting nothing. Its Retry-After is
+    the spent window that ends last, `narrow`'s too (a /64's open key): a client told to wait
+    only for its /48's minute, with its /64's hour spent, would be refused again."""
+    spent = _spent(storage, network[0], -1, network[1], None)
+    if spent:
+        if narrow is not None:
+            spent += _spent(storage, narrow[0], -1, narrow[1], None)
+        raise _refusal(message, spent[0], spent[1:])
 
 
 def _refusal(message: str, state: LimitState, spent: list[LimitState]) -> RateLimitExceeded:

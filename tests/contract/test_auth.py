@@ -28,6 +28,18 @@ def test_missing_or_other_scheme_is_401_with_plain_challenge(client, store, head
     assert len(store) == 0
 
 
+@pytest.mark.parametrize("name", ["access_token", "token", "bearer"])
+def test_a_token_in_the_query_or_a_form_is_not_a_credential(client, store, name):
+    """RFC 6750 §2.2 and §2.3 (a form body, the query) are not accepted: a token in a URL ends up
+    in logs, caches and Referer headers. Only the Authorization header lets a caller in."""
+    response = client.post(f"/plants?{name}=test-token-1", json=PLANT)
+    error_of(response, 401)
+    assert response.headers["WWW-Authenticate"] == CHALLENGE
+    form = client.post("/plants", data={name: "test-token-1"})
+    error_of(form, 401)
+    assert len(store) == 0
+
+
 @pytest.mark.parametrize("value", ["Bearer\ttest-token-1", "Bearer\t test-token-1", "Bearertest-token-1"])
 def test_a_bearer_scheme_not_followed_by_a_space_is_told_so(client, store, value):
     """RFC 9110 §11.4: the scheme and the token are separated by spaces (a tab is not one): the

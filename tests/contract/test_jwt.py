@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -206,6 +207,17 @@ def _rs256_named_ec_key(issuer: Issuer) -> str:
     )
 
 
+def _own_key_named_in_the_header(issuer: Issuer, kid: str | None = None) -> str:
+    """A token signed by a key of the signer's own, which its header offers three ways (RFC 7515
+    §4.1.2, §4.1.3 and §4.1.5): a JWKS URL (`jku`), the key itself (`jwk`), a certificate URL
+    (`x5u`). Verification takes keys from the provider's JWKS alone, so none is ever read."""
+    own = SigningKey("RSA", number=6)
+    kid = kid or own.kid
+    offered = {"jku": "https://attacker.example/jwks", "jwk": {**own.jwk, "kid": kid},
+               "x5u": "https://attacker.example/cert.pem"}  # fmt: skip
+    return issuer.token(key=own, headers={"kid": kid, **offered})
+
+
 REFUSALS = {
     "expired beyond the leeway": (lambda i: i.token(exp=int(time.time()) - 31), "the token has expired"),
     "not yet valid (nbf)": (lambda i: i.token(nbf=int(time.time()) + 60), "the token is not yet valid"),
@@ -234,6 +246,14 @@ REFUSALS = {
     "unknown kid": (
         lambda i: i.token(headers={"kid": "no-such-key"}),
         "the token names no known signing key",
+    ),
+    "own key offered by jku, jwk and x5u": (
+        _own_key_named_in_the_header,
+        "the token names no known signing key",
+    ),
+    "own key offered under a published kid": (
+        lambda i: _own_key_named_in_the_header(i, i.keys[0].kid),
+        "the signature does not verify",
     ),
     "alg none": (_alg_none, "the signing algorithm is not allowed"),
     "HS256 with the public key": (_hs256_with_public_key, "the signing algorithm is not allowed"),
@@ -369,12 +389,14 @@ def test_provider_down_cached_keys_keep_working(issuer, client, monkeypatch):
         issuer.up()
 
 
-def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client, monkeypatch):
+def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, client, monkeypatch, caplog):
     monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)  # answered at the deadline, or in an hour
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     before = issuer.fetches["jwks"]
     issuer.hanging = True
-    response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+    with caplog.at_level(logging.WARNING, logger=jwks.__name__):
+        response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: caplog.text)
     refused(response, "the token names no known signing key")
     assert issuer.fetches["jwks"] == before + 1  # it asked the provider once, which never answered
     # Cached keys still work while it hangs.
@@ -384,14 +406,14 @@ def test_provider_hanging_unknown_kid_answered_within_the_fetch_timeout(issuer, 
 def test_provider_trickling_unknown_kid_answered_within_the_fetch_timeout(issuer, client, caplog):
     """A provider (or a proxy before it) that sends its answer a byte a second: each read finds a
     byte within the deadline, the answer is whole only minutes later. The fetch's deadline is for
-    the whole exchange, so the request that fetched is answered at it, and the provider is asked
-    again once the keys are stale, not never."""
+    the whole exchange, so the fetch (in the background) fails at it, the request that started it
+    is answered by then, and the provider is asked again once the keys are stale, not never."""
     assert client.get("/plants", headers=bearer(issuer.token())).status_code == 200
     issuer.drip = 1.0
     with caplog.at_level(logging.WARNING, logger=jwks.__name__):
         response = in_time(lambda: client.get("/plants", headers=bearer(issuer.token(key=SigningKey("EC")))))
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: caplog.text)
     refused(response, "the token names no known signing key")
-    assert "did not answer in time" in caplog.text
     # Cached keys still work while it trickles.
     assert client.get("/plants", headers=bearer(issuer.token(sub="client-3"))).status_code == 200
 
@@ -479,20 +501,26 @@ def test_unknown_kid_refetch_at_most_once_per_30_seconds(issuer):
     assert issuer.fetches["jwks"] == 3
 
 
+def _loaded_then_hanging(issuer: Issuer, monkeypatch) -> tuple[jwks.KeySet, list[float]]:
+    """A key set whose clock is the list's, its keys loaded; then the provider hangs an hour."""
+    now = [1000.0]
+    keys = jwks.KeySet(
+        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
+    )
+    assert keys.refresh()
+    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)
+    issuer.hanging = True
+    return keys, now
+
+
 def test_an_unknown_kid_during_a_refresh_waits_for_that_fetch_not_for_a_second_one(issuer, monkeypatch):
     """The provider hangs while the stale keys are refreshed in the background: a token naming an
     unknown `kid` takes that fetch's outcome, within its deadline, as the docs say. It waited for
     it to end and then fetched again, twice the deadline, holding the request's thread."""
-    from app.auth.jwks import FETCH_TIMEOUT, KeySet
+    from app.auth.provider_fetch import FETCH_TIMEOUT
 
-    now = [1000.0]
-    keys = KeySet(
-        discovery_url="unused", jwks_url=f"{issuer.url}/jwks", issuer=issuer.url, clock=lambda: now[0]
-    )
-    assert keys.refresh()
     # Either fetch ends at its deadline, or in an hour: waiting for its end would be held that long.
-    monkeypatch.setattr(issuer_module, "HANG_SECONDS", 3600.0)
-    issuer.hanging = True
+    keys, now = _loaded_then_hanging(issuer, monkeypatch)
     now[0] += 86400  # the keys are stale: the next look refreshes them in the background
     assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None
     _wait_until(lambda: issuer.fetches["jwks"] == 2, lambda: "the refresh did not start")
@@ -558,6 +586,30 @@ def test_two_requests_that_find_the_keys_stale_at_once_start_one_fetch(issuer):
     assert issuer.fetches["jwks"] == 2  # the first load, and one refresh
 
 
+def test_made_up_kids_hold_no_request_thread_while_the_provider_hangs(issuer, monkeypatch, caplog):
+    """Each made-up `kid` (one per REFETCH_INTERVAL) had its request fetch the keys itself, and a
+    provider that hangs held that request's thread for the fetch's deadline every 30 s: on a
+    worker with one request thread, the worker. The fetch is made in the background; the request
+    whose `kid` started it waits for it briefly, and only while the provider answers: once a fetch
+    has failed, a made-up `kid` is 401 at once, while the provider is still asked again."""
+    keys, now = _loaded_then_hanging(issuer, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=jwks.__name__):
+        assert in_time(lambda: keys.find("made-up-1", "RS256")) == (None, False)
+        _wait_until(lambda: "did not answer in time" in caplog.text, lambda: "the fetch did not fail")
+    # From now on, a fetch's deadline and any wait for it are an hour: a request held by either
+    # would be held that long.
+    monkeypatch.setattr(provider_fetch, "FETCH_TIMEOUT", 3600.0)
+    monkeypatch.setattr(jwks, "UNKNOWN_KID_WAIT", 3600.0)
+    now[0] += jwks.REFETCH_INTERVAL
+    assert in_time(lambda: keys.find("made-up-2", "RS256")) == (None, False)
+    _wait_until(lambda: issuer.fetches["jwks"] == 3, lambda: "the provider was not asked again")
+    # The fetch in flight is not asked for again, however many made-up kids come meanwhile.
+    now[0] += jwks.REFETCH_INTERVAL
+    assert in_time(lambda: keys.find("made-up-3", "RS256")) == (None, False)
+    assert keys.find(issuer.keys[0].kid, "RS256")[0] is not None  # the cached keys serve
+    assert issuer.fetches["jwks"] == 3
+
+
 def test_key_sets_that_were_dropped_leave_nothing_behind():
     """A host that builds many apps (a test suite, an app per tenant) keeps no trace of each key
     set it dropped: it kept a fork hook each, which a process can never remove."""
@@ -584,7 +636,8 @@ def test_a_process_forked_during_a_fetch_fetches_the_keys_itself(issuer):
     sets, live and dropped, are beside it."""
     script = (
         "import gc, os, sys, threading\n"
-        "from app.auth.jwks import FETCH_TIMEOUT, KeySet\n"
+        "from app.auth.jwks import KeySet\n"
+        "from app.auth.provider_fetch import FETCH_TIMEOUT\n"
         "def keys():\n"
         "    return KeySet(discovery_url='unused', jwks_url=sys.argv[1], issuer='https://idp.example')\n"
         "dropped, live, fetching = keys(), keys(), keys()\n"
@@ -900,7 +953,7 @@ def test_a_record_of_the_keys_left_torn_is_whole_again_at_the_next_refresh(issue
     import mmap
 
     from app.auth import shared_keys
-    from app.auth.jwks import FETCH_TIMEOUT
+    from app.auth.provider_fetch import FETCH_TIMEOUT
 
     shared = mmap.mmap(-1, shared_keys.SIZE)  # this test's own: the module's stays as it was
     monkeypatch.setattr(shared_keys, "_shared", shared)
@@ -940,6 +993,43 @@ def test_a_provider_that_refuses_the_connection_is_logged_as_refused(caplog):
     keys.close()
     assert "refused the connection (is the provider running at that address?)" in caplog.text
     assert "did not answer in time" not in caplog.text
+
+
+def test_a_provider_named_by_a_host_name_is_fetched(issuer):
+    """A name is looked up on a thread of its own (host_lookups.py), and each of its addresses
+    tried in turn: `localhost` may name ::1 first, where the provider does not listen."""
+    document, _, _ = in_time(
+        lambda: provider_fetch.fetch_jwks("unused", f"http://localhost:{issuer.port}/jwks", "x")
+    )
+    assert [key["kid"] for key in document["keys"]] == [key.kid for key in issuer.keys]
+
+
+def test_a_provider_that_trickles_its_tls_handshake_fails_at_the_deadline():
+    """A provider (or whatever answers at its address) that sends the first record of its TLS
+    handshake a byte at a time: each read finds a byte, the record is whole only hours later. The
+    fetch's deadline covers the handshake too: it fails then, and does not hold its thread."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        peer, _ = listener.accept()
+        with peer, contextlib.suppress(OSError):
+            peer.recv(65536)  # the ClientHello
+            peer.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB follows...
+            while not stop.wait(0.2):
+                peer.sendall(b"\x00")  # ...a byte at a time
+
+    threading.Thread(target=trickle, daemon=True).start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/jwks"
+    try:
+        with pytest.raises(provider_fetch.FetchError, match="did not answer in time"):
+            in_time(lambda: provider_fetch.fetch_jwks("unused", url, "x"))
+    finally:
+        stop.set()
+        listener.close()
 
 
 def test_a_jwks_uri_whose_host_is_no_dns_name_is_logged_and_the_loader_carries_on(issuer, caplog):
@@ -1166,7 +1256,7 @@ def test_an_issuer_with_a_trailing_slash_is_logged_with_both_values(issuer, make
     """PLANTS_JWT_ISSUER with a slash the provider's `issuer` lacks: the line names both."""
     with caplog.at_level(logging.WARNING):
         app = make_jwt_app(wait=False, PLANTS_JWT_ISSUER=issuer.url + "/")
-        _wait_until(lambda: "Could not fetch" in caplog.text, lambda: caplog.text)
+        _wait_until(lambda: "names the issuer" in caplog.text, lambda: caplog.text)
     app.extensions["plants"].auth.close()
     assert (
         f"names the issuer {issuer.url!r}, not PLANTS_JWT_ISSUER {issuer.url + '/'!r}: they must be"

@@ -119,6 +119,26 @@ def test_an_anonymous_flood_is_limited_per_address(make_app):
     assert create(client, 2, token="guess", address="203.0.113.5").status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("per_64", "per_48"), [("3/minute", "4/hour"), ("2/hour", "4/minute")], ids=["48-hour", "64-hour"]
+)
+def test_an_ipv6_clients_retry_after_waits_for_its_64s_and_its_48s_spent_windows(make_app, per_64, per_48):
+    """A /64 and its /48 each count a refused authentication; Retry-After is the spent window that
+    ends last of both: told to wait only for the minute while the other network's hour is spent,
+    the client would be refused again. A second /64 of the same /48 spends the /48's budget."""
+    client = make_app(PLANTS_AUTH_FAILURE_LIMIT=per_64, PLANTS_AUTH_FAILURE_LIMIT_PER_48=per_48).test_client()
+    first, second = "2001:db8:1:1::7", "2001:db8:1:2::7"
+    amount, wide = int(per_64.split("/")[0]), int(per_48.split("/")[0])
+    assert [create(client, n, "guess", first).status_code for n in range(amount)] == [401] * amount
+    # The /48's last requests, from the second /64 (with the /64's hour, spending it too).
+    rest = wide - amount
+    assert [create(client, 9, "guess", second).status_code for _ in range(rest)] == [401] * rest
+    for address in (first, second):
+        refused = create(client, 1, token="guess", address=address)
+        error_of(refused, 429)
+        assert 3500 <= int(refused.headers["Retry-After"]) <= 3600, (address, refused.headers)
+
+
 def test_every_operation_behind_the_token_documents_the_auth_failure_429(make_app):
     """Past PLANTS_AUTH_FAILURE_LIMIT a client address is refused 429 before any operation that
     needs a token, those outside PLANTS_RATE_LIMIT (the metrics) too: each one's document says so."""
@@ -253,6 +273,32 @@ def test_a_hung_redis_is_503_never_500_with_or_without_limits(tmp_path, limits):
         redis.stop()
 
 
+@pytest.mark.parametrize("durable", [True, False], ids=["append-only", "no-persistence"])
+def test_a_redis_restart_keeps_the_counts_as_durably_as_the_plants(tmp_path, durable):
+    """As docs/operations.md says: while Redis is down every request is 503; restarted with its
+    append-only file, a spent budget (a token's, a guesser's) stays spent; without persistence,
+    every window starts afresh."""
+    redis = RedisServer(tmp_path, *(("--appendonly", "yes", "--appendfsync", "always") if durable else ()))
+    try:
+        app = create_app(
+            {"TESTING": True, "PLANTS_API_TOKENS": TOKEN, **redis_settings(redis),
+             "PLANTS_RATE_LIMIT": "2/hour", "PLANTS_AUTH_FAILURE_LIMIT": "2/hour"}
+        )  # fmt: skip
+        client = app.test_client()
+        good, wrong = TOKEN, "not-a-token"
+        assert [create(client, n, good).status_code for n in range(3)] == [200, 200, 429]
+        assert [create(client, n, wrong).status_code for n in range(3)] == [401, 401, 429]
+        redis.stop()
+        assert [create(client, 9, token).status_code for token in (good, wrong)] == [503, 503]
+        redis.start()
+        after = [create(client, 9, token) for token in (good, wrong)]
+        assert [answer.status_code for answer in after] == ([429, 429] if durable else [200, 401])
+        for answer in after if durable else ():
+            assert 1 <= int(answer.headers["Retry-After"]) <= 3600
+    finally:
+        redis.stop()
+
+
 def test_a_scrape_answers_while_redis_is_hung_and_counts_the_store_error(tmp_path):
     """/metrics counts against its token's limit, but a scrape is wanted most while Redis does not
     answer: it goes on uncounted (as it was before it was limited), not a 503 that blinds the
@@ -304,6 +350,29 @@ def test_invented_addresses_past_the_bound_share_one_budget(make_app, monkeypatc
     assert (app.extensions["plants"].rate_limits.open_addresses) == 5  # the bound, not 11
     # The addresses counted before the bound was met keep their own budgets.
     assert refused_from("198.51.100.1").status_code == 401
+
+
+def test_a_spent_48_opens_no_counter_for_its_next_64s(make_app, monkeypatch):
+    """One site past its /48's budget kept inventing /64s (it holds 65,536): each was still given
+    a counter of its own before the /48 refused it, until the bound was met, and from then on
+    every newcomer (another site, an IPv4 client) shared one budget with the flood: its first
+    wrong token, an expired JWT its client would refresh on the 401, was 429. A spent /48 is
+    refused before its /64 is counted."""
+    from app.auth import rate_limits
+
+    monkeypatch.setattr(rate_limits, "MAX_ADDRESSES", 20)
+    app = make_app(PLANTS_AUTH_FAILURE_LIMIT="2/minute", PLANTS_TRUSTED_PROXIES=1)
+    client = app.test_client()
+
+    def refused_from(address):
+        return client.get("/plants", headers={"Authorization": "Bearer guess", "X-Forwarded-For": address})
+
+    flood = [refused_from(f"2001:db8:1:{n:x}::1") for n in range(60)]
+    assert [answer.status_code for answer in flood] == [401] * 8 + [429] * 52  # the /48's 4 x 2
+    assert "/48" in error_of(flood[-1], 429)["message"]
+    assert app.extensions["plants"].rate_limits.open_addresses == 9  # eight /64s and their /48
+    assert refused_from("203.0.113.9").status_code == 401
+    assert refused_from("2001:db8:2::1").status_code == 401
 
 
 def test_a_reload_on_the_memory_store_keeps_every_window_and_its_counts():

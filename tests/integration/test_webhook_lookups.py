@@ -7,55 +7,30 @@ own mount namespace (root only; the machine's DNS is untouched)."""
 
 from __future__ import annotations
 
-import ctypes
-import os
 import random
 import socket
 import struct
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from app.settings import DEFAULTS
+from tests import name_servers
 from tests.helpers import assert_error, call
 from tests.servers import TOKEN, Gunicorn
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 OTHER = {"Authorization": "Bearer other-token", "Content-Type": "application/json"}
-_CLONE_NEWNS, _MS_REC, _MS_PRIVATE, _MS_BIND = 0x20000, 0x4000, 0x40000, 0x1000
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/etc/resolv.conf").exists(),
-    reason="only root binds a resolv.conf over /etc/resolv.conf in a mount namespace",
-)
-
-
-def _with_resolv_conf(path: Path):
-    """A preexec_fn: the child gets a mount namespace of its own, where `path` is /etc/resolv.conf."""
-
-    def enter() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if (
-            libc.unshare(_CLONE_NEWNS) != 0
-            # Private first, so that the bind below does not reach the machine's namespace.
-            or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
-            or libc.mount(str(path).encode(), b"/etc/resolv.conf", None, _MS_BIND, None) != 0
-        ):
-            raise OSError(ctypes.get_errno(), "could not bind a resolv.conf of the test's own")
-
-    return enter
+pytestmark = pytest.mark.skipif(name_servers.WHY_NOT is not None, reason=str(name_servers.WHY_NOT))
 
 
 @pytest.fixture
 def silent_name_server():
     """A UDP socket on port 53 of a loopback address that takes queries and never answers."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    address = f"127.{random.randrange(1, 250)}.{random.randrange(1, 250)}.53"
-    sock.bind((address, 53))
-    yield address
-    sock.close()
+    with name_servers.silent_name_server() as server:
+        yield server.address
 
 
 @pytest.fixture
@@ -108,7 +83,7 @@ def serving(tmp_path, name_server: str) -> Gunicorn:
             # RES_OPTIONS would override the file's options (tests/conftest.py sets it).
             "RES_OPTIONS": "timeout:5 attempts:2",
         },
-        preexec_fn=_with_resolv_conf(resolv_conf),
+        preexec_fn=name_servers.with_resolv_conf(resolv_conf),
     )
 
 
