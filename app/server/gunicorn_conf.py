@@ -346,6 +346,7 @@ def post_worker_init(worker: Any) -> None:
     """
     worker.read_timeout = PACKAGED_WORKER_READ_TIMEOUT
     worker.memory_budget = PACKAGED_WORKER_MEMORY_BUDGET
+    _raise_open_file_limit(worker)
     _apply_script_name(worker)
     store = _memory_store_of(worker)
     if store is not None:
@@ -360,6 +361,14 @@ def post_worker_init(worker: Any) -> None:
     if deliverer is not None:
         # It starts the feed's listener once it has an endpoint to deliver to (app/extension.py).
         deliverer.start()
+
+
+def _raise_open_file_limit(worker: Any) -> None:
+    """Descriptors for every connection, as many closing, and the app's (under either worker)."""
+    from app.server.open_files import raise_soft_limit
+    from app.server.worker.loop import FD_RESERVE
+
+    raise_soft_limit(2 * worker.cfg.worker_connections + FD_RESERVE)
 
 
 def _apply_script_name(worker: Any) -> None:

@@ -294,29 +294,13 @@ class Registry:
             pass
 
 
-def raised_soft_limit(wanted: int) -> int:
-    """The open-file soft limit, first raised toward `wanted` within the hard limit. Container
-    runtimes (containerd 2, Docker 29) start a process at a soft limit of 1024 under a far higher
-    hard one, and leave it to the process to raise its own; where a sandbox forbids it (systemd's
-    SystemCallFilter=~@resources, EPERM) the limit stays as given, and the cap is lowered to fit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return soft
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if target > soft:
-        with contextlib.suppress(OSError, ValueError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    return soft
-
-
 class Admission:
     """Takes new connections from the listeners into the registry, under the cap: past it, the one
     just accepted displaces another (never itself), so N newcomers displace N at most."""
 
     def __init__(self, registry: Registry, asked: int, threads: int, log: Any) -> None:
         self._registry, self._log = registry, log
-        soft = raised_soft_limit(2 * asked + FD_RESERVE)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         room = 2 * asked if soft == resource.RLIM_INFINITY else max(soft - FD_RESERVE, 1)
         if asked > room:
             log.warning(
