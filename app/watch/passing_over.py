@@ -53,13 +53,11 @@ class PassingOver:
             return None
         version, covered = quiet
         to = self.ahead if covered else None
-        if to is not None and to != position:
-            held = self._held(position)
-            if held is None:  # not known now (no read slot, the store away): stay, for a later turn
-                return version, None
-            if not held:  # the feed lost events up to it: a read meets the 410
-                self.ahead = None
-                raise FeedExpiredError
+        # Not known (no read slot free, the store away: None) moves on as the listener heard: a
+        # stream held back would fall behind the retention, and meet a 410 for nothing lost.
+        if to is not None and to != position and self._held(position) is False:
+            self.ahead = None  # the feed lost events up to it: a read meets the 410
+            raise FeedExpiredError
         if covered:
             # It stands at `ahead` now: any end read after that end's was serves, so the one
             # another stream's heartbeat read a moment ago does too (feed_ends.py), where the
