@@ -275,7 +275,9 @@ def on_starting(server: Any) -> None:
         raise SystemExit(f"Plant Store: configuration error: {exc}") from None
     accept_checked()  # every worker reads the files as checked here, until a reload is accepted
     shared_keys.share()  # a worker started later verifies JWTs with the keys its siblings loaded
-    problem = gunicorn_options.refusal(server.cfg, url.shared, settings.max_content_length)
+    problem = gunicorn_options.refusal(
+        server.cfg, url.shared, settings.max_content_length, PACKAGED_WORKER_MEMORY_BUDGET
+    )
     if problem is not None:
         raise SystemExit(problem)
     if _upgrading() and not url.shared:
@@ -316,7 +318,7 @@ def when_ready(server: Any) -> None:
     (app/server/reload_gate.py)."""
     from app.server import reload_gate
 
-    reload_gate.install(server)
+    reload_gate.install(server, PACKAGED_WORKER_MEMORY_BUDGET)
 
 
 def pre_fork(server: Any, worker: Any) -> None:

@@ -13,16 +13,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.settings.server import server_setting
-
 PREFIX = "Plant Store: refusing to start: "
 SHARED = "set PLANTS_STORE_URL to a shared store (redis://...)"
 
 
-def refusal(cfg: Any, shared: bool, max_body: int) -> str | None:
+def refusal(cfg: Any, shared: bool, max_body: int, budget: int) -> str | None:
     """Why gunicorn's settings `cfg` must not start the service (`shared`: its store is Redis;
-    `max_body`: its MAX_CONTENT_LENGTH)."""
-    for problem in (_counts(cfg), _memory(cfg, shared), _preload(cfg), _packaged(cfg), _body(cfg, max_body)):
+    `max_body`: its MAX_CONTENT_LENGTH; `budget`: the bytes a packaged worker holds, as
+    gunicorn_conf.py read GUNICORN_MEMORY_BUDGET)."""
+    for problem in (
+        _counts(cfg),
+        _memory(cfg, shared),
+        _preload(cfg),
+        _packaged(cfg),
+        _body(cfg, max_body, budget),
+    ):
         if problem is not None:
             return PREFIX + problem
     return None
@@ -108,23 +113,27 @@ def _packaged(cfg: Any) -> str | None:
     return None
 
 
-def _body(cfg: Any, max_body: int) -> str | None:
+def _body(cfg: Any, max_body: int, budget: int) -> str | None:
     """The packaged worker displaces the connections holding bytes past its memory budget (app/
     server/worker/loop.py): a body the service takes must fit in it, with a head and a chunked
     body's framing, or one near MAX_CONTENT_LENGTH was closed as it arrived, its client answered
-    nothing (neither the answer nor a 413). gthread holds no budget."""
+    nothing (neither the answer nor a 413). gthread holds no budget. `budget` is the one the
+    worker is given (post_worker_init): gunicorn_conf.py read it from the master's environment
+    when gunicorn loaded it, before gunicorn applied its raw_env (`-e`), whose value the worker
+    never holds."""
     if not _is_packaged(cfg):
         return None
     from app.server.worker.connection import FRAMING_ALLOWANCE
     from app.server.worker.workers import MAX_HEAD
 
-    budget = server_setting("GUNICORN_MEMORY_BUDGET")
-    needed = math.ceil((max_body + MAX_HEAD + FRAMING_ALLOWANCE) / (1024 * 1024))
-    if needed <= budget:
+    mib = 1024 * 1024
+    if max_body + MAX_HEAD + FRAMING_ALLOWANCE <= budget:
         return None
+    needed = math.ceil((max_body + MAX_HEAD + FRAMING_ALLOWANCE) / mib)
     return (
-        f"MAX_CONTENT_LENGTH ({max_body} bytes) does not fit in GUNICORN_MEMORY_BUDGET ({budget} MiB) "
+        f"MAX_CONTENT_LENGTH ({max_body} bytes) does not fit in GUNICORN_MEMORY_BUDGET ({budget // mib} MiB) "
         "with a request's head: a body near the limit would be closed as it arrived, its client "
-        f"answered nothing. Raise GUNICORN_MEMORY_BUDGET to {needed} MiB or more, or lower "
+        f"answered nothing. Raise GUNICORN_MEMORY_BUDGET to {needed} MiB or more in the service's "
+        "environment (a worker never holds a value gunicorn's raw_env, -e, sets), or lower "
         "MAX_CONTENT_LENGTH."
     )

@@ -28,8 +28,10 @@ _under_way = False
 REFUSED = "Plant Store: reload refused, the running worker serves on with its settings and its plants: %s"
 
 
-def refusal() -> str | None:
-    """Why the reload asked for now must not go on; None when it may."""
+def refusal(budget: int) -> str | None:
+    """Why the reload asked for now must not go on; None when it may. `budget`: the bytes the new
+    packaged workers hold, as the master read GUNICORN_MEMORY_BUDGET at its start (post_worker_init
+    gives them that one, whatever the file's raw_env says)."""
     try:
         cfg = next_config()
     except SystemExit:  # gunicorn printed why, and its own reload would have exited the master
@@ -41,7 +43,7 @@ def refusal() -> str | None:
         settings, url = checked_settings({**os.environ, **cfg.env}, refused=AT_RELOAD)
     except ConfigurationError as exc:
         return f"configuration error: {exc}"
-    problem = gunicorn_options.refusal(cfg, url.shared, settings.max_content_length)
+    problem = gunicorn_options.refusal(cfg, url.shared, settings.max_content_length, budget)
     if problem is not None:
         return problem
     return handoff.ask_to_prepare()
@@ -56,8 +58,9 @@ def next_config() -> Any:
     return WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
 
 
-def install(server: Any) -> None:
-    """In the master, once gunicorn has set its signal handlers (`when_ready`)."""
+def install(server: Any, budget: int) -> None:
+    """In the master, once gunicorn has set its signal handlers (`when_ready`); `budget` as in
+    `refusal`."""
     reload = signal.getsignal(signal.SIGHUP)
 
     def on_sighup(signum: int, frame: Any) -> None:
@@ -72,7 +75,7 @@ def install(server: Any) -> None:
             return
         _under_way = True
         try:
-            problem = refusal()
+            problem = refusal(budget)
         except Exception as exc:  # whatever it is, the running worker must not be the price
             problem = f"the reload could not be checked ({type(exc).__name__}: {exc})"
         if problem is not None:

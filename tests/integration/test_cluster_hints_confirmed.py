@@ -10,6 +10,7 @@ import time
 
 import pytest
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from app.store import CreateOutcome, Plant, StoreUnavailableError, store_from_url
 from tests.conftest import cluster_settings
@@ -84,6 +85,46 @@ def test_a_create_whose_pages_entry_no_replica_confirms_is_503_and_an_acknowledg
         while not hints_replica.command("ROLE").startswith("master"):
             assert time.monotonic() < deadline, "the replica was not promoted"
             time.sleep(0.05)
+        assert _listed(store) == [plant_id]
+        assert store.get(plant_id) == Plant("Boston fern", "fern")
+    finally:
+        store.close()
+
+
+def test_a_create_while_the_pages_sets_slot_migrates_lands_its_entry_on_the_importing_node(own_cluster):
+    """Resharding moves the slot of the prefix's hash tag (the pages' sets) key by key: a set not
+    on the migrating node any more, or not yet made, is answered ASK there. The create whose
+    group's entry was new answered 503 (an AskError named in its message) for the whole move,
+    where without PLANTS_STORE_MIN_REPLICAS it was created; it now adds the entry on the node ASK
+    names, confirmed by that node's replica, and the plant stays listed once the slot is moved."""
+    settings = cluster_settings(own_cluster)
+    prefix = settings["PLANTS_STORE_PREFIX"]
+    store = store_from_url(
+        settings["PLANTS_STORE_URL"],
+        capacity=1000,
+        prefix=prefix,
+        connect_timeout=1,
+        timeout=1,
+        min_replicas=1,
+    )
+    try:
+        key = f"{{{prefix}}}:groups:a"
+        slot = str(key_slot(key.encode()))
+        source = _node_of(own_cluster, key)
+        target = next(node for node in own_cluster.primaries() if node is not source)
+        plant_id = next(
+            n
+            for n in range(1, 100)
+            if _node_of(own_cluster, store.groups.count_key(store.groups.of(n))) != source
+        )
+        target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", own_cluster.node_id(source))
+        source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", own_cluster.node_id(target))
+        assert store.create(plant_id, "Boston fern", "fern") is CreateOutcome.CREATED
+        # The entries (every plant's set, and its tag's hint's) are on the importing node.
+        assert [node.command("CLUSTER", "COUNTKEYSINSLOT", slot) for node in (source, target)] == ["0", "2"]
+        # The move ends: the slot (and the entry) is the importing node's.
+        for node in own_cluster.primaries():
+            node.command("CLUSTER", "SETSLOT", slot, "NODE", own_cluster.node_id(target))
         assert _listed(store) == [plant_id]
         assert store.get(plant_id) == Plant("Boston fern", "fern")
     finally:

@@ -190,6 +190,18 @@ def test_a_body_limit_the_memory_budget_cannot_hold_stops_the_start():
         server.stop()
 
 
+def test_the_body_limit_is_held_to_the_budget_the_worker_holds_not_one_gunicorns_raw_env_sets():
+    """The packaged configuration reads GUNICORN_MEMORY_BUDGET when gunicorn loads it, before
+    gunicorn applies its raw_env (`-e`): a worker holds the environment's budget. Checked against
+    the `-e` one instead, a body limit past the worker's budget started, and a body near it was
+    closed as it arrived."""
+    settings = {**OK, "GUNICORN_MEMORY_BUDGET": "1"}
+    args = ("-e", "GUNICORN_MEMORY_BUDGET=64", "-e", f"MAX_CONTENT_LENGTH={4 * 1024 * 1024}")
+    (line,) = refused_start(settings, *args)
+    assert line.startswith("Plant Store: refusing to start: MAX_CONTENT_LENGTH (4194304 bytes)")
+    assert "GUNICORN_MEMORY_BUDGET (1 MiB)" in line
+
+
 @pytest.mark.skipif(
     tuple(int(part) for part in metadata.version("gunicorn").split(".")[:2]) < (24, 0),
     reason="gunicorn's --protocol came with gunicorn 24",

@@ -122,3 +122,38 @@ def test_the_scripts_refuse_exactly_the_values_the_service_cannot_read(redis_ser
     differ = [value for value, lua_says in zip(values, judged, strict=True) if reads(value) != lua_says]
     assert not differ, differ[:10]
     assert 0.05 < sum(judged) / len(judged) < 0.95  # both kinds judged
+
+
+@pytest.mark.parametrize("value", [b"garbage", b"4:caf\xc3xfern"])
+def test_the_migration_names_an_unreadable_plant_and_indexes_it_once_repaired(
+    redis_server, value, monkeypatch, capsys
+):
+    """`python -m app.store.migrate` over a 1.0.0 store holding a value this service did not write:
+    it indexed a name cut inside a character under a tag made of its bytes, and stopped at one with
+    no length saying Redis had failed, run it again; it now stops naming the plant and its key,
+    indexes nothing of it, and indexes it once repaired."""
+    from app.store import migrate
+
+    settings = redis_settings(redis_server)
+    for name, setting in settings.items():
+        monkeypatch.setenv(name, setting)
+    groups = Groups(settings["PLANTS_STORE_PREFIX"], count=1, capacity=10, cluster=False)
+    raw = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    try:
+        raw.hset(groups.bucket_key(6), "6", b"4:Palm")
+        raw.hset(groups.bucket_key(7), "7", value)
+        raw.set(f"{groups.tags[0]}:count", 2)
+        assert migrate.main([]) == 1
+        error = capsys.readouterr().err
+        assert (
+            f"plant 7 (field 7 of {groups.bucket_key(7)}) is not stored as this service writes plants"
+            in error
+        )
+        indexes = [key for key in raw.keys(f"{groups.tags[0]}:*") if raw.type(key) == b"zset"]
+        assert all(member(7) not in raw.zrange(key, 0, -1) for key in indexes)
+        raw.hset(groups.bucket_key(7), "7", b"4:Fernfern")
+        assert migrate.main([]) == 0
+        assert member(7) in raw.zrange(f"{groups.tags[0]}:l::a", 0, -1)
+        assert member(7) in raw.zrange(f"{groups.tags[0]}:l::tfern", 0, -1)
+    finally:
+        raw.close()

@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Collection
 from typing import Any
 
-from redis.exceptions import MovedError
+from redis.exceptions import AskError, MovedError
 
 from app.compat.redis import follow_redirect
 from app.store.base import StoreUnavailableError
@@ -83,21 +83,31 @@ class GroupHints:
     def _confirmed(self, clients: LazyClient, keys: list[str], group: int) -> None:
         """SADD to each of `keys` (one slot: the prefix's hash tag), then WAIT on the same connection,
         which counts the replicas that have this connection's writes."""
-        commands = [("SADD", key, group) for key in keys]
+        adds: list[tuple[Any, ...]] = [("SADD", key, group) for key in keys]
+        node, commands = clients.node_for(keys[0]), adds
         for attempt in range(2):
             try:
-                *added, confirmed = clients.call_all(
-                    clients.node_for(keys[0]), *commands, ("WAIT", self._replicas, self._wait_ms)
-                )
+                *added, confirmed = clients.call_all(node, *commands, ("WAIT", self._replicas, self._wait_ms))
             except FAILURES:
                 clients.suspect(keys[0])  # a failover: read the map again
                 raise
-            moved = next((result for result in added if isinstance(result, MovedError)), None)
-            if moved is None or attempt:
+            redirect = next((result for result in added if isinstance(result, AskError)), None)
+            if redirect is None or attempt:
                 break
-            clients.forget(keys[0])  # the slot moved: once more on the node MOVED names
-            with contextlib.suppress(*FAILURES):
-                follow_redirect(clients.get(), keys[0], moved)
+            if isinstance(redirect, MovedError):
+                clients.forget(keys[0])  # the slot moved: once more on the node MOVED names
+                with contextlib.suppress(*FAILURES):
+                    follow_redirect(clients.get(), keys[0], redirect)
+                node = clients.node_for(keys[0])
+                continue
+            # The slot is moving (ASK: the set is not, or no longer, on the migrating node): once
+            # more on the importing node, each SADD after an ASKING, its replicas confirming there,
+            # as RedisCluster follows ASK for any other command.
+            importing = clients.get().get_node(host=redirect.host, port=redirect.port)
+            if importing is None:
+                break
+            node = clients.get().get_redis_connection(importing)
+            commands = [command for add in adds for command in (("ASKING",), add)]
         for result in (*added, confirmed):
             if isinstance(result, Exception):
                 clients.forget(keys[0])
