@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
@@ -45,19 +46,19 @@ def _listed(store) -> list[int]:
             time.sleep(0.1)
 
 
+def _confirming_store(cluster: RedisClusterServers) -> tuple[Any, str]:
+    """A store of its own prefix whose writes a replica confirms (PLANTS_STORE_MIN_REPLICAS=1)."""
+    settings = cluster_settings(cluster)
+    prefix = settings["PLANTS_STORE_PREFIX"]
+    url = settings["PLANTS_STORE_URL"]
+    store = store_from_url(url, capacity=1000, prefix=prefix, connect_timeout=1, timeout=1, min_replicas=1)
+    return store, prefix
+
+
 def test_a_create_whose_pages_entry_no_replica_confirms_is_503_and_an_acknowledged_one_stays_listed(
     own_cluster,
 ):
-    settings = cluster_settings(own_cluster)
-    prefix = settings["PLANTS_STORE_PREFIX"]
-    store = store_from_url(
-        settings["PLANTS_STORE_URL"],
-        capacity=1000,
-        prefix=prefix,
-        connect_timeout=1,
-        timeout=1,
-        min_replicas=1,
-    )
+    store, prefix = _confirming_store(own_cluster)
     try:
         hints = _node_of(own_cluster, f"{{{prefix}}}:groups:a")
         # A plant whose group lives on another shard: its own replica runs and confirms it.
@@ -77,7 +78,17 @@ def test_a_create_whose_pages_entry_no_replica_confirms_is_503_and_an_acknowledg
         # Refused before its script ran: nothing stored.
         assert store.get(plant_id) is None
         own_cluster.wait_until_healthy()
-        assert store.create(plant_id, "Boston fern", "fern") is CreateOutcome.CREATED
+        # The resumed replica takes a moment to read its link again (longer on a loaded machine):
+        # a client retries the 503 until one confirms.
+        deadline, outcome = time.monotonic() + 30, None
+        while outcome is None:
+            try:
+                outcome = store.create(plant_id, "Boston fern", "fern")
+            except StoreUnavailableError as error:
+                if error.reason != "replication" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert outcome is CreateOutcome.CREATED
         assert _listed(store) == [plant_id]
         # The entry is on the replica: with the shard's primary lost, the plant is still listed.
         hints.kill()
@@ -97,16 +108,7 @@ def test_a_create_while_the_pages_sets_slot_migrates_lands_its_entry_on_the_impo
     group's entry was new answered 503 (an AskError named in its message) for the whole move,
     where without PLANTS_STORE_MIN_REPLICAS it was created; it now adds the entry on the node ASK
     names, confirmed by that node's replica, and the plant stays listed once the slot is moved."""
-    settings = cluster_settings(own_cluster)
-    prefix = settings["PLANTS_STORE_PREFIX"]
-    store = store_from_url(
-        settings["PLANTS_STORE_URL"],
-        capacity=1000,
-        prefix=prefix,
-        connect_timeout=1,
-        timeout=1,
-        min_replicas=1,
-    )
+    store, prefix = _confirming_store(own_cluster)
     try:
         key = f"{{{prefix}}}:groups:a"
         slot = str(key_slot(key.encode()))
