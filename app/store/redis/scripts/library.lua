@@ -154,8 +154,13 @@ end
 local function record(feed_key, retention, kind, plant_id, value, origin, before)
   if retention == '0' then
     -- The feed is off and this write goes unrecorded: no position read before it may follow on
-    -- past it. Without the stream, each is a 410 once the feed is read again (events.lua).
-    redis.call('UNLINK', feed_key)
+    -- past it, not even one taken while the stream had no event (it names no entry, and counts
+    -- none). So the stream is emptied but kept, marked with an entry ID of its own that is past
+    -- every position read before: its `max-deleted-entry-id`, which only XDEL and XSETID set
+    -- (a trim leaves it). Its count starts again from this mark, as a new stream's would, so
+    -- that a reader that reads on past it (a webhook deliverer) counts from here (events.lua).
+    local mark = redis.call('XADD', feed_key, 'MAXLEN', 0, '*', 'e', '')
+    redis.call('XSETID', feed_key, mark, 'ENTRIESADDED', 0, 'MAXDELETEDID', mark)
   else
     local event = kind .. ' ' .. plant_id .. ' ' .. value
     if before then
