@@ -35,12 +35,13 @@ end
 
 local function index_add(index, member)
   local fence = fence_of(index, member)
-  if not fence then
-    fence = ''
-    redis.call('ZADD', fence_key(index), 0, '')
-  end
+  local first = not fence
+  if first then fence = '' end
   local leaf = leaf_key(index, fence)
+  -- The leaf before the fence: a leaf that is no sorted set (below: `undone`) fails the write
+  -- before it has made a fence for it.
   redis.call('ZADD', leaf, 0, member)
+  if first then redis.call('ZADD', fence_key(index), 0, '') end
   if redis.call('ZCARD', leaf) >= LEAF_SIZE then
     local upper = redis.call('ZRANGE', leaf, LEAF_SIZE / 2, -1)
     local pairs_ = {}
@@ -171,6 +172,20 @@ local function record(feed_key, retention, kind, plant_id, value, origin, before
   end
 end
 
+-- Runs a write's `steps`, those after its first write. Redis does not roll a script back, and a
+-- step fails when a key under the prefix holds another type than the service writes there
+-- (WRONGTYPE: another program's, the operator's): the steps before it would stay done, a plant
+-- stored and counted without its event, or deleted without one. So then `undo` puts back what
+-- they did (each of its calls under pcall, since it may meet the same key), and the error is
+-- answered (503), the write not done. Nil when every step was done.
+local function undone(steps, undo)
+  local ok, err = pcall(steps)
+  if ok then return nil end
+  undo()
+  if type(err) == 'table' then return err end
+  return redis.error_reply(tostring(err))
+end
+
 -- Whether a write is past its deadline (every write's `deadline`: ms since the epoch by the
 -- service's clock, '' for none) by Redis's clock. A write that reaches Redis later (held in a
 -- send queue, a proxy, or the buffer of a stalled server) answers LATE, having written nothing:
@@ -200,4 +215,21 @@ local function index_plant(member, value)
   index_add('a', member)
   local tag = tag_of(value)
   if tag ~= '' then index_add('t' .. tag, member) end
+end
+
+-- Stores a new plant, already `counted`, with its indexes and its event (see `record`); or, when
+-- a step fails (see `undone`), none of it, its count taken back: the error to answer, else nil.
+local function add_plant(keys, retention, plant_id, member, value, origin)
+  local bucket_key, count_key, feed_key = keys[1], keys[2], keys[3]
+  return undone(function()
+    redis.call('HSET', bucket_key, plant_id, value)
+    index_plant(member, value)
+    record(feed_key, retention, 0, plant_id, value, origin)
+  end, function()
+    pcall(redis.call, 'HDEL', bucket_key, plant_id)
+    pcall(redis.call, 'DECR', count_key)
+    pcall(index_remove, 'a', member)
+    local tag = tag_of(value)
+    if tag ~= '' then pcall(index_remove, 't' .. tag, member) end
+  end)
 end
