@@ -146,7 +146,7 @@ local function allows(value, at)
 end
 
 -- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step; with the
--- feed off (`retention` is '0'), removes the stream instead. Its entry ID, given by Redis, is when it took effect. Two
+-- feed off (`retention` is '0'), empties and marks the stream instead. Its entry ID, given by Redis, is when it took effect. Two
 -- fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
 -- (FeedEntry.origin; '' for none, and absent from entries written before it existed). An update
 -- that moved the plant to another tag has a third, `b`: its tag before ('t<tag>', or 'n' for
