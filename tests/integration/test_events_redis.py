@@ -9,11 +9,13 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from app import create_app
 from app.extension import plants_state
 from app.store import Plant
 from app.store.redis.cursor_secret import CONFIRM_SECONDS
-from tests.conftest import redis_settings
+from tests.conftest import redis_settings, settings_for_store
 from tests.helpers import apply_events, call, create_until_200, in_time, kill_and_restart, walk_pages
 from tests.load import SHORT_TIMEOUTS, open_store, redis_gunicorn
 from tests.servers import ROOT, TOKEN, Gunicorn, RedisServer
@@ -315,6 +317,13 @@ def test_a_process_that_had_not_yet_used_the_cursor_secret_keeps_positions_410_a
         own_redis.stop()
 
 
+def assert_a_position_taken_since_follows_on(client: Any, auth: dict[str, str]) -> None:
+    cursor = client.get("/events?after=now", headers=auth).json["next"]
+    assert client.post("/plants", json={"id": 4, "name": "Moss"}, headers=auth).status_code == 200
+    events = client.get(f"/events?after={cursor}", headers=auth).json["events"]
+    assert [event["plant"]["id"] for event in events] == [4]
+
+
 def test_a_write_while_the_feed_is_off_leaves_no_earlier_position_to_follow_on(redis_server):
     """PLANTS_EVENTS_RETAIN=0 records no write: a position read before (a follower's cursor) is a
     410 once the feed is read again, never followed on past the writes it missed. It was, the
@@ -330,11 +339,34 @@ def test_a_write_while_the_feed_is_off_leaves_no_earlier_position_to_follow_on(r
         assert off.test_client().post("/plants", json=unrecorded, headers=auth).status_code == 200
         assert client.post("/plants", json={"id": 3, "name": "Ivy"}, headers=auth).status_code == 200
         assert client.get(f"/events?after={cursor}", headers=auth).status_code == 410
-        # A position taken since follows on.
+        assert_a_position_taken_since_follows_on(client, auth)
+    finally:
+        plants_state(on).close()
+        plants_state(off).close()
+
+
+@pytest.mark.parametrize("store", ["redis", "cluster"])
+def test_a_position_on_an_empty_feed_is_gone_after_a_write_while_the_feed_is_off(request, store):
+    """A position taken while the feed (a cluster's group) had never held an event is a 410 once a
+    write was made with the feed off, whether or not the feed holds events again: it was followed
+    on past that write as if none had been made. A webhook deliverer, which keeps no copy, still
+    reads on past it (`read_on`), to the events recorded since."""
+    shared = {"TESTING": True, "PLANTS_API_TOKENS": TOKEN, **settings_for_store(request, store)}
+    on, off = create_app(shared), create_app({**shared, "PLANTS_EVENTS_RETAIN": 0})
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        client = on.test_client()
         cursor = client.get("/events?after=now", headers=auth).json["next"]
-        assert client.post("/plants", json={"id": 4, "name": "Moss"}, headers=auth).status_code == 200
-        events = client.get(f"/events?after={cursor}", headers=auth).json["events"]
-        assert [event["plant"]["id"] for event in events] == [4]
+        store_of = plants_state(on).store
+        delivered = store_of.events_now()  # a webhook endpoint's position, taken alike
+        unrecorded = {"id": 2, "name": "Written while the feed is off"}
+        assert off.test_client().post("/plants", json=unrecorded, headers=auth).status_code == 200
+        assert client.get(f"/events?after={cursor}", headers=auth).status_code == 410
+        assert client.post("/plants", json={"id": 2 + 24, "name": "Ivy"}, headers=auth).status_code == 200
+        assert client.get(f"/events?after={cursor}", headers=auth).status_code == 410
+        entries, _ = store_of.feed_entries(delivered, 10, read_on=True)
+        assert [entry.event.plant_id for entry in entries] == [2 + 24]
+        assert_a_position_taken_since_follows_on(client, auth)
     finally:
         plants_state(on).close()
         plants_state(off).close()

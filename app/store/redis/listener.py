@@ -32,6 +32,8 @@ import threading
 import time
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from app.store.redis.feed import decode_position, touched_by
 
 #: How long one `XREAD` blocks, in milliseconds.
@@ -164,6 +166,11 @@ class StreamsListener:
                 if entries:
                     last = self._read_on(key, entries)
                     time.sleep(REST_SECONDS)
+                else:
+                    mark = self._mark_past(key, last)
+                    if mark is not None:  # a change not known, which a read from before meets as 410
+                        last = mark
+                        self._heard(None, key, last)
             except Exception as exc:  # the store is away: say so, then try again
                 if self._closed:
                     break
@@ -199,7 +206,22 @@ class StreamsListener:
 
     def _newest(self, key: str) -> Any:
         entries = self._client.xrevrange(key, count=1)
-        return entries[0][0] if entries else "0-0"
+        newest = entries[0][0] if entries else "0-0"
+        return self._mark_past(key, newest) or newest
+
+    def _mark_past(self, key: str, last: Any) -> Any:
+        """The mark a write made with the feed off left (library.lua: `record`) when it is the
+        stream's newest, past `last`; else None. It is no entry, so no read hears it, and an end
+        of the feed taken since stands at it: heard as the newest, a quiet stream moves on to
+        that end, meeting the 410 of its position on the way (passing_over.py)."""
+        try:
+            info = self._client.xinfo_stream(key)
+        except ResponseError:  # no such key: a stream never written has no mark
+            return None
+        mark = info.get("max-deleted-entry-id")
+        if mark is None or mark != info.get("last-generated-id"):
+            return None
+        return mark if _entry_id(mark) > _entry_id(last) else None
 
     def close(self) -> None:
         """End the streams' threads and close the client; a `wait` under way returns at once."""

@@ -27,10 +27,7 @@ if not stored then
   if create ~= '1' or ARGV[precondition_at] ~= '' then return {3} end
   if not counted(count_key, capacity) then return {5} end
   local value = string.len(name) .. ':' .. name .. new_tag
-  redis.call('HSET', bucket_key, plant_id, value)
-  index_plant(member, value)
-  record(feed_key, retention, 0, plant_id, value, origin)
-  return {0, value}
+  return add_plant(KEYS, retention, plant_id, member, value, origin) or {0, value}
 end
 if not readable(stored) then return unreadable(bucket_key, plant_id) end
 if not allows(stored, precondition_at) then return {4} end
@@ -40,12 +37,20 @@ local tag = new_tag
 if string.sub(tag_change, 1, 1) == 'k' then tag = old_tag end
 local value = string.len(name) .. ':' .. name .. tag
 if value == stored then return {2, stored} end
-redis.call('HSET', bucket_key, plant_id, value)
-if tag ~= old_tag then
-  if old_tag ~= '' then index_remove('t' .. old_tag, member) end
-  if tag ~= '' then index_add('t' .. tag, member) end
-end
 local before = nil
 if tag ~= old_tag then before = old_tag == '' and 'n' or 't' .. old_tag end
-record(feed_key, retention, 1, plant_id, value, origin, before)
-return {1, value, old_tag}
+local failed = undone(function()
+  redis.call('HSET', bucket_key, plant_id, value)
+  if tag ~= old_tag then
+    if old_tag ~= '' then index_remove('t' .. old_tag, member) end
+    if tag ~= '' then index_add('t' .. tag, member) end
+  end
+  record(feed_key, retention, 1, plant_id, value, origin, before)
+end, function()
+  pcall(redis.call, 'HSET', bucket_key, plant_id, stored)
+  if tag ~= old_tag then
+    if tag ~= '' then pcall(index_remove, 't' .. tag, member) end
+    if old_tag ~= '' then pcall(index_add, 't' .. old_tag, member) end
+  end
+end)
+return failed or {1, value, old_tag}

@@ -23,7 +23,4 @@ if stored then
   return 2
 end
 if not counted(count_key, capacity) then return 3 end
-redis.call('HSET', bucket_key, plant_id, value)
-index_plant(member, value)
-record(feed_key, retention, 0, plant_id, value, origin)
-return 0
+return add_plant(KEYS, retention, plant_id, member, value, origin) or 0

@@ -19,10 +19,19 @@ local stored = redis.call('HGET', bucket_key, plant_id)
 if not stored then return 0 end
 if not readable(stored) then return unreadable(bucket_key, plant_id) end
 if #ARGV >= precondition_at and not allows(stored, precondition_at) then return 2 end
-redis.call('HDEL', bucket_key, plant_id)
-redis.call('DECR', count_key)
-index_remove('a', member)
 local tag = tag_of(stored)
-if tag ~= '' then index_remove('t' .. tag, member) end
-record(feed_key, retention, 2, plant_id, stored, origin)
-return {1, tag}
+local uncounted = false
+local failed = undone(function()
+  redis.call('HDEL', bucket_key, plant_id)
+  redis.call('DECR', count_key)
+  uncounted = true
+  index_remove('a', member)
+  if tag ~= '' then index_remove('t' .. tag, member) end
+  record(feed_key, retention, 2, plant_id, stored, origin)
+end, function()
+  pcall(redis.call, 'HSET', bucket_key, plant_id, stored)
+  if uncounted then pcall(redis.call, 'INCR', count_key) end
+  pcall(index_add, 'a', member)
+  if tag ~= '' then pcall(index_add, 't' .. tag, member) end
+end)
+return failed or {1, tag}

@@ -29,18 +29,35 @@ if redis.call('EXISTS', feed_key) == 0 then
   return {0, '0-0', 0}
 end
 local info = redis.call('XINFO', 'STREAM', feed_key)
-local length, added, last
+local length, added, last, unrecorded
 for i = 1, #info, 2 do
   local field = info[i]
   if field == 'length' then length = info[i + 1]
   elseif field == 'entries-added' then added = info[i + 1]
-  elseif field == 'last-generated-id' then last = info[i + 1] end
+  elseif field == 'last-generated-id' then last = info[i + 1]
+  elseif field == 'max-deleted-entry-id' then unrecorded = info[i + 1] end
 end
 if after == 'now' then return {0, last, added} end
+-- Whether entry ID `a` comes after `b`.
+local function later(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
+  if tonumber(a_ms) ~= tonumber(b_ms) then return tonumber(a_ms) > tonumber(b_ms) end
+  return tonumber(a_seq) > tonumber(b_seq)
+end
+-- `unrecorded`: the mark of the latest write made with the feed off ('0-0' for none; `record`
+-- in library.lua), which emptied the stream and counts from 0 again. A position before it would
+-- follow on past a change it never gets: a 410, even one taken while the stream held no event
+-- (which no count could tell); with `read_on` (a reader that keeps no copy), reading on from
+-- the mark instead, as from a stream that lost events (below).
 if after == '' then
-  after, number = '0-0', added - length
-elseif number < added - length then
-  return {1}
+  after, number = unrecorded, added - length
+else
+  if later(unrecorded, after) then
+    if read_on ~= '1' then return {1} end
+    after, number = unrecorded, 0
+  end
+  if number < added - length then return {1} end
 end
 -- Read from the position's own entry on: a stream that keeps it (its number is past the trimmed
 -- ones) must hold it. Without it, or with a number past every entry added, the stream lost

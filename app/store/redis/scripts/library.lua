@@ -35,12 +35,13 @@ end
 
 local function index_add(index, member)
   local fence = fence_of(index, member)
-  if not fence then
-    fence = ''
-    redis.call('ZADD', fence_key(index), 0, '')
-  end
+  local first = not fence
+  if first then fence = '' end
   local leaf = leaf_key(index, fence)
+  -- The leaf before the fence: a leaf that is no sorted set (below: `undone`) fails the write
+  -- before it has made a fence for it.
   redis.call('ZADD', leaf, 0, member)
+  if first then redis.call('ZADD', fence_key(index), 0, '') end
   if redis.call('ZCARD', leaf) >= LEAF_SIZE then
     local upper = redis.call('ZRANGE', leaf, LEAF_SIZE / 2, -1)
     local pairs_ = {}
@@ -145,7 +146,7 @@ local function allows(value, at)
 end
 
 -- Appends a change to the group's feed (`feed_key`, a stream) in the write's own step; with the
--- feed off (`retention` is '0'), removes the stream instead. Its entry ID, given by Redis, is when it took effect. Two
+-- feed off (`retention` is '0'), empties and marks the stream instead. Its entry ID, given by Redis, is when it took effect. Two
 -- fields: `e`, `<kind> <decimal id> <encoded plant>`, and `o`, the write's origin
 -- (FeedEntry.origin; '' for none, and absent from entries written before it existed). An update
 -- that moved the plant to another tag has a third, `b`: its tag before ('t<tag>', or 'n' for
@@ -154,8 +155,13 @@ end
 local function record(feed_key, retention, kind, plant_id, value, origin, before)
   if retention == '0' then
     -- The feed is off and this write goes unrecorded: no position read before it may follow on
-    -- past it. Without the stream, each is a 410 once the feed is read again (events.lua).
-    redis.call('UNLINK', feed_key)
+    -- past it, not even one taken while the stream had no event (it names no entry, and counts
+    -- none). So the stream is emptied but kept, marked with an entry ID of its own that is past
+    -- every position read before: its `max-deleted-entry-id`, which only XDEL and XSETID set
+    -- (a trim leaves it). Its count starts again from this mark, as a new stream's would, so
+    -- that a reader that reads on past it (a webhook deliverer) counts from here (events.lua).
+    local mark = redis.call('XADD', feed_key, 'MAXLEN', 0, '*', 'e', '')
+    redis.call('XSETID', feed_key, mark, 'ENTRIESADDED', 0, 'MAXDELETEDID', mark)
   else
     local event = kind .. ' ' .. plant_id .. ' ' .. value
     if before then
@@ -164,6 +170,20 @@ local function record(feed_key, retention, kind, plant_id, value, origin, before
       redis.call('XADD', feed_key, 'MAXLEN', '~', retention, '*', 'e', event, 'o', origin or '')
     end
   end
+end
+
+-- Runs a write's `steps`, those after its first write. Redis does not roll a script back, and a
+-- step fails when a key under the prefix holds another type than the service writes there
+-- (WRONGTYPE: another program's, the operator's): the steps before it would stay done, a plant
+-- stored and counted without its event, or deleted without one. So then `undo` puts back what
+-- they did (each of its calls under pcall, since it may meet the same key), and the error is
+-- answered (503), the write not done. Nil when every step was done.
+local function undone(steps, undo)
+  local ok, err = pcall(steps)
+  if ok then return nil end
+  undo()
+  if type(err) == 'table' then return err end
+  return redis.error_reply(tostring(err))
 end
 
 -- Whether a write is past its deadline (every write's `deadline`: ms since the epoch by the
@@ -195,4 +215,21 @@ local function index_plant(member, value)
   index_add('a', member)
   local tag = tag_of(value)
   if tag ~= '' then index_add('t' .. tag, member) end
+end
+
+-- Stores a new plant, already `counted`, with its indexes and its event (see `record`); or, when
+-- a step fails (see `undone`), none of it, its count taken back: the error to answer, else nil.
+local function add_plant(keys, retention, plant_id, member, value, origin)
+  local bucket_key, count_key, feed_key = keys[1], keys[2], keys[3]
+  return undone(function()
+    redis.call('HSET', bucket_key, plant_id, value)
+    index_plant(member, value)
+    record(feed_key, retention, 0, plant_id, value, origin)
+  end, function()
+    pcall(redis.call, 'HDEL', bucket_key, plant_id)
+    pcall(redis.call, 'DECR', count_key)
+    pcall(index_remove, 'a', member)
+    local tag = tag_of(value)
+    if tag ~= '' then pcall(index_remove, 't' .. tag, member) end
+  end)
 end
