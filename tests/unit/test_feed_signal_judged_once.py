@@ -40,7 +40,8 @@ def listening() -> tuple[FeedSignal, list[int]]:
     signal = FeedSignal(lambda: None, max_watchers=10, max_per_caller=10)
     woken = watching(signal)
     signal._notify(None, Heard())  # the listener's start: every watcher woken once
-    assert woken == [1] and signal.hears
+    assert woken == [1]
+    assert signal.hears
     woken.clear()
     return signal, woken
 
