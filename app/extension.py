@@ -100,10 +100,13 @@ class PlantsState:
                 self.metrics.count_event(kind)
 
     def _touched(self, kind: int, plant_id: int, tags: tuple[str | None, ...], with_before: bool) -> Touched:
+        # The write's mark only where the listener hears it again (feed_signal.py: `notify`).
+        store = self.store
+        mark = store.write_mark() if self.feed_signal.hears else None
         if not with_before:
-            return Touched(kind, plant_id, tags)
-        before = self.store.tag_before()
-        return Touched(kind, plant_id, None if before is None else (*tags, *before))
+            return Touched(kind, plant_id, tags, mark)
+        before = store.tag_before()
+        return Touched(kind, plant_id, None if before is None else (*tags, *before), mark)
 
     def store_unavailable(self, exc: StoreUnavailableError) -> ServiceUnavailable:
         """The 503 for a store that did not answer in time; the client may retry after a second."""

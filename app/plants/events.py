@@ -27,9 +27,9 @@ from app.http.error_handler import error_response
 from app.http.json_provider import json_response
 from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
-from app.watch.feed_signal import WatchersFull
 from app.watch.filters import EventFilter, scan
 from app.watch.parkable import PARKING
+from app.watch.watcher_caps import WatchersFull
 from app.watch.watches import EventStream, LongPoll, Watch
 
 JSON, STREAM = "application/json", "text/event-stream"

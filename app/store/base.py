@@ -347,6 +347,12 @@ class PlantStore(Protocol):
         feed)."""
         ...
 
+    def write_mark(self) -> bytes | None:
+        """The mark of the last write this thread made, unique to it, which the feed's entry of
+        that write holds too: the process's listener (`feed_listener`) hears its own writes again,
+        and knows them by it. None where there is none (no listener, or a write without one)."""
+        ...
+
     def feed_listener(self) -> Any:
         """What hears other processes' writes to the feed (app/watch/feed_listener.py), or None
         when no other process writes to this store."""

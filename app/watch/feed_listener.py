@@ -35,9 +35,9 @@ class FeedListener(Protocol):
     def wait(self, timeout: float) -> bool:
         """Block until the feed changes (True) or `timeout` passes (False)."""
 
-    def take(self) -> list[tuple[int, int, tuple[str | None, ...]]] | None:
-        """What the changes heard since the last call touched: each one's kind, plant id and
-        tags after and before (None: not known)."""
+    def take(self) -> list[tuple[int, int, tuple[str | None, ...], bytes | None]] | None:
+        """What the changes heard since the last call touched: each one's kind, plant id, tags
+        after and before, and its write's mark (None: none); None: not known."""
 
     #: How far the feed had been heard at the last `take` (its `covers(position)`), or None.
     heard: Any

@@ -14,30 +14,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from app.watch.feed_ends import FeedEnds
 from app.watch.feed_listener import FeedListener, FeedListenerThread
 from app.watch.filters import EventFilter
+from app.watch.judged_once import JudgedOnce
 from app.watch.shared_reads import SharedReads
 from app.watch.wake_gate import WakeGate
 from app.watch.wake_index import Touched, WakeIndex, WokenTally
+from app.watch.watcher_caps import WatcherCaps
 
 log = logging.getLogger(__name__)
 
 
-class WatchersFull(Exception):
-    """A new watcher refused: the process has its most, or (`per_caller`) its caller has."""
-
-    def __init__(self, *, per_caller: bool) -> None:
-        super().__init__("per caller" if per_caller else "per process")
-        self.per_caller = per_caller
-
-
-class FeedSignal:
-    """The process's watchers, their caps, and the feed's listener that wakes them."""
+class FeedSignal(WatcherCaps):
+    """The process's watchers, their caps (watcher_caps.py), and the feed's listener that wakes them."""
 
     def __init__(
         self,
@@ -52,7 +45,7 @@ class FeedSignal:
         self._cheap_to_listen = cheap_to_listen
         self._always = False
         self._observers: list[Callable[[], None]] = []
-        self.max_watchers, self.max_per_caller = max_watchers, max_per_caller
+        super().__init__(max_watchers, max_per_caller)
         self._lock = threading.Lock()
         self._version = 0
         self._wakes = WakeIndex(sweep_every)
@@ -61,11 +54,11 @@ class FeedSignal:
         self.waiting = 0
         #: How many watchers each change woke (the metric `plants_watch_woken_per_change`).
         self.woken = WokenTally()
+        self._judged = JudgedOnce()  # writes judged once, by `notify` or by the listener
         self.reads = SharedReads()
         self.gate = WakeGate()
         #: The feed's end, read for the filtered streams that pass over it (passing_over.py).
         self.ends = FeedEnds()
-        self._watchers: Counter[bytes] = Counter()
         self._someone_waits = threading.Event()
         #: How far the listener had heard the feed at its last wake-up (listener.py: `Heard`), or None.
         self._heard: Any = None
@@ -75,27 +68,6 @@ class FeedSignal:
     @property
     def version(self) -> int:
         return self._version
-
-    # --- who watches -----------------------------------------------------------------------------
-
-    def admit(self, caller: bytes) -> None:
-        """Count a new watcher of `caller`; WatchersFull when a cap refuses it."""
-        with self._lock:
-            if sum(self._watchers.values()) >= self.max_watchers:
-                raise WatchersFull(per_caller=False)
-            if self._watchers[caller] >= self.max_per_caller:
-                raise WatchersFull(per_caller=True)
-            self._watchers[caller] += 1
-
-    def release(self, caller: bytes) -> None:
-        with self._lock:
-            self._watchers[caller] -= 1
-            if self._watchers[caller] <= 0:
-                del self._watchers[caller]
-
-    @property
-    def watchers(self) -> int:
-        return sum(self._watchers.values())
 
     # --- waking ----------------------------------------------------------------------------------
 
@@ -149,17 +121,20 @@ class FeedSignal:
     def notify(self, change: Touched | None = None) -> None:
         """The feed changed: wake the watchers it may concern (every one when `change` is not
         known), and every observer. Every write calls it (`PlantsState.count_event`): with no
-        watcher it is a counter, a flag and the observers (measured in bench/README.md)."""
-        # Where the listener tells how far it heard, it hears this write too: counted then, once.
-        self._notify(None if change is None else [change], None, self._heard is None)
+        watcher it is a counter, a flag and the observers (measured in bench/README.md). A write
+        the listener hears again is counted once; one with a mark, judged once (judged_once.py)."""
+        counted = self._heard is None or (change is not None and change.mark is not None)
+        self._notify(None if change is None else [change], None, counted)
 
     def _notify(self, changes: list[Touched] | None, heard: Any = None, counted: bool = True) -> None:
         """Wake the watchers `changes` may concern (None: all), and the observers; `heard`: see `quiet`."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
-            self._version += 1
             if heard is not None:
                 self._heard = heard
+            if changes and self.waiting and not (changes := self._judged.first(changes)):
+                return  # each judged already: its watchers were woken then, and the version moved
+            self._version += 1
             if self.waiting:
                 wakes = self._wakes.take_all(changes, counted)
                 self.woken.observe(len(wakes))

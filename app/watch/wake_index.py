@@ -43,12 +43,13 @@ WOKEN_BUCKETS = (0, 1, 2, 5, 10, 100, 1000, 10000)
 
 
 class Touched(NamedTuple):
-    """A change this process made: its kind, its plant's id, and the tags it is known to have had
-    (None: not known)."""
+    """A change: its kind, its plant's id, the tags it is known to have had (None: not known), and
+    its write's own mark (None: none), by which a process knows a write it heard twice."""
 
     kind: int
     plant_id: int
     tags: tuple[str | None, ...] | None
+    mark: bytes | None = None
 
 
 def keys_of(only: EventFilter) -> list[Key]:

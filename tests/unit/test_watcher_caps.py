@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.watch.feed_signal import FeedSignal, WatchersFull
+from app.watch.feed_signal import FeedSignal
+from app.watch.watcher_caps import WatchersFull
 
 
 def test_a_watcher_past_either_cap_is_refused_saying_which():

@@ -163,6 +163,10 @@ class MemoryPlantStore(FeedReads):
             return None
         return (self._before.tag,)
 
+    def write_mark(self) -> None:
+        """None: no listener hears this store's writes again (`feed_listener`)."""
+        return None
+
     def page(self, after: bytes | None, limit: int, tags: Collection[str] | None = None) -> Page:
         after_id = None if after is None else position_id(after)
         with self._lock:

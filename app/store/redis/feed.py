@@ -34,7 +34,7 @@ from app.store.redis.client import LazyClient
 from app.store.redis.failures import FAILURES
 from app.store.redis.groups import Groups
 from app.store.redis.lua import EventsArgs
-from app.store.redis.origins import unmarked
+from app.store.redis.origins import mark_of, unmarked
 
 #: One group's position: its last entry ID (milliseconds, sequence) and the events added up to it.
 GroupPosition = tuple[int, int, int]
@@ -129,11 +129,13 @@ def _tag_before(event: Event, recorded: bytes) -> str | None:
     return recorded[1:].decode() if recorded[:1] == b"t" else None
 
 
-def touched_by(fields: dict[bytes, bytes]) -> tuple[int, int, tuple[str | None, ...]]:
+def touched_by(fields: dict[bytes, bytes]) -> tuple[int, int, tuple[str | None, ...], bytes | None]:
     """What an entry (its fields, as `XREAD` answers them) touched: its kind, its plant's id, and
-    its plant's tag after and before the change (a delete's: the deleted plant's)."""
+    its plant's tag after and before the change (a delete's: the deleted plant's); and the mark
+    of the write that made it (origins.py), None for none."""
     event = _event(b"0-0", fields[b"e"])
-    return event.kind, event.plant_id, (event.tag, _tag_before(event, fields.get(b"b", b"")))
+    before = _tag_before(event, fields.get(b"b", b""))
+    return event.kind, event.plant_id, (event.tag, before), mark_of(fields.get(b"o", b""))
 
 
 def _single_entry(answer: list[Any], i: int, number: int) -> FeedEntry:

@@ -50,8 +50,9 @@ BURST_READS = 8
 #: At most this many entries' touches are kept between two `take`s; past it, "not known": while no
 #: one watches, the process takes nothing, and its streams' threads go on reading every write.
 MAX_KEPT = BATCH * BURST_READS
-#: What an entry touched: its kind, its plant's id, and its plant's tags after and before.
-Touch = tuple[int, int, tuple[str | None, ...]]
+#: What an entry touched: its kind, its plant's id, and its plant's tags after and before; and
+#: the mark of the write that made it (None: none), by which a process knows its own writes.
+Touch = tuple[int, int, tuple[str | None, ...], bytes | None]
 
 
 class Heard:

@@ -15,6 +15,7 @@ import random
 #: Between the caller's origin and the write's mark: in neither a request id ([A-Za-z0-9._:-])
 #: nor a traceparent (hex digits and '-'), which is all a caller's origin holds.
 _MARK = "#"
+_MARK_BYTES = _MARK.encode()
 
 
 def marked(origin: str) -> str:
@@ -26,3 +27,10 @@ def marked(origin: str) -> str:
 def unmarked(raw: bytes) -> str:
     """The caller's origin of a feed entry's `o` field, with or without a write's mark."""
     return raw.decode().partition(_MARK)[0]
+
+
+def mark_of(origin: bytes) -> bytes | None:
+    """The write's own mark in a marked origin (`marked`'s, encoded, or an entry's `o` field); None
+    for an origin without one (no origin, or an entry an earlier version wrote)."""
+    _, found, mark = origin.rpartition(_MARK_BYTES)
+    return mark if found else None

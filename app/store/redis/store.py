@@ -128,6 +128,9 @@ class RedisPlantStore(RedisBacked):
     def tag_before(self) -> tuple[str | None] | None:
         return self._writes.tag_before()
 
+    def write_mark(self) -> bytes | None:
+        return self._writes.write_mark()
+
     def feed_listener(self) -> StreamsListener:
         """What hears the other processes' writes to the feed (listener.py): a client of its own,
         whose timeout outlasts a blocking read."""

@@ -21,7 +21,7 @@ from app.store.redis.deadline import Deadline
 from app.store.redis.groups import Groups, decode, encode
 from app.store.redis.hints import GroupHints
 from app.store.redis.lost import LostReplies
-from app.store.redis.origins import marked
+from app.store.redis.origins import mark_of, marked
 
 _OUTCOMES = (CreateOutcome.CREATED, CreateOutcome.IDENTICAL, CreateOutcome.CONFLICT)
 _CHANGES = (Change.CREATED, Change.CHANGED, Change.UNCHANGED, Change.ABSENT)
@@ -44,13 +44,14 @@ class PlantWrites:
         self._clients, self._groups, self._hints, self._lost = clients, groups, hints, lost
         self._window_s, self._rewrite = window_s, rewrite
         #: Each thread's last change's or delete's tag before, as its script answered (`tag_before`);
-        #: None when not known: a lost reply's answer is its event's, which does not tell it.
+        #: None when not known: a lost reply's answer is its event's, which does not tell it. And the
+        #: mark of its last write (`mark`), by which its listener knows the write's event again.
         self._before = threading.local()
 
     def create(self, plant_id: int, name: str, tag: str | None, *, origin: str = "") -> CreateOutcome:
         self._hints.note(self._clients, plant_id, tag)
         deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
+        origin = self._marked(origin)
         keys, args = self._groups.create_call(
             plant_id, encode(name, tag), rewrite=self._rewrite, deadline_ms=deadline.ms, origin=origin
         )
@@ -61,7 +62,7 @@ class PlantWrites:
 
     def delete(self, plant_id: int, precondition: Precondition = UNCONDITIONAL, *, origin: str = "") -> bool:
         deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
+        origin = self._marked(origin)
         keys, args = self._groups.delete_call(plant_id, precondition, deadline_ms=deadline.ms, origin=origin)
         # Its first write is HDEL, which Redis allows at maxmemory: a full store can delete.
         answer = self._lost.write("DELETE", keys, args, deadline, plant_id, origin)
@@ -79,7 +80,7 @@ class PlantWrites:
             # cluster's pages would skip a group that only PUTs had filled.
             self._hints.note(self._clients, plant_id, None if tag is KEEP else tag)
         deadline = Deadline.after(self._window_s)
-        origin = marked(origin)  # this write's own, for its lost reply
+        origin = self._marked(origin)
         keys, args = self._groups.change_call(
             plant_id, name, tag, precondition, create=create, deadline_ms=deadline.ms, origin=origin
         )
@@ -91,6 +92,18 @@ class PlantWrites:
             raise StoreFullError
         self._before.tags = (_tag(answer[2]),) if len(answer) > 2 else None
         return _CHANGES[code], (decode(answer[1], plant_id, self._groups) if len(answer) > 1 else None)
+
+    def _marked(self, origin: str) -> str:
+        """`origin` with this write's own mark (for its lost reply, and its listener), kept as this
+        thread's last (`write_mark`)."""
+        origin = marked(origin)
+        self._before.mark = mark_of(origin.encode())
+        return origin
+
+    def write_mark(self) -> bytes | None:
+        """The mark of this thread's last write (None: it had no origin, or none was made)."""
+        mark: bytes | None = getattr(self._before, "mark", None)
+        return mark
 
     def tag_before(self) -> tuple[str | None] | None:
         """The tag before of this thread's change or delete just made, as its script answered;
