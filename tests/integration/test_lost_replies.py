@@ -484,9 +484,27 @@ def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_ti
     partition). The read is resent on a new connection, whose connect gets what is left of the
     write's two timeouts at that moment, not the longer connect timeout, nor what was left when
     the read began: the 503 leaves within two timeouts, and the write landed once."""
-    proxy = DroppingProxy(redis_server.port)
     settings = redis_settings(redis_server)
     direct = make_app(**settings, **TIMEOUTS).test_client()
+    # A loaded machine may bring the write to Redis after its deadline, which Redis refuses (LATE,
+    # app/store/redis/failures.py): a 503 keeps its promise then too, but the write did not land,
+    # so the case again on a fresh plant, three times at most.
+    for _ in range(3):
+        plant_id, start = lose_a_write_then_partition(redis_server.port, settings, make_app, auth, direct)
+        now = direct.get(f"/plants/{plant_id}", headers=auth)
+        if now.status_code != 404:
+            break
+        assert events_of(direct, auth, plant_id, start) == []  # not landed: not in the feed either
+    assert now.get_json()["name"] == "once"
+    assert events_of(direct, auth, plant_id, start) == ["plant.created"]
+
+
+def lose_a_write_then_partition(port: int, settings: dict, make_app, auth, direct) -> tuple[int, str]:
+    """A create through a proxy that loses its reply, then the reply of the feed's read, then
+    takes no connection (a store at `port`, `settings` the direct client's); asserts its 503
+    within two timeouts. Returns the plant's id and the
+    feed's position before it."""
+    proxy = DroppingProxy(port)
     client = make_app(
         **{**settings, "PLANTS_STORE_URL": f"redis://127.0.0.1:{proxy.port}/0"},
         **{**TIMEOUTS, "PLANTS_STORE_CONNECT_TIMEOUT": LONG_CONNECT_S},
@@ -517,10 +535,9 @@ def test_a_lost_write_whose_store_stops_taking_connections_answers_within_two_ti
         assert answer.status_code == 503, answer.get_data(as_text=True)
         assert answer.headers["Retry-After"] == "1"
         assert set(answer.get_json()) >= {"error", "message"}
-        assert direct.get(f"/plants/{plant_id}", headers=auth).get_json()["name"] == "once"
-        assert events_of(direct, auth, plant_id, start) == ["plant.created"]
     finally:
         proxy.close()
+    return plant_id, start
 
 
 @pytest.mark.parametrize("check", ["READ_TIMEOUT", "ABORTIVE_CLOSE"])
