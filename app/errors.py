@@ -5,6 +5,7 @@ The handler that writes them as the JSON Error record is app/http/error_handler.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from werkzeug.exceptions import (
@@ -273,6 +274,26 @@ class UnsupportedPatch(UnsupportedMediaType):
 
     def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
         return [*super().get_headers(*args, **kwargs), ("Accept-Patch", MERGE_PATCH)]
+
+
+class EncodedBody(UnsupportedMediaType):
+    """415 for a body in a content coding (gzip, br, ...): the service reads bodies as sent, so
+    it says which coding it takes (RFC 9110 §15.5.16) rather than read compressed bytes as JSON."""
+
+    def __init__(self, coding: str) -> None:
+        named = f"'{coding}'" if _TOKEN.fullmatch(coding) else "its content coding"
+        super().__init__(f"The request body is sent in {named}: send it unencoded (identity).")
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("Accept-Encoding", "identity")]
+
+
+class EncodedPatch(EncodedBody, UnsupportedPatch):
+    """EncodedBody for a PATCH, which names the patch type too (`Accept-Patch`)."""
+
+
+#: A coding named in an error: an HTTP token (RFC 9110 §5.6.2), short.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
 
 
 class MetricsOff(NotFound):

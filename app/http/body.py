@@ -17,6 +17,8 @@ from app.errors import (
     BodyCutShort,
     BodyReadByHost,
     BodyTooLarge,
+    EncodedBody,
+    EncodedPatch,
     InvalidBody,
     MalformedFraming,
     NotJsonContent,
@@ -61,6 +63,9 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
 
     With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
     """
+    coding = req.environ.get("HTTP_CONTENT_ENCODING")
+    if coding:
+        _refuse_a_coding(coding, EncodedPatch if merge_patch else EncodedBody)
     if merge_patch and req.mimetype == MERGE_PATCH:
         _require_utf8(req, UnsupportedPatch)
     else:
@@ -85,6 +90,13 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
     if not isinstance(value, dict):
         raise InvalidBody(InvalidBody.NOT_AN_OBJECT, record)
     return value
+
+
+def _refuse_a_coding(field: str, refusal: type[EncodedBody]) -> None:
+    """`refusal` naming the first coding other than identity, the only one the body is read in."""
+    for coding in map(str.strip, field.split(",")):
+        if coding and coding.lower() != "identity":
+            raise refusal(coding)
 
 
 def _require_json_content_type(req: Request) -> None:

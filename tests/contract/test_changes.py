@@ -211,6 +211,17 @@ def test_patch_of_another_type_is_415_with_accept_patch(client, auth, fern, cont
     assert response.headers["Accept-Patch"] == MERGE_PATCH
 
 
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_a_change_in_a_content_coding_is_415_and_changes_nothing(client, auth, fern, method):
+    headers = {**auth, "Content-Type": "application/json", "Content-Encoding": "deflate"}
+    response = client.open("/plants/5", method=method, data=b'{"name": "Changed"}', headers=headers)
+    assert "'deflate'" in error_of(response, 415)["message"]
+    assert response.headers["Accept-Encoding"] == "identity"
+    if method == "PATCH":
+        assert response.headers["Accept-Patch"] == MERGE_PATCH
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == fern
+
+
 @pytest.mark.parametrize(
     "content_type", ["application/json; charset=latin-1", f"{MERGE_PATCH}; charset=utf-16"]
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -109,6 +110,33 @@ def test_content_type_not_json_is_415(client, auth, store, content_type):
     response = client.post("/plants", data='{"id": 1, "name": "Fern"}', headers=headers, **kwargs)
     error_of(response, 415)
     assert len(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("coding", "body"),
+    [
+        ("gzip", gzip.compress(b'{"id": 1, "name": "Fern"}')),
+        ("br", b'{"id": 1, "name": "Fern"}'),
+        ("identity, x", b"{}"),
+    ],
+    ids=["gzip", "br", "identity-then-x"],
+)
+def test_a_body_in_a_content_coding_is_415_naming_it(client, auth, store, coding, body):
+    # Read as it came, a gzip body is no JSON and a br one would store what the client did not send.
+    headers = {**auth, "Content-Type": "application/json", "Content-Encoding": coding}
+    response = client.post("/plants", data=body, headers=headers)
+    refused = coding.removeprefix("identity, ")
+    assert f"'{refused}'" in error_of(response, 415)["message"]
+    assert response.headers["Accept-Encoding"] == "identity"
+    assert len(store) == 0
+
+
+@pytest.mark.parametrize("coding", ["identity", "Identity", ""])
+def test_a_body_with_the_identity_coding_is_read_as_it_is(client, auth, store, coding):
+    headers = {**auth, "Content-Type": "application/json", "Content-Encoding": coding}
+    response = client.post("/plants", data=b'{"id": 1, "name": "Fern"}', headers=headers)
+    assert response.status_code == 200
+    assert store.get(1) == Plant("Fern", None)
 
 
 @pytest.mark.parametrize(

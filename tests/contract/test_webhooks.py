@@ -5,6 +5,7 @@ memory store and a real Redis; deliveries themselves are tests/integration/test_
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -492,6 +493,9 @@ def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):
     error_of(client.post("/webhooks", data="url=x", headers={**auth, "Content-Type": "text/plain"}), 415)
     error_of(client.post("/webhooks", data="{", headers={**auth, "Content-Type": "application/json"}), 400)
     error_of(client.post("/webhooks", json=[HOOK], headers=auth), 400)
+    encoded = {**auth, "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    error_of(client.post("/webhooks", data=json.dumps(HOOK), headers=encoded), 415)
+    assert client.get("/webhooks", headers=auth).json["webhooks"] == []
 
 
 #: Each change of an endpoint, with the body it needs (None: none).
