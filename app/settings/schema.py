@@ -84,7 +84,7 @@ class SettingsSchema(Schema):
     )
     PLANTS_STORE_CONNECT_TIMEOUT = Seconds(1.0)
     PLANTS_STORE_TIMEOUT = Seconds(1.0)
-    PLANTS_MAX_PLANTS = WholeNumber(1_000_000)
+    PLANTS_MAX_PLANTS = WholeNumber(1_000_000, minimum=1)
     PLANTS_STORE_MIN_REPLICAS = WholeNumber(0)
     #: The change feed keeps at least this many of the latest events; 0 turns it off.
     PLANTS_EVENTS_RETAIN = WholeNumber(100_000)

@@ -118,6 +118,8 @@ def test_non_integer_setting_in_environment_is_refused(monkeypatch, key, value):
     ("key", "value"),
     [
         ("PLANTS_MAX_PLANTS", -1),
+        # 0 would start a store that refuses every create, where a reader may take 0 for "no limit".
+        ("PLANTS_MAX_PLANTS", 0),
         ("MAX_CONTENT_LENGTH", 0),
         ("PLANTS_TRUSTED_PROXIES", True),
         # Past a signed 64-bit integer: Redis refused every write's trim of the feed with it.
