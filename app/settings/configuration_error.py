@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+#: A setting named in a problem: `{PLANTS_STORE_URL}`.
+_SETTING_NAME = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 
 
 class ConfigurationError(RuntimeError):
     """A setting is missing or invalid: one line that names it and says what to do.
 
     `problem` may name settings as `{KEY}`; they are written as the reader sets them:
-    `KEY` in the environment, `app.config["KEY"]` for an embedded blueprint.
+    `KEY` in the environment, `app.config["KEY"]` for an embedded blueprint. Nothing else in it
+    is a template: a value it quotes (`'{'`, a path `/run/{x}`) is written as it is.
     """
 
     def __init__(self, key: str, problem: str, *, environment: bool = False) -> None:
         self.key, self.problem, self.environment = key, problem, environment
         names = _SettingNames(environment)
-        super().__init__(f"{names[key]} {problem.format_map(names)}")
+        named = _SETTING_NAME.sub(lambda match: names[match[1]], problem)
+        super().__init__(f"{names[key]} {named}")
 
     def from_environment(self) -> ConfigurationError:
         """The same error, naming environment variables."""

@@ -176,15 +176,18 @@ class Flag(Setting):
 
 
 class Text(Setting):
-    """A string matching `pattern`; `problem` says what it must be."""
+    """A string matching `pattern`; `problem` says what it must be, and, when `shown`, what it
+    was (never for a value that may hold a secret: a URL, a path)."""
 
-    def __init__(self, default: str | None = None, *, pattern: str = r".+", problem: str = "") -> None:
+    def __init__(
+        self, default: str | None = None, *, pattern: str = r".+", problem: str = "", shown: bool = False
+    ) -> None:
         super().__init__(default)
-        self.pattern, self.problem = re.compile(pattern, re.S), problem
+        self.pattern, self.problem, self.shown = re.compile(pattern, re.S), problem, shown
 
     def check(self, value: Any) -> str:
         if not isinstance(value, str) or not self.pattern.fullmatch(value):
-            raise ValidationError(self.problem)
+            raise ValidationError(f"{self.problem}, not {value!r}" if self.shown else self.problem)
         return value
 
 

@@ -65,9 +65,11 @@ class SettingsSchema(Schema):
         "RS256,ES256", problem="must be a comma-separated list, e.g. RS256,ES256"
     )
     PLANTS_JWT_LEEWAY = WholeNumber(30, maximum=MAX_LEEWAY, unit=" seconds")
-    PLANTS_JWT_READ_SCOPE = Text("plants:read", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
-    PLANTS_JWT_WRITE_SCOPE = Text("plants:write", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
-    PLANTS_JWT_WEBHOOKS_SCOPE = Text("plants:webhooks", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM)
+    PLANTS_JWT_READ_SCOPE = Text("plants:read", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM, shown=True)
+    PLANTS_JWT_WRITE_SCOPE = Text("plants:write", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM, shown=True)
+    PLANTS_JWT_WEBHOOKS_SCOPE = Text(
+        "plants:webhooks", pattern=SCOPE_PATTERN, problem=SCOPE_PROBLEM, shown=True
+    )
     # Static bearer tokens (app/settings/tokens.py reads each list, else the lines of its _FILE).
     PLANTS_API_TOKENS = Entries(problem="must be a comma-separated list of tokens")
     PLANTS_API_TOKENS_FILE = Text(problem="must be a file's path")
@@ -81,6 +83,7 @@ class SettingsSchema(Schema):
         "plants",
         pattern=r"[A-Za-z0-9_.:-]{1,64}",
         problem="must be 1 to 64 of A-Z a-z 0-9 _ . : - (no braces or spaces)",
+        shown=True,
     )
     PLANTS_STORE_CONNECT_TIMEOUT = Seconds(1.0)
     PLANTS_STORE_TIMEOUT = Seconds(1.0)
@@ -125,7 +128,7 @@ class SettingsSchema(Schema):
     MAX_CONTENT_LENGTH = WholeNumber(64 * 1024, minimum=1)
     PLANTS_TRUSTED_PROXIES = WholeNumber(0)
     # What the service says about itself (app/telemetry/).
-    PLANTS_LOG_FORMAT = Text("text", pattern="text|json", problem="must be text or json")
+    PLANTS_LOG_FORMAT = Text("text", pattern="text|json", problem="must be text or json", shown=True)
 
 
 #: The declared settings, by name, in checking order.

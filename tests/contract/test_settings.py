@@ -105,6 +105,51 @@ def test_invalid_token_is_refused_without_being_shown():
 
 @pytest.mark.parametrize(
     ("key", "value"),
+    [
+        ("PLANTS_LOG_FORMAT", "yaml"),
+        ("PLANTS_STORE_PREFIX", "{plants}"),
+        ("PLANTS_JWT_READ_SCOPE", "read plants"),
+    ],
+)
+def test_a_refused_text_setting_names_the_value_it_refused(monkeypatch, key, value):
+    # The line says what was read, as every other refusal does: a typo is found at a glance.
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigurationError, match=key) as info:
+        create_app()
+    assert f"not {value!r}" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["{", "}", "{0}", "{x.y}", "{PLANTS_STORE_URL"])
+def test_a_refused_value_with_braces_is_quoted_as_it_is(monkeypatch, value):
+    # A message names settings as `{KEY}`: a value quoted in it is no template (a `{` ended the
+    # start in a traceback instead of the one line).
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("PLANTS_MAX_PLANTS", value)
+    with pytest.raises(ConfigurationError) as info:
+        create_app()
+    assert str(info.value) == f"PLANTS_MAX_PLANTS must be a whole number, not {value!r}"
+
+
+def test_a_refused_path_with_braces_is_quoted_as_it_is(tmp_path):
+    directory = tmp_path / "{tokens}"
+    directory.mkdir()
+    with pytest.raises(ConfigurationError) as info:
+        create_app({"PLANTS_API_TOKENS_FILE": str(directory)})
+    assert repr(str(directory)) in str(info.value)
+
+
+def test_a_refused_store_url_is_not_shown(monkeypatch):
+    # It may hold a password: the refusal names the setting only.
+    monkeypatch.setenv("PLANTS_API_TOKENS", "t")
+    monkeypatch.setenv("PLANTS_STORE_URL", "redis://:s3cret-pw@host:6379/0?password=x")
+    with pytest.raises(ConfigurationError, match="PLANTS_STORE_URL") as info:
+        create_app()
+    assert "s3cret-pw" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
     [("PLANTS_MAX_PLANTS", "many"), ("MAX_CONTENT_LENGTH", "1.5"), ("PLANTS_TRUSTED_PROXIES", "yes")],
 )
 def test_non_integer_setting_in_environment_is_refused(monkeypatch, key, value):
