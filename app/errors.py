@@ -18,6 +18,7 @@ from werkzeug.exceptions import (
     InternalServerError,
     MethodNotAllowed,
     NotFound,
+    NotImplemented,
     PreconditionFailed,
     PreconditionRequired,
     RequestEntityTooLarge,
@@ -290,6 +291,19 @@ class EncodedBody(UnsupportedMediaType):
 
 class EncodedPatch(EncodedBody, UnsupportedPatch):
     """EncodedBody for a PATCH, which names the patch type too (`Accept-Patch`)."""
+
+
+class TransferCodedBody(NotImplemented):
+    """501 for a body in a transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`),
+    as the packaged worker's parser answers (RFC 9112 §6.1). gunicorn's gthread parser takes gzip,
+    deflate and compress, takes the chunks off and hands the app the bytes still coded."""
+
+    def __init__(self, coding: str) -> None:
+        named = f"'{coding}'" if _TOKEN.fullmatch(coding) else "a transfer coding"
+        super().__init__(
+            f"The request body is sent in {named}: the only transfer coding served is chunked; send it"
+            " unencoded."
+        )
 
 
 #: A coding named in an error: an HTTP token (RFC 9110 §5.6.2), short.
