@@ -93,6 +93,17 @@ class MalformedFraming(BadRequest):
     description = "The request body's framing is malformed (e.g. an invalid chunk)."
 
 
+class PartialBody(BadRequest):
+    """A write's body that is a part of a representation (`Content-Range`): the service takes a
+    body whole, and a part read as the whole would store what the client did not mean (RFC 9110
+    §14.5: a PUT with Content-Range to a resource without partial PUT is a 400)."""
+
+    description = (
+        "The request has Content-Range: a write takes its whole body, never a part; send it whole,"
+        " without Content-Range."
+    )
+
+
 class NotJsonContent(UnsupportedMediaType):
     """415 for a body of another type than JSON, or JSON in another charset than UTF-8."""
 

@@ -22,6 +22,7 @@ from app.errors import (
     InvalidBody,
     MalformedFraming,
     NotJsonContent,
+    PartialBody,
     TransferCodedBody,
     UnsupportedPatch,
 )
@@ -60,7 +61,7 @@ def _bound_by_default(req: Request) -> None:
 
 
 def read_json_object(req: Request, record: str, *, merge_patch: bool = False) -> dict[str, Any]:
-    """The body as one JSON object; 415, 413, 408 or 400 (naming `record`) when it is not one.
+    """The body as one JSON object; 501, 415, 413, 408 or 400 (naming `record`) when it is not one.
 
     With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
     """
@@ -70,6 +71,8 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
     coding = req.environ.get("HTTP_CONTENT_ENCODING")
     if coding:
         _refuse_a_coding(coding, EncodedPatch if merge_patch else EncodedBody)
+    if "HTTP_CONTENT_RANGE" in req.environ:
+        raise PartialBody()
     if merge_patch and req.mimetype == MERGE_PATCH:
         _require_utf8(req, UnsupportedPatch)
     else:
