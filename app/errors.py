@@ -103,6 +103,11 @@ class PartialBody(BadRequest):
         " without Content-Range."
     )
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Named as every refused request part is (the document's 400s: "field, parameter or header").
+        self.details = {"Content-Range": ["A write takes its whole body: leave the header out."]}
+
 
 class NotJsonContent(UnsupportedMediaType):
     """415 for a body of another type than JSON, or JSON in another charset than UTF-8."""

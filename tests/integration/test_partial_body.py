@@ -26,7 +26,9 @@ def test_a_put_of_a_part_is_400_and_creates_nothing(either_worker):
     answer = call(
         either_worker.connection(), "PUT", f"/plants/{plant_id}", {"name": "Fern"}, {**AUTH, **PART}
     )
-    assert "Content-Range" in assert_error(*answer, 400)["message"]
+    refusal = assert_error(*answer, 400)
+    assert "Content-Range" in refusal["message"]
+    assert list(refusal["details"]) == ["Content-Range"]
     assert call(either_worker.connection(), "GET", f"/plants/{plant_id}", None, AUTH)[0] == 404
 
 
