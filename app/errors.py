@@ -18,6 +18,7 @@ from werkzeug.exceptions import (
     InternalServerError,
     MethodNotAllowed,
     NotFound,
+    NotImplemented,
     PreconditionFailed,
     PreconditionRequired,
     RequestEntityTooLarge,
@@ -90,6 +91,22 @@ class MalformedFraming(BadRequest):
     """The WSGI server refused the body's framing (gunicorn: a bad chunk size)."""
 
     description = "The request body's framing is malformed (e.g. an invalid chunk)."
+
+
+class PartialBody(BadRequest):
+    """A write's body that is a part of a representation (`Content-Range`): the service takes a
+    body whole, and a part read as the whole would store what the client did not mean (RFC 9110
+    §14.5: a PUT with Content-Range to a resource without partial PUT is a 400)."""
+
+    description = (
+        "The request has Content-Range: a write takes its whole body, never a part; send it whole,"
+        " without Content-Range."
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Named as every refused request part is (the document's 400s: "field, parameter or header").
+        self.details = {"Content-Range": ["A write takes its whole body: leave the header out."]}
 
 
 class NotJsonContent(UnsupportedMediaType):
@@ -290,6 +307,19 @@ class EncodedBody(UnsupportedMediaType):
 
 class EncodedPatch(EncodedBody, UnsupportedPatch):
     """EncodedBody for a PATCH, which names the patch type too (`Accept-Patch`)."""
+
+
+class TransferCodedBody(NotImplemented):
+    """501 for a body in a transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`),
+    as the packaged worker's parser answers (RFC 9112 §6.1). gunicorn's gthread parser takes gzip,
+    deflate and compress, takes the chunks off and hands the app the bytes still coded."""
+
+    def __init__(self, coding: str) -> None:
+        named = f"'{coding}'" if _TOKEN.fullmatch(coding) else "a transfer coding"
+        super().__init__(
+            f"The request body is sent in {named}: the only transfer coding served is chunked; send it"
+            " unencoded."
+        )
 
 
 #: A coding named in an error: an HTTP token (RFC 9110 §5.6.2), short.

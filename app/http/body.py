@@ -22,6 +22,8 @@ from app.errors import (
     InvalidBody,
     MalformedFraming,
     NotJsonContent,
+    PartialBody,
+    TransferCodedBody,
     UnsupportedPatch,
 )
 from app.http import strict_json
@@ -59,13 +61,18 @@ def _bound_by_default(req: Request) -> None:
 
 
 def read_json_object(req: Request, record: str, *, merge_patch: bool = False) -> dict[str, Any]:
-    """The body as one JSON object; 415, 413, 408 or 400 (naming `record`) when it is not one.
+    """The body as one JSON object; 501, 415, 413, 408 or 400 (naming `record`) when it is not one.
 
     With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
     """
+    transfer = req.environ.get("HTTP_TRANSFER_ENCODING")
+    if transfer:
+        _refuse_a_transfer_coding(transfer)
     coding = req.environ.get("HTTP_CONTENT_ENCODING")
     if coding:
         _refuse_a_coding(coding, EncodedPatch if merge_patch else EncodedBody)
+    if "HTTP_CONTENT_RANGE" in req.environ:
+        raise PartialBody()
     if merge_patch and req.mimetype == MERGE_PATCH:
         _require_utf8(req, UnsupportedPatch)
     else:
@@ -97,6 +104,15 @@ def _refuse_a_coding(field: str, refusal: type[EncodedBody]) -> None:
     for coding in map(str.strip, field.split(",")):
         if coding and coding.lower() != "identity":
             raise refusal(coding)
+
+
+def _refuse_a_transfer_coding(field: str) -> None:
+    """TransferCodedBody naming the first transfer coding that changes the body's bytes. Only a
+    server that leaves the field in the environ gets here (gunicorn's gthread; the packaged worker
+    refuses the request itself): its `chunked` is decoded already, and `identity` changes nothing."""
+    for coding in (name.strip(" \t") for name in field.split(",")):
+        if coding and coding.lower() not in ("chunked", "identity"):
+            raise TransferCodedBody(coding)
 
 
 def _require_json_content_type(req: Request) -> None:

@@ -131,6 +131,15 @@ def test_a_body_in_a_content_coding_is_415_naming_it(client, auth, store, coding
     assert len(store) == 0
 
 
+@pytest.mark.parametrize("codings", ["gzip, chunked", "x-custom, chunked"])
+def test_a_body_in_a_transfer_coding_the_server_left_is_501_naming_it(client, auth, store, codings):
+    # What a server that takes the chunks off but not the coding (gunicorn's gthread) hands the app.
+    headers = {**auth, "Content-Type": "application/json", "Transfer-Encoding": codings}
+    response = client.post("/plants", data=b'{"id": 1, "name": "Fern"}', headers=headers)
+    assert f"'{codings.split(',')[0]}'" in error_of(response, 501)["message"]
+    assert len(store) == 0
+
+
 @pytest.mark.parametrize("coding", ["identity", "Identity", ""])
 def test_a_body_with_the_identity_coding_is_read_as_it_is(client, auth, store, coding):
     headers = {**auth, "Content-Type": "application/json", "Content-Encoding": coding}

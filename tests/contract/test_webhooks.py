@@ -498,6 +498,15 @@ def test_a_body_that_is_not_json_is_refused_as_every_body_is(client, auth):
     assert client.get("/webhooks", headers=auth).json["webhooks"] == []
 
 
+def test_a_body_sent_as_a_part_is_refused_and_adds_no_endpoint(client, auth):
+    partial = {**auth, "Content-Type": "application/json", "Content-Range": "bytes 0-99/200"}
+    assert (
+        "Content-Range"
+        in error_of(client.post("/webhooks", data=json.dumps(HOOK), headers=partial), 400)["message"]
+    )
+    assert client.get("/webhooks", headers=auth).json["webhooks"] == []
+
+
 #: Each change of an endpoint, with the body it needs (None: none).
 CHANGES = [
     ("patch", "", {"description": "changed"}),

@@ -88,3 +88,32 @@ def test_a_write_that_meets_a_key_of_another_type_writes_nothing(
     plant_id = int(path.rsplit("/", 1)[1]) if method != "POST" else body["id"]
     events = _events(client, auth)
     assert events[-1] == (f"plant.{kind}", plant_id), events
+
+
+#: The webhook endpoints' keys a registration writes or reads, after their hash tag.
+HOOK_KEYS = {"sequence": ":seq"}
+
+
+@pytest.mark.parametrize("wrong", list(HOOK_KEYS))
+def test_a_registration_that_meets_a_key_of_another_type_writes_nothing(
+    make_app, auth, raw, store_settings, wrong
+):
+    app = make_app(PLANTS_WEBHOOKS_DELIVER="false")
+    client = app.test_client()
+    hook = {"url": "https://8.8.8.8/hook"}
+    assert client.post("/webhooks", json=hook, headers=auth).status_code == 201
+    tag = "{" + store_settings["PLANTS_STORE_PREFIX"] + ":hooks}"
+    key = tag + HOOK_KEYS[wrong]
+    kept = raw.dump(key)
+    raw.delete(key)
+    raw.rpush(key, "another program's")
+    before = _state(raw, tag)
+    answer = client.post("/webhooks", json={"url": "https://8.8.4.4/hook"}, headers=auth)
+    assert answer.status_code == 503, answer.get_data()
+    after = _state(raw, tag)
+    # Nothing of the registration is kept: no endpoint (its signing secret) that no list names.
+    assert after == before, f"the registration wrote half of itself: {sorted(set(after) ^ set(before))}"
+    raw.delete(key)
+    raw.restore(key, 0, kept)
+    assert client.post("/webhooks", json={"url": "https://8.8.4.4/hook"}, headers=auth).status_code == 201
+    assert len(client.get("/webhooks", headers=auth).get_json()["webhooks"]) == 2

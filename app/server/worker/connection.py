@@ -98,7 +98,10 @@ class RequestLimits:
 
 
 class RegistryInterface(Protocol):
-    """What a connection asks of its worker's registry (loop.py's `Registry`)."""
+    """What a connection asks of its worker's registry (loop.py's `Registry`); `answers_until` is
+    infinite until the graceful stop sets it."""
+
+    answers_until: float
 
     def rearm(self, conn: Conn, events: int, idle: bool = False, anew: bool = False) -> None: ...
     def linger(self, conn: Conn) -> None: ...
@@ -523,8 +526,13 @@ class Closing:
     def time_out(self) -> None:
         conn = self._conn
         if conn.reading_request:  # too slow with its request: 408, then close as after any answer
-            within = conn.context.read_timeout
-            self._refuse(cycle.TIMED_OUT, f"did not send its whole request within {within}s")
+            if math.isfinite(conn.context.registry.answers_until):
+                # The graceful stop cut its time short (workers.py's `_stop`): saying the read
+                # timeout passed would send an operator after a slow client that was not one.
+                why = "had not sent its whole request when the worker stopped (a stop waits briefly for one)"
+            else:
+                why = f"did not send its whole request within {conn.context.read_timeout}s"
+            self._refuse(cycle.TIMED_OUT, why)
             self.gracefully()
         else:  # idle, lingering, not taking its answer (a stream's included)
             conn.close()

@@ -12,6 +12,10 @@ local fields_at = 6
 
 if past(deadline) then return redis.error_reply(LATE) end
 if redis.call('ZCARD', ids_key) >= most then return 0 end
+-- The sequence's number first: Redis does not roll a script back, so a sequence key another
+-- program made of another type (WRONGTYPE) fails the script before it has written the endpoint,
+-- which no list would then name (its signing secret kept for good). The ids' type is ZCARD's.
+local added = redis.call('INCR', sequence_key)
 redis.call('HSET', endpoint_key, unpack(ARGV, fields_at))
-redis.call('ZADD', ids_key, redis.call('INCR', sequence_key), endpoint_id)
+redis.call('ZADD', ids_key, added, endpoint_id)
 return 1
