@@ -11,6 +11,13 @@ A stream moves so a heartbeat after the events, its bookmarks with it; the sweep
 same way every sixth of the retention (wake_index.py), so that it never stands more than half the
 retention behind, and reads nothing for it. A store whose listener does not say how far it heard (a
 process's own memory, whose reads are cheap) reads as before.
+
+A move first looks whether the feed still holds the stream's position (`_held`): the listener
+hears new entries, not a feed that began again. A look that cannot be made at once (no read slot
+free, the store away) keeps the stream where it stands, and its next turn looks again: a move
+then could pass a feed that began again unsaid, where a reader gets every event after its
+position or a 410 (docs/change-feed.md). It costs the stream a turn (a sixth of the retention as
+the sweep turns it), as a turn that finds no slot for the feed's end does.
 """
 
 from __future__ import annotations
@@ -53,11 +60,16 @@ class PassingOver:
             return None
         version, covered = quiet
         to = self.ahead if covered else None
-        # Not known (no read slot free, the store away: None) moves on as the listener heard: a
-        # stream held back would fall behind the retention, and meet a 410 for nothing lost.
-        if to is not None and to != position and self._held(position) is False:
-            self.ahead = None  # the feed lost events up to it: a read meets the 410
-            raise FeedExpiredError
+        if to is not None and to != position:
+            held = self._held(position)
+            if held is False:
+                self.ahead = None  # the feed lost events up to it: a read meets the 410
+                raise FeedExpiredError
+            if held is None:
+                # Not known (no read slot free, the store away): it stays, `ahead` kept, and its
+                # next turn looks again. A move would pass a feed that began again unsaid; a read
+                # would walk what it passes over, in a slot, just when the slots are taken.
+                return version, None
         if covered:
             # It stands at `ahead` now: any end read after that end's was serves, so the one
             # another stream's heartbeat read a moment ago does too (feed_ends.py), where the
