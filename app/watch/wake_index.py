@@ -22,9 +22,9 @@ app/watch/passing_over.py) is not woken by the sweep: it is turned, every third 
 its wake-up called and left filed, as at its deadline. It moves then to the feed's end it read at
 its turn before, whose every event the listener has judged, and reads the end for the next: so
 it stands at most two thirds of `sweep_every` changes behind, or `sweep_every` when one turn
-found no read slot, for the end or for the look that lets it move (a read at each sweep:
-`sweep_every` too), without the read of those events that, in every such stream at once, was
-the sweep's cost. A change not known takes it as it takes everyone: its events were not judged.
+found no read slot for the end (a read at each sweep: `sweep_every` too), without the read of
+those events that, in every such stream at once, was the sweep's cost. A change not known takes
+it as it takes everyone: its events were not judged.
 """
 
 from __future__ import annotations

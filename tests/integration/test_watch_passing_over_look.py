@@ -2,9 +2,9 @@
 over only once a look at the store finds the feed still holds its position (app/watch/
 passing_over.py: `PassingOver._held`): its listener hears new entries, not a feed that began
 again. When that look cannot be made at its turn (every read slot of the worker taken), the
-stream stays where it stands and looks again at a later turn, which meets the 410 as `event: gone`:
-it never sends a bookmark into the feed that began again, past a loss it never heard of
-(docs/change-feed.md, "Retention and 410").
+stream stays where it stands and waits for a slot, as a read does; its turn at the slot's end
+looks, and meets the 410 as `event: gone`: it never sends a bookmark into the feed that began
+again, past a loss it never heard of (docs/change-feed.md, "Retention and 410").
 
 The stream is the app's own `EventStream`, driven here as the packaged worker drives a parked one
 (its deadline, then `subscribe`), on an app whose gate is bounded as the worker bounds it: so its
@@ -72,7 +72,7 @@ def served(request) -> Iterator[tuple]:
     plants_state(app).close()
 
 
-def test_a_quiet_stream_whose_look_finds_no_read_slot_stays_and_meets_the_410_at_its_next_turn(served):
+def test_a_quiet_stream_whose_look_finds_no_read_slot_stays_and_meets_the_410_at_the_slots_end(served):
     app, raw = served
     state = plants_state(app)
     store, signal = state.store, state.feed_signal
@@ -179,19 +179,24 @@ def test_a_quiet_stream_whose_look_finds_no_read_slot_stays_and_meets_the_410_at
             taken += 1
         try:
             busy = bookmarks(beat())
+            # It did not move, its look not made: its client, resuming from the bookmark it was
+            # told then, meets the 410 that has it copy again, where the feed that began again
+            # would have it keep `mine` for good.
+            assert busy, "no bookmark at its heartbeat"
+            for cursor in busy:
+                answer = client.get(f"/events?after={cursor}&tags=look-mine", headers=AUTH)
+                assert answer.status_code == 410, (cursor, answer.get_data())
+            assert stream.position == standing
+            told += busy
+            # It waits for a read slot, as a read does, not for its next heartbeat.
+            assert not stream.next_chunk(time.monotonic())  # the worker asks again at once
+            stream.subscribe(wake)
+            assert not woken
         finally:
             for _ in range(taken):
                 signal.gate.leave()
-        # It did not move, its look not made: its client, resuming from the bookmark it was told
-        # then, meets the 410 that has it copy again, where the feed that began again would have
-        # it keep `mine` for good.
-        assert busy, "no bookmark at its heartbeat"
-        for cursor in busy:
-            answer = client.get(f"/events?after={cursor}&tags=look-mine", headers=AUTH)
-            assert answer.status_code == 410, (cursor, answer.get_data())
-        assert stream.position == standing
-        told += busy
-        last = beat()  # the next turn looks, and reads: the 410
+        assert woken  # a slot's end: its turn looks, and it reads the 410
+        last = stream.next_chunk(time.monotonic())
         assert b"event: gone" in last, last
         assert stream.done
     finally:
