@@ -11,6 +11,13 @@ A stream moves so a heartbeat after the events, its bookmarks with it; the sweep
 same way every sixth of the retention (wake_index.py), so that it never stands more than half the
 retention behind, and reads nothing for it. A store whose listener does not say how far it heard (a
 process's own memory, whose reads are cheap) reads as before.
+
+A move first looks whether the feed still holds the stream's position (`_held`): the listener
+hears new entries, not a feed that began again. A look that cannot be made at once keeps the
+stream where it stands: a move then could pass a feed that began again unsaid, where a reader
+gets every event after its position or a 410 (docs/change-feed.md). With no read slot free it
+waits for one, parked, as a read does (wake_gate.py), and turns again at the slot's end, most
+often finding the look another stream made meanwhile; with the store away, its next turn looks.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ class PassingOver:
         #: The feed's version when `ahead` was read, and a time by which its read had ended.
         self.ahead_version = -1
         self.ahead_read = started
+        #: The last turn's look found no read slot free: its stream waits for one, parked.
+        self.awaits_slot = False
 
     def moved(self) -> None:
         """The stream read the feed, and stands where that read ended."""
@@ -53,11 +62,17 @@ class PassingOver:
             return None
         version, covered = quiet
         to = self.ahead if covered else None
-        # Not known (no read slot free, the store away: None) moves on as the listener heard: a
-        # stream held back would fall behind the retention, and meet a 410 for nothing lost.
-        if to is not None and to != position and self._held(position) is False:
-            self.ahead = None  # the feed lost events up to it: a read meets the 410
-            raise FeedExpiredError
+        if to is not None and to != position:
+            held = self._held(position)
+            if held is False:
+                self.ahead = None  # the feed lost events up to it: a read meets the 410
+                raise FeedExpiredError
+            if held is None:
+                # Not known (no read slot free, the store away): it stays, `ahead` kept, until a
+                # slot's end or its next turn looks again. A move would pass a feed that began
+                # again unsaid; a read would walk what it passes over, in a slot, when the slots
+                # are taken.
+                return version, None
         if covered:
             # It stands at `ahead` now: any end read after that end's was serves, so the one
             # another stream's heartbeat read a moment ago does too (feed_ends.py), where the
@@ -92,6 +107,7 @@ class PassingOver:
         if signal.ends.held(position, self.ahead_read):
             return True
         if not signal.gate.enter(None):
+            self.awaits_slot = True
             return None
         try:
             return signal.ends.look(position, lambda: self.store.events(position, 0))

@@ -363,6 +363,9 @@ class EventStream(Watch):
         except FeedExpiredError:  # the feed lost what it stands on: its read sends `gone`
             self.current = -1
             return False
+        if self.passing.awaits_slot:  # its look found no read slot: it turns again at a slot's end
+            self.passing.awaits_slot = False
+            self._wake_up.awaits_slot = True
         if turn is None:
             return False
         self.seen = self.current = turn[0]
