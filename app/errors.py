@@ -467,7 +467,7 @@ class WebhookPreconditionFailed(PreconditionFailed):
 
 
 class WebhookReadPreconditionFailed(PreconditionFailed):
-    """412 for a read of an endpoint or of their list whose If-Match is not `*`."""
+    """412 for a read of an endpoint, of their list or of an endpoint's attempts whose If-Match is not `*`."""
 
     description = (
         "Webhook endpoints have no ETag (an endpoint's answer changes with its deliveries, and is"

@@ -201,8 +201,14 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
 
 
 def list_webhook_attempts(endpoint_id: str) -> Response:
+    """The latest attempts, judged as the endpoint's read is (`_judged`): they have no ETag either,
+    as each delivery adds one. They hold no secret, so their answers keep the guarded reads'
+    `private, no-cache`."""
     _, endpoints = _endpoints(need_feed=False)
     _found(endpoints, endpoint_id)
+    unchanged = read_precondition(request, None, WebhookReadPreconditionFailed)
+    if unchanged is not None:
+        return unchanged
     return json_response({"attempts": [json.loads(text) for text in endpoints.attempts(endpoint_id)]})
 
 
