@@ -22,6 +22,7 @@ from app.errors import (
     WebhookNotFound,
     WebhookPreconditionFailed,
     WebhookReadPreconditionFailed,
+    WebhookRegistrationPreconditionFailed,
     WebhookSecretsFull,
     WebhooksFull,
     WebhooksNeedFeed,
@@ -62,6 +63,11 @@ def create_webhook() -> Response:
     loaded, problems = load(_new_schema, value)
     if loaded is None:
         raise InvalidWebhook("NewWebhook", problems)
+    # The endpoint made has no current representation (no request could name it before): If-Match
+    # never holds, If-None-Match always does (RFC 9110 §13.1.1-2), as for a watch ticket's mint.
+    # Judged before the URL's host is looked up: a refused registration waits on no name server.
+    if not write_precondition(request, required=False).allows_absent():
+        raise WebhookRegistrationPreconditionFailed()
     url = _checked_url(state, loaded["url"], "NewWebhook")
     now_ms = time.time_ns() // 1_000_000
     endpoint = Endpoint(
