@@ -466,8 +466,17 @@ class WebhookPreconditionFailed(PreconditionFailed):
         )
 
 
+class WebhookRegistrationPreconditionFailed(PreconditionFailed):
+    """412 for a registration under If-Match: the endpoint it makes has no current representation."""
+
+    description = (
+        "There is no webhook endpoint to match If-Match: each POST /webhooks registers a new one,"
+        " under an id the service picks. Nothing was registered; send it without If-Match."
+    )
+
+
 class WebhookReadPreconditionFailed(PreconditionFailed):
-    """412 for a read of an endpoint or of their list whose If-Match is not `*`."""
+    """412 for a read of an endpoint, of their list or of an endpoint's attempts whose If-Match is not `*`."""
 
     description = (
         "Webhook endpoints have no ETag (an endpoint's answer changes with its deliveries, and is"

@@ -202,7 +202,9 @@ def _start(
             position,
             heartbeat=settings.events_heartbeat,
             stream_max=settings.events_stream_max,
-            bookmarks=only is not None or snapshot or bool(query.get("bookmarks")),
+            # `snapshot=true` asks for bookmarks on its reconnects too (`Last-Event-ID`, the same
+            # URL), which send no snapshot again.
+            bookmarks=only is not None or bool(query.get("snapshot") or query.get("bookmarks")),
             snapshot=snapshot,
             **common,
         )

@@ -22,6 +22,7 @@ from app.errors import (
     WebhookNotFound,
     WebhookPreconditionFailed,
     WebhookReadPreconditionFailed,
+    WebhookRegistrationPreconditionFailed,
     WebhookSecretsFull,
     WebhooksFull,
     WebhooksNeedFeed,
@@ -62,6 +63,11 @@ def create_webhook() -> Response:
     loaded, problems = load(_new_schema, value)
     if loaded is None:
         raise InvalidWebhook("NewWebhook", problems)
+    # The endpoint made has no current representation (no request could name it before): If-Match
+    # never holds, If-None-Match always does (RFC 9110 §13.1.1-2), as for a watch ticket's mint.
+    # Judged before the URL's host is looked up: a refused registration waits on no name server.
+    if not write_precondition(request, required=False).allows_absent():
+        raise WebhookRegistrationPreconditionFailed()
     url = _checked_url(state, loaded["url"], "NewWebhook")
     now_ms = time.time_ns() // 1_000_000
     endpoint = Endpoint(
@@ -201,8 +207,14 @@ def rotate_webhook_secret(endpoint_id: str) -> Response:
 
 
 def list_webhook_attempts(endpoint_id: str) -> Response:
+    """The latest attempts, judged as the endpoint's read is (`_judged`): they have no ETag either,
+    as each delivery adds one. They hold no secret, so their answers keep the guarded reads'
+    `private, no-cache`."""
     _, endpoints = _endpoints(need_feed=False)
     _found(endpoints, endpoint_id)
+    unchanged = read_precondition(request, None, WebhookReadPreconditionFailed)
+    if unchanged is not None:
+        return unchanged
     return json_response({"attempts": [json.loads(text) for text in endpoints.attempts(endpoint_id)]})
 
 

@@ -93,23 +93,44 @@ def register(client, auth) -> dict:
     return response
 
 
+def judged_without_an_etag(client, auth, path: str, not_modified_cache_control: str) -> None:
+    """A read of a resource without an entity-tag (RFC 9110 §13.1.1-2): `If-Match: *` holds, an
+    If-Match naming tags is 412, If-None-Match: * is 304 (a HEAD's too), another is ignored."""
+    plain = client.get(path, headers=auth)
+    assert plain.status_code == 200
+    assert "ETag" not in plain.headers
+    assert client.get(path, headers={**auth, "If-Match": "*"}).get_data() == plain.get_data()
+    refused = client.get(path, headers={**auth, "If-Match": '"abc"'})
+    assert "If-Match" in error_of(refused, 412)["message"]
+    assert refused.headers["Cache-Control"] == "private, no-cache"
+    unchanged = client.get(path, headers={**auth, "If-None-Match": "*"})
+    assert unchanged.status_code == 304
+    assert unchanged.get_data() == b""
+    assert unchanged.headers["Cache-Control"] == not_modified_cache_control
+    assert client.head(path, headers={**auth, "If-None-Match": "*"}).status_code == 304
+    assert client.get(path, headers={**auth, "If-None-Match": '"abc"'}).get_data() == plain.get_data()
+
+
 def test_a_webhook_read_judges_its_preconditions_as_a_change_does(client, auth):
     hook = register(client, auth).json
     for path in (f"/webhooks/{hook['id']}", "/webhooks"):
-        plain = client.get(path, headers=auth)
-        assert plain.status_code == 200
-        assert "ETag" not in plain.headers
-        assert client.get(path, headers={**auth, "If-Match": "*"}).status_code == 200
-        refused = client.get(path, headers={**auth, "If-Match": '"abc"'})
-        assert "If-Match" in error_of(refused, 412)["message"]
-        assert refused.headers["Cache-Control"] == "private, no-cache"
-        unchanged = client.get(path, headers={**auth, "If-None-Match": "*"})
-        assert unchanged.status_code == 304
-        assert unchanged.get_data() == b""
-        assert unchanged.headers["Cache-Control"] == "no-store"
-        assert client.get(path, headers={**auth, "If-None-Match": '"abc"'}).status_code == 200
+        judged_without_an_etag(client, auth, path, "no-store")  # a 304 of an answer with secrets
     # Not found comes first, whatever the precondition.
     error_of(client.get("/webhooks/wh_0000000000000000", headers={**auth, "If-Match": '"abc"'}), 404)
+
+
+def test_the_attempts_of_an_endpoint_judge_their_preconditions_as_its_read_does(client, auth):
+    """The attempts have no ETag either (each delivery adds one): an If-Match naming tags is 412
+    and If-None-Match: * is 304 (RFC 9110 §13.1.1-2, "MUST evaluate"), as on the endpoint itself.
+    Both were ignored: a client guarding its read got the list as if unconditional."""
+    hook = register(client, auth).json
+    path = f"/webhooks/{hook['id']}/attempts"
+    assert client.get(path, headers=auth).json == {"attempts": []}
+    judged_without_an_etag(client, auth, path, "private, no-cache")  # no secret in them
+    # Not found comes first, whatever the precondition.
+    absent = "/webhooks/wh_0000000000000000/attempts"
+    error_of(client.get(absent, headers={**auth, "If-Match": '"abc"'}), 404)
+    error_of(client.get(absent, headers={**auth, "If-None-Match": "*"}), 404)
 
 
 def test_location_is_an_absolute_url_for_every_create(client, auth):

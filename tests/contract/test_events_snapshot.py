@@ -143,6 +143,23 @@ def test_a_snapshot_by_ids_names_the_plants_that_exist_and_match(client, auth):
     assert "plant.existing" not in again.get_data(as_text=True)
 
 
+def test_a_snapshot_streams_reconnect_still_sends_bookmarks(client, auth):
+    """`EventSource` reconnects with the same URL (`snapshot=true`) and `Last-Event-ID`: the stream
+    resumes without a snapshot, and, a stream with `snapshot=true`, still sends a bookmark at each
+    heartbeat (docs/change-feed.md, "Bookmarks"). Unfiltered, it sent `: keep-alive` comments."""
+    client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth)
+    parsed = blocks(read_until(client, "/events?snapshot=true", {**auth, **STREAM}, b'"initial_end"'))
+    end = next(block for block in parsed if block["event"] == "bookmark")
+    again = client.get("/events?snapshot=true", headers={**auth, **STREAM, "Last-Event-ID": end["id"]})
+    text = again.get_data(as_text=True)  # the whole 2 s stream: a heartbeat a second
+    assert "plant.existing" not in text
+    assert ": keep-alive" not in text
+    marks = [block for block in blocks(text) if block["event"] == "bookmark"]
+    assert marks
+    assert all(block["id"] == end["id"] for block in marks)
+    assert all(json.loads(block["data"]) == {"next": end["id"]} for block in marks)
+
+
 @pytest.mark.parametrize(
     ("query", "headers"),
     [("snapshot=true", {}), ("snapshot=true&after=now", STREAM), ("snapshot=yes", STREAM)],

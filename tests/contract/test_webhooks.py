@@ -558,6 +558,26 @@ def test_a_conditional_change_of_an_absent_endpoint_is_404(client, auth, method,
     error_of(response, 404)
 
 
+@pytest.mark.parametrize("condition", ['"0123456789abcdef"', "*", 'W/"x", "y"'])
+def test_a_registration_under_if_match_is_412_and_registers_nothing(client, auth, condition):
+    """A registration makes an endpoint no request could have read (the service picks its id):
+    there is no current representation for If-Match to match, `*` included (RFC 9110 §13.1.1),
+    as for a watch ticket's mint. It was ignored: the endpoint was registered (201)."""
+    response = client.post("/webhooks", json={"url": HOOK}, headers={**auth, "If-Match": condition})
+    assert "If-Match" in error_of(response, 412)["message"]
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": []}
+
+
+@pytest.mark.parametrize("condition", ["*", '"0123456789abcdef"'])
+def test_a_registration_under_if_none_match_goes_through(client, auth, condition):
+    """If-None-Match holds where there is no current representation (RFC 9110 §13.1.2)."""
+    response = client.post("/webhooks", json={"url": HOOK}, headers={**auth, "If-None-Match": condition})
+    assert response.status_code == 201, response.json
+    assert [hook["id"] for hook in client.get("/webhooks", headers=auth).json["webhooks"]] == [
+        response.json["id"]
+    ]
+
+
 def test_every_answer_holding_a_secret_is_never_kept_by_a_cache(client, auth):
     """The signing secret is a credential, as a watch ticket is: `Cache-Control: no-store`, so
     that no cache (a browser page's, with CORS on) keeps it on disk."""
