@@ -23,10 +23,10 @@ often finding the look another stream made meanwhile; with the store away, its n
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from app.store import FeedExpiredError, PlantStore, StoreUnavailableError
 from app.watch.feed_signal import FeedSignal
+from app.watch.wake_up import WakeUp
 
 
 class PassingOver:
@@ -41,20 +41,17 @@ class PassingOver:
         #: The feed's version when `ahead` was read, and a time by which its read had ended.
         self.ahead_version = -1
         self.ahead_read = started
-        #: The last turn's look found no read slot free: its stream waits for one, parked.
-        self.awaits_slot = False
 
     def moved(self) -> None:
         """The stream read the feed, and stands where that read ended."""
         self.ahead = None
         self.moved_at = time.monotonic()
 
-    def turn(
-        self, wake: Callable[[], None] | None, position: bytes | None
-    ) -> tuple[int, bytes | None] | None:
+    def turn(self, wake_up: WakeUp, position: bytes | None) -> tuple[int, bytes | None] | None:
         """At the stream's deadline: None when it should read; else the feed's version it has
-        now seen all it selects of, and the position to move to (None: stay)."""
-        signal = self.signal
+        now seen all it selects of, and the position to move to (None: stay). A look that found
+        no read slot free leaves `wake_up` waiting for one."""
+        signal, wake = self.signal, wake_up.wake
         if wake is None or position is None or not signal.hears:
             return None
         quiet = signal.quiet(wake, self.ahead)
@@ -63,7 +60,7 @@ class PassingOver:
         version, covered = quiet
         to = self.ahead if covered else None
         if to is not None and to != position:
-            held = self._held(position)
+            held = self._held(position, wake_up)
             if held is False:
                 self.ahead = None  # the feed lost events up to it: a read meets the 410
                 raise FeedExpiredError
@@ -97,7 +94,7 @@ class PassingOver:
             self.ahead_version = version
         return version, to
 
-    def _held(self, position: bytes) -> bool | None:
+    def _held(self, position: bytes, wake_up: WakeUp) -> bool | None:
         """Whether the feed still holds the history up to `position`, as a look begun after `ahead`
         was read found (None: not known). The listener hears new entries, not a feed that began
         again: one removed by a write made with the feed off, or by a FLUSHALL, whose writes it
@@ -107,7 +104,7 @@ class PassingOver:
         if signal.ends.held(position, self.ahead_read):
             return True
         if not signal.gate.enter(None):
-            self.awaits_slot = True
+            wake_up.awaits_slot = True
             return None
         try:
             return signal.ends.look(position, lambda: self.store.events(position, 0))

@@ -359,13 +359,10 @@ class EventStream(Watch):
         if self.passing is None:
             return False
         try:
-            turn = self.passing.turn(self._wake_up.wake, self.position)
+            turn = self.passing.turn(self._wake_up, self.position)
         except FeedExpiredError:  # the feed lost what it stands on: its read sends `gone`
             self.current = -1
             return False
-        if self.passing.awaits_slot:  # its look found no read slot: it turns again at a slot's end
-            self.passing.awaits_slot = False
-            self._wake_up.awaits_slot = True
         if turn is None:
             return False
         self.seen = self.current = turn[0]
