@@ -62,12 +62,20 @@ class DistinctList(fields.List):
         return tuple(dict.fromkeys(super()._deserialize(value, attr, data, **kwargs)))
 
 
+def _at_most(count: int, values: str) -> validate.Length:
+    """A repeatable filter's bound on its distinct values, said as a count of them: marshmallow's
+    own `Length must be between 1 and 20.` read as a tag's length in characters."""
+    return validate.Length(
+        min=1, max=count, error=f"At most {count} distinct {values} (a value given twice counts once)."
+    )
+
+
 def _tags_field() -> fields.List:
     """`tags`, as `GET /plants` and `GET /events` take it: 1 to MAX_TAGS distinct tags of 1 to 100
     characters."""
     return DistinctList(
         fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH)),
-        validate=validate.Length(min=1, max=MAX_TAGS),
+        validate=_at_most(MAX_TAGS, "tags"),
     )
 
 
@@ -112,11 +120,11 @@ class EventsQuerySchema(Schema):
     tags = _tags_field()
     ids = DistinctList(
         IntegralNumber(validate=validate.Range(min=INT64_MIN, max=INT64_MAX)),
-        validate=validate.Length(min=1, max=MAX_IDS),
+        validate=_at_most(MAX_IDS, "ids"),
     )
     types = DistinctList(
         fields.String(validate=validate.OneOf(EVENT_TYPES, error="Must be one of: {choices}.")),
-        validate=validate.Length(min=1, max=len(EVENT_TYPES)),
+        validate=_at_most(len(EVENT_TYPES), "types"),
     )
     #: A stream whose heartbeats are bookmarks (a filtered stream's always are).
     bookmarks = fields.Boolean(truthy={"true"}, falsy={"false"})

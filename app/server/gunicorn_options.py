@@ -64,11 +64,13 @@ def _memory(cfg: Any, shared: bool) -> str | None:
         )
     if cfg.reload:
         # gunicorn's code reloader ends the worker at any change of a file it imported (an upgrade
-        # of a package in its virtualenv too): its replacement started empty, without a word.
+        # of a package in its virtualenv too): its replacement started empty, without a word. Not
+        # offered instead: flask's reloader, a restart too (docs/operations.md "flask run --debug").
         return (
             "gunicorn's --reload restarts the worker whenever a source file changes, and with the "
-            "in-memory store the new worker would start empty, every plant gone. Leave it unset "
-            f"(`flask --app wsgi run --debug` reloads for development), or {SHARED}."
+            "in-memory store the new worker would start empty, every plant gone (as `flask --app "
+            "wsgi run --debug`'s reloader does at each edit). Leave it unset, or "
+            f"{SHARED}: a reloaded worker then finds every plant."
         )
     return None
 

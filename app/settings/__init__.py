@@ -174,8 +174,10 @@ def _load(schema: SettingsSchema, config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _store_url(values: Mapping[str, Any]) -> tuple[str, str]:
-    """PLANTS_STORE_URL, else the content of PLANTS_STORE_URL_FILE, else memory://; and its setting."""
-    if values["PLANTS_STORE_URL_FILE"] and not values["PLANTS_STORE_URL"]:
+    """PLANTS_STORE_URL, else the content of PLANTS_STORE_URL_FILE, else memory://; and its setting.
+    Each without the spaces around it (an env file's, a file's line end): never a URL's."""
+    url = (values["PLANTS_STORE_URL"] or "").strip()
+    if values["PLANTS_STORE_URL_FILE"] and not url:
         key = "PLANTS_STORE_URL_FILE"
         return read_secret_file(key, values[key]).strip(), key
-    return values["PLANTS_STORE_URL"] or DEFAULT_STORE_URL, "PLANTS_STORE_URL"
+    return url or DEFAULT_STORE_URL, "PLANTS_STORE_URL"

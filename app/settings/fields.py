@@ -317,6 +317,14 @@ class SecureUrl(Setting):
     """An https URL; plain http only to this machine (a provider under test or development)."""
 
     def check(self, value: Any) -> str:
+        if isinstance(value, str):
+            # Spaces around it are an env file's (docker's `--env-file` keeps a trailing one) or a
+            # YAML block's line end, never the URL's: dropped, as around the audience. Within it,
+            # refused: urlsplit passes a space in a host and drops a tab or line end anywhere, so
+            # the value kept them, and every fetch of the keys failed (InvalidURL) after the start.
+            value = value.strip()
+            if any(char.isspace() or char < " " or char == "\x7f" for char in value):
+                raise ValidationError("must be an https:// URL with no space or control character")
         parts = urlsplit(value) if isinstance(value, str) else None
         if parts is None or parts.scheme not in ("https", "http") or not parts.hostname or parts.fragment:
             raise ValidationError("must be an https:// URL")

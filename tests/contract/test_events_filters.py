@@ -170,6 +170,23 @@ def test_a_bad_filter_is_a_400_naming_its_parameter(client, auth, query, paramet
 
 
 @pytest.mark.parametrize(
+    ("query", "parameter", "says"),
+    [
+        ("&".join(f"tags=t{n}" for n in range(21)), "tags", "At most 20 distinct tags"),
+        ("&".join(f"ids={n}" for n in range(101)), "ids", "At most 100 distinct ids"),
+    ],
+    ids=["tags", "ids"],
+)
+def test_too_many_filter_values_is_a_400_that_counts_values_not_characters(
+    client, auth, query, parameter, says
+):
+    """21 tags were refused with marshmallow's `Length must be between 1 and 20.`, which reads as a
+    tag's length in characters (a tag may have 100): the message counts distinct values."""
+    details = error_of(client.get(f"/events?{query}", headers=auth), 400)["details"]
+    assert details[parameter] == [f"{says} (a value given twice counts once)."]
+
+
+@pytest.mark.parametrize(
     ("query", "selected"),
     [
         ("&".join(["tags=green"] * 21 + [f"tags=t{n}" for n in range(19)]), [1]),  # 40 given, 20 distinct

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import serialization
 
 from app import ConfigurationError, create_app
 from app.auth import jwks, provider_fetch
+from app.extension import plants_state
 from tests import issuer as issuer_module
 from tests.helpers import error_of, in_time, refused_alike_and_documented
 from tests.issuer import AUDIENCE, Issuer, SigningKey
@@ -730,6 +731,14 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
             f"PLANTS_JWT_ISSUER must be an https:// URL, and '{'a' * 64}.example' is not a valid host name",
         ),
         ({"PLANTS_JWKS_URL": "https://idp..example/keys"}, "'idp..example' is not a valid host name"),
+        # urlsplit passes over a space in a host and drops a tab or line end anywhere: each was
+        # kept in the value, and every fetch of the keys failed (InvalidURL) with no start refused.
+        ({"PLANTS_JWT_ISSUER": "https://idp .example/realms/plants"}, "no space or control character"),
+        ({"PLANTS_JWT_ISSUER": "https://idp.example/realms/pl ants"}, "no space or control character"),
+        (
+            {"PLANTS_JWKS_URL": "https://idp.example/ke\nys"},
+            "PLANTS_JWKS_URL must be an https:// URL with no space",
+        ),
         (
             {"PLANTS_JWKS_URL": "ftp://idp.example/keys"},
             "PLANTS_JWKS_URL must be an https:// URL",
@@ -778,6 +787,22 @@ def test_settings_from_the_environment(issuer, monkeypatch):
     monkeypatch.setenv("PLANTS_JWT_ALGORITHMS", "HS512")
     with pytest.raises(ConfigurationError, match=r"^PLANTS_JWT_ALGORITHMS may list only asymmetric"):
         create_app()
+
+
+def test_an_issuer_with_spaces_around_it_is_the_issuer(issuer, monkeypatch):
+    """As the audience is: an env file that keeps a trailing space (docker's `--env-file`), or a
+    YAML block that ends in a line end, named an issuer no token's `iss` equals and a discovery
+    URL that could not be fetched (InvalidURL), so every JWT was a 503 for good."""
+    monkeypatch.setenv("PLANTS_API_TOKENS", TOKEN)
+    monkeypatch.setenv("PLANTS_JWT_ISSUER", f" {issuer.url} \n")
+    monkeypatch.setenv("PLANTS_JWT_AUDIENCE", AUDIENCE)
+    app = create_app()
+    try:
+        wait_until_ready(app)
+        answer = app.test_client().get("/plants", headers=bearer(issuer.token(scope="plants:read")))
+        assert answer.status_code == 200, answer.json
+    finally:
+        plants_state(app).close()
 
 
 def test_document_declares_the_scopes_when_an_issuer_is_set(issuer, client):

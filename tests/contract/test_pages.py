@@ -408,6 +408,14 @@ def test_a_bad_query_is_400_naming_the_parameter(client, auth, plant, query, par
     assert parameter in record["message"]
 
 
+def test_too_many_tags_is_a_400_that_counts_tags_not_characters(client, auth):
+    """21 tags were refused with marshmallow's `Length must be between 1 and 20.`, which reads as a
+    tag's length in characters (a tag may have 100, README): the message counts distinct tags."""
+    query = "&".join(f"tags=t{n}" for n in range(21))
+    details = error_of(client.get(f"/plants?{query}", headers=auth), 400)["details"]
+    assert details["tags"] == ["At most 20 distinct tags (a value given twice counts once)."]
+
+
 def test_a_forged_cursor_is_400(client, auth, plant):
     for plant_id in range(3):
         plant(plant_id)

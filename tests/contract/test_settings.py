@@ -17,7 +17,7 @@ from app import ConfigurationError, create_app
 from app.extension import plants_state
 from app.plants import bp
 from app.server.settings_check import summary
-from app.settings import from_environ, load_settings
+from app.settings import from_environ, load_settings, store_location
 from app.store import StoreUrl
 from tests.servers import ROOT, TOKEN, Gunicorn, free_port, wait_until_serving
 
@@ -321,6 +321,16 @@ def test_the_store_url_comes_from_its_file_when_the_url_is_unset(tmp_path, monke
         .extensions["plants"]
         .store.shared
     )
+
+
+def test_a_store_url_with_spaces_around_it_is_the_url_as_its_files_is(monkeypatch):
+    """PLANTS_STORE_URL_FILE's content is stripped; the variable was not: a trailing space (docker's
+    `--env-file` keeps one) was refused as `names a database that is not a number` (the `0 ` of
+    `/0 `), a leading one with redis-py's own words, which list neither memory:// nor a cluster."""
+    monkeypatch.setenv("PLANTS_STORE_URL", " redis://127.0.0.1:6379/0 \n")
+    assert store_location(from_environ())[0] == "redis://127.0.0.1:6379/0"
+    monkeypatch.setenv("PLANTS_STORE_URL", " memory:// ")
+    assert not create_app({"PLANTS_API_TOKENS": "t"}).extensions["plants"].store.shared
 
 
 def test_read_tokens_alone_do_not_open_the_service():

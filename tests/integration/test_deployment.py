@@ -175,6 +175,18 @@ def test_a_gunicorn_option_that_would_break_a_promise_stops_the_start(env, args,
     assert refused in line
 
 
+def test_the_reload_refusal_offers_no_reloader_that_empties_the_store_alike():
+    """It said "Leave it unset (`flask --app wsgi run --debug` reloads for development)", offering
+    a reloader that starts the memory store empty at each edit as well (README, docs/operations.md
+    "flask run --debug"): only a shared store keeps the plants across a reload of the code."""
+    (line,) = refused_start(OK, "--reload")
+    assert "reloads for development" not in line
+    assert "(as `flask --app wsgi run --debug`'s reloader does at each edit)" in line
+    assert line.endswith(
+        "set PLANTS_STORE_URL to a shared store (redis://...): a reloaded worker then finds every plant."
+    )
+
+
 def test_a_body_limit_the_memory_budget_cannot_hold_stops_the_start():
     """The packaged worker displaces the connections holding bytes past GUNICORN_MEMORY_BUDGET: with
     MAX_CONTENT_LENGTH past it, a body within the limit was closed as it arrived, its client
