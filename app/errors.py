@@ -298,7 +298,7 @@ class EncodedBody(UnsupportedMediaType):
     it says which coding it takes (RFC 9110 §15.5.16) rather than read compressed bytes as JSON."""
 
     def __init__(self, coding: str) -> None:
-        named = f"'{coding}'" if _TOKEN.fullmatch(coding) else "its content coding"
+        named = _quoted(coding, otherwise="its content coding")
         super().__init__(f"The request body is sent in {named}: send it unencoded (identity).")
 
     def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
@@ -315,14 +315,19 @@ class TransferCodedBody(NotImplemented):
     deflate and compress, takes the chunks off and hands the app the bytes still coded."""
 
     def __init__(self, coding: str) -> None:
-        named = f"'{coding}'" if _TOKEN.fullmatch(coding) else "a transfer coding"
+        named = _quoted(coding, otherwise="a transfer coding")
         super().__init__(
             f"The request body is sent in {named}: the only transfer coding served is chunked; send it"
             " unencoded."
         )
 
 
-#: A coding named in an error: an HTTP token (RFC 9110 §5.6.2), short.
+def _quoted(coding: str, *, otherwise: str) -> str:
+    """A coding as an error names it: quoted when it is an HTTP token (RFC 9110 §5.6.2), short;
+    else `otherwise`, so that no odd bytes a client sent are written back."""
+    return f"'{coding}'" if _TOKEN.fullmatch(coding) else otherwise
+
+
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
 
 

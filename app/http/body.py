@@ -65,12 +65,14 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
 
     With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
     """
+    # Only a server that leaves Transfer-Encoding in the environ gets past here with one (gunicorn's
+    # gthread; the packaged worker refuses the request itself): its `chunked` is decoded already.
     transfer = req.environ.get("HTTP_TRANSFER_ENCODING")
-    if transfer:
-        _refuse_a_transfer_coding(transfer)
-    coding = req.environ.get("HTTP_CONTENT_ENCODING")
-    if coding:
-        _refuse_a_coding(coding, EncodedPatch if merge_patch else EncodedBody)
+    if transfer and (coding := _coding_besides(transfer, _TRANSFER_CODINGS_READ)):
+        raise TransferCodedBody(coding)
+    content = req.environ.get("HTTP_CONTENT_ENCODING")
+    if content and (coding := _coding_besides(content, _CONTENT_CODINGS_READ)):
+        raise (EncodedPatch if merge_patch else EncodedBody)(coding)
     if "HTTP_CONTENT_RANGE" in req.environ:
         raise PartialBody()
     if merge_patch and req.mimetype == MERGE_PATCH:
@@ -99,20 +101,18 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
     return value
 
 
-def _refuse_a_coding(field: str, refusal: type[EncodedBody]) -> None:
-    """`refusal` naming the first coding other than identity, the only one the body is read in."""
+#: The codings a body is read in: none that changes its bytes (and a server's decoded `chunked`).
+_CONTENT_CODINGS_READ = frozenset({"identity"})
+_TRANSFER_CODINGS_READ = frozenset({"identity", "chunked"})
+
+
+def _coding_besides(field: str, read: frozenset[str]) -> str | None:
+    """The first coding a `Content-Encoding` or `Transfer-Encoding` field lists that is not one of
+    those `read`, as written; None when it lists none."""
     for coding in map(str.strip, field.split(",")):
-        if coding and coding.lower() != "identity":
-            raise refusal(coding)
-
-
-def _refuse_a_transfer_coding(field: str) -> None:
-    """TransferCodedBody naming the first transfer coding that changes the body's bytes. Only a
-    server that leaves the field in the environ gets here (gunicorn's gthread; the packaged worker
-    refuses the request itself): its `chunked` is decoded already, and `identity` changes nothing."""
-    for coding in (name.strip(" \t") for name in field.split(",")):
-        if coding and coding.lower() not in ("chunked", "identity"):
-            raise TransferCodedBody(coding)
+        if coding and coding.lower() not in read:
+            return coding
+    return None
 
 
 def _require_json_content_type(req: Request) -> None:
