@@ -32,10 +32,9 @@ KINDS = ("unit", "contract", "integration")
 
 #: The modules whose tests take half a minute or more each (schemathesis, valgrind, the benchmarks'
 #: smoke runs, chromium). They run first, so that the short ones fill in at the end instead of
-#: one worker finishing a two-minute test alone. pytest-xdist's `load` hands each worker a first
-#: run of consecutive tests (a twelfth of them, with -n 3: 374 of 4,494), so these all go to
-#: the first worker, which is right while they take at most a third of the run (about 840 of
-#: the last run's 2,600 worker-seconds); the others take the rest as they go.
+#: one worker finishing a two-minute test alone. `.ci/run` has pytest-xdist hand out one test at a
+#: time (`--maxschedchunk=1`), so these go to whichever worker is free first; with xdist's default
+#: first handout (a run of consecutive tests to each worker) they would all go to the first.
 SLOW_MODULES = (
     "test_contract.py",
     "test_instruction_budget.py",
