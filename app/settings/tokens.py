@@ -142,33 +142,37 @@ def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], d
             raise ConfigurationError(
                 key, "names a file with no token in it: write one token a line, or unset it"
             )
-    parts = [entry.partition("@") for entry in entries if entry]
-    pairs = [(token, limit) for token, _, limit in parts]
+    # A file's entry is named by its line (empty lines count), a list's by its place.
+    in_file = key.endswith("_FILE")
+    parts = [(place, entry.partition("@")) for place, entry in enumerate(entries, start=1) if entry]
+    pairs = [(token, limit) for _, (token, _, limit) in parts]
     limits = {}
-    for number, (token, at, limit) in enumerate(parts, start=1):
+    for place, (token, at, limit) in parts:
+        where = f"line {place}" if in_file else f"number {place}"
         if at and not limit.strip():
             # `token@` is a limit left out, not a token: '@' is no bearer token's character.
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) followed by '@' but no rate limit: write one "
+                f"has a token ({where}) followed by '@' but no rate limit: write one "
                 "(token@100/second) or drop the '@'",
             )
         if not TOKEN_SYNTAX.fullmatch(token):
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) that is not a valid bearer token: "
+                f"has a token ({where}) that is not a valid bearer token: "
                 "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='",
             )
         if len(token) > MAX_TOKEN_LENGTH:
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) of {len(token)} characters, which no request could "
+                f"has a token ({where}) of {len(token)} characters, which no request could "
                 f"carry through the HTTP server's 8 KiB header limit: tokens may have at most "
                 f"{MAX_TOKEN_LENGTH} characters",
             )
         if limit:
+            named = f"the token on line {place}" if in_file else f"token number {place}"
             try:
-                check_rate_limit(limit, f"has a rate limit for token number {number} that is not")
+                check_rate_limit(limit, f"has a rate limit for {named} that is not")
             except ValidationError as exc:
                 raise ConfigurationError(key, str(exc.messages[0])) from None
             limits[token] = limit
