@@ -307,6 +307,22 @@ def test_a_token_in_both_lists_is_a_startup_error_that_does_not_show_it(monkeypa
     assert "\n" not in message
 
 
+def test_a_token_in_both_files_is_named_by_the_files_and_its_line(tmp_path, monkeypatch):
+    """From the two files it said `PLANTS_READ_TOKENS has a token (number 2) that is also in
+    PLANTS_API_TOKENS`: neither variable was set, and the token was on the file's third line."""
+    (tmp_path / "api").write_text("shared-secret\nwriter\n")
+    (tmp_path / "read").write_text("reader\n\nshared-secret\n")
+    monkeypatch.setenv("PLANTS_API_TOKENS_FILE", str(tmp_path / "api"))
+    monkeypatch.setenv("PLANTS_READ_TOKENS_FILE", str(tmp_path / "read"))
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    message = str(raised.value)
+    assert message.startswith(
+        "PLANTS_READ_TOKENS_FILE has a token (line 3) that is also in PLANTS_API_TOKENS_FILE"
+    )
+    assert "shared-secret" not in message
+
+
 def test_read_tokens_are_checked_like_full_ones():
     with pytest.raises(
         ConfigurationError, match=r"^PLANTS_READ_TOKENS has a token \(number 1\) that is not a valid"
