@@ -169,13 +169,28 @@ class PageChangedSinceRead(PreconditionFailed):
 
 class PlantPreconditionFailed(PreconditionFailed):
     """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
-    `absent`: an If-Match for a plant that is not there (a PUT that would have created it)."""
+    `absent`: an If-Match for a plant that is not there (a PUT that would have created it).
+    `none_match`: the write sent If-None-Match alone, and the stored plant fails it: `*` (any
+    plant stored) or `tag` (its ETag is listed), not a change since the client read it."""
 
-    def __init__(self, plant_id: int, *, absent: bool = False) -> None:
+    def __init__(self, plant_id: int, *, absent: bool = False, none_match: str | None = None) -> None:
         if absent:
             super().__init__(
                 f"There is no plant with id {plant_id} to match If-Match: nothing was created. Send"
                 " it without If-Match (or with If-None-Match: *) to create it."
+            )
+            return
+        if none_match == "*":
+            super().__init__(
+                f"A plant with id {plant_id} is stored, and 'If-None-Match: *' holds only where none"
+                " is (it makes a PUT or POST create only): nothing changed. To change the stored"
+                " plant, send If-Match with its ETag (GET) instead."
+            )
+            return
+        if none_match == "tag":
+            super().__init__(
+                f"The plant with id {plant_id} has an ETag that If-None-Match lists, so the"
+                " precondition fails: nothing changed."
             )
             return
         super().__init__(

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from app.auth.access_tokens import AccessTokens
 from app.auth.caller import Authentication, Caller
 from app.auth.jwks import KeySet
-from app.auth.static import READ_ONLY_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+from app.auth.static import READ_ONLY_TOKEN, TICKET_AS_TOKEN, TOKEN_NOT_ACCEPTED, StaticTokens, bearer_token
+from app.auth.watch_tickets import PREFIX as TICKET_PREFIX
 from app.auth.watch_tickets import WatchTickets
 from app.settings import JwtSettings, Settings
 
@@ -40,7 +41,7 @@ class Authenticator:
             return None, caller
         if self.access_tokens is not None and token.count(".") == 2:
             return self.access_tokens.verify(token)
-        return TOKEN_NOT_ACCEPTED, None
+        return (TICKET_AS_TOKEN if token.startswith(TICKET_PREFIX) else TOKEN_NOT_ACCEPTED), None
 
     def holding(self, header: str | None) -> Callable[[], bool] | None:
         """For a watch: whether the JWT of an Authorization header value it was let in by still

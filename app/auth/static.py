@@ -38,6 +38,14 @@ MALFORMED_TOKEN = MalformedCredentials(
     "The bearer token is empty or is not a valid token.", reason="malformed"
 )
 TOKEN_NOT_ACCEPTED = InvalidToken("The bearer token is not accepted.", reason="not_accepted")
+#: A watch ticket (`plwt_...`) sent as the bearer token: refused as any token not accepted, and told
+#: where a ticket goes (app/auth/watch_tickets.py).
+TICKET_AS_TOKEN = InvalidToken(
+    "The bearer token is a watch ticket, not a token: a ticket serves only GET /events?ticket=..."
+    " (a stream or a long-poll), sent without an Authorization header. Send the token that minted"
+    " it here.",
+    reason="not_accepted",
+)
 READ_ONLY_TOKEN = InsufficientScope(
     "This bearer token may only read: creating, changing and deleting need a full-access token.",
     reason="read_only",

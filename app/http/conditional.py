@@ -20,7 +20,12 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import PreconditionFailed
 from werkzeug.http import generate_etag, remove_entity_headers
 
-from app.errors import ConditionalRequestRequired, PageChangedSinceRead, PlantChangedSinceRead
+from app.errors import (
+    ConditionalRequestRequired,
+    PageChangedSinceRead,
+    PlantChangedSinceRead,
+    PlantPreconditionFailed,
+)
 from app.store import ANY_PLANT, UNCONDITIONAL, Plant, Precondition, plant_etag
 
 if TYPE_CHECKING:
@@ -140,3 +145,13 @@ def write_precondition(req: Request, required: bool) -> Precondition:
             raise ConditionalRequestRequired()
         return UNCONDITIONAL
     return Precondition(match, none_match)
+
+
+def plant_precondition_failed(plant_id: int, precondition: Precondition) -> PlantPreconditionFailed:
+    """The 412 of a write whose precondition the stored plant fails. Sent without If-Match, only
+    If-None-Match can have failed, and the message says how (the plant is stored, or its ETag is
+    listed) rather than that the plant changed since it was read."""
+    none_match = precondition.if_none_match
+    if precondition.if_match is not None or none_match is None:
+        return PlantPreconditionFailed(plant_id)
+    return PlantPreconditionFailed(plant_id, none_match="*" if ANY_PLANT in none_match else "tag")

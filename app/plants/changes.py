@@ -12,7 +12,7 @@ from marshmallow import ValidationError
 from app.errors import InvalidChange, PlantNotFound, PlantPreconditionFailed
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
-from app.http.conditional import with_etag, write_precondition
+from app.http.conditional import plant_precondition_failed, with_etag, write_precondition
 from app.http.json_provider import json_response
 from app.http.links import url_of
 from app.schemas.parameters import load_plant_id
@@ -43,7 +43,7 @@ def replace_plant(plant_id: str) -> Response:
             origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
-        raise PlantPreconditionFailed(number) from None
+        raise plant_precondition_failed(number, precondition) from None
     if change is Change.ABSENT:
         raise PlantPreconditionFailed(number, absent=True)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant
@@ -74,7 +74,7 @@ def patch_plant(plant_id: str) -> Response:
             origin=req.environ.get(REQUEST_ID, ""),
         )
     except PreconditionFailedError:
-        raise PlantPreconditionFailed(number) from None
+        raise plant_precondition_failed(number, precondition) from None
     if change is Change.ABSENT:
         raise PlantNotFound(number)
     assert stored is not None  # CREATED, CHANGED and UNCHANGED answer the plant

@@ -15,7 +15,14 @@ from marshmallow import ValidationError
 from app.errors import InvalidParameters, InvalidPlant, PlantConflict, PlantNotFound, PlantPreconditionFailed
 from app.extension import plants_state
 from app.http.body import read_json_object
-from app.http.conditional import answered_page, etag_of, not_modified, with_etag, write_precondition
+from app.http.conditional import (
+    answered_page,
+    etag_of,
+    not_modified,
+    plant_precondition_failed,
+    with_etag,
+    write_precondition,
+)
 from app.http.cursor import InvalidCursor, decode_cursor, encode_cursor
 from app.http.error_handler import answered_where_raised
 from app.http.json_provider import json_response
@@ -86,7 +93,7 @@ def _create_if(req: Request, store: PlantStore, number: int, new: Plant) -> Crea
             raise PlantPreconditionFailed(number, absent=True)
         outcome = CreateOutcome.IDENTICAL if current == new else CreateOutcome.CONFLICT
     if current is not None and not precondition.allows(etag_of(current)):
-        raise PlantPreconditionFailed(number)
+        raise plant_precondition_failed(number, precondition)
     return outcome
 
 
@@ -145,7 +152,7 @@ def delete_plant(plant_id: str) -> Response:
             number, precondition, origin=request.environ.get(REQUEST_ID, "")
         )
     except PreconditionFailedError:
-        raise PlantPreconditionFailed(number) from None
+        raise plant_precondition_failed(number, precondition) from None
     if not deleted:
         raise PlantNotFound(number)
     state.count_event(DELETED_EVENT, number, (), with_before=True)  # the tag it had: the store's

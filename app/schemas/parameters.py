@@ -34,6 +34,8 @@ NOT_UTF8 = "Not UTF-8 once percent-decoded: percent-encode each character as its
 #: A watch ticket's form (app/auth/watch_tickets.py), as the document's pattern says.
 _TICKET_FORM = r"^plwt_[A-Za-z0-9_-]{1,200}\Z"
 NOT_A_TICKET = "Not a watch ticket of this service."
+#: A flag of the query takes these two words only (the settings' `1`, `yes`, `on` are not read here).
+_FLAG: dict[str, str | list[Any] | dict[Any, Any]] = {"invalid": "Must be `true` or `false`."}
 
 
 class IntegralNumber(fields.Integer):
@@ -127,9 +129,9 @@ class EventsQuerySchema(Schema):
         validate=_at_most(len(EVENT_TYPES), "types"),
     )
     #: A stream whose heartbeats are bookmarks (a filtered stream's always are).
-    bookmarks = fields.Boolean(truthy={"true"}, falsy={"false"})
+    bookmarks = fields.Boolean(truthy={"true"}, falsy={"false"}, error_messages=_FLAG)
     #: A stream that starts with every matching plant (`plant.existing`), then follows the feed.
-    snapshot = fields.Boolean(truthy={"true"}, falsy={"false"})
+    snapshot = fields.Boolean(truthy={"true"}, falsy={"false"}, error_messages=_FLAG)
 
 
 _plant_id_schema = PlantIdSchema()

@@ -97,9 +97,16 @@ def _is_packaged(cfg: Any) -> bool:
 
 def _packaged(cfg: Any) -> str | None:
     """The packaged worker reads plain HTTP/1.1 alone: a PROXY protocol header or a uwsgi packet
-    from the proxy in front made every request a 400. gunicorn's stock workers read both."""
+    from the proxy in front made every request a 400. gunicorn's stock workers read both. Nor
+    does it serve TLS: the master listened on https, then the worker's boot failed in a traceback
+    (the worker still refuses it, under a host's own configuration)."""
     if not _is_packaged(cfg):
         return None
+    if cfg.is_ssl:
+        return (
+            "the packaged worker serves plain HTTP, not TLS (--certfile): end TLS at the reverse proxy "
+            "(deploy/nginx-plants.conf), or set GUNICORN_WORKER_CLASS=gthread."
+        )
     # A bool before gunicorn 24, then "off", "v1", "v2" or "auto"; no `protocol` before gunicorn 24.
     if getattr(cfg, "proxy_protocol", False) not in (False, "off"):
         return (

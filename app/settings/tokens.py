@@ -47,7 +47,7 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
     Fails closed: raises ConfigurationError when no full-access token is configured (unless not
     `required`: JWT access tokens are on), and when a token is in both lists.
     """
-    full, limits = _token_list(values, "PLANTS_API_TOKENS")
+    full, limits, full_key, _ = _token_list(values, "PLANTS_API_TOKENS")
     if not full and required and values.get("PLANTS_API_TOKENS") is not None:
         # Set, to entries that are all empty ([""], ","): not the same mistake as unset.
         raise ConfigurationError(
@@ -62,13 +62,13 @@ def token_settings(values: Mapping[str, Any], *, required: bool = True) -> Token
             "or {PLANTS_API_TOKENS_FILE} (a file with one token per line), or turn on JWT access "
             "tokens with {PLANTS_JWT_ISSUER}. There is no default token.",
         )
-    read_only, read_limits = _token_list(values, "PLANTS_READ_TOKENS")
+    read_only, read_limits, read_key, read_places = _token_list(values, "PLANTS_READ_TOKENS")
     both = set(full) & set(read_only)
     if both:
-        number = next(number for number, token in enumerate(read_only, start=1) if token in both)
+        where = next(where for where, token in zip(read_places, read_only, strict=True) if token in both)
         raise ConfigurationError(
-            "PLANTS_READ_TOKENS",
-            f"has a token (number {number}) that is also in {{PLANTS_API_TOKENS}}: a token is either "
+            read_key,
+            f"has a token ({where}) that is also in {{{full_key}}}: a token is either "
             "full-access or read-only, so remove it from one of the two",
         )
     return TokenSettings(full, read_only, {**limits, **read_limits})
@@ -130,8 +130,11 @@ def _read_secret_file(key: str, path: str) -> str:
         ) from None
 
 
-def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The tokens of `key` (else of `key`_FILE, one per line), and their own rate limits."""
+def _token_list(
+    values: Mapping[str, Any], key: str
+) -> tuple[tuple[str, ...], dict[str, str], str, tuple[str, ...]]:
+    """The tokens of `key` (else of `key`_FILE, one per line), their own rate limits, the key they
+    were read from, and where each stands in it (`line 3` of a file, `number 2` of a list)."""
     entries = values.get(key) or ()
     if not entries and values.get(f"{key}_FILE"):
         key = f"{key}_FILE"
@@ -142,34 +145,38 @@ def _token_list(values: Mapping[str, Any], key: str) -> tuple[tuple[str, ...], d
             raise ConfigurationError(
                 key, "names a file with no token in it: write one token a line, or unset it"
             )
-    parts = [entry.partition("@") for entry in entries if entry]
-    pairs = [(token, limit) for token, _, limit in parts]
+    # A file's entry is named by its line (empty lines count), a list's by its place.
+    in_file = key.endswith("_FILE")
+    parts = [(place, entry.partition("@")) for place, entry in enumerate(entries, start=1) if entry]
+    pairs = [(token, limit) for _, (token, _, limit) in parts]
     limits = {}
-    for number, (token, at, limit) in enumerate(parts, start=1):
+    places = tuple(f"line {place}" if in_file else f"number {place}" for place, _ in parts)
+    for where, (place, (token, at, limit)) in zip(places, parts, strict=True):
         if at and not limit.strip():
             # `token@` is a limit left out, not a token: '@' is no bearer token's character.
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) followed by '@' but no rate limit: write one "
+                f"has a token ({where}) followed by '@' but no rate limit: write one "
                 "(token@100/second) or drop the '@'",
             )
         if not TOKEN_SYNTAX.fullmatch(token):
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) that is not a valid bearer token: "
+                f"has a token ({where}) that is not a valid bearer token: "
                 "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='",
             )
         if len(token) > MAX_TOKEN_LENGTH:
             raise ConfigurationError(
                 key,
-                f"has a token (number {number}) of {len(token)} characters, which no request could "
+                f"has a token ({where}) of {len(token)} characters, which no request could "
                 f"carry through the HTTP server's 8 KiB header limit: tokens may have at most "
                 f"{MAX_TOKEN_LENGTH} characters",
             )
         if limit:
+            named = f"the token on line {place}" if in_file else f"token number {place}"
             try:
-                check_rate_limit(limit, f"has a rate limit for token number {number} that is not")
+                check_rate_limit(limit, f"has a rate limit for {named} that is not")
             except ValidationError as exc:
                 raise ConfigurationError(key, str(exc.messages[0])) from None
             limits[token] = limit
-    return tuple(token for token, _ in pairs), limits
+    return tuple(token for token, _ in pairs), limits, key, places

@@ -92,7 +92,7 @@ def target(url: str, allowed: Iterable[str], resolve: Resolver = socket.getaddri
             raise AddressRefused(
                 f"The host {host} resolves to {address}, {_named(address)}: not a globally reachable"
                 " address, and webhooks are sent only to those (PLANTS_WEBHOOKS_ALLOW_HOSTS lists the"
-                f" hosts allowed anyway{_as_written(host)})."
+                f" hosts allowed anyway{_as_written(host)}{_as_listed(allow, host, address, literal)})."
             )
         metadata = metadata_inside(address)
         if metadata is not None and not _names_exactly(allow, metadata):
@@ -115,6 +115,26 @@ def _as_written(host: str) -> str:
     up as it stands, `hooks.example` perhaps under the resolver's search domains too (another
     host), so neither allows the other."""
     return f"; a name as written, so list {host} with its trailing dot" if host.endswith(".") else ""
+
+
+def _as_listed(allow: set[str], host: str, address: IPAddress, literal: IPAddress | None) -> str:
+    """For a name that resolves into an address or network listed: that such an entry allows a
+    URL that writes an address in it, not a name (`127.0.0.1` listed, `http://localhost/`), so
+    that an operator who listed the address is not left wondering why the refusal sends them to
+    the setting they set."""
+    if literal is not None:
+        return ""
+    for entry in sorted(allow):
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            continue
+        if address in network:
+            return (
+                f"; its entry {entry} allows a URL that writes an address in it, not a name that"
+                f" resolves to one, so list {host} itself"
+            )
+    return ""
 
 
 def _named(address: IPAddress) -> str:

@@ -83,3 +83,29 @@ def test_a_ticket_mint_under_if_none_match_mints(client, auth, value):
     response = client.post("/events/tickets", headers={**auth, "If-None-Match": value})
     assert response.status_code == 200
     assert response.json["ticket"].startswith("plwt_")
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("*", "A plant with id 5 is stored, and 'If-None-Match: *' holds only where none is"),
+        (FERN_ETAG, "The plant with id 5 has an ETag that If-None-Match lists"),
+    ],
+    ids=["star", "its-etag"],
+)
+def test_if_none_match_refused_by_a_stored_plant_says_so_not_that_it_changed(
+    client, auth, store, method, value, says
+):
+    """`If-None-Match: *` (create only) of a stored id was told the plant `was changed, created or
+    deleted since you read it` and to read its current ETag: advice for a failed If-Match. The
+    client that sent only If-None-Match is told what failed, and nothing changed."""
+    assert client.post("/plants", json=FERN, headers=auth).status_code == 200
+    body = {"POST": FERN, "PUT": {"name": "Palm"}, "PATCH": {"name": "Palm"}, "DELETE": None}[method]
+    path = "/plants" if method == "POST" else "/plants/5"
+    answer = error_of(
+        client.open(path, method=method, json=body, headers={**auth, "If-None-Match": value}), 412
+    )
+    assert answer["message"].startswith(says)
+    assert "since you read it" not in answer["message"]
+    assert client.get("/plants/5", headers=auth).headers["ETag"] == FERN_ETAG

@@ -169,6 +169,16 @@ def test_a_bad_filter_is_a_400_naming_its_parameter(client, auth, query, paramet
     assert list(details) == [parameter]
 
 
+@pytest.mark.parametrize("parameter", ["bookmarks", "snapshot"])
+@pytest.mark.parametrize("value", ["1", "yes", "True", ""])
+def test_a_flag_of_the_feed_refused_says_the_two_values_it_takes(client, auth, parameter, value):
+    """`bookmarks=1` was refused with marshmallow's `Not a valid boolean.`, where `1` is a boolean
+    to many clients (and the service's own settings read it so): the message names the values."""
+    stream = {**auth, "Accept": "text/event-stream"}
+    details = error_of(client.get(f"/events?{parameter}={value}", headers=stream), 400)["details"]
+    assert details == {parameter: ["Must be `true` or `false`."]}
+
+
 @pytest.mark.parametrize(
     ("query", "parameter", "says"),
     [

@@ -82,6 +82,25 @@ def test_tokens_from_file_when_tokens_unset(tmp_path, monkeypatch):
     assert authorized(create_app(), "file-token-2")
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("tok-one\n\n# the dashboard's\ntok-two\n", "has a token (line 3) that is not a valid bearer token"),
+        ("tok-one\n\ntok-two@\n", "has a token (line 3) followed by '@' but no rate limit"),
+        ("\ntok-one@often\n", "has a rate limit for the token on line 2 that is not a rate limit"),
+    ],
+    ids=["not-a-token", "no-limit", "bad-limit"],
+)
+def test_a_bad_entry_of_a_token_file_is_named_by_its_line(tmp_path, content, says):
+    """A file's refusal counted its non-empty lines (`token (number 2)` for the third line, after
+    an empty one), so the operator looked at the wrong line: it names the line."""
+    path = tmp_path / "tokens"
+    path.write_text(content)
+    with pytest.raises(ConfigurationError) as refused:
+        api_tokens({"PLANTS_API_TOKENS_FILE": str(path)})
+    assert f'PLANTS_API_TOKENS_FILE"] {says}' in str(refused.value)
+
+
 def test_tokens_take_precedence_over_file(tmp_path):
     path = tmp_path / "tokens"
     path.write_text("file-token\n")
@@ -286,6 +305,22 @@ def test_a_token_in_both_lists_is_a_startup_error_that_does_not_show_it(monkeypa
     assert message.startswith("PLANTS_READ_TOKENS has a token (number 2) that is also in PLANTS_API_TOKENS")
     assert "shared-secret" not in message
     assert "\n" not in message
+
+
+def test_a_token_in_both_files_is_named_by_the_files_and_its_line(tmp_path, monkeypatch):
+    """From the two files it said `PLANTS_READ_TOKENS has a token (number 2) that is also in
+    PLANTS_API_TOKENS`: neither variable was set, and the token was on the file's third line."""
+    (tmp_path / "api").write_text("shared-secret\nwriter\n")
+    (tmp_path / "read").write_text("reader\n\nshared-secret\n")
+    monkeypatch.setenv("PLANTS_API_TOKENS_FILE", str(tmp_path / "api"))
+    monkeypatch.setenv("PLANTS_READ_TOKENS_FILE", str(tmp_path / "read"))
+    with pytest.raises(ConfigurationError) as raised:
+        create_app()
+    message = str(raised.value)
+    assert message.startswith(
+        "PLANTS_READ_TOKENS_FILE has a token (line 3) that is also in PLANTS_API_TOKENS_FILE"
+    )
+    assert "shared-secret" not in message
 
 
 def test_read_tokens_are_checked_like_full_ones():

@@ -80,6 +80,25 @@ def test_a_ticket_serves_nothing_but_watching(make_app):
     error_of(client.get(f"/metrics?ticket={ticket}"), 401)
 
 
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/events?wait=1"), ("GET", "/plants"), ("POST", "/events/tickets")]
+)
+def test_a_ticket_sent_as_a_bearer_token_is_told_where_a_ticket_goes(make_app, method, path):
+    """A ticket pasted into the Authorization header (the natural first try) was told only `The
+    bearer token is not accepted.`: still a 401 with `invalid_token`, it now says what a ticket is
+    for and how to send it."""
+    client = make_app().test_client()
+    answer = client.open(path, method=method, headers={"Authorization": f"Bearer {mint(client)}"})
+    message = error_of(answer, 401)["message"]
+    assert message.startswith("The bearer token is a watch ticket, not a token:")
+    assert "GET /events?ticket=" in message
+    assert 'error="invalid_token"' in answer.headers["WWW-Authenticate"]
+    assert (
+        "watch ticket"
+        not in error_of(client.get("/plants", headers={"Authorization": "Bearer plwt"}), 401)["message"]
+    )
+
+
 @pytest.mark.parametrize("forged", [PREFIX + "AAAA", PREFIX + "A" * 60, PREFIX + "A" * 200])
 def test_a_forged_ticket_is_401(make_app, forged):
     client = make_app().test_client()

@@ -315,3 +315,27 @@ def test_a_name_with_a_trailing_dot_is_allowed_as_written():
     with pytest.raises(AddressRefused, match="not a globally reachable") as refused:
         target("https://hooks.internal/x", ("hooks.internal.",), private)
     assert "trailing dot" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "address", "entry"),
+    [
+        ("http://localhost:9000/plant-events", ("127.0.0.1",), "127.0.0.1", "127.0.0.1"),
+        ("http://hook_receiver:8080/hook", ("172.16.0.0/12",), "172.18.0.5", "172.16.0.0/12"),
+    ],
+)
+def test_a_name_resolving_into_an_allowed_address_is_told_that_the_entry_allows_only_addresses(
+    url, allowed, address, entry
+):
+    """An address or a network listed allows a URL that writes an address in it, not a name that
+    resolves to one: the refusal of the name says so, and to list the name, rather than sending
+    an operator who has listed the address to PLANTS_WEBHOOKS_ALLOW_HOSTS as if it lacked it."""
+    host = url.split("//")[1].split(":")[0]
+    with pytest.raises(AddressRefused) as refused:
+        target(url, allowed, resolver(address))
+    assert f"its entry {entry} allows a URL that writes an address in it, not a name" in str(refused.value)
+    assert f"list {host} itself" in str(refused.value)
+    with pytest.raises(AddressRefused) as unlisted:
+        target(url, ("10.0.0.0/8",), resolver(address))
+    assert "its entry" not in str(unlisted.value)
+    target(url, (host,), resolver(address))
