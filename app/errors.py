@@ -361,6 +361,20 @@ class StoreNotAnswering(ServiceUnavailable):
         super().__init__("The plant store is not answering right now; retry shortly.", retry_after=1)
 
 
+class StoreReadOnly(ServiceUnavailable):
+    """A write met a read-only replica (Redis's READONLY, redis-py's ReadOnlyError), which refused
+    it whole. A retry meets the same replica: only its operator can act, so it says so, and not
+    "retry shortly"."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The plant store is a read-only replica, which takes none of this request's writes (a change,"
+            " or a rate limit's count): retries meet the same refusal until its operator points the"
+            " service at the primary (PLANTS_STORE_URL). Nothing was changed.",
+            retry_after=60,
+        )
+
+
 class StoreNeedsMigration(ServiceUnavailable):
     def __init__(self) -> None:
         super().__init__(

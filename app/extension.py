@@ -18,7 +18,13 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
-from app.errors import ReplicasDidNotConfirm, StoreNeedsMigration, StoreNotAnswering, StoreValueUnreadable
+from app.errors import (
+    ReplicasDidNotConfirm,
+    StoreNeedsMigration,
+    StoreNotAnswering,
+    StoreReadOnly,
+    StoreValueUnreadable,
+)
 from app.http.cors import Cors
 from app.http.split_guard import SplitStoreGuard
 from app.metrics import Metrics
@@ -118,6 +124,14 @@ class PlantsState:
         if exc.reason == "unreadable":
             log.error("The plant store holds a value the service cannot read: %s", exc)
             return StoreValueUnreadable()
+        if exc.reason == "read_only":
+            log.error(
+                "The plant store at %s is a read-only replica, which takes no write: set PLANTS_STORE_URL"
+                " to its primary (%s)",
+                self.store_address,
+                exc,
+            )
+            return StoreReadOnly()
         if exc.reason == "replication":
             on = f" on node {exc.node}" if exc.node is not None else ""
             log.warning("The plant store's replicas did not confirm a write%s: %s", on, exc)

@@ -24,9 +24,15 @@ from flask_cors import CORS
 #: What clients send: the token, the body's type, preconditions, and the feed's resume position.
 ALLOW_HEADERS = ("Authorization", "Content-Type", "If-Match", "If-None-Match", "Last-Event-ID")
 #: What clients read: versions, next pages, created plants, when to retry, the request's id, the
-#: rate limit (app/auth/rate_limits.py), why a token was refused, and a deprecated operation's
-#: announcement (app/plants/deprecation.py), which a page must see as any client does.
+#: rate limit (app/auth/rate_limits.py), why a token was refused, a deprecated operation's
+#: announcement (app/plants/deprecation.py), and what a refusal says to send instead (a 415's
+#: `Accept-Patch` or `Accept-Encoding`, a 405's `Allow`), which a page must see as any client does.
+#: Every response header the document names is here, but those Fetch shows a page anyway
+#: (`Cache-Control`, `Content-Type`...).
 EXPOSE_HEADERS = (
+    "Accept-Encoding",
+    "Accept-Patch",
+    "Allow",
     "Deprecation",
     "Sunset",
     "ETag",

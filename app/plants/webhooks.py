@@ -119,7 +119,13 @@ def patch_webhook(endpoint_id: str) -> Response:
     patch, problems = load(_patch_schema, value)
     if patch is None:
         raise InvalidWebhook("WebhookPatch", problems)
-    url = _checked_url(state, patch["url"], "WebhookPatch") if "url" in patch else None
+    url = None
+    if "url" in patch:
+        # Its form is the body's (400 first, as the schema's); its host is looked up (a name
+        # server's wait, a refused address) only for an endpoint there is: else 404 at once.
+        url = _written_url(patch["url"], "WebhookPatch")
+        _found(endpoints, endpoint_id)
+        _check_host(state, url, "WebhookPatch")
     _check_precondition(endpoints, endpoint_id)
 
     def change(endpoint: Endpoint) -> dict[str, str]:
@@ -336,14 +342,28 @@ def _caller_key(state: PlantsState) -> bytes:
 
 
 def _checked_url(state: PlantsState, url: str, body: str) -> str:
+    """The URL as it is kept (`_written_url`), once its host is checked (`_check_host`)."""
+    url = _written_url(url, body)
+    _check_host(state, url, body)
+    return url
+
+
+def _written_url(url: str, body: str) -> str:
     """The URL as it is kept, its scheme and host in lower case and its non-ASCII characters
-    percent-encoded; 400 naming `url` when it is malformed or its host resolves to a refused
-    address, the message naming `body` as the document names the record it came in. A name that
-    does not resolve (yet) is accepted: each delivery checks it again. 503 when the name is being
-    resolved still."""
+    percent-encoded; 400 naming `url` when it is malformed, the message naming `body` as the
+    document names the record it came in. Its host is not looked up."""
     try:
         check_url(url)
-        url = encoded(normalized(url))
+    except UrlRefused as exc:
+        raise InvalidWebhook(body, {"url": [str(exc)]}) from None
+    return encoded(normalized(url))
+
+
+def _check_host(state: PlantsState, url: str, body: str) -> None:
+    """400 naming `url` when a written URL's host is, or resolves to, a refused address (as
+    `_written_url` says). A name that does not resolve (yet) is accepted: each delivery checks it
+    again. 503 when the name is being resolved still."""
+    try:
         settings = state.settings
         resolve = _lookups.for_owner(_caller_key(state), settings.webhooks_lookup_wait)
         target(url, settings.webhooks_allow_hosts, resolve)
@@ -354,4 +374,3 @@ def _checked_url(state: PlantsState, url: str, body: str) -> str:
             raise InvalidWebhook(body, {"url": [str(exc)]}) from None
     except UrlRefused as exc:
         raise InvalidWebhook(body, {"url": [str(exc)]}) from None
-    return url

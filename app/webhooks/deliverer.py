@@ -61,6 +61,12 @@ REFRESH_S = 30.0
 RENEW_S = 3.0
 #: How long a process leaves an endpoint alone after its drain failed other than by an attempt.
 HOLD_S = 5.0
+#: How long a process leaves an endpoint alone after the store refused or failed one of its drain's
+#: calls (an acknowledgement, say): twice as long after each such failure in a row, at most
+#: `STORE_WAIT_MAX_S`. Its event is sent again after the wait, not at once and again while the
+#: store keeps refusing.
+STORE_WAIT_S = 1.0
+STORE_WAIT_MAX_S = 30.0
 #: How long a stop waits for the drains whose attempts it cut off to end.
 CUT_OFF_S = 1.0
 
@@ -75,6 +81,8 @@ class InFlight:
         self.busy: dict[str, Future[None]] = {}
         #: Endpoints this process does not lease until the monotonic time given.
         self.held: dict[str, float] = {}
+        #: Each endpoint's drains in a row that the store failed (`STORE_WAIT_S`).
+        self.store_failures: dict[str, int] = {}
         #: Each drain under way, by its endpoint's id; changed, and its drains withdrawn, under
         #: `_running_lock`, so that no withdrawal outlives its drain to cut the thread's next one.
         self.running: dict[str, EndpointDrain] = {}
@@ -82,7 +90,7 @@ class InFlight:
         self._renewed = 0.0
 
     def open(self) -> None:
-        self.busy, self.held = {}, {}
+        self.busy, self.held, self.store_failures = {}, {}, {}
         self.pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="webhooks-send")
 
     def close(self, deadline: float) -> None:
@@ -118,8 +126,19 @@ class InFlight:
             self.running[endpoint.id] = drain
         try:
             drain.run()
+            self.store_failures.pop(endpoint.id, None)
         except StoreUnavailableError as exc:
-            log.warning("Webhooks: the store did not answer while delivering to %s (%s)", endpoint.id, exc)
+            # Sent again at the next look, its event would be sent again and again while the
+            # store refuses its acknowledgement (hundreds of times a second).
+            failures = self.store_failures[endpoint.id] = self.store_failures.get(endpoint.id, 0) + 1
+            wait = doubling(STORE_WAIT_S, STORE_WAIT_MAX_S, failures)
+            self.held[endpoint.id] = time.monotonic() + wait
+            log.warning(
+                "Webhooks: the store did not answer while delivering to %s (%s); it waits %.0f s",
+                endpoint.id,
+                exc,
+                wait,
+            )
         except Exception:
             # Not an attempt's failure (those are outcomes): a fault here would repeat at every
             # look, so this process leaves the endpoint alone for a while.
@@ -175,8 +194,10 @@ class InFlight:
         self, endpoints: list[Endpoint], position: bytes | None, now: float, now_ms: int
     ) -> list[str]:
         """The enabled endpoints behind the feed, due, neither draining nor held off."""
-        if self.held:
-            self.held = {endpoint_id: until for endpoint_id, until in self.held.items() if until > now}
+        # Pruned in place: a drain's thread may hold an endpoint off meanwhile.
+        for endpoint_id, until in list(self.held.items()):
+            if until <= now and self.held.get(endpoint_id, math.inf) <= now:
+                self.held.pop(endpoint_id, None)
         return [
             endpoint.id
             for endpoint in endpoints
@@ -202,6 +223,8 @@ class Schedule:
         self.refresh_at = 0.0
         #: When the earliest retry falls due (ms since the epoch), 0 when none is pending.
         self.next_due_ms = 0
+        #: When the earliest hold on an endpoint ends (monotonic), 0.0 when none is held off.
+        self.held_until = 0.0
 
     def due(self, position: bytes | None, busy: bool, now: float, now_ms: int) -> bool:
         """Whether this look reads the endpoints (else it costs one call to the store)."""
@@ -212,6 +235,7 @@ class Schedule:
             or position != self.seen_position
             or now >= self.refresh_at
             or bool(self.next_due_ms and now_ms >= self.next_due_ms)
+            or bool(self.held_until and now >= self.held_until)
         )
 
     def read(self, endpoints: list[Endpoint], enabled: set[str], position: bytes | None, now: float) -> None:
@@ -225,11 +249,42 @@ class Schedule:
         """The seconds until the next look (None: until something wakes it)."""
         if busy:
             return POLL_S
+        until_held = max(0.001, self.held_until - time.monotonic()) if self.held_until else math.inf
         if forever:
-            return None
+            return None if until_held == math.inf else until_held
         if self.next_due_ms:
-            return min(IDLE_S, max(0.001, (self.next_due_ms - epoch_ms()) / 1000))
-        return IDLE_S
+            return min(IDLE_S, until_held, max(0.001, (self.next_due_ms - epoch_ms()) / 1000))
+        return min(IDLE_S, until_held)
+
+
+def doubling(first: float, most: float, failures: int) -> float:
+    """The wait after `failures` in a row: `first`, twice as long after each, at most `most`."""
+    return min(most, first * 2 ** min(failures - 1, 16))
+
+
+class Looks:
+    """The coordinator's looks that failed in a row: each logged, and the wait after it."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.failing_store = False
+
+    def answered(self) -> None:
+        self.failures = 0
+        if self.failing_store:
+            log.info("Webhooks: the store answers again; delivering")
+            self.failing_store = False
+
+    def failed(self, exc: Exception) -> float:
+        """The wait after this failed look: POLL_S, twice as long after each failure in a row,
+        at most IDLE_S (a change in the process still wakes it at once)."""
+        if not isinstance(exc, StoreUnavailableError):
+            log.error("Webhooks: the deliverer failed; it carries on", exc_info=exc)
+        elif not self.failing_store:
+            log.warning("Webhooks: the store did not answer (%s); deliveries wait for it", exc)
+            self.failing_store = True
+        self.failures += 1
+        return doubling(POLL_S, IDLE_S, self.failures)
 
 
 class Deliverer:
@@ -255,7 +310,7 @@ class Deliverer:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self.drains = InFlight(self)
-        self._failing_store = False
+        self._looks = Looks()
         self._wake = threading.Event()
         self.schedule = Schedule()
         #: Whether the last read of the endpoints found one enabled: until then a write's `wake`
@@ -335,18 +390,12 @@ class Deliverer:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            wait: float | None = POLL_S
+            wait: float | None
             try:
                 wait = self.run_once()
-                if self._failing_store:
-                    log.info("Webhooks: the store answers again; delivering")
-                    self._failing_store = False
-            except StoreUnavailableError as exc:
-                if not self._failing_store:
-                    log.warning("Webhooks: the store did not answer (%s); deliveries wait for it", exc)
-                    self._failing_store = True
-            except Exception:
-                log.exception("Webhooks: the deliverer failed; it carries on")
+                self._looks.answered()
+            except Exception as exc:
+                wait = self._looks.failed(exc)
             self._wake.wait(wait)
 
     @property
@@ -382,7 +431,9 @@ class Deliverer:
         self.lanes.keep_only({e.id for e in endpoints})
         drains.withdraw_moved(endpoints)
         schedule.read(endpoints, enabled, position, now)
-        if drains.start(drains.waiting(endpoints, position, now, epoch_ms())):
+        waiting = drains.waiting(endpoints, position, now, epoch_ms())
+        schedule.held_until = min(drains.held.values(), default=0.0)
+        if drains.start(waiting):
             # Another process drains one; look again once it may have let go.
             schedule.refresh_at = min(schedule.refresh_at, now + IDLE_S)
         return schedule.pause(bool(drains.busy), self._asleep)

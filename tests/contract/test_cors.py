@@ -102,6 +102,66 @@ def test_answers_carry_the_origin_and_expose_what_clients_read(make_app):
     assert refused.headers["Access-Control-Allow-Origin"] == PAGE
 
 
+#: The response headers a browser shows a page's script without exposing them (Fetch's
+#: CORS-safelisted response-header names).
+SAFELISTED = {
+    "cache-control",
+    "content-language",
+    "content-length",
+    "content-type",
+    "expires",
+    "last-modified",
+    "pragma",
+}
+
+
+def documented_response_headers(node) -> set[str]:
+    """Every response header the served document names."""
+    if isinstance(node, list):
+        return set().union(*map(documented_response_headers, node))
+    if not isinstance(node, dict):
+        return set()
+    names = set().union(*map(documented_response_headers, node.values()))
+    for answer in (node.get("responses") or {}).values():
+        if isinstance(answer, dict):
+            names |= set(answer.get("headers") or {})
+    return names
+
+
+def test_every_header_the_document_answers_with_is_exposed(make_app):
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    documented = documented_response_headers(client.get("/openapi.json").json)
+    assert {"Accept-Patch", "Accept-Encoding", "ETag"} <= documented
+    exposed = client.get("/plants", headers={**AUTH, "Origin": PAGE}).headers["Access-Control-Expose-Headers"]
+    assert {name for name in documented if name.lower() not in SAFELISTED} <= set(exposed.split(", "))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "status", "header"),
+    [
+        ("PATCH", "/plants/1", {"Content-Type": "text/plain"}, b"{}", 415, "Accept-Patch"),
+        (
+            "POST",
+            "/plants",
+            {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            b"{}",
+            415,
+            "Accept-Encoding",
+        ),
+        ("POST", "/plants/1", {}, None, 405, "Allow"),
+    ],
+)
+def test_a_refusal_a_page_can_act_on_exposes_what_it_says(
+    make_app, method, path, headers, body, status, header
+):
+    """The 415's `Accept-Patch` or `Accept-Encoding` (what to send instead), and the 405's `Allow`."""
+    client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
+    answer = client.open(path, method=method, data=body, headers={**AUTH, "Origin": PAGE, **headers})
+    assert answer.status_code == status
+    assert header in answer.headers
+    assert header in answer.headers["Access-Control-Expose-Headers"].split(", ")
+
+
 def test_other_origins_get_no_cors_header_and_every_answer_varies_by_origin(make_app):
     client = make_app(PLANTS_CORS_ORIGINS=PAGE).test_client()
     for origin in (

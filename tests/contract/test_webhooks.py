@@ -383,6 +383,18 @@ def test_an_unknown_endpoint_is_404_on_every_operation(client, auth):
         assert "wh_none" in error_of(response, 404)["message"]
 
 
+@pytest.mark.parametrize("url", ["http://10.0.0.1/hook", "http://[::1]/hook", "http://localhost:9/hook"])
+def test_a_patch_of_an_unknown_endpoints_url_is_404_whatever_its_host(client, auth, url):
+    """The host of a new URL is judged (looked up) only for an endpoint there is."""
+    response = client.patch("/webhooks/wh_none", json={"url": url}, headers=auth)
+    assert "wh_none" in error_of(response, 404)["message"]
+
+
+def test_a_patch_of_an_unknown_endpoint_to_a_malformed_url_is_400_as_any_invalid_body(client, auth):
+    response = client.patch("/webhooks/wh_none", json={"url": "ftp://example.com/"}, headers=auth)
+    assert "url" in error_of(response, 400)["details"]
+
+
 def test_delete_is_204_then_404(client, auth):
     hook = register(client, auth)
     response = client.delete(f"/webhooks/{hook['id']}", headers=auth)

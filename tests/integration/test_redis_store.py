@@ -233,15 +233,42 @@ def test_a_redis_user_with_the_documented_acl_runs_every_part_of_the_service(tmp
         redis.stop()
 
 
-def test_a_read_only_replica_is_503(redis_server, tmp_path):
+READ_ONLY = (
+    "The plant store is a read-only replica, which takes none of this request's writes (a change, or a"
+    " rate limit's count): retries meet the same refusal until its operator points the service at the"
+    " primary (PLANTS_STORE_URL). Nothing was changed."
+)
+
+
+def test_a_read_only_replica_is_503_saying_no_retry_will_write(redis_server, tmp_path):
+    """A replica does not become writable by a retry: the 503 says what it is and who can act,
+    not "retry shortly"; its reads are still answered."""
     replica = RedisServer(tmp_path, "--replicaof", "127.0.0.1", str(redis_server.port))
     server = redis_gunicorn(redis_settings(replica), workers=1)
     try:
         status, headers, body = create(server.port, {"id": 1, "name": "Fern"})
-        assert_error(status, headers, body, 503)
-        assert headers["Retry-After"] == "1"
+        message = assert_error(status, headers, body, 503)["message"]
+        assert message == READ_ONLY
+        assert headers["Retry-After"] == "60"
+        status, _, _ = call(server.connection(), "GET", "/plants", headers=AUTH)
+        assert status == 200
     finally:
         server.stop()
+        replica.stop()
+    said = "is a read-only replica, which takes no write: set PLANTS_STORE_URL to its primary"
+    assert said in server.output()
+
+
+def test_with_rate_limits_a_read_only_replica_refuses_reads_too_saying_why(redis_server, tmp_path):
+    """A rate limit's count is a write: with limits on, a read meets the replica's refusal too."""
+    replica = RedisServer(tmp_path, "--replicaof", "127.0.0.1", str(redis_server.port))
+    try:
+        settings = {"PLANTS_API_TOKENS": TOKEN, "PLANTS_RATE_LIMIT": "100/second", **redis_settings(replica)}
+        app = create_app(settings)
+        answer = app.test_client().get("/plants", headers=AUTH)
+        plants_state(app).close()
+        assert (answer.status_code, answer.json["message"]) == (503, READ_ONLY)
+    finally:
         replica.stop()
 
 

@@ -163,3 +163,19 @@ def test_the_retry_finds_the_host_resolved(tmp_path, late_name_server):
         assert status == 201, body
     finally:
         server.stop()
+
+
+def test_a_patch_of_an_unknown_endpoint_waits_on_no_name_server(tmp_path, silent_name_server):
+    """404 at once: the new URL's host is looked up only for an endpoint there is (it was looked
+    up first, and the answer was the lookup's 503)."""
+    server = serving(tmp_path, silent_name_server)
+    try:
+        url = {"url": "http://never-answered.example/hook"}
+        status, headers, body = call(server.connection(), "PATCH", "/webhooks/wh_none", url, AUTH)
+        assert "wh_none" in assert_error(status, headers, body, 404)["message"]
+        # Nor did it start a lookup that holds the client's next one back.
+        status, headers, body = call(server.connection(), "POST", "/webhooks", url, AUTH)
+        record = assert_error(status, headers, body, 503)
+        assert "never-answered.example could not be checked yet: it is being resolved" in record["message"]
+    finally:
+        server.stop()

@@ -5,7 +5,9 @@
 -- Answers {1, status, revision}, {2, status, revision} having stored nothing as the revision
 -- moved, or {0} having stored nothing. Each outcome comes with a token of its own, kept in the
 -- endpoint's `ack` field: a second run of one (its reply lost, the script sent again) finds it
--- there and stores nothing more, so that its attempt is listed once.
+-- there and stores nothing more, so that its attempt is listed once. What can fail is checked
+-- before anything is written (Redis does not undo a script's writes before its error): an
+-- attempts key of another kind (another program's) refuses the whole outcome, not its attempt.
 local lease_key = KEYS[1]
 local endpoint_key = KEYS[2]
 local attempts_key = KEYS[3]
@@ -22,6 +24,10 @@ local fields_at = 10
 
 if redis.call('GET', lease_key) ~= owner then return {0} end
 if redis.call('HGET', endpoint_key, 'epoch') ~= epoch then return {0} end
+local attempts_type = redis.call('TYPE', attempts_key)['ok']
+if attempt ~= '' and attempts_type ~= 'list' and attempts_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE the endpoint\'s attempts key holds a ' .. attempts_type .. ', not a list')
+end
 local answer = 1
 if redis.call('HGET', endpoint_key, 'ack') == token then
   -- stored by this outcome's first run
