@@ -24,8 +24,9 @@ from flask_cors import CORS
 #: What clients send: the token, the body's type, preconditions, and the feed's resume position.
 ALLOW_HEADERS = ("Authorization", "Content-Type", "If-Match", "If-None-Match", "Last-Event-ID")
 #: What clients read: versions, next pages, created plants, when to retry, the request's id, the
-#: rate limit (app/auth/rate_limits.py), why a token was refused, and a deprecated operation's
-#: announcement (app/plants/deprecation.py), which a page must see as any client does.
+#: rate limit (app/auth/rate_limits.py), why a token was refused, the patch type a refused PATCH
+#: asks for (its 415's `Accept-Patch`, RFC 5789 §2.2), and a deprecated operation's announcement
+#: (app/plants/deprecation.py), which a page must see as any client does.
 EXPOSE_HEADERS = (
     "Deprecation",
     "Sunset",
@@ -38,6 +39,7 @@ EXPOSE_HEADERS = (
     "RateLimit-Remaining",
     "RateLimit-Reset",
     "WWW-Authenticate",
+    "Accept-Patch",
 )
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Seconds a browser may reuse a preflight's answer (Chromium caps it at 7200).
