@@ -65,11 +65,7 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
 
     With `merge_patch`, `application/merge-patch+json` (RFC 7396) is read as JSON is.
     """
-    # Only a server that leaves Transfer-Encoding in the environ gets past here with one (gunicorn's
-    # gthread; the packaged worker refuses the request itself): its `chunked` is decoded already.
-    transfer = req.environ.get("HTTP_TRANSFER_ENCODING")
-    if transfer and (coding := _coding_besides(transfer, _TRANSFER_CODINGS_READ)):
-        raise TransferCodedBody(coding)
+    # A transfer coding besides chunked never gets here: the guard refuses it (`transfer_coded`).
     content = req.environ.get("HTTP_CONTENT_ENCODING")
     if content and (coding := _coding_besides(content, _CONTENT_CODINGS_READ)):
         raise (EncodedPatch if merge_patch else EncodedBody)(coding)
@@ -104,6 +100,18 @@ def read_json_object(req: Request, record: str, *, merge_patch: bool = False) ->
 #: The codings a body is read in: none that changes its bytes (and a server's decoded `chunked`).
 _CONTENT_CODINGS_READ = frozenset({"identity"})
 _TRANSFER_CODINGS_READ = frozenset({"identity", "chunked"})
+
+
+def transfer_coded(environ: dict[str, Any]) -> TransferCodedBody | None:
+    """The 501 of a request in a transfer coding besides chunked, whatever its method, as the
+    packaged worker's parser and nginx refuse it (RFC 9112 §6.1); None for any other. Only a server
+    that leaves Transfer-Encoding in the environ hands one on (gunicorn's gthread, whose parser
+    takes gzip, deflate and compress and decodes only the chunks): a body never read (a DELETE's)
+    left it unseen, and the request was served."""
+    transfer = environ.get("HTTP_TRANSFER_ENCODING")
+    if transfer and (coding := _coding_besides(transfer, _TRANSFER_CODINGS_READ)):
+        return TransferCodedBody(coding)
+    return None
 
 
 def _coding_besides(field: str, read: frozenset[str]) -> str | None:

@@ -29,6 +29,7 @@ from app.schemas.parameters import load_events_query
 from app.store import EVENT_TYPES, Event, FeedExpiredError, PlantStore
 from app.watch.filters import EventFilter, scan
 from app.watch.parkable import PARKING
+from app.watch.wake_up import client_left
 from app.watch.watcher_caps import WatchersFull
 from app.watch.watches import EventStream, LongPoll, Watch
 
@@ -192,6 +193,8 @@ def _start(
         "expires": caller.expires,
         "holds": state.auth.holding(request.headers.get("Authorization")),
         "parkable": bool(request.environ.get(PARKING)),
+        # Where it blocks in this thread, it looks whether its client left (a parked one's server does).
+        "client_left": client_left(request.environ),
         "records": event_records,
         "only": only,
     }

@@ -1,5 +1,5 @@
-"""The plants blueprint's one before-request guard: timing, the bearer token, rate limits, scope,
-and, for a caller let in, a path whose segments are not UTF-8.
+"""The plants blueprint's one before-request guard: a transfer coding it cannot read, timing, the
+bearer token, rate limits, scope, and, for a caller let in, a path whose segments are not UTF-8.
 
 What each view needs comes from the route table (app/plants/routes.py). A refusal is returned,
 not raised: Flask then answers with it and skips the view, without its exception handling. An
@@ -17,6 +17,7 @@ from app.auth.rate_limits import remember
 from app.auth.watch_tickets import TICKET_CALLER
 from app.errors import InvalidParameters, MalformedTicket, RateLimitExceeded
 from app.extension import plants_state
+from app.http.body import transfer_coded
 from app.http.error_handler import error_response
 from app.http.paths import doubled_leading_slash
 from app.metrics import start_timer
@@ -36,6 +37,8 @@ def guard() -> Response | None:
     environ = req.environ
     if environ.get("PATH_INFO", "")[1:2] == "/":  # inline: the guard runs on every request
         return doubled_leading_slash()
+    if "HTTP_TRANSFER_ENCODING" in environ and (coded := transfer_coded(environ)) is not None:
+        return error_response(coded)  # before all else, as the packaged worker's parser answers it
     state = plants_state(current_app._get_current_object())  # type: ignore[attr-defined]
     if state.metrics is not None:
         start_timer(environ)  # refusals are timed too

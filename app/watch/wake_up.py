@@ -1,13 +1,15 @@
 """A watch's wake-up: the callable its server hands it, filed with the feed signal for the next
 change that may concern it, or with the wake gate for the end of a read slot (wake_gate.py) when
 its last read found none free; the read slot itself; and, where no server parks the watch, the
-wait in its own request thread for the same wake-up.
+wait in its own request thread for the same wake-up, looking meanwhile whether its client left.
 
 The watch (watches.py) decides what to read and what to answer; this decides when it is woken.
 """
 
 from __future__ import annotations
 
+import math
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +17,31 @@ from typing import Any
 
 from app.watch.feed_signal import FeedSignal
 from app.watch.filters import EventFilter
+
+#: Where no server parks a watch: how often its thread looks whether its client left.
+LEFT_LOOK_SECONDS = 1.0
+#: The environ keys of the client's socket: gunicorn's workers' and Werkzeug's development server's.
+_SOCKET_KEYS = ("gunicorn.socket", "werkzeug.socket")
+
+
+def client_left(environ: dict[str, Any]) -> Callable[[], bool] | None:
+    """Whether the request's client has closed its side of the connection, asked of its socket as
+    the packaged worker's epoll asks of a parked watch's (EPOLLRDHUP; bytes it sent, a pipelined
+    request, are no leaving); None where the server hands over no socket."""
+    sock = next((environ[key] for key in _SOCKET_KEYS if key in environ), None)
+    fileno = getattr(sock, "fileno", None)
+    if fileno is None:
+        return None
+
+    def left() -> bool:
+        try:
+            poller = select.poll()
+            poller.register(fileno(), select.POLLRDHUP)
+            return bool(poller.poll(0))  # POLLHUP and POLLERR are always reported too
+        except (OSError, ValueError):  # closed already
+            return True
+
+    return left
 
 
 class NoReadSlot(Exception):
@@ -24,8 +51,12 @@ class NoReadSlot(Exception):
 class WakeUp:
     """One watch's wake-up and read slot."""
 
-    def __init__(self, signal: FeedSignal, only: EventFilter | None) -> None:
+    def __init__(
+        self, signal: FeedSignal, only: EventFilter | None, left: Callable[[], bool] | None = None
+    ) -> None:
         self.signal, self.only = signal, only
+        #: Whether its client left (`client_left`), looked at while it blocks; None: never asked.
+        self.left = left
         #: The server's wake-up, as last handed over (None: never).
         self.wake: Callable[[], None] | None = None
         #: No read slot was free: the next wake-up is filed with the gate, not the signal.
@@ -66,11 +97,21 @@ class WakeUp:
         finally:
             gate.leave()
 
-    def block(self, seen: int, deadline: float) -> None:
+    def block(self, seen: int, deadline: float) -> bool:
         """Not parked by any server: wait in this request thread, holding it, for the same wake-up
-        as a parked watch's (here an Event's `set`) or the `time.monotonic()` deadline."""
+        as a parked watch's (here an Event's `set`) or the `time.monotonic()` deadline. True when
+        its client left meanwhile (looked at every LEFT_LOOK_SECONDS): the watch then ends, giving
+        back its thread and its place, as a parked one does when the packaged worker sees it."""
         woken = threading.Event()
         wake = woken.set  # one bound method: the signal files and removes it by its id
         self.file(wake, seen)
-        woken.wait(max(0.0, deadline - time.monotonic()))
-        self.signal.unsubscribe(wake)
+        look = math.inf if self.left is None else LEFT_LOOK_SECONDS
+        try:
+            while not woken.wait(max(0.0, min(deadline - time.monotonic(), look))):
+                if self.left is None or time.monotonic() >= deadline:
+                    return False
+                if self.left():
+                    return True
+            return False
+        finally:
+            self.signal.unsubscribe(wake)

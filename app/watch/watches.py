@@ -72,6 +72,7 @@ class Watch:
         parkable: bool,
         records: Callable[[list[Any]], list[dict[str, Any]]],
         only: EventFilter | None = None,
+        client_left: Callable[[], bool] | None = None,
     ) -> None:
         self.store, self.signal, self.position, self.only = store, signal, position, only
         self.cursor_key, self.caller, self.records = cursor_key, caller, records
@@ -86,7 +87,7 @@ class Watch:
         self.authority_ends = math.inf if expires is None else time.monotonic() + expires - time.time()
         self.stopping = self.done = False
         self._released = False
-        self._wake_up = WakeUp(signal, only)
+        self._wake_up = WakeUp(signal, only, client_left)  # asked only where it blocks
         #: It answered "nothing yet" and was not subscribed since: nobody parked it.
         self._unsubscribed = False
         signal.reads.stand(position)
@@ -203,9 +204,10 @@ class Watch:
 
     def _block(self) -> None:
         """Not parked by any server (stock gthread, `flask run`, a host's middleware that wraps
-        this iterable): wait in this request thread, holding it, for the wake-up or the deadline."""
+        this iterable): wait in this request thread, holding it, for the wake-up or the deadline;
+        a client that left meanwhile ends it."""
         self._unsubscribed = False
-        self._wake_up.block(self.seen, self.deadline())
+        self.done = self._wake_up.block(self.seen, self.deadline())
 
 
 class LongPoll(Watch):
