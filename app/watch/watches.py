@@ -207,7 +207,8 @@ class Watch:
         this iterable): wait in this request thread, holding it, for the wake-up or the deadline;
         a client that left meanwhile ends it."""
         self._unsubscribed = False
-        self.done = self._wake_up.block(self.seen, self.deadline())
+        if self._wake_up.block(self.seen, self.deadline()):
+            self.done = True  # never False: what ended it meanwhile (a close, a stop) stands
 
 
 class LongPoll(Watch):
