@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import RAISE, Schema, fields, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app.compat.marshmallow import FlatSchema, PlainField
 from app.store import Plant
@@ -16,15 +16,28 @@ NAME_MAX_LENGTH = 200
 TAG_MAX_LENGTH = 100
 
 
+#: A name or tag of white space alone (" ", a tab, U+3000) reads as none in every list or page,
+#: and no one can tell two such plants apart: refused. White space around a character is kept.
+BLANK = "Must have a character other than white space."
+
+
+def _not_blank(value: str) -> None:
+    if value.isspace():
+        raise ValidationError(BLANK)
+
+
 class BoundedString(PlainField, fields.String):
-    """A string of `min_length` to `max_length` code points, declared with marshmallow's Length."""
+    """A string of `min_length` to `max_length` code points, not all white space, declared with
+    marshmallow's Length."""
 
     def __init__(self, *, min_length: int, max_length: int, **kwargs: Any) -> None:
-        super().__init__(validate=validate.Length(min=min_length, max=max_length), **kwargs)
+        super().__init__(validate=[validate.Length(min=min_length, max=max_length), _not_blank], **kwargs)
         self._min_length, self._max_length = min_length, max_length
 
     def is_plain(self, value: Any) -> bool:
-        return type(value) is str and self._min_length <= len(value) <= self._max_length
+        return (
+            type(value) is str and self._min_length <= len(value) <= self._max_length and not value.isspace()
+        )
 
 
 class StrictInt64(PlainField, fields.Integer):

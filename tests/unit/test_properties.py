@@ -57,8 +57,9 @@ plant_like = st.fixed_dictionaries(
         "tags": json_scalars,
     },
 )
-names = st.text(min_size=1, max_size=200)
-tags = st.text(min_size=1, max_size=100)
+# A name or tag of white space alone is refused (app/schemas/records.py).
+names = st.text(min_size=1, max_size=200).filter(lambda text: not text.isspace())
+tags = st.text(min_size=1, max_size=100).filter(lambda text: not text.isspace())
 
 new_plant_schema = NewPlantSchema()
 plant_schema = PlantSchema()
@@ -82,7 +83,13 @@ def is_valid_new_plant(value) -> bool:
         and _integral_id(value.get("id"))
         and isinstance(value.get("name"), str)
         and 1 <= len(value["name"]) <= 200
-        and ("tag" not in value or (isinstance(value["tag"], str) and 1 <= len(value["tag"]) <= 100))
+        and not value["name"].isspace()
+        and (
+            "tag" not in value
+            or (
+                isinstance(value["tag"], str) and 1 <= len(value["tag"]) <= 100 and not value["tag"].isspace()
+            )
+        )
     )
 
 
@@ -103,14 +110,19 @@ def test_any_json_value_loads_or_is_refused_per_field(value):
         assert loaded == value
 
 
+def not_blank(value: str) -> None:
+    if value.isspace():
+        raise ValidationError("Must have a character other than white space.")
+
+
 class PlainMarshmallowNewPlant(Schema):
     """The NewPlant schema in stock marshmallow fields: the oracle for app.schemas' shortcuts."""
 
     class Meta:
         unknown = RAISE
 
-    name = fields.String(required=True, validate=validate.Length(min=1, max=NAME_MAX_LENGTH))
-    tag = fields.String(validate=validate.Length(min=1, max=TAG_MAX_LENGTH))
+    name = fields.String(required=True, validate=[validate.Length(min=1, max=NAME_MAX_LENGTH), not_blank])
+    tag = fields.String(validate=[validate.Length(min=1, max=TAG_MAX_LENGTH), not_blank])
     id = fields.Integer(required=True, strict=True, validate=validate.Range(min=INT64_MIN, max=INT64_MAX))
 
 
