@@ -27,6 +27,15 @@ def accepted_token(token: str, accepted: Iterable[bytes]) -> bytes | None:
 NO_CREDENTIALS = MissingCredentials(
     "This operation needs an 'Authorization: Bearer <token>' header.", reason="missing"
 )
+#: No Authorization header, and a `?ticket=` on an operation other than the watch: told where a
+#: ticket goes, as TICKET_AS_TOKEN tells it sent as the bearer token. Still the bare challenge:
+#: no credentials were sent where this operation reads them (RFC 6750 §3.1).
+TICKET_WITHOUT_TOKEN = MissingCredentials(
+    "This operation needs an 'Authorization: Bearer <token>' header: a watch ticket opens only the"
+    " watch of the feed, GET /events?ticket=... (a stream or a long-poll). Send the token that minted"
+    " it here.",
+    reason="missing",
+)
 NOT_BEARER = MissingCredentials("The Authorization header must use the Bearer scheme.", reason="not_bearer")
 #: `Bearer<TAB>token`, `Bearertoken`: the scheme is Bearer, its separator is not a space.
 NOT_SPACED = MissingCredentials(

@@ -14,6 +14,7 @@ from flask import Request, Response, current_app, request
 
 from app.auth.caller import keep
 from app.auth.rate_limits import remember
+from app.auth.static import NO_CREDENTIALS, TICKET_WITHOUT_TOKEN
 from app.auth.watch_tickets import TICKET_CALLER
 from app.errors import InvalidParameters, MalformedTicket, RateLimitExceeded
 from app.extension import plants_state
@@ -67,6 +68,10 @@ def guard() -> Response | None:
                 problem, caller = state.auth.tickets.verify(ticket, state.store.cursor_key, query)
             if caller is not None:
                 environ[TICKET_CALLER] = caller
+    elif (
+        caller is None and problem is NO_CREDENTIALS and environ.get("QUERY_STRING") and "ticket" in req.args
+    ):
+        problem = TICKET_WITHOUT_TOKEN  # a ticket where a token is needed: told where a ticket goes
     if caller is not None:
         environ[CALLER_KIND] = caller.kind
         keep(caller)

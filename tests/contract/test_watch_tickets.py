@@ -99,6 +99,36 @@ def test_a_ticket_sent_as_a_bearer_token_is_told_where_a_ticket_goes(make_app, m
     )
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/plants"),
+        ("GET", "/plants/1"),
+        ("POST", "/plants"),
+        ("POST", "/events/tickets"),
+        ("GET", "/webhooks"),
+        ("GET", "/metrics"),
+    ],
+)
+@pytest.mark.parametrize("forged", [False, True])
+def test_a_ticket_in_the_query_of_another_operation_is_told_where_a_ticket_goes(
+    make_app, method, path, forged
+):
+    """`?ticket=` where a bearer header is needed (a page's first try with the ticket its watch
+    took) was told only that the operation needs an Authorization header: still that 401 with the
+    bare challenge (no credentials were sent there), it now says a ticket opens only the watch."""
+    client = make_app().test_client()
+    ticket = PREFIX + "A" * 60 if forged else mint(client)
+    answer = client.open(path, method=method, query_string={"ticket": ticket}, json={"id": 1, "name": "F"})
+    message = error_of(answer, 401)["message"]
+    assert message.startswith("This operation needs an 'Authorization: Bearer <token>' header")
+    assert "a watch ticket opens only the watch of the feed" in message
+    assert "GET /events?ticket=" in message
+    assert answer.headers["WWW-Authenticate"] == 'Bearer realm="plants"'
+    assert ticket not in message
+    assert "watch ticket" not in error_of(client.open(path, method=method), 401)["message"]
+
+
 @pytest.mark.parametrize("forged", [PREFIX + "AAAA", PREFIX + "A" * 60, PREFIX + "A" * 200])
 def test_a_forged_ticket_is_401(make_app, forged):
     client = make_app().test_client()
