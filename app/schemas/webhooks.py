@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import RAISE, Schema, ValidationError, fields, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, missing, validate
 
 from app.store import EVENT_TYPES
 
@@ -33,6 +33,20 @@ class EventTypes(fields.List):
         return [kind for kind in EVENT_TYPES if kind in types]
 
 
+class Refused(fields.Field):
+    """A field no request may set, refused with why and what to do instead, where marshmallow
+    would say only `Unknown field.` of a field every answer holds."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self._refusal = message
+
+    def deserialize(self, value: Any, attr: str | None = None, data: Any = None, **kwargs: Any) -> Any:
+        if value is missing:
+            return missing  # left out, as it should be
+        raise ValidationError(self._refusal)  # null too
+
+
 class NewWebhookSchema(Schema):
     class Meta:
         unknown = RAISE
@@ -40,6 +54,7 @@ class NewWebhookSchema(Schema):
     url = fields.String(required=True)
     events = EventTypes(allow_none=True)
     description = fields.String(validate=validate.Length(max=DESCRIPTION_MAX_LENGTH))
+    secret = Refused("The service makes each endpoint's secret, and the answer to the registration holds it.")
 
 
 class WebhookPatchSchema(Schema):
@@ -55,6 +70,10 @@ class WebhookPatchSchema(Schema):
         validate=validate.OneOf(
             ("enabled", "disabled"), error="Must be enabled or disabled (failing is set only by the service)."
         )
+    )
+    secret = Refused(
+        "The secret is never set by a PATCH: POST /webhooks/{id}/rotate gives the endpoint a new one"
+        " (the current one signs beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP)."
     )
 
 

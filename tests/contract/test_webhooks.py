@@ -370,6 +370,29 @@ def test_an_invalid_patch_is_400_naming_the_field_and_changes_nothing(client, au
     assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
 
 
+def test_a_patch_of_the_secret_is_400_pointing_to_rotate_and_changes_nothing(client, auth):
+    """`secret` was refused as an unknown field, though every answer holds one: the refusal now
+    says which operation changes it."""
+    hook = register(client, auth)
+    for secret in ("whsec_" + base64.b64encode(b"x" * 32).decode(), None):
+        response = client.patch(f"/webhooks/{hook['id']}", json={"secret": secret}, headers=auth)
+        assert error_of(response, 400)["details"] == {
+            "secret": [
+                "The secret is never set by a PATCH: POST /webhooks/{id}/rotate gives the endpoint a new"
+                " one (the current one signs beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP)."
+            ]
+        }
+    assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
+
+
+def test_a_registration_with_a_secret_is_400_saying_the_service_makes_it(client, auth):
+    response = client.post("/webhooks", json={"url": HOOK, "secret": "whsec_mine"}, headers=auth)
+    assert error_of(response, 400)["details"] == {
+        "secret": ["The service makes each endpoint's secret, and the answer to the registration holds it."]
+    }
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": []}
+
+
 def test_an_unknown_endpoint_is_404_on_every_operation(client, auth):
     for method, suffix, body in [
         ("GET", "", None),
