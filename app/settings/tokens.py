@@ -138,12 +138,18 @@ def _token_list(
     entries = values.get(key) or ()
     if not entries and values.get(f"{key}_FILE"):
         key = f"{key}_FILE"
-        entries = tuple(line.strip() for line in read_secret_file(key, values[key]).splitlines())
+        # A line whose first character other than a space is `#` is a comment (whose token this
+        # is, one retired): `#` is no bearer token's character, so no token is read as one. It
+        # keeps its place, as an empty line does, so that a refusal names the line it means.
+        lines = read_secret_file(key, values[key]).splitlines()
+        entries = tuple("" if line.strip().startswith("#") else line.strip() for line in lines)
         if not any(entries):
             # Named, yet empty: a file caught mid-rewrite, whose tokens would all stop working
             # (the read-only ones, or every static one beside JWTs, with no other error).
             raise ConfigurationError(
-                key, "names a file with no token in it: write one token a line, or unset it"
+                key,
+                "names a file with no token in it (only empty or comment lines): write one token"
+                " a line, or unset it",
             )
     # A file's entry is named by its line (empty lines count), a list's by its place.
     in_file = key.endswith("_FILE")
@@ -163,7 +169,8 @@ def _token_list(
             raise ConfigurationError(
                 key,
                 f"has a token ({where}) that is not a valid bearer token: "
-                "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='",
+                "use only A-Z a-z 0-9 - . _ ~ + / and trailing '='"
+                + (" (a comment is a line of its own, starting with #)" if in_file else ""),
             )
         if len(token) > MAX_TOKEN_LENGTH:
             raise ConfigurationError(

@@ -85,7 +85,7 @@ def test_tokens_from_file_when_tokens_unset(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ("tok-one\n\n# the dashboard's\ntok-two\n", "has a token (line 3) that is not a valid bearer token"),
+        ("tok-one\n\n# the dashboard's\ntok two\n", "has a token (line 4) that is not a valid bearer token"),
         ("tok-one\n\ntok-two@\n", "has a token (line 3) followed by '@' but no rate limit"),
         ("\ntok-one@often\n", "has a rate limit for the token on line 2 that is not a rate limit"),
     ],
@@ -99,6 +99,41 @@ def test_a_bad_entry_of_a_token_file_is_named_by_its_line(tmp_path, content, say
     with pytest.raises(ConfigurationError) as refused:
         api_tokens({"PLANTS_API_TOKENS_FILE": str(path)})
     assert f'PLANTS_API_TOKENS_FILE"] {says}' in str(refused.value)
+
+
+def test_a_token_file_takes_comment_lines_and_empty_ones(tmp_path):
+    """A mounted secret's file often says whose each token is: a line whose first character other
+    than a space is `#` is a comment (`#` is no bearer token's character). Its lines keep their
+    numbers in a refusal."""
+    path = tmp_path / "tokens"
+    path.write_text("# Plant Store tokens\n\n  # the dashboard's\ntok-one\n#tok-retired\ntok-two@10/second\n")
+    assert api_tokens({"PLANTS_API_TOKENS_FILE": str(path)}) == ("tok-one", "tok-two")
+    path.write_text("# the dashboard's\ntok-one\n\ntok two\n")
+    with pytest.raises(ConfigurationError, match=r"has a token \(line 4\) that is not a valid bearer token"):
+        api_tokens({"PLANTS_API_TOKENS_FILE": str(path)})
+
+
+def test_a_comment_after_a_token_is_refused_saying_a_comment_is_a_line_of_its_own(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("tok-one  # the dashboard's\n")
+    with pytest.raises(ConfigurationError) as refused:
+        api_tokens({"PLANTS_API_TOKENS_FILE": str(path)})
+    assert str(refused.value).endswith(
+        "has a token (line 1) that is not a valid bearer token: use only A-Z a-z 0-9 - . _ ~ + / and"
+        " trailing '=' (a comment is a line of its own, starting with #)"
+    )
+    assert "dashboard" not in str(refused.value)
+    with pytest.raises(ConfigurationError) as listed:
+        api_tokens({"PLANTS_API_TOKENS": "tok-one,#tok-two"})
+    assert "comment" not in str(listed.value)  # a list has no comments
+
+
+def test_a_token_file_of_comments_alone_has_no_token(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("# tokens go here, one a line\n\n")
+    with pytest.raises(ConfigurationError) as refused:
+        api_tokens({"PLANTS_API_TOKENS_FILE": str(path)})
+    assert "names a file with no token in it (only empty or comment lines)" in str(refused.value)
 
 
 def test_tokens_take_precedence_over_file(tmp_path):
