@@ -17,7 +17,7 @@ from typing import Any
 from marshmallow import ValidationError
 
 from app.settings.configuration_error import ConfigurationError, closest_name
-from app.settings.fields import is_dns_name
+from app.settings.fields import is_dns_name, without_address_dot
 from app.settings.jwt import JwtSettings, jwt_settings
 from app.settings.schema import DEFAULTS, FIELDS, SettingsSchema
 from app.settings.tokens import TokenSettings, read_secret_file, token_settings
@@ -34,6 +34,7 @@ __all__ = [
     "is_dns_name",
     "load_settings",
     "store_location",
+    "without_address_dot",
 ]
 
 _SCHEMA = SettingsSchema()

@@ -272,7 +272,7 @@ class Hosts(Entries):
     """Host names, IP addresses and CIDRs, comma-separated; never a link-local or unspecified one."""
 
     def check(self, value: Any) -> tuple[str, ...]:
-        hosts = super().check(value)
+        hosts = tuple(without_address_dot(host) for host in super().check(value))
         for host in hosts:
             try:
                 network = ipaddress.ip_network(host, strict=False)
@@ -297,6 +297,19 @@ class Hosts(Entries):
 
 
 _LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
+
+
+def without_address_dot(host: str) -> str:
+    """`host`, but an IPv4 address with a trailing dot (`127.0.0.1.`) without it: the address, as a
+    browser's URL parser reads it (WHATWG URL), where a resolver finds no such name. A name's dot
+    stays (a fully qualified name, looked up as written)."""
+    if host.endswith("."):
+        try:
+            ipaddress.IPv4Address(host[:-1])
+        except ValueError:
+            return host
+        return host[:-1]
+    return host
 
 
 class Origins(Entries):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from app.settings import is_dns_name
+from app.settings import is_dns_name, without_address_dot
 
 MAX_LENGTH = 2048
 
@@ -61,10 +61,13 @@ def check_url(url: object) -> None:
 
 def normalized(url: str) -> str:
     """A checked `url` with its scheme and host in lower case (RFC 3986 §6.2.2.1: they are
-    case-insensitive), its path and query as written: one endpoint's URL reads one way."""
+    case-insensitive), an IPv4 address's trailing dot dropped (it is the address, as
+    PLANTS_WEBHOOKS_ALLOW_HOSTS reads it), its path and query as written: one endpoint's URL
+    reads one way."""
     scheme, separator, rest = url.partition("://")
     end = len(re.split(r"[/?]", rest, maxsplit=1)[0])  # the authority: host and port, no userinfo
-    return scheme.lower() + separator + rest[:end].lower() + rest[end:]
+    host, colon, port = rest[:end].lower().partition(":")  # an IPv6 address's brackets keep their own
+    return scheme.lower() + separator + without_address_dot(host) + colon + port + rest[end:]
 
 
 def encoded(url: str) -> str:

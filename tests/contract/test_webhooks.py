@@ -11,6 +11,7 @@ import re
 import pytest
 
 from app.extension import plants_state
+from app.settings import ConfigurationError
 from tests.helpers import error_of
 
 TIME = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
@@ -250,6 +251,39 @@ def test_a_fully_qualified_name_with_its_trailing_dot_can_be_allowed(make_app, a
     assert "hooks.internal." in plants_state(app).settings.webhooks_allow_hosts
     hook = register(app.test_client(), auth, url="https://hooks.internal./hook")
     assert hook["url"] == "https://hooks.internal./hook"
+
+
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+def test_an_address_with_a_trailing_dot_is_that_address(client, auth, method):
+    """`127.0.0.1.` is the address, as a browser's URL parser reads it, not a name: it was taken as
+    a name no resolver finds, so the SSRF check waited for each delivery, and an address the
+    setting allows was not allowed. The dot is dropped, and the address checked as written."""
+    path = f"/webhooks/{register(client, auth)['id']}" if method == "PATCH" else "/webhooks"
+    answer = client.open(path, method=method, json={"url": "http://127.0.0.1.:9/hook"}, headers=auth)
+    assert answer.status_code in (200, 201), answer.json
+    assert answer.json["url"] == "http://127.0.0.1:9/hook"
+    for url, says in [
+        (
+            "http://169.254.169.254./latest/meta-data/",
+            "link-local and unspecified addresses are never sent to",
+        ),
+        ("http://10.0.0.1./hook", "not a globally reachable address"),
+    ]:
+        refused = error_of(client.open(path, method=method, json={"url": url}, headers=auth), 400)
+        assert says in refused["details"]["url"][0]
+        assert f"The host {url.split('/')[2][:-1]} resolves to" in refused["details"]["url"][0]
+
+
+@pytest.mark.parametrize("listed", ["127.0.0.1.", "127.0.0.0/8"])
+def test_the_allowance_reads_an_address_with_a_trailing_dot_as_the_address(make_app, auth, listed):
+    app = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS=listed, PLANTS_WEBHOOKS_DELIVER=False)
+    assert plants_state(app).settings.webhooks_allow_hosts == (listed.rstrip("."),)
+    assert register(app.test_client(), auth, url="http://127.0.0.1./hook")["url"] == "http://127.0.0.1/hook"
+
+
+def test_the_allowance_refuses_a_link_local_address_with_a_trailing_dot(make_app):
+    with pytest.raises(ConfigurationError, match=r"may not allow 169\.254\.169\.254: link-local"):
+        make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="169.254.169.254.")
 
 
 def test_a_host_that_does_not_resolve_yet_is_accepted(client, auth):
