@@ -33,7 +33,7 @@ from app.http.conditional import read_precondition, write_precondition
 from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
 from app.http.json_provider import json_response
 from app.http.links import url_of
-from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, load
+from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, as_read_problems, load
 from app.store import EVENT_TYPES, UNCONDITIONAL
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
@@ -129,6 +129,11 @@ def patch_webhook(endpoint_id: str) -> Response:
     _check_precondition(endpoints, endpoint_id)
 
     def change(endpoint: Endpoint) -> dict[str, str]:
+        # Judged against the endpoint the change is made to: one a delivery moved since it was
+        # read (`next_attempt`, `status_reason`) is refused rather than written past.
+        problems = as_read_problems(patch, record(endpoint))
+        if problems:
+            raise InvalidWebhook("WebhookPatch", problems)
         fields: dict[str, str] = {}
         events = patch.get("events", endpoint.events)
         changed = dataclasses.replace(

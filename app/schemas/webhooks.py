@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from hmac import compare_digest
+from typing import Any, ClassVar
 
 from marshmallow import RAISE, Schema, ValidationError, fields, missing, validate
 
@@ -47,9 +48,23 @@ class Refused(fields.Field):
         raise ValidationError(self._refusal)  # null too
 
 
+#: The Webhook record's fields that only the service sets (`status` too, but for enabling and
+#: disabling, and `secret`, which `rotate` sets).
+SET_BY_THE_SERVICE = ("id", "created", "status_reason", "next_attempt")
+NOT_A_STATUS = "Must be enabled or disabled (failing is set only by the service)."
+ROTATE_INSTEAD = (
+    "The secret is never set by a PATCH: POST /webhooks/{id}/rotate gives the endpoint a new one"
+    " (the current one signs beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP)."
+)
+NOT_AS_READ = "Set by the service: must be the endpoint's value as a GET answers it now, or be left out."
+
+
 class NewWebhookSchema(Schema):
     class Meta:
         unknown = RAISE
+        include: ClassVar[dict[str, fields.Field]] = {
+            name: Refused("Set by the service: leave it out.") for name in (*SET_BY_THE_SERVICE, "status")
+        }
 
     url = fields.String(required=True)
     events = EventTypes(allow_none=True)
@@ -58,23 +73,40 @@ class NewWebhookSchema(Schema):
 
 
 class WebhookPatchSchema(Schema):
-    """A merge patch (RFC 7396): `events: null` subscribes to every type; `failing` is the service's."""
+    """A merge patch (RFC 7396): `events: null` subscribes to every type. The fields the service
+    sets may come too, so that a record read can be changed and sent back: `as_read_problems`
+    checks them against the endpoint."""
 
     class Meta:
         unknown = RAISE
+        include: ClassVar[dict[str, fields.Field]] = {
+            name: fields.Raw(allow_none=True) for name in (*SET_BY_THE_SERVICE, "secret")
+        }
 
     url = fields.String()
     events = EventTypes(allow_none=True)
     description = fields.String(validate=validate.Length(max=DESCRIPTION_MAX_LENGTH), allow_none=True)
-    status = fields.String(
-        validate=validate.OneOf(
-            ("enabled", "disabled"), error="Must be enabled or disabled (failing is set only by the service)."
-        )
-    )
-    secret = Refused(
-        "The secret is never set by a PATCH: POST /webhooks/{id}/rotate gives the endpoint a new one"
-        " (the current one signs beside it for PLANTS_WEBHOOKS_ROTATION_OVERLAP)."
-    )
+    status = fields.String(validate=validate.OneOf(("enabled", "disabled", "failing"), error=NOT_A_STATUS))
+
+
+def as_read_problems(patch: dict[str, Any], current: dict[str, Any]) -> dict[str, list[str]]:
+    """The messages, by field, for each field of `patch` that the service sets and that is not
+    as the endpoint's record `current` (a GET's answer) has it: a plant's `id` in a PUT is taken
+    the same way. `failing` only says again what the service set."""
+    problems = {
+        name: [NOT_AS_READ] for name in SET_BY_THE_SERVICE if name in patch and patch[name] != current[name]
+    }
+    if "id" in problems:
+        problems["id"] = [f"Must equal the id in the path ({current['id']}), or be left out."]
+    secret = patch.get("secret", missing)
+    # As bytes: compare_digest refuses a str with a character past ASCII.
+    if secret is not missing and not (
+        isinstance(secret, str) and compare_digest(secret.encode(), current["secret"].encode())
+    ):
+        problems["secret"] = [ROTATE_INSTEAD]
+    if patch.get("status") == "failing" and current["status"] != "failing":
+        problems["status"] = [NOT_A_STATUS]
+    return problems
 
 
 class ReplaySchema(Schema):

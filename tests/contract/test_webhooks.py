@@ -419,6 +419,73 @@ def test_a_patch_of_the_secret_is_400_pointing_to_rotate_and_changes_nothing(cli
     assert client.get(f"/webhooks/{hook['id']}", headers=auth).json == hook
 
 
+#: The Webhook record's fields the service sets, as a GET answers them.
+SET_BY_THE_SERVICE = ("id", "created", "status_reason", "next_attempt")
+
+
+@pytest.mark.parametrize("status", ["enabled", "disabled"])
+def test_a_patch_of_the_record_as_read_is_200_and_changes_what_it_names(client, auth, status):
+    """A record copied from a GET and sent back with a change was 400 `Unknown field.` for each
+    field the service sets: those are accepted as they are now, as a plant's `id` is in a PUT."""
+    hook = register(client, auth, description="first")
+    path = f"/webhooks/{hook['id']}"
+    read = client.patch(path, json={"status": status}, headers=auth).json
+    response = client.patch(path, json={**read, "description": "second"}, headers=auth)
+    assert response.status_code == 200, response.json
+    assert response.json == {**read, "description": "second"}
+    assert client.get(path, headers=auth).json == {**read, "description": "second"}
+    assert client.patch(path, json=read, headers=auth).json == read
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("created", "2001-01-01T00:00:00.000Z"),
+        ("status_reason", "Mine."),
+        ("next_attempt", "2001-01-01T00:00:00.000Z"),
+        ("created", None),
+        ("next_attempt", 5),
+    ],
+)
+def test_a_patch_of_a_field_the_service_sets_to_another_value_is_400_saying_so(client, auth, field, value):
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}"
+    response = client.patch(path, json={field: value, "description": "changed"}, headers=auth)
+    assert error_of(response, 400)["details"] == {
+        field: ["Set by the service: must be the endpoint's value as a GET answers it now, or be left out."]
+    }
+    assert client.get(path, headers=auth).json == hook
+
+
+def test_a_patch_of_another_id_is_400_as_a_plants_is(client, auth):
+    hook, other = register(client, auth), register(client, auth)
+    path = f"/webhooks/{hook['id']}"
+    response = client.patch(path, json={"id": other["id"], "description": "changed"}, headers=auth)
+    assert error_of(response, 400)["details"] == {
+        "id": [f"Must equal the id in the path ({hook['id']}), or be left out."]
+    }
+    assert client.get(path, headers=auth).json == hook
+
+
+def test_a_patch_of_the_current_secret_is_accepted_and_changes_nothing(client, auth):
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}"
+    assert client.patch(path, json={"secret": hook["secret"]}, headers=auth).json == hook
+    rotated = client.post(f"{path}/rotate", headers=auth).json
+    for secret in (hook["secret"], "whsec_\u00e9", 5):  # the one before, one past ASCII, no string
+        response = client.patch(path, json={"secret": secret}, headers=auth)
+        assert "POST /webhooks/{id}/rotate" in error_of(response, 400)["details"]["secret"][0]
+    assert client.get(path, headers=auth).json == rotated
+
+
+@pytest.mark.parametrize("field", [*SET_BY_THE_SERVICE, "status"])
+def test_a_registration_with_a_field_the_service_sets_is_400_saying_so(client, auth, field):
+    hook = register(client, auth)
+    response = client.post("/webhooks", json={"url": HOOK, field: hook[field]}, headers=auth)
+    assert error_of(response, 400)["details"] == {field: ["Set by the service: leave it out."]}
+    assert client.get("/webhooks", headers=auth).json == {"webhooks": [hook]}
+
+
 def test_a_registration_with_a_secret_is_400_saying_the_service_makes_it(client, auth):
     response = client.post("/webhooks", json={"url": HOOK, "secret": "whsec_mine"}, headers=auth)
     assert error_of(response, 400)["details"] == {
