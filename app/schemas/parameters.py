@@ -13,6 +13,7 @@ from werkzeug.datastructures import MultiDict
 from app.errors import InvalidParameters
 from app.http import strict_json
 from app.schemas.records import INT64_MAX, INT64_MIN, TAG_MAX_LENGTH
+from app.schemas.refused import Refused
 from app.settings.schema import LONGEST_WAIT
 from app.store import EVENT_TYPES
 
@@ -92,6 +93,13 @@ class PageQuerySchema(Schema):
     limit = IntegralNumber(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1, max=MAX_LIMIT))
     after = fields.String(validate=validate.Regexp(rf"^[A-Za-z0-9_-]{{1,{MAX_CURSOR_LENGTH}}}\Z"))
     tags = _tags_field()
+    #: A watch ticket beside the token (the ticket a page's watch took): unknown here, and told
+    #: where it goes, as the 401 without a token is (app/auth/static.py).
+    ticket = Refused(
+        "Unknown parameter: a watch ticket opens only the watch of the feed, GET /events?ticket=..."
+        " (a stream or a long-poll). This operation reads the token of the Authorization header:"
+        " leave the ticket out."
+    )
 
 
 #: The longest long-poll, in seconds: PLANTS_EVENTS_MAX_WAIT only lowers it.

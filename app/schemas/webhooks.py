@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from marshmallow import RAISE, Schema, ValidationError, fields, missing, validate
 
+from app.schemas.refused import Refused
 from app.store import EVENT_TYPES
 
 DESCRIPTION_MAX_LENGTH = 500
@@ -32,20 +33,6 @@ class EventTypes(fields.List):
         if len(set(types)) != len(types):
             raise ValidationError("Must list each event type once.")
         return [kind for kind in EVENT_TYPES if kind in types]
-
-
-class Refused(fields.Field):
-    """A field no request may set, refused with why and what to do instead, where marshmallow
-    would say only `Unknown field.` of a field every answer holds."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__()
-        self._refusal = message
-
-    def deserialize(self, value: Any, attr: str | None = None, data: Any = None, **kwargs: Any) -> Any:
-        if value is missing:
-            return missing  # left out, as it should be
-        raise ValidationError(self._refusal)  # null too
 
 
 #: The Webhook record's fields that only the service sets (`status` too, but for enabling and

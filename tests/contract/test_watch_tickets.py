@@ -268,3 +268,23 @@ def test_a_ticket_holds_no_unkeyed_digest_of_its_token():
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         payloads.add(raw[:-16])  # all but the MAC
     assert len(payloads) == 2
+
+
+def test_a_ticket_in_a_pages_query_beside_a_token_is_told_where_a_ticket_goes(make_app):
+    """With a valid token, `GET /plants?ticket=` was 400 `Unknown parameter.` and no more: the
+    401 without a token said where a ticket goes, this refusal says it too."""
+    client = make_app().test_client()
+    ticket = mint(client)
+    answer = client.get("/plants", query_string={"ticket": ticket}, headers=AUTH)
+    assert error_of(answer, 400)["details"] == {
+        "ticket": [
+            "Unknown parameter: a watch ticket opens only the watch of the feed, GET /events?ticket=..."
+            " (a stream or a long-poll). This operation reads the token of the Authorization header:"
+            " leave the ticket out."
+        ]
+    }
+    assert ticket not in answer.get_data(as_text=True)
+    assert client.head("/plants", query_string={"ticket": ticket}, headers=AUTH).status_code == 400
+    assert error_of(client.get("/plants?nope=1", headers=AUTH), 400)["details"] == {
+        "nope": ["Unknown parameter."]
+    }
