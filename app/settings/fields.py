@@ -159,19 +159,22 @@ class Scale(_Number):
 
 
 class Flag(Setting):
-    """true or false; 1/0, yes/no and on/off too."""
+    """true or false; 1/0, yes/no and on/off too, as each refusal says. In `app.config`, a bool
+    or one of those texts: the number 1 is no flag there (a value of its type, or its text)."""
 
     def from_text(self, text: str) -> Any:
         try:
             return _BOOLEANS[text.strip().lower()]
         except KeyError:
-            raise ValueError(f"must be true or false, not {text!r}") from None
+            raise ValueError(f"must be true or false (or 1/0, yes/no, on/off), not {text!r}") from None
 
     def check(self, value: Any) -> bool:
         if isinstance(value, str):
             value = _BOOLEANS.get(value.strip().lower(), value)
         if not isinstance(value, bool):
-            raise ValidationError(f"must be true or false, not {value!r}")
+            raise ValidationError(
+                f"must be True or False, or its text (true/false, 1/0, yes/no, on/off), not {value!r}"
+            )
         return value
 
 

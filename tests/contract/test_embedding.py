@@ -282,7 +282,7 @@ def test_a_host_can_turn_the_page_off():
 def test_a_bad_docs_setting_fails_at_registration_not_at_request_time():
     host = Flask("host")
     host.config.update(PLANTS_API_TOKENS="host-token", PLANTS_DOCS="maybe")
-    with pytest.raises(ConfigurationError, match=r'^app.config\["PLANTS_DOCS"\] must be true or false'):
+    with pytest.raises(ConfigurationError, match=r'^app.config\["PLANTS_DOCS"\] must be True or False'):
         host.register_blueprint(bp)
 
 

@@ -589,6 +589,11 @@ def gunicorn_start(env: dict[str, str]) -> subprocess.CompletedProcess:
         ),
         ({"GUNICORN_BIND": "80000"}, "GUNICORN_BIND has no valid port (0-65535) in '80000'"),
         ({"PLANTS_LOG_FORMAT": "xml"}, "PLANTS_LOG_FORMAT must be text or json"),
+        # It said only `true or false`, though the values a flag reads are more (the README's).
+        (
+            {"PLANTS_METRICS": "maybe"},
+            "PLANTS_METRICS must be true or false (or 1/0, yes/no, on/off), not 'maybe'",
+        ),
         # The prefix Werkzeug writes into every URL handed out: `/%zz/plants/1` is no URL,
         # `http://127.0.0.1:8000store/...` another host's, `//evil.example` the document's servers'.
         ({"SCRIPT_NAME": "/%zz"}, "SCRIPT_NAME must be a path such as /store"),
@@ -649,6 +654,21 @@ def test_the_start_logs_what_is_in_effect_without_secrets(redis_server):
         " JWT issuer off; rate limits 50/second per token; workers 1, request threads 2 each"
     ) in line
     assert "secret" not in log
+
+
+@pytest.mark.parametrize("value", ["maybe", 1])
+def test_a_flag_of_app_config_refused_says_every_value_it_reads(value):
+    """It said `must be true or false`, though it reads `"yes"`, `"1"`... too; the number 1,
+    a value of another type, it does not."""
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings({"PLANTS_API_TOKENS": "t", "PLANTS_DOCS": value})
+    assert str(refused.value) == (
+        'app.config["PLANTS_DOCS"] must be True or False, or its text (true/false, 1/0, yes/no, on/off),'
+        f" not {value!r}"
+    )
+    assert (
+        load_settings({"PLANTS_API_TOKENS": "t", "PLANTS_REQUIRE_IF_MATCH": " On"}).require_if_match is True
+    )
 
 
 @pytest.mark.parametrize(
