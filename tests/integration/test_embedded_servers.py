@@ -280,6 +280,40 @@ def debug_server(tmp_path):
     server.stop()
 
 
+@pytest.mark.parametrize("options", [(), ("--debug",), ("--without-threads",)])
+def test_flask_run_says_what_is_in_effect_once_without_secrets(tmp_path, options):
+    """The README says that one line at start says what is in effect: only gunicorn's master
+    logged it. `flask run` prints it with its own banner, once (not again from the reloader's
+    child, nor at its restarts)."""
+    shutil.copy(ROOT / "wsgi.py", tmp_path / "wsgi.py")
+    command = ["-m", "flask", "--app", "wsgi", "run", *options, "--port", "{port}"]
+    server = serve(
+        tmp_path, command, {"PLANTS_API_TOKENS": "full-secret", "PLANTS_READ_TOKENS": "read-secret"}
+    )
+    try:
+        output = server.output()
+    finally:
+        server.stop()
+    threads = "one request at a time" if "--without-threads" in options else "a thread per request"
+    assert [line for line in output.splitlines() if "Plant Store" in line] == [
+        " * Plant Store: store memory://; 1 full-access and 1 read-only static tokens; JWT issuer off;"
+        f" rate limits off; Flask's development server, {threads}"
+    ]
+    assert "secret" not in output
+
+
+def test_a_host_under_flask_run_says_nothing_of_the_blueprint_at_start(tmp_path):
+    """The line is the standalone service's: an embedded blueprint's settings are its host's
+    (docs/embedding.md), which logs what it likes."""
+    server = serve_host(tmp_path, "flask run", HOST)
+    try:
+        output = server.output()
+    finally:
+        server.stop()
+    assert "Serving Flask app 'host_shop'" in output
+    assert "Plant Store" not in output
+
+
 def test_under_flask_run_debug_bad_input_is_a_json_error(debug_server):
     for args, wanted in [
         (("POST", "/plants", b"{", AUTH), 400),
