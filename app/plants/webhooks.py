@@ -136,6 +136,8 @@ def patch_webhook(endpoint_id: str) -> Response:
             raise InvalidWebhook("WebhookPatch", problems)
         fields: dict[str, str] = {}
         events = patch.get("events", endpoint.events)
+        if endpoint.events is None and events == list(EVENT_TYPES):
+            events = None  # every type, as a GET lists it: still every type, one added later too
         changed = dataclasses.replace(
             endpoint,
             url=url or endpoint.url,

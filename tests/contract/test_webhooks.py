@@ -437,6 +437,18 @@ def test_a_patch_of_the_record_as_read_is_200_and_changes_what_it_names(client, 
     assert client.patch(path, json=read, headers=auth).json == read
 
 
+def test_a_patch_of_the_record_as_read_keeps_an_endpoint_of_every_type_so(app, client, auth):
+    """A GET lists every type for an endpoint registered without `events`: sent back, that list
+    keeps it getting every type, any added later included, rather than only today's three."""
+    hook = register(client, auth)
+    path = f"/webhooks/{hook['id']}"
+    assert client.patch(path, json={**hook, "description": "x"}, headers=auth).json["events"] == ALL_TYPES
+    assert plants_state(app).store.endpoints.get(hook["id"]).events is None
+    client.patch(path, json={"events": ["plant.deleted"]}, headers=auth)
+    client.patch(path, json={"events": list(reversed(ALL_TYPES))}, headers=auth)
+    assert plants_state(app).store.endpoints.get(hook["id"]).events == tuple(ALL_TYPES)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
