@@ -95,9 +95,7 @@ def read_precondition(
     `failed` (412) when If-Match does not match it strongly (`*` matches any answer); a 304 when
     If-None-Match matches it weakly, or is `*` (the resource has a representation). None: answer
     as without them. Called once the answer would be a 2xx (§13.2.1: errors come first)."""
-    match = _etags(req, "If-Match", strong=True)
-    if match is not None and ANY_PLANT not in match and (etag is None or etag not in match):
-        raise failed()
+    require_match(req, etag, failed)
     value = req.environ.get("HTTP_IF_NONE_MATCH")
     if value is None:
         return None
@@ -108,6 +106,14 @@ def read_precondition(
         if ANY_PLANT not in tags and (etag is None or etag not in tags):
             return None
     return _NotModified(status=304, headers=[] if etag is None else [("ETag", f'"{etag}"')])
+
+
+def require_match(req: Request, etag: str | None, failed: Callable[[], PreconditionFailed]) -> None:
+    """`failed` (412) when the request's If-Match does not match `etag` strongly (`*` matches any
+    answer, None none but `*`); nothing without If-Match."""
+    match = _etags(req, "If-Match", strong=True)
+    if match is not None and ANY_PLANT not in match and (etag is None or etag not in match):
+        raise failed()
 
 
 def answered_page(req: Request, response: Response) -> Response:
