@@ -116,12 +116,18 @@ def require_match(req: Request, etag: str | None, failed: Callable[[], Precondit
         raise failed()
 
 
-def answered_page(req: Request, response: Response) -> Response:
-    """A page's answer with its ETag, a digest of its body, or its 304 or 412 (read_precondition).
-    The digest is Werkzeug's (`generate_etag`, SHA-1): the quickest here where the CPU hashes it
-    (SHA extensions), and the hash is most of what an ETag costs a page."""
-    etag = generate_etag(response.get_data())
-    unchanged = read_precondition(req, etag)
+def answered_page(
+    req: Request,
+    response: Response,
+    failed: Callable[[], PreconditionFailed] = PageChangedSinceRead,
+    etag: str | None = None,
+) -> Response:
+    """A page's answer with its ETag, a digest of its body (`etag`, when the caller keeps it), or
+    its 304 or 412 (read_precondition). The digest is Werkzeug's (`generate_etag`, SHA-1): the
+    quickest here where the CPU hashes it (SHA extensions), and the hash is most of what an ETag
+    costs a page."""
+    etag = etag or generate_etag(response.get_data())
+    unchanged = read_precondition(req, etag, failed)
     if unchanged is not None:
         return unchanged
     response.headers.add("ETag", f'"{etag}"')

@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 
 import yaml
 from flask import Response, current_app, request, send_from_directory
+from werkzeug.http import generate_etag
 
 from app.errors import DocsOff, FileChangedSinceRead, NoSuchPath
 from app.extension import plants_state
-from app.http.conditional import require_match
+from app.http.conditional import answered_page, require_match
 from app.settings import JwtSettings
 from app.telemetry.request_ids import NOSNIFF
 from app.telemetry.version import VERSION
@@ -184,17 +185,14 @@ def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[
 
     def openapi() -> Response:
         standalone = "health" in current_app.blueprints  # create_app's own health and readiness
-        return Response(
-            document_bytes(
-                _mount_point("/openapi.json"),
-                _jwt_settings(),
-                standalone=standalone,
-                writes=writes,
-                webhooks=webhooks,
-            ),
-            mimetype="application/json",
-            headers=[NOSNIFF],
+        document = document_bytes(
+            _mount_point("/openapi.json"),
+            _jwt_settings(),
+            standalone=standalone,
+            writes=writes,
+            webhooks=webhooks,
         )
+        return _judged(Response(document, mimetype="application/json", headers=[NOSNIFF]), document)
 
     return openapi
 
@@ -206,7 +204,7 @@ def _require_docs_enabled() -> None:
 
 def page() -> Response:
     _require_docs_enabled()
-    return Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings()))
+    return _judged(Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings())), PAGE)
 
 
 @functools.lru_cache(maxsize=16)
@@ -227,7 +225,21 @@ def _jwt_settings() -> JwtSettings | None:
 
 def init_script() -> Response:
     _require_docs_enabled()
-    return Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS)
+    return _judged(Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS), INIT_SCRIPT)
+
+
+def _judged(response: Response, body: str | bytes) -> Response:
+    """`response` with its ETag, or the 304 or 412 its request's conditions call for (RFC 9110
+    §13.1), as a page of plants is answered."""
+    return answered_page(request, response, FileChangedSinceRead, _digest(body))
+
+
+@functools.lru_cache(maxsize=32)
+def _digest(body: str | bytes) -> str:
+    """The ETag of a document served as it is kept (the page, its script, the interface document
+    of a mount point): computed once, where a digest of the 140 KB document costs a request more
+    than the rest of its answer."""
+    return generate_etag(body.encode() if isinstance(body, str) else body)
 
 
 def asset(name: str) -> Response:

@@ -1,7 +1,8 @@
 """The API page's assets (`/docs/assets/...`, files with an ETag and a Last-Modified) judge a
 request's conditions as every other answer of the service does (RFC 9110 §13, §14.2): a failed
 `If-Match` is the JSON `Error` 412, `If-Match: *` holds (the file is there), and a `Range` in a
-unit other than bytes (or a list of ranges) is ignored. On the packaged worker and on gunicorn's stock gthread worker."""
+unit other than bytes (or a list of ranges) is ignored. On the packaged worker and on gunicorn's
+stock gthread worker."""
 
 from __future__ import annotations
 
@@ -44,3 +45,23 @@ def test_an_asset_ignores_a_range_in_another_unit(either_worker):
     etag = asset(either_worker, {})[1]["ETag"]
     assert asset(either_worker, {"If-None-Match": etag})[0] == 304
     assert asset(either_worker, {"If-None-Match": "*"})[0] == 304
+
+
+def test_the_document_and_the_page_judge_their_conditions(either_worker):
+    """`/openapi.json`, `/docs` and its script have an ETag, a digest of their body: a revalidation
+    is a 304, and an `If-Match` they do not meet the JSON 412 (RFC 9110 §13.1); they were
+    ignored (200)."""
+    for path in ("/openapi.json", "/docs", "/docs/init.js"):
+
+        def get(headers: dict[str, str], path: str = path):
+            return call(either_worker.connection(), "GET", path, None, headers)
+
+        status, headers, whole = get({})
+        assert status == 200, path
+        for value in (headers["ETag"], "*"):
+            assert get({"If-None-Match": value})[0] == 304
+            assert get({"If-Match": value})[2] == whole
+        status, headers, body = get({"If-Match": '"not-its-tag"'})
+        assert headers["Content-Type"] == "application/json"
+        assert_error(status, headers, body, 412)
+        assert get({"If-None-Match": '"not-its-tag"'})[2] == whole
