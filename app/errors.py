@@ -167,6 +167,15 @@ class PageChangedSinceRead(PreconditionFailed):
     )
 
 
+class FileChangedSinceRead(PreconditionFailed):
+    """412 for a read of one of the API page's files whose If-Match it does not match."""
+
+    description = (
+        "The file does not match If-Match: another version of the service serves another one."
+        " Read it without If-Match for its current ETag."
+    )
+
+
 class PlantPreconditionFailed(PreconditionFailed):
     """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
     `absent`: an If-Match for a plant that is not there (a PUT that would have created it).

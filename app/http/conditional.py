@@ -95,9 +95,7 @@ def read_precondition(
     `failed` (412) when If-Match does not match it strongly (`*` matches any answer); a 304 when
     If-None-Match matches it weakly, or is `*` (the resource has a representation). None: answer
     as without them. Called once the answer would be a 2xx (§13.2.1: errors come first)."""
-    match = _etags(req, "If-Match", strong=True)
-    if match is not None and ANY_PLANT not in match and (etag is None or etag not in match):
-        raise failed()
+    require_match(req, etag, failed)
     value = req.environ.get("HTTP_IF_NONE_MATCH")
     if value is None:
         return None
@@ -110,12 +108,26 @@ def read_precondition(
     return _NotModified(status=304, headers=[] if etag is None else [("ETag", f'"{etag}"')])
 
 
-def answered_page(req: Request, response: Response) -> Response:
-    """A page's answer with its ETag, a digest of its body, or its 304 or 412 (read_precondition).
-    The digest is Werkzeug's (`generate_etag`, SHA-1): the quickest here where the CPU hashes it
-    (SHA extensions), and the hash is most of what an ETag costs a page."""
-    etag = generate_etag(response.get_data())
-    unchanged = read_precondition(req, etag)
+def require_match(req: Request, etag: str | None, failed: Callable[[], PreconditionFailed]) -> None:
+    """`failed` (412) when the request's If-Match does not match `etag` strongly (`*` matches any
+    answer, None none but `*`); nothing without If-Match."""
+    match = _etags(req, "If-Match", strong=True)
+    if match is not None and ANY_PLANT not in match and (etag is None or etag not in match):
+        raise failed()
+
+
+def answered_page(
+    req: Request,
+    response: Response,
+    failed: Callable[[], PreconditionFailed] = PageChangedSinceRead,
+    etag: str | None = None,
+) -> Response:
+    """A page's answer with its ETag, a digest of its body (`etag`, when the caller keeps it), or
+    its 304 or 412 (read_precondition). The digest is Werkzeug's (`generate_etag`, SHA-1): the
+    quickest here where the CPU hashes it (SHA extensions), and the hash is most of what an ETag
+    costs a page."""
+    etag = etag or generate_etag(response.get_data())
+    unchanged = read_precondition(req, etag, failed)
     if unchanged is not None:
         return unchanged
     response.headers.add("ETag", f'"{etag}"')

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -19,9 +20,11 @@ from urllib.parse import urlsplit
 
 import yaml
 from flask import Response, current_app, request, send_from_directory
+from werkzeug.http import generate_etag
 
-from app.errors import DocsOff, NoSuchPath
+from app.errors import DocsOff, FileChangedSinceRead, NoSuchPath
 from app.extension import plants_state
+from app.http.conditional import answered_page, require_match
 from app.settings import JwtSettings
 from app.telemetry.request_ids import NOSNIFF
 from app.telemetry.version import VERSION
@@ -36,6 +39,10 @@ PAGE_POLICY = (
 PAGE_HEADERS = {"Content-Security-Policy": PAGE_POLICY, **dict([NOSNIFF]), "Referrer-Policy": "no-referrer"}
 #: The Swagger UI files the page uses, out of the package's static folder.
 ASSETS = frozenset({"swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png"})
+#: The `Range` an asset serves: one range of bytes (a unit is case-insensitive, RFC 9110 §14.1).
+#: Any other is ignored and the whole file served: one in another unit must be (§14.2), and a list
+#: of ranges, which Werkzeug answers 416 as if none could be served, may be.
+_ONE_BYTE_RANGE = re.compile(r"bytes=[^,]*", re.IGNORECASE)
 
 # Relative URLs throughout: the page works under any prefix without knowing it.
 PAGE = """<!DOCTYPE html>
@@ -178,17 +185,14 @@ def openapi_view(writes: frozenset[str], webhooks: frozenset[str]) -> Callable[[
 
     def openapi() -> Response:
         standalone = "health" in current_app.blueprints  # create_app's own health and readiness
-        return Response(
-            document_bytes(
-                _mount_point("/openapi.json"),
-                _jwt_settings(),
-                standalone=standalone,
-                writes=writes,
-                webhooks=webhooks,
-            ),
-            mimetype="application/json",
-            headers=[NOSNIFF],
+        document = document_bytes(
+            _mount_point("/openapi.json"),
+            _jwt_settings(),
+            standalone=standalone,
+            writes=writes,
+            webhooks=webhooks,
         )
+        return _judged(Response(document, mimetype="application/json", headers=[NOSNIFF]), document)
 
     return openapi
 
@@ -200,7 +204,7 @@ def _require_docs_enabled() -> None:
 
 def page() -> Response:
     _require_docs_enabled()
-    return Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings()))
+    return _judged(Response(PAGE, mimetype="text/html", headers=_page_headers(_jwt_settings())), PAGE)
 
 
 @functools.lru_cache(maxsize=16)
@@ -221,13 +225,42 @@ def _jwt_settings() -> JwtSettings | None:
 
 def init_script() -> Response:
     _require_docs_enabled()
-    return Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS)
+    return _judged(Response(INIT_SCRIPT, mimetype="text/javascript", headers=PAGE_HEADERS), INIT_SCRIPT)
+
+
+def _judged(response: Response, body: str | bytes) -> Response:
+    """`response` with its ETag, or the 304 or 412 its request's conditions call for (RFC 9110
+    §13.1), as a page of plants is answered."""
+    return answered_page(request, response, FileChangedSinceRead, _digest(body))
+
+
+@functools.lru_cache(maxsize=32)
+def _digest(body: str | bytes) -> str:
+    """The ETag of a document served as it is kept (the page, its script, the interface document
+    of a mount point): computed once, where a digest of the 140 KB document costs a request more
+    than the rest of its answer."""
+    return generate_etag(body.encode() if isinstance(body, str) else body)
 
 
 def asset(name: str) -> Response:
     _require_docs_enabled()
     if name not in ASSETS:
         raise NoSuchPath()
-    response = send_from_directory(str(resources.files("swagger_ui") / "static"), name, max_age=86400)
+    response = send_from_directory(
+        str(resources.files("swagger_ui") / "static"), name, max_age=86400, conditional=False
+    )
     response.headers.update(PAGE_HEADERS)
+    # If-Match judged as on every other answer: Werkzeug's answers a JSON client the file itself
+    # as its 412, and takes `*` for a tag no file has.
+    try:
+        require_match(request, response.get_etag()[0], FileChangedSinceRead)
+    except FileChangedSinceRead:
+        response.close()
+        raise
+    # The rest (If-None-Match, If-Modified-Since, Range, If-Range) as Werkzeug judges them.
+    environ = dict(request.environ)
+    environ.pop("HTTP_IF_MATCH", None)
+    if not _ONE_BYTE_RANGE.fullmatch(environ.get("HTTP_RANGE", "bytes=")):
+        del environ["HTTP_RANGE"]
+    response.make_conditional(environ, accept_ranges=True, complete_length=response.content_length)
     return response

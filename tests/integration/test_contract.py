@@ -60,8 +60,9 @@ def fresh_server(store_settings):
 # and the positive check of every other operation, stays as schemathesis has it; test_pages.py
 # asserts that valid `limit` and `tags` are accepted. A request line past gunicorn's limit is
 # refused with 414, which schemathesis's list of rejections lacks. A schema-valid If-Match (or
-# If-None-Match) almost never names the plant's (or the page's) current ETag: 412 (and 304 for a
-# read) is the right answer to it, a read's and a list's included (RFC 9110 §13.1.1). A body's
+# If-None-Match) almost never names the plant's (or the page's, or the document's) current ETag:
+# 412 (and 304 for a read) is the right answer to it, a read's and a list's included (RFC 9110
+# §13.1.1). A body's
 # `id` must equal the path's, which a schema cannot say: a generated one rarely does, and 400 is
 # the answer (test_changes.py asserts the rest). The conditional headers are never refused (a
 # member that is not an entity-tag names no plant), so a read or a delete of a plant never
@@ -104,6 +105,22 @@ include-operation-id = "listEventsHead"
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "304", "400", "401", "403", "404", "410", "412", "429", "5xx",
 ]
+
+[[operations]]
+include-operation-id = "openapi"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "412"]
+
+[[operations]]
+include-operation-id = "openapiHead"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "412"]
+
+[[operations]]
+include-operation-id = "docs"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "404", "412"]
+
+[[operations]]
+include-operation-id = "docsHead"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "304", "404", "412"]
 
 [[operations]]
 include-operation-id = "replayWebhook"
@@ -237,7 +254,11 @@ def test_service_conforms_to_its_document(fresh_server, tmp_path, request):
             "- PATCH /plants/{id}",
             "- PATCH /webhooks/{endpoint_id}",
         }
-        conditional |= {f"- {method} {path}" for method in ("GET", "HEAD") for path in ("/plants", "/events")}
+        conditional |= {
+            f"- {method} {path}"
+            for method in ("GET", "HEAD")
+            for path in ("/plants", "/events", "/openapi.json", "/docs")
+        }
         assert warned <= conditional, output[-6000:]
     generated = int(re.search(r"(\d+) generated", output).group(1))
     assert generated >= 500, output[-2000:]
