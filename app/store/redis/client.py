@@ -19,6 +19,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -157,6 +158,13 @@ class LazyClient:
         except FAILURES:
             return None
 
+    def renew(self, node: redis.Redis) -> None:
+        """`node` answered READONLY: the server its address named is a replica now, the primary
+        having moved behind the same name (a DNS name, a socket path re-pointed). Every
+        connection of this client connects again, resolving the name afresh: the idle ones now,
+        each held one before its thread's next call (app/compat/redis.py)."""
+        self._held.renew(node)
+
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
 
@@ -252,6 +260,7 @@ class ScriptRunner:
         if until is not None:
             moving_deadline = min(moving_deadline, until)
         redirects = 0
+        renewed = False
         sent_to = None
         wait = write and self._replicas > 0
         try:
@@ -269,6 +278,15 @@ class ScriptRunner:
                         raise
                     if not self._follow(keys[0], exc, until):
                         raise
+                except ReadOnlyError:
+                    # A replica now: Redis refused the script at its first write, so it did
+                    # nothing (library.lua's undo meets the same refusal). Once more on a fresh
+                    # connection, which finds the primary if the name now names it; a second
+                    # refusal is the read-only 503.
+                    if renewed:
+                        raise
+                    renewed = True
+                    self._nodes.renew(node)
                 except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
                     if time.monotonic() > moving_deadline:
                         raise

@@ -1,0 +1,123 @@
+"""A Redis failover behind a name that moves (a unix socket path re-pointed, as a DNS name is):
+the old primary stays up as a replica, and the service follows the new primary by itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from app.store import Plant, store_from_url
+from tests.helpers import call, wait_for_watches, walk_pages, watches_started
+from tests.load import AUTH, create, redis_gunicorn
+from tests.rawhttp import exchange, request
+from tests.servers import TOKEN, Gunicorn, RedisServer
+
+
+def _synced(replica: RedisServer) -> None:
+    deadline = time.monotonic() + 15
+    while "master_link_status:up" not in replica.command("INFO", "replication"):
+        assert time.monotonic() < deadline, "the replica did not sync"
+        time.sleep(0.05)
+
+
+def _point(link: Path, server: RedisServer) -> None:
+    """The name the service is given now names `server`'s socket (replaced in one step)."""
+    staged = link.with_name("redis.sock.new")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(server.socket)
+    os.replace(staged, link)
+
+
+def _fail_over(old: RedisServer, new: RedisServer, link: Path) -> None:
+    """As an operator (or a Sentinel's script) does it: the replica promoted, the old primary
+    made its replica, and the name re-pointed; the old primary stays up."""
+    new.command("REPLICAOF", "NO", "ONE")
+    old.command("REPLICAOF", "127.0.0.1", str(new.port))
+    _point(link, new)
+    _synced(old)
+
+
+def _create_all(port: int, ids: range) -> list[tuple[int, int, bytes]]:
+    with ThreadPoolExecutor(8) as pool:
+        answers = pool.map(lambda plant_id: create(port, {"id": plant_id, "name": f"plant {plant_id}"}), ids)
+        return [(plant_id, status, body) for plant_id, (status, _, body) in zip(ids, answers, strict=True)]
+
+
+def _woken(server: Gunicorn, write: Callable[[], object]) -> list[int]:
+    """The ids of the plants in the events a long-poll parked on `server` answers, once `write`
+    was made (the long-poll was counted as started first)."""
+    started = watches_started(server, TOKEN)
+    answer: list = []
+    auth = [("Authorization", f"Bearer {TOKEN}")]
+    poll = threading.Thread(
+        target=lambda: answer.append(
+            exchange(server.port, request("GET", "/events?after=now&wait=55", headers=auth), timeout=60)
+        ),
+        daemon=True,
+    )
+    poll.start()
+    wait_for_watches(server, TOKEN, started + 1)
+    write()
+    poll.join(30)  # generous for a loaded machine; the wait it guards against is 55 s
+    assert answer, "the long-poll was not woken by the write"
+    assert answer[0].status == 200, answer[0].body
+    return [event["plant"]["id"] for event in json.loads(answer[0].body)["events"]]
+
+
+def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(tmp_path):
+    """Every write after the switch is a 200 without a restart (the write that met the old
+    primary's READONLY did nothing, and is sent once more on a fresh connection); every plant is
+    there; a watch hears a write another process made on the new primary. Rate limits on: each
+    request's count is a write too, on connections of their own."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = RedisServer(tmp_path / "a")
+    second = RedisServer(tmp_path / "b", "--replicaof", "127.0.0.1", str(first.port))
+    link = tmp_path / "redis.sock"
+    _point(link, first)
+    settings = {"PLANTS_STORE_URL": f"unix://{link}", "PLANTS_STORE_PREFIX": f"test-{uuid.uuid4().hex}"}
+    server = None
+    try:
+        _synced(second)
+        # One worker: its feed's listener is started (by a watch) before the switch.
+        server = redis_gunicorn(settings, workers=1, PLANTS_RATE_LIMIT="100000/second")
+        before = _create_all(server.port, range(1, 33))
+        assert [status for _, status, _ in before] == [200] * 32, before
+        assert _woken(server, lambda: _create_all(server.port, range(400, 401))) == [400]
+        _fail_over(first, second, link)
+
+        after = _create_all(server.port, range(33, 97))
+        refused = [(plant_id, status, body) for plant_id, status, body in after if status != 200]
+        assert refused == []
+        # Another process's store, through the name (the new primary), keeping the feed as the
+        # service does.
+        url, prefix = settings["PLANTS_STORE_URL"], settings["PLANTS_STORE_PREFIX"]
+        primary = store_from_url(
+            url, capacity=1000, prefix=prefix, connect_timeout=1, timeout=1, events_retain=10_000
+        )
+        try:
+            expected = [(plant_id, Plant(f"plant {plant_id}", None)) for plant_id in [*range(1, 97), 400]]
+            assert walk_pages(primary, 100) == expected
+            for plant_id in (1, 32, 33, 96):
+                status, _, body = call(server.connection(), "GET", f"/plants/{plant_id}", headers=AUTH)
+                assert (status, json.loads(body)["name"]) == (200, f"plant {plant_id}")
+
+            # The feed: a watch started before the switch (its process's listener blocked on the
+            # old primary then) hears a write the service did not make (another process's, on
+            # the new primary), which only its listener hears.
+            assert _woken(server, lambda: primary.create(500, "written elsewhere", None)) == [500]
+        finally:
+            primary.close()
+    finally:
+        if server is not None:
+            server.stop()
+        first.stop()
+        second.stop()
+    assert server is not None
+    assert "Traceback" not in server.output()
