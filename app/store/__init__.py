@@ -69,8 +69,8 @@ __all__ = [
     "StoreUnavailableError",
     "StoreUrl",
     "backend_error",
-    "renewed_after_read_only",
     "plant_etag",
+    "renewed_after_read_only",
     "store_for",
     "store_from_url",
 ]
