@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.store import Plant, store_from_url
+from app.store import Plant, PlantStore, store_from_url
 from tests.helpers import call, wait_for_watches, walk_pages, watches_started
 from tests.load import AUTH, create, redis_gunicorn
 from tests.rawhttp import exchange, request
@@ -70,10 +70,19 @@ def _woken(server: Gunicorn, write: Callable[[], object]) -> list[int]:
     return [event["plant"]["id"] for event in json.loads(answer[0].body)["events"]]
 
 
+def _elsewhere(settings: dict[str, str]) -> PlantStore:
+    """Another process's store, through the name, keeping the feed as the service does."""
+    url, prefix = settings["PLANTS_STORE_URL"], settings["PLANTS_STORE_PREFIX"]
+    return store_from_url(
+        url, capacity=1000, prefix=prefix, connect_timeout=1, timeout=1, events_retain=10_000
+    )
+
+
 def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(tmp_path):
     """Every write after the switch is a 200 without a restart (the write that met the old
     primary's READONLY did nothing, and is sent once more on a fresh connection); every plant is
-    there; a watch hears a write another process made on the new primary. Rate limits on: each
+    there; a watch parked across the switch, and one after it, hear writes another process made
+    on the new primary, which only the service's feed listener hears. Rate limits on: each
     request's count is a write too, on connections of their own."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -83,41 +92,34 @@ def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(t
     _point(link, first)
     settings = {"PLANTS_STORE_URL": f"unix://{link}", "PLANTS_STORE_PREFIX": f"test-{uuid.uuid4().hex}"}
     server = None
+    primary: list[PlantStore] = []
     try:
         _synced(second)
-        # One worker: its feed's listener is started (by a watch) before the switch.
+        # One worker: its feed's listener is started (by the first watch) before the switch.
         server = redis_gunicorn(settings, workers=1, PLANTS_RATE_LIMIT="100000/second")
         before = _create_all(server.port, range(1, 33))
         assert [status for _, status, _ in before] == [200] * 32, before
-        assert _woken(server, lambda: _create_all(server.port, range(400, 401))) == [400]
-        _fail_over(first, second, link)
+
+        def fail_over_then_write_elsewhere() -> None:
+            _fail_over(first, second, link)
+            primary.append(_elsewhere(settings))
+            primary[0].create(600, "plant 600", None)
+
+        assert _woken(server, fail_over_then_write_elsewhere) == [600]
 
         after = _create_all(server.port, range(33, 97))
-        refused = [(plant_id, status, body) for plant_id, status, body in after if status != 200]
-        assert refused == []
-        # Another process's store, through the name (the new primary), keeping the feed as the
-        # service does.
-        url, prefix = settings["PLANTS_STORE_URL"], settings["PLANTS_STORE_PREFIX"]
-        primary = store_from_url(
-            url, capacity=1000, prefix=prefix, connect_timeout=1, timeout=1, events_retain=10_000
-        )
-        try:
-            expected = [(plant_id, Plant(f"plant {plant_id}", None)) for plant_id in [*range(1, 97), 400]]
-            assert walk_pages(primary, 100) == expected
-            for plant_id in (1, 32, 33, 96):
-                status, _, body = call(server.connection(), "GET", f"/plants/{plant_id}", headers=AUTH)
-                assert (status, json.loads(body)["name"]) == (200, f"plant {plant_id}")
-
-            # The feed: a watch started before the switch (its process's listener blocked on the
-            # old primary then) hears a write the service did not make (another process's, on
-            # the new primary), which only its listener hears.
-            assert _woken(server, lambda: primary.create(500, "written elsewhere", None)) == [500]
-        finally:
-            primary.close()
+        assert [(plant_id, status, body) for plant_id, status, body in after if status != 200] == []
+        expected = [(plant_id, Plant(f"plant {plant_id}", None)) for plant_id in [*range(1, 97), 600]]
+        assert walk_pages(primary[0], 100) == expected
+        for plant_id in (1, 32, 33, 96, 600):
+            status, _, body = call(server.connection(), "GET", f"/plants/{plant_id}", headers=AUTH)
+            assert (status, json.loads(body)["name"]) == (200, f"plant {plant_id}")
+        assert _woken(server, lambda: primary[0].create(500, "plant 500", None)) == [500]
     finally:
+        for store in primary:
+            store.close()
         if server is not None:
             server.stop()
         first.stop()
         second.stop()
-    assert server is not None
     assert "Traceback" not in server.output()
