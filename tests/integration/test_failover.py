@@ -12,10 +12,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from app import create_app
+from app.extension import plants_state
 from app.store import Plant, PlantStore, store_from_url
 from tests.helpers import call, wait_for_watches, walk_pages, watches_started
+from tests.integration.test_webhook_delivery import create as create_plants
+from tests.integration.test_webhook_delivery import deliverer_on_its_own, endpoint, register
 from tests.load import AUTH, create, redis_gunicorn
 from tests.rawhttp import exchange, request
+from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, RedisServer
 
 
@@ -41,6 +48,35 @@ def _fail_over(old: RedisServer, new: RedisServer, link: Path) -> None:
     old.command("REPLICAOF", "127.0.0.1", str(new.port))
     _point(link, new)
     _synced(old)
+
+
+class Pair:
+    """A primary and its replica, synced, and the name (a socket path) that names the primary."""
+
+    def __init__(self, directory: Path) -> None:
+        (directory / "a").mkdir()
+        (directory / "b").mkdir()
+        self.first = RedisServer(directory / "a")
+        self.second = RedisServer(directory / "b", "--replicaof", "127.0.0.1", str(self.first.port))
+        self.link = directory / "redis.sock"
+        _point(self.link, self.first)
+        prefix = f"test-{uuid.uuid4().hex}"
+        self.settings = {"PLANTS_STORE_URL": f"unix://{self.link}", "PLANTS_STORE_PREFIX": prefix}
+        _synced(self.second)
+
+    def fail_over(self) -> None:
+        _fail_over(self.first, self.second, self.link)
+
+    def stop(self) -> None:
+        self.first.stop()
+        self.second.stop()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    servers = Pair(tmp_path)
+    yield servers
+    servers.stop()
 
 
 def _create_all(port: int, ids: range) -> list[tuple[int, int, bytes]]:
@@ -78,30 +114,23 @@ def _elsewhere(settings: dict[str, str]) -> PlantStore:
     )
 
 
-def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(tmp_path):
+def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(pair):
     """Every write after the switch is a 200 without a restart (the write that met the old
     primary's READONLY did nothing, and is sent once more on a fresh connection); every plant is
     there; a watch parked across the switch, and one after it, hear writes another process made
     on the new primary, which only the service's feed listener hears. Rate limits on: each
     request's count is a write too, on connections of their own."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    first = RedisServer(tmp_path / "a")
-    second = RedisServer(tmp_path / "b", "--replicaof", "127.0.0.1", str(first.port))
-    link = tmp_path / "redis.sock"
-    _point(link, first)
-    settings = {"PLANTS_STORE_URL": f"unix://{link}", "PLANTS_STORE_PREFIX": f"test-{uuid.uuid4().hex}"}
+    settings = pair.settings
     server = None
     primary: list[PlantStore] = []
     try:
-        _synced(second)
         # One worker: its feed's listener is started (by the first watch) before the switch.
         server = redis_gunicorn(settings, workers=1, PLANTS_RATE_LIMIT="100000/second")
         before = _create_all(server.port, range(1, 33))
         assert [status for _, status, _ in before] == [200] * 32, before
 
         def fail_over_then_write_elsewhere() -> None:
-            _fail_over(first, second, link)
+            pair.fail_over()
             primary.append(_elsewhere(settings))
             primary[0].create(600, "plant 600", None)
 
@@ -120,6 +149,34 @@ def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(t
             store.close()
         if server is not None:
             server.stop()
-        first.stop()
-        second.stop()
     assert "Traceback" not in server.output()
+
+
+def test_a_deliverer_on_its_own_delivers_across_the_failover(pair):
+    """`python -m app.webhooks` follows the primary too: its leases, renewals and outcomes are
+    writes. Each event is delivered once, in order, and the endpoint stays enabled."""
+    settings = {**pair.settings, "PLANTS_API_TOKENS": TOKEN, "PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1"}
+    app = create_app({**settings, "PLANTS_WEBHOOKS_DELIVER": False})
+    client = app.test_client()
+    receiver = Receiver()
+    process = None
+    try:
+        hook = register(client, receiver.url)
+        process = deliverer_on_its_own(settings)
+        create_plants(client, 1, 2)
+        receiver.wait_for(2)
+        pair.fail_over()
+        create_plants(client, 3, 4)
+        deliveries = receiver.wait_for(4)
+        time.sleep(0.5)  # time for a delivery sent twice to come
+        assert [d.verified(hook["secret"])["data"]["id"] for d in receiver.deliveries] == [1, 2, 3, 4]
+        assert deliveries[-1].verified(hook["secret"])["type"] == "plant.created"
+        assert endpoint(client, hook)["status"] == "enabled"
+    finally:
+        receiver.stop()
+        plants_state(app).close()
+        if process is not None:
+            process.terminate()
+            output, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, output
+    assert "Traceback" not in output
