@@ -55,6 +55,8 @@ WIDE_FACTOR = 4
 #: Seconds between two warnings that requests went uncounted (Redis at maxmemory): a line per
 #: request would double the log for as long as Redis stays full.
 UNCOUNTED_WARNING_S = 60.0
+#: How many times a count that met a replica is sent again (`_counted`).
+_READ_ONLY_RETRIES = 2
 
 
 class LimitState(NamedTuple):
@@ -246,13 +248,16 @@ class RateLimits:
 
 def _counted(storage: Any, window_key: str, expiry: int) -> int:
     """The window's count, one more. After a failover behind the store URL's name, a count that
-    met the old primary (a replica now: READONLY, nothing counted) is sent once more on a fresh
-    connection, as the store's writes are (app/store/redis/client.py)."""
-    try:
-        return int(storage.incr(window_key, expiry))
-    except StorageError as exc:
-        if not renewed_after_read_only(exc.storage_error, storage.get_connection()):
-            raise
+    met the old primary (a replica now: READONLY, nothing counted) is sent again on a fresh
+    connection, as the store's writes are (app/store/redis/client.py). Twice at most: another
+    request thread may put its own connection to the old primary back in the pool between this
+    one's closing of the idle ones and its next try, and closes it only after."""
+    for _ in range(_READ_ONLY_RETRIES):
+        try:
+            return int(storage.incr(window_key, expiry))
+        except StorageError as exc:
+            if not renewed_after_read_only(exc.storage_error, storage.get_connection()):
+                raise
     return int(storage.incr(window_key, expiry))
 
 

@@ -135,6 +135,10 @@ def test_after_a_failover_behind_the_same_name_writes_reads_and_the_feed_go_on(p
             primary[0].create(600, "plant 600", None)
 
         assert _woken(server, fail_over_then_write_elsewhere) == [600]
+        # Ready at once, before any write of its own met the old primary: a probe that kept
+        # asking the old primary would keep the service out of its load balancer for good.
+        status, _, body = call(server.connection(), "GET", "/readyz")
+        assert (status, json.loads(body)) == (200, {"status": "ok"})
 
         after = _create_all(server.port, range(33, 97))
         assert [(plant_id, status, body) for plant_id, status, body in after if status != 200] == []
