@@ -1,9 +1,9 @@
 """Whether a Redis store can serve, asked for `/readyz`: a PING is not enough.
 
 A single Redis must be a primary (a replica refuses every write; one found is asked again on
-fresh connections, which find the primary if its name now names another server) and not a Redis Cluster node
-(which redirects most keys elsewhere); one past its `maxmemory` is full (it serves reads and
-deletes, and refuses every other write). On a cluster, one read of each node's first group tells
+fresh connections, which find the primary if its name now names another server) and not a Redis
+Cluster node (which redirects most keys elsewhere); one past its `maxmemory` is full (it serves
+reads and deletes, and refuses every other write). On a cluster, one read of each node's first group tells
 which nodes fail: the store is degraded while only some do, and unavailable when all do; and
 the INFO memory of each node that serves tells whether one is full.
 """
