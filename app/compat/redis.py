@@ -22,8 +22,11 @@ does; one whose reply was lost is sent again only when asked (`resend`, a read's
 write's second run would judge the state its first run made, so a write that must not be
 repeated raises `Unanswered` instead (app/store/redis/lost.py learns what it did). Before such a
 write, a connection Redis has closed meanwhile (a restart) is found and replaced, so that the
-write goes on a live one. When the pool's or the connection's methods are not as expected, each
-call goes through `execute_command`, which resends after a lost reply as redis-py does.
+write goes on a live one. After a failover behind the same name (`renew`: the server a connection
+reaches answered READONLY), each thread replaces its own before its next call, so that none is
+closed under another thread's call. When the pool's or the connection's methods are not as
+expected, each call goes through `execute_command`, which resends after a lost reply as redis-py
+does.
 
 **A call's own time.** The steps that learn what a write whose reply was lost did share what is
 left of the write's time, so each may get less than the client's socket timeout. redis-py documents
