@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,11 +16,10 @@ import pytest
 from app import create_app
 from app.extension import plants_state
 from app.store import Plant, PlantStore, store_from_url
-from tests.helpers import call, wait_for_watches, walk_pages, watches_started
+from tests.helpers import call, long_poll_woken_by, walk_pages
 from tests.integration.test_webhook_delivery import create as create_plants
 from tests.integration.test_webhook_delivery import deliverer_on_its_own, endpoint, register
 from tests.load import AUTH, create, redis_gunicorn
-from tests.rawhttp import exchange, request
 from tests.receiver import Receiver
 from tests.servers import TOKEN, Gunicorn, RedisServer
 
@@ -87,23 +85,10 @@ def _create_all(port: int, ids: range) -> list[tuple[int, int, bytes]]:
 
 def _woken(server: Gunicorn, write: Callable[[], object]) -> list[int]:
     """The ids of the plants in the events a long-poll parked on `server` answers, once `write`
-    was made (the long-poll was counted as started first)."""
-    started = watches_started(server, TOKEN)
-    answer: list = []
-    auth = [("Authorization", f"Bearer {TOKEN}")]
-    poll = threading.Thread(
-        target=lambda: answer.append(
-            exchange(server.port, request("GET", "/events?after=now&wait=55", headers=auth), timeout=60)
-        ),
-        daemon=True,
-    )
-    poll.start()
-    wait_for_watches(server, TOKEN, started + 1)
-    write()
-    poll.join(30)  # generous for a loaded machine; the wait it guards against is 55 s
-    assert answer, "the long-poll was not woken by the write"
-    assert answer[0].status == 200, answer[0].body
-    return [event["plant"]["id"] for event in json.loads(answer[0].body)["events"]]
+    was made."""
+    answer = long_poll_woken_by(server, TOKEN, write)
+    assert answer.status == 200, answer.body
+    return [event["plant"]["id"] for event in json.loads(answer.body)["events"]]
 
 
 def _elsewhere(settings: dict[str, str]) -> PlantStore:
