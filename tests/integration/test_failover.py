@@ -16,7 +16,7 @@ import pytest
 from app import create_app
 from app.extension import plants_state
 from app.store import Plant, PlantStore, store_from_url
-from tests.helpers import call, long_poll_woken_by, walk_pages
+from tests.helpers import assert_error, call, long_poll_woken_by, walk_pages
 from tests.integration.test_webhook_delivery import create as create_plants
 from tests.integration.test_webhook_delivery import deliverer_on_its_own, endpoint, register
 from tests.load import AUTH, create, redis_gunicorn
@@ -39,15 +39,6 @@ def _point(link: Path, server: RedisServer) -> None:
     os.replace(staged, link)
 
 
-def _fail_over(old: RedisServer, new: RedisServer, link: Path) -> None:
-    """As an operator (or a Sentinel's script) does it: the replica promoted, the old primary
-    made its replica, and the name re-pointed; the old primary stays up."""
-    new.command("REPLICAOF", "NO", "ONE")
-    old.command("REPLICAOF", "127.0.0.1", str(new.port))
-    _point(link, new)
-    _synced(old)
-
-
 class Pair:
     """A primary and its replica, synced, and the name (a socket path) that names the primary."""
 
@@ -62,8 +53,18 @@ class Pair:
         self.settings = {"PLANTS_STORE_URL": f"unix://{self.link}", "PLANTS_STORE_PREFIX": prefix}
         _synced(self.second)
 
-    def fail_over(self) -> None:
-        _fail_over(self.first, self.second, self.link)
+    def fail_over(self, *, re_point: bool = True) -> None:
+        """As an operator (or a Sentinel's script) does it: the replica promoted, the old primary
+        made its replica, and the name re-pointed (unless not yet: a DNS name's old record
+        cached); the old primary stays up."""
+        self.second.command("REPLICAOF", "NO", "ONE")
+        self.first.command("REPLICAOF", "127.0.0.1", str(self.second.port))
+        if re_point:
+            self.re_point()
+        _synced(self.first)
+
+    def re_point(self) -> None:
+        _point(self.link, self.second)
 
     def stop(self) -> None:
         self.first.stop()
@@ -169,3 +170,29 @@ def test_a_deliverer_on_its_own_delivers_across_the_failover(pair):
             output, _ = process.communicate(timeout=20)
     assert process.returncode == 0, output
     assert "Traceback" not in output
+
+
+def test_until_the_name_is_re_pointed_writes_are_the_read_only_503_then_200_without_a_restart(pair):
+    """While the name still names the old primary (a cached DNS record), a fresh connection meets
+    the replica too: the documented read-only 503, and /readyz says so. Once it names the new
+    primary, the next write and the next probe find it."""
+    app = create_app({**pair.settings, "PLANTS_API_TOKENS": TOKEN})
+    client = app.test_client()
+    try:
+        assert client.post("/plants", json={"id": 1, "name": "plant 1"}, headers=AUTH).status_code == 200
+        pair.fail_over(re_point=False)
+        refused = client.post("/plants", json={"id": 2, "name": "plant 2"}, headers=AUTH)
+        assert_error(refused.status_code, refused.headers, refused.get_data(), 503)
+        assert refused.headers["Retry-After"] == "60"
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/plants/1", headers=AUTH).status_code == 200  # the replica's reads
+
+        pair.re_point()
+        assert client.get("/readyz").json == {"status": "ok"}
+        assert client.post("/plants", json={"id": 2, "name": "plant 2"}, headers=AUTH).status_code == 200
+        assert client.post("/plants", json={"id": 3, "name": "plant 3"}, headers=AUTH).status_code == 200
+        assert (
+            pair.second.command("HGET", f"{{{pair.settings['PLANTS_STORE_PREFIX']}}}:b:3", "3") == "7:plant 3"
+        )
+    finally:
+        plants_state(app).close()
