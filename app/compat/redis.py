@@ -241,6 +241,11 @@ class HeldConnections:
         #: How many times `renew` was called: a held connection taken before the last is stale.
         self._renewals = 0
 
+    @property
+    def renewals(self) -> int:
+        """How many times `renew` was called."""
+        return self._renewals
+
     def renew(self, client: redis.Redis) -> None:
         """After the server behind `client`'s address stopped being the primary (a failover behind
         the same name): its idle connections are closed now, and each thread's held one (of any

@@ -196,3 +196,32 @@ def test_until_the_name_is_re_pointed_writes_are_the_read_only_503_then_200_with
         )
     finally:
         plants_state(app).close()
+
+
+def _feed_reader_on(server: RedisServer) -> bool:
+    return any("cmd=xread" in line for line in server.command("CLIENT", "LIST").splitlines())
+
+
+def test_a_feed_listener_that_read_again_from_the_old_primary_follows_the_first_write(pair):
+    """The name re-pointed only after the listener, its blocked read ended by the role change,
+    read again through it, from the old primary (a replica now). The service's next write finds
+    the primary, and the listener follows: once the old server stops replicating, though up, a
+    watch still hears the new primary's writes."""
+    server = redis_gunicorn(pair.settings, workers=1)
+    primary: list[PlantStore] = []
+    try:
+        assert _woken(server, lambda: _create_all(server.port, range(1, 2))) == [1]
+        pair.fail_over(re_point=False)
+        deadline = time.monotonic() + 15
+        while not _feed_reader_on(pair.first):  # the listener reads from the old primary again
+            assert time.monotonic() < deadline, "the listener did not read again"
+            time.sleep(0.05)
+        pair.re_point()
+        assert [status for _, status, _ in _create_all(server.port, range(2, 3))] == [200]
+        pair.first.command("REPLICAOF", "NO", "ONE")  # detached: up, and no longer replicating
+        primary.append(_elsewhere(pair.settings))
+        assert _woken(server, lambda: primary[0].create(3, "plant 3", None)) == [3]
+    finally:
+        for store in primary:
+            store.close()
+        server.stop()

@@ -165,6 +165,10 @@ class LazyClient:
         each held one before its thread's next call (app/compat/redis.py)."""
         self._held.renew(node)
 
+    def renewals(self) -> int:
+        """How many times `renew` was called: a listener of its own follows it (listener.py)."""
+        return self._held.renewals
+
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
 
