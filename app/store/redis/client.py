@@ -160,9 +160,11 @@ class LazyClient:
 
     def renew(self, node: redis.Redis) -> None:
         """`node` answered READONLY: the server its address named is a replica now, the primary
-        having moved behind the same name (a DNS name, a socket path re-pointed). Every
-        connection of this client connects again, resolving the name afresh: the idle ones now,
-        each held one before its thread's next call (app/compat/redis.py)."""
+        maybe moved behind the same name (a DNS name, a socket path re-pointed). A script that met
+        READONLY did nothing (Redis refuses it at its first write; library.lua's undo meets the
+        same refusal), so it may be sent again. Every connection of this client connects again,
+        resolving the name afresh: the idle ones now, each held one before its thread's next call
+        (app/compat/redis.py)."""
         self._held.renew(node)
 
     def renewals(self) -> int:
@@ -283,10 +285,8 @@ class ScriptRunner:
                     if not self._follow(keys[0], exc, until):
                         raise
                 except ReadOnlyError:
-                    # A replica now: Redis refused the script at its first write, so it did
-                    # nothing (library.lua's undo meets the same refusal). Once more on a fresh
-                    # connection, which finds the primary if the name now names it; a second
-                    # refusal is the read-only 503.
+                    # A replica now, which refused the script at its first write: once more on a
+                    # fresh connection, which may find the primary behind the name (`renew`).
                     if renewed:
                         raise
                     renewed = True

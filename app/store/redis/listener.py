@@ -80,9 +80,7 @@ class StreamsListener:
     """Blocks on each of `keys` until an entry newer than the last it saw is added to any."""
 
     def __init__(self, client: Any, keys: list[str], renewals: Callable[[], int] | None = None) -> None:
-        """`renewals`: on a single Redis, the store's count of the times it met a replica where
-        its primary was (client.py: `renew`); at each change this listener's stream, read by one
-        thread, connects again too, resolving the name afresh."""
+        """`renewals`: a single Redis's count of moves to a new primary (client.py: `renew`)."""
         self._client, self._keys, self._renewals = client, keys, renewals
         self._changed = threading.Event()
         #: A failure since the last `wait`, and whether an entry came since then.
@@ -159,8 +157,7 @@ class StreamsListener:
         while not self._closed:
             try:
                 if self._renewals and self._renewals() != renewals:
-                    # On from `last` on the new primary: it has what the old one replicated to
-                    # it, and whatever was written since.
+                    # So does this stream (one thread's): on from `last` on the new primary.
                     renewals = self._renewals()
                     self._client.connection_pool.disconnect(inuse_connections=False)
                 if last is None:
