@@ -279,6 +279,19 @@ def parked_long_poll(server: Any, token: str, plant_id: int) -> Any:
     """The answer to a long-poll from `now` that parked: counted as started (its position taken)
     by a scrape its request thread was free to answer, then woken by a write of `plant_id`, not by
     its 55 s wait (an hour, to a test's eye); a server with one request thread shows the park."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def write() -> None:
+        plant = {"id": plant_id, "name": "wakes"}
+        status, _, body = call(server.connection(), "POST", "/plants", plant, headers)
+        assert status == 200, body
+
+    return long_poll_woken_by(server, token, write)
+
+
+def long_poll_woken_by(server: Any, token: str, write: Callable[[], object]) -> Any:
+    """The answer to a long-poll from `now`, once counted as started (parked), then woken by
+    `write` (any write: the server's own, or another process's that only its listener hears)."""
     auth = [("Authorization", f"Bearer {token}")]
     before = watches_started(server, token)
     answer: list[Any] = []
@@ -290,9 +303,7 @@ def parked_long_poll(server: Any, token: str, plant_id: int) -> Any:
     )
     poll.start()
     wait_for_watches(server, token, before + 1)
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    status, _, body = call(server.connection(), "POST", "/plants", {"id": plant_id, "name": "wakes"}, headers)
-    assert status == 200, body
+    write()
     poll.join(30)  # generous for a loaded machine; the wait it guards against is 55 s
     assert answer, "the long-poll was not woken by the write"
     return answer[0]

@@ -42,7 +42,7 @@ from limits.errors import StorageError
 from app.auth.address_keys import AddressKeys, client_key, wide_key
 from app.errors import RateLimitExceeded
 from app.settings import Settings
-from app.store import FAILURES, StoreUrl, backend_error
+from app.store import FAILURES, StoreUrl, backend_error, renewed_after_read_only
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ WIDE_FACTOR = 4
 #: Seconds between two warnings that requests went uncounted (Redis at maxmemory): a line per
 #: request would double the log for as long as Redis stays full.
 UNCOUNTED_WARNING_S = 60.0
+#: How many times a count that met a replica is sent again (`_counted`).
+_READ_ONLY_RETRIES = 2
 
 
 class LimitState(NamedTuple):
@@ -228,7 +230,7 @@ class RateLimits:
         for index, limit in enumerate(limits):
             window_key = limit.key_for(key)
             now = time.time()
-            count = storage.incr(window_key, limit.get_expiry())
+            count = _counted(storage, window_key, limit.get_expiry())
             reset_at = None if window_ends is None else window_ends.get(window_key)
             if count == 1:  # this request opened the window
                 reset_at = now + limit.get_expiry()
@@ -242,6 +244,21 @@ class RateLimits:
                 tightest = state
         assert tightest is not None
         return tightest
+
+
+def _counted(storage: Any, window_key: str, expiry: int) -> int:
+    """The window's count, one more. After a failover behind the store URL's name, a count that
+    met the old primary (a replica now: READONLY, nothing counted) is sent again on a fresh
+    connection, as the store's writes are (app/store/redis/client.py). Twice at most: another
+    request thread may put its own connection to the old primary back in the pool between this
+    one's closing of the idle ones and its next try, and closes it only after."""
+    for _ in range(_READ_ONLY_RETRIES):
+        try:
+            return int(storage.incr(window_key, expiry))
+        except StorageError as exc:
+            if not renewed_after_read_only(exc.storage_error, storage.get_connection()):
+                raise
+    return int(storage.incr(window_key, expiry))
 
 
 def _state(

@@ -22,8 +22,11 @@ does; one whose reply was lost is sent again only when asked (`resend`, a read's
 write's second run would judge the state its first run made, so a write that must not be
 repeated raises `Unanswered` instead (app/store/redis/lost.py learns what it did). Before such a
 write, a connection Redis has closed meanwhile (a restart) is found and replaced, so that the
-write goes on a live one. When the pool's or the connection's methods are not as expected, each
-call goes through `execute_command`, which resends after a lost reply as redis-py does.
+write goes on a live one. After a failover behind the same name (`renew`: the server a connection
+reaches answered READONLY), each thread replaces its own before its next call, so that none is
+closed under another thread's call. When the pool's or the connection's methods are not as
+expected, each call goes through `execute_command`, which resends after a lost reply as redis-py
+does.
 
 **A call's own time.** The steps that learn what a write whose reply was lost did share what is
 left of the write's time, so each may get less than the client's socket timeout. redis-py documents
@@ -212,9 +215,14 @@ class _ThreadEnd:
     """Held in a thread's locals beside its connections, and collected when the thread ends."""
 
 
-def _release(held: dict[int, tuple[redis.Redis, Any]]) -> None:
+#: One thread's held connections, by the id of their client: (client, connection, the count of
+#: `HeldConnections.renew` calls when it was taken).
+_Held = dict[int, tuple[redis.Redis, Any, int]]
+
+
+def _release(held: _Held) -> None:
     """Connections back to their pools."""
-    for client, connection in held.values():
+    for client, connection, _ in held.values():
         client.connection_pool.release(connection)
     held.clear()
 
@@ -230,6 +238,21 @@ class HeldConnections:
 
     def __init__(self) -> None:
         self._local = threading.local()
+        #: How many times `renew` was called: a held connection taken before the last is stale.
+        self._renewals = 0
+
+    @property
+    def renewals(self) -> int:
+        """How many times `renew` was called."""
+        return self._renewals
+
+    def renew(self, client: redis.Redis) -> None:
+        """After the server behind `client`'s address stopped being the primary (a failover behind
+        the same name): its idle connections are closed now, and each thread's held one (of any
+        client) by that thread itself before its next call, never under a call another thread is
+        making; each connects again, resolving the name afresh."""
+        self._renewals += 1
+        client.connection_pool.disconnect(inuse_connections=False)
 
     def call(
         self, client: redis.Redis, *command: Any, resend: bool = True, until: float | None = None
@@ -294,16 +317,19 @@ class HeldConnections:
         if entry is None or entry[0] is not client:
             if len(held) >= _MOST_HELD:
                 _release(held)
-            entry = held[id(client)] = (client, client.connection_pool.get_connection())
+            entry = held[id(client)] = (client, client.connection_pool.get_connection(), self._renewals)
+        elif entry[2] != self._renewals:
+            entry[1].disconnect()  # its next send connects again (`renew`)
+            entry = held[id(client)] = (client, entry[1], self._renewals)
         return entry[1]
 
-    def _held(self) -> dict[int, tuple[redis.Redis, Any]]:
+    def _held(self) -> _Held:
         """This thread's connections, by the id of their client: (client, connection)."""
         local = self._local
         # A forked worker must not share its parent's sockets: it makes its own. The count of
         # forks, not os.getpid(): that is a system call on every write.
         if getattr(local, "forks", None) != _Forks.count:
-            held: dict[int, tuple[redis.Redis, Any]] = {}
+            held: _Held = {}
             local.forks, local.held, local.end = _Forks.count, held, _ThreadEnd()
             # When the thread ends its locals go, and with `end` the connections go back.
             weakref.finalize(local.end, _release, held)

@@ -37,7 +37,7 @@ from app.store.base import (
 )
 from app.store.memory.store import MemoryPlantStore
 from app.store.readiness import FailingNode, Readiness
-from app.store.redis.failures import FAILURES, translate
+from app.store.redis.failures import FAILURES, renewed_after_read_only, translate
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
 
@@ -70,6 +70,7 @@ __all__ = [
     "StoreUrl",
     "backend_error",
     "plant_etag",
+    "renewed_after_read_only",
     "store_for",
     "store_from_url",
 ]

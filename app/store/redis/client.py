@@ -19,6 +19,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -157,6 +158,19 @@ class LazyClient:
         except FAILURES:
             return None
 
+    def renew(self, node: redis.Redis) -> None:
+        """`node` answered READONLY: the server its address named is a replica now, the primary
+        maybe moved behind the same name (a DNS name, a socket path re-pointed). A script that met
+        READONLY did nothing (Redis refuses it at its first write; library.lua's undo meets the
+        same refusal), so it may be sent again. Every connection of this client connects again,
+        resolving the name afresh: the idle ones now, each held one before its thread's next call
+        (app/compat/redis.py)."""
+        self._held.renew(node)
+
+    def renewals(self) -> int:
+        """How many times `renew` was called: a listener of its own follows it (listener.py)."""
+        return self._held.renewals
+
     def forget(self, key: str) -> None:
         self._nodes.pop(key_slot(key.encode()), None)
 
@@ -252,6 +266,7 @@ class ScriptRunner:
         if until is not None:
             moving_deadline = min(moving_deadline, until)
         redirects = 0
+        renewed = False
         sent_to = None
         wait = write and self._replicas > 0
         try:
@@ -269,6 +284,13 @@ class ScriptRunner:
                         raise
                     if not self._follow(keys[0], exc, until):
                         raise
+                except ReadOnlyError:
+                    # A replica now, which refused the script at its first write: once more on a
+                    # fresh connection, which may find the primary behind the name (`renew`).
+                    if renewed:
+                        raise
+                    renewed = True
+                    self._nodes.renew(node)
                 except (AskError, TryAgainError):  # (MovedError, an AskError, is caught above)
                     if time.monotonic() > moving_deadline:
                         raise

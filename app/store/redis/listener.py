@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -78,8 +79,9 @@ def _entry_id(raw: Any) -> tuple[int, int]:
 class StreamsListener:
     """Blocks on each of `keys` until an entry newer than the last it saw is added to any."""
 
-    def __init__(self, client: Any, keys: list[str]) -> None:
-        self._client, self._keys = client, keys
+    def __init__(self, client: Any, keys: list[str], renewals: Callable[[], int] | None = None) -> None:
+        """`renewals`: a single Redis's count of moves to a new primary (client.py: `renew`)."""
+        self._client, self._keys, self._renewals = client, keys, renewals
         self._changed = threading.Event()
         #: A failure since the last `wait`, and whether an entry came since then.
         self._failure: Exception | None = None
@@ -151,8 +153,13 @@ class StreamsListener:
         last = None
         failed = False
         first = True
+        renewals = self._renewals() if self._renewals else 0
         while not self._closed:
             try:
+                if self._renewals and self._renewals() != renewals:
+                    # So does this stream (one thread's): on from `last` on the new primary.
+                    renewals = self._renewals()
+                    self._client.connection_pool.disconnect(inuse_connections=False)
                 if last is None:
                     last = self._newest(key)
                     if first:

@@ -1,8 +1,9 @@
 """Whether a Redis store can serve, asked for `/readyz`: a PING is not enough.
 
-A single Redis must be a primary (a replica refuses every write) and not a Redis Cluster node
-(which redirects most keys elsewhere); one past its `maxmemory` is full (it serves reads and
-deletes, and refuses every other write). On a cluster, one read of each node's first group tells
+A single Redis must be a primary (a replica refuses every write; one found is asked again on
+fresh connections, which find the primary if its name now names another server) and not a Redis
+Cluster node (which redirects most keys elsewhere); one past its `maxmemory` is full (it serves
+reads and deletes, and refuses every other write). On a cluster, one read of each node's first group tells
 which nodes fail: the store is degraded while only some do, and unavailable when all do; and
 the INFO memory of each node that serves tells whether one is full.
 """
@@ -21,6 +22,15 @@ from app.store.redis.groups import Groups
 def probe(clients: LazyClient, groups: Groups) -> Readiness:
     client = clients.get()
     if not clients.cluster:
+        try:
+            return _single(client)
+        except StoreUnavailableError as exc:
+            if exc.reason != "read_only":
+                raise
+        # A replica now, the primary maybe moved behind the same name: asked once more on fresh
+        # connections, as a write that meets READONLY is (client.py), else the probe would keep
+        # the service out of its load balancer, where no write comes to find the primary.
+        clients.renew(client)
         return _single(client)
     by_node: dict[str, list[int]] = {}
     for group, tag in enumerate(groups.tags):

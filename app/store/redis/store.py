@@ -136,7 +136,8 @@ class RedisPlantStore(RedisBacked):
         whose timeout outlasts a blocking read."""
         timeout = BLOCK_MS / 1000 + self._connect_timeout + 1
         client = connect(self._url, connect_timeout=self._connect_timeout, timeout=timeout)
-        return StreamsListener(client, [self.groups.feed_key(g) for g in range(self.groups.count)])
+        keys = [self.groups.feed_key(g) for g in range(self.groups.count)]
+        return StreamsListener(client, keys, None if self._clients.cluster else self._clients.renewals)
 
     def feed_entries(
         self, after: bytes | None, limit: int, *, read_on: bool = False
