@@ -184,8 +184,7 @@ class Incoming:
         except httptools.HttpParserUpgrade as upgrade:
             switched_at = upgrade.args[0]
         except httptools.HttpParserError as error:
-            # A callback's refusal is chained onto httptools' error; another error's text may
-            # quote the request, so it is not passed on.
+            # A callback's refusal is chained onto httptools' error; another's text may quote the request.
             refused = error.__context__
             if isinstance(refused, exceptions.HTTPException):
                 self.refusal = refused
