@@ -170,5 +170,20 @@ def scrub(text: str) -> str:
     return _QUERY.sub(_scrub_query_in_text, text) if "?" in text else text
 
 
+#: A request line's target in a log line (`GET /events?ticket=... HTTP/1.1`), as Werkzeug's
+#: development server writes each request and gunicorn names a request it could not read.
+_REQUEST_TARGET = re.compile(r"(?<=[A-Z] )\S+(?= HTTP/\d)")
+
+
+def scrub_line(text: str) -> str:
+    """`text` as a log may show it: a request line's target as the access log shows it (`scrub_uri`:
+    its fragment, and any quote in its query, too), the rest as `scrub`."""
+    parts, last = [], 0
+    for target in _REQUEST_TARGET.finditer(text):
+        parts += [scrub(text[last : target.start()]), scrub_uri(target.group())]
+        last = target.end()
+    return "".join(parts) + scrub(text[last:])
+
+
 def _scrub_query_in_text(query: re.Match[str]) -> str:
     return (query.group(1) or "") + "?" + _redact_unreadable(query.group(2), _in_url(query))
