@@ -192,3 +192,14 @@ def test_a_request_line_in_a_log_line_is_redacted_as_the_access_log_does(line, s
     record = logging.LogRecord("werkzeug", logging.INFO, __file__, 1, "%s", (line,), None)
     assert TicketFilter().filter(record)
     assert record.getMessage() == shown
+
+
+def test_a_line_read_by_two_filters_is_redacted_once():
+    """Werkzeug's logger's filter, then a root handler's (a host that configured both)."""
+    line = '"GET /events?after=now&ticket=plwt_abc-1&token=x HTTP/1.1" 200 -'
+    once = '"GET /events?after=now&ticket=plwt_[redacted]&token=[redacted] HTTP/1.1" 200 -'
+    for _ in range(2):
+        record = logging.LogRecord("werkzeug", logging.INFO, __file__, 1, "%s", (line,), None)
+        assert TicketFilter().filter(record)
+        line = record.getMessage()
+        assert line == once
