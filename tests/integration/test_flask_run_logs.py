@@ -89,12 +89,13 @@ def test_flask_run_logs_each_request_with_its_secrets_redacted(flask_run):
     ]
 
 
-def test_flask_run_writes_the_services_own_lines_as_gunicorn_does(tmp_path):
+@pytest.mark.parametrize("options", [(), ("--debug",)], ids=["plain", "debug"])
+def test_flask_run_writes_the_services_own_lines_as_gunicorn_does(tmp_path, options):
     """Its lines in PLANTS_LOG_FORMAT on stdout with the request's fields, from INFO (the identity
     provider's keys loaded): they went to stderr as bare text, from WARNING only."""
     issuer = Issuer()
     shutil.copy(ROOT / "wsgi.py", tmp_path / "wsgi.py")
-    command = ["-m", "flask", "--app", "wsgi", "run", "--port", "{port}"]
+    command = ["-m", "flask", "--app", "wsgi", "run", *options, "--port", "{port}"]
     env = {"PLANTS_API_TOKENS": TOKEN, "PLANTS_LOG_FORMAT": "json"}
     env.update({"PLANTS_JWT_ISSUER": issuer.url, "PLANTS_JWT_AUDIENCE": AUDIENCE})
     server = serve(tmp_path, command, env)
