@@ -26,6 +26,7 @@ from typing import Any
 
 from app.server import gunicorn_options, handoff
 from app.server.directories import metrics_parent, workers_directory
+from app.server.settings_check import environ_log_format
 from app.settings import ConfigurationError
 from app.settings.server import check_server_names, server_setting
 from app.telemetry.logs import logging_config
@@ -126,18 +127,9 @@ _setting("SCRIPT_NAME")
 control_socket_disable = True
 
 
-def _log_format() -> str:
-    try:
-        from app.settings import from_environ
-
-        return from_environ().get("PLANTS_LOG_FORMAT", "text")
-    except Exception:  # a bad setting: on_starting reports it in one line
-        return "text"
-
-
 # Every line of every logger, gunicorn's own included, in one format on stdout (PLANTS_LOG_FORMAT,
 # app/telemetry/logs.py), through gunicorn's documented logconfig_dict: no handler of gunicorn's own.
-logconfig_dict = logging_config(_log_format())
+logconfig_dict = logging_config(environ_log_format())
 accesslog = None
 errorlog = None
 # gunicorn's logger, computing only the atoms the access line uses (app/server/access_log.py).

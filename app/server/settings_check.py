@@ -97,3 +97,12 @@ def summary(settings: Settings, url: StoreUrl) -> str:
 
 def _count(number: int, one: str, many: str) -> str:
     return f"{number} {one if number == 1 else many}"
+
+
+def environ_log_format() -> str:
+    """PLANTS_LOG_FORMAT as the environment sets it, read before the app is made (its logs are set
+    first): `text` where a setting is bad, which the start then reports in one line."""
+    try:
+        return str(from_environ().get("PLANTS_LOG_FORMAT", "text"))
+    except Exception:
+        return "text"

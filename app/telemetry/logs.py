@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import logging.config
 import math
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from flask import has_request_context, request
 from pythonjsonlogger.orjson import OrjsonFormatter
 
 from app.telemetry.context import CALLER_KIND, REQUEST_ID, ROUTE
-from app.telemetry.redact import holds_secret, scrub
+from app.telemetry.redact import holds_secret, scrub, scrub_line
 
 FORMATS = ("text", "json")
 
@@ -79,14 +80,16 @@ def request_fields(environ: dict[str, Any]) -> dict[str, Any]:
 
 
 class TicketFilter(logging.Filter):
-    """Replaces any watch ticket (app/auth/watch_tickets.py) in a line: gunicorn's own error lines name
-    a failed request's URI, query included. The access lines are scrubbed where they are made."""
+    """Replaces any watch ticket (app/auth/watch_tickets.py) in a line, and whatever else the access
+    line hides: gunicorn's own error lines name a failed request's URI, query included, and Werkzeug's
+    development server writes each request's line (on its `werkzeug` logger, under `flask run`).
+    gunicorn's access lines are scrubbed where they are made."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name != "gunicorn.access":
             message = record.getMessage()
-            if holds_secret(message):
-                record.msg, record.args = scrub(message), None
+            if holds_secret(message) or "#" in message:  # a request line's fragment too
+                record.msg, record.args = scrub_line(message), None
             if record.exc_info and not record.exc_text:
                 record.exc_text = logging.Formatter().formatException(record.exc_info)
             if record.exc_text and holds_secret(record.exc_text):
@@ -146,6 +149,15 @@ def logging_config(log_format: str) -> dict[str, Any]:
             "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
         },
     }
+
+
+def service_handler(log_format: str) -> logging.Handler:
+    """`logging_config`'s handler, made for a process whose root logger is not the service's."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(RequestFilter())
+    handler.addFilter(TicketFilter())
+    return handler
 
 
 def configure(log_format: str) -> None:

@@ -43,8 +43,11 @@ def _parameter(name: str) -> str:
 
 
 _ENCODED = r"%(?:25)*[0-9A-F]{2}"
+#: Not one already scrubbed: a line that two filters read (Werkzeug's logger's, then a root
+#: handler's) says `plwt_[redacted]` once.
 _TICKET = re.compile(
-    "".join(map(_literal_or_encoded, TICKET_PREFIX)) + rf"(?:[A-Za-z0-9_-]|{_ENCODED})*", re.IGNORECASE
+    "".join(map(_literal_or_encoded, TICKET_PREFIX)) + rf"(?!\[redacted\])(?:[A-Za-z0-9_-]|{_ENCODED})*",
+    re.IGNORECASE,
 )
 
 
@@ -168,6 +171,21 @@ def scrub(text: str) -> str:
     text = _ACCESS_TOKEN.sub(_PARAMETER_REDACTED, _TICKET.sub(SCRUBBED, text))
     text = _TICKET_PARAMETER.sub(_PARAMETER_REDACTED, text)
     return _QUERY.sub(_scrub_query_in_text, text) if "?" in text else text
+
+
+#: A request line's target in a log line (`GET /events?ticket=... HTTP/1.1`), as Werkzeug's
+#: development server writes each request and gunicorn names a request it could not read.
+_REQUEST_TARGET = re.compile(r"(?<=[A-Z] )\S+(?= HTTP/\d)")
+
+
+def scrub_line(text: str) -> str:
+    """`text` as a log may show it: a request line's target as the access log shows it (`scrub_uri`:
+    its fragment, and any quote in its query, too), the rest as `scrub`."""
+    parts, last = [], 0
+    for target in _REQUEST_TARGET.finditer(text):
+        parts += [scrub(text[last : target.start()]), scrub_uri(target.group())]
+        last = target.end()
+    return "".join(parts) + scrub(text[last:])
 
 
 def _scrub_query_in_text(query: re.Match[str]) -> str:

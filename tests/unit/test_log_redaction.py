@@ -166,3 +166,40 @@ def test_a_request_target_is_redacted_whatever_its_query_holds(target, query, lo
 def test_a_target_without_a_secret_is_written_as_sent(target):
     assert not uri_holds_secret(target, target.partition("?")[2].partition("#")[0])
     assert scrub_uri(target) == target
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        # Werkzeug's development server, a 4xx in its colours.
+        (
+            '127.0.0.1 - - [02/Dec/2026 16:05:01] "\x1b[31m\x1b[1mGET /events?ticket=plwt_abc-1&wait=5'
+            ' HTTP/1.1\x1b[0m" 401 -',
+            '127.0.0.1 - - [02/Dec/2026 16:05:01] "\x1b[31m\x1b[1mGET /events?ticket=plwt_[redacted]&wait=5'
+            ' HTTP/1.1\x1b[0m" 401 -',
+        ),
+        # A fragment, and a quote in a query, are the target's, as the access log reads them.
+        ('"GET /plants#s3cret HTTP/1.1" 401 -', '"GET /plants#[redacted] HTTP/1.1" 401 -'),
+        ('"GET /plants?token=a"s3cret HTTP/1.1" 400 -', '"GET /plants?token=[redacted] HTTP/1.1" 400 -'),
+        # A request line Werkzeug could not read, named in its error line.
+        (
+            "code 400, message Bad request syntax ('GET /events?ticket=plwt_abc HTTP/1.1 x')",
+            "code 400, message Bad request syntax ('GET /events?ticket=plwt_[redacted] HTTP/1.1 x')",
+        ),
+    ],
+)
+def test_a_request_line_in_a_log_line_is_redacted_as_the_access_log_does(line, shown):
+    record = logging.LogRecord("werkzeug", logging.INFO, __file__, 1, "%s", (line,), None)
+    assert TicketFilter().filter(record)
+    assert record.getMessage() == shown
+
+
+def test_a_line_read_by_two_filters_is_redacted_once():
+    """Werkzeug's logger's filter, then a root handler's (a host that configured both)."""
+    line = '"GET /events?after=now&ticket=plwt_abc-1&token=x HTTP/1.1" 200 -'
+    once = '"GET /events?after=now&ticket=plwt_[redacted]&token=[redacted] HTTP/1.1" 200 -'
+    for _ in range(2):
+        record = logging.LogRecord("werkzeug", logging.INFO, __file__, 1, "%s", (line,), None)
+        assert TicketFilter().filter(record)
+        line = record.getMessage()
+        assert line == once
