@@ -2,8 +2,8 @@
 docs/operations.md state it: a method the service does not serve is its JSON 405 with `Allow`
 wherever the request is read (gunicorn's stock gthread worker, and the packaged worker for every
 method llhttp knows: `QUERY`, `PURGE`, WebDAV's); one llhttp does not know (an extension method
-such as `BREW`) cannot be read past its request line there, and is the worker's JSON 501 (RFC 9110
-section 9.1: a method the server does not recognise), its connection closed."""
+such as `BREW`) cannot be read past its request line there, and is the worker's JSON 400, its
+connection closed."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def test_a_method_llhttp_knows_is_405_with_allow_on_the_packaged_worker(gunicorn
 
 
 @pytest.mark.parametrize("method", ["BREW", "FOOBAR"])
-def test_a_method_llhttp_does_not_know_is_the_packaged_workers_501(gunicorn, method):
+def test_a_method_llhttp_does_not_know_is_the_packaged_workers_400(gunicorn, method):
     answer = exchange(gunicorn.port, sent(method) + sent("GET"))
     assert answer is not None
-    assert answer.status == 501
+    assert answer.status == 400
     assert answer.json() == {
-        "error": 501,
-        "message": "Not Implemented: the request method is not one this server knows.",
+        "error": 400,
+        "message": "Bad Request: the request's HTTP framing is malformed (Invalid method encountered).",
     }
     assert answer.headers["Connection"] == "close"

@@ -98,9 +98,10 @@ class RequestLimits:
 
 
 class RegistryInterface(Protocol):
-    """What a connection asks of its worker's registry (loop.py's `Registry`)."""
+    """What a connection asks of its worker's registry (loop.py's `Registry`); `answers_until` is
+    infinite until the graceful stop sets it."""
 
-    answers_until: float  # infinite until the graceful stop sets it
+    answers_until: float
 
     def rearm(self, conn: Conn, events: int, idle: bool = False, anew: bool = False) -> None: ...
     def linger(self, conn: Conn) -> None: ...
@@ -188,8 +189,6 @@ class Incoming:
             refused = error.__context__
             if isinstance(refused, exceptions.HTTPException):
                 self.refusal = refused
-            elif isinstance(error, httptools.HttpParserInvalidMethodError):  # RFC 9110 section 9.1
-                self.refusal = exceptions.NotImplemented("the request method is not one this server knows.")
             else:
                 callback = isinstance(error, httptools.HttpParserCallbackError)
                 self.refusal = _malformed("a field could not be read" if callback else str(error))
@@ -302,7 +301,8 @@ class Standing:
         self.busy = self.lingering = self.woken = False
         self.budgeted = 0  # the bytes it held as the memory budget last counted them
         self.deadline = self.idle_since = 0.0
-        self.stop_by = math.inf  # no deadline goes past it: the graceful stop sets it for an answer it ends
+        # No deadline of its answer goes past this: set by the graceful stop for an answer it ended.
+        self.stop_by = math.inf
         self.parked: Any = None  # an answer that waits (parking.py)
 
 
