@@ -4,7 +4,7 @@ line and `Host` as sent, and none checked them.
 
 - The host is the request target's authority when the request line is in absolute form
   (`GET http://b.example/plants`): RFC 9112 section 3.2.2 has a server ignore `Host` then. It was
-  `Host`'s, so the URLs handed out (`Location`, `Link`, the document's `servers`) named another host
+  `Host`'s, so the URLs handed out (`Location`, `Link`) named another host
   than the one the client asked. Every server puts the target as sent in the environ (`RAW_URI`,
   or `REQUEST_URI` where only that is set).
 - A host that is no `uri-host [":" port]` (RFC 3986 section 3.2.2: a name of its unreserved,

@@ -3,7 +3,8 @@ runs under (the packaged worker, gunicorn's stock gthread worker, `flask run`), 
 a `Host` that is no `uri-host [":" port]` is the JSON 400 (it was served, its links made relative),
 an absolute request line's authority is the host (its `Host` ignored, section 3.2.2), and
 `OPTIONS *` asks about the server as a whole (RFC 9110 section 9.3.7): 204 with every method the
-service serves."""
+service serves. Behind the shipped nginx site, nginx answers the first and the last itself
+(its JSON 400), and names its `server_name` whatever the request line says (test_nginx.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.integration.test_embedded_servers import serve
 from tests.rawhttp import exchange
-from tests.servers import ROOT, TOKEN
+from tests.servers import ROOT, TOKEN, Gunicorn, Nginx
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n"
 #: Ids of this module's plants: the session's servers share one store with other modules.
@@ -150,3 +151,37 @@ def test_an_http_1_0_request_without_host_is_served_on_the_listeners_address(por
     answer = exchange(port, sent)
     assert (answer and answer.status) == 201
     assert answer.headers["Location"] == f"http://127.0.0.1:{port}/plants/{plant_id}"
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory):
+    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "1", "GUNICORN_THREADS": "2"})
+    proxy = Nginx(app.port, tmp_path_factory.mktemp("nginx-host"))
+    yield proxy
+    proxy.stop()
+    app.stop()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "OPTIONS * HTTP/1.1\r\nHost: x",
+        "GET /plants HTTP/1.1\r\nHost: a b",
+        "GET /plants HTTP/1.1\r\nHost: a/b",
+    ],
+)
+def test_behind_nginx_these_stay_nginxs_json_400(nginx, head):
+    answer = exchange(nginx.port, f"{head}\r\n{AUTH}Connection: close\r\n\r\n".encode())
+    assert error(answer, 400)
+
+
+def test_behind_nginx_a_valid_host_is_served_on_the_sites_name(nginx):
+    plant_id = next(IDS)
+    body = b'{"name": "Fern"}'
+    sent = (
+        f"PUT http://b.example/plants/{plant_id} HTTP/1.1\r\nHost: a.example\r\n{AUTH}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    answer = exchange(nginx.port, sent)
+    assert (answer and answer.status) == 201
+    assert answer.headers["Location"] == f"http://127.0.0.1:{nginx.port}/plants/{plant_id}"
