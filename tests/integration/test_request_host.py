@@ -4,7 +4,8 @@ a `Host` that is no `uri-host [":" port]` is the JSON 400 (it was served, its li
 an absolute request line's authority is the host (its `Host` ignored, section 3.2.2), and
 `OPTIONS *` asks about the server as a whole (RFC 9110 section 9.3.7): 204 with every method the
 service serves. Behind the shipped nginx site, nginx answers the first and the last itself
-(its JSON 400), and names its `server_name` whatever the request line says (test_nginx.py)."""
+(its JSON 400), and names its `server_name` whatever the request line says (test_nginx_refusals.py,
+test_nginx.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from tests.integration.test_embedded_servers import serve
 from tests.rawhttp import exchange
-from tests.servers import ROOT, TOKEN, Gunicorn, Nginx
+from tests.servers import ROOT, TOKEN
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n"
 #: Ids of this module's plants: the session's servers share one store with other modules.
@@ -40,6 +41,20 @@ def port(request, gunicorns) -> int:
     if request.param == "flask run":
         return request.getfixturevalue("flask_run").port
     return gunicorns("memory" if request.param == "packaged worker" else "stock-worker").port
+
+
+def created(port: int, line: str, host: str | None) -> str:
+    """The `Location` of a new plant, PUT with request line `line` (`{id}` in it) and `host`."""
+    plant_id = next(IDS)
+    body = b'{"name": "Fern"}'
+    fields = "" if host is None else f"Host: {host}\r\n"
+    sent = (
+        f"{line.format(id=plant_id)}\r\n{fields}{AUTH}Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    answer = exchange(port, sent)
+    assert (answer and answer.status) == 201
+    return answer.headers["Location"].replace(str(plant_id), "{id}")
 
 
 def error(answer, status: int) -> str:
@@ -88,27 +103,13 @@ def test_a_huge_invalid_host_is_not_echoed(port):
     ],
 )
 def test_a_valid_host_is_served_and_named_in_location(port, host, location):
-    plant_id = next(IDS)
-    body = b'{"name": "Fern"}'
-    sent = (
-        f"PUT /plants/{plant_id} HTTP/1.1\r\nHost: {host}\r\n{AUTH}Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode() + body
-    answer = exchange(port, sent)
-    assert (answer and answer.status) == 201
-    assert answer.headers["Location"] == location.format(id=plant_id)
+    assert created(port, "PUT /plants/{id} HTTP/1.1", host) == location
 
 
 def test_an_absolute_request_line_names_the_host_of_location_and_link(port):
-    body = b'{"name": "Fern"}'
-    for plant_id in (next(IDS), next(IDS)):  # two: the first page of one has a next
-        sent = (
-            f"PUT http://b.example:8443/plants/{plant_id} HTTP/1.1\r\nHost: a.example\r\n{AUTH}"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        ).encode() + body
-        answer = exchange(port, sent)
-        assert (answer and answer.status) == 201
-        assert answer.headers["Location"] == f"http://b.example:8443/plants/{plant_id}"
+    for _ in range(2):  # two: the first page of one has a next
+        line = "PUT http://b.example:8443/plants/{id} HTTP/1.1"
+        assert created(port, line, "a.example") == "http://b.example:8443/plants/{id}"
     sent = (
         f"GET http://b.example/plants?limit=1 HTTP/1.1\r\nHost: a.example\r\n{AUTH}Connection: close\r\n\r\n"
     )
@@ -142,46 +143,4 @@ def test_an_http_1_1_request_without_host_is_the_json_400(port):
 
 
 def test_an_http_1_0_request_without_host_is_served_on_the_listeners_address(port):
-    plant_id = next(IDS)
-    body = b'{"name": "Fern"}'
-    sent = (
-        f"PUT /plants/{plant_id} HTTP/1.0\r\n{AUTH}Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    answer = exchange(port, sent)
-    assert (answer and answer.status) == 201
-    assert answer.headers["Location"] == f"http://127.0.0.1:{port}/plants/{plant_id}"
-
-
-@pytest.fixture(scope="module")
-def nginx(tmp_path_factory):
-    app = Gunicorn(env={"PLANTS_TRUSTED_PROXIES": "1", "GUNICORN_THREADS": "2"})
-    proxy = Nginx(app.port, tmp_path_factory.mktemp("nginx-host"))
-    yield proxy
-    proxy.stop()
-    app.stop()
-
-
-@pytest.mark.parametrize(
-    "head",
-    [
-        "OPTIONS * HTTP/1.1\r\nHost: x",
-        "GET /plants HTTP/1.1\r\nHost: a b",
-        "GET /plants HTTP/1.1\r\nHost: a/b",
-    ],
-)
-def test_behind_nginx_these_stay_nginxs_json_400(nginx, head):
-    answer = exchange(nginx.port, f"{head}\r\n{AUTH}Connection: close\r\n\r\n".encode())
-    assert error(answer, 400)
-
-
-def test_behind_nginx_a_valid_host_is_served_on_the_sites_name(nginx):
-    plant_id = next(IDS)
-    body = b'{"name": "Fern"}'
-    sent = (
-        f"PUT http://b.example/plants/{plant_id} HTTP/1.1\r\nHost: a.example\r\n{AUTH}"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode() + body
-    answer = exchange(nginx.port, sent)
-    assert (answer and answer.status) == 201
-    assert answer.headers["Location"] == f"http://127.0.0.1:{nginx.port}/plants/{plant_id}"
+    assert created(port, "PUT /plants/{id} HTTP/1.0", None) == f"http://127.0.0.1:{port}/plants/{{id}}"
