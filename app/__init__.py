@@ -20,6 +20,7 @@ from app.http.client_address import ForwardedAddress
 from app.http.error_handler import register_json_errors
 from app.http.json_provider import OrjsonProvider
 from app.http.paths import ExactPaths
+from app.http.request_target import RequestTarget
 from app.settings import DEFAULTS, ConfigurationError, from_environ
 from app.telemetry.request_ids import RequestIds
 
@@ -83,5 +84,6 @@ def _create_app(config: Mapping[str, Any] | None) -> Flask:
             x_port=proxies,
             x_prefix=proxies,
         )
+    app.wsgi_app = RequestTarget(app.wsgi_app, app)  # type: ignore[method-assign]
     app.wsgi_app = RequestIds(app.wsgi_app, trusted_proxies=proxies)  # type: ignore[method-assign]
     return app

@@ -195,3 +195,10 @@ def next_answer(stream: Any) -> tuple[int, bytes]:
         if name.strip().lower() == b"content-length":
             length = int(value)
     return status, stream.read(length)
+
+
+@pytest.mark.parametrize("head", ["OPTIONS * HTTP/1.1\r\nHost: x", "GET /plants HTTP/1.1\r\nHost: a b"])
+def test_star_and_a_host_that_is_no_host_stay_nginxs_400(proxy, head):
+    """The service answers each itself reached directly (test_request_host.py); nginx first."""
+    status, headers, body = exchange(proxy.port, f"{head}\r\nConnection: close\r\n\r\n".encode())
+    assert_error(status, headers, body, 400)
