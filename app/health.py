@@ -15,6 +15,7 @@ from app.http.options import options_view
 from app.http.paths import doubled_leading_slash
 from app.http.split_guard import SplitStoreError
 from app.store import StoreUnavailableError
+from app.store.readiness import EVICTING  # ready all the same: the policy is the same for every instance
 from app.telemetry.context import ROUTE
 
 bp = Blueprint("health", __name__)
@@ -22,11 +23,6 @@ bp = Blueprint("health", __name__)
 FULL = (
     "The store is full (Redis, or on a cluster one of its shards, is at its maxmemory): reads and"
     " deletes are served; writes that add or change data answer 507 until Redis has room."
-)
-#: Why an evicting store stays ready too: the policy is Redis's, the same for every instance.
-EVICTING = (
-    "Redis (or one node of a cluster) evicts keys at its maxmemory (maxmemory-policy {policy}):"
-    " plants and events stored can vanish without a trace. Set maxmemory-policy noeviction."
 )
 
 

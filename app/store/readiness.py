@@ -29,3 +29,8 @@ class Readiness(NamedTuple):
 
 
 READY = Readiness()
+#: What an evicting store means, for people (/readyz, the start's log): `{policy}` is Redis's.
+EVICTING = (
+    "Redis (or one node of a cluster) evicts keys at its maxmemory (maxmemory-policy {policy}):"
+    " plants and events stored can vanish without a trace. Set maxmemory-policy noeviction."
+)

@@ -461,6 +461,23 @@ def test_readiness_says_when_redis_evicts_the_plants_at_its_maxmemory(tmp_path):
         redis.stop()
 
 
+def test_the_start_warns_of_a_redis_that_evicts_keys_and_serves_on(tmp_path):
+    """gunicorn's start reads the store's readiness: a Redis with an `allkeys-*` policy is a
+    WARNING in its log (an operator reads the log at a start, not /readyz), and the service starts."""
+    redis = RedisServer(tmp_path, "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lfu")
+    server = redis_gunicorn(redis_settings(redis), workers=1)
+    try:
+        status, _, body = call(server.connection(), "GET", "/readyz")
+        assert (status, json.loads(body)["evicting"]) == (200, "allkeys-lfu")
+    finally:
+        server.stop()
+        redis.stop()
+    (warning,) = [line for line in server.output().splitlines() if "evicts keys" in line]
+    assert "[WARNING]" in warning
+    assert "maxmemory-policy allkeys-lfu" in warning
+    assert "noeviction" in warning
+
+
 def test_the_script_is_loaded_again_after_script_flush(redis_server):
     """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
     settings = redis_settings(redis_server)
