@@ -135,3 +135,39 @@ def test_a_store_at_its_maxmemory_holds_deliveries_with_a_warning_not_a_tracebac
         plants_state(app).close()
         receiver.stop()
         redis_server.stop()
+
+
+def test_a_webhook_change_at_redis_maxmemory_is_a_documented_507_about_the_endpoint(make_app, tmp_path):
+    """At Redis's maxmemory each change to an endpoint is refused (a delete still answers): a 507
+    that names what was refused, an endpoint's change, not "a new plant", and one the document
+    lists for each operation, which it did for POST /webhooks only, for PLANTS_WEBHOOKS_MAX."""
+    redis_server = RedisServer(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        app = make_app(PLANTS_WEBHOOKS_ALLOW_HOSTS="127.0.0.1", **redis_settings(redis_server))
+        client = app.test_client()
+        hook = client.post("/webhooks", json={"url": "http://127.0.0.1:9/hook"}, headers=AUTH).json
+        document = client.get("/openapi.json").json["paths"]
+        redis_server.command("CONFIG", "SET", "maxmemory", "1")
+        patch = {**AUTH, "Content-Type": "application/merge-patch+json"}
+        path = f"/webhooks/{hook['id']}"
+        refused = {
+            ("/webhooks", "post"): client.post(
+                "/webhooks", json={"url": "http://127.0.0.1:9/b"}, headers=AUTH
+            ),
+            ("/webhooks/{endpoint_id}", "patch"): client.patch(
+                path, json={"description": "b"}, headers=patch
+            ),
+            ("/webhooks/{endpoint_id}/rotate", "post"): client.post(f"{path}/rotate", headers=AUTH),
+            ("/webhooks/{endpoint_id}/replay", "post"): client.post(
+                f"{path}/replay", json={"after": "start"}, headers=AUTH
+            ),
+        }
+        for (path, method), response in refused.items():
+            assert (response.status_code, response.json["error"]) == (507, 507), (path, response.json)
+            assert "webhook endpoint" in response.json["message"], (path, response.json)
+            assert "maxmemory" in response.json["message"]
+            assert "507" in document[path][method]["responses"], (path, method)
+        assert client.delete(f"/webhooks/{hook['id']}", headers=AUTH).status_code == 204
+    finally:
+        plants_state(app).close()
+        redis_server.stop()
