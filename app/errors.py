@@ -457,6 +457,13 @@ class WebhookNotFound(NotFound):
         super().__init__(f"There is no webhook endpoint with id {endpoint_id!r}.")
 
 
+class WebhookStoreFull(InsufficientStorage):
+    description = (
+        "The store is full (Redis is at its maxmemory): it cannot take this change to a webhook"
+        " endpoint until Redis has room. Deleting plants or endpoints makes room."
+    )
+
+
 class WebhooksFull(InsufficientStorage):
     def __init__(self, limit: int) -> None:
         super().__init__(

@@ -15,6 +15,7 @@ from app.http.options import options_view
 from app.http.paths import doubled_leading_slash
 from app.http.split_guard import SplitStoreError
 from app.store import StoreUnavailableError
+from app.store.readiness import EVICTING  # ready all the same: the policy is the same for every instance
 from app.telemetry.context import ROUTE
 
 bp = Blueprint("health", __name__)
@@ -59,7 +60,8 @@ def readyz() -> Response | dict[str, Any]:
     loaded yet. 200 `degraded`,
     naming the failing nodes and their bucket groups, when only some plants' operations can fail:
     a shared store's partial outage must not take every instance out of its load balancer. 200
-    `degraded` and `full` when Redis is at its maxmemory: reads still work, on every instance."""
+    `degraded` and `full` when Redis is at its maxmemory: reads still work, on every instance;
+    `degraded` and `evicting` (the policy) when Redis drops keys there instead of refusing."""
     state = plants_state()
     if state.stopping.is_set():
         raise NotReady("the server is stopping; its requests in flight finish", retry_after=5)
@@ -77,17 +79,18 @@ def readyz() -> Response | dict[str, Any]:
         raise KeysNotLoaded()
     if not readiness.degraded:
         return {"status": "ok"}
-    if not readiness.failing:
-        return {"status": "degraded", "full": True, "message": FULL}
-    body: dict[str, Any] = {
-        "status": "degraded",
-        "message": "Some plants' operations fail: those whose bucket groups are on the failing nodes.",
-        "failing": [
+    body: dict[str, Any] = {"status": "degraded"}
+    messages = []
+    if readiness.failing:
+        messages.append("Some plants' operations fail: those whose bucket groups are on the failing nodes.")
+        body["failing"] = [
             {"node": failed.node, "groups": list(failed.groups), "cause": failed.cause}
             for failed in readiness.failing
-        ],
-    }
+        ]
     if readiness.full:
         body["full"] = True
-        body["message"] += f" {FULL}"
-    return body
+        messages.append(FULL)
+    if readiness.evicting:
+        body["evicting"] = readiness.evicting
+        messages.append(EVICTING.format(policy=readiness.evicting))
+    return {**body, "message": " ".join(messages)}

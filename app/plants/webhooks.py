@@ -26,6 +26,7 @@ from app.errors import (
     WebhookSecretsFull,
     WebhooksFull,
     WebhooksNeedFeed,
+    WebhookStoreFull,
 )
 from app.extension import PlantsState, plants_state
 from app.http.body import read_json_object
@@ -34,7 +35,7 @@ from app.http.cursor import EVENTS, InvalidCursor, decode_cursor
 from app.http.json_provider import json_response
 from app.http.links import url_of
 from app.schemas.webhooks import NewWebhookSchema, ReplaySchema, WebhookPatchSchema, as_read_problems, load
-from app.store import EVENT_TYPES, UNCONDITIONAL
+from app.store import EVENT_TYPES, UNCONDITIONAL, StoreFullError
 from app.store.endpoints import DISABLED, ENABLED, Endpoint, EndpointStore, delivery_fields
 from app.webhooks.addresses import AddressRefused, target
 from app.webhooks.drain import holds_listed
@@ -80,7 +81,11 @@ def create_webhook() -> Response:
         position=state.store.events_now(),
     )
     limit = state.settings.webhooks_max
-    if not endpoints.add(endpoint, limit):
+    try:
+        added = endpoints.add(endpoint, limit)
+    except StoreFullError:
+        raise WebhookStoreFull() from None
+    if not added:
         raise WebhooksFull(limit)
     state.deliverer.start()
     response = _with_secrets(record(endpoint), status=201)
@@ -334,7 +339,10 @@ def _changed(
         fields = change(endpoint)
         if not fields:
             return endpoint
-        written = endpoints.update(endpoint, fields, overriding=overriding)
+        try:
+            written = endpoints.update(endpoint, fields, overriding=overriding)
+        except StoreFullError:
+            raise WebhookStoreFull() from None
         if written is None:
             raise WebhookNotFound(endpoint_id)
         if written:

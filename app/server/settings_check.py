@@ -7,12 +7,16 @@ half done. Each worker builds its own app, after the fork.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
 from app.settings import DEFAULTS, ConfigurationError, Settings, from_environ, load_settings
 from app.settings.tokens import accept_files, files_read
 from app.store import StoreUnavailableError, StoreUrl, store_for
+from app.store.readiness import EVICTING
+
+log = logging.getLogger(__name__)
 
 #: The `_FILE` settings' files the last check read (path: content), for `accept_checked`.
 _last_read: dict[str, str] = {}
@@ -59,7 +63,10 @@ def _checked(environ: Mapping[str, str], refused: Mapping[str, str]) -> tuple[Se
         settings = load_settings({**DEFAULTS, **from_environ(environ)})
         url, store = store_for(settings)
         try:
-            store.readiness()
+            evicting = store.readiness().evicting
+            if evicting:
+                # Not refused: the operator's Redis may be shared, and /readyz says so on.
+                log.warning("Plant Store: %s", EVICTING.format(policy=evicting))
             # The cursor secret, made now while Redis has room: a worker that finds none at
             # maxmemory signs with its own, which the other workers and hosts refuse.
             store.cursor_key()

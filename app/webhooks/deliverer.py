@@ -38,7 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from app.settings import Settings
-from app.store import PlantStore, StoreUnavailableError
+from app.store import PlantStore, StoreFullError, StoreUnavailableError
 from app.store.endpoints import ENABLED, Endpoint
 from app.webhooks.drain import LEASE_MS, EndpointDrain
 from app.webhooks.keepalive import KeptAlive
@@ -50,6 +50,18 @@ if TYPE_CHECKING:
     from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+#: A store that refuses the deliverer: down, or full (Redis at its maxmemory refuses a lease and
+#: an acknowledgement as it refuses a write). Either is the operator's to mend, not a fault here.
+STORE_REFUSALS = (StoreUnavailableError, StoreFullError)
+
+
+def store_refusal(exc: Exception) -> str:
+    """Why the store refused, for the log."""
+    if isinstance(exc, StoreFullError):
+        return "is full (Redis is at its maxmemory: no lease or acknowledgement is stored until it has room)"
+    return f"did not answer ({exc})"
+
 
 #: How often the coordinator looks while drains are in flight (the leases, the drains that ended).
 POLL_S = 0.1
@@ -127,16 +139,16 @@ class InFlight:
         try:
             drain.run()
             self.store_failures.pop(endpoint.id, None)
-        except StoreUnavailableError as exc:
+        except STORE_REFUSALS as exc:
             # Sent again at the next look, its event would be sent again and again while the
             # store refuses its acknowledgement (hundreds of times a second).
             failures = self.store_failures[endpoint.id] = self.store_failures.get(endpoint.id, 0) + 1
             wait = doubling(STORE_WAIT_S, STORE_WAIT_MAX_S, failures)
             self.held[endpoint.id] = time.monotonic() + wait
             log.warning(
-                "Webhooks: the store did not answer while delivering to %s (%s); it waits %.0f s",
+                "Webhooks: the store %s while delivering to %s; it waits %.0f s",
+                store_refusal(exc),
                 endpoint.id,
-                exc,
                 wait,
             )
         except Exception:
@@ -151,7 +163,7 @@ class InFlight:
             if slot is not None and deliverer.stopping:
                 slot.close()
             deliverer.connections.give_back(endpoint.id, slot)
-            with contextlib.suppress(StoreUnavailableError):
+            with contextlib.suppress(*STORE_REFUSALS):
                 deliverer.store.endpoints.release(endpoint.id, deliverer.owner)
             # A change another process made while this one held the lease is this one's to send.
             deliverer.look_now()
@@ -278,10 +290,10 @@ class Looks:
     def failed(self, exc: Exception) -> float:
         """The wait after this failed look: POLL_S, twice as long after each failure in a row,
         at most IDLE_S (a change in the process still wakes it at once)."""
-        if not isinstance(exc, StoreUnavailableError):
+        if not isinstance(exc, STORE_REFUSALS):
             log.error("Webhooks: the deliverer failed; it carries on", exc_info=exc)
         elif not self.failing_store:
-            log.warning("Webhooks: the store did not answer (%s); deliveries wait for it", exc)
+            log.warning("Webhooks: the store %s; deliveries wait for it", store_refusal(exc))
             self.failing_store = True
         self.failures += 1
         return doubling(POLL_S, IDLE_S, self.failures)
@@ -396,6 +408,9 @@ class Deliverer:
                 self._looks.answered()
             except Exception as exc:
                 wait = self._looks.failed(exc)
+                # The look may have failed after it took the endpoints as read (at a lease): the
+                # next reads them again, rather than waiting REFRESH_S for an event still unsent.
+                self.schedule.changed = True
             self._wake.wait(wait)
 
     @property

@@ -449,6 +449,22 @@ def test_a_full_shard_answers_507(fault_cluster):
     store.close()
 
 
+def test_readiness_names_a_node_that_evicts_keys_at_its_maxmemory(fault_cluster):
+    """One primary with an `allkeys-*` policy drops its groups' plants at its maxmemory rather than
+    refuse them: /readyz's answer says so, naming the policy."""
+    store = open_cluster_store(cluster_settings(fault_cluster))
+    primary = fault_cluster.primaries()[-1]
+    primary.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    primary.command("CONFIG", "SET", "maxmemory", "1gb")
+    try:
+        assert store.readiness() == Readiness(evicting="allkeys-lru")
+    finally:
+        primary.command("CONFIG", "SET", "maxmemory", "0")
+        primary.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    assert store.readiness() == Readiness()
+    store.close()
+
+
 def test_resharding_under_load_loses_nothing_and_answers_no_500(fault_cluster):
     settings = {**cluster_settings(fault_cluster), **SHORT_TIMEOUTS}
     server = redis_gunicorn(settings)

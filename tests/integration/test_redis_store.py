@@ -437,6 +437,47 @@ def test_readiness_at_redis_maxmemory_stays_200_and_says_the_store_is_full(tmp_p
         redis.stop()
 
 
+def test_readiness_says_when_redis_evicts_the_plants_at_its_maxmemory(tmp_path):
+    """With an `allkeys-*` maxmemory-policy Redis drops keys at its maxmemory instead of refusing
+    the write: plants answered 200 vanish, and the feed with them, while /readyz said "ok". It
+    stays 200 (the policy is the same for every instance) but says so, for the operator."""
+    redis = RedisServer(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
+    try:
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **redis_settings(redis)}).test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for plant_id in range(3000):
+            response = client.post("/plants", json={"id": plant_id, "name": "x" * 150}, headers=auth)
+            assert response.status_code == 200
+        # Redis evicts sampled keys, not the oldest: some of those answered 200 are gone.
+        gone = [n for n in range(0, 3000, 30) if client.get(f"/plants/{n}", headers=auth).status_code == 404]
+        assert gone
+        evicting = client.get("/readyz")
+        assert evicting.status_code == 200
+        assert (evicting.json["status"], evicting.json["evicting"]) == ("degraded", "allkeys-lru")
+        assert "noeviction" in evicting.json["message"]
+        redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        assert "evicting" not in client.get("/readyz").json
+    finally:
+        redis.stop()
+
+
+def test_the_start_warns_of_a_redis_that_evicts_keys_and_serves_on(tmp_path):
+    """gunicorn's start reads the store's readiness: a Redis with an `allkeys-*` policy is a
+    WARNING in its log (an operator reads the log at a start, not /readyz), and the service starts."""
+    redis = RedisServer(tmp_path, "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lfu")
+    server = redis_gunicorn(redis_settings(redis), workers=1)
+    try:
+        status, _, body = call(server.connection(), "GET", "/readyz")
+        assert (status, json.loads(body)["evicting"]) == (200, "allkeys-lfu")
+    finally:
+        server.stop()
+        redis.stop()
+    (warning,) = [line for line in server.output().splitlines() if "evicts keys" in line]
+    assert "[WARNING]" in warning
+    assert "maxmemory-policy allkeys-lfu" in warning
+    assert "noeviction" in warning
+
+
 def test_the_script_is_loaded_again_after_script_flush(redis_server):
     """EVALSHA first; on NOSCRIPT (a Redis restart or failover empties the script cache) it loads again."""
     settings = redis_settings(redis_server)

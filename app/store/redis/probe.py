@@ -3,7 +3,8 @@
 A single Redis must be a primary (a replica refuses every write; one found is asked again on
 fresh connections, which find the primary if its name now names another server) and not a Redis
 Cluster node (which redirects most keys elsewhere); one past its `maxmemory` is full (it serves
-reads and deletes, and refuses every other write). On a cluster, one read of each node's first group tells
+reads and deletes, and refuses every other write); one whose maxmemory-policy evicts any key drops
+plants and events there instead of refusing. On a cluster, one read of each node's first group tells
 which nodes fail: the store is degraded while only some do, and unavailable when all do; and
 the INFO memory of each node that serves tells whether one is full.
 """
@@ -37,11 +38,13 @@ def probe(clients: LazyClient, groups: Groups) -> Readiness:
         by_node.setdefault(client.get_node_from_key(tag).name, []).append(group)
     failing = []
     shard_full = False
+    evicts = ""
     for node, members in by_node.items():
         key = groups.count_key(members[0])
         try:
             clients.read(key, "EXISTS", key)
-            shard_full = shard_full or full(clients.node_for(key).info("memory"))
+            memory = clients.node_for(key).info("memory")
+            shard_full, evicts = shard_full or full(memory), evicts or evicting(memory)
         except StoreUnavailableError as exc:
             failing.append(FailingNode(node, tuple(members), str(exc)))
         except FAILURES:
@@ -49,7 +52,7 @@ def probe(clients: LazyClient, groups: Groups) -> Readiness:
     if len(failing) == len(by_node):
         causes = "; ".join(f"{failed.node}: {failed.cause}" for failed in failing)
         raise StoreUnavailableError("cluster", f"no node of the cluster serves its plants ({causes})")
-    return Readiness(tuple(failing), full=shard_full)
+    return Readiness(tuple(failing), full=shard_full, evicting=evicts)
 
 
 def _single(client: Any) -> Readiness:
@@ -62,7 +65,9 @@ def _single(client: Any) -> Readiness:
             "read_only",
             "it is a read-only replica (Redis: role:slave): set PLANTS_STORE_URL to its primary",
         )
-    return Readiness(full=True) if full(memory) else READY
+    if full(memory) or evicting(memory):
+        return Readiness(full=full(memory), evicting=evicting(memory))
+    return READY
 
 
 def full(memory: dict[str, Any]) -> bool:
@@ -72,3 +77,11 @@ def full(memory: dict[str, Any]) -> bool:
     limit = int(memory.get("maxmemory") or 0)
     counted = int(memory.get("used_memory") or 0) - int(memory.get("mem_not_counted_for_evict") or 0)
     return 0 < limit < counted
+
+
+def evicting(memory: dict[str, Any]) -> str:
+    """Redis's maxmemory-policy when, at its maxmemory, it drops any key (a plant, an index leaf,
+    a feed's stream) rather than refuse the write; "" when it refuses (`noeviction`) or drops only
+    keys that expire (`volatile-*`: the service's are leases and counters), or has no maxmemory."""
+    policy = str(memory.get("maxmemory_policy") or "")
+    return policy if int(memory.get("maxmemory") or 0) and policy.startswith("allkeys-") else ""
