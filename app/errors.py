@@ -391,6 +391,19 @@ class StoreNeedsMigration(ServiceUnavailable):
         )
 
 
+class StoreEvicted(ServiceUnavailable):
+    """Redis evicted keys of the store (an `allkeys-*` maxmemory-policy), among them the mark that
+    pages need: no migration helps while Redis evicts, and retries meet the same refusal."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The plant store cannot list plants: Redis evicted some of its keys at its maxmemory, as its"
+            " maxmemory-policy allows, and stored plants may be lost. Its operator must set"
+            " maxmemory-policy noeviction.",
+            retry_after=60,
+        )
+
+
 class StoreValueUnreadable(ServiceUnavailable):
     """A stored plant (or event) not encoded as the service writes them; nothing was written."""
 

@@ -20,6 +20,7 @@ from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
 from app.errors import (
     ReplicasDidNotConfirm,
+    StoreEvicted,
     StoreNeedsMigration,
     StoreNotAnswering,
     StoreReadOnly,
@@ -118,9 +119,9 @@ class PlantsState:
         """The 503 for a store that did not answer in time; the client may retry after a second."""
         if self.metrics is not None:
             self.metrics.count_store_error(exc.reason)
-        if exc.reason == "needs_migration":
+        if exc.reason in ("needs_migration", "evicted"):
             log.error("The plant store cannot list plants: %s", exc)
-            return StoreNeedsMigration()
+            return StoreEvicted() if exc.reason == "evicted" else StoreNeedsMigration()
         if exc.reason == "unreadable":
             log.error("The plant store holds a value the service cannot read: %s", exc)
             return StoreValueUnreadable()

@@ -6,7 +6,7 @@ Per application (in its state, app/extension.py): its own registry with
 - `plants_http_request_duration_seconds{route}` (a histogram), for every request the blueprint
   routes, refusals included;
 - `plants_store_errors_total{reason}`: store calls answered 503 (`timeout`, `refused`,
-  `name_not_resolved`, `auth`, `connection`, `read_only`, `needs_migration`, `cluster`,
+  `name_not_resolved`, `auth`, `connection`, `read_only`, `needs_migration`, `evicted`, `cluster`,
   `replication`, `unreadable`, `other`);
 - `plants_auth_refusals_total{reason}`: refused authentications and authorizations, by reason
   (`missing`, `not_bearer`, `malformed`, `not_accepted`, `read_only`, `insufficient_scope`, and

@@ -255,7 +255,8 @@ class StoreUnavailableError(Exception):
 
     `reason` is one of `timeout`, `refused`, `name_not_resolved`, `auth`, `connection`,
     `read_only`, `wrong_kind` (a Redis Cluster node named as a single Redis, or the reverse),
-    `wrong_db` (a database index past the server's), `needs_migration`, `cluster` (a
+    `wrong_db` (a database index past the server's), `needs_migration`, `evicted` (the mark that
+    pages need, evicted by an `allkeys-*` maxmemory-policy), `cluster` (a
     failover, or a slot moving between nodes), `replication` (fewer replicas confirmed a write
     than PLANTS_STORE_MIN_REPLICAS), `unreadable` (a stored plant or event not encoded as this
     service writes them: another program's, or cut short; nothing was written) or `other`. The

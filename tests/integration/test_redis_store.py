@@ -25,7 +25,7 @@ from app.store.migrate import migrate
 from app.store.redis.groups import Groups, encode
 from app.store.redis.lua import CREATE, LEAF_SIZE
 from tests.conftest import redis_settings, settings_for_store
-from tests.helpers import assert_error, call, walk_pages
+from tests.helpers import assert_error, call, error_of, walk_pages
 from tests.load import (
     AUTH,
     SHORT_TIMEOUTS,
@@ -457,6 +457,38 @@ def test_readiness_says_when_redis_evicts_the_plants_at_its_maxmemory(tmp_path):
         assert "noeviction" in evicting.json["message"]
         redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
         assert "evicting" not in client.get("/readyz").json
+    finally:
+        redis.stop()
+
+
+def test_a_list_after_redis_evicted_the_stores_layout_says_so_not_to_migrate(tmp_path, caplog):
+    """An `allkeys-*` policy can evict `:layout`, the mark that the indexes hold every plant
+    (written once, by the first create, so the least recently used): a page then meets the check
+    for a 1.0.0 store. Its 503 names the eviction and the policy to set, not a migration, which
+    would index the plants left while Redis went on evicting."""
+    redis = RedisServer(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
+    try:
+        settings = redis_settings(redis)
+        layout = "{" + settings["PLANTS_STORE_PREFIX"] + "}:layout"
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for plant_id in range(20000):
+            response = client.post("/plants", json={"id": plant_id, "name": "x" * 150}, headers=auth)
+            assert response.status_code == 200
+            if plant_id % 100 == 0 and redis.command("EXISTS", layout) == "0":
+                break
+        assert redis.command("EXISTS", layout) == "0"
+        refused = client.get("/plants", headers=auth)
+        message = error_of(refused, 503)["message"]
+        assert refused.headers["Retry-After"] == "60"
+        assert "Redis evicted" in message
+        assert "maxmemory-policy noeviction" in message
+        assert "upgrade" not in message
+        assert "maxmemory-policy allkeys-lru" in caplog.text
+        assert "1.0.0" not in caplog.text
+        # Once Redis keeps every key, the missing mark is the migration's to write again.
+        redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        assert "upgrade" in client.get("/plants", headers=auth).json["message"]
     finally:
         redis.stop()
 

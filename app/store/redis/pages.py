@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from app.store.base import Page
+from app.store.base import Page, StoreUnavailableError
 from app.store.redis.client import LazyClient
 from app.store.redis.groups import Groups, decode_fields, member
 from app.store.redis.hints import GroupHints
 from app.store.redis.lua import PageArgs
+from app.store.redis.probe import unindexed
 
 #: Groups one page may read: on a cluster a page may stop short (even empty) with a `next`.
 GROUPS_PER_PAGE = 4
@@ -53,7 +54,13 @@ class GroupPages:
         start = b"" if after_id is None else member(after_id)
         groups = self._groups
         args = (*PageArgs(groups.tags[group], groups.cluster_arg, start, limit), *indexes)
-        answer = self._run("PAGE", (groups.count_key(group),), args)
+        key = groups.count_key(group)
+        try:
+            answer = self._run("PAGE", (key,), args)
+        except StoreUnavailableError as exc:
+            if exc.reason != "needs_migration":
+                raise
+            raise unindexed(self._clients, key, exc) from None
         return answer[0] == 1, [
             (plant_id := int(answer[i]), *decode_fields(answer[i + 1], plant_id, groups))
             for i in range(1, len(answer), 2)

@@ -6,7 +6,8 @@ Cluster node (which redirects most keys elsewhere); one past its `maxmemory` is 
 reads and deletes, and refuses every other write); one whose maxmemory-policy evicts any key drops
 plants and events there instead of refusing. On a cluster, one read of each node's first group tells
 which nodes fail: the store is degraded while only some do, and unavailable when all do; and
-the INFO memory of each node that serves tells whether one is full.
+the INFO memory of each node that serves tells whether one is full. A page that finds its
+group's `:layout` missing asks the same of its node (`unindexed`): evicted, or a 1.0.0 store.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.store.base import StoreUnavailableError
-from app.store.readiness import READY, FailingNode, Readiness
+from app.store.readiness import EVICTING, READY, FailingNode, Readiness
 from app.store.redis.client import LazyClient
 from app.store.redis.failures import CLUSTER_NODE_AS_PLAIN, FAILURES
 from app.store.redis.groups import Groups
@@ -68,6 +69,20 @@ def _single(client: Any) -> Readiness:
     if full(memory) or evicting(memory):
         return Readiness(full=full(memory), evicting=evicting(memory))
     return READY
+
+
+def unindexed(clients: LazyClient, key: str, needs_migration: StoreUnavailableError) -> StoreUnavailableError:
+    """The error for a page whose group has plants but no `:layout`, the mark that its indexes hold
+    them all: Redis evicted it if the policy of the node that serves `key` evicts keys (INFO read
+    only on this rare path), else the store was written by 1.0.0 (`needs_migration`)."""
+    try:
+        policy = evicting(clients.node_for(key).info("memory"))
+    except FAILURES:
+        return needs_migration  # unknown: the page's own error stands
+    if not policy:
+        return needs_migration
+    cause = "Redis evicted the mark that the store's plants are indexed, so it cannot list them. "
+    return StoreUnavailableError("evicted", cause + EVICTING.format(policy=policy), needs_migration.node)
 
 
 def full(memory: dict[str, Any]) -> bool:
