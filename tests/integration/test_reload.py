@@ -222,7 +222,7 @@ def tokens_file_env(tokens: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "content",
-    ["", f"# rotated on Monday\n{TOKEN}\n"],
+    ["", f"{TOKEN} # rotated on Monday\n"],
     ids=["emptied mid-rewrite", "a line the parser refuses"],
 )
 def test_a_reload_with_refused_settings_keeps_the_worker_its_plants_and_its_settings(tmp_path, content):
@@ -279,7 +279,7 @@ def test_a_reload_whose_gunicorn_file_is_refused_keeps_the_worker_and_its_plants
 
 @pytest.mark.parametrize(
     "content",
-    ["", f"# rotated on Monday\n{TOKEN}\n", f"{TOKEN}\nadded-without-a-reload\n"],
+    ["", f"{TOKEN} # rotated on Monday\n", f"{TOKEN}\nadded-without-a-reload\n"],
     ids=["emptied", "a line the parser refuses", "a token added"],
 )
 def test_a_worker_that_replaces_a_dead_one_reads_the_files_the_master_accepted(tmp_path, content):

@@ -15,7 +15,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: Each with one of the three in its name and another in its tag, among other non-ASCII text.
 PLANTS = {
     1: {"id": 1, "name": "Fern\u2028of the second line", "tag": "sh\u00e4de\x85"},
-    2: {"id": 2, "name": "Moss\u2029\U0001f33f", "tag": "\u2028"},
+    2: {"id": 2, "name": "Moss\u2029\U0001f33f", "tag": "\u2028deep"},
     3: {"id": 3, "name": "Ivy\x85next", "tag": "wall\u2029"},
 }
 
