@@ -156,8 +156,9 @@ def test_quiet_streams_whose_heartbeats_fall_together_share_one_read_of_the_feed
     assert all(len(set(ids)) >= 2 for ids in moves), moves  # each moved at its heartbeats
     # A heartbeat a second: a read or two at each (one in each read slot, or each side of the
     # shared second), where each stream reading its own made about `streams` at each (144 here).
-    # Runs on a loaded two-core machine counted 8 to 21, the turns' timing shifting with load.
-    assert count <= 4 * lasting, count
+    # Alone it counts 12 to 16; in the full suite on two cores 8 to 26, the turns' timing shifting
+    # with load: a quarter of the unshared count still tells sharing from none.
+    assert count <= streams * lasting // 4, count
 
 
 @pytest.fixture(scope="module", params=["redis", "cluster"])
