@@ -66,9 +66,8 @@ def _single(client: Any) -> Readiness:
             "read_only",
             "it is a read-only replica (Redis: role:slave): set PLANTS_STORE_URL to its primary",
         )
-    if full(memory) or evicting(memory):
-        return Readiness(full=full(memory), evicting=evicting(memory))
-    return READY
+    readiness = Readiness(full=full(memory), evicting=evicting(memory))
+    return readiness if readiness.degraded else READY
 
 
 def unindexed(clients: LazyClient, key: str, needs_migration: StoreUnavailableError) -> StoreUnavailableError:
