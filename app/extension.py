@@ -18,6 +18,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from app.auth import Authenticator, authenticator_for
 from app.auth.rate_limits import RateLimits, rate_limits_for
+from app.compat import release_warnings
 from app.errors import (
     ReplicasDidNotConfirm,
     StoreEvicted,
@@ -148,6 +149,8 @@ def init_state(app: Flask) -> PlantsState:
     """`app`'s state, made from its config on first use; ConfigurationError names what is wrong."""
     state = app.extensions.get(EXTENSION)
     if state is None:
+        # The checks' warnings at import, where no server set the logs first (a host, a test).
+        release_warnings()
         state = app.extensions[EXTENSION] = _state_for(load_settings(app.config))
     return state
 

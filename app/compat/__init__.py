@@ -9,6 +9,7 @@ public path. tests/unit/test_private_names.py keeps such uses out of the rest of
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 
@@ -20,3 +21,22 @@ def binds(function: Any, *arguments: Any, **keywords: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+#: The warnings of the checks at import, held until the process's logging is set (`release`).
+_held: list[tuple[logging.Logger, str]] = []
+
+
+def warn(log: logging.Logger, message: str) -> None:
+    """A check's warning at import, held: the package is imported before `flask run` (wsgi.py) and
+    gunicorn's master (its configuration file) set the service's logs, so a line logged then went
+    to stderr bare, in no format of the service's."""
+    _held.append((log, message))
+
+
+def release_warnings() -> None:
+    """Log the held warnings, now the process's logging is set (or the app is made: an embedding
+    host's, or a test's); each once."""
+    while _held:
+        log, message = _held.pop(0)
+        log.warning(message)

@@ -25,7 +25,7 @@ import io
 import logging
 from typing import Any
 
-from app.compat import binds
+from app.compat import binds, warn
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,9 @@ def http_client_fits() -> bool:
 
 SKIPS_INTERIM = http_client_fits()
 if not SKIPS_INTERIM:
-    log.warning(
-        "http.client's answers are not read as expected: a webhook receiver's 1xx answer is a failed attempt"
+    warn(
+        log,
+        "http.client's answers are not read as expected: a webhook receiver's 1xx answer is a failed attempt",
     )
 
 

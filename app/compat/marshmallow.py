@@ -18,7 +18,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, missing
 
-from app.compat import binds
+from app.compat import binds, warn
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def marshmallow_fits() -> bool:
 #: Whether flat records take the flat path; otherwise every schema loads and dumps through marshmallow.
 FLAT = marshmallow_fits()
 if not FLAT:
-    log.warning("marshmallow's schema or field methods have changed: records load through Schema.load")
+    warn(log, "marshmallow's schema or field methods have changed: records load through Schema.load")
 
 
 class PlainField(fields.Field):

@@ -79,7 +79,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.compat import binds
+from app.compat import binds, warn
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +114,17 @@ READ_TIMEOUT = HELD_CONNECTIONS and binds(getattr(Connection, "read_response", N
 #: The least a read past a call's end waits: a reply already come is still taken.
 _LEAST_WAIT_S = 0.001
 if not ABORTIVE_CLOSE:
-    log.warning(
+    warn(
+        log,
         "redis-py's Connection._connect has changed: store connections close gracefully, and a write"
-        " whose reply was lost answers 503"
+        " whose reply was lost answers 503",
     )
 if not HELD_CONNECTIONS:
-    log.warning("redis-py's connection pool has changed: each store call goes through execute_command")
+    warn(log, "redis-py's connection pool has changed: each store call goes through execute_command")
 if HELD_CONNECTIONS and not READ_TIMEOUT:
-    log.warning("redis-py's read_response takes no timeout: a write whose reply was lost answers 503")
+    warn(log, "redis-py's read_response takes no timeout: a write whose reply was lost answers 503")
 if not SLOT_MAP:
-    log.warning("redis-py's cluster slot map has changed: only RedisCluster's own errors read it again")
+    warn(log, "redis-py's cluster slot map has changed: only RedisCluster's own errors read it again")
 
 #: struct linger {int l_onoff; int l_linger;}: on, with no time: the close resets.
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)

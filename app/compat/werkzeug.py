@@ -11,6 +11,9 @@ too, as they would in any Flask app. `stream_made` says whether such a hook made
 a body the host read and did not keep is gone, and a read for it would wait on the connection.
 When either is not as this module expects (checked at import), `FITS` is False and the blueprint
 reads every body through `get_data`, the public path.
+
+And under `flask run`, the development server's request line of a target `uri_to_iri` cannot read
+is logged as received (`log_any_target`), not lost with its answer.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import io
 import logging
 from typing import IO
 
+from werkzeug.serving import WSGIRequestHandler
 from werkzeug.wrappers import Request
+
+from app.compat import binds, warn
 
 log = logging.getLogger(__name__)
 
@@ -71,4 +77,34 @@ def body_cache_fits() -> bool:
 
 FITS = body_cache_fits()
 if not FITS:
-    log.warning("Werkzeug's request body cache or stream has changed: each body is read through get_data")
+    warn(log, "Werkzeug's request body cache or stream has changed: each body is read through get_data")
+
+#: A request line's control characters escaped, as Werkzeug's own request line escapes them.
+_CONTROL = {c: rf"\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {ord("\\"): r"\\"}
+#: Whether the development server's request line can be wrapped: `log_request(code, size)`, `log`.
+LOGS_ANY_TARGET = binds(WSGIRequestHandler.log_request, 400, "-") and callable(
+    getattr(WSGIRequestHandler, "log", None)
+)
+if not LOGS_ANY_TARGET:
+    warn(log, "Werkzeug's request line log has changed: `flask run` may drop an odd target's answer")
+_logged_as_received: list[bool] = []
+
+
+def log_any_target() -> None:
+    """Under `flask run`, once: Werkzeug's development server logs each request's line with its
+    target made an IRI (`uri_to_iri`), which raises ValueError on an authority whose port is no
+    number (`http://b.example:8x/`) or whose IP literal is unclosed; the line was lost, and with it
+    the answer (its status line is logged as it is written), the connection closed. Such a line is
+    logged as received."""
+    if not LOGS_ANY_TARGET or _logged_as_received:
+        return
+    _logged_as_received.append(True)
+    original = WSGIRequestHandler.log_request
+
+    def log_request(self: WSGIRequestHandler, code: int | str = "-", size: int | str = "-") -> None:
+        try:
+            original(self, code, size)
+        except ValueError:
+            self.log("info", '"%s" %s %s', self.requestline.translate(_CONTROL), code, size)
+
+    WSGIRequestHandler.log_request = log_request  # type: ignore[method-assign]

@@ -10,12 +10,18 @@ line and `Host` as sent, and none checked them.
 - A host that is no `uri-host [":" port]` (RFC 3986 section 3.2.2: a name of its unreserved,
   sub-delims and percent-encoded characters, an IPv4 address or a bracketed IP literal; a port of
   digits) is the JSON 400 RFC 9112 section 3.2 asks for, as is an HTTP/1.1 request without `Host`
-  (the packaged worker's own 400 already). `Host: a b` was served, its links made relative. The
-  answer never quotes the value, which may be 8 KB. A name RFC 3986 allows and Werkzeug builds no
-  URL on (`plant_store`, a port past 65535) is still served with path-absolute links (links.py).
+  (the packaged worker's own 400 already), and so is a `Host` with a comma: RFC 3986's reg-name
+  allows one, no DNS name has one, and gunicorn 23 and Werkzeug hand two `Host` fields on joined by
+  a comma (the packaged worker refuses two, gunicorn 27's parser too). `Host: a b` was served,
+  its links made relative. The answer never quotes the value, which may be 8 KB. A name RFC 3986
+  allows and Werkzeug builds no URL on (`plant_store`, a port past 65535) is still served with
+  path-absolute links (links.py).
 - `OPTIONS *` asks what the server as a whole supports (RFC 9110 section 9.3.7): 204 with an
   `Allow` of every method some route serves, no token needed, as `OPTIONS` on a route (options.py).
   It was a 404: `*` is no path.
+
+- A `Transfer-Encoding` or `Expect` the packaged worker's parser refuses is refused here too, on
+  every path (head_fields.py).
 
 This middleware is the standalone app's, outside ProxyFix, so what a trusted proxy forwards is
 checked there (client_address.py) and the peer's values it keeps are these.
@@ -31,6 +37,7 @@ from typing import Any
 import orjson
 from flask import Flask
 
+from app.http import head_fields
 from app.http.options import no_content
 
 _NAME = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
@@ -40,6 +47,7 @@ _FUTURE = r"\[[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+\]"
 _HOST = re.compile(rf"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|{_FUTURE}|{_NAME})(?::[0-9]*)?").fullmatch
 #: The order Allow names methods in, as each route's OPTIONS does.
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+_ONE_HOST = "The request needs one Host field (RFC 9112 section 3.2)"
 _NEEDS = "a name, an IPv4 address or a bracketed IP address, then optionally ':' and a port's digits"
 
 
@@ -65,8 +73,8 @@ def _authority(target: str) -> str | None:
 
 
 class RequestTarget:
-    """WSGI middleware of the standalone app, outside ProxyFix: the host a request names, checked,
-    and `OPTIONS *` answered."""
+    """WSGI middleware of the standalone app, outside ProxyFix: the host a request names and the
+    framing and expectation fields, checked, and `OPTIONS *` answered."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], flask_app: Flask) -> None:
         self.app = app
@@ -77,6 +85,11 @@ class RequestTarget:
         self._valid = ""
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        host = environ.get("HTTP_HOST")
+        if host is not None and host != self._valid and "," in host:
+            # Two fields, as gunicorn 23 and Werkzeug join them (a DNS name has no comma): the
+            # packaged worker's 400, an absolute request line's authority notwithstanding.
+            return _refused(f"{_ONE_HOST}: a comma in it reads as two.", start_response)
         target = environ.get("RAW_URI") or environ.get("REQUEST_URI") or ""
         if target[:1] != "/" and target != "*":
             authority = _authority(target)
@@ -85,15 +98,19 @@ class RequestTarget:
                     return _refused(
                         f"The request target's authority is not a host: {_NEEDS}.", start_response
                     )
-                environ["HTTP_HOST"] = authority
-        host = environ.get("HTTP_HOST")
+                environ["HTTP_HOST"] = host = authority
         if host != self._valid:
             if host is not None and valid_host(host):
-                self._valid = host
+                if "," not in host:  # an absolute line's authority: a later `Host` so is refused
+                    self._valid = host
             elif host is not None:
                 return _refused(f"The Host header is not a host: {_NEEDS}.", start_response)
             elif environ.get("SERVER_PROTOCOL") == "HTTP/1.1":
-                return _refused("The request needs one Host field (RFC 9112 section 3.2).", start_response)
+                return _refused(f"{_ONE_HOST}.", start_response)
+        if ("HTTP_TRANSFER_ENCODING" in environ or "HTTP_EXPECT" in environ) and (
+            refused := head_fields.refusal(environ)
+        ) is not None:
+            return _refused(refused[1], start_response, refused[0])
         if target == "*" and environ.get("REQUEST_METHOD") == "OPTIONS":
             response = no_content()
             response.headers["Allow"] = self.allow()
@@ -112,10 +129,11 @@ class RequestTarget:
         return self._allow
 
 
-def _refused(message: str, start_response: Callable[..., Any]) -> Iterable[bytes]:
-    """The JSON Error 400, answered here: the app, its routes and its hooks never see the request."""
-    body = orjson.dumps({"error": 400, "message": message}, option=orjson.OPT_APPEND_NEWLINE)
-    start_response(
-        "400 BAD REQUEST", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-    )
+def _refused(
+    message: str, start_response: Callable[..., Any], status: str = head_fields.BAD_REQUEST
+) -> Iterable[bytes]:
+    """The JSON Error (a 400 unless `status` says), answered here: the app, its routes and its hooks
+    never see the request."""
+    body = orjson.dumps({"error": int(status[:3]), "message": message}, option=orjson.OPT_APPEND_NEWLINE)
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
     return [body]

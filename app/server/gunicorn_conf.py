@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.compat import release_warnings
+from app.compat.gunicorn import pre_request as close_when_asked
 from app.server import gunicorn_options, handoff
 from app.server.directories import metrics_parent, workers_directory
 from app.server.settings_check import environ_log_format
@@ -125,6 +127,9 @@ _setting("SCRIPT_NAME")
 
 # No management socket: nothing here uses it, and its default path is shared per user.
 control_socket_disable = True
+# gunicorn's own hook's line, and under gthread `Connection: close, X` read as a close, as the
+# packaged worker reads it (app/compat/gunicorn.py).
+pre_request = close_when_asked
 
 
 # Every line of every logger, gunicorn's own included, in one format on stdout (PLANTS_LOG_FORMAT,
@@ -244,6 +249,7 @@ def _remove_pidfile(path: str, master: int) -> None:
 def on_starting(server: Any) -> None:
     """Check every setting, as each worker's app will, without building the app (no thread may
     run in the master when it forks); refuse a split store."""
+    release_warnings()  # the checks' at import (this file's imports), held until gunicorn set the logs
     _remove_pidfile_at_exit(server)
     _refuse_log_files(server.cfg)
     _prepare_metrics_directory(server)  # before prometheus_client is first imported

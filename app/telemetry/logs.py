@@ -23,6 +23,7 @@ from typing import Any
 from flask import has_request_context, request
 from pythonjsonlogger.orjson import OrjsonFormatter
 
+from app.compat import release_warnings
 from app.telemetry.context import CALLER_KIND, REQUEST_ID, ROUTE
 from app.telemetry.redact import holds_secret, scrub, scrub_line
 
@@ -163,3 +164,4 @@ def service_handler(log_format: str) -> logging.Handler:
 def configure(log_format: str) -> None:
     """The format for a process that gunicorn does not start (the standalone deliverer)."""
     logging.config.dictConfig(logging_config(log_format))
+    release_warnings()

@@ -151,3 +151,44 @@ def test_a_host_that_logs_as_the_docs_say_logs_no_ticket(server, tmp_path):
     ]
     # The service's rule reads every request line: the host's own parameters are redacted too.
     assert targets(output, "/?") == ['"GET /?page=[redacted] HTTP/1.1" 200']
+
+
+#: Run before the service is imported: marshmallow's `Field.deserialize` then takes no arguments
+#: as far as app/compat/marshmallow.py's check at import can tell, which warns and takes the public path.
+BREAKER = """import inspect
+
+from marshmallow import fields
+
+fields.Field.deserialize.__signature__ = inspect.Signature()
+"""
+CHANGED = "marshmallow's schema or field methods have changed: records load through Schema.load"
+
+
+@pytest.mark.parametrize("server", ["flask run", "gunicorn"])
+def test_a_check_at_import_warns_in_the_services_format(server, tmp_path):
+    """The package is imported before `flask run` (wsgi.py) or gunicorn's master (its configuration
+    file) sets the logs: a check's warning went to stderr bare. It is held until then, and logged
+    once, in PLANTS_LOG_FORMAT."""
+    (tmp_path / "breaker.py").write_text(BREAKER)
+    (tmp_path / "wsgi.py").write_text("import breaker  # noqa: F401\n" + (ROOT / "wsgi.py").read_text())
+    if server == "flask run":
+        command = ["-m", "flask", "--app", "wsgi", "run", "--port", "{port}"]
+    else:
+        conf = "import breaker  # noqa: F401\nfrom app.server.gunicorn_conf import *  # noqa: F403\n"
+        (tmp_path / "breaking_conf.py").write_text(conf)
+        command = ["-m", "gunicorn", "-c", "breaking_conf.py", "-b", "127.0.0.1:{port}", "wsgi:app"]
+    served = serve(tmp_path, command, {"PLANTS_API_TOKENS": TOKEN, "PLANTS_LOG_FORMAT": "json"})
+    try:
+        status, _, body = call(served, "POST", "/plants", {"id": 1, "name": "Fern"}, AUTH)
+        assert (status, json.loads(body)) == (200, {"name": "Fern"})  # loaded through Schema.load
+    finally:
+        served.stop()
+    output = served.output()
+    assert output.count(CHANGED) == 1, output[-3000:]
+    (line,) = [line for line in output.splitlines() if CHANGED in line]
+    record = json.loads(line)
+    assert (record["level"], record["logger"], record["message"]) == (
+        "WARNING",
+        "app.compat.marshmallow",
+        CHANGED,
+    )
