@@ -81,10 +81,16 @@ if not FITS:
 
 #: A request line's control characters escaped, as Werkzeug's own request line escapes them.
 _CONTROL = {c: rf"\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {ord("\\"): r"\\"}
-#: Whether the development server's request line can be wrapped: `log_request(code, size)`, `log`.
-LOGS_ANY_TARGET = binds(WSGIRequestHandler.log_request, 400, "-") and callable(
-    getattr(WSGIRequestHandler, "log", None)
-)
+
+
+def request_line_fits() -> bool:
+    """Whether the development server's request line can be wrapped: `log_request(code, size)`, `log`."""
+    return binds(getattr(WSGIRequestHandler, "log_request", None), 400, "-") and callable(
+        getattr(WSGIRequestHandler, "log", None)
+    )
+
+
+LOGS_ANY_TARGET = request_line_fits()
 if not LOGS_ANY_TARGET:
     warn(log, "Werkzeug's request line log has changed: `flask run` may drop an odd target's answer")
 _logged_as_received: list[bool] = []

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import http.client
 import io
+import logging
+from types import SimpleNamespace
 
 import pytest
 from flask import request
+from gunicorn.config import Config
+from gunicorn.http.message import Message
+from gunicorn.http.parser import RequestParser
 from marshmallow import Schema
+from werkzeug.serving import WSGIRequestHandler
 from werkzeug.wrappers import Request
 
 import app.compat.flask
+import app.compat.gunicorn
 import app.compat.http_client
 import app.compat.marshmallow
 import app.compat.werkzeug
@@ -195,3 +202,36 @@ def test_the_get_data_path_refuses_a_body_the_host_read_and_did_not_keep(chunked
         request.stream.read()
         with pytest.raises(BodyReadByHost):
             read_through_get_data(request, LIMIT)
+
+
+def gunicorn_request(connection: str):
+    """A request as gunicorn's own parser (gthread's) reads it."""
+    source = iter([f"GET / HTTP/1.1\r\nHost: a\r\nConnection: {connection}\r\n\r\n".encode()])
+    return next(RequestParser(Config(), source, ("127.0.0.1", 1)))
+
+
+def test_the_gunicorn_check_accepts_the_installed_library():
+    assert app.compat.gunicorn.closes_on_must_close()
+    assert app.compat.gunicorn.CLOSES
+
+
+def test_the_gunicorn_check_sees_a_changed_close(monkeypatch):
+    monkeypatch.setattr(Message, "should_close", lambda self: False)
+    assert not app.compat.gunicorn.closes_on_must_close()
+
+
+@pytest.mark.parametrize("closes", [True, False])
+def test_the_close_among_other_options_is_read_only_where_gunicorn_is_as_expected(monkeypatch, closes):
+    """Where it is not, the request is left as gunicorn read it (the connection stays open)."""
+    monkeypatch.setattr(app.compat.gunicorn, "CLOSES", closes)
+    worker = SimpleNamespace(log=logging.getLogger("test"))
+    for connection, asked in [("close, X-Trace", True), ("X-Trace", False), ("keep-alive", False)]:
+        req = gunicorn_request(connection)
+        app.compat.gunicorn.pre_request(worker, req)
+        assert req.should_close() is (asked and closes)
+
+
+def test_the_werkzeug_request_line_check_sees_a_changed_log_request(monkeypatch):
+    assert app.compat.werkzeug.request_line_fits()
+    monkeypatch.setattr(WSGIRequestHandler, "log_request", lambda self: None)
+    assert not app.compat.werkzeug.request_line_fits()
