@@ -202,3 +202,11 @@ def test_star_and_a_host_that_is_no_host_stay_nginxs_400(proxy, head):
     """The service answers each itself reached directly (test_request_host.py); nginx first."""
     status, headers, body = exchange(proxy.port, f"{head}\r\nConnection: close\r\n\r\n".encode())
     assert_error(status, headers, body, 400)
+
+
+def test_behind_nginx_an_unknown_expectation_is_served(proxy):
+    """nginx does not hand this `Expect` on: the service's 417 for an expectation besides
+    100-continue (reached directly) is not met behind the shipped site."""
+    sent = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: nothing\r\nConnection: close\r\n\r\n"
+    status, _, body = exchange(proxy.port, sent)
+    assert (status, json.loads(body)) == (200, {"status": "ok"})
