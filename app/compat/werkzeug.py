@@ -12,15 +12,15 @@ a body the host read and did not keep is gone, and a read for it would wait on t
 When either is not as this module expects (checked at import), `FITS` is False and the blueprint
 reads every body through `get_data`, the public path.
 
-And under `flask run`, the development server's request line of a target `uri_to_iri` cannot read
-is logged as received (`log_any_target`), not lost with its answer.
+And under `flask run`, a target the development server cannot split or log (`http://[::1/`,
+`http://b.example:8x/`) is served and logged as received (`serve_any_target`), not dropped.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-from typing import IO
+from typing import IO, Any
 
 from werkzeug.serving import WSGIRequestHandler
 from werkzeug.wrappers import Request
@@ -84,33 +84,54 @@ _CONTROL = {c: rf"\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {ord
 
 
 def request_line_fits() -> bool:
-    """Whether the development server's request line can be wrapped: `log_request(code, size)`, `log`."""
-    return binds(getattr(WSGIRequestHandler, "log_request", None), 400, "-") and callable(
-        getattr(WSGIRequestHandler, "log", None)
+    """Whether the development server's request line can be wrapped (`log_request(code, size)`,
+    `log`), and its environ made (`make_environ()`)."""
+    return (
+        binds(getattr(WSGIRequestHandler, "log_request", None), 400, "-")
+        and callable(getattr(WSGIRequestHandler, "log", None))
+        and binds(getattr(WSGIRequestHandler, "make_environ", None))
     )
 
 
-LOGS_ANY_TARGET = request_line_fits()
-if not LOGS_ANY_TARGET:
-    warn(log, "Werkzeug's request line log has changed: `flask run` may drop an odd target's answer")
-_logged_as_received: list[bool] = []
+SERVES_ANY_TARGET = request_line_fits()
+if not SERVES_ANY_TARGET:
+    warn(log, "Werkzeug's request handler has changed: `flask run` may drop an odd target's answer")
+_wrapped: list[bool] = []
 
 
-def log_any_target() -> None:
-    """Under `flask run`, once: Werkzeug's development server logs each request's line with its
-    target made an IRI (`uri_to_iri`), which raises ValueError on an authority whose port is no
-    number (`http://b.example:8x/`) or whose IP literal is unclosed; the line was lost, and with it
-    the answer (its status line is logged as it is written), the connection closed. Such a line is
-    logged as received."""
-    if not LOGS_ANY_TARGET or _logged_as_received:
+def serve_any_target() -> None:
+    """Under `flask run`, once: Werkzeug's development server reads a target with `urlsplit`, and
+    logs its request line with the target made an IRI (`uri_to_iri`); each raises ValueError on an
+    authority whose IP literal is unclosed (`http://[::1/`), the second on one whose port is no
+    number (`http://b.example:8x/`). The request was dropped (before the app, or as its answer's
+    status line was logged), the connection closed. Such a request reaches the app with its target
+    as received (its JSON 400: app/http/request_target.py), and its line is logged as received."""
+    if not SERVES_ANY_TARGET or _wrapped:
         return
-    _logged_as_received.append(True)
-    original = WSGIRequestHandler.log_request
+    _wrapped.append(True)
+    logged, made = WSGIRequestHandler.log_request, WSGIRequestHandler.make_environ
 
     def log_request(self: WSGIRequestHandler, code: int | str = "-", size: int | str = "-") -> None:
         try:
-            original(self, code, size)
+            logged(self, code, size)
         except ValueError:
             self.log("info", '"%s" %s %s', self.requestline.translate(_CONTROL), code, size)
 
+    def make_environ(self: WSGIRequestHandler) -> dict[str, Any]:
+        try:
+            return made(self)
+        except ValueError:
+            target = self.path
+            self.path = "/"
+            try:
+                environ = made(self)
+            finally:
+                self.path = target
+        # As Werkzeug puts a target in the environ (its `_wsgi_encoding_dance`).
+        received = target.encode().decode("latin-1")
+        environ["REQUEST_URI"] = environ["RAW_URI"] = received
+        environ["PATH_INFO"], _, environ["QUERY_STRING"] = received.partition("?")
+        return environ
+
     WSGIRequestHandler.log_request = log_request  # type: ignore[method-assign]
+    WSGIRequestHandler.make_environ = make_environ  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ from flask import Flask
 from werkzeug.serving import is_running_from_reloader
 
 from app.compat import release_warnings
-from app.compat.werkzeug import log_any_target
+from app.compat.werkzeug import serve_any_target
 from app.extension import plants_state
 from app.server.settings_check import environ_log_format, summary
 from app.store import StoreUrl
@@ -55,5 +55,5 @@ def set_logs() -> None:
     logger.setLevel(logging.INFO)
     logger.propagate = False  # a root handler of the developer's would write each line twice
     logging.getLogger("werkzeug").addFilter(TicketFilter())
-    log_any_target()
+    serve_any_target()
     release_warnings()  # the checks' at import, held until now: in the service's format

@@ -7,8 +7,8 @@ worker, gunicorn's stock gthread worker, `flask --app wsgi run`), each reached d
 - a transfer coding other than `chunked` is the JSON 501 on every path (/healthz, an unknown one),
   `chunked` not last and `Transfer-Encoding` in HTTP/1.0 the 400, then the connection closes;
 - an expectation other than `100-continue` is the 417 RFC 9110 section 10.1.1 allows;
-- an absolute request line whose port is no number is the JSON 400 under `flask run` too, and its
-  line is logged.
+- an absolute request line whose authority's port is no number, or whose IP literal is unclosed,
+  is the JSON 400 under `flask run` too, and its line is logged.
 
 gunicorn 27's own parser refuses two `Host` fields, `chunked` not last, HTTP/1.0's
 `Transfer-Encoding` and an unknown expectation before the app, with its HTML page: the status is
@@ -145,21 +145,25 @@ def test_expect_100_continue_is_served(served, version):
     assert (status, record) == (200, {"status": "ok"})
 
 
-@pytest.mark.parametrize("target", ["http://b.example:8x/healthz", "http://b.example:-1/healthz?a=1"])
-def test_an_absolute_target_whose_port_is_no_number_is_the_json_400(served, target):
-    """Werkzeug's development server failed writing its request line for such a target (its
-    `uri_to_iri` raises), and closed the connection without the 400. (An unclosed IP literal,
-    `http://[::1/`, it fails to read before the app is called: no answer, as before.)"""
+@pytest.mark.parametrize(
+    "target", ["http://b.example:8x/healthz", "http://b.example:-1/healthz?a=1", "http://[::1/healthz"]
+)
+def test_an_absolute_target_whose_authority_is_unreadable_is_the_400(served, target):
+    """Werkzeug's development server dropped such a request: an unclosed IP literal before the app
+    (its `urlsplit` raises), a port that is no number as it wrote the answer's request line (its
+    `uri_to_iri` raises), and closed the connection without the 400."""
     name, port = served
     status, kind, record = answered(port, f"GET {target} HTTP/1.1\r\nHost: a\r\n")
     assert status == 400
     parser_or_json(name, kind, record, 400)
 
 
-def test_flask_run_logs_the_line_of_an_unreadable_target(flask_run):  # noqa: F811
-    target = "http://b.example:9x/events?ticket=plwt_s3cr3t"
+@pytest.mark.parametrize("authority", ["b.example:9x", "[::2"])
+def test_flask_run_logs_the_line_of_an_unreadable_target(flask_run, authority):  # noqa: F811
+    target = f"http://{authority}/events?ticket=plwt_s3cr3t"
     assert answered(flask_run.port, f"GET {target} HTTP/1.1\r\n")[0] == 400
     output = re.sub(r"\x1b\[[0-9;]*m", "", flask_run.output())
-    assert '"GET http://b.example:9x/events?ticket=plwt_[redacted] HTTP/1.1" 400' in output
+    assert f'"GET http://{authority}/events?ticket=plwt_[redacted] HTTP/1.1" 400' in output
     assert "s3cr3t" not in output
     assert "Error on request" not in output
+    assert "Exception occurred" not in output
