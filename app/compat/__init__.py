@@ -23,7 +23,7 @@ def binds(function: Any, *arguments: Any, **keywords: Any) -> bool:
     return True
 
 
-#: The warnings of the checks at import, held until the process's logging is set (`release`).
+#: The warnings of the checks at import, held until the process's logging is set (`release_warnings`).
 _held: list[tuple[logging.Logger, str]] = []
 
 

@@ -19,7 +19,6 @@ line and `Host` as sent, and none checked them.
 - `OPTIONS *` asks what the server as a whole supports (RFC 9110 section 9.3.7): 204 with an
   `Allow` of every method some route serves, no token needed, as `OPTIONS` on a route (options.py).
   It was a 404: `*` is no path.
-
 - A `Transfer-Encoding` or `Expect` the packaged worker's parser refuses is refused here too, on
   every path (head_fields.py).
 
