@@ -25,6 +25,8 @@ ALONE = re.compile(r"(?<![\w./~-])([\w-]+\.py)\b")
 #: Files that tests write for themselves, which are not the repository's.
 WRITTEN_BY_TESTS = {
     "wrong.py",
+    "breaker.py",
+    "breaking_conf.py",
     "bad.py",
     "host_middleware.py",
     "gunicorn_hooks.py",
