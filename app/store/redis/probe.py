@@ -70,18 +70,37 @@ def _single(client: Any) -> Readiness:
     return readiness if readiness.degraded else READY
 
 
+#: What the operator does once Redis keeps every key: the migration indexes the plants that remain
+#: and writes each group's mark again, on a single Redis and on a cluster (app/store/migrate.py).
+REINDEX = (
+    "run `python -m app.store.migrate` once, with room under Redis's maxmemory for the indexes"
+    " (/readyz says `full` while there is none): it indexes the plants that remain and writes the mark"
+    " again"
+)
+
+
 def unindexed(clients: LazyClient, key: str, needs_migration: StoreUnavailableError) -> StoreUnavailableError:
     """The error for a page whose group has plants but no `:layout`, the mark that its indexes hold
-    them all: Redis evicted it if the policy of the node that serves `key` evicts keys (INFO read
-    only on this rare path), else the store was written by 1.0.0 (`needs_migration`)."""
+    them all: Redis evicted it if the node that serves `key` evicts keys, or has evicted some since
+    it started (INFO read only on this rare path), or is a cluster's (1.0.0 never ran on one); else
+    the store was written by 1.0.0 (`needs_migration`). Either way the migration is the fix, once
+    Redis keeps every key."""
     try:
-        policy = evicting(clients.node_for(key).info("memory"))
+        node = clients.node_for(key)
+        policy = evicting(node.info("memory"))
+        evicted = int(node.info("stats").get("evicted_keys") or 0)
     except FAILURES:
         return needs_migration  # unknown: the page's own error stands
-    if not policy:
-        return needs_migration
     cause = "Redis evicted the mark that the store's plants are indexed, so it cannot list them. "
-    return StoreUnavailableError("evicted", cause + EVICTING.format(policy=policy), needs_migration.node)
+    if policy:
+        steps = EVICTING.format(policy=policy) + f" Then {REINDEX}."
+        return StoreUnavailableError("evicted", cause + steps, needs_migration.node)
+    if evicted or clients.cluster:
+        seen = f" (Redis: evicted_keys:{evicted})" if evicted else " (or it was deleted)"
+        return StoreUnavailableError(
+            "evicted", f"{cause.rstrip('. ')}{seen}: {REINDEX}.", needs_migration.node
+        )
+    return needs_migration
 
 
 def full(memory: dict[str, Any]) -> bool:
