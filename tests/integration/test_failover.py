@@ -201,6 +201,38 @@ def test_until_the_name_is_re_pointed_writes_are_the_read_only_503_then_200_with
         plants_state(app).close()
 
 
+def test_a_process_that_only_reads_is_served_by_the_old_primary_until_its_probe_moves_it(pair):
+    """The documented choice for reads (docs/operations.md, "A failover behind the same name"):
+    a process that writes nothing after the switch reads on from the old primary, a replica of
+    the new one now, so its reads are served and hold what the new primary was written (as
+    current as the replication); its next /readyz finds the switch (the old server answers
+    role:slave), says ok once fresh connections reach the new primary, and moves its reads there:
+    detached from the new primary afterwards, the old server is no longer what it reads."""
+    app = create_app({**pair.settings, "PLANTS_API_TOKENS": TOKEN})
+    client = app.test_client()
+    elsewhere: list[PlantStore] = []
+    try:
+        assert client.post("/plants", json={"id": 1, "name": "plant 1"}, headers=AUTH).status_code == 200
+        assert client.get("/plants/1", headers=AUTH).status_code == 200  # its connection is held
+        pair.fail_over()
+        elsewhere.append(_elsewhere(pair.settings))
+        elsewhere[0].create(2, "plant 2", None)
+        deadline = time.monotonic() + 15
+        while client.get("/plants/2", headers=AUTH).status_code != 200:  # replicated to the old server
+            assert time.monotonic() < deadline, "the old primary did not replicate the new one's write"
+            time.sleep(0.05)
+        assert pair.first.command("ROLE").startswith("slave")
+        assert client.get("/readyz").json == {"status": "ok"}
+        pair.first.command("REPLICAOF", "NO", "ONE")  # detached: up, and no longer replicating
+        elsewhere[0].create(3, "plant 3", None)
+        assert client.get("/plants/3", headers=AUTH).json == {"name": "plant 3"}
+        assert [plant["id"] for plant in client.get("/plants", headers=AUTH).json["plants"]] == [1, 2, 3]
+    finally:
+        for store in elsewhere:
+            store.close()
+        plants_state(app).close()
+
+
 def _blocked_feed_reader_on(server: RedisServer) -> bool:
     """Whether a client of `server` is blocked reading a stream (a feed's listener)."""
     for line in server.command("CLIENT", "LIST").splitlines():

@@ -38,7 +38,7 @@ from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
 from app.store.redis.failures import FAILURES, settled, translate
-from app.store.redis.renewal import renew, renewing_client
+from app.store.redis.renewal import ServerSeen, renew, renewing_client
 from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
 
@@ -86,6 +86,7 @@ class LazyClient:
         self._nodes: dict[int, tuple[str, redis.Redis]] = {}
         self._held = HeldConnections()
         self._slot_map = SlotMapRefresh()
+        self._seen = ServerSeen()
 
     def get(self) -> Any:
         client = self._client
@@ -168,6 +169,11 @@ class LazyClient:
         held one by its own thread (app/compat/redis.py, renewal.py)."""
         self._held.renew()
         renew(node)
+
+    def server_changed(self, run_id: str | None) -> bool:
+        """Whether the server the name names (its `run_id`, as a probe found it) is another than at
+        the last probe: the first probe counts as a change."""
+        return self._seen.changed(run_id)
 
     def renewals(self) -> int:
         """How many times `renew` was called: a listener of its own follows it (listener.py)."""

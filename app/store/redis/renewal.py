@@ -79,6 +79,28 @@ def renewed_after_read_only(exc: BaseException | None, client: Any) -> bool:
     return True
 
 
+def fresh_client(client: Any) -> redis.Redis:
+    """A client of its own for the server `client` (a plain redis-py client) reaches, whose one
+    connection is made now, as `client`'s are: it resolves the name afresh. Close it after use."""
+    pool = client.connection_pool
+    return redis.Redis.from_pool(
+        ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    )
+
+
+class ServerSeen:
+    """The server the name named at the last look (Redis's `run_id`, which changes with the server
+    and at its restart): a change tells that connections made before may reach another one."""
+
+    def __init__(self) -> None:
+        self._run_id: str | None = None
+
+    def changed(self, run_id: str | None) -> bool:
+        """Whether `run_id` is another than at the last look (the first look counts as one)."""
+        changed, self._run_id = run_id != self._run_id or run_id is None, run_id
+        return changed
+
+
 def renewing_client(url: str, **options: Any) -> redis.Redis:
     """A single Redis's client for `url` (redis-py's `from_url`, its options those of the pool),
     on a `RenewingPool`, which the client closes when it is closed."""
