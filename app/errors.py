@@ -393,13 +393,15 @@ class StoreNeedsMigration(ServiceUnavailable):
 
 class StoreEvicted(ServiceUnavailable):
     """Redis evicted keys of the store (an `allkeys-*` maxmemory-policy), among them the mark that
-    pages need: no migration helps while Redis evicts, and retries meet the same refusal."""
+    pages need: retries meet the same refusal, and the migration, which writes the mark again,
+    helps only once Redis keeps every key and has room for the indexes."""
 
     def __init__(self) -> None:
         super().__init__(
             "The plant store cannot list plants: Redis evicted some of its keys at its maxmemory, as its"
-            " maxmemory-policy allows, and stored plants may be lost. Its operator must set"
-            " maxmemory-policy noeviction.",
+            " maxmemory-policy allowed, and stored plants may be lost. Its operator must set"
+            " maxmemory-policy noeviction and give Redis room under its maxmemory, then run"
+            " `python -m app.store.migrate` once.",
             retry_after=60,
         )
 

@@ -42,7 +42,7 @@ from limits.errors import StorageError
 from app.auth.address_keys import AddressKeys, client_key, wide_key
 from app.errors import RateLimitExceeded
 from app.settings import Settings
-from app.store import FAILURES, StoreUrl, backend_error, renewed_after_read_only
+from app.store import FAILURES, RenewingPool, StoreUrl, backend_error, renewed_after_read_only
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ WIDE_FACTOR = 4
 #: Seconds between two warnings that requests went uncounted (Redis at maxmemory): a line per
 #: request would double the log for as long as Redis stays full.
 UNCOUNTED_WARNING_S = 60.0
-#: How many times a count that met a replica is sent again (`_counted`).
-_READ_ONLY_RETRIES = 2
 
 
 class LimitState(NamedTuple):
@@ -248,16 +246,15 @@ class RateLimits:
 
 def _counted(storage: Any, window_key: str, expiry: int) -> int:
     """The window's count, one more. After a failover behind the store URL's name, a count that
-    met the old primary (a replica now: READONLY, nothing counted) is sent again on a fresh
-    connection, as the store's writes are (app/store/redis/client.py). Twice at most: another
-    request thread may put its own connection to the old primary back in the pool between this
-    one's closing of the idle ones and its next try, and closes it only after."""
-    for _ in range(_READ_ONLY_RETRIES):
-        try:
-            return int(storage.incr(window_key, expiry))
-        except StorageError as exc:
-            if not renewed_after_read_only(exc.storage_error, storage.get_connection()):
-                raise
+    met the old primary (a replica now: READONLY, nothing counted) is sent once more, on a
+    connection made after the renewal (the storage's pool is a RenewingPool,
+    app/store/redis/renewal.py), as the store's writes are: READONLY again only while the name
+    still names a replica."""
+    try:
+        return int(storage.incr(window_key, expiry))
+    except StorageError as exc:
+        if not renewed_after_read_only(exc.storage_error, storage.get_connection()):
+            raise
     return int(storage.incr(window_key, expiry))
 
 
@@ -377,13 +374,16 @@ def _storage_uri(url: StoreUrl) -> str:
 
 
 def _storage_options(url: StoreUrl, settings: Settings) -> dict[str, Any]:
-    """The `limits` storage's options for a store URL: the store's timeouts, and TLS."""
+    """The `limits` storage's options for a store URL: the store's timeouts, and TLS; on a single
+    Redis, its pool (made with them), one that follows a failover behind the URL's name."""
     if not url.shared:
         return {}
     options: dict[str, Any] = {
         "socket_timeout": settings.store_timeout,
         "socket_connect_timeout": settings.store_connect_timeout,
     }
+    if not url.cluster:
+        options["connection_pool"] = RenewingPool.from_url(url.url, **options)
     if url.cluster:
         options.update({"username": url.username, "password": url.password})
     if url.scheme == "rediss+cluster":

@@ -24,9 +24,9 @@ repeated raises `Unanswered` instead (app/store/redis/lost.py learns what it did
 write, a connection Redis has closed meanwhile (a restart) is found and replaced, so that the
 write goes on a live one. After a failover behind the same name (`renew`: the server a connection
 reaches answered READONLY), each thread replaces its own before its next call, so that none is
-closed under another thread's call. When the pool's or the connection's methods are not as
-expected, each call goes through `execute_command`, which resends after a lost reply as redis-py
-does.
+closed under another thread's call (the pool's others: app/store/redis/renewal.py). When the
+pool's or the connection's methods are not as expected, each call goes through
+`execute_command`, which resends after a lost reply as redis-py does.
 
 **A call's own time.** The steps that learn what a write whose reply was lost did share what is
 left of the write's time, so each may get less than the client's socket timeout. redis-py documents
@@ -240,20 +240,25 @@ class HeldConnections:
     def __init__(self) -> None:
         self._local = threading.local()
         #: How many times `renew` was called: a held connection taken before the last is stale.
+        #: Counted under a lock: `+=` reads, adds and stores in separate steps, between which
+        #: another thread's renewal may run, and two renewals counted as one would leave a
+        #: connection a thread took between them (from the pool, still on the old server, as
+        #: the first renewal counted) unrenewed until it met READONLY itself.
         self._renewals = 0
+        self._renewals_lock = threading.Lock()
 
     @property
     def renewals(self) -> int:
         """How many times `renew` was called."""
         return self._renewals
 
-    def renew(self, client: redis.Redis) -> None:
-        """After the server behind `client`'s address stopped being the primary (a failover behind
-        the same name): its idle connections are closed now, and each thread's held one (of any
-        client) by that thread itself before its next call, never under a call another thread is
-        making; each connects again, resolving the name afresh."""
-        self._renewals += 1
-        client.connection_pool.disconnect(inuse_connections=False)
+    def renew(self) -> None:
+        """After a server stopped being the primary behind its address (a failover behind the
+        same name): each thread's held connection (of any client) is closed by that thread itself
+        before its next call, never under a call another thread is making, and connects again,
+        resolving the name afresh. The pool's own connections are the pool's to renew."""
+        with self._renewals_lock:
+            self._renewals += 1
 
     def call(
         self, client: redis.Redis, *command: Any, resend: bool = True, until: float | None = None

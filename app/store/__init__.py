@@ -37,7 +37,8 @@ from app.store.base import (
 )
 from app.store.memory.store import MemoryPlantStore
 from app.store.readiness import FailingNode, Readiness
-from app.store.redis.failures import FAILURES, renewed_after_read_only, translate
+from app.store.redis.failures import FAILURES, translate
+from app.store.redis.renewal import RenewingPool, renewed_after_read_only
 from app.store.redis.store import RedisPlantStore
 from app.store.url import StoreUrl
 
@@ -65,6 +66,7 @@ __all__ = [
     "PreconditionFailedError",
     "Readiness",
     "RedisPlantStore",
+    "RenewingPool",
     "StoreFullError",
     "StoreUnavailableError",
     "StoreUrl",

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,15 +25,18 @@ from redis.crc import key_slot
 
 import app.compat.redis
 from app import create_app
+from app.extension import plants_state
 from app.http.cursor import EVENTS, decode_cursor
 from app.store import CreateOutcome, Plant, StoreFullError, StoreUnavailableError, store_from_url
 from app.store.readiness import Readiness
-from app.store.redis.groups import CLUSTER_GROUPS
+from app.store.redis.groups import CLUSTER_GROUPS, Groups
 from tests.conftest import cluster_settings
 from tests.helpers import call, create_until_200, reloaded
 from tests.load import AUTH, SHORT_TIMEOUTS, CreateLoad, assert_only_200_and_503, redis_gunicorn
 from tests.receiver import Receiver
 from tests.servers import (
+    ROOT,
+    TOKEN,
     Gunicorn,
     RedisClusterServers,
     RedisServer,
@@ -81,6 +86,55 @@ def test_random_ids_spread_over_the_primaries_within_20_percent(redis_cluster):
     for count in per_primary.values():
         assert 0.8 * len(ids) / 3 <= count <= 1.2 * len(ids) / 3, per_primary
     store.close()
+
+
+def test_a_cluster_group_that_lost_its_mark_is_listed_again_after_the_migration(redis_cluster, caplog):
+    """On a cluster, a group whose `:layout` mark is gone (an `allkeys-*` policy evicted it, and
+    the operator has since set noeviction; here deleted) makes a list 503 naming the fix, in the
+    answer and the log, not a 1.0.0 store (which never ran on a cluster); `python -m
+    app.store.migrate`, with the service's settings, writes each group's mark again."""
+    settings = cluster_settings(redis_cluster)
+    app = create_app({"PLANTS_API_TOKENS": TOKEN, **settings})
+    try:
+        _listed_after_the_migration(app.test_client(), redis_cluster, settings, caplog)
+    finally:
+        plants_state(app).close()
+
+
+def _listed_after_the_migration(
+    client: Any, redis_cluster: RedisClusterServers, settings: dict[str, str], caplog: Any
+) -> None:
+    for plant_id in range(2 * CLUSTER_GROUPS):
+        assert (
+            client.post("/plants", json={"id": plant_id, "name": f"p{plant_id}"}, headers=AUTH).status_code
+            == 200
+        )
+    cluster = RedisCluster(host="127.0.0.1", port=redis_cluster.primaries()[0].port)
+    try:
+        tag = Groups(settings["PLANTS_STORE_PREFIX"], count=CLUSTER_GROUPS, capacity=1, cluster=True).tags[0]
+        assert cluster.delete(f"{tag}:layout") == 1
+    finally:
+        cluster.close()
+    refused = client.get("/plants", headers=AUTH)
+    assert refused.status_code == 503
+    assert "then run `python -m app.store.migrate` once" in refused.json["message"]
+    assert "run `python -m app.store.migrate` once" in caplog.text
+    assert "1.0.0" not in caplog.text
+    env = {**os.environ, **settings, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.store.migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Plant Store migrate: indexed {2 * CLUSTER_GROUPS} plants")
+    listed: list[int] = []
+    url = "/plants?limit=100"
+    while url:
+        page = client.get(url, headers=AUTH)
+        assert page.status_code == 200, page.get_data()
+        listed += [plant["id"] for plant in page.json["plants"]]
+        cursor = page.json.get("next")
+        url = f"/plants?limit=100&after={cursor}" if cursor else ""
+    assert sorted(listed) == list(range(2 * CLUSTER_GROUPS))
 
 
 def test_capacity_is_exact_per_group_and_the_store_refuses_within_the_documented_bound(redis_cluster):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from app import create_app
+from app.auth.rate_limits import RateLimits
 from app.extension import plants_state
-from app.store import Plant, PlantStore, store_from_url
+from app.store import Plant, PlantStore, RenewingPool, StoreUnavailableError, store_from_url
 from tests.helpers import assert_error, call, long_poll_woken_by, walk_pages
 from tests.integration.test_webhook_delivery import create as create_plants
 from tests.integration.test_webhook_delivery import deliverer_on_its_own, endpoint, register
@@ -198,6 +201,38 @@ def test_until_the_name_is_re_pointed_writes_are_the_read_only_503_then_200_with
         plants_state(app).close()
 
 
+def test_a_process_that_only_reads_is_served_by_the_old_primary_until_its_probe_moves_it(pair):
+    """The documented choice for reads (docs/operations.md, "A failover behind the same name"):
+    a process that writes nothing after the switch reads on from the old primary, a replica of
+    the new one now, so its reads are served and hold what the new primary was written (as
+    current as the replication); its next /readyz finds the switch (the old server answers
+    role:slave), says ok once fresh connections reach the new primary, and moves its reads there:
+    detached from the new primary afterwards, the old server is no longer what it reads."""
+    app = create_app({**pair.settings, "PLANTS_API_TOKENS": TOKEN})
+    client = app.test_client()
+    elsewhere: list[PlantStore] = []
+    try:
+        assert client.post("/plants", json={"id": 1, "name": "plant 1"}, headers=AUTH).status_code == 200
+        assert client.get("/plants/1", headers=AUTH).status_code == 200  # its connection is held
+        pair.fail_over()
+        elsewhere.append(_elsewhere(pair.settings))
+        elsewhere[0].create(2, "plant 2", None)
+        deadline = time.monotonic() + 15
+        while client.get("/plants/2", headers=AUTH).status_code != 200:  # replicated to the old server
+            assert time.monotonic() < deadline, "the old primary did not replicate the new one's write"
+            time.sleep(0.05)
+        assert pair.first.command("ROLE").startswith("slave")
+        assert client.get("/readyz").json == {"status": "ok"}
+        pair.first.command("REPLICAOF", "NO", "ONE")  # detached: up, and no longer replicating
+        elsewhere[0].create(3, "plant 3", None)
+        assert client.get("/plants/3", headers=AUTH).json == {"name": "plant 3"}
+        assert [plant["id"] for plant in client.get("/plants", headers=AUTH).json["plants"]] == [1, 2, 3]
+    finally:
+        for store in elsewhere:
+            store.close()
+        plants_state(app).close()
+
+
 def _blocked_feed_reader_on(server: RedisServer) -> bool:
     """Whether a client of `server` is blocked reading a stream (a feed's listener)."""
     for line in server.command("CLIENT", "LIST").splitlines():
@@ -231,3 +266,73 @@ def test_a_feed_listener_reading_from_the_old_primary_follows_the_first_write(pa
         for store in primary:
             store.close()
         server.stop()
+
+
+def _role(pool: RenewingPool) -> str:
+    """The role of the server a connection the pool lends now reaches."""
+    connection = pool.get_connection()
+    try:
+        connection.send_command("ROLE")
+        return connection.read_response()[0].decode()
+    finally:
+        pool.release(connection)
+
+
+def test_a_connection_in_use_across_a_renewal_connects_again_before_its_next_use(pair):
+    """The race a count's retry met: another thread's call, under way on the old primary as the
+    pool was renewed, puts its connection back after; the pool lends it again only once it has
+    connected again, through the name, to the new primary."""
+    app = create_app({**pair.settings, "PLANTS_API_TOKENS": TOKEN, "PLANTS_RATE_LIMIT": "100/second"})
+    limits = plants_state(app).rate_limits
+    assert limits is not None
+    pool = limits.counters.get_connection().connection_pool
+    assert isinstance(pool, RenewingPool)
+    try:
+        assert _role(pool) == "master"
+        under_way = pool.get_connection()
+        pair.fail_over()
+        pool.renew()
+        pool.release(under_way)
+        assert _role(pool) == "master"
+        assert limits.check_token(b"a token") is not None
+    finally:
+        plants_state(app).close()
+
+
+def _counts_at_once(limits: RateLimits, threads: int) -> list[str]:
+    """Each of `threads` threads counts one request at the same moment: the errors they met."""
+    start = threading.Barrier(threads)
+
+    def count(index: int) -> str | None:
+        start.wait(timeout=10)
+        try:
+            limits.check_token(f"token {index}".encode())
+        except StoreUnavailableError as exc:
+            return f"{exc.reason}: {exc}"
+        return None
+
+    with ThreadPoolExecutor(threads) as pool:
+        return [error for error in pool.map(count, range(threads)) if error is not None]
+
+
+def test_rate_limit_counts_racing_across_failovers_never_answer_503(pair):
+    """Many request threads each hold a connection to the old primary when it becomes a replica,
+    and all count at once after the switch: each count that meets READONLY is sent again, and
+    the retry never takes a connection another thread has just put back, still on the old
+    server (that would be a 503 with the new primary up). Several switches, back and forth."""
+    threads = 64
+    app = create_app({**pair.settings, "PLANTS_API_TOKENS": TOKEN, "PLANTS_RATE_LIMIT": "1000000/second"})
+    limits = plants_state(app).rate_limits
+    assert limits is not None
+    # Threads switched often, so that their steps interleave as they would on many cores.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        assert _counts_at_once(limits, threads) == []  # a connection per thread, each idle now
+        for _ in range(10):
+            pair.fail_over()
+            assert _counts_at_once(limits, threads) == []
+            pair.first, pair.second = pair.second, pair.first
+    finally:
+        sys.setswitchinterval(interval)
+        plants_state(app).close()

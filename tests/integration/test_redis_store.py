@@ -461,11 +461,74 @@ def test_readiness_says_when_redis_evicts_the_plants_at_its_maxmemory(tmp_path):
         redis.stop()
 
 
-def test_a_list_after_redis_evicted_the_stores_layout_says_so_not_to_migrate(tmp_path, caplog):
+def _migrated(settings: dict[str, str], status: int = 0) -> str:
+    """`python -m app.store.migrate` run as the operator runs it, with the service's settings:
+    what it said (on stderr when it failed)."""
+    env = {**os.environ, **settings, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.store.migrate"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == status, result.stderr
+    return result.stdout if status == 0 else result.stderr
+
+
+def _stored_ids(settings: dict[str, str]) -> list[int]:
+    """The ids of the plants a single Redis's buckets hold, in order."""
+    client = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+    try:
+        buckets = client.scan_iter(match="{" + settings["PLANTS_STORE_PREFIX"] + "}:b:*", count=1000)
+        return sorted(int(field) for bucket in buckets for field in client.hkeys(bucket))
+    finally:
+        client.close()
+
+
+def test_once_redis_keeps_every_key_a_list_missing_its_mark_names_the_migration_not_1_0_0(tmp_path, caplog):
+    """Redis evicted keys before its policy was set to noeviction (its INFO counts them), and the
+    mark is gone: the 503 still says Redis evicted keys, and the log what to run, not that the
+    store was written by 1.0.0; the migration writes the mark again."""
+    server = RedisServer(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "volatile-lru")
+    try:
+        settings = redis_settings(server)
+        client = create_app({"PLANTS_API_TOKENS": TOKEN, **settings}).test_client()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for plant_id in range(50):
+            assert client.post("/plants", json={"id": plant_id, "name": "x"}, headers=auth).status_code == 200
+        # Keys that expire, of no store, fill Redis: its policy evicts them (and no plant's key).
+        filler = redis.Redis.from_url(settings["PLANTS_STORE_URL"])
+        try:
+            for n in range(400):
+                filler.set(f"filler:{n}", "y" * 10_000, ex=3600)
+        finally:
+            filler.close()
+        assert server.command("INFO", "stats").count("evicted_keys:0") == 0
+        server.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        server.command("DEL", "{" + settings["PLANTS_STORE_PREFIX"] + "}:layout")
+        refused = client.get("/plants", headers=auth)
+        message = error_of(refused, 503)["message"]
+        assert "Redis evicted" in message
+        assert "then run `python -m app.store.migrate` once" in message
+        assert "evicted_keys:" in caplog.text
+        assert "run `python -m app.store.migrate` once" in caplog.text
+        assert "1.0.0" not in caplog.text
+        # Below what Redis holds, as eviction can leave it: the migration's writes need room.
+        server.command("CONFIG", "SET", "maxmemory", "1mb")
+        assert "raise maxmemory" in _migrated(settings, status=1)
+        server.command("CONFIG", "SET", "maxmemory", "0")
+        _migrated(settings)
+        page = client.get("/plants?limit=100", headers=auth)
+        assert [plant["id"] for plant in page.json["plants"]] == list(range(50))
+    finally:
+        server.stop()
+
+
+def test_a_list_after_redis_evicted_the_stores_layout_says_so_and_the_migration_mends_it(tmp_path, caplog):
     """An `allkeys-*` policy can evict `:layout`, the mark that the indexes hold every plant
     (written once, by the first create, so the least recently used): a page then meets the check
-    for a 1.0.0 store. Its 503 names the eviction and the policy to set, not a migration, which
-    would index the plants left while Redis went on evicting."""
+    for a 1.0.0 store. Its 503 names the eviction and both steps, in order: set the policy
+    (a migration meanwhile would index the plants left while Redis went on evicting), then run
+    the migration. Once the policy is set the 503 says the same without the first step (it is
+    not taken for a 1.0.0 store's); the migration writes the mark again, and the plants that
+    remain are listed."""
     redis = RedisServer(tmp_path, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
     try:
         settings = redis_settings(redis)
@@ -487,13 +550,29 @@ def test_a_list_after_redis_evicted_the_stores_layout_says_so_not_to_migrate(tmp
         message = error_of(refused, 503)["message"]
         assert refused.headers["Retry-After"] == "60"
         assert "Redis evicted" in message
-        assert "maxmemory-policy noeviction" in message
+        assert "maxmemory-policy noeviction and give Redis room" in message
+        assert "then run `python -m app.store.migrate` once" in message
         assert "upgrade" not in message
         assert "maxmemory-policy allkeys-lru" in caplog.text
         assert "1.0.0" not in caplog.text
         # Once Redis keeps every key, the missing mark is the migration's to write again.
         redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        assert "upgrade" in client.get("/plants", headers=auth).json["message"]
+        redis.command("CONFIG", "SET", "maxmemory", "8mb")  # room for the indexes
+        assert _migrated(settings).startswith("Plant Store migrate: indexed ")
+        assert client.get("/plants", headers=auth).status_code == 200
+        # Every plant that remains, once, in order (a page may come short: an index member whose
+        # plant Redis evicted is passed over).
+        store = open_store(settings)
+        listed: list[int] = []
+        after = None
+        try:
+            while after is not None or not listed:
+                page = store.page(after, 1000)
+                listed += [plant_id for plant_id, _, _ in page.plants]
+                after = page.next
+        finally:
+            store.close()
+        assert listed == _stored_ids(settings)
     finally:
         redis.stop()
 

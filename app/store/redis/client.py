@@ -38,6 +38,7 @@ from app.store.base import StoreUnavailableError
 from app.store.redis import lua
 from app.store.redis.deadline import Deadline
 from app.store.redis.failures import FAILURES, settled, translate
+from app.store.redis.renewal import ServerSeen, renew, renewing_client
 from app.store.redis.slot_map import SlotMapRefresh
 from app.store.url import StoreUrl
 
@@ -58,7 +59,7 @@ def connect(url: StoreUrl, *, connect_timeout: float, timeout: float) -> redis.R
     tls = url.scheme in ("rediss", "rediss+cluster")
     options["connection_class"] = connection_class(tls=tls, unix=url.scheme == "unix")
     if not url.cluster:
-        return redis.Redis.from_url(url.url, **options)
+        return renewing_client(url.url, **options)
     # Given a `url`, RedisCluster builds each node's pool from these options, connection_class
     # included (given only startup nodes, it does not take one). The URL names the first node
     # alone, so that the TLS, user and password come from the options.
@@ -85,6 +86,7 @@ class LazyClient:
         self._nodes: dict[int, tuple[str, redis.Redis]] = {}
         self._held = HeldConnections()
         self._slot_map = SlotMapRefresh()
+        self._seen = ServerSeen()
 
     def get(self) -> Any:
         client = self._client
@@ -163,9 +165,15 @@ class LazyClient:
         maybe moved behind the same name (a DNS name, a socket path re-pointed). A script that met
         READONLY did nothing (Redis refuses it at its first write; library.lua's undo meets the
         same refusal), so it may be sent again. Every connection of this client connects again,
-        resolving the name afresh: the idle ones now, each held one before its thread's next call
-        (app/compat/redis.py)."""
-        self._held.renew(node)
+        resolving the name afresh: the idle ones now, the others before they are next used, each
+        held one by its own thread (app/compat/redis.py, renewal.py)."""
+        self._held.renew()
+        renew(node)
+
+    def server_changed(self, run_id: str | None) -> bool:
+        """Whether the server the name names (its `run_id`, as a probe found it) is another than at
+        the last probe: the first probe counts as a change."""
+        return self._seen.changed(run_id)
 
     def renewals(self) -> int:
         """How many times `renew` was called: a listener of its own follows it (listener.py)."""

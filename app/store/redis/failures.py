@@ -9,7 +9,6 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis
 from redis.exceptions import (
     AuthenticationError,
     ClusterError,
@@ -134,18 +133,6 @@ def _redis_said(exc: Exception) -> str:
         return type(exc).__name__
     message = str(exc)
     return f"{type(exc).__name__}: {message[:_MESSAGE_MAX]}{'…' if len(message) > _MESSAGE_MAX else ''}"
-
-
-def renewed_after_read_only(exc: BaseException | None, client: Any) -> bool:
-    """Whether a write that failed with `exc` on `client`, a plain redis-py client, met a replica
-    (READONLY: Redis refused it before it did anything), in which case the client's idle
-    connections are closed: the write sent once more connects again and resolves the address
-    afresh, which after a failover behind the same name (a DNS name, a socket path re-pointed)
-    names the new primary. False for any other error, and on a cluster, which answers MOVED."""
-    if not isinstance(exc, ReadOnlyError) or not isinstance(client, redis.Redis):
-        return False
-    client.connection_pool.disconnect(inuse_connections=False)
-    return True
 
 
 def settled(exc: BaseException) -> bool:

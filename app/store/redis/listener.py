@@ -36,6 +36,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from app.store.redis.feed import decode_position, touched_by
+from app.store.redis.renewal import renew
 
 #: How long one `XREAD` blocks, in milliseconds.
 BLOCK_MS = 5000
@@ -159,7 +160,7 @@ class StreamsListener:
                 if self._renewals and self._renewals() != renewals:
                     # So does this stream (one thread's): on from `last` on the new primary.
                     renewals = self._renewals()
-                    self._client.connection_pool.disconnect(inuse_connections=False)
+                    renew(self._client)
                 if last is None:
                     last = self._newest(key)
                     if first:

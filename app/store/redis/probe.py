@@ -1,7 +1,8 @@
 """Whether a Redis store can serve, asked for `/readyz`: a PING is not enough.
 
-A single Redis must be a primary (a replica refuses every write; one found is asked again on
-fresh connections, which find the primary if its name now names another server) and not a Redis
+A single Redis must be a primary (a replica refuses every write), asked on a connection made for
+the probe, which resolves the name afresh (a failover behind the same name moves every connection:
+`_single`) and not a Redis
 Cluster node (which redirects most keys elsewhere); one past its `maxmemory` is full (it serves
 reads and deletes, and refuses every other write); one whose maxmemory-policy evicts any key drops
 plants and events there instead of refusing. On a cluster, one read of each node's first group tells
@@ -19,21 +20,13 @@ from app.store.readiness import EVICTING, READY, FailingNode, Readiness
 from app.store.redis.client import LazyClient
 from app.store.redis.failures import CLUSTER_NODE_AS_PLAIN, FAILURES
 from app.store.redis.groups import Groups
+from app.store.redis.renewal import fresh_client
 
 
 def probe(clients: LazyClient, groups: Groups) -> Readiness:
     client = clients.get()
     if not clients.cluster:
-        try:
-            return _single(client)
-        except StoreUnavailableError as exc:
-            if exc.reason != "read_only":
-                raise
-        # A replica now, the primary maybe moved behind the same name: asked once more on fresh
-        # connections, as a write that meets READONLY is (client.py), else the probe would keep
-        # the service out of its load balancer, where no write comes to find the primary.
-        clients.renew(client)
-        return _single(client)
+        return _single(clients, client)
     by_node: dict[str, list[int]] = {}
     for group, tag in enumerate(groups.tags):
         by_node.setdefault(client.get_node_from_key(tag).name, []).append(group)
@@ -56,9 +49,22 @@ def probe(clients: LazyClient, groups: Groups) -> Readiness:
     return Readiness(tuple(failing), full=shard_full, evicting=evicts)
 
 
-def _single(client: Any) -> Readiness:
-    pipe = client.pipeline(transaction=False).info("replication").info("cluster").info("memory")
-    replication, cluster, memory = pipe.execute()
+def _single(clients: LazyClient, client: Any) -> Readiness:
+    # Asked on a connection made now, which resolves the name afresh: the server the name names,
+    # not the one the process's connections reach. When that is another server than at the last
+    # probe (a failover behind the same name), every connection connects again (`renew`): a
+    # process that only reads would otherwise read on from the old primary, a replica now
+    # (possibly lagging, or detached), for as long as none of its writes meets READONLY.
+    fresh = fresh_client(client)
+    try:
+        pipe = fresh.pipeline(transaction=False)
+        for section in ("replication", "cluster", "memory", "server"):
+            pipe.info(section)
+        replication, cluster, memory, server = pipe.execute()
+    finally:
+        fresh.close()
+    if clients.server_changed(server.get("run_id")):
+        clients.renew(client)
     if cluster.get("cluster_enabled"):
         raise StoreUnavailableError("wrong_kind", CLUSTER_NODE_AS_PLAIN)
     if replication.get("role") != "master":
@@ -70,18 +76,37 @@ def _single(client: Any) -> Readiness:
     return readiness if readiness.degraded else READY
 
 
+#: What the operator does once Redis keeps every key: the migration indexes the plants that remain
+#: and writes each group's mark again, on a single Redis and on a cluster (app/store/migrate.py).
+REINDEX = (
+    "run `python -m app.store.migrate` once, with room under Redis's maxmemory for the indexes"
+    " (/readyz says `full` while there is none): it indexes the plants that remain and writes the mark"
+    " again"
+)
+
+
 def unindexed(clients: LazyClient, key: str, needs_migration: StoreUnavailableError) -> StoreUnavailableError:
     """The error for a page whose group has plants but no `:layout`, the mark that its indexes hold
-    them all: Redis evicted it if the policy of the node that serves `key` evicts keys (INFO read
-    only on this rare path), else the store was written by 1.0.0 (`needs_migration`)."""
+    them all: Redis evicted it if the node that serves `key` evicts keys, or has evicted some since
+    it started (INFO read only on this rare path), or is a cluster's (1.0.0 never ran on one); else
+    the store was written by 1.0.0 (`needs_migration`). Either way the migration is the fix, once
+    Redis keeps every key."""
     try:
-        policy = evicting(clients.node_for(key).info("memory"))
+        node = clients.node_for(key)
+        policy = evicting(node.info("memory"))
+        evicted = int(node.info("stats").get("evicted_keys") or 0)
     except FAILURES:
         return needs_migration  # unknown: the page's own error stands
-    if not policy:
-        return needs_migration
     cause = "Redis evicted the mark that the store's plants are indexed, so it cannot list them. "
-    return StoreUnavailableError("evicted", cause + EVICTING.format(policy=policy), needs_migration.node)
+    if policy:
+        steps = EVICTING.format(policy=policy) + f" Then {REINDEX}."
+        return StoreUnavailableError("evicted", cause + steps, needs_migration.node)
+    if evicted or clients.cluster:
+        seen = f" (Redis: evicted_keys:{evicted})" if evicted else " (or it was deleted)"
+        return StoreUnavailableError(
+            "evicted", f"{cause.rstrip('. ')}{seen}: {REINDEX}.", needs_migration.node
+        )
+    return needs_migration
 
 
 def full(memory: dict[str, Any]) -> bool:
