@@ -313,6 +313,23 @@ def test_an_exp_past_a_floats_range_is_refused_as_malformed(issuer, make_jwt_app
     assert len(app.extensions["plants"].store) == 0
 
 
+@pytest.mark.parametrize(
+    "members",
+    [{"nbf": '"{now}"'}, {"iat": '" {now} "'}, {"nbf": "true"}, {"iat": "false"}],
+    ids=["nbf-string", "iat-string", "nbf-true", "iat-false"],
+)
+def test_a_time_claim_that_is_no_json_number_is_refused_as_malformed(issuer, make_jwt_app, members):
+    """RFC 7519 §2: a NumericDate is a JSON number. PyJWT reads the times with int(), which takes
+    a string of digits and a boolean: such a token is no access token this service verifies."""
+    app = make_jwt_app()
+    client = app.test_client()
+    written = {name: value.format(now=int(time.time()) - 60) for name, value in members.items()}
+    token = _signed_payload(issuer, _claims_text(issuer, **written))
+    refused(client.post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
+    refused(client.post("/events/tickets", headers=bearer(token)), "the token is malformed")
+    assert len(app.extensions["plants"].store) == 0
+
+
 def test_a_subject_with_a_lone_surrogate_is_a_client_of_its_own(issuer, make_jwt_app):
     client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
     odd = _signed_payload(issuer, _claims_text(issuer, sub='"\\ud800"'))
