@@ -123,6 +123,10 @@ class AccessTokens:
         return holds
 
     def _check(self, token: str, refetch: bool = True) -> tuple[HTTPException | None, dict[str, Any]]:
+        if "=" in token:
+            # RFC 7515 §2: base64url without padding. PyJWT reads a padded signature as the same
+            # one: one token spelled two ways would be two to the cache and a subjectless budget.
+            return MALFORMED, {}
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:

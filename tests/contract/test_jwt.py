@@ -895,6 +895,18 @@ def test_tokens_without_a_subject_each_have_their_own_budget(issuer, make_jwt_ap
     assert [client.get("/plants", headers=bearer(second)).status_code for _ in range(2)] == [200, 200]
 
 
+def test_a_subjectless_tokens_padded_spelling_is_refused_not_a_budget_of_its_own(issuer, make_jwt_app):
+    """RFC 7515 §2: a JWS's parts are base64url without `=` padding. PyJWT decodes a padded
+    signature as the same one, so the token written twice would count as two tokens."""
+    client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    token = issuer.token(sub=None, client_id=None)
+    padded = token + "=" * (-len(token.rsplit(".", 1)[1]) % 4)
+    assert padded != token
+    assert [client.get("/plants", headers=bearer(token)).status_code for _ in range(2)] == [200, 200]
+    refused(client.get("/plants", headers=bearer(padded)), "the token is malformed")
+    error_of(client.get("/plants", headers=bearer(token)), 429)
+
+
 # --- Through a real gunicorn ---------------------------------------------------------------------
 
 
