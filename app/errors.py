@@ -176,6 +176,15 @@ class FileChangedSinceRead(PreconditionFailed):
     )
 
 
+class ScrapePreconditionFailed(PreconditionFailed):
+    """412 for a scrape of /metrics under an If-Match other than `*`: a scrape has no ETag."""
+
+    description = (
+        "The metrics do not match If-Match: a scrape has no ETag (every one differs), so only"
+        " 'If-Match: *' holds. Scrape without If-Match."
+    )
+
+
 class PlantPreconditionFailed(PreconditionFailed):
     """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
     `absent`: an If-Match for a plant that is not there (a PUT that would have created it).
