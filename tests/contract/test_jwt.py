@@ -783,6 +783,27 @@ def test_settings_errors_are_one_line(settings, message):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"PLANTS_JWT_ISSUER": "https://plants:S3cr3t@idp.example/realms/plants"},
+        {"PLANTS_JWKS_URL": "https://plants:S3cr3t@idp.example/keys"},
+        {"PLANTS_JWKS_URL": "https://S3cr3t@idp.example/keys"},
+    ],
+    ids=["issuer", "jwks-url", "jwks-url-user-alone"],
+)
+def test_a_provider_url_with_credentials_stops_the_start_without_showing_them(settings, caplog):
+    """The keys are fetched without a URL's user and password, and the URL is written in the log
+    of every fetch that fails: they would never serve, and would be shown in clear."""
+    config = {"PLANTS_API_TOKENS": TOKEN, "PLANTS_JWT_ISSUER": "https://idp.example/realms/plants",
+              "PLANTS_JWT_AUDIENCE": AUDIENCE, **settings}  # fmt: skip
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigurationError) as caught:
+        create_app(config)
+    assert "must hold no credentials" in str(caught.value)
+    assert "S3cr3t" not in str(caught.value)
+    assert "S3cr3t" not in caplog.text
+
+
 def test_settings_from_the_environment(issuer, monkeypatch):
     monkeypatch.setenv("PLANTS_API_TOKENS", TOKEN)
     monkeypatch.setenv("PLANTS_JWT_ISSUER", issuer.url)
