@@ -743,6 +743,9 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
         ({"PLANTS_JWT_ALGORITHMS": ","}, "not none at all"),
         ({"PLANTS_JWT_ISSUER": "http://idp.example"}, "must use https"),
         ({"PLANTS_JWT_ISSUER": "idp.example"}, "must be an https:// URL"),
+        # OpenID Connect Discovery §3: no query. Its discovery URL would be the query's tail.
+        ({"PLANTS_JWT_ISSUER": "https://idp.example/realms/plants?tenant=1"}, "no query"),
+        ({"PLANTS_JWT_ISSUER": "https://idp.example/realms/plants?"}, "no query"),
         (
             {"PLANTS_JWT_ISSUER": f"https://{'a' * 64}.example"},
             f"PLANTS_JWT_ISSUER must be an https:// URL, and '{'a' * 64}.example' is not a valid host name",
