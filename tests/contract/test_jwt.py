@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import os
 import select
 import subprocess
@@ -328,6 +329,17 @@ def test_a_time_claim_that_is_no_json_number_is_refused_as_malformed(issuer, mak
     refused(client.post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
     refused(client.post("/events/tickets", headers=bearer(token)), "the token is malformed")
     assert len(app.extensions["plants"].store) == 0
+
+
+def test_a_jwt_whose_exp_falls_within_this_second_gets_no_ticket_already_expired(issuer, make_jwt_app):
+    """RFC 7519 §2: `exp` may be a fraction. A ticket expires on a whole second, no later than
+    the JWT: one minted in the JWT's last second would be expired as it is made (its 200 said
+    `expires_in: 0`, and its first use was a 401); the mint is refused as the JWT past its `exp`."""
+    client = make_jwt_app().test_client()
+    while time.time() % 1 > 0.5:  # the token made and sent within this second, with room to spare
+        time.sleep(0.05)
+    token = issuer.token(exp=math.floor(time.time()) + 0.999)
+    refused(client.post("/events/tickets", headers=bearer(token)), "the token has expired")
 
 
 def test_a_subject_with_a_lone_surrogate_is_a_client_of_its_own(issuer, make_jwt_app):
