@@ -176,6 +176,15 @@ class FileChangedSinceRead(PreconditionFailed):
     )
 
 
+class ScrapePreconditionFailed(PreconditionFailed):
+    """412 for a scrape of /metrics under an If-Match other than `*`: a scrape has no ETag."""
+
+    description = (
+        "The metrics do not match If-Match: a scrape has no ETag (every one differs), so only"
+        " 'If-Match: *' holds. Scrape without If-Match."
+    )
+
+
 class PlantPreconditionFailed(PreconditionFailed):
     """412 for a write whose If-Match or If-None-Match the plant does not satisfy; nothing changed.
     `absent`: an If-Match for a plant that is not there (a PUT that would have created it).
@@ -480,11 +489,17 @@ class WebhookStoreFull(InsufficientStorage):
 
 
 class WebhooksFull(InsufficientStorage):
-    def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"{limit} webhook endpoints are registered, the most this service keeps"
-            " (PLANTS_WEBHOOKS_MAX): delete one first."
-        )
+    """507 for a registration at PLANTS_WEBHOOKS_MAX. `registered` may be past `limit`: a limit
+    lowered by a reload, or another host sharing the store with a higher one."""
+
+    def __init__(self, limit: int, registered: int) -> None:
+        kept = f"{registered} webhook endpoint{' is' if registered == 1 else 's are'} registered"
+        if limit == 0:
+            advice = "keeps none (PLANTS_WEBHOOKS_MAX=0): it takes no more."
+        else:
+            excess = max(1, registered - limit + 1)
+            advice = f"keeps at most {limit} (PLANTS_WEBHOOKS_MAX): delete {excess} first."
+        super().__init__(f"{kept}, and this service {advice}")
 
 
 class WebhooksNeedFeed(Conflict):

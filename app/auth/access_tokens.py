@@ -123,6 +123,10 @@ class AccessTokens:
         return holds
 
     def _check(self, token: str, refetch: bool = True) -> tuple[HTTPException | None, dict[str, Any]]:
+        if "=" in token:
+            # RFC 7515 §2: base64url without padding. PyJWT reads a padded signature as the same
+            # one: one token spelled two ways would be two to the cache and a subjectless budget.
+            return MALFORMED, {}
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -152,7 +156,9 @@ class AccessTokens:
                 (refusal for kind, refusal in _DECODE_REFUSALS if isinstance(exc, kind)), MALFORMED
             )
             return refusal, {}
-        if not _numeric_date(claims.get("exp")):
+        if not _numeric_date(claims["exp"]) or any(
+            name in claims and not _numeric_date(claims[name]) for name in ("nbf", "iat")
+        ):
             return MALFORMED, {}
         return None, claims
 
@@ -190,9 +196,11 @@ def lapsed(caller: Caller, metrics: Metrics | None) -> InvalidToken | None:
 
 
 def _numeric_date(value: Any) -> bool:
-    """Whether `value` is a time a float holds: PyJWT takes an integer `exp` of any size, and one
-    past a float's range would fail the cache and the watches' deadline (float) as an error."""
-    if not isinstance(value, (int, float)):
+    """Whether `value` is a NumericDate (RFC 7519 §2: a JSON number) a float holds. PyJWT reads
+    `exp`, `nbf` and `iat` with int(), so it takes the string "1700000000" and `true` as times
+    too; and it takes an integer `exp` of any size, and one past a float's range would fail the
+    cache and the watches' deadline (float) as an error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     try:
         return math.isfinite(float(value))

@@ -83,10 +83,15 @@ class WatchTickets:
         #: store, so one entry): a removed token's tickets find none.
         self._static: dict[bytes, dict[bytes, Caller]] = {}
 
+    def expiry(self, caller: Caller, now: float) -> int:
+        """When a ticket minted for `caller` at `now` expires: a whole second (its 4 bytes), no
+        later than the caller's own authority (a JWT's `exp`, which may be a fraction)."""
+        return math.floor(min(now + self.ttl, caller.expires))
+
     def mint(self, caller: Caller, key: bytes, now: float | None = None) -> tuple[str, int]:
         """A ticket for `caller` (a static token's or a JWT's), and its expiry in Unix seconds."""
         now = self._clock() if now is None else now
-        expires = math.floor(min(now + self.ttl, caller.expires))
+        expires = self.expiry(caller, now)
         if caller.kind == "jwt":
             kind, binding = _JWT, bytes.fromhex(caller.limit_key.removeprefix(_JWT_KEY_PREFIX).decode())
         else:

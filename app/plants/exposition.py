@@ -6,8 +6,9 @@ from __future__ import annotations
 from flask import Response, request
 
 from app.auth.caller import current_caller
-from app.errors import MetricsOff, SplitMetricsRefused
+from app.errors import MetricsOff, ScrapePreconditionFailed, SplitMetricsRefused
 from app.extension import plants_state
+from app.http.conditional import read_precondition
 from app.telemetry.request_ids import NOSNIFF
 
 
@@ -21,6 +22,10 @@ def metrics() -> Response:
         raise MetricsOff()
     if request.environ.get("wsgi.multiprocess") and not collected.multiprocess:
         raise SplitMetricsRefused()
+    # A scrape has no ETag: as on a watch of the feed, only `*` is met (RFC 9110 §13.2.1).
+    unchanged = read_precondition(request, None, ScrapePreconditionFailed)
+    if unchanged is not None:
+        return unchanged
     # The guard let the caller in with read access; the per-endpoint series need the webhooks one.
     per_endpoint = current_caller().webhooks_refusal is None
     return Response(

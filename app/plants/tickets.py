@@ -24,15 +24,16 @@ def create_watch_ticket() -> Response:
     store = state.serving_store(request.environ)
     if not store.events_retain:
         raise FeedOff()
-    caller = current_caller()
-    refusal = lapsed(caller, state.metrics)  # its ticket would expire as it is made
+    caller, now = current_caller(), time.time()
+    # Judged at the whole second its ticket would hold (a JWT's `exp` in this very second too):
+    # a ticket that would expire as it is made is refused as the token past its `exp` is.
+    refusal = lapsed(caller._replace(expires=float(state.auth.tickets.expiry(caller, now))), state.metrics)
     if refusal is not None:
         return error_response(refusal)
     # The target has no current representation (each mint makes a ticket no request named, and
     # nothing is kept to read back): If-Match never holds, If-None-Match always does.
     if not write_precondition(request, required=False).allows_absent():
         raise TicketPreconditionFailed()
-    now = time.time()
     ticket, expires = state.auth.tickets.mint(caller, store.cursor_key(), now)
     body = {"ticket": ticket, "expires": rfc3339(expires), "expires_in": max(0, expires - math.floor(now))}
     response = json_response(body)

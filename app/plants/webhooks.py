@@ -86,7 +86,7 @@ def create_webhook() -> Response:
     except StoreFullError:
         raise WebhookStoreFull() from None
     if not added:
-        raise WebhooksFull(limit)
+        raise WebhooksFull(limit, len(endpoints.ids()))
     state.deliverer.start()
     response = _with_secrets(record(endpoint), status=201)
     response.headers["Location"] = url_of(".get_webhook", endpoint_id=endpoint.id)

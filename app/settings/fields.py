@@ -348,6 +348,12 @@ class SecureUrl(Setting):
             parts.port  # noqa: B018 (a port that is not a number raises)
         except ValueError:
             raise ValidationError("must be an https:// URL with a valid port") from None
+        if "@" in parts.netloc:
+            # Never sent (the keys are fetched without them), and the URL is in the log of every
+            # fetch that fails: the message does not repeat them either.
+            raise ValidationError(
+                "must hold no credentials (user:password@): the keys are fetched without them"
+            )
         if not is_dns_name(parts.hostname):
             raise ValidationError(f"must be an https:// URL, and {parts.hostname!r} is not a valid host name")
         if parts.scheme == "http" and not _is_loopback(parts.hostname):

@@ -35,6 +35,10 @@ def jwt_settings(values: Mapping[str, Any]) -> JwtSettings | None:
             if values[key]:
                 raise ConfigurationError(key, "is set, but {PLANTS_JWT_ISSUER} is not: set the issuer too")
         return None
+    if "?" in issuer:
+        # OpenID Connect Discovery §3: an issuer has no query; its discovery URL (a path after
+        # it) would be the query's tail, and the keys never fetched.
+        raise ConfigurationError("PLANTS_JWT_ISSUER", "must be an https:// URL with no query")
     audience = values["PLANTS_JWT_AUDIENCE"]
     if not audience or not audience.strip():
         raise ConfigurationError("PLANTS_JWT_AUDIENCE", AUDIENCE_REQUIRED)

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import os
 import select
 import subprocess
@@ -311,6 +312,34 @@ def test_an_exp_past_a_floats_range_is_refused_as_malformed(issuer, make_jwt_app
     assert jwt.decode(token, options={"verify_signature": False})["exp"] == 10**400
     refused(app.test_client().post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
     assert len(app.extensions["plants"].store) == 0
+
+
+@pytest.mark.parametrize(
+    "members",
+    [{"nbf": '"{now}"'}, {"iat": '" {now} "'}, {"nbf": "true"}, {"iat": "false"}],
+    ids=["nbf-string", "iat-string", "nbf-true", "iat-false"],
+)
+def test_a_time_claim_that_is_no_json_number_is_refused_as_malformed(issuer, make_jwt_app, members):
+    """RFC 7519 §2: a NumericDate is a JSON number. PyJWT reads the times with int(), which takes
+    a string of digits and a boolean: such a token is no access token this service verifies."""
+    app = make_jwt_app()
+    client = app.test_client()
+    written = {name: value.format(now=int(time.time()) - 60) for name, value in members.items()}
+    token = _signed_payload(issuer, _claims_text(issuer, **written))
+    refused(client.post("/plants", json=PLANT, headers=bearer(token)), "the token is malformed")
+    refused(client.post("/events/tickets", headers=bearer(token)), "the token is malformed")
+    assert len(app.extensions["plants"].store) == 0
+
+
+def test_a_jwt_whose_exp_falls_within_this_second_gets_no_ticket_already_expired(issuer, make_jwt_app):
+    """RFC 7519 §2: `exp` may be a fraction. A ticket expires on a whole second, no later than
+    the JWT: one minted in the JWT's last second would be expired as it is made (its 200 said
+    `expires_in: 0`, and its first use was a 401); the mint is refused as the JWT past its `exp`."""
+    client = make_jwt_app().test_client()
+    while time.time() % 1 > 0.5:  # the token made and sent within this second, with room to spare
+        time.sleep(0.05)
+    token = issuer.token(exp=math.floor(time.time()) + 0.999)
+    refused(client.post("/events/tickets", headers=bearer(token)), "the token has expired")
 
 
 def test_a_subject_with_a_lone_surrogate_is_a_client_of_its_own(issuer, make_jwt_app):
@@ -726,6 +755,9 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
         ({"PLANTS_JWT_ALGORITHMS": ","}, "not none at all"),
         ({"PLANTS_JWT_ISSUER": "http://idp.example"}, "must use https"),
         ({"PLANTS_JWT_ISSUER": "idp.example"}, "must be an https:// URL"),
+        # OpenID Connect Discovery §3: no query. Its discovery URL would be the query's tail.
+        ({"PLANTS_JWT_ISSUER": "https://idp.example/realms/plants?tenant=1"}, "no query"),
+        ({"PLANTS_JWT_ISSUER": "https://idp.example/realms/plants?"}, "no query"),
         (
             {"PLANTS_JWT_ISSUER": f"https://{'a' * 64}.example"},
             f"PLANTS_JWT_ISSUER must be an https:// URL, and '{'a' * 64}.example' is not a valid host name",
@@ -764,6 +796,27 @@ def test_settings_errors_are_one_line(settings, message):
         create_app(config)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"PLANTS_JWT_ISSUER": "https://plants:S3cr3t@idp.example/realms/plants"},
+        {"PLANTS_JWKS_URL": "https://plants:S3cr3t@idp.example/keys"},
+        {"PLANTS_JWKS_URL": "https://S3cr3t@idp.example/keys"},
+    ],
+    ids=["issuer", "jwks-url", "jwks-url-user-alone"],
+)
+def test_a_provider_url_with_credentials_stops_the_start_without_showing_them(settings, caplog):
+    """The keys are fetched without a URL's user and password, and the URL is written in the log
+    of every fetch that fails: they would never serve, and would be shown in clear."""
+    config = {"PLANTS_API_TOKENS": TOKEN, "PLANTS_JWT_ISSUER": "https://idp.example/realms/plants",
+              "PLANTS_JWT_AUDIENCE": AUDIENCE, **settings}  # fmt: skip
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigurationError) as caught:
+        create_app(config)
+    assert "must hold no credentials" in str(caught.value)
+    assert "S3cr3t" not in str(caught.value)
+    assert "S3cr3t" not in caplog.text
 
 
 def test_settings_from_the_environment(issuer, monkeypatch):
@@ -876,6 +929,18 @@ def test_tokens_without_a_subject_each_have_their_own_budget(issuer, make_jwt_ap
     assert [client.get("/plants", headers=bearer(first)).status_code for _ in range(3)] == [200, 200, 429]
     # Another client without a subject is not held back by the first one's requests.
     assert [client.get("/plants", headers=bearer(second)).status_code for _ in range(2)] == [200, 200]
+
+
+def test_a_subjectless_tokens_padded_spelling_is_refused_not_a_budget_of_its_own(issuer, make_jwt_app):
+    """RFC 7515 §2: a JWS's parts are base64url without `=` padding. PyJWT decodes a padded
+    signature as the same one, so the token written twice would count as two tokens."""
+    client = make_jwt_app(PLANTS_RATE_LIMIT="2/minute").test_client()
+    token = issuer.token(sub=None, client_id=None)
+    padded = token + "=" * (-len(token.rsplit(".", 1)[1]) % 4)
+    assert padded != token
+    assert [client.get("/plants", headers=bearer(token)).status_code for _ in range(2)] == [200, 200]
+    refused(client.get("/plants", headers=bearer(padded)), "the token is malformed")
+    error_of(client.get("/plants", headers=bearer(token)), 429)
 
 
 # --- Through a real gunicorn ---------------------------------------------------------------------

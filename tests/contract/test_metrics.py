@@ -71,6 +71,24 @@ def test_metrics_need_the_token(client):
     error_of(client.get("/metrics"), 401)
 
 
+@pytest.mark.parametrize(
+    ("precondition", "status"),
+    [({"If-None-Match": "*"}, 304), ({"If-Match": '"0"'}, 412), ({"If-Match": "*"}, 200),
+     ({"If-None-Match": '"0"'}, 200)],
+    ids=["none-match-any", "match-a-tag", "match-any", "none-match-a-tag"],
+)  # fmt: skip
+def test_a_scrapes_precondition_is_judged_as_a_watchs(client, auth, precondition, status):
+    """RFC 9110 §13.2.1: a GET that would be a 2xx judges its preconditions. A scrape has no
+    ETag (every one differs), so, as on a watch of the feed, only `*` is met."""
+    response = client.get("/metrics", headers={**auth, **precondition})
+    if status == 412:
+        assert "If-Match" in error_of(response, 412)["message"]
+    else:
+        assert response.status_code == status
+        assert (response.get_data() == b"") == (status == 304)
+        assert "ETag" not in response.headers
+
+
 def test_metrics_can_be_turned_off(make_app, auth):
     client = make_app(PLANTS_METRICS=False).test_client()
     assert client.post("/plants", json={"id": 1, "name": "Fern"}, headers=auth).status_code == 200

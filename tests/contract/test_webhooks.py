@@ -355,6 +355,28 @@ def test_at_most_plants_webhooks_max_endpoints_then_507(make_app, auth):
     register(client, auth)
 
 
+@pytest.mark.parametrize("store_settings", ["redis"], indirect=True)
+def test_past_a_lowered_limit_the_507_says_how_many_to_delete(make_app, auth):
+    """A limit lowered below the endpoints kept (by a reload, or another host sharing the store
+    with a lower one) is not "N are registered": it says how many are, and to delete down to it."""
+    settings = {"PLANTS_WEBHOOKS_ALLOW_HOSTS": "127.0.0.1", "PLANTS_WEBHOOKS_DELIVER": False}
+    wide = make_app(PLANTS_WEBHOOKS_MAX=3, **settings).test_client()
+    for _ in range(3):
+        register(wide, auth)
+    for limit, message in [
+        (1, "3 webhook endpoints are registered, and this service keeps at most 1 (PLANTS_WEBHOOKS_MAX):"
+            " delete 3 first."),
+        (0, "3 webhook endpoints are registered, and this service keeps none (PLANTS_WEBHOOKS_MAX=0):"
+            " it takes no more."),
+    ]:  # fmt: skip
+        narrow = make_app(PLANTS_WEBHOOKS_MAX=limit, **settings).test_client()
+        assert error_of(narrow.post("/webhooks", json={"url": HOOK}, headers=auth), 507)["message"] == message
+    assert error_of(wide.post("/webhooks", json={"url": HOOK}, headers=auth), 507)["message"] == (
+        "3 webhook endpoints are registered, and this service keeps at most 3 (PLANTS_WEBHOOKS_MAX):"
+        " delete 1 first."
+    )
+
+
 def test_patch_changes_what_it_names_and_keeps_the_rest(client, auth):
     hook = register(client, auth, description="first")
     path = f"/webhooks/{hook['id']}"
